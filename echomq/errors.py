@@ -1,0 +1,47 @@
+"""The exceptions echomq raises. Server error replies are mapped by their code word."""
+
+from __future__ import annotations
+
+
+class EchoMQError(Exception):
+    """Base of every echomq error."""
+
+
+class KindError(EchoMQError, ValueError):
+    """A job id that fails the kind gate: ``JOB:<rest>``, rest 1-200 bytes of ``[A-Za-z0-9._:-]``."""
+
+
+class ArgumentError(EchoMQError, ValueError):
+    """An argument the protocol refuses (a bad number, a bad key list, a wrong arity)."""
+
+
+class StaleLease(EchoMQError):
+    """An ack, retry or extend for a lease that is no longer the job's current one."""
+
+    def __init__(self, job_id: str, attempt: int) -> None:
+        super().__init__(f"lease of {job_id} at attempt {attempt} is not current")
+        self.job_id = job_id
+        self.attempt = attempt
+
+
+class Wire6Unsupported(EchoMQError, NotImplementedError):
+    """A transition that has no native twin, asked of a ``wire=6`` queue; nothing was sent."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"{name} has no native twin in trafikey; use wire=5")
+        self.name = name
+
+
+_CODES: dict[str, type[EchoMQError]] = {
+    "EMQKIND": KindError,
+    "EMQNUM": ArgumentError,
+    "EMQARITY": ArgumentError,
+    "EMQKEYS": ArgumentError,
+}
+
+
+def from_reply(message: str) -> EchoMQError | None:
+    """The echomq error for a server error message, or None when it is not one of ours."""
+    code = message.split(" ", 1)[0]
+    kind = _CODES.get(code)
+    return kind(message) if kind else None

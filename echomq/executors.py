@@ -1,0 +1,111 @@
+"""The two executors of every transition, chosen by ``wire=``: scripts (5) and native (6).
+
+Both take the same keys and arguments and receive byte-identical replies; the Queue talks to the
+``Executor`` interface and never branches on the wire itself.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import NoScriptError, ResponseError
+
+from echomq.errors import Wire6Unsupported, from_reply
+from echomq.scripts import script_for
+from echomq.transitions import Transition
+
+Arg = str | bytes
+
+
+def raise_mapped(exc: ResponseError) -> None:
+    """Re-raise a server error as the echomq error its code names, if it is one of ours."""
+    mapped = from_reply(str(exc))
+    if mapped is not None:
+        raise mapped from exc
+    raise exc
+
+
+class Executor(ABC):
+    """Runs transitions on a redis-py client (``Redis``, ``RedisCluster``) or its pipeline."""
+
+    wire: int
+
+    def call(self, client: Any, transition: Transition, keys: Sequence[str],
+             args: Sequence[Arg]) -> Any:
+        try:
+            return self._send(client, transition, keys, args)
+        except ResponseError as exc:
+            raise_mapped(exc)
+
+    def call_many(self, client: Any, transition: Transition,
+                  calls: Sequence[tuple[Sequence[str], Sequence[Arg]]]) -> list[Any]:
+        """Runs many calls of one transition in one pipeline flush; a reply (or error) each."""
+        self.prepare(client, transition)
+        with client.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                self._send(pipe, transition, keys, args)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+        return [self._settle(client, transition, call, reply) for call, reply in zip(calls, replies,
+                                                                                    strict=True)]
+
+    def _settle(self, client: Any, transition: Transition,
+                call: tuple[Sequence[str], Sequence[Arg]], reply: Any) -> Any:
+        if isinstance(reply, NoScriptError):
+            # The server lost its scripts mid-flush (restart, SCRIPT FLUSH): run this one again.
+            return self.call(client, transition, *call)
+        if isinstance(reply, ResponseError):
+            raise_mapped(reply)
+        return reply
+
+    def prepare(self, client: Any, transition: Transition) -> None:
+        """Makes ``transition`` runnable on ``client`` before a pipeline is built."""
+
+    @abstractmethod
+    def _send(self, client: Any, transition: Transition, keys: Sequence[str],
+              args: Sequence[Arg]) -> Any: ...
+
+
+class ScriptExecutor(Executor):
+    """wire=5: ``EVALSHA`` of the transition's Lua script, loaded again on ``NOSCRIPT``."""
+
+    wire = 5
+
+    def _send(self, client: Any, transition: Transition, keys: Sequence[str],
+              args: Sequence[Arg]) -> Any:
+        script = script_for(transition)
+        try:
+            return client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            client.script_load(script.source)
+            return client.evalsha(script.sha, len(keys), *keys, *args)
+
+    def prepare(self, client: Any, transition: Transition) -> None:
+        client.script_load(script_for(transition).source)
+
+
+class NativeExecutor(Executor):
+    """wire=6: the trafikey module's ``EMQ.*`` command; script-only transitions are refused."""
+
+    wire = 6
+
+    def _send(self, client: Any, transition: Transition, keys: Sequence[str],
+              args: Sequence[Arg]) -> Any:
+        self.prepare(client, transition)
+        return client.execute_command(transition.native, len(keys), *keys, *args)
+
+    def prepare(self, client: Any, transition: Transition) -> None:
+        if transition.native is None:
+            raise Wire6Unsupported(transition.name)
+
+
+_EXECUTORS: dict[int, Executor] = {5: ScriptExecutor(), 6: NativeExecutor()}
+
+
+def executor_for(wire: int) -> Executor:
+    """The executor of ``wire`` (5: scripts, 6: native)."""
+    try:
+        return _EXECUTORS[wire]
+    except KeyError:
+        raise ValueError(f"wire must be 5 (scripts) or 6 (native), not {wire!r}") from None

@@ -1,0 +1,134 @@
+--[[
+  Shared prelude, prepended to every transition script by echomq/scripts.py before it is loaded.
+  It defines local helpers only; each transition file uses them and defines nothing global.
+  Every helper mirrors a function of native/emq_core.c or native/trafikey.c: the two executors
+  validate in the same order and reply with the same bytes (see docs/PROTOCOL.md).
+]]
+local WAKE_CAP = 64
+local E_KIND = 'EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of A-Z a-z 0-9 . _ : -'
+local E_KEYS = "EMQKEYS keys must be one queue's keys in the documented order"
+local E_TYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+local E_PERM = 'NOPERM No permissions to access a key'
+local E_NOW = 'EMQNUM now must be * or an integer from 0 to 999999999999999'
+
+local function arity_error(verb, nkeys, nargs)
+  return redis.error_reply(string.format('EMQARITY EMQ.%s takes %d keys and %d arguments',
+    verb, nkeys, nargs))
+end
+
+local function number_error(name, min)
+  return redis.error_reply(string.format('EMQNUM %s must be an integer from %d to 999999999999999',
+    name, min))
+end
+
+-- The kind gate: JOB:<rest>, rest 1..200 bytes of [A-Za-z0-9._:-].
+local function id_ok(id)
+  local n = #id
+  if n < 5 or n > 204 or string.sub(id, 1, 4) ~= 'JOB:' then return false end
+  return string.find(id, '^[A-Za-z0-9._:-]+$', 5) ~= nil
+end
+
+-- An integer argument: 1..15 ASCII digits, at least min; nil otherwise.
+local function int_arg(s, min)
+  if #s < 1 or #s > 15 or string.find(s, '^[0-9]+$') == nil then return nil end
+  local v = tonumber(s)
+  if v < min then return nil end
+  return v
+end
+
+-- A row field read as a count: absent or not an integer counts as the fallback.
+local function int_field(v, fallback)
+  if v == false then return fallback end
+  return int_arg(v, 0) or fallback
+end
+
+local function now_arg(s)
+  if s == '*' then
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return int_arg(s, 0)
+end
+
+local function dec(v)
+  return string.format('%d', v)
+end
+
+-- The base of the queue if KEYS are base..suffixes[i] in order, else nil.
+local function keys_base(suffixes)
+  local first, suffix = KEYS[1], suffixes[1]
+  local n, m = #first, #suffix
+  if n < m or string.sub(first, n - m + 1) ~= suffix then return nil end
+  local base = string.sub(first, 1, n - m)
+  for i = 2, #suffixes do
+    if KEYS[i] ~= base .. suffixes[i] then return nil end
+  end
+  return base
+end
+
+local function key_type(key)
+  return redis.call('TYPE', key)['ok']
+end
+
+-- True when every declared key is absent or of its expected type.
+local function types_ok(expected)
+  for i = 1, #expected do
+    local t = key_type(KEYS[i])
+    if t ~= 'none' and t ~= expected[i] then return false end
+  end
+  return true
+end
+
+-- A derived key must be readable and writable by the caller, as a declared key would be.
+local function may_access(key)
+  return redis.acl_check_cmd('HINCRBY', key, 'attempts', '1')
+end
+
+-- The current lease: the id is in active and the row's attempts equal the given attempt.
+local function is_current_lease(active, row, id, attempt)
+  if redis.call('ZSCORE', active, id) == false then return false end
+  if redis.call('EXISTS', row) == 0 then return false end
+  return int_field(redis.call('HGET', row, 'attempts'), 0) == attempt
+end
+
+-- Leave up to n wake tokens, never more than WAKE_CAP in the list.
+local function wake(key, n)
+  local room = WAKE_CAP - redis.call('LLEN', key)
+  if n > room then n = room end
+  for _ = 1, n do redis.call('RPUSH', key, '1') end
+end
+
+-- First pass of recover/promote: sort due ids into live moves and ghosts, checking every derived
+-- key before anything is written. Returns moves, ghosts or nil, error reply.
+local function plan_moves(base, ids, fallback_score)
+  local moves, ghosts = {}, {}
+  for i = 1, #ids, 2 do
+    local id, score = ids[i], ids[i + 1]
+    local row = base .. 'job:' .. id
+    if not may_access(row) then return nil, redis.error_reply(E_PERM) end
+    if key_type(row) == 'hash' then
+      local move = { id = id, row = row, score = score }
+      local lane = redis.call('HGET', row, 'lane')
+      if lane then
+        local lane_key = base .. 'lane:' .. lane
+        if not may_access(lane_key) then return nil, redis.error_reply(E_PERM) end
+        local t = key_type(lane_key)
+        if t ~= 'none' and t ~= 'list' then return nil, redis.error_reply(E_TYPE) end
+        move.lane, move.lane_key = lane, lane_key
+      elseif fallback_score ~= nil then
+        move.score = dec(int_field(redis.call('HGET', row, 'enqueued_at'), fallback_score))
+      end
+      moves[#moves + 1] = move
+    else
+      ghosts[#ghosts + 1] = id
+    end
+  end
+  return moves, ghosts
+end
+
+-- Put a job back into its lane (at the head or the tail), the group joining the ring if the lane
+-- was empty.
+local function push_lane(ring, move, command)
+  if redis.call('LLEN', move.lane_key) == 0 then redis.call('RPUSH', ring, move.lane) end
+  redis.call(command, move.lane_key, move.id)
+end

@@ -1,0 +1,41 @@
+--[[
+  claim: lease the oldest pending job, dropping ghosts on the way.
+    KEYS[1] <base>pending    flat jobs ready to run (zset)
+    KEYS[2] <base>active     leased jobs, score = lease deadline (zset)
+    ARGV[1] lease_ms         integer >= 1
+    ARGV[2] now              ms, or * for the server clock
+  Derived: <base>job:<id> of each id walked.
+  Replies: [id, payload, attempt] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM errors.
+]]
+if #KEYS ~= 2 or #ARGV ~= 2 then return arity_error('CLAIM', 2, 2) end
+local base = keys_base({ 'pending', 'active' })
+if base == nil then return redis.error_reply(E_KEYS) end
+local lease_ms = int_arg(ARGV[1], 1)
+if lease_ms == nil then return number_error('lease_ms', 1) end
+local now = now_arg(ARGV[2])
+if now == nil then return redis.error_reply(E_NOW) end
+if not types_ok({ 'zset', 'zset' }) then return redis.error_reply(E_TYPE) end
+
+local pending, active = KEYS[1], KEYS[2]
+local ghosts, id, row = {}, nil, nil
+local rank = 0
+while true do
+  local head = redis.call('ZRANGE', pending, rank, rank)
+  if #head == 0 then break end
+  local candidate = base .. 'job:' .. head[1]
+  if not may_access(candidate) then return redis.error_reply(E_PERM) end
+  if key_type(candidate) == 'hash' then
+    id, row = head[1], candidate
+    break
+  end
+  ghosts[#ghosts + 1] = head[1]
+  rank = rank + 1
+end
+for i = 1, #ghosts do redis.call('ZREM', pending, ghosts[i]) end
+if id == nil then return false end
+
+redis.call('ZREM', pending, id)
+local attempt = int_field(redis.call('HGET', row, 'attempts'), 0) + 1
+redis.call('HSET', row, 'attempts', dec(attempt))
+redis.call('ZADD', active, dec(now + lease_ms), id)
+return { id, redis.call('HGET', row, 'payload') or '', attempt }

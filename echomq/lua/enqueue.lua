@@ -1,0 +1,25 @@
+--[[
+  enqueue: admit a job once.
+    KEYS[1] <base>job:<id>   the job row (hash)
+    KEYS[2] <base>pending    flat jobs ready to run (zset)
+    KEYS[3] <base>wake       wake tokens (list)
+    ARGV[1] id               JOB:<rest>
+    ARGV[2] payload          any bytes
+    ARGV[3] now              ms, or * for the server clock
+  Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
+]]
+if #KEYS ~= 3 or #ARGV ~= 3 then return arity_error('ENQUEUE', 3, 3) end
+local id = ARGV[1]
+if not id_ok(id) then return redis.error_reply(E_KIND) end
+if keys_base({ 'job:' .. id, 'pending', 'wake' }) == nil then return redis.error_reply(E_KEYS) end
+local now = now_arg(ARGV[3])
+if now == nil then return redis.error_reply(E_NOW) end
+if not types_ok({ 'hash', 'zset', 'list' }) then return redis.error_reply(E_TYPE) end
+
+local row, pending, wake_key = KEYS[1], KEYS[2], KEYS[3]
+if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') end
+local enqueued_at = dec(now)
+redis.call('HSET', row, 'payload', ARGV[2], 'attempts', '0', 'enqueued_at', enqueued_at)
+redis.call('ZADD', pending, enqueued_at, id)
+wake(wake_key, 1)
+return redis.status_reply('ENQUEUED')

@@ -1,0 +1,57 @@
+"""The native side seen from Python: the trafikey module's path, and the protocol's pure C core
+(id gate, integer rule) bound with cffi, so the client refuses what the server would refuse."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from echomq._core import ffi, lib
+from echomq.errors import ArgumentError, KindError
+
+KIND_ERROR = "EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
+INT_MAX = 999_999_999_999_999
+
+
+def module_path() -> str:
+    """The path of trafikey.so: the copy built into the package, else native/ of a checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "trafikey.so", here.parent / "native" / "trafikey.so"):
+        if candidate.is_file():
+            return os.fspath(candidate)
+    raise FileNotFoundError(
+        "trafikey.so is not built: run `pip install .` (or `make -C native`) with a C compiler"
+    )
+
+
+def id_ok(job_id: str | bytes) -> bool:
+    """The kind gate: ``JOB:<rest>``, rest 1-200 bytes of ``[A-Za-z0-9._:-]``."""
+    raw = job_id.encode() if isinstance(job_id, str) else job_id
+    return bool(lib.emq_id_ok(raw, len(raw)))
+
+
+def checked_id(job_id: str) -> str:
+    """``job_id`` if it passes the kind gate; KindError with the server's words otherwise."""
+    if not id_ok(job_id):
+        raise KindError(KIND_ERROR)
+    return job_id
+
+
+def checked_int(name: str, value: int, minimum: int) -> str:
+    """``value`` as the decimal argument the protocol takes; ArgumentError if out of range."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else ""
+    raw = text.encode()
+    out = ffi.new("long long *")
+    if not lib.emq_parse_int(raw, len(raw), minimum, out):
+        raise ArgumentError(f"EMQNUM {name} must be an integer from {minimum} to {INT_MAX}")
+    return text
+
+
+def checked_now(now: int | None) -> str:
+    """``*`` (the server's clock) for None, else ``now`` as a checked millisecond timestamp."""
+    if now is None:
+        return "*"
+    try:
+        return checked_int("now", now, 0)
+    except ArgumentError:
+        raise ArgumentError(f"EMQNUM now must be * or an integer from 0 to {INT_MAX}") from None

@@ -1,0 +1,166 @@
+"""``Queue``: the producer's and the worker's view of one echomq queue."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from echomq import transitions as t
+from echomq.errors import StaleLease
+from echomq.executors import Arg, executor_for
+from echomq.native import checked_id, checked_int, checked_now
+
+DEFAULT_LEASE_MS = 30_000
+DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_BATCH_LIMIT = 1000
+
+
+class Verdict(enum.Enum):
+    """What a transition did, as the server words it."""
+
+    ENQUEUED = "ENQUEUED"
+    DUPLICATE = "DUPLICATE"
+    ACKED = "ACKED"
+    STALE = "STALE"
+    RETRYING = "RETRYING"
+    DEAD = "DEAD"
+    EXTENDED = "EXTENDED"
+
+    @classmethod
+    def of(cls, reply: Any) -> Verdict:
+        return cls(reply.decode() if isinstance(reply, bytes) else str(reply))
+
+
+@dataclass(frozen=True)
+class Job:
+    """A leased job: run it, then ack, retry or extend it by this (id, attempt) lease."""
+
+    id: str
+    payload: bytes
+    attempt: int
+    lane: str | None = None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _payload(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+class Queue:
+    """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``).
+
+    ``conn`` is a ``redis.Redis`` or ``redis.cluster.RedisCluster``. Every time-dependent call
+    takes ``now`` (ms); None lets the server's clock decide.
+    """
+
+    def __init__(self, conn: Any, name: str, *, wire: int = 5,
+                 retention_ms: int = DEFAULT_RETENTION_MS,
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+        self.conn = conn
+        self.name = name
+        self.base = t.queue_base(name)
+        self.executor = executor_for(wire)
+        self.retention_ms = retention_ms
+        self.max_attempts = max_attempts
+
+    @property
+    def wire(self) -> int:
+        return self.executor.wire
+
+    def key(self, role: str, job_id: str | None = None) -> str:
+        """The key of ``role`` (pending, active, delayed, dead, wake, ring, job) of this queue."""
+        return t.key_of(self.base, role, job_id)
+
+    def _run(self, transition: t.Transition, job_id: str | None, args: Sequence[Arg]) -> Any:
+        keys = t.keys_for(self.base, transition, job_id)
+        return self.executor.call(self.conn, transition, keys, args)
+
+    # producer -------------------------------------------------------------------------------
+
+    def enqueue(self, job_id: str, payload: bytes | str, *, now: int | None = None) -> Verdict:
+        """Admit a job once: ENQUEUED, or DUPLICATE when its row exists. KindError on a bad id."""
+        args = (checked_id(job_id), _payload(payload), checked_now(now))
+        return Verdict.of(self._run(t.ENQUEUE, job_id, args))
+
+    def enqueue_many(self, items: Iterable[tuple[str, bytes | str]], *,
+                     now: int | None = None) -> list[Verdict]:
+        """Admit many jobs in one wire flush; a verdict per item, in order. Every id is checked
+        before anything is sent."""
+        stamp = checked_now(now)
+        calls = [
+            (t.keys_for(self.base, t.ENQUEUE, job_id), (checked_id(job_id), _payload(data), stamp))
+            for job_id, data in items
+        ]
+        replies = self.executor.call_many(self.conn, t.ENQUEUE, calls)
+        return [Verdict.of(reply) for reply in replies]
+
+    # worker ---------------------------------------------------------------------------------
+
+    def claim(self, lease_ms: int = DEFAULT_LEASE_MS, *, now: int | None = None) -> Job | None:
+        """Lease the oldest pending job for ``lease_ms``, or None when there is none."""
+        args = (checked_int("lease_ms", lease_ms, 1), checked_now(now))
+        reply = self._run(t.CLAIM, None, args)
+        if reply is None:
+            return None
+        job_id, payload, attempt = reply
+        return Job(_text(job_id), _payload(payload), int(attempt))
+
+    def ack(self, job: Job, *, retention_ms: int | None = None) -> Verdict:
+        """Complete ``job``'s lease. The row stays as a tombstone for ``retention_ms`` so a
+        re-enqueue of the id is still a duplicate. StaleLease if the lease is not current."""
+        keep = self.retention_ms if retention_ms is None else retention_ms
+        args = (checked_id(job.id), checked_int("attempt", job.attempt, 1),
+                checked_int("retention_ms", keep, 0))
+        return self._fenced(job, self._run(t.ACK, job.id, args))
+
+    def retry(self, job: Job, *, delay_ms: int = 1_000, error: str | bytes = "",
+              max_attempts: int | None = None, now: int | None = None) -> Verdict:
+        """Record ``error`` and run ``job`` again after ``delay_ms``: RETRYING, or DEAD when its
+        attempts are used up. StaleLease if the lease is not current."""
+        limit = self.max_attempts if max_attempts is None else max_attempts
+        args = (checked_id(job.id), checked_int("attempt", job.attempt, 1),
+                checked_int("delay_ms", delay_ms, 0), checked_int("max_attempts", limit, 1),
+                _payload(error), checked_now(now))
+        return self._fenced(job, self._run(t.RETRY, job.id, args))
+
+    def extend(self, job: Job, *, lease_ms: int = DEFAULT_LEASE_MS,
+               now: int | None = None) -> Verdict:
+        """Push ``job``'s lease deadline to now + ``lease_ms``. StaleLease if not current."""
+        args = (checked_id(job.id), checked_int("attempt", job.attempt, 1),
+                checked_int("lease_ms", lease_ms, 1), checked_now(now))
+        return self._fenced(job, self._run(t.EXTEND, job.id, args))
+
+    @staticmethod
+    def _fenced(job: Job, reply: Any) -> Verdict:
+        verdict = Verdict.of(reply)
+        if verdict is Verdict.STALE:
+            raise StaleLease(job.id, job.attempt)
+        return verdict
+
+    # housekeeping ---------------------------------------------------------------------------
+
+    def recover(self, *, now: int | None = None, limit: int = DEFAULT_BATCH_LIMIT) -> int:
+        """Return expired leases (at most ``limit``) to where they came from; how many moved."""
+        args = (checked_now(now), checked_int("limit", limit, 1))
+        return int(self._run(t.RECOVER, None, args))
+
+    def promote(self, *, now: int | None = None, limit: int = DEFAULT_BATCH_LIMIT) -> int:
+        """Move delayed jobs that are due (at most ``limit``) back to run; how many moved."""
+        args = (checked_now(now), checked_int("limit", limit, 1))
+        return int(self._run(t.PROMOTE, None, args))
+
+    # inspection -----------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """How many jobs are pending, active, delayed and dead."""
+        with self.conn.pipeline(transaction=False) as pipe:
+            for role in ("pending", "active", "delayed", "dead"):
+                pipe.zcard(self.key(role))
+            sizes = pipe.execute()
+        return dict(zip(("pending", "active", "delayed", "dead"), map(int, sizes), strict=True))

@@ -1,0 +1,58 @@
+"""The spine: one row per transition, read by both executors, the client and the tests.
+
+Each transition names its key roles (built from the queue's base and, for ``job``, the job id),
+its arguments, its Lua file in ``echomq/lua/`` and its native twin in trafikey (or none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Transition:
+    name: str
+    keys: tuple[str, ...]
+    args: tuple[str, ...]
+    native: str | None
+
+    @property
+    def script_file(self) -> str:
+        return f"{self.name}.lua"
+
+
+ENQUEUE = Transition("enqueue", ("job", "pending", "wake"), ("id", "payload", "now"), "EMQ.ENQUEUE")
+CLAIM = Transition("claim", ("pending", "active"), ("lease_ms", "now"), "EMQ.CLAIM")
+ACK = Transition("ack", ("active", "job"), ("id", "attempt", "retention_ms"), "EMQ.ACK")
+RETRY = Transition(
+    "retry",
+    ("active", "delayed", "dead", "job"),
+    ("id", "attempt", "delay_ms", "max_attempts", "error", "now"),
+    "EMQ.RETRY",
+)
+EXTEND = Transition("extend", ("active", "job"), ("id", "attempt", "lease_ms", "now"), "EMQ.EXTEND")
+RECOVER = Transition(
+    "recover", ("active", "pending", "ring", "wake"), ("now", "limit"), "EMQ.RECOVER"
+)
+PROMOTE = Transition(
+    "promote", ("delayed", "pending", "ring", "wake"), ("now", "limit"), "EMQ.PROMOTE"
+)
+
+TRANSITIONS: tuple[Transition, ...] = (ENQUEUE, CLAIM, ACK, RETRY, EXTEND, RECOVER, PROMOTE)
+
+
+def queue_base(name: str) -> str:
+    """The prefix of every key of queue ``name``; the hash tag keeps the queue in one slot."""
+    if not name or "{" in name or "}" in name:
+        raise ValueError(f"queue name must be non-empty and free of braces: {name!r}")
+    return f"emq:{{{name}}}:"
+
+
+def key_of(base: str, role: str, job_id: str | None = None) -> str:
+    """The key of ``role`` (pending, active, ..., or ``job``: the row of ``job_id``)."""
+    return base + (f"job:{job_id}" if role == "job" else role)
+
+
+def keys_for(base: str, transition: Transition, job_id: str | None = None) -> list[str]:
+    """The declared keys of ``transition`` on the queue at ``base``, in protocol order."""
+    return [key_of(base, role, job_id) for role in transition.keys]

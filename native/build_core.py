@@ -1,0 +1,27 @@
+"""cffi builder for echomq._core: the protocol's pure C core (emq_core.c), so the Python client
+refuses bad input by the very rule the server applies."""
+
+import os
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+ffibuilder = FFI()
+ffibuilder.cdef(
+    """
+    int emq_id_ok(const char *id, size_t len);
+    int emq_parse_int(const char *s, size_t len, long long min, long long *out);
+    int emq_parse_now(const char *s, size_t len, long long *out);
+    """
+)
+ffibuilder.set_source(
+    "echomq._core",
+    '#include "emq_core.h"',
+    sources=[os.path.relpath(os.path.join(HERE, "emq_core.c"))],
+    include_dirs=[os.path.relpath(HERE)],
+    extra_compile_args=["-Wall", "-Wextra", "-Werror"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

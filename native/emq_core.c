@@ -1,0 +1,55 @@
+/* emq_core: see emq_core.h. Every rule here has a twin in echomq/lua/_prelude.lua. */
+#include "emq_core.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int id_byte_ok(unsigned char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
+}
+
+int emq_id_ok(const char *id, size_t len) {
+    if (len <= EMQ_ID_KIND_LEN || len > EMQ_ID_KIND_LEN + EMQ_ID_REST_MAX) return 0;
+    if (memcmp(id, EMQ_ID_KIND, EMQ_ID_KIND_LEN) != 0) return 0;
+    for (size_t i = EMQ_ID_KIND_LEN; i < len; i++) {
+        if (!id_byte_ok((unsigned char)id[i])) return 0;
+    }
+    return 1;
+}
+
+int emq_parse_int(const char *s, size_t len, long long min, long long *out) {
+    if (len < 1 || len > EMQ_INT_DIGITS_MAX) return 0;
+    long long v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v < min) return 0;
+    *out = v;
+    return 1;
+}
+
+int emq_parse_now(const char *s, size_t len, long long *out) {
+    if (len == 1 && s[0] == '*') return 2;
+    return emq_parse_int(s, len, 0, out);
+}
+
+int emq_split_base(const char *key, size_t len, const char *suffix, size_t slen, size_t *base_len) {
+    if (len < slen || memcmp(key + len - slen, suffix, slen) != 0) return 0;
+    *base_len = len - slen;
+    return 1;
+}
+
+int emq_is_base_plus(const char *key, size_t len, const char *base, size_t blen,
+                     const char *suffix, size_t slen) {
+    return len == blen + slen && memcmp(key, base, blen) == 0 && memcmp(key + blen, suffix, slen) == 0;
+}
+
+int emq_arity_error(char *buf, size_t cap, const char *verb, int nkeys, int nargs) {
+    return snprintf(buf, cap, "EMQARITY EMQ.%s takes %d keys and %d arguments", verb, nkeys, nargs);
+}
+
+int emq_number_error(char *buf, size_t cap, const char *name, long long min) {
+    return snprintf(buf, cap, "EMQNUM %s must be an integer from %lld to 999999999999999", name, min);
+}

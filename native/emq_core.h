@@ -1,0 +1,48 @@
+/* emq_core: the pure parts of echomq's protocol, shared by the trafikey module and, through cffi,
+ * by the Python client (echomq._core). No Valkey API here: only bytes in, verdicts out. */
+#ifndef EMQ_CORE_H
+#define EMQ_CORE_H
+
+#include <stddef.h>
+
+#define EMQ_ID_KIND "JOB:"
+#define EMQ_ID_KIND_LEN 4
+#define EMQ_ID_REST_MAX 200
+#define EMQ_INT_DIGITS_MAX 15
+#define EMQ_INT_MAX 999999999999999LL
+#define EMQ_WAKE_CAP 64
+
+/* Errors, byte for byte as docs/PROTOCOL.md and echomq/lua/_prelude.lua state them. */
+#define EMQ_ERR_KIND "EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
+#define EMQ_ERR_KEYS "EMQKEYS keys must be one queue's keys in the documented order"
+#define EMQ_ERR_TYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
+#define EMQ_ERR_PERM "NOPERM No permissions to access a key"
+#define EMQ_ERR_NOW "EMQNUM now must be * or an integer from 0 to 999999999999999"
+#define EMQ_ERR_NUMKEYS_INT "ERR value is not an integer or out of range"
+#define EMQ_ERR_NUMKEYS_NEG "ERR Number of keys can't be negative"
+#define EMQ_ERR_NUMKEYS_BIG "ERR Number of keys can't be greater than number of args"
+
+/* 1 when id is JOB:<rest>, rest 1..200 bytes of [A-Za-z0-9._:-]; else 0. */
+int emq_id_ok(const char *id, size_t len);
+
+/* 1 and *out set when s is 1..15 ASCII digits with value >= min; else 0. */
+int emq_parse_int(const char *s, size_t len, long long min, long long *out);
+
+/* now: 2 for "*" (the caller reads the clock), 1 and *out set for an integer >= 0, 0 when bad. */
+int emq_parse_now(const char *s, size_t len, long long *out);
+
+/* 1 when key ends with suffix (of slen bytes), *base_len set to the length before it; else 0. */
+int emq_split_base(const char *key, size_t len, const char *suffix, size_t slen, size_t *base_len);
+
+/* 1 when key is exactly base (blen bytes) followed by suffix (slen bytes); else 0. */
+int emq_is_base_plus(const char *key, size_t len, const char *base, size_t blen,
+                     const char *suffix, size_t slen);
+
+/* Writes "EMQARITY EMQ.<verb> takes <k> keys and <a> arguments" into buf (NUL-terminated);
+ * returns the length, as snprintf. */
+int emq_arity_error(char *buf, size_t cap, const char *verb, int nkeys, int nargs);
+
+/* Writes "EMQNUM <name> must be an integer from <min> to 999999999999999" into buf. */
+int emq_number_error(char *buf, size_t cap, const char *name, long long min);
+
+#endif

@@ -1,0 +1,377 @@
+"""The case table: for every transition, good calls on chosen states and every kind of bad input.
+
+A case is a state (raw data commands applied to both executors' dbs), an argument list from
+numkeys onwards, and the reply it must start with — so the table itself is checked, not only
+the parity of the two executors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from echomq.transitions import TRANSITIONS, Transition
+from tests.conformance.harness import BY_NAME
+from tests.resp import Arg
+
+BASE = "emq:{q}:"
+OTHER = "emq:{other}:"
+NOW = 1_700_000_000_000
+MAXINT = "999999999999999"
+
+E_ARITY = b"-EMQARITY "
+E_KIND = b"-EMQKIND "
+E_KEYS = b"-EMQKEYS "
+E_NUM = b"-EMQNUM "
+E_TYPE = b"-WRONGTYPE "
+E_NOTINT = b"-ERR value is not an integer or out of range"
+E_NEGATIVE = b"-ERR Number of keys can't be negative"
+E_TOOMANY = b"-ERR Number of keys can't be greater than number of args"
+NULL = b"<null>"  # $-1 under RESP2, _ under RESP3
+
+Command = Sequence[Arg]
+
+
+@dataclass
+class Case:
+    transition: Transition
+    label: str
+    argv: list[Arg]
+    expect: bytes
+    setup: list[Command] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return f"{self.transition.name}:{self.label}"
+
+
+def key(role: str, job_id: str = "JOB:1", base: str = BASE) -> str:
+    return base + (f"job:{job_id}" if role == "job" else role)
+
+
+def row(job_id: str, *fields: Arg, base: str = BASE) -> list[Arg]:
+    return ["HSET", key("job", job_id, base), *fields]
+
+
+def waiting(job_id: str, at: int = NOW, payload: Arg = b"p") -> list[Command]:
+    """A flat job enqueued at ``at``, not yet claimed."""
+    return [row(job_id, "payload", payload, "attempts", "0", "enqueued_at", str(at)),
+            ["ZADD", key("pending"), str(at), job_id]]
+
+
+def leased(job_id: str, attempt: int = 1, deadline: int = NOW + 30_000,
+           lane: str | None = None) -> list[Command]:
+    """A job under its ``attempt``-th lease until ``deadline`` (a lane job if ``lane``)."""
+    fields: list[Arg] = ["payload", b"p", "attempts", str(attempt), "enqueued_at", str(NOW - 5)]
+    if lane is not None:
+        fields += ["lane", lane]
+    return [row(job_id, *fields), ["ZADD", key("active"), str(deadline), job_id]]
+
+
+def delayed(job_id: str, due: int, lane: str | None = None) -> list[Command]:
+    fields: list[Arg] = ["payload", b"p", "attempts", "1", "enqueued_at", str(NOW - 5)]
+    if lane is not None:
+        fields += ["lane", lane]
+    return [row(job_id, *fields), ["ZADD", key("delayed"), str(due), job_id]]
+
+
+GOOD: dict[str, list[Arg]] = {
+    "enqueue": [3, key("job"), key("pending"), key("wake"), "JOB:1", b"payload", NOW],
+    "claim": [2, key("pending"), key("active"), 30_000, NOW],
+    "ack": [2, key("active"), key("job"), "JOB:1", 1, 60_000],
+    "retry": [4, key("active"), key("delayed"), key("dead"), key("job"), "JOB:1", 1, 1_000, 3,
+              b"boom", NOW],
+    "extend": [2, key("active"), key("job"), "JOB:1", 1, 30_000, NOW],
+    "recover": [4, key("active"), key("pending"), key("ring"), key("wake"), NOW, 100],
+    "promote": [4, key("delayed"), key("pending"), key("ring"), key("wake"), NOW, 100],
+}
+
+# A state on which each transition's GOOD call succeeds.
+READY: dict[str, list[Command]] = {
+    "enqueue": [],
+    "claim": waiting("JOB:1"),
+    "ack": leased("JOB:1"),
+    "retry": leased("JOB:1"),
+    "extend": leased("JOB:1"),
+    "recover": leased("JOB:1", deadline=NOW - 1),
+    "promote": delayed("JOB:1", due=NOW - 1),
+}
+
+BAD_IDS: list[tuple[str, Arg]] = [
+    ("empty", ""), ("kind-only", "JOB:"), ("lowercase-kind", "job:1"), ("other-kind", "RUN:1"),
+    ("no-kind", "1234"), ("space", "JOB:a b"), ("nul", b"JOB:a\x00b"), ("high-byte", b"JOB:\xff"),
+    ("newline", "JOB:a\r\nb"), ("slash", "JOB:a/b"), ("brace", "JOB:{q}"),
+    ("too-long", "JOB:" + "a" * 201),
+]
+GOOD_IDS: list[tuple[str, Arg]] = [
+    ("longest", "JOB:" + "z" * 200), ("all-classes", "JOB:Az09._:-"), ("one-byte", "JOB:x"),
+]
+BAD_INTS: list[tuple[str, Arg]] = [
+    ("empty", ""), ("negative", "-1"), ("plus", "+1"), ("space", " 1"), ("float", "1.0"),
+    ("exponent", "1e3"), ("hex", "0x10"), ("sixteen-digits", "1" * 16), ("star", "*"),
+    ("word", "ten"), ("nul", b"1\x00"), ("arabic-digit", "\u0663"),
+]
+EDGE_INTS: list[tuple[str, Arg]] = [("max", MAXINT), ("leading-zeros", "000042")]
+BAD_NOWS: list[tuple[str, Arg]] = [pair for pair in BAD_INTS if pair[0] != "star"] + [
+    ("two-stars", "**"), ("star-digit", "*1")]
+BAD_NUMKEYS: list[tuple[str, Arg, bytes]] = [
+    ("word", "x", E_NOTINT), ("empty", "", E_NOTINT), ("float", "1.5", E_NOTINT),
+    ("huge", "99999999999999999999", E_NOTINT), ("negative", "-1", E_NEGATIVE),
+]
+MINIMUM = {"lease_ms": 1, "attempt": 1, "max_attempts": 1, "limit": 1, "retention_ms": 0,
+           "delay_ms": 0}
+WRONG_VALUE: dict[str, list[Command]] = {
+    "hash": [["SET", "{k}", "x"], ["RPUSH", "{k}", "x"]],
+    "zset": [["SET", "{k}", "x"], ["HSET", "{k}", "f", "v"]],
+    "list": [["SET", "{k}", "x"], ["ZADD", "{k}", "1", "m"]],
+}
+KEY_TYPES = {"job": "hash", "pending": "zset", "active": "zset", "delayed": "zset",
+             "dead": "zset", "ring": "list", "wake": "list"}
+
+
+def _with(argv: list[Arg], index: int, value: Arg) -> list[Arg]:
+    changed = list(argv)
+    changed[index] = value
+    return changed
+
+
+def shape_cases(t: Transition) -> Iterator[Case]:
+    good, nkeys = GOOD[t.name], len(t.keys)
+    for label, numkeys, expect in BAD_NUMKEYS:
+        yield Case(t, f"numkeys-{label}", _with(good, 0, numkeys), expect)
+    yield Case(t, "numkeys-beyond-args", _with(good, 0, len(good)), E_TOOMANY)
+    yield Case(t, "numkeys-one-less", _with(good, 0, nkeys - 1), E_ARITY)
+    yield Case(t, "numkeys-one-more", _with(good, 0, nkeys + 1), E_ARITY)
+    yield Case(t, "numkeys-zero", _with(good, 0, 0), E_ARITY)
+    yield Case(t, "last-arg-missing", good[:-1], E_ARITY)
+    yield Case(t, "extra-arg", [*good, "extra"], E_ARITY)
+    yield Case(t, "numkeys-only", [0], E_ARITY)
+    yield Case(t, "keys-only", good[: nkeys + 1], E_ARITY)
+
+
+def id_cases(t: Transition) -> Iterator[Case]:
+    if "id" not in t.args:
+        return
+    good, at = GOOD[t.name], 1 + len(t.keys) + t.args.index("id")
+    job_at = 1 + t.keys.index("job")
+    for label, bad in BAD_IDS:
+        yield Case(t, f"id-{label}", _with(good, at, bad), E_KIND)
+    for label, fine in GOOD_IDS:
+        argv = _with(_with(good, at, fine), job_at, BASE.encode() + b"job:" + _raw(fine))
+        expect = b"+ENQUEUED" if t.name == "enqueue" else b"+STALE"
+        yield Case(t, f"id-{label}", argv, expect)
+    yield Case(t, "id-not-the-rows", _with(good, at, "JOB:2"), E_KEYS)
+
+
+def _raw(value: Arg) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def key_cases(t: Transition) -> Iterator[Case]:
+    good = GOOD[t.name]
+    for i, role in enumerate(t.keys, start=1):
+        other = key(role, base=OTHER)
+        yield Case(t, f"key{i}-other-queue", _with(good, i, other), E_KEYS)
+        yield Case(t, f"key{i}-empty", _with(good, i, ""), E_KEYS)
+        yield Case(t, f"key{i}-suffix-changed", _with(good, i, _raw(good[i]) + b"x"), E_KEYS)
+    yield Case(t, "keys-swapped", [good[0], good[2], good[1], *good[3:]], E_KEYS)
+    whole_other = [good[0], *(key(r, base=OTHER) for r in t.keys), *good[1 + len(t.keys):]]
+    yield Case(t, "all-keys-other-queue", whole_other, _expect_ok(t), READY_OTHER[t.name])
+
+
+READY_OTHER = {name: [[_raw(p).replace(BASE.encode(), OTHER.encode()) for p in cmd]
+                      for cmd in cmds] for name, cmds in READY.items()}
+
+
+def _expect_ok(t: Transition) -> bytes:
+    return {"enqueue": b"+ENQUEUED", "claim": b"*3", "ack": b"+ACKED", "retry": b"+RETRYING",
+            "extend": b"+EXTENDED", "recover": b":1", "promote": b":1"}[t.name]
+
+
+def number_cases(t: Transition) -> Iterator[Case]:
+    good = GOOD[t.name]
+    for index, name in enumerate(t.args, start=1 + len(t.keys)):
+        if name == "now":
+            for label, bad in BAD_NOWS:
+                yield Case(t, f"now-{label}", _with(good, index, bad), E_NUM)
+            nothing_due = t.name in ("recover", "promote")
+            yield Case(t, "now-zero", _with(good, index, "0"),
+                       b":0" if nothing_due else _expect_ok(t), READY[t.name])
+        elif name in MINIMUM:
+            for label, bad in BAD_INTS:
+                yield Case(t, f"{name}-{label}", _with(good, index, bad), E_NUM)
+            if MINIMUM[name] == 1:
+                yield Case(t, f"{name}-zero", _with(good, index, "0"), E_NUM)
+            for label, edge in EDGE_INTS:
+                yield Case(t, f"{name}-{label}", _with(good, index, edge), b"", READY[t.name])
+
+
+def type_cases(t: Transition) -> Iterator[Case]:
+    good = GOOD[t.name]
+    for i, role in enumerate(t.keys, start=1):
+        for j, command in enumerate(WRONG_VALUE[KEY_TYPES[role]]):
+            setup = [[_raw(good[i]) if part == "{k}" else part for part in command]]
+            yield Case(t, f"key{i}-{role}-wrongtype{j}", list(good), E_TYPE,
+                       [*READY[t.name], ["DEL", good[i]], *setup])
+
+
+def generic_cases() -> Iterator[Case]:
+    for t in TRANSITIONS:
+        yield Case(t, "good", list(GOOD[t.name]), _expect_ok(t), READY[t.name])
+        yield from shape_cases(t)
+        yield from id_cases(t)
+        yield from key_cases(t)
+        yield from number_cases(t)
+        yield from type_cases(t)
+
+
+def _case(name: str, label: str, argv: list[Arg], expect: bytes,
+          setup: Sequence[Command] = ()) -> Case:
+    return Case(BY_NAME[name], label, argv, expect, list(setup))
+
+
+def _argv(name: str, **changes: Arg) -> list[Arg]:
+    t, argv = BY_NAME[name], list(GOOD[name])
+    for arg, value in changes.items():
+        argv[1 + len(t.keys) + t.args.index(arg)] = value
+    return argv
+
+
+def enqueue_cases() -> Iterator[Case]:
+    yield _case("enqueue", "binary-payload", _argv("enqueue", payload=b"\x00\xff\r\n$-1"),
+                b"+ENQUEUED")
+    yield _case("enqueue", "empty-payload", _argv("enqueue", payload=b""), b"+ENQUEUED")
+    yield _case("enqueue", "duplicate-live", _argv("enqueue", payload=b"new"), b"+DUPLICATE",
+                waiting("JOB:1", payload=b"old"))
+    yield _case("enqueue", "duplicate-tombstone", _argv("enqueue"), b"+DUPLICATE",
+                [row("JOB:1", "attempts", "1", "enqueued_at", "5"),
+                 ["PEXPIRE", key("job"), "100000"]])
+    yield _case("enqueue", "duplicate-dead", _argv("enqueue"), b"+DUPLICATE",
+                [row("JOB:1", "payload", "p", "attempts", "5", "enqueued_at", "5"),
+                 ["ZADD", key("dead"), "9", "JOB:1"]])
+    yield _case("enqueue", "wake-full", _argv("enqueue"), b"+ENQUEUED",
+                [["RPUSH", key("wake"), *(["1"] * 64)]])
+    yield _case("enqueue", "wake-almost-full", _argv("enqueue"), b"+ENQUEUED",
+                [["RPUSH", key("wake"), *(["1"] * 63)]])
+    yield _case("enqueue", "after-others", _argv("enqueue", now=NOW - 10), b"+ENQUEUED",
+                waiting("JOB:0") + waiting("JOB:2", at=NOW - 10))
+
+
+def claim_cases() -> Iterator[Case]:
+    yield _case("claim", "empty-queue", list(GOOD["claim"]), NULL)
+    yield _case("claim", "oldest-first", list(GOOD["claim"]), b"*3",
+                waiting("JOB:b", at=5) + waiting("JOB:a", at=7) + waiting("JOB:c", at=5))
+    yield _case("claim", "ghost-then-live", list(GOOD["claim"]), b"*3",
+                [["ZADD", key("pending"), "1", "JOB:ghost"], *waiting("JOB:2", at=9)])
+    yield _case("claim", "only-ghosts", list(GOOD["claim"]), NULL,
+                [["ZADD", key("pending"), "1", "JOB:g1", "2", "JOB:g2"]])
+    yield _case("claim", "ghost-row-of-other-type", list(GOOD["claim"]), b"*3",
+                [["ZADD", key("pending"), "1", "JOB:s"], ["SET", key("job", "JOB:s"), "x"],
+                 *waiting("JOB:2")])
+    yield _case("claim", "attempts-not-a-number", list(GOOD["claim"]), b"*3",
+                [row("JOB:1", "payload", "p", "attempts", "x1"), ["ZADD", key("pending"), "1",
+                                                                   "JOB:1"]])
+    yield _case("claim", "row-without-payload", list(GOOD["claim"]), b"*3",
+                [row("JOB:1", "attempts", "4"), ["ZADD", key("pending"), "1", "JOB:1"]])
+    yield _case("claim", "binary-payload", list(GOOD["claim"]), b"*3",
+                waiting("JOB:1", payload=b"\x00\r\n*1\r\n"))
+    yield _case("claim", "max-lease-and-now", [2, key("pending"), key("active"), MAXINT, MAXINT],
+                b"*3", waiting("JOB:1"))
+    yield _case("claim", "second-attempt", list(GOOD["claim"]), b"*3",
+                [row("JOB:1", "payload", "p", "attempts", "2"),
+                 ["ZADD", key("pending"), "1", "JOB:1"]])
+
+
+def fenced_cases(name: str, ok: bytes) -> Iterator[Case]:
+    yield _case(name, "stale-attempt", _argv(name, attempt=2), b"+STALE", leased("JOB:1"))
+    yield _case(name, "not-in-active", _argv(name), b"+STALE",
+                [row("JOB:1", "payload", "p", "attempts", "1")])
+    yield _case(name, "row-gone", _argv(name), b"+STALE",
+                [["ZADD", key("active"), "1", "JOB:1"]])
+    yield _case(name, "no-such-job", _argv(name), b"+STALE")
+    yield _case(name, "later-attempt", _argv(name, attempt=2), ok, leased("JOB:1", attempt=2))
+    yield _case(name, "expired-but-current", _argv(name), ok, leased("JOB:1", deadline=1))
+
+
+def ack_cases() -> Iterator[Case]:
+    yield from fenced_cases("ack", b"+ACKED")
+    yield _case("ack", "no-retention", _argv("ack", retention_ms=0), b"+ACKED", leased("JOB:1"))
+    yield _case("ack", "tombstone", _argv("ack", retention_ms=5_000), b"+ACKED", leased("JOB:1"))
+    yield _case("ack", "tombstone-without-payload", _argv("ack"), b"+ACKED",
+                [row("JOB:1", "attempts", "1"), ["ZADD", key("active"), "1", "JOB:1"]])
+
+
+def retry_cases() -> Iterator[Case]:
+    yield from fenced_cases("retry", b"+RETRYING")
+    yield _case("retry", "dead-at-max", _argv("retry", attempt=3), b"+DEAD",
+                leased("JOB:1", attempt=3))
+    yield _case("retry", "dead-beyond-max", _argv("retry", attempt=4), b"+DEAD",
+                leased("JOB:1", attempt=4))
+    yield _case("retry", "max-one", _argv("retry", max_attempts=1), b"+DEAD", leased("JOB:1"))
+    yield _case("retry", "no-delay", _argv("retry", delay_ms=0), b"+RETRYING", leased("JOB:1"))
+    yield _case("retry", "binary-error", _argv("retry", error=b"\x00\xff\r\n"), b"+RETRYING",
+                leased("JOB:1"))
+    yield _case("retry", "empty-error", _argv("retry", error=b""), b"+RETRYING", leased("JOB:1"))
+    yield _case("retry", "error-replaced", _argv("retry"), b"+RETRYING",
+                [*leased("JOB:1"), ["HSET", key("job"), "error", "old"]])
+
+
+def extend_cases() -> Iterator[Case]:
+    yield from fenced_cases("extend", b"+EXTENDED")
+    yield _case("extend", "shorter-lease", _argv("extend", lease_ms=1), b"+EXTENDED",
+                leased("JOB:1"))
+
+
+def mover_cases(name: str, zset: str) -> Iterator[Case]:
+    def due(job_id: str, at: int, lane: str | None = None) -> list[Command]:
+        return leased(job_id, deadline=at, lane=lane) if zset == "active" else delayed(
+            job_id, due=at, lane=lane)
+
+    yield _case(name, "nothing-due", _argv(name), b":0", due("JOB:1", NOW + 1))
+    yield _case(name, "empty", _argv(name), b":0")
+    yield _case(name, "flat-jobs", _argv(name), b":3",
+                due("JOB:1", NOW - 3) + due("JOB:2", NOW) + due("JOB:3", 1) + due("JOB:4", NOW + 1))
+    yield _case(name, "limit", _argv(name, limit=2), b":2",
+                due("JOB:1", 1) + due("JOB:2", 2) + due("JOB:3", 3))
+    yield _case(name, "ghosts", _argv(name), b":1",
+                [["ZADD", key(zset), "1", "JOB:g1", "2", "JOB:g2"], *due("JOB:1", 3)])
+    yield _case(name, "ghost-row-of-other-type", _argv(name), b":0",
+                [["ZADD", key(zset), "1", "JOB:s"], ["SET", key("job", "JOB:s"), "x"]])
+    yield _case(name, "lane-jobs", _argv(name), b":4",
+                due("JOB:a1", 1, "a") + due("JOB:a2", 2, "a") + due("JOB:b1", 3, "b")
+                + due("JOB:c1", 4, "c") + [["RPUSH", key("lane:c"), "JOB:c0"],
+                                           ["RPUSH", key("ring"), "c"]])
+    yield _case(name, "lane-key-wrongtype", _argv(name), E_TYPE,
+                due("JOB:1", 1) + due("JOB:a1", 2, "a") + [["SET", key("lane:a"), "x"]])
+    yield _case(name, "mixed", _argv(name), b":3",
+                due("JOB:1", 1) + due("JOB:a1", 2, "a") + due("JOB:2", 3))
+    yield _case(name, "wake-near-cap", _argv(name), b":3",
+                due("JOB:1", 1) + due("JOB:2", 2) + due("JOB:3", 3)
+                + [["RPUSH", key("wake"), *(["1"] * 62)]])
+    yield _case(name, "empty-lane-name", _argv(name), b":1", due("JOB:1", 1, ""))
+
+
+def recover_cases() -> Iterator[Case]:
+    yield from mover_cases("recover", "active")
+    yield _case("recover", "no-enqueued-at", _argv("recover"), b":1",
+                [row("JOB:1", "payload", "p", "attempts", "1"),
+                 ["ZADD", key("active"), "5", "JOB:1"]])
+    yield _case("recover", "bad-enqueued-at", _argv("recover"), b":1",
+                [row("JOB:1", "payload", "p", "attempts", "1", "enqueued_at", "-4"),
+                 ["ZADD", key("active"), "5", "JOB:1"]])
+
+
+def promote_cases() -> Iterator[Case]:
+    yield from mover_cases("promote", "delayed")
+    yield _case("promote", "odd-scores", _argv("promote"), b":2",
+                [row("JOB:1", "attempts", "1"), row("JOB:2", "attempts", "1"),
+                 ["ZADD", key("delayed"), "-inf", "JOB:1", "1.5", "JOB:2"]])
+
+
+def all_cases() -> list[Case]:
+    cases = [*generic_cases(), *enqueue_cases(), *claim_cases(), *ack_cases(), *retry_cases(),
+             *extend_cases(), *recover_cases(), *promote_cases()]
+    ids = [case.id for case in cases]
+    duplicates = {i for i in ids if ids.count(i) > 1}
+    assert not duplicates, duplicates
+    return cases

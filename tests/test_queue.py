@@ -1,0 +1,165 @@
+"""The Python client on both wires: verdicts, leases, fencing, batching, script reloads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from echomq import ArgumentError, Job, KindError, Queue, StaleLease, Verdict, Wire6Unsupported
+from echomq import new_job_id
+from echomq.executors import NativeExecutor, executor_for
+from echomq.native import id_ok
+from echomq.transitions import Transition
+
+NOW = 1_700_000_000_000
+
+
+@pytest.fixture(params=[5, 6], ids=["wire5", "wire6"])
+def queue(request: pytest.FixtureRequest, conn: redis.Redis) -> Iterator[Queue]:
+    yield Queue(conn, "emails", wire=request.param)
+
+
+def commands_sent(conn: redis.Redis) -> int:
+    stats = conn.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+
+def test_enqueue_admits_once(queue: Queue) -> None:
+    assert queue.enqueue("JOB:1", b"hello", now=NOW) is Verdict.ENQUEUED
+    assert queue.enqueue("JOB:1", b"other", now=NOW + 1) is Verdict.DUPLICATE
+    assert queue.conn.hget(queue.key("job", "JOB:1"), "payload") == b"hello"
+    assert queue.counts() == {"pending": 1, "active": 0, "delayed": 0, "dead": 0}
+
+
+def test_bad_id_is_refused_before_sending(queue: Queue) -> None:
+    before = commands_sent(queue.conn)
+    with pytest.raises(KindError, match="^EMQKIND "):
+        queue.enqueue("job:1", b"x")
+    with pytest.raises(KindError):
+        queue.enqueue_many([("JOB:ok", b"x"), ("JOB:", b"y")])
+    assert commands_sent(queue.conn) == before
+    assert queue.conn.dbsize() == 0
+
+
+def test_client_checks_say_what_the_server_says(queue: Queue) -> None:
+    with pytest.raises(ArgumentError) as client_side:
+        queue.claim(lease_ms=0)
+    keys = [queue.key("pending"), queue.key("active")]
+    with pytest.raises(ArgumentError) as server_side:
+        queue.executor.call(queue.conn, executor_transition("claim"), keys, ["0", "*"])
+    assert str(client_side.value) == str(server_side.value)
+
+
+def executor_transition(name: str) -> Transition:
+    from echomq.transitions import TRANSITIONS
+
+    return next(t for t in TRANSITIONS if t.name == name)
+
+
+def test_claim_ack_lifecycle(queue: Queue) -> None:
+    queue.enqueue("JOB:b", b"second", now=NOW + 1)
+    queue.enqueue("JOB:a", b"first", now=NOW)
+    job = queue.claim(lease_ms=1_000, now=NOW + 2)
+    assert job == Job("JOB:a", b"first", 1)
+    assert queue.conn.zscore(queue.key("active"), "JOB:a") == NOW + 1_002
+    assert queue.ack(job, retention_ms=60_000) is Verdict.ACKED
+    assert queue.enqueue("JOB:a", b"again") is Verdict.DUPLICATE  # the tombstone holds
+    assert 0 < queue.conn.pttl(queue.key("job", "JOB:a")) <= 60_000
+    assert queue.claim(now=NOW + 3) == Job("JOB:b", b"second", 1)
+    assert queue.claim(now=NOW + 4) is None
+
+
+def test_ack_without_retention_deletes_the_row(queue: Queue) -> None:
+    queue.enqueue("JOB:1", b"x", now=NOW)
+    job = queue.claim(now=NOW)
+    assert job is not None
+    queue.ack(job, retention_ms=0)
+    assert not queue.conn.exists(queue.key("job", "JOB:1"))
+    assert queue.enqueue("JOB:1", b"x", now=NOW) is Verdict.ENQUEUED
+
+
+def test_fencing_refuses_an_old_lease(queue: Queue) -> None:
+    queue.enqueue("JOB:1", b"x", now=NOW)
+    first = queue.claim(lease_ms=100, now=NOW)
+    assert first is not None
+    assert queue.recover(now=NOW + 100) == 1
+    second = queue.claim(lease_ms=100, now=NOW + 101)
+    assert second == Job("JOB:1", b"x", 2)
+    for late_call in (queue.ack, queue.extend, queue.retry):
+        with pytest.raises(StaleLease):
+            late_call(first)
+    assert queue.extend(second, lease_ms=500, now=NOW + 102) is Verdict.EXTENDED
+    assert queue.conn.zscore(queue.key("active"), "JOB:1") == NOW + 602
+    assert queue.ack(second) is Verdict.ACKED
+
+
+def test_retry_then_dead(queue: Queue) -> None:
+    queue.enqueue("JOB:1", b"x", now=NOW)
+    for attempt in (1, 2):
+        job = queue.claim(now=NOW + attempt * 10)
+        assert job is not None and job.attempt == attempt
+        verdict = queue.retry(job, delay_ms=5, error=f"boom {attempt}", max_attempts=3,
+                              now=NOW + attempt * 10)
+        assert verdict is Verdict.RETRYING
+        assert queue.promote(now=NOW + attempt * 10 + 4) == 0
+        assert queue.promote(now=NOW + attempt * 10 + 5) == 1
+    job = queue.claim(now=NOW + 100)
+    assert job is not None
+    assert queue.retry(job, error="last", max_attempts=3, now=NOW + 100) is Verdict.DEAD
+    assert queue.counts() == {"pending": 0, "active": 0, "delayed": 0, "dead": 1}
+    assert queue.conn.hget(queue.key("job", "JOB:1"), "error") == b"last"
+
+
+def test_recover_returns_expired_leases_to_their_place(queue: Queue) -> None:
+    queue.enqueue_many([("JOB:1", b"a"), ("JOB:2", b"b")], now=NOW)
+    queue.enqueue("JOB:3", b"c", now=NOW + 5)
+    first = queue.claim(lease_ms=10, now=NOW + 6)
+    assert first is not None and first.id == "JOB:1"
+    assert queue.recover(now=NOW + 15) == 0
+    assert queue.recover(now=NOW + 16) == 1
+    assert queue.conn.zscore(queue.key("pending"), "JOB:1") == NOW
+    assert queue.claim(now=NOW + 17) == Job("JOB:1", b"a", 2)
+
+
+def test_enqueue_many_is_one_flush_with_a_verdict_each(queue: Queue) -> None:
+    queue.enqueue("JOB:2", b"old", now=NOW)
+    verdicts = queue.enqueue_many([("JOB:1", b"a"), ("JOB:2", b"b"), ("JOB:3", b"c")], now=NOW)
+    assert verdicts == [Verdict.ENQUEUED, Verdict.DUPLICATE, Verdict.ENQUEUED]
+    assert queue.counts()["pending"] == 3
+
+
+def test_scripts_reload_after_flush(conn: redis.Redis) -> None:
+    queue = Queue(conn, "q", wire=5)
+    queue.enqueue("JOB:1", b"x", now=NOW)
+    conn.script_flush()
+    assert queue.enqueue("JOB:2", b"y", now=NOW) is Verdict.ENQUEUED
+    conn.script_flush()
+    assert queue.enqueue_many([("JOB:3", b"z")], now=NOW) == [Verdict.ENQUEUED]
+    assert queue.counts()["pending"] == 3
+
+
+def test_wire6_refuses_a_script_only_transition_before_sending(conn: redis.Redis) -> None:
+    script_only = Transition("gclaim2", ("ring",), ("lease_ms", "now"), None)
+    before = commands_sent(conn)
+    with pytest.raises(Wire6Unsupported) as refused:
+        NativeExecutor().call(conn, script_only, ["emq:{q}:ring"], ["1", "*"])
+    assert refused.value.name == "gclaim2"
+    assert commands_sent(conn) == before
+
+
+def test_unknown_wire_is_refused() -> None:
+    with pytest.raises(ValueError, match="wire"):
+        executor_for(7)
+
+
+def test_job_ids_are_gated_and_time_sortable() -> None:
+    ids = [new_job_id() for _ in range(50)]
+    assert all(id_ok(job_id) for job_id in ids)
+    assert len(set(ids)) == 50
+
+
+def test_queue_names_with_braces_are_refused(conn: redis.Redis) -> None:
+    with pytest.raises(ValueError):
+        Queue(conn, "a}b")
