@@ -17,7 +17,8 @@ Say = Callable[[str], None]
 def _produce(queue: Queue, jobs: int, batch: int) -> float:
     started = time.perf_counter()
     for first in range(0, jobs, batch):
-        items = [(f"JOB:{n:08d}", b"payload %d" % n) for n in range(first, min(jobs, first + batch))]
+        numbers = range(first, min(jobs, first + batch))
+        items = [(f"JOB:{n:08d}", b"payload %d" % n) for n in numbers]
         queue.enqueue_many(items)
     return time.perf_counter() - started
 

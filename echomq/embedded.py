@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -36,13 +37,17 @@ def _wheel_server() -> str | None:
     return path if path and os.path.isfile(path) else None
 
 
+def _path_server() -> str | None:
+    return shutil.which("valkey-server")
+
+
 def find_valkey_server(prefer: str = "wheel") -> str:
     """The valkey-server to run: ``ECHOMQ_VALKEY_SERVER``, then the wheel and PATH in the order
     ``prefer`` ("wheel" or "path") gives."""
     explicit = os.environ.get("ECHOMQ_VALKEY_SERVER")
     if explicit:
         return explicit
-    finders = [_wheel_server, lambda: shutil.which("valkey-server")]
+    finders: list[Callable[[], str | None]] = [_wheel_server, _path_server]
     if prefer == "path":
         finders.reverse()
     for finder in finders:

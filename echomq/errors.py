@@ -8,7 +8,7 @@ class EchoMQError(Exception):
 
 
 class KindError(EchoMQError, ValueError):
-    """A job id that fails the kind gate: ``JOB:<rest>``, rest 1-200 bytes of ``[A-Za-z0-9._:-]``."""
+    """A job id that fails the kind gate: ``JOB:<rest>``, rest 1-200 of ``[A-Za-z0-9._:-]``."""
 
 
 class ArgumentError(EchoMQError, ValueError):

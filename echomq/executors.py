@@ -59,6 +59,7 @@ class Executor(ABC):
             raise_mapped(reply)
         return reply
 
+    @abstractmethod
     def prepare(self, client: Any, transition: Transition) -> None:
         """Makes ``transition`` runnable on ``client`` before a pipeline is built."""
 

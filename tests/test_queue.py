@@ -7,8 +7,16 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from echomq import ArgumentError, Job, KindError, Queue, StaleLease, Verdict, Wire6Unsupported
-from echomq import new_job_id
+from echomq import (
+    ArgumentError,
+    Job,
+    KindError,
+    Queue,
+    StaleLease,
+    Verdict,
+    Wire6Unsupported,
+    new_job_id,
+)
 from echomq.executors import NativeExecutor, executor_for
 from echomq.native import id_ok
 from echomq.transitions import Transition
@@ -35,7 +43,7 @@ def test_enqueue_admits_once(queue: Queue) -> None:
 
 def test_bad_id_is_refused_before_sending(queue: Queue) -> None:
     before = commands_sent(queue.conn)
-    with pytest.raises(KindError, match="^EMQKIND "):
+    with pytest.raises(KindError, match=r"^EMQKIND "):
         queue.enqueue("job:1", b"x")
     with pytest.raises(KindError):
         queue.enqueue_many([("JOB:ok", b"x"), ("JOB:", b"y")])
