@@ -83,7 +83,9 @@ class EmbeddedValkey:
                  directory: str | None = None, port: int | None = None,
                  config: dict[str, str] | None = None, prefer: str = "wheel",
                  preload: str | None = None) -> None:
-        self.server = server or find_valkey_server(prefer)
+        chosen = server or find_valkey_server(prefer)
+        # The server runs in its own directory: a relative path must not depend on ours.
+        self.server = os.path.abspath(chosen) if os.sep in chosen else chosen
         self.module = module
         self.port = port or free_port()
         self.config = dict(config or {})

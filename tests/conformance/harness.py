@@ -71,6 +71,9 @@ class Pair:
         self.protocol = protocol
         self.lua = RawConnection(port, protocol, SCRIPT_DB)
         self.native = RawConnection(port, protocol, NATIVE_DB)
+        # Snapshots read through RESP2 connections, so both protocols are compared alike.
+        self.inspect = {"lua": RawConnection(port, 2, SCRIPT_DB),
+                        "native": RawConnection(port, 2, NATIVE_DB)}
         for transition in TRANSITIONS:
             self.lua.call("SCRIPT", "LOAD", script_for(transition).source)
 
@@ -87,14 +90,14 @@ class Pair:
     def run(self, transition: Transition, argv: Sequence[Arg]) -> dict[str, Outcome]:
         outcomes = {}
         for name, conn in self.both():
-            before = snapshot(conn)
+            before = snapshot(self.inspect[name])
             reply = conn.call(*command_for(name, transition, argv))
-            outcomes[name] = Outcome(reply, before, snapshot(conn))
+            outcomes[name] = Outcome(reply, before, snapshot(self.inspect[name]))
         return outcomes
 
     def close(self) -> None:
-        self.lua.close()
-        self.native.close()
+        for conn in (self.lua, self.native, *self.inspect.values()):
+            conn.close()
 
 
 def assert_parity(outcomes: dict[str, Outcome], context: object = "") -> bytes:
