@@ -87,12 +87,16 @@ class Pair:
                 reply = conn.call(*command)
                 assert not reply.startswith(b"-"), (command, reply)
 
+    def snapshot(self, executor: str) -> Snapshot:
+        """The keyspace of ``executor``'s db ("lua" or "native")."""
+        return snapshot(self.inspect[executor])
+
     def run(self, transition: Transition, argv: Sequence[Arg]) -> dict[str, Outcome]:
         outcomes = {}
         for name, conn in self.both():
-            before = snapshot(self.inspect[name])
+            before = self.snapshot(name)
             reply = conn.call(*command_for(name, transition, argv))
-            outcomes[name] = Outcome(reply, before, snapshot(self.inspect[name]))
+            outcomes[name] = Outcome(reply, before, self.snapshot(name))
         return outcomes
 
     def close(self) -> None:

@@ -1,0 +1,457 @@
+"""A third executor, in plain Python, over a model keyspace: the oracle of the property tests.
+
+``Model.call(transition, argv)`` validates ``argv`` (numkeys onwards) in the order
+docs/PROTOCOL.md gives, applies the transition to its keyspace and returns the raw RESP reply the
+server must send. ``Model.render()`` gives the keyspace in the shape ``normalise`` gives a
+harness snapshot, so tests compare the model with both servers' databases key by key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from echomq.transitions import Transition
+from tests.resp import Arg
+
+INT_MAX = 999_999_999_999_999
+WAKE_CAP = 64
+LLONG_MAX = 2**63 - 1
+
+E_KIND = b"EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
+E_KEYS = b"EMQKEYS keys must be one queue's keys in the documented order"
+E_TYPE = b"WRONGTYPE Operation against a key holding the wrong kind of value"
+E_NOW = b"EMQNUM now must be * or an integer from 0 to 999999999999999"
+E_NOTINT = b"ERR value is not an integer or out of range"
+E_NEGATIVE = b"ERR Number of keys can't be negative"
+E_TOOMANY = b"ERR Number of keys can't be greater than number of args"
+
+# The minimum of every integer argument; "now" and free-form bytes are absent.
+MINIMUM = {"attempt": 1, "lease_ms": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 1,
+           "limit": 1}
+KEY_TYPE = {"job": b"hash", "pending": b"zset", "active": b"zset", "delayed": b"zset",
+            "dead": b"zset", "ring": b"list", "wake": b"list"}
+
+_ID = re.compile(rb"JOB:[A-Za-z0-9._:-]{1,200}\Z")
+_INT = re.compile(rb"[0-9]{1,15}\Z")
+_LL = re.compile(rb"(-?[1-9][0-9]*|0)\Z")
+
+
+def raw(arg: Arg) -> bytes:
+    return arg if isinstance(arg, bytes) else str(arg).encode()
+
+
+def id_ok(value: bytes) -> bool:
+    return _ID.match(value) is not None
+
+
+def int_arg(value: bytes, minimum: int) -> int | None:
+    """An integer argument (1-15 ASCII digits, at least ``minimum``), or None."""
+    if _INT.match(value) is None:
+        return None
+    number = int(value)
+    return number if number >= minimum else None
+
+
+def int_field(value: bytes | None, fallback: int) -> int:
+    """A row field read as a count: absent or not an integer gives ``fallback``."""
+    if value is None:
+        return fallback
+    number = int_arg(value, 0)
+    return fallback if number is None else number
+
+
+def numkeys_of(value: bytes) -> int | None:
+    """numkeys as the server's string2ll reads it (no sign but '-', no leading zero), or None."""
+    if _LL.match(value) is None:
+        return None
+    number = int(value)
+    return number if -LLONG_MAX - 1 <= number <= LLONG_MAX else None
+
+
+def split_keys(words: list[bytes]) -> tuple[list[bytes], list[bytes]] | bytes:
+    """Keys and arguments after numkeys, or the error EVALSHA gives for a bad numkeys."""
+    numkeys = numkeys_of(words[0])
+    if numkeys is None:
+        return error(E_NOTINT)
+    if numkeys > len(words) - 1:
+        return error(E_TOOMANY)
+    if numkeys < 0:
+        return error(E_NEGATIVE)
+    return words[1:1 + numkeys], words[1 + numkeys:]
+
+
+def dec(value: int) -> bytes:
+    return str(value).encode()
+
+
+# -- replies ----------------------------------------------------------------------------------
+
+def status(text: str) -> bytes:
+    return b"+" + text.encode() + b"\r\n"
+
+
+def error(message: bytes) -> bytes:
+    return b"-" + message + b"\r\n"
+
+
+def integer(value: int) -> bytes:
+    return b":" + dec(value) + b"\r\n"
+
+
+def bulk(value: bytes) -> bytes:
+    return b"$" + dec(len(value)) + b"\r\n" + value + b"\r\n"
+
+
+def null(protocol: int) -> bytes:
+    return b"_\r\n" if protocol == 3 else b"$-1\r\n"
+
+
+def arity_error(verb: str, nkeys: int, nargs: int) -> bytes:
+    return error(f"EMQARITY EMQ.{verb} takes {nkeys} keys and {nargs} arguments".encode())
+
+
+def number_error(name: str, minimum: int) -> bytes:
+    return error(f"EMQNUM {name} must be an integer from {minimum} to {INT_MAX}".encode())
+
+
+# -- the keyspace -----------------------------------------------------------------------------
+
+@dataclass
+class Value:
+    """One key: its type and contents; ``expires`` when it has a TTL."""
+
+    kind: bytes
+    data: Any
+    expires: bool = False
+
+
+def _zset_items(data: dict[bytes, int]) -> list[tuple[bytes, int]]:
+    return sorted(data.items(), key=lambda item: (item[1], item[0]))
+
+
+def render_value(value: Value) -> Any:
+    if value.kind == b"hash":
+        return sorted(value.data.items())
+    if value.kind == b"zset":
+        return [(member, float(score)) for member, score in _zset_items(value.data)]
+    if value.kind == b"list":
+        return list(value.data)
+    return value.data
+
+
+def normalise(snap: dict[bytes, tuple[Any, ...]]) -> dict[bytes, tuple[Any, ...]]:
+    """A harness snapshot with zsets as (member, float score) pairs whatever the protocol."""
+    out: dict[bytes, tuple[Any, ...]] = {}
+    for key, (kind, value, expires) in snap.items():
+        if kind == b"zset":
+            if value and isinstance(value[0], list):  # RESP3: [[member, score], ...]
+                pairs = [(member, float(score)) for member, score in value]
+            else:  # RESP2: member, score, member, score ...
+                pairs = [(value[i], float(value[i + 1])) for i in range(0, len(value), 2)]
+            value = pairs
+        elif kind == b"hash":
+            value = [tuple(pair) for pair in value]
+        out[key] = (kind, value, expires)
+    return out
+
+
+@dataclass
+class Move:
+    member: bytes
+    row: bytes
+    score: int
+    lane: bytes | None = None
+
+
+@dataclass
+class Call:
+    """A validated call: its keys, its arguments and the parsed numbers."""
+
+    keys: list[bytes]
+    args: list[bytes]
+    base: bytes
+    numbers: dict[str, int] = field(default_factory=dict)
+
+
+class Model:
+    """The queue's keyspace in Python and every transition applied to it."""
+
+    def __init__(self, protocol: int) -> None:
+        self.protocol = protocol
+        self.keys: dict[bytes, Value] = {}
+
+    # raw keyspace helpers ---------------------------------------------------------------------
+
+    def kind(self, key: bytes) -> bytes:
+        value = self.keys.get(key)
+        return b"none" if value is None else value.kind
+
+    def zset(self, key: bytes) -> dict[bytes, int]:
+        value = self.keys.setdefault(key, Value(b"zset", {}))
+        return value.data  # type: ignore[no-any-return]
+
+    def zadd(self, key: bytes, score: int, member: bytes) -> None:
+        self.zset(key)[member] = score
+
+    def zrem(self, key: bytes, member: bytes) -> None:
+        value = self.keys.get(key)
+        if value is not None:
+            value.data.pop(member, None)
+            self._drop_empty(key)
+
+    def zitems(self, key: bytes) -> list[tuple[bytes, int]]:
+        value = self.keys.get(key)
+        return [] if value is None else _zset_items(value.data)
+
+    def llen(self, key: bytes) -> int:
+        value = self.keys.get(key)
+        return 0 if value is None else len(value.data)
+
+    def push(self, key: bytes, item: bytes, head: bool = False) -> None:
+        value = self.keys.setdefault(key, Value(b"list", []))
+        if head:
+            value.data.insert(0, item)
+        else:
+            value.data.append(item)
+
+    def hget(self, key: bytes, name: bytes) -> bytes | None:
+        value = self.keys.get(key)
+        return None if value is None else value.data.get(name)  # type: ignore[no-any-return]
+
+    def _drop_empty(self, key: bytes) -> None:
+        value = self.keys.get(key)
+        if value is not None and not value.data:
+            del self.keys[key]
+
+    def render(self) -> dict[bytes, tuple[Any, ...]]:
+        return {key: (value.kind, render_value(value), value.expires)
+                for key, value in self.keys.items()}
+
+    # setup commands applied behind the queue's back ---------------------------------------------
+
+    def apply_setup(self, command: Sequence[Arg]) -> None:
+        """Mirrors the few raw commands the tests send to both databases."""
+        name, key, *rest = [raw(arg) for arg in command]
+        handler = getattr(self, "_setup_" + name.decode().lower(), None)
+        if handler is None:
+            raise ValueError(f"the model does not know {name!r}")
+        handler(key, rest)
+
+    def _setup_del(self, key: bytes, rest: list[bytes]) -> None:
+        self.keys.pop(key, None)
+
+    def _setup_set(self, key: bytes, rest: list[bytes]) -> None:
+        self.keys[key] = Value(b"string", rest[0])
+
+    def _setup_hset(self, key: bytes, rest: list[bytes]) -> None:
+        value = self.keys.setdefault(key, Value(b"hash", {}))
+        for i in range(0, len(rest), 2):
+            value.data[rest[i]] = rest[i + 1]
+
+    def _setup_hdel(self, key: bytes, rest: list[bytes]) -> None:
+        for name in rest:
+            self.keys[key].data.pop(name, None)
+        self._drop_empty(key)
+
+    def _setup_pexpire(self, key: bytes, rest: list[bytes]) -> None:
+        self.keys[key].expires = True
+
+    def _setup_rpush(self, key: bytes, rest: list[bytes]) -> None:
+        for item in rest:
+            self.push(key, item)
+
+    def _setup_zadd(self, key: bytes, rest: list[bytes]) -> None:
+        for i in range(0, len(rest), 2):
+            self.zadd(key, int(rest[i]), rest[i + 1])
+
+    # validation -------------------------------------------------------------------------------
+
+    def validate(self, transition: Transition, argv: Sequence[Arg]) -> Call | bytes:
+        """The parsed call, or the error reply the first failing step gives."""
+        words = [raw(arg) for arg in argv]
+        split = split_keys(words)
+        if isinstance(split, bytes):
+            return split
+        keys, args = split
+        verb = transition.name.upper()
+        if len(keys) != len(transition.keys) or len(args) != len(transition.args):
+            return arity_error(verb, len(transition.keys), len(transition.args))
+        job_id = args[0] if transition.args[0] == "id" else b""
+        if transition.args[0] == "id" and not id_ok(job_id):
+            return error(E_KIND)
+        base = self._base(transition, keys, job_id)
+        if base is None:
+            return error(E_KEYS)
+        call = Call(keys, args, base)
+        for name, word in zip(transition.args, args, strict=True):
+            failure = self._number(call, name, word)
+            if failure is not None:
+                return failure
+        return self._typed(transition, call)
+
+    def _typed(self, transition: Transition, call: Call) -> Call | bytes:
+        for role, key in zip(transition.keys, call.keys, strict=True):
+            if self.kind(key) not in (b"none", KEY_TYPE[role]):
+                return error(E_TYPE)
+        return call
+
+    @staticmethod
+    def _base(transition: Transition, keys: list[bytes], job_id: bytes) -> bytes | None:
+        suffixes = [b"job:" + job_id if role == "job" else role.encode()
+                    for role in transition.keys]
+        first, suffix = keys[0], suffixes[0]
+        if not first.endswith(suffix):
+            return None
+        base = first[:len(first) - len(suffix)]
+        if any(key != base + end for key, end in zip(keys[1:], suffixes[1:], strict=True)):
+            return None
+        return base
+
+    @staticmethod
+    def _number(call: Call, name: str, word: bytes) -> bytes | None:
+        if name == "now":
+            if word == b"*":
+                raise ValueError("the model runs on an explicit clock only")
+            value = int_arg(word, 0)
+            if value is None:
+                return error(E_NOW)
+        elif name in MINIMUM:
+            value = int_arg(word, MINIMUM[name])
+            if value is None:
+                return number_error(name, MINIMUM[name])
+        else:
+            return None
+        call.numbers[name] = value
+        return None
+
+    # transitions ------------------------------------------------------------------------------
+
+    def call(self, transition: Transition, argv: Sequence[Arg]) -> bytes:
+        """Runs ``argv`` (numkeys onwards); the raw reply the server must send."""
+        checked = self.validate(transition, argv)
+        if isinstance(checked, bytes):
+            return checked
+        handler = getattr(self, "_" + transition.name)
+        reply: bytes = handler(checked)
+        return reply
+
+    def is_current(self, active: bytes, row: bytes, job_id: bytes, attempt: int) -> bool:
+        if self.kind(active) != b"zset" or job_id not in self.keys[active].data:
+            return False
+        if self.kind(row) != b"hash":
+            return False
+        return int_field(self.hget(row, b"attempts"), 0) == attempt
+
+    def wake(self, key: bytes, count: int) -> None:
+        for _ in range(max(0, min(count, WAKE_CAP - self.llen(key)))):
+            self.push(key, b"1")
+
+    def _enqueue(self, call: Call) -> bytes:
+        row, pending, wake_key = call.keys
+        job_id, payload = call.args[0], call.args[1]
+        if row in self.keys:
+            return status("DUPLICATE")
+        now = call.numbers["now"]
+        self.keys[row] = Value(b"hash", {b"payload": payload, b"attempts": b"0",
+                                         b"enqueued_at": dec(now)})
+        self.zadd(pending, now, job_id)
+        self.wake(wake_key, 1)
+        return status("ENQUEUED")
+
+    def _claim(self, call: Call) -> bytes:
+        pending, active = call.keys
+        for member, _score in self.zitems(pending):
+            row = call.base + b"job:" + member
+            self.zrem(pending, member)
+            if self.kind(row) != b"hash":
+                continue  # a ghost: dropped, never returned
+            attempt = int_field(self.hget(row, b"attempts"), 0) + 1
+            self.keys[row].data[b"attempts"] = dec(attempt)
+            self.zadd(active, call.numbers["now"] + call.numbers["lease_ms"], member)
+            payload = self.hget(row, b"payload") or b""
+            return b"*3\r\n" + bulk(member) + bulk(payload) + integer(attempt)
+        return null(self.protocol)
+
+    def _ack(self, call: Call) -> bytes:
+        active, row = call.keys
+        if not self.is_current(active, row, call.args[0], call.numbers["attempt"]):
+            return status("STALE")
+        self.zrem(active, call.args[0])
+        if call.numbers["retention_ms"] == 0:
+            del self.keys[row]
+        else:
+            value = self.keys[row]
+            value.data.pop(b"payload", None)
+            value.expires = True
+            self._drop_empty(row)
+        return status("ACKED")
+
+    def _retry(self, call: Call) -> bytes:
+        active, delayed, dead, row = call.keys
+        job_id, number = call.args[0], call.numbers
+        if not self.is_current(active, row, job_id, number["attempt"]):
+            return status("STALE")
+        self.zrem(active, job_id)
+        self.keys[row].data[b"error"] = call.args[4]
+        if number["attempt"] >= number["max_attempts"]:
+            self.zadd(dead, number["now"], job_id)
+            return status("DEAD")
+        self.zadd(delayed, number["now"] + number["delay_ms"], job_id)
+        return status("RETRYING")
+
+    def _extend(self, call: Call) -> bytes:
+        active, row = call.keys
+        job_id, number = call.args[0], call.numbers
+        if not self.is_current(active, row, job_id, number["attempt"]):
+            return status("STALE")
+        self.zadd(active, number["now"] + number["lease_ms"], job_id)
+        return status("EXTENDED")
+
+    def _plan(self, base: bytes, due: list[tuple[bytes, int]],
+              fallback: int | None) -> tuple[list[Move], list[bytes]] | bytes:
+        moves: list[Move] = []
+        ghosts: list[bytes] = []
+        for member, score in due:
+            row = base + b"job:" + member
+            if self.kind(row) != b"hash":
+                ghosts.append(member)
+                continue
+            move = Move(member, row, score, self.hget(row, b"lane"))
+            if move.lane is not None:
+                if self.kind(base + b"lane:" + move.lane) not in (b"none", b"list"):
+                    return error(E_TYPE)
+            elif fallback is not None:
+                move.score = int_field(self.hget(row, b"enqueued_at"), fallback)
+            moves.append(move)
+        return moves, ghosts
+
+    def _move_back(self, call: Call, head: bool) -> bytes:
+        zsource, pending, ring, wake_key = call.keys
+        now, limit = call.numbers["now"], call.numbers["limit"]
+        due = [item for item in self.zitems(zsource) if item[1] <= now][:limit]
+        plan = self._plan(call.base, due, now if head else None)
+        if isinstance(plan, bytes):
+            return plan
+        moves, ghosts = plan
+        for ghost in ghosts:
+            self.zrem(zsource, ghost)
+        for move in reversed(moves) if head else moves:
+            self.zrem(zsource, move.member)
+            if move.lane is None:
+                self.zadd(pending, move.score, move.member)
+                continue
+            lane_key = call.base + b"lane:" + move.lane
+            if self.llen(lane_key) == 0:
+                self.push(ring, move.lane)
+            self.push(lane_key, move.member, head=head)
+        self.wake(wake_key, len(moves))
+        return integer(len(moves))
+
+    def _recover(self, call: Call) -> bytes:
+        return self._move_back(call, head=True)
+
+    def _promote(self, call: Call) -> bytes:
+        return self._move_back(call, head=False)

@@ -1,0 +1,213 @@
+"""Invariant 7: effects replicate. A replica and an AOF reload reach the primary's keyspace
+without the trafikey module, whichever executor (wire=5 scripts, wire=6 native) did the work.
+
+The workloads are hypothesis-drawn operation lists run through ``echomq.Queue`` on the server's
+clock (``now=None``); afterwards ``DEBUG DIGEST`` and key-by-key snapshots must be equal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from echomq import Job, Queue, StaleLease
+from echomq.embedded import EmbeddedValkey
+from tests.conformance.harness import snapshot
+from tests.conftest import start_server
+from tests.resp import RawConnection
+
+QUEUES = ("a", "b")
+IDS = [f"JOB:{i}" for i in range(12)]
+RETAIN = 600_000  # tombstones outlive the test: an expiry mid-comparison would be a race
+
+Op = tuple[Any, ...]
+
+OPS: st.SearchStrategy[Op] = st.one_of(
+    st.tuples(st.just("enqueue"), st.sampled_from(IDS), st.binary(max_size=16)),
+    st.tuples(st.just("enqueue_many"),
+              st.lists(st.tuples(st.sampled_from(IDS), st.binary(max_size=8)), max_size=5)),
+    st.tuples(st.just("claim"), st.sampled_from([1, 2, 60_000])),
+    st.tuples(st.just("ack"), st.integers(0, 7), st.sampled_from([0, RETAIN])),
+    st.tuples(st.just("retry"), st.integers(0, 7), st.sampled_from([0, 1, 60_000]),
+              st.booleans(), st.binary(max_size=8)),
+    st.tuples(st.just("extend"), st.integers(0, 7), st.sampled_from([1, 60_000])),
+    st.tuples(st.just("recover"), st.sampled_from([1, 1_000])),
+    st.tuples(st.just("promote"), st.sampled_from([1, 1_000])),
+)
+WORKLOAD = st.lists(st.tuples(st.sampled_from(QUEUES), OPS), min_size=10, max_size=80)
+SETTINGS = settings(max_examples=8, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                           HealthCheck.too_slow])
+
+
+class Worker:
+    """Runs drawn operations on one wire's queues, remembering the jobs it holds."""
+
+    def __init__(self, conn: redis.Redis, wire: int) -> None:
+        self.queues = {name: Queue(conn, f"rep{wire}{name}", wire=wire) for name in QUEUES}
+        self.held: dict[str, list[Job]] = {name: [] for name in QUEUES}
+        self.moved = 0
+
+    def run(self, workload: list[tuple[str, Op]]) -> None:
+        for name, op in workload:
+            with contextlib.suppress(StaleLease):
+                self.step(name, op)
+
+    def step(self, name: str, op: Op) -> None:
+        queue, held = self.queues[name], self.held[name]
+        verb, *args = op
+        if verb == "enqueue":
+            queue.enqueue(args[0], args[1])
+        elif verb == "enqueue_many":
+            queue.enqueue_many(args[0])
+        elif verb == "claim":
+            job = queue.claim(lease_ms=args[0])
+            if job is not None:
+                held.append(job)
+        elif verb in ("recover", "promote"):
+            self.moved += getattr(queue, verb)(limit=args[0])
+        elif held:
+            self.settle(queue, held[args[0] % len(held)], verb, args[1:])
+
+    @staticmethod
+    def settle(queue: Queue, job: Job, verb: str, args: list[Any]) -> None:
+        if verb == "ack":
+            queue.ack(job, retention_ms=args[0])
+        elif verb == "retry":
+            limit = job.attempt if args[1] else job.attempt + 5  # to dead, or to delayed
+            queue.retry(job, delay_ms=args[0], max_attempts=limit, error=args[2])
+        else:
+            queue.extend(job, lease_ms=args[0])
+
+
+def wait_for_link(replica: redis.Redis, timeout: float = 20.0) -> None:
+    """Polls INFO replication until the replica's link to its primary is up (bounded)."""
+    deadline = time.monotonic() + timeout
+    while replica.info("replication").get("master_link_status") != "up":
+        assert time.monotonic() < deadline, "the replica never linked to its primary"
+        time.sleep(0.05)
+
+
+def digest(server: EmbeddedValkey) -> bytes:
+    with RawConnection(server.port) as conn:
+        return conn.call("DEBUG", "DIGEST")
+
+
+def keyspace(server: EmbeddedValkey) -> dict[bytes, tuple[Any, ...]]:
+    with RawConnection(server.port) as conn:
+        return snapshot(conn)
+
+
+def assert_same_keyspace(primary: EmbeddedValkey, copy: EmbeddedValkey) -> None:
+    state = keyspace(primary)
+    assert state, "the workload left nothing to compare"
+    assert keyspace(copy) == state
+    assert digest(copy) == digest(primary)
+    assert not digest(primary).startswith(b"-")
+
+
+@pytest.fixture(scope="module")
+def primary() -> Iterator[EmbeddedValkey]:
+    server = start_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def replica(primary: EmbeddedValkey) -> Iterator[EmbeddedValkey]:
+    server = start_server(module=False, config={"replicaof": f"127.0.0.1 {primary.port}"})
+    client = server.client()
+    try:
+        wait_for_link(client)
+        assert b"trafikey" not in str(client.module_list()).encode()
+        yield server
+    finally:
+        client.close()
+        server.stop()
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+@SETTINGS
+@given(workload=WORKLOAD)
+def test_replica_without_module_reaches_primary_keyspace(
+        primary: EmbeddedValkey, replica: EmbeddedValkey, wire: int,
+        workload: list[tuple[str, Op]]) -> None:
+    conn = primary.client()
+    try:
+        conn.flushall()
+        Worker(conn, wire).run(workload)
+        Worker(conn, wire).run([(name, ("enqueue", "JOB:x", b"x")) for name in QUEUES])
+        assert conn.execute_command("WAIT", 1, 5000) >= 1
+        assert_same_keyspace(primary, replica)
+    finally:
+        conn.close()
+
+
+def test_replica_sees_every_transition(primary: EmbeddedValkey,
+                                       replica: EmbeddedValkey) -> None:
+    """A fixed run that moves jobs through every path (the drawn ones may miss some)."""
+    conn = primary.client()
+    try:
+        conn.flushall()
+        for wire in (5, 6):
+            queue = Queue(conn, f"all{wire}", wire=wire)
+            queue.enqueue_many([(f"JOB:{i}", b"p%d" % i) for i in range(6)])
+            jobs = [queue.claim(lease_ms=1) for _ in range(6)]
+            assert all(job is not None for job in jobs)
+            j0, j1, j2, j3, j4, _j5 = (job for job in jobs if job is not None)
+            queue.ack(j0, retention_ms=RETAIN)
+            queue.ack(j1, retention_ms=0)
+            queue.retry(j2, delay_ms=0, max_attempts=5, error=b"again")
+            queue.retry(j3, delay_ms=0, max_attempts=1, error=b"dead")
+            queue.extend(j4, lease_ms=600_000)
+            assert queue.promote() == 1
+            expire_leases(conn, queue)
+            assert queue.recover() >= 1
+        assert conn.execute_command("WAIT", 1, 5000) >= 1
+        assert_same_keyspace(primary, replica)
+    finally:
+        conn.close()
+
+
+def expire_leases(conn: redis.Redis, queue: Queue) -> None:
+    """Bounded polling until some 1 ms lease is past the server's clock."""
+    deadline = time.monotonic() + 5
+    while True:
+        seconds, micros = conn.time()
+        now_ms = seconds * 1000 + micros // 1000
+        if conn.zcount(queue.key("active"), "-inf", now_ms - 1):
+            return
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+
+
+@SETTINGS
+@given(workload=WORKLOAD)
+def test_aof_loads_without_module(workload: list[tuple[str, Op]]) -> None:
+    aof = {"appendonly": "yes", "appenddirname": "aof"}
+    source = start_server(config=aof)
+    copy_dir = tempfile.mkdtemp(prefix="echomq-aof-")
+    try:
+        conn = source.client()
+        Worker(conn, 6).run([*workload, ("a", ("enqueue", "JOB:x", b"x"))])
+        conn.close()
+        expected, state = digest(source), keyspace(source)
+        assert state, "the workload left nothing to compare"
+        shutil.copytree(Path(source.directory, "aof"), Path(copy_dir, "aof"))
+        loaded = EmbeddedValkey(prefer="path", module=False, directory=copy_dir, config=aof)
+        with loaded:
+            assert keyspace(loaded) == state
+            assert digest(loaded) == expected
+    finally:
+        source.stop()
+        shutil.rmtree(copy_dir, ignore_errors=True)

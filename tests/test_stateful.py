@@ -1,0 +1,398 @@
+"""Random transition sequences on both executors in lockstep, checked against a Python model.
+
+A hypothesis state machine drives one queue through enqueue, claim, ack, retry, extend, recover,
+promote and bad input, on an explicit clock, while rules also tamper with the keyspace behind the
+queue's back (deleted rows, wrong-typed keys, odd row fields, lane jobs). Every call runs on the
+Lua db and the native db of a ``Pair``; after every step both keyspaces must equal each other and
+the model's (tests/model.py), and SPEC invariants 1-4 and 8 are checked explicitly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hiredis
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from echomq.embedded import EmbeddedValkey
+from echomq.transitions import (
+    ACK,
+    CLAIM,
+    ENQUEUE,
+    EXTEND,
+    PROMOTE,
+    RECOVER,
+    RETRY,
+    TRANSITIONS,
+    Transition,
+)
+from tests.conformance.harness import Outcome, Pair, assert_parity
+from tests.model import KEY_TYPE, Model, normalise, null, status
+
+BASE = b"emq:{q}:"
+OTHER = b"emq:{r}:"
+POOL = [b"JOB:%d" % i for i in range(1, 10)] + [b"JOB:a.b_c-d:e", b"JOB:" + b"z" * 200]
+GROUPS = [b"a", b"b", b"g:1"]
+ZSETS = (b"pending", b"active", b"delayed", b"dead")
+START = 1_700_000_000_000
+TRACKED = (ENQUEUE, CLAIM, ACK)  # transitions whose replies the machine's bookkeeping follows
+
+PAYLOADS = st.one_of(
+    st.sampled_from([b"", b"p", b"\x00\xff\r\n$-1\r\n", b"*3\r\n", b"x" * 5000]),
+    st.binary(max_size=24),
+)
+LATE = st.sampled_from([0, 0, 1, 1_000, 60_000, 10**6])  # recover/promote often run late
+ERRORS = st.sampled_from([b"", b"boom", b"\x00\r\n-ERR x\r\n", "ошибка".encode()])
+
+BAD_NUMKEYS = [b"x", b"", b"-1", b"-0", b"01", b"+2", b" 2", b"2 ", b"1.0", b"99",
+               b"9223372036854775807", b"9223372036854775808", b"-9223372036854775809"]
+BAD_IDS = [b"", b"JOB:", b"job:1", b"JOB", b"JOB:a b", b"JOB:\xff", b"JOB:1\n", b"X:1",
+           b"JOB:" + b"a" * 201, b"JOB:{q}", b"JOB:1\x00"]
+BAD_NUMBERS = [b"", b"-1", b"0", b"1.5", b"1e3", b" 1", b"1 ", b"+1", b"0x10", b"*",
+               b"1" * 16, b"999999999999999", b"000000000000001", b"0000000000000001", b"abc",
+               b"\xd9\xa1"]
+
+Argv = list[Any]
+
+
+def key(role: bytes, job_id: bytes | None = None, base: bytes = BASE) -> bytes:
+    return base + (b"job:" + job_id if role == b"job" else role)
+
+
+def parsed(reply: bytes) -> Any:
+    reader = hiredis.Reader()
+    reader.feed(reply)
+    return reader.gets()
+
+
+class QueueMachine(RuleBasedStateMachine):
+    """One queue (plus a neighbour) on both executors and the model, in lockstep."""
+
+    def __init__(self, port: int, protocol: int) -> None:
+        super().__init__()
+        self.pair = Pair(port, protocol)
+        self.pair.reset()
+        self.model = Model(protocol)
+        self.now = START
+        self.leases: list[tuple[bytes, int]] = []
+        self.live: set[bytes] = set()
+        self.ghosts: set[bytes] = set()
+        self.foreign: set[bytes] = set()
+
+    def teardown(self) -> None:
+        self.pair.close()
+
+    # plumbing ---------------------------------------------------------------------------------
+
+    def execute(self, transition: Transition, argv: Argv) -> tuple[bytes, dict[str, Outcome]]:
+        """Runs ``argv`` on both executors and the model; replies and keyspaces must agree."""
+        context = (transition.name, argv)
+        expected = self.model.call(transition, argv)
+        outcomes = self.pair.run(transition, argv)
+        reply = assert_parity(outcomes, context)
+        assert reply == expected, f"{context}: server sent {reply!r}, model {expected!r}"
+        assert normalise(outcomes["lua"].after) == self.model.render(), f"{context}: model"
+        if reply.startswith(b"-"):  # invariant 8
+            assert outcomes["native"].after == outcomes["native"].before, context
+        return reply, outcomes
+
+    def behind_the_back(self, *command: bytes) -> None:
+        """A raw data command on both databases and the model."""
+        for _, conn in self.pair.both():
+            reply = conn.call(*command)
+            assert not reply.startswith(b"-"), (command, reply)
+        self.model.apply_setup(command)
+
+    def zmembers(self, role: bytes) -> list[bytes]:
+        if self.model.kind(key(role)) != b"zset":
+            return []
+        return [member for member, _ in self.model.zitems(key(role))]
+
+    def is_current(self, job_id: bytes, attempt: int) -> bool:
+        return self.model.is_current(key(b"active"), key(b"job", job_id), job_id, attempt)
+
+    # the clock --------------------------------------------------------------------------------
+
+    @rule(step=st.sampled_from([0, 1, 7, 1_000, 30_000, 600_000]))
+    def tick(self, step: int) -> None:
+        self.now += step
+
+    # transitions ------------------------------------------------------------------------------
+
+    @rule(data=st.data(), payload=PAYLOADS)
+    def enqueue(self, data: st.DataObject, payload: bytes) -> None:
+        job_id = data.draw(st.sampled_from([j for j in POOL if j not in self.ghosts]), label="id")
+        row = key(b"job", job_id)
+        argv = [3, row, key(b"pending"), key(b"wake"), job_id, payload, self.now]
+        valid = not isinstance(self.model.validate(ENQUEUE, argv), bytes)
+        known = valid and self.model.kind(row) == b"hash"
+        reply, outcomes = self.execute(ENQUEUE, argv)
+        if known:  # invariant 2: admit once
+            assert reply == status("DUPLICATE"), reply
+            assert outcomes["lua"].after == outcomes["lua"].before
+        if reply == status("ENQUEUED"):
+            assert job_id not in self.live and job_id not in self.ghosts
+            self.live.add(job_id)
+
+    @rule(lease_ms=st.sampled_from([1, 10, 1_000, 30_000]))
+    def claim(self, lease_ms: int) -> None:
+        order = self.zmembers(b"pending")
+        waiting = [job_id for job_id in order if job_id in self.live]
+        holders = set(self.zmembers(b"active"))
+        reply, _ = self.execute(CLAIM, [2, key(b"pending"), key(b"active"), lease_ms, self.now])
+        walked = order
+        if reply.startswith(b"-"):
+            return
+        if reply == null(self.pair.protocol):
+            assert not waiting, "claim found nothing while live jobs were pending"
+        else:
+            job_id, _payload, attempt = parsed(reply)
+            assert job_id not in self.ghosts, "claim returned a ghost"  # invariant 4
+            assert job_id == waiting[0], "claim skipped the oldest live job"
+            assert job_id not in holders, "claim handed out a current lease"  # invariant 3
+            self.leases.append((job_id, attempt))
+            walked = order[:order.index(job_id)]
+        # invariant 4: the ghosts the claim walked past are dropped
+        assert not set(walked) & set(self.zmembers(b"pending")), walked
+
+    def fenced(self, transition: Transition, job_id: bytes, attempt: int, argv: Argv) -> bytes:
+        """Runs an ack/retry/extend; a lease that is not current gets +STALE, nothing changed."""
+        checked = self.model.validate(transition, argv)
+        current = not isinstance(checked, bytes) and self.is_current(job_id, attempt)
+        reply, outcomes = self.execute(transition, argv)
+        if not isinstance(checked, bytes) and not current:  # invariant 3: fencing
+            assert reply == status("STALE"), reply
+            assert outcomes["lua"].after == outcomes["lua"].before
+        if current:
+            assert reply != status("STALE")
+        return reply
+
+    def pick_lease(self, data: st.DataObject) -> tuple[bytes, int]:
+        current = [lease for lease in self.leases if self.is_current(*lease)]
+        if current and data.draw(st.booleans(), label="a current lease"):
+            job_id, attempt = data.draw(st.sampled_from(current), label="lease")
+        else:
+            job_id, attempt = data.draw(st.sampled_from(self.leases), label="lease")
+        skew = data.draw(st.sampled_from([0, 0, 0, 1, -1, 10**14]), label="skew")
+        return job_id, max(1, attempt + skew)
+
+    @precondition(lambda self: self.leases)
+    @rule(data=st.data(), retention_ms=st.sampled_from([0, 0, 600_000]))
+    def ack(self, data: st.DataObject, retention_ms: int) -> None:
+        job_id, attempt = self.pick_lease(data)
+        argv = [2, key(b"active"), key(b"job", job_id), job_id, attempt, retention_ms]
+        if self.fenced(ACK, job_id, attempt, argv) == status("ACKED"):
+            self.live.discard(job_id)
+
+    @precondition(lambda self: self.leases)
+    @rule(data=st.data(), delay_ms=st.sampled_from([0, 1, 1_000, 60_000]),
+          max_attempts=st.sampled_from([1, 2, 3, 5]), error=ERRORS)
+    def retry(self, data: st.DataObject, delay_ms: int, max_attempts: int, error: bytes) -> None:
+        job_id, attempt = self.pick_lease(data)
+        argv = [4, key(b"active"), key(b"delayed"), key(b"dead"), key(b"job", job_id), job_id,
+                attempt, delay_ms, max_attempts, error, self.now]
+        self.fenced(RETRY, job_id, attempt, argv)
+
+    @precondition(lambda self: self.leases)
+    @rule(data=st.data(), lease_ms=st.sampled_from([1, 1_000, 30_000]))
+    def extend(self, data: st.DataObject, lease_ms: int) -> None:
+        job_id, attempt = self.pick_lease(data)
+        argv = [2, key(b"active"), key(b"job", job_id), job_id, attempt, lease_ms, self.now]
+        self.fenced(EXTEND, job_id, attempt, argv)
+
+    @rule(limit=st.sampled_from([1, 2, 1_000]), late=LATE)
+    def recover(self, limit: int, late: int) -> None:
+        self.now += late
+        argv = [4, key(b"active"), key(b"pending"), key(b"ring"), key(b"wake"), self.now, limit]
+        self.execute(RECOVER, argv)
+
+    @rule(limit=st.sampled_from([1, 2, 1_000]), late=LATE)
+    def promote(self, limit: int, late: int) -> None:
+        self.now += late
+        argv = [4, key(b"delayed"), key(b"pending"), key(b"ring"), key(b"wake"), self.now, limit]
+        self.execute(PROMOTE, argv)
+
+    # behind the queue's back ------------------------------------------------------------------
+
+    @precondition(lambda self: self.live and len(self.ghosts) < 3)
+    @rule(data=st.data(), replacement=st.sampled_from([None, b"SET", b"RPUSH"]))
+    def ghost(self, data: st.DataObject, replacement: bytes | None) -> None:
+        """A live job's row disappears (or turns into another type): its id is a ghost."""
+        job_id = data.draw(st.sampled_from(sorted(self.live)), label="ghost")
+        row = key(b"job", job_id)
+        self.behind_the_back(b"DEL", row)
+        if replacement is not None:
+            self.behind_the_back(replacement, row, b"x")
+        self.live.discard(job_id)
+        self.ghosts.add(job_id)
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data(), field=st.sampled_from([b"attempts", b"enqueued_at", b"payload"]),
+          value=st.sampled_from([None, b"", b"x", b"-1", b"007", b"1" * 16, b"1.5", b"3"]))
+    def tamper(self, data: st.DataObject, field: bytes, value: bytes | None) -> None:
+        """A row field gets an odd value (or, for payload, goes away)."""
+        job_id = data.draw(st.sampled_from(sorted(self.live)), label="tampered")
+        row = key(b"job", job_id)
+        if value is None:
+            self.behind_the_back(b"HDEL", row, b"payload")
+        else:
+            self.behind_the_back(b"HSET", row, field, value)
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data(), group=st.sampled_from(GROUPS))
+    def to_lane(self, data: st.DataObject, group: bytes) -> None:
+        """A leased or delayed job becomes a lane job: recover/promote put it in its lane."""
+        movable = sorted(self.live & set(self.zmembers(b"active") + self.zmembers(b"delayed")))
+        if movable:
+            job_id = data.draw(st.sampled_from(movable), label="lane job")
+            self.behind_the_back(b"HSET", key(b"job", job_id), b"lane", group)
+
+    @precondition(lambda self: not self.foreign)
+    @rule(role=st.sampled_from([*ZSETS, b"wake", b"ring", b"lane:a", b"lane:g:1",
+                                b"job:JOB:1", b"job:JOB:5"]),
+          pick=st.integers(0, 2))
+    def plant(self, role: bytes, pick: int) -> None:
+        """A key of the queue holds the wrong type (only where nothing lives)."""
+        target = key(role)
+        if self.model.kind(target) != b"none":
+            return
+        right = KEY_TYPE.get(role.split(b":")[0].decode(), b"list")
+        commands = {b"string": (b"SET", target, b"x"), b"hash": (b"HSET", target, b"f", b"v"),
+                    b"list": (b"RPUSH", target, b"x"), b"zset": (b"ZADD", target, b"1", b"x")}
+        wrong = [command for kind, command in commands.items() if kind != right]
+        self.behind_the_back(*wrong[pick])
+        self.foreign.add(target)
+
+    @precondition(lambda self: self.foreign)
+    @rule()
+    def unplant(self) -> None:
+        for target in sorted(self.foreign):
+            self.behind_the_back(b"DEL", target)
+        self.foreign.clear()
+
+    # bad input --------------------------------------------------------------------------------
+
+    def good_argv(self, transition: Transition, job_id: bytes, base: bytes) -> Argv:
+        numbers = {"id": job_id, "payload": b"p", "now": self.now, "lease_ms": 1_000,
+                   "attempt": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 3,
+                   "error": b"e", "limit": 10}
+        keys = [key(role.encode(), job_id, base) for role in transition.keys]
+        return [len(keys), *keys, *(numbers[name] for name in transition.args)]
+
+    @rule(data=st.data(), transition=st.sampled_from(TRANSITIONS),
+          job_id=st.sampled_from(POOL), base=st.sampled_from([BASE, BASE, OTHER, b""]))
+    def bad_input(self, data: st.DataObject, transition: Transition, job_id: bytes,
+                  base: bytes) -> None:
+        """A call with one or two things wrong (or, by chance, right): the model decides."""
+        argv = self.good_argv(transition, job_id, base)
+        for _ in range(data.draw(st.integers(1, 2), label="mutations")):
+            argv = data.draw(mutated(transition, argv), label="argv")
+        checked = self.model.validate(transition, argv)
+        if not isinstance(checked, bytes) and checked.base == BASE and transition in TRACKED:
+            return  # a valid call on the queue the rules track: theirs to make
+        self.execute(transition, argv)
+
+    # invariants -------------------------------------------------------------------------------
+
+    @invariant()
+    def keyspaces_agree(self) -> None:
+        lua = normalise(self.pair.snapshot("lua"))
+        assert normalise(self.pair.snapshot("native")) == lua, "executors' keyspaces differ"
+        assert lua == self.model.render(), "keyspace differs from the model"
+        self.check_conservation(lua)
+
+    def check_conservation(self, state: dict[bytes, tuple[Any, ...]]) -> None:
+        """Invariant 1: a live id sits in exactly one place; nothing unknown sits anywhere."""
+        places: dict[bytes, list[bytes]] = {}
+        for role in ZSETS:
+            kind, members, _ = state.get(key(role), (b"zset", [], False))
+            if kind == b"zset":
+                for member, _score in members:
+                    places.setdefault(member, []).append(role)
+        lanes = {k: v for k, (kind, v, _) in state.items()
+                 if k.startswith(BASE + b"lane:") and kind == b"list"}
+        for lane_key, members in lanes.items():
+            for member in members:
+                places.setdefault(member, []).append(lane_key)
+        for job_id in self.live:
+            assert len(places.get(job_id, [])) == 1, (job_id, places.get(job_id))
+        assert set(places) <= self.live | self.ghosts, places
+        self.check_ring(state, lanes)
+
+    def check_ring(self, state: dict[bytes, tuple[Any, ...]],
+                   lanes: dict[bytes, list[bytes]]) -> None:
+        kind, ring, _ = state.get(key(b"ring"), (b"list", [], False))
+        if kind == b"list":
+            assert len(ring) == len(set(ring)), ring
+            assert {BASE + b"lane:" + group for group in ring} == set(lanes), (ring, lanes)
+        wake_kind, tokens, _ = state.get(key(b"wake"), (b"list", [], False))
+        if wake_kind == b"list":
+            assert len(tokens) <= 64
+
+
+@st.composite
+def mutated(draw: st.DrawFn, transition: Transition, argv: Argv) -> Argv:
+    """``argv`` with one thing wrong: numkeys, the shape, the id, a key or a number."""
+    out = list(argv)
+    nkeys = len(transition.keys)
+    how = draw(st.sampled_from(["numkeys", "drop", "extra", "id", "key", "swap", "number"]))
+    if how == "numkeys":
+        out[0] = draw(st.sampled_from([*BAD_NUMKEYS, nkeys - 1, nkeys + 1, 0]))
+    elif how == "drop":
+        del out[draw(st.integers(1, len(out) - 1))]
+        if draw(st.booleans()):
+            out[0] = nkeys - 1
+    elif how == "extra":
+        out.insert(draw(st.integers(1, len(out))), draw(st.sampled_from([b"", b"x", b"1"])))
+    elif how == "id" and "id" in transition.args:
+        out[1 + nkeys] = draw(st.sampled_from(BAD_IDS))
+    elif how in ("key", "swap"):
+        out = _bad_keys(draw, how, out, nkeys)
+    else:
+        out = _bad_number(draw, transition, out, nkeys)
+    return out
+
+
+def _bad_keys(draw: st.DrawFn, how: str, out: Argv, nkeys: int) -> Argv:
+    last = min(nkeys, len(out) - 1)
+    i = draw(st.integers(1, last))
+    if how == "swap":
+        j = draw(st.integers(1, last))
+        out[i], out[j] = out[j], out[i]
+        return out
+    replacement = draw(st.sampled_from([b"", b"pending", b"emq:{r}:", b"job:", b"x"]))
+    if draw(st.booleans()):
+        old = out[i]
+        if isinstance(old, bytes) and old.startswith(BASE):
+            replacement = OTHER + old[len(BASE):]
+    out[i] = replacement
+    return out
+
+
+def _bad_number(draw: st.DrawFn, transition: Transition, out: Argv, nkeys: int) -> Argv:
+    positions = [i for i, name in enumerate(transition.args) if name not in ("id", "payload",
+                                                                            "error")]
+    i = draw(st.sampled_from(positions))
+    if 1 + nkeys + i >= len(out):
+        return out
+    choices = [b for b in BAD_NUMBERS if transition.args[i] != "now" or b != b"*"]
+    out[1 + nkeys + i] = draw(st.sampled_from(choices))
+    return out
+
+
+STATEFUL = settings(max_examples=80, stateful_step_count=80, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_executors_and_model_in_lockstep(valkey: EmbeddedValkey, protocol: int) -> None:
+    run_state_machine_as_test(lambda: QueueMachine(valkey.port, protocol), settings=STATEFUL)
