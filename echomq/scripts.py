@@ -23,6 +23,11 @@ def _read(filename: str) -> bytes:
 
 @cache
 def script_for(transition: Transition) -> LuaScript:
-    """The script run by EVALSHA for ``transition``: prelude + transition body."""
-    source = _read("_prelude.lua") + b"\n" + _read(transition.script_file)
+    """The script run by EVALSHA for ``transition``: shebang + prelude + transition body.
+
+    The shebang makes the server check the script's flags before running it, as it checks a
+    native command's: refused on a read-only replica, and (unless ``allow-oom``) when out of
+    memory, with the same plain error the native twin gets."""
+    shebang = b"#!lua\n" if transition.admits else b"#!lua flags=allow-oom\n"
+    source = shebang + _read("_prelude.lua") + b"\n" + _read(transition.script_file)
     return LuaScript(transition.name, source, hashlib.sha1(source).hexdigest())

@@ -15,13 +15,18 @@ class Transition:
     keys: tuple[str, ...]
     args: tuple[str, ...]
     native: str | None
+    # A transition that admits work is refused by a server out of memory; the others stay allowed
+    # so a full queue can still drain. Scripts say so in their shebang, the module in its flags.
+    admits: bool = False
 
     @property
     def script_file(self) -> str:
         return f"{self.name}.lua"
 
 
-ENQUEUE = Transition("enqueue", ("job", "pending", "wake"), ("id", "payload", "now"), "EMQ.ENQUEUE")
+ENQUEUE = Transition(
+    "enqueue", ("job", "pending", "wake"), ("id", "payload", "now"), "EMQ.ENQUEUE", admits=True
+)
 CLAIM = Transition("claim", ("pending", "active"), ("lease_ms", "now"), "EMQ.CLAIM")
 ACK = Transition("ack", ("active", "job"), ("id", "attempt", "retention_ms"), "EMQ.ACK")
 RETRY = Transition(

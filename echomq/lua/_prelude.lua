@@ -10,6 +10,7 @@ local E_KEYS = "EMQKEYS keys must be one queue's keys in the documented order"
 local E_TYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local E_PERM = 'NOPERM No permissions to access a key'
 local E_NOW = 'EMQNUM now must be * or an integer from 0 to 999999999999999'
+local E_LANE = 'EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -'
 
 local function arity_error(verb, nkeys, nargs)
   return redis.error_reply(string.format('EMQARITY EMQ.%s takes %d keys and %d arguments',
@@ -26,6 +27,11 @@ local function id_ok(id)
   local n = #id
   if n < 5 or n > 204 or string.sub(id, 1, 4) ~= 'JOB:' then return false end
   return string.find(id, '^[A-Za-z0-9._:-]+$', 5) ~= nil
+end
+
+-- A lane (group) name: 1..200 bytes of [A-Za-z0-9._:-].
+local function lane_ok(group)
+  return #group <= 200 and string.find(group, '^[A-Za-z0-9._:-]+$') ~= nil
 end
 
 -- An integer argument: 1..15 ASCII digits, at least min; nil otherwise.

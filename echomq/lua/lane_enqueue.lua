@@ -1,0 +1,31 @@
+--[[
+  lane_enqueue: admit a job once into its group's lane; the group joins the ring's tail when its
+  lane becomes non-empty. Scripts only: no native twin.
+    KEYS[1] <base>job:<id>         the job row (hash)
+    KEYS[2] <base>lane:<group>     the group's lane, oldest at the head (list)
+    KEYS[3] <base>ring             groups whose lanes are non-empty (list)
+    KEYS[4] <base>wake             wake tokens (list)
+    ARGV[1] id                     JOB:<rest>
+    ARGV[2] payload                any bytes
+    ARGV[3] group                  1..200 bytes of [A-Za-z0-9._:-]
+    ARGV[4] now                    ms, or * for the server clock
+  Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE errors.
+]]
+if #KEYS ~= 4 or #ARGV ~= 4 then return arity_error('LANE_ENQUEUE', 4, 4) end
+local id, group = ARGV[1], ARGV[3]
+if not id_ok(id) then return redis.error_reply(E_KIND) end
+if not lane_ok(group) then return redis.error_reply(E_LANE) end
+if keys_base({ 'job:' .. id, 'lane:' .. group, 'ring', 'wake' }) == nil then
+  return redis.error_reply(E_KEYS)
+end
+local now = now_arg(ARGV[4])
+if now == nil then return redis.error_reply(E_NOW) end
+if not types_ok({ 'hash', 'list', 'list', 'list' }) then return redis.error_reply(E_TYPE) end
+
+local row, lane_key, ring, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') end
+redis.call('HSET', row, 'payload', ARGV[2], 'attempts', '0', 'enqueued_at', dec(now),
+  'lane', group)
+push_lane(ring, { id = id, lane = group, lane_key = lane_key }, 'RPUSH')
+wake(wake_key, 1)
+return redis.status_reply('ENQUEUED')

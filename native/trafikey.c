@@ -1,0 +1,815 @@
+/* trafikey: the native executor of echomq, a Valkey module.
+ *
+ * Each command is the twin of one script in echomq/lua/ and follows docs/PROTOCOL.md: the same keys
+ * and arguments (`EMQ.<VERB> numkeys key... arg...`, the layout of EVALSHA), the same validation
+ * order, byte-identical replies under RESP2 and RESP3, and the same resulting keyspace for every
+ * argument list. Where this file and the Lua differ, the Lua is the reference.
+ *
+ * Replication style, for every command: EFFECTS. Each write is replicated with
+ * ValkeyModule_Replicate as the plain command the Lua twin would have run (HSET, HDEL, DEL,
+ * PEXPIREAT with the absolute expiry, ZADD, ZREM, RPUSH, LPUSH) with literal values, and only when
+ * it changed something; the server wraps one call's effects in MULTI/EXEC. A replica or an AOF
+ * without the module reaches the same keyspace. Never ReplicateVerbatim: `now = *` reads a clock.
+ *
+ * Every effect also fires the keyspace event the twin's command fires, and signals the key as
+ * modified only when it was (the module opts out of the implicit signal on CloseKey), so WATCH
+ * and client-side caching see what they would see with the scripts.
+ *
+ * Handlers run: numkeys and shape -> id -> keys -> integers and now -> open keys and check their
+ * types -> derived keys (ACL, type, ghosts) -> mutate (each effect replicates itself) -> reply. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "emq_core.h"
+#include "valkeymodule.h"
+
+#define TRAFIKEY_VERSION 1
+/* "job:" + the longest id the kind gate admits. */
+#define ROW_SUFFIX_MAX (4 + EMQ_ID_KIND_LEN + EMQ_ID_REST_MAX)
+
+/* Strings made once at load: the arguments of the ACL probe and the wake token. */
+static ValkeyModuleString *s_hincrby, *s_attempts, *s_one;
+
+/* ---- Small helpers ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const char *p;
+    size_t n;
+} Bytes;
+
+static Bytes bytes_of(const ValkeyModuleString *s) {
+    Bytes b;
+    b.p = ValkeyModule_StringPtrLen(s, &b.n);
+    return b;
+}
+
+static int reply_error(ValkeyModuleCtx *ctx, const char *err) {
+    ValkeyModule_ReplyWithError(ctx, err);
+    return VALKEYMODULE_OK;
+}
+
+static int reply_number_error(ValkeyModuleCtx *ctx, const char *name, long long min) {
+    char buf[128];
+    emq_number_error(buf, sizeof buf, name, min);
+    return reply_error(ctx, buf);
+}
+
+/* base + mid + tail as a new string (a derived key: a row or a lane). */
+static ValkeyModuleString *derived_key(ValkeyModuleCtx *ctx, Bytes base, const char *mid,
+                                       const ValkeyModuleString *tail) {
+    size_t mlen = strlen(mid);
+    Bytes t = bytes_of(tail);
+    char *buf = ValkeyModule_Alloc(base.n + mlen + t.n + 1);
+    memcpy(buf, base.p, base.n);
+    memcpy(buf + base.n, mid, mlen);
+    memcpy(buf + base.n + mlen, t.p, t.n);
+    ValkeyModuleString *key = ValkeyModule_CreateString(ctx, buf, base.n + mlen + t.n);
+    ValkeyModule_Free(buf);
+    return key;
+}
+
+/* A zset score as text ZADD parses back to the same double: integers in canonical decimal. */
+static size_t score_text(double score, char *buf, size_t cap) {
+    int n;
+    if (score > -1e17 && score < 1e17 && score == (double)(long long)score) {
+        n = snprintf(buf, cap, "%lld", (long long)score);
+    } else if (isinf(score)) {
+        n = snprintf(buf, cap, score > 0 ? "inf" : "-inf");
+    } else {
+        n = snprintf(buf, cap, "%.17g", score);
+    }
+    return (size_t)n;
+}
+
+/* A growable array of strings the handler owns (ids read off a zset). */
+typedef struct {
+    ValkeyModuleString **v;
+    size_t n, cap;
+} StrList;
+
+static void strlist_push(StrList *l, ValkeyModuleString *s) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 8;
+        l->v = ValkeyModule_Realloc(l->v, l->cap * sizeof *l->v);
+    }
+    l->v[l->n++] = s;
+}
+
+static void strlist_free(ValkeyModuleCtx *ctx, StrList *l) {
+    for (size_t i = 0; i < l->n; i++) ValkeyModule_FreeString(ctx, l->v[i]);
+    ValkeyModule_Free(l->v);
+    l->v = NULL;
+    l->n = l->cap = 0;
+}
+
+/* ---- Validation steps, in the order of docs/PROTOCOL.md -------------------------------------- */
+
+/* The declared keys and the arguments of one call, after numkeys. */
+typedef struct {
+    ValkeyModuleString **keys;
+    int nkeys;
+    ValkeyModuleString **args;
+    int nargs;
+} Call;
+
+/* numkeys exactly as EVALSHA parses it (the server's own errors), then the shape (EMQARITY).
+ * Returns 0 after replying with the error. */
+static int split_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, const char *verb,
+                      int want_keys, int want_args, Call *call) {
+    long long numkeys;
+    if (argc < 2) {
+        reply_error(ctx, EMQ_ERR_NUMKEYS_BIG); /* unreachable: registered with arity -2 */
+        return 0;
+    }
+    if (ValkeyModule_StringToLongLong(argv[1], &numkeys) != VALKEYMODULE_OK) {
+        reply_error(ctx, EMQ_ERR_NUMKEYS_INT);
+        return 0;
+    }
+    if (numkeys > argc - 2) {
+        reply_error(ctx, EMQ_ERR_NUMKEYS_BIG);
+        return 0;
+    }
+    if (numkeys < 0) {
+        reply_error(ctx, EMQ_ERR_NUMKEYS_NEG);
+        return 0;
+    }
+    call->keys = argv + 2;
+    call->nkeys = (int)numkeys;
+    call->args = argv + 2 + numkeys;
+    call->nargs = argc - 2 - (int)numkeys;
+    if (call->nkeys != want_keys || call->nargs != want_args) {
+        char buf[128];
+        emq_arity_error(buf, sizeof buf, verb, want_keys, want_args);
+        reply_error(ctx, buf);
+        return 0;
+    }
+    return 1;
+}
+
+/* The kind gate on the id argument, then "job:<id>" written into suffix (room for 4 + 200 bytes).
+ * Returns 0 when the id fails the gate. */
+static int id_row_suffix(const ValkeyModuleString *id, char *suffix, Bytes *out) {
+    Bytes b = bytes_of(id);
+    if (!emq_id_ok(b.p, b.n)) return 0;
+    memcpy(suffix, "job:", 4);
+    memcpy(suffix + 4, b.p, b.n);
+    out->p = suffix;
+    out->n = 4 + b.n;
+    return 1;
+}
+
+/* keys_base of the prelude: KEYS[1] ends with suffixes[0] and every other key is exactly base +
+ * its suffix. Sets *base (a view into KEYS[1]); 0 when the keys are not one queue's. */
+static int keys_base(const Call *call, const Bytes *suffixes, int n, Bytes *base) {
+    Bytes first = bytes_of(call->keys[0]);
+    size_t blen;
+    if (!emq_split_base(first.p, first.n, suffixes[0].p, suffixes[0].n, &blen)) return 0;
+    for (int i = 1; i < n; i++) {
+        Bytes k = bytes_of(call->keys[i]);
+        if (!emq_is_base_plus(k.p, k.n, first.p, blen, suffixes[i].p, suffixes[i].n)) return 0;
+    }
+    base->p = first.p;
+    base->n = blen;
+    return 1;
+}
+
+static int parse_int(const ValkeyModuleString *s, long long min, long long *out) {
+    Bytes b = bytes_of(s);
+    return emq_parse_int(b.p, b.n, min, out);
+}
+
+/* now: "*" is the cached clock of this command (what TIME gives a script), in ms. */
+static int parse_now(const ValkeyModuleString *s, long long *out) {
+    Bytes b = bytes_of(s);
+    int r = emq_parse_now(b.p, b.n, out);
+    if (r == 2) *out = ValkeyModule_CachedMicroseconds() / 1000;
+    return r != 0;
+}
+
+static void close_keys(ValkeyModuleKey **keys, int n) {
+    for (int i = 0; i < n; i++) ValkeyModule_CloseKey(keys[i]);
+}
+
+/* types_ok of the prelude: opens the declared keys in order, each absent or of its type. Stops at
+ * the first bad key, as the script does, closing what it opened; returns 0 then. */
+static int open_typed(ValkeyModuleCtx *ctx, const Call *call, const int *types, int n,
+                      ValkeyModuleKey **out) {
+    for (int i = 0; i < n; i++) {
+        out[i] = ValkeyModule_OpenKey(ctx, call->keys[i], VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+        int t = ValkeyModule_KeyType(out[i]);
+        if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != types[i]) {
+            close_keys(out, i + 1);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- Derived keys: the caller's ACL ------------------------------------------------------------- */
+
+/* may_access of the prelude is redis.acl_check_cmd('HINCRBY', key, 'attempts', '1'): the caller's
+ * user must be allowed the command HINCRBY and read+write on the key. The same check runs here
+ * through ACLCheckCommandPermissions on the same argument list. The user is fetched on first use,
+ * so a call that touches no derived key pays nothing; a call without a user (the primary link, the
+ * AOF) may access everything, as the script engine lets a user-less client. */
+typedef struct {
+    ValkeyModuleCtx *ctx;
+    ValkeyModuleUser *user;
+    int resolved;
+} Acl;
+
+static int acl_may_access(Acl *acl, ValkeyModuleString *key) {
+    if (!acl->resolved) {
+        acl->resolved = 1;
+        int flags = ValkeyModule_GetContextFlags(acl->ctx);
+        int userless = (flags & (VALKEYMODULE_CTX_FLAGS_REPLICATED | VALKEYMODULE_CTX_FLAGS_LOADING)) ||
+                       ValkeyModule_GetClientId(acl->ctx) == VALKEYMODULE_AOF_CLIENT_ID;
+        if (!userless) {
+            ValkeyModuleString *name = ValkeyModule_GetCurrentUserName(acl->ctx);
+            acl->user = ValkeyModule_GetModuleUserFromUserName(name);
+            ValkeyModule_FreeString(acl->ctx, name);
+        }
+    }
+    if (acl->user == NULL) return 1;
+    ValkeyModuleString *probe[4] = {s_hincrby, key, s_attempts, s_one};
+    return ValkeyModule_ACLCheckCommandPermissions(acl->user, probe, 4) == VALKEYMODULE_OK;
+}
+
+static void acl_release(Acl *acl) {
+    if (acl->user) ValkeyModule_FreeModuleUser(acl->user);
+    acl->user = NULL;
+}
+
+/* ---- Reading a row -------------------------------------------------------------------------------- */
+
+/* int_field of the prelude: an absent or non-integer field counts as the fallback. */
+static long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field,
+                               long long fallback) {
+    ValkeyModuleString *v = NULL;
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, field, &v, NULL);
+    if (v == NULL) return fallback;
+    long long out;
+    Bytes b = bytes_of(v);
+    int ok = emq_parse_int(b.p, b.n, 0, &out);
+    ValkeyModule_FreeString(ctx, v);
+    return ok ? out : fallback;
+}
+
+/* is_current_lease of the prelude: id in active, the row exists, its attempts equal attempt. */
+static int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleKey *row,
+                            ValkeyModuleString *id, long long attempt) {
+    double score;
+    if (ValkeyModule_ZsetScore(active, id, &score) != VALKEYMODULE_OK) return 0;
+    if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_EMPTY) return 0;
+    return row_int_field(ctx, row, "attempts", 0) == attempt;
+}
+
+/* ---- Effects: one function per command the twin runs ------------------------------------------- */
+
+static void touched(ValkeyModuleCtx *ctx, int type, const char *event, ValkeyModuleString *keyname) {
+    ValkeyModule_NotifyKeyspaceEvent(ctx, type, event, keyname);
+    ValkeyModule_SignalModifiedKey(ctx, keyname);
+}
+
+/* ZADD key score member: an event and a replica command only when the member was added or its
+ * score changed, as zaddCommand. */
+static void fx_zadd(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+                    double score, ValkeyModuleString *member) {
+    int flags = 0;
+    ValkeyModule_ZsetAdd(key, score, member, &flags);
+    if (!(flags & (VALKEYMODULE_ZADD_ADDED | VALKEYMODULE_ZADD_UPDATED))) return;
+    touched(ctx, VALKEYMODULE_NOTIFY_ZSET, "zadd", keyname);
+    char buf[64];
+    size_t n = score_text(score, buf, sizeof buf);
+    ValkeyModule_Replicate(ctx, "ZADD", "sbs", keyname, buf, n, member);
+}
+
+/* ZREM key member: "zrem", then "del" when the zset is gone (the module API deletes it). */
+static void fx_zrem(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+                    ValkeyModuleString *member) {
+    int deleted = 0;
+    ValkeyModule_ZsetRem(key, member, &deleted);
+    if (!deleted) return;
+    ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_ZSET, "zrem", keyname);
+    if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_EMPTY)
+        ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_GENERIC, "del", keyname);
+    ValkeyModule_SignalModifiedKey(ctx, keyname);
+    ValkeyModule_Replicate(ctx, "ZREM", "ss", keyname, member);
+}
+
+/* LPUSH / RPUSH key element. */
+static void fx_push(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+                    int where, ValkeyModuleString *element) {
+    ValkeyModule_ListPush(key, where, element);
+    int head = where == VALKEYMODULE_LIST_HEAD;
+    touched(ctx, VALKEYMODULE_NOTIFY_LIST, head ? "lpush" : "rpush", keyname);
+    ValkeyModule_Replicate(ctx, head ? "LPUSH" : "RPUSH", "ss", keyname, element);
+}
+
+/* HSET key field value (one field). HSET always fires, changed or not. */
+static void fx_hset1(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+                     const char *field, ValkeyModuleString *value) {
+    ValkeyModule_HashSet(key, VALKEYMODULE_HASH_CFIELDS, field, value, NULL);
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", keyname);
+    ValkeyModule_Replicate(ctx, "HSET", "scs", keyname, field, value);
+}
+
+/* DEL key (the caller knows it exists). */
+static void fx_del(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname) {
+    ValkeyModule_DeleteKey(key);
+    touched(ctx, VALKEYMODULE_NOTIFY_GENERIC, "del", keyname);
+    ValkeyModule_Replicate(ctx, "DEL", "s", keyname);
+}
+
+/* HDEL key field: "hdel" when the field was there, then "del" when the hash is gone. */
+static void fx_hdel(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+                    const char *field) {
+    int deleted = ValkeyModule_HashSet(key, VALKEYMODULE_HASH_CFIELDS, field, VALKEYMODULE_HASH_DELETE,
+                                       NULL);
+    if (deleted <= 0) return;
+    ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_HASH, "hdel", keyname);
+    if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_EMPTY)
+        ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_GENERIC, "del", keyname);
+    ValkeyModule_SignalModifiedKey(ctx, keyname);
+    ValkeyModule_Replicate(ctx, "HDEL", "sc", keyname, field);
+}
+
+/* PEXPIRE key ms (ms >= 1): a no-op on a missing key; replicated as PEXPIREAT, as the server does. */
+static void fx_pexpire(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+                       long long ms) {
+    if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_EMPTY) return;
+    ValkeyModule_SetExpire(key, ms);
+    touched(ctx, VALKEYMODULE_NOTIFY_GENERIC, "expire", keyname);
+    ValkeyModule_Replicate(ctx, "PEXPIREAT", "sl", keyname, (long long)ValkeyModule_GetAbsExpire(key));
+}
+
+/* wake of the prelude: up to n tokens, never more than EMQ_WAKE_CAP in the list; one RPUSH each. */
+static void fx_wake(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+                    long long n) {
+    long long room = EMQ_WAKE_CAP - (long long)ValkeyModule_ValueLength(key);
+    if (n > room) n = room;
+    for (long long i = 0; i < n; i++) fx_push(ctx, key, keyname, VALKEYMODULE_LIST_TAIL, s_one);
+}
+
+/* ---- The commands --------------------------------------------------------------------------------- */
+
+/* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now>
+ * Twin of enqueue.lua. +ENQUEUED | +DUPLICATE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
+static int emq_enqueue(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    Call call;
+    if (!split_call(ctx, argv, argc, "ENQUEUE", 3, 3, &call)) return VALKEYMODULE_OK;
+    ValkeyModuleString *id = call.args[0], *payload = call.args[1];
+    char row_suffix[ROW_SUFFIX_MAX];
+    Bytes sfx[3] = {{0, 0}, {"pending", 7}, {"wake", 4}}, base;
+    if (!id_row_suffix(id, row_suffix, &sfx[0])) return reply_error(ctx, EMQ_ERR_KIND);
+    if (!keys_base(&call, sfx, 3, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
+    long long now;
+    if (!parse_now(call.args[2], &now)) return reply_error(ctx, EMQ_ERR_NOW);
+    static const int types[3] = {VALKEYMODULE_KEYTYPE_HASH, VALKEYMODULE_KEYTYPE_ZSET,
+                                 VALKEYMODULE_KEYTYPE_LIST};
+    ValkeyModuleKey *k[3];
+    if (!open_typed(ctx, &call, types, 3, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    ValkeyModuleKey *row = k[0], *pending = k[1], *wake = k[2];
+
+    if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_EMPTY) {
+        close_keys(k, 3);
+        return ValkeyModule_ReplyWithSimpleString(ctx, "DUPLICATE");
+    }
+    char num[32];
+    int nlen = snprintf(num, sizeof num, "%lld", now);
+    ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, (size_t)nlen);
+    ValkeyModuleString *zero = ValkeyModule_CreateString(ctx, "0", 1);
+    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", zero,
+                         "enqueued_at", enqueued_at, NULL);
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", call.keys[0]);
+    ValkeyModule_Replicate(ctx, "HSET", "scscscs", call.keys[0], "payload", payload, "attempts", zero,
+                           "enqueued_at", enqueued_at);
+    fx_zadd(ctx, pending, call.keys[1], (double)now, id);
+    fx_wake(ctx, wake, call.keys[2], 1);
+    ValkeyModule_FreeString(ctx, enqueued_at);
+    ValkeyModule_FreeString(ctx, zero);
+    close_keys(k, 3);
+    return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
+}
+
+/* EMQ.CLAIM 2 <base>pending <base>active <lease_ms> <now>
+ * Twin of claim.lua. *3 id payload :attempt | null | EMQARITY EMQKEYS EMQNUM WRONGTYPE NOPERM.
+ * Walks pending from its lowest entry; ghosts met on the way are dropped once the walk is over. */
+static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    Call call;
+    if (!split_call(ctx, argv, argc, "CLAIM", 2, 2, &call)) return VALKEYMODULE_OK;
+    static const Bytes sfx[2] = {{"pending", 7}, {"active", 6}};
+    Bytes base;
+    if (!keys_base(&call, sfx, 2, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
+    long long lease_ms, now;
+    if (!parse_int(call.args[0], 1, &lease_ms)) return reply_number_error(ctx, "lease_ms", 1);
+    if (!parse_now(call.args[1], &now)) return reply_error(ctx, EMQ_ERR_NOW);
+    static const int types[2] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET};
+    ValkeyModuleKey *k[2];
+    if (!open_typed(ctx, &call, types, 2, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    ValkeyModuleKey *pending = k[0], *active = k[1];
+
+    /* Find the first live job: every derived row is ACL-checked before anything is written. */
+    Acl acl = {ctx, NULL, 0};
+    StrList ghosts = {0};
+    ValkeyModuleString *id = NULL, *row_name = NULL;
+    ValkeyModuleKey *row = NULL;
+    int denied = 0;
+    if (ValkeyModule_ZsetFirstInScoreRange(pending, VALKEYMODULE_NEGATIVE_INFINITE,
+                                           VALKEYMODULE_POSITIVE_INFINITE, 0, 0) == VALKEYMODULE_OK) {
+        while (!ValkeyModule_ZsetRangeEndReached(pending)) {
+            double score;
+            ValkeyModuleString *member = ValkeyModule_ZsetRangeCurrentElement(pending, &score);
+            if (member == NULL) break;
+            ValkeyModuleString *name = derived_key(ctx, base, "job:", member);
+            if (!acl_may_access(&acl, name)) {
+                ValkeyModule_FreeString(ctx, name);
+                ValkeyModule_FreeString(ctx, member);
+                denied = 1;
+                break;
+            }
+            ValkeyModuleKey *candidate = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+            if (ValkeyModule_KeyType(candidate) == VALKEYMODULE_KEYTYPE_HASH) {
+                id = member;
+                row_name = name;
+                row = candidate;
+                break;
+            }
+            ValkeyModule_CloseKey(candidate);
+            ValkeyModule_FreeString(ctx, name);
+            strlist_push(&ghosts, member);
+            if (!ValkeyModule_ZsetRangeNext(pending)) break;
+        }
+        ValkeyModule_ZsetRangeStop(pending);
+    }
+    acl_release(&acl);
+    if (denied) {
+        strlist_free(ctx, &ghosts);
+        close_keys(k, 2);
+        return reply_error(ctx, EMQ_ERR_PERM);
+    }
+
+    for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, call.keys[0], ghosts.v[i]);
+    strlist_free(ctx, &ghosts);
+    if (id == NULL) {
+        close_keys(k, 2);
+        return ValkeyModule_ReplyWithNull(ctx);
+    }
+
+    fx_zrem(ctx, pending, call.keys[0], id);
+    long long attempt = row_int_field(ctx, row, "attempts", 0) + 1;
+    char num[32];
+    int nlen = snprintf(num, sizeof num, "%lld", attempt);
+    ValkeyModuleString *attempt_str = ValkeyModule_CreateString(ctx, num, (size_t)nlen);
+    fx_hset1(ctx, row, row_name, "attempts", attempt_str);
+    fx_zadd(ctx, active, call.keys[1], (double)(now + lease_ms), id);
+    ValkeyModuleString *payload = NULL;
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "payload", &payload, NULL);
+
+    ValkeyModule_ReplyWithArray(ctx, 3);
+    ValkeyModule_ReplyWithString(ctx, id);
+    if (payload) {
+        ValkeyModule_ReplyWithString(ctx, payload);
+        ValkeyModule_FreeString(ctx, payload);
+    } else {
+        ValkeyModule_ReplyWithStringBuffer(ctx, "", 0);
+    }
+    ValkeyModule_ReplyWithLongLong(ctx, attempt);
+
+    ValkeyModule_FreeString(ctx, attempt_str);
+    ValkeyModule_CloseKey(row);
+    ValkeyModule_FreeString(ctx, row_name);
+    ValkeyModule_FreeString(ctx, id);
+    close_keys(k, 2);
+    return VALKEYMODULE_OK;
+}
+
+/* EMQ.ACK 2 <base>active <base>job:<id> <id> <attempt> <retention_ms>
+ * Twin of ack.lua. +ACKED | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
+static int emq_ack(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    Call call;
+    if (!split_call(ctx, argv, argc, "ACK", 2, 3, &call)) return VALKEYMODULE_OK;
+    ValkeyModuleString *id = call.args[0];
+    char row_suffix[ROW_SUFFIX_MAX];
+    Bytes sfx[2] = {{"active", 6}, {0, 0}}, base;
+    if (!id_row_suffix(id, row_suffix, &sfx[1])) return reply_error(ctx, EMQ_ERR_KIND);
+    if (!keys_base(&call, sfx, 2, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
+    long long attempt, retention_ms;
+    if (!parse_int(call.args[1], 1, &attempt)) return reply_number_error(ctx, "attempt", 1);
+    if (!parse_int(call.args[2], 0, &retention_ms)) return reply_number_error(ctx, "retention_ms", 0);
+    static const int types[2] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_HASH};
+    ValkeyModuleKey *k[2];
+    if (!open_typed(ctx, &call, types, 2, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    ValkeyModuleKey *active = k[0], *row = k[1];
+
+    if (!is_current_lease(ctx, active, row, id, attempt)) {
+        close_keys(k, 2);
+        return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    }
+    fx_zrem(ctx, active, call.keys[0], id);
+    if (retention_ms == 0) {
+        fx_del(ctx, row, call.keys[1]);
+    } else {
+        /* HDEL may empty the hash (a row of payload only): then it is gone and PEXPIRE a no-op. */
+        fx_hdel(ctx, row, call.keys[1], "payload");
+        fx_pexpire(ctx, row, call.keys[1], retention_ms);
+    }
+    close_keys(k, 2);
+    return ValkeyModule_ReplyWithSimpleString(ctx, "ACKED");
+}
+
+/* EMQ.RETRY 4 <base>active <base>delayed <base>dead <base>job:<id>
+ *            <id> <attempt> <delay_ms> <max_attempts> <error> <now>
+ * Twin of retry.lua. +RETRYING | +DEAD | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
+static int emq_retry(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    Call call;
+    if (!split_call(ctx, argv, argc, "RETRY", 4, 6, &call)) return VALKEYMODULE_OK;
+    ValkeyModuleString *id = call.args[0], *error = call.args[4];
+    char row_suffix[ROW_SUFFIX_MAX];
+    Bytes sfx[4] = {{"active", 6}, {"delayed", 7}, {"dead", 4}, {0, 0}}, base;
+    if (!id_row_suffix(id, row_suffix, &sfx[3])) return reply_error(ctx, EMQ_ERR_KIND);
+    if (!keys_base(&call, sfx, 4, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
+    long long attempt, delay_ms, max_attempts, now;
+    if (!parse_int(call.args[1], 1, &attempt)) return reply_number_error(ctx, "attempt", 1);
+    if (!parse_int(call.args[2], 0, &delay_ms)) return reply_number_error(ctx, "delay_ms", 0);
+    if (!parse_int(call.args[3], 1, &max_attempts)) return reply_number_error(ctx, "max_attempts", 1);
+    if (!parse_now(call.args[5], &now)) return reply_error(ctx, EMQ_ERR_NOW);
+    static const int types[4] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET,
+                                 VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_HASH};
+    ValkeyModuleKey *k[4];
+    if (!open_typed(ctx, &call, types, 4, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    ValkeyModuleKey *active = k[0], *delayed = k[1], *dead = k[2], *row = k[3];
+
+    if (!is_current_lease(ctx, active, row, id, attempt)) {
+        close_keys(k, 4);
+        return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    }
+    fx_zrem(ctx, active, call.keys[0], id);
+    fx_hset1(ctx, row, call.keys[3], "error", error);
+    const char *verdict;
+    if (attempt >= max_attempts) {
+        fx_zadd(ctx, dead, call.keys[2], (double)now, id);
+        verdict = "DEAD";
+    } else {
+        fx_zadd(ctx, delayed, call.keys[1], (double)(now + delay_ms), id);
+        verdict = "RETRYING";
+    }
+    close_keys(k, 4);
+    return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
+}
+
+/* EMQ.EXTEND 2 <base>active <base>job:<id> <id> <attempt> <lease_ms> <now>
+ * Twin of extend.lua. +EXTENDED | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
+static int emq_extend(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    Call call;
+    if (!split_call(ctx, argv, argc, "EXTEND", 2, 4, &call)) return VALKEYMODULE_OK;
+    ValkeyModuleString *id = call.args[0];
+    char row_suffix[ROW_SUFFIX_MAX];
+    Bytes sfx[2] = {{"active", 6}, {0, 0}}, base;
+    if (!id_row_suffix(id, row_suffix, &sfx[1])) return reply_error(ctx, EMQ_ERR_KIND);
+    if (!keys_base(&call, sfx, 2, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
+    long long attempt, lease_ms, now;
+    if (!parse_int(call.args[1], 1, &attempt)) return reply_number_error(ctx, "attempt", 1);
+    if (!parse_int(call.args[2], 1, &lease_ms)) return reply_number_error(ctx, "lease_ms", 1);
+    if (!parse_now(call.args[3], &now)) return reply_error(ctx, EMQ_ERR_NOW);
+    static const int types[2] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_HASH};
+    ValkeyModuleKey *k[2];
+    if (!open_typed(ctx, &call, types, 2, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    ValkeyModuleKey *active = k[0], *row = k[1];
+
+    if (!is_current_lease(ctx, active, row, id, attempt)) {
+        close_keys(k, 2);
+        return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    }
+    fx_zadd(ctx, active, call.keys[0], (double)(now + lease_ms), id);
+    close_keys(k, 2);
+    return ValkeyModule_ReplyWithSimpleString(ctx, "EXTENDED");
+}
+
+/* One due entry of recover/promote, and its plan (plan_moves of the prelude). */
+typedef struct {
+    ValkeyModuleString *id;
+    double score;                /* where a flat job lands in pending */
+    int live;                    /* 0: a ghost, dropped from the source zset */
+    ValkeyModuleString *lane;    /* the row's lane field, or NULL for a flat job */
+    ValkeyModuleString *lane_key;
+} Move;
+
+static void moves_free(ValkeyModuleCtx *ctx, Move *moves, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        ValkeyModule_FreeString(ctx, moves[i].id);
+        if (moves[i].lane) ValkeyModule_FreeString(ctx, moves[i].lane);
+        if (moves[i].lane_key) ValkeyModule_FreeString(ctx, moves[i].lane_key);
+    }
+    ValkeyModule_Free(moves);
+}
+
+/* First pass: sort the due entries into live moves and ghosts, checking every derived key (ACL,
+ * the lane's type) before anything is written. recover: a flat job's score is its enqueued_at, or
+ * now; promote: its due time. Returns NULL on success, else the error to reply. */
+static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, size_t n, int recover,
+                              long long now) {
+    Acl acl = {ctx, NULL, 0};
+    const char *err = NULL;
+    for (size_t i = 0; i < n && err == NULL; i++) {
+        Move *m = &moves[i];
+        ValkeyModuleString *row_name = derived_key(ctx, base, "job:", m->id);
+        if (!acl_may_access(&acl, row_name)) {
+            err = EMQ_ERR_PERM;
+        } else {
+            ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
+            if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH) {
+                m->live = 1;
+                ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &m->lane, NULL);
+                if (m->lane) {
+                    m->lane_key = derived_key(ctx, base, "lane:", m->lane);
+                    if (!acl_may_access(&acl, m->lane_key)) {
+                        err = EMQ_ERR_PERM;
+                    } else {
+                        ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, m->lane_key, VALKEYMODULE_READ);
+                        int t = ValkeyModule_KeyType(lane);
+                        ValkeyModule_CloseKey(lane);
+                        if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_LIST) err = EMQ_ERR_TYPE;
+                    }
+                } else if (recover) {
+                    m->score = (double)row_int_field(ctx, row, "enqueued_at", now);
+                }
+            }
+            ValkeyModule_CloseKey(row);
+        }
+        ValkeyModule_FreeString(ctx, row_name);
+    }
+    acl_release(&acl);
+    return err;
+}
+
+/* Second pass, one live move: leave the source zset, then pending or the lane (the group joins
+ * the ring's tail when its lane was empty: push_lane of the prelude). */
+static void apply_move(ValkeyModuleCtx *ctx, const Move *m, ValkeyModuleKey **k, const Call *call,
+                       int lane_end) {
+    fx_zrem(ctx, k[0], call->keys[0], m->id);
+    if (m->lane) {
+        ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, m->lane_key, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+        if (ValkeyModule_ValueLength(lane) == 0)
+            fx_push(ctx, k[2], call->keys[2], VALKEYMODULE_LIST_TAIL, m->lane);
+        fx_push(ctx, lane, m->lane_key, lane_end, m->id);
+        ValkeyModule_CloseKey(lane);
+    } else {
+        fx_zadd(ctx, k[1], call->keys[1], m->score, m->id);
+    }
+}
+
+/* recover and promote share their shape: take the source zset's entries with score <= now, lowest
+ * first, at most limit; drop ghosts; move the live ones; leave wake tokens. */
+static int move_due(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, int recover) {
+    const char *verb = recover ? "RECOVER" : "PROMOTE";
+    Call call;
+    if (!split_call(ctx, argv, argc, verb, 4, 2, &call)) return VALKEYMODULE_OK;
+    Bytes sfx[4] = {{recover ? "active" : "delayed", recover ? 6 : 7},
+                    {"pending", 7},
+                    {"ring", 4},
+                    {"wake", 4}},
+          base;
+    if (!keys_base(&call, sfx, 4, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
+    long long now, limit;
+    if (!parse_now(call.args[0], &now)) return reply_error(ctx, EMQ_ERR_NOW);
+    if (!parse_int(call.args[1], 1, &limit)) return reply_number_error(ctx, "limit", 1);
+    static const int types[4] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET,
+                                 VALKEYMODULE_KEYTYPE_LIST, VALKEYMODULE_KEYTYPE_LIST};
+    ValkeyModuleKey *k[4];
+    if (!open_typed(ctx, &call, types, 4, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    ValkeyModuleKey *source = k[0], *wake = k[3];
+
+    /* ZRANGEBYSCORE source -inf now WITHSCORES LIMIT 0 limit */
+    Move *moves = NULL;
+    size_t n = 0, cap = 0;
+    if (ValkeyModule_ZsetFirstInScoreRange(source, VALKEYMODULE_NEGATIVE_INFINITE, (double)now, 0, 0) ==
+        VALKEYMODULE_OK) {
+        while (!ValkeyModule_ZsetRangeEndReached(source) && (long long)n < limit) {
+            double score;
+            ValkeyModuleString *member = ValkeyModule_ZsetRangeCurrentElement(source, &score);
+            if (member == NULL) break;
+            if (n == cap) {
+                cap = cap ? cap * 2 : 16;
+                moves = ValkeyModule_Realloc(moves, cap * sizeof *moves);
+            }
+            moves[n++] = (Move){member, score, 0, NULL, NULL};
+            if (!ValkeyModule_ZsetRangeNext(source)) break;
+        }
+        ValkeyModule_ZsetRangeStop(source);
+    }
+
+    const char *err = plan_moves(ctx, base, moves, n, recover, now);
+    if (err) {
+        moves_free(ctx, moves, n);
+        close_keys(k, 4);
+        return reply_error(ctx, err);
+    }
+
+    long long moved = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!moves[i].live) fx_zrem(ctx, source, call.keys[0], moves[i].id);
+        else moved++;
+    }
+    /* recover pushes lane jobs at the head, latest deadline first, so a lane keeps their order. */
+    for (size_t j = 0; j < n; j++) {
+        const Move *m = &moves[recover ? n - 1 - j : j];
+        if (m->live) apply_move(ctx, m, k, &call, recover ? VALKEYMODULE_LIST_HEAD : VALKEYMODULE_LIST_TAIL);
+    }
+    fx_wake(ctx, wake, call.keys[3], moved);
+
+    moves_free(ctx, moves, n);
+    close_keys(k, 4);
+    return ValkeyModule_ReplyWithLongLong(ctx, moved);
+}
+
+/* EMQ.RECOVER 4 <base>active <base>pending <base>ring <base>wake <now> <limit>
+ * Twin of recover.lua. :moved | EMQARITY EMQKEYS EMQNUM WRONGTYPE NOPERM. */
+static int emq_recover(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    return move_due(ctx, argv, argc, 1);
+}
+
+/* EMQ.PROMOTE 4 <base>delayed <base>pending <base>ring <base>wake <now> <limit>
+ * Twin of promote.lua. :moved | EMQARITY EMQKEYS EMQNUM WRONGTYPE NOPERM. */
+static int emq_promote(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    return move_due(ctx, argv, argc, 0);
+}
+
+/* ---- Registration --------------------------------------------------------------------------------- */
+
+/* Like EVAL's: the keys are the numkeys arguments after argv[1]; used as EVAL declares them. */
+static ValkeyModuleCommandKeySpec keynum_specs[] = {
+    {.notes = "numkeys keys follow numkeys, as with EVALSHA; each may be read and written",
+     .flags = VALKEYMODULE_CMD_KEY_RW | VALKEYMODULE_CMD_KEY_ACCESS | VALKEYMODULE_CMD_KEY_UPDATE,
+     .begin_search_type = VALKEYMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1,
+     .find_keys_type = VALKEYMODULE_KSPEC_FK_KEYNUM,
+     .fk.keynum = {.keynumidx = 0, .firstkey = 1, .keystep = 1}},
+    {0}};
+
+/* Names are registered lower-case: the server's arity error quotes them as registered. */
+static const struct {
+    const char *name;
+    ValkeyModuleCmdFunc handler;
+    /* "fast" only where the work is O(1) or O(log N). Only admitting work is "deny-oom": a full
+     * server refuses new jobs but can still drain (claim, ack, retry...), as the scripts' shebang
+     * flags in echomq/transitions.py declare. */
+    const char *flags;
+    const char *summary;
+    const char *complexity;
+} commands[] = {
+    {"emq.enqueue", emq_enqueue, "write deny-oom fast", "Admit a job once (twin of enqueue.lua).",
+     "O(log N) with N the pending jobs"},
+    {"emq.claim", emq_claim, "write", "Lease the oldest pending job (twin of claim.lua).",
+     "O(G + log N) with G the ghosts dropped"},
+    {"emq.ack", emq_ack, "write fast", "Complete the current lease (twin of ack.lua).",
+     "O(log N)"},
+    {"emq.retry", emq_retry, "write fast",
+     "Fail the current lease: delayed or dead (twin of retry.lua).", "O(log N)"},
+    {"emq.extend", emq_extend, "write fast",
+     "Push the current lease's deadline (twin of extend.lua).", "O(log N)"},
+    {"emq.recover", emq_recover, "write",
+     "Expired leases go back where they came from (twin of recover.lua).",
+     "O(M log N) with M the leases taken"},
+    {"emq.promote", emq_promote, "write", "Due delayed jobs go back to run (twin of promote.lua).",
+     "O(M log N) with M the jobs taken"},
+};
+
+int ValkeyModule_OnLoad(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    (void)argv;
+    (void)argc;
+    if (ValkeyModule_Init(ctx, "trafikey", TRAFIKEY_VERSION, VALKEYMODULE_APIVER_1) != VALKEYMODULE_OK)
+        return VALKEYMODULE_ERR;
+    ValkeyModule_SetModuleOptions(ctx, VALKEYMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
+
+    s_hincrby = ValkeyModule_CreateString(NULL, "HINCRBY", 7);
+    s_attempts = ValkeyModule_CreateString(NULL, "attempts", 8);
+    s_one = ValkeyModule_CreateString(NULL, "1", 1);
+
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (ValkeyModule_CreateCommand(ctx, commands[i].name, commands[i].handler, commands[i].flags, 0, 0,
+                                       0) != VALKEYMODULE_OK)
+            return VALKEYMODULE_ERR;
+        ValkeyModuleCommand *command = ValkeyModule_GetCommand(ctx, commands[i].name);
+        if (command == NULL) return VALKEYMODULE_ERR;
+        ValkeyModuleCommandInfo info = {
+            .version = VALKEYMODULE_COMMAND_INFO_VERSION,
+            .summary = commands[i].summary,
+            .complexity = commands[i].complexity,
+            .since = "1.0.0",
+            .arity = -2,
+            .key_specs = keynum_specs,
+        };
+        if (ValkeyModule_SetCommandInfo(command, &info) != VALKEYMODULE_OK) return VALKEYMODULE_ERR;
+    }
+    return VALKEYMODULE_OK;
+}
+
+int ValkeyModule_OnUnload(ValkeyModuleCtx *ctx) {
+    (void)ctx;
+    ValkeyModule_FreeString(NULL, s_hincrby);
+    ValkeyModule_FreeString(NULL, s_attempts);
+    ValkeyModule_FreeString(NULL, s_one);
+    return VALKEYMODULE_OK;
+}
