@@ -8,6 +8,7 @@ from echomq.errors import (
     ArgumentError,
     EchoMQError,
     KindError,
+    LaneError,
     StaleLease,
     Wire6Unsupported,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "EchoMQError",
     "Job",
     "KindError",
+    "LaneError",
     "Queue",
     "StaleLease",
     "Verdict",

@@ -11,6 +11,10 @@ class KindError(EchoMQError, ValueError):
     """A job id that fails the kind gate: ``JOB:<rest>``, rest 1-200 of ``[A-Za-z0-9._:-]``."""
 
 
+class LaneError(EchoMQError, ValueError):
+    """A lane (group) name that is not 1-200 bytes of ``[A-Za-z0-9._:-]``."""
+
+
 class ArgumentError(EchoMQError, ValueError):
     """An argument the protocol refuses (a bad number, a bad key list, a wrong arity)."""
 
@@ -34,6 +38,7 @@ class Wire6Unsupported(EchoMQError, NotImplementedError):
 
 _CODES: dict[str, type[EchoMQError]] = {
     "EMQKIND": KindError,
+    "EMQLANE": LaneError,
     "EMQNUM": ArgumentError,
     "EMQARITY": ArgumentError,
     "EMQKEYS": ArgumentError,

@@ -17,6 +17,7 @@ from echomq.scripts import script_for
 from echomq.transitions import Transition
 
 Arg = str | bytes
+Call = tuple[Transition, Sequence[str], Sequence[Arg]]
 
 
 def raise_mapped(exc: ResponseError) -> None:
@@ -39,22 +40,22 @@ class Executor(ABC):
         except ResponseError as exc:
             raise_mapped(exc)
 
-    def call_many(self, client: Any, transition: Transition,
-                  calls: Sequence[tuple[Sequence[str], Sequence[Arg]]]) -> list[Any]:
-        """Runs many calls of one transition in one pipeline flush; a reply (or error) each."""
-        self.prepare(client, transition)
+    def call_many(self, client: Any, calls: Sequence[Call]) -> list[Any]:
+        """Runs many calls in one pipeline flush; a reply each. Every transition is prepared (and
+        a refused one raises) before anything is sent."""
+        for transition in {call[0] for call in calls}:
+            self.prepare(client, transition)
         with client.pipeline(transaction=False) as pipe:
-            for keys, args in calls:
+            for transition, keys, args in calls:
                 self._send(pipe, transition, keys, args)
             replies: list[Any] = pipe.execute(raise_on_error=False)
-        return [self._settle(client, transition, call, reply) for call, reply in zip(calls, replies,
-                                                                                    strict=True)]
+        return [self._settle(client, call, reply) for call, reply in zip(calls, replies,
+                                                                         strict=True)]
 
-    def _settle(self, client: Any, transition: Transition,
-                call: tuple[Sequence[str], Sequence[Arg]], reply: Any) -> Any:
+    def _settle(self, client: Any, call: Call, reply: Any) -> Any:
         if isinstance(reply, NoScriptError):
             # The server lost its scripts mid-flush (restart, SCRIPT FLUSH): run this one again.
-            return self.call(client, transition, *call)
+            return self.call(client, *call)
         if isinstance(reply, ResponseError):
             raise_mapped(reply)
         return reply
@@ -98,7 +99,7 @@ class NativeExecutor(Executor):
 
     def prepare(self, client: Any, transition: Transition) -> None:
         if transition.native is None:
-            raise Wire6Unsupported(transition.name)
+            raise Wire6Unsupported(transition.public_name)
 
 
 _EXECUTORS: dict[int, Executor] = {5: ScriptExecutor(), 6: NativeExecutor()}

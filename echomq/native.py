@@ -7,9 +7,10 @@ import os
 from pathlib import Path
 
 from echomq._core import ffi, lib
-from echomq.errors import ArgumentError, KindError
+from echomq.errors import ArgumentError, KindError, LaneError
 
 KIND_ERROR = "EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
+LANE_ERROR = "EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
 INT_MAX = 999_999_999_999_999
 
 
@@ -35,6 +36,14 @@ def checked_id(job_id: str) -> str:
     if not id_ok(job_id):
         raise KindError(KIND_ERROR)
     return job_id
+
+
+def checked_lane(group: str) -> str:
+    """``group`` if it is a lane name (1-200 bytes of ``[A-Za-z0-9._:-]``); LaneError if not."""
+    raw = group.encode()
+    if not lib.emq_lane_ok(raw, len(raw)):
+        raise LaneError(LANE_ERROR)
+    return group
 
 
 def checked_int(name: str, value: int, minimum: int) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from echomq import transitions as t
 from echomq.errors import StaleLease
 from echomq.executors import Arg, executor_for
-from echomq.native import checked_id, checked_int, checked_now
+from echomq.native import checked_id, checked_int, checked_lane, checked_now
 
 DEFAULT_LEASE_MS = 30_000
 DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000
@@ -73,31 +73,46 @@ class Queue:
     def wire(self) -> int:
         return self.executor.wire
 
-    def key(self, role: str, job_id: str | None = None) -> str:
-        """The key of ``role`` (pending, active, delayed, dead, wake, ring, job) of this queue."""
-        return t.key_of(self.base, role, job_id)
+    def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str:
+        """The key of ``role`` (pending, active, delayed, dead, wake, ring; ``job`` with a job
+        id; ``lane`` with a group) of this queue."""
+        return t.key_of(self.base, role, job_id, lane)
 
-    def _run(self, transition: t.Transition, job_id: str | None, args: Sequence[Arg]) -> Any:
-        keys = t.keys_for(self.base, transition, job_id)
+    def _run(self, transition: t.Transition, job_id: str | None, args: Sequence[Arg],
+             lane: str | None = None) -> Any:
+        keys = t.keys_for(self.base, transition, job_id, lane)
         return self.executor.call(self.conn, transition, keys, args)
 
     # producer -------------------------------------------------------------------------------
 
-    def enqueue(self, job_id: str, payload: bytes | str, *, now: int | None = None) -> Verdict:
-        """Admit a job once: ENQUEUED, or DUPLICATE when its row exists. KindError on a bad id."""
-        args = (checked_id(job_id), _payload(payload), checked_now(now))
-        return Verdict.of(self._run(t.ENQUEUE, job_id, args))
+    def enqueue(self, job_id: str, payload: bytes | str, *, lane: str | None = None,
+                now: int | None = None) -> Verdict:
+        """Admit a job once: ENQUEUED, or DUPLICATE when its row exists. KindError on a bad id.
 
-    def enqueue_many(self, items: Iterable[tuple[str, bytes | str]], *,
+        With ``lane``, the job joins its group's lane and is served by ``claim_lane`` in turn
+        with the other groups (scripts only: a ``wire=6`` queue raises Wire6Unsupported)."""
+        transition, keys, args = self._admission(job_id, payload, lane, checked_now(now))
+        return Verdict.of(self.executor.call(self.conn, transition, keys, args))
+
+    def _admission(self, job_id: str, payload: bytes | str, lane: str | None,
+                   stamp: str) -> tuple[t.Transition, list[str], tuple[Arg, ...]]:
+        checked_id(job_id)
+        if lane is None:
+            return t.ENQUEUE, t.keys_for(self.base, t.ENQUEUE, job_id), (
+                job_id, _payload(payload), stamp)
+        keys = t.keys_for(self.base, t.LANE_ENQUEUE, job_id, checked_lane(lane))
+        return t.LANE_ENQUEUE, keys, (job_id, _payload(payload), lane, stamp)
+
+    def enqueue_many(self, items: Iterable[tuple[str, bytes | str] | tuple[str, bytes | str,
+                                                                          str | None]], *,
                      now: int | None = None) -> list[Verdict]:
-        """Admit many jobs in one wire flush; a verdict per item, in order. Every id is checked
-        before anything is sent."""
+        """Admit many jobs in one wire flush; a verdict per item, in order. Items are
+        ``(id, payload)`` or ``(id, payload, lane)``; every one is checked before anything is
+        sent."""
         stamp = checked_now(now)
-        calls = [
-            (t.keys_for(self.base, t.ENQUEUE, job_id), (checked_id(job_id), _payload(data), stamp))
-            for job_id, data in items
-        ]
-        replies = self.executor.call_many(self.conn, t.ENQUEUE, calls)
+        calls = [self._admission(item[0], item[1], item[2] if len(item) > 2 else None, stamp)
+                 for item in items]
+        replies = self.executor.call_many(self.conn, [(tr, keys, args) for tr, keys, args in calls])
         return [Verdict.of(reply) for reply in replies]
 
     # worker ---------------------------------------------------------------------------------
@@ -110,6 +125,17 @@ class Queue:
             return None
         job_id, payload, attempt = reply
         return Job(_text(job_id), _payload(payload), int(attempt))
+
+    def claim_lane(self, lease_ms: int = DEFAULT_LEASE_MS, *,
+                   now: int | None = None) -> Job | None:
+        """Lease the head job of the next lane in turn (the ring rotates one step per claim),
+        or None when every lane is empty. Scripts only (``wire=6`` raises Wire6Unsupported)."""
+        args = (checked_int("lease_ms", lease_ms, 1), checked_now(now))
+        reply = self._run(t.LANE_CLAIM, None, args)
+        if reply is None:
+            return None
+        job_id, payload, attempt, group = reply
+        return Job(_text(job_id), _payload(payload), int(attempt), _text(group))
 
     def ack(self, job: Job, *, retention_ms: int | None = None) -> Verdict:
         """Complete ``job``'s lease. The row stays as a tombstone for ``retention_ms`` so a
@@ -155,12 +181,40 @@ class Queue:
         args = (checked_now(now), checked_int("limit", limit, 1))
         return int(self._run(t.PROMOTE, None, args))
 
+    # parking --------------------------------------------------------------------------------
+
+    def next_due(self) -> int | None:
+        """The earliest time (ms) at which a delayed job falls due or a lease expires, if any."""
+        with self.conn.pipeline(transaction=False) as pipe:
+            pipe.zrange(self.key("delayed"), 0, 0, withscores=True)
+            pipe.zrange(self.key("active"), 0, 0, withscores=True)
+            heads = pipe.execute()
+        times = [int(head[0][1]) for head in heads if head]
+        return min(times) if times else None
+
+    def park(self, timeout_s: float) -> bool:
+        """Block on the wake key for at most ``timeout_s`` (> 0); True when a token woke us."""
+        return self.conn.blpop([self.key("wake")], timeout=timeout_s) is not None
+
     # inspection -----------------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
-        """How many jobs are pending, active, delayed and dead."""
+        """How many jobs are pending, active, delayed and dead, and how many wait in lanes."""
         with self.conn.pipeline(transaction=False) as pipe:
             for role in ("pending", "active", "delayed", "dead"):
                 pipe.zcard(self.key(role))
-            sizes = pipe.execute()
-        return dict(zip(("pending", "active", "delayed", "dead"), map(int, sizes), strict=True))
+            pipe.lrange(self.key("ring"), 0, -1)
+            *sizes, groups = pipe.execute()
+        counts = dict(zip(("pending", "active", "delayed", "dead"), map(int, sizes), strict=True))
+        counts["lanes"] = sum(self.lane_depths(groups).values())
+        return counts
+
+    def lane_depths(self, groups: Iterable[Any] | None = None) -> dict[str, int]:
+        """How many jobs wait in each non-empty lane (the ring's groups, in serving order)."""
+        names = [_text(g) for g in (groups if groups is not None
+                                    else self.conn.lrange(self.key("ring"), 0, -1))]
+        with self.conn.pipeline(transaction=False) as pipe:
+            for group in names:
+                pipe.llen(self.key("lane", lane=group))
+            depths = pipe.execute()
+        return dict(zip(names, map(int, depths), strict=True))

@@ -18,6 +18,12 @@ class Transition:
     # A transition that admits work is refused by a server out of memory; the others stay allowed
     # so a full queue can still drain. Scripts say so in their shebang, the module in its flags.
     admits: bool = False
+    # The name a wire=6 refusal gives (the seed's name for the lane claim is "gclaim2").
+    label: str = ""
+
+    @property
+    def public_name(self) -> str:
+        return self.label or self.name
 
     @property
     def script_file(self) -> str:
@@ -43,7 +49,18 @@ PROMOTE = Transition(
     "promote", ("delayed", "pending", "ring", "wake"), ("now", "limit"), "EMQ.PROMOTE"
 )
 
+LANE_ENQUEUE = Transition(
+    "lane_enqueue", ("job", "lane", "ring", "wake"), ("id", "payload", "group", "now"), None,
+    admits=True,
+)
+LANE_CLAIM = Transition("lane_claim", ("ring", "active"), ("lease_ms", "now"), None,
+                        label="gclaim2")
+
+# Every transition with a native twin; the conformance suite runs each on both executors.
 TRANSITIONS: tuple[Transition, ...] = (ENQUEUE, CLAIM, ACK, RETRY, EXTEND, RECOVER, PROMOTE)
+# Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
+SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM)
+ALL_TRANSITIONS: tuple[Transition, ...] = TRANSITIONS + SCRIPT_ONLY
 
 
 def queue_base(name: str) -> str:
@@ -53,11 +70,17 @@ def queue_base(name: str) -> str:
     return f"emq:{{{name}}}:"
 
 
-def key_of(base: str, role: str, job_id: str | None = None) -> str:
-    """The key of ``role`` (pending, active, ..., or ``job``: the row of ``job_id``)."""
-    return base + (f"job:{job_id}" if role == "job" else role)
+def key_of(base: str, role: str, job_id: str | None = None, lane: str | None = None) -> str:
+    """The key of ``role`` (pending, active, ...; ``job``: the row of ``job_id``; ``lane``: the
+    lane of group ``lane``)."""
+    if role == "job":
+        return f"{base}job:{job_id}"
+    if role == "lane":
+        return f"{base}lane:{lane}"
+    return base + role
 
 
-def keys_for(base: str, transition: Transition, job_id: str | None = None) -> list[str]:
+def keys_for(base: str, transition: Transition, job_id: str | None = None,
+             lane: str | None = None) -> list[str]:
     """The declared keys of ``transition`` on the queue at ``base``, in protocol order."""
-    return [key_of(base, role, job_id) for role in transition.keys]
+    return [key_of(base, role, job_id, lane) for role in transition.keys]

@@ -11,6 +11,7 @@ ffibuilder = FFI()
 ffibuilder.cdef(
     """
     int emq_id_ok(const char *id, size_t len);
+    int emq_lane_ok(const char *group, size_t len);
     int emq_parse_int(const char *s, size_t len, long long min, long long *out);
     int emq_parse_now(const char *s, size_t len, long long *out);
     """

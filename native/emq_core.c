@@ -18,6 +18,14 @@ int emq_id_ok(const char *id, size_t len) {
     return 1;
 }
 
+int emq_lane_ok(const char *group, size_t len) {
+    if (len < 1 || len > EMQ_ID_REST_MAX) return 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!id_byte_ok((unsigned char)group[i])) return 0;
+    }
+    return 1;
+}
+
 int emq_parse_int(const char *s, size_t len, long long min, long long *out) {
     if (len < 1 || len > EMQ_INT_DIGITS_MAX) return 0;
     long long v = 0;

@@ -17,6 +17,7 @@
 #define EMQ_ERR_KEYS "EMQKEYS keys must be one queue's keys in the documented order"
 #define EMQ_ERR_TYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
 #define EMQ_ERR_PERM "NOPERM No permissions to access a key"
+#define EMQ_ERR_LANE "EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
 #define EMQ_ERR_NOW "EMQNUM now must be * or an integer from 0 to 999999999999999"
 #define EMQ_ERR_NUMKEYS_INT "ERR value is not an integer or out of range"
 #define EMQ_ERR_NUMKEYS_NEG "ERR Number of keys can't be negative"
@@ -24,6 +25,9 @@
 
 /* 1 when id is JOB:<rest>, rest 1..200 bytes of [A-Za-z0-9._:-]; else 0. */
 int emq_id_ok(const char *id, size_t len);
+
+/* 1 when group is a lane name: 1..200 bytes of [A-Za-z0-9._:-]; else 0. */
+int emq_lane_ok(const char *group, size_t len);
 
 /* 1 and *out set when s is 1..15 ASCII digits with value >= min; else 0. */
 int emq_parse_int(const char *s, size_t len, long long min, long long *out);
