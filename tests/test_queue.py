@@ -38,7 +38,7 @@ def test_enqueue_admits_once(queue: Queue) -> None:
     assert queue.enqueue("JOB:1", b"hello", now=NOW) is Verdict.ENQUEUED
     assert queue.enqueue("JOB:1", b"other", now=NOW + 1) is Verdict.DUPLICATE
     assert queue.conn.hget(queue.key("job", "JOB:1"), "payload") == b"hello"
-    assert queue.counts() == {"pending": 1, "active": 0, "delayed": 0, "dead": 0}
+    assert queue.counts() == {"pending": 1, "active": 0, "delayed": 0, "dead": 0, "lanes": 0}
 
 
 def test_bad_id_is_refused_before_sending(queue: Queue) -> None:
@@ -116,7 +116,7 @@ def test_retry_then_dead(queue: Queue) -> None:
     job = queue.claim(now=NOW + 100)
     assert job is not None
     assert queue.retry(job, error="last", max_attempts=3, now=NOW + 100) is Verdict.DEAD
-    assert queue.counts() == {"pending": 0, "active": 0, "delayed": 0, "dead": 1}
+    assert queue.counts() == {"pending": 0, "active": 0, "delayed": 0, "dead": 1, "lanes": 0}
     assert queue.conn.hget(queue.key("job", "JOB:1"), "error") == b"last"
 
 
