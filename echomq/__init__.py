@@ -7,6 +7,7 @@ and the trafikey module's native ``EMQ.*`` commands (``wire=6``).
 from echomq.errors import (
     ArgumentError,
     EchoMQError,
+    EvictionPolicyWarning,
     KindError,
     LaneError,
     StaleLease,
@@ -18,6 +19,7 @@ from echomq.queue import Job, Queue, Verdict
 __all__ = [
     "ArgumentError",
     "EchoMQError",
+    "EvictionPolicyWarning",
     "Job",
     "KindError",
     "LaneError",

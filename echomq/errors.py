@@ -36,6 +36,10 @@ class Wire6Unsupported(EchoMQError, NotImplementedError):
         self.name = name
 
 
+class EvictionPolicyWarning(UserWarning):
+    """The server may evict keys (its maxmemory-policy is not ``noeviction``)."""
+
+
 _CODES: dict[str, type[EchoMQError]] = {
     "EMQKIND": KindError,
     "EMQLANE": LaneError,

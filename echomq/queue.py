@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import enum
+import logging
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from echomq import transitions as t
-from echomq.errors import StaleLease
+from echomq.errors import EvictionPolicyWarning, StaleLease
 from echomq.executors import Arg, executor_for
 from echomq.native import checked_id, checked_int, checked_lane, checked_now
 
@@ -16,6 +20,8 @@ DEFAULT_LEASE_MS = 30_000
 DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BATCH_LIMIT = 1000
+
+log = logging.getLogger("echomq")
 
 
 class Verdict(enum.Enum):
@@ -52,6 +58,25 @@ def _payload(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
 
+def warn_if_evicting(conn: Any) -> str | None:
+    """Warns (EvictionPolicyWarning, and the ``echomq`` log) when the server's maxmemory-policy
+    may evict keys: a queue's jobs would then vanish under memory pressure. Returns the policy,
+    or None when the server does not say (CONFIG denied by ACL, or renamed)."""
+    try:
+        reply = conn.config_get("maxmemory-policy")
+    except RedisError:
+        return None
+    policies = reply.values() if isinstance(reply, dict) else []
+    for policy in {_text(value) for value in policies}:
+        if policy != "noeviction":
+            message = (f"maxmemory-policy is {policy!r}: the server may evict queue keys and "
+                       "lose jobs; echomq needs 'noeviction'")
+            log.warning(message)
+            warnings.warn(message, EvictionPolicyWarning, stacklevel=3)
+            return policy
+    return "noeviction" if policies else None
+
+
 class Queue:
     """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``).
 
@@ -61,13 +86,15 @@ class Queue:
 
     def __init__(self, conn: Any, name: str, *, wire: int = 5,
                  retention_ms: int = DEFAULT_RETENTION_MS,
-                 max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, check_policy: bool = True) -> None:
         self.conn = conn
         self.name = name
         self.base = t.queue_base(name)
         self.executor = executor_for(wire)
         self.retention_ms = retention_ms
         self.max_attempts = max_attempts
+        if check_policy:
+            warn_if_evicting(conn)
 
     @property
     def wire(self) -> int:

@@ -171,3 +171,19 @@ def test_job_ids_are_gated_and_time_sortable() -> None:
 def test_queue_names_with_braces_are_refused(conn: redis.Redis) -> None:
     with pytest.raises(ValueError):
         Queue(conn, "a}b")
+
+
+def test_an_evicting_server_is_warned_about(conn: redis.Redis) -> None:
+    from echomq import EvictionPolicyWarning
+
+    conn.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        with pytest.warns(EvictionPolicyWarning, match="allkeys-lru"):
+            Queue(conn, "q")
+    finally:
+        conn.config_set("maxmemory-policy", "noeviction")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Queue(conn, "q")
