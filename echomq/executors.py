@@ -12,12 +12,10 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
+from echomq.calls import Arg, Call
 from echomq.errors import Wire6Unsupported, from_reply
 from echomq.scripts import script_for
 from echomq.transitions import Transition
-
-Arg = str | bytes
-Call = tuple[Transition, Sequence[str], Sequence[Arg]]
 
 
 def raise_mapped(exc: ResponseError) -> None:

@@ -1,0 +1,161 @@
+"""What each transition sends and what its reply means, for one queue — no I/O.
+
+``QueueCalls`` turns a method call into a ``Call`` (transition, keys, arguments), checking every
+argument with the protocol's own C rules first; the functions below decode replies. The blocking
+``echomq.Queue`` and the asyncio ``echomq.aio.Queue`` both send what this module builds, so the
+two clients cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from echomq import transitions as t
+from echomq.errors import StaleLease
+from echomq.native import checked_id, checked_int, checked_lane, checked_now
+
+Arg = str | bytes
+Call = tuple[t.Transition, Sequence[str], Sequence[Arg]]
+Item = tuple[str, bytes | str] | tuple[str, bytes | str, str | None]
+
+DEFAULT_LEASE_MS = 30_000
+DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_BATCH_LIMIT = 1000
+ZSETS = ("pending", "active", "delayed", "dead")
+
+
+class Verdict(enum.Enum):
+    """What a transition did, as the server words it."""
+
+    ENQUEUED = "ENQUEUED"
+    DUPLICATE = "DUPLICATE"
+    ACKED = "ACKED"
+    STALE = "STALE"
+    RETRYING = "RETRYING"
+    DEAD = "DEAD"
+    EXTENDED = "EXTENDED"
+
+    @classmethod
+    def of(cls, reply: Any) -> Verdict:
+        return cls(text(reply))
+
+
+@dataclass(frozen=True)
+class Job:
+    """A leased job: run it, then ack, retry or extend it by this (id, attempt) lease."""
+
+    id: str
+    payload: bytes
+    attempt: int
+    lane: str | None = None
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def payload_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def job_of(reply: Any) -> Job | None:
+    """The Job a claim or lane claim replied with (``[id, payload, attempt[, group]]``)."""
+    if reply is None:
+        return None
+    lane = text(reply[3]) if len(reply) > 3 else None
+    return Job(text(reply[0]), payload_bytes(reply[1]), int(reply[2]), lane)
+
+
+def fenced(job: Job, reply: Any) -> Verdict:
+    """The verdict of an ack, retry or extend; StaleLease when the lease was not current."""
+    verdict = Verdict.of(reply)
+    if verdict is Verdict.STALE:
+        raise StaleLease(job.id, job.attempt)
+    return verdict
+
+
+def earliest(heads: Sequence[Any]) -> int | None:
+    """The lowest score among ``ZRANGE key 0 0 WITHSCORES`` replies, as ms."""
+    times = [int(head[0][1]) for head in heads if head]
+    return min(times) if times else None
+
+
+def evicting_policy(reply: Any) -> str | None:
+    """The maxmemory-policy of a ``CONFIG GET maxmemory-policy`` reply when it may evict keys."""
+    policies = {text(value) for value in reply.values()} if isinstance(reply, dict) else set()
+    return next((policy for policy in sorted(policies) if policy != "noeviction"), None)
+
+
+def eviction_message(policy: str) -> str:
+    return (f"maxmemory-policy is {policy!r}: the server may evict queue keys and lose jobs; "
+            "echomq needs 'noeviction'")
+
+
+class QueueCalls:
+    """The calls of queue ``name``: keys built from its base, arguments checked and encoded."""
+
+    def __init__(self, name: str, *, retention_ms: int = DEFAULT_RETENTION_MS,
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+        self.name = name
+        self.base = t.queue_base(name)
+        self.retention_ms = retention_ms
+        self.max_attempts = max_attempts
+
+    def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str:
+        return t.key_of(self.base, role, job_id, lane)
+
+    def _call(self, transition: t.Transition, args: Sequence[Arg], job_id: str | None = None,
+              lane: str | None = None) -> Call:
+        return transition, t.keys_for(self.base, transition, job_id, lane), args
+
+    def enqueue(self, job_id: str, payload: bytes | str, lane: str | None,
+                now: int | None) -> Call:
+        return self._admission(job_id, payload, lane, checked_now(now))
+
+    def enqueue_many(self, items: Iterable[Item], now: int | None) -> list[Call]:
+        stamp = checked_now(now)
+        return [self._admission(item[0], item[1], item[2] if len(item) > 2 else None, stamp)
+                for item in items]
+
+    def _admission(self, job_id: str, payload: bytes | str, lane: str | None,
+                   stamp: str) -> Call:
+        checked_id(job_id)
+        if lane is None:
+            return self._call(t.ENQUEUE, (job_id, payload_bytes(payload), stamp), job_id)
+        args = (job_id, payload_bytes(payload), checked_lane(lane), stamp)
+        return self._call(t.LANE_ENQUEUE, args, job_id, lane)
+
+    def claim(self, lease_ms: int, now: int | None) -> Call:
+        return self._call(t.CLAIM, (checked_int("lease_ms", lease_ms, 1), checked_now(now)))
+
+    def claim_lane(self, lease_ms: int, now: int | None) -> Call:
+        return self._call(t.LANE_CLAIM, (checked_int("lease_ms", lease_ms, 1), checked_now(now)))
+
+    def ack(self, job: Job, retention_ms: int | None) -> Call:
+        keep = self.retention_ms if retention_ms is None else retention_ms
+        args = (checked_id(job.id), checked_int("attempt", job.attempt, 1),
+                checked_int("retention_ms", keep, 0))
+        return self._call(t.ACK, args, job.id)
+
+    def retry(self, job: Job, delay_ms: int, error: str | bytes, max_attempts: int | None,
+              now: int | None) -> Call:
+        limit = self.max_attempts if max_attempts is None else max_attempts
+        args = (checked_id(job.id), checked_int("attempt", job.attempt, 1),
+                checked_int("delay_ms", delay_ms, 0), checked_int("max_attempts", limit, 1),
+                payload_bytes(error), checked_now(now))
+        return self._call(t.RETRY, args, job.id)
+
+    def extend(self, job: Job, lease_ms: int, now: int | None) -> Call:
+        args = (checked_id(job.id), checked_int("attempt", job.attempt, 1),
+                checked_int("lease_ms", lease_ms, 1), checked_now(now))
+        return self._call(t.EXTEND, args, job.id)
+
+    def recover(self, now: int | None, limit: int) -> Call:
+        return self._call(t.RECOVER, (checked_now(now), checked_int("limit", limit, 1)))
+
+    def promote(self, now: int | None, limit: int) -> Call:
+        return self._call(t.PROMOTE, (checked_now(now), checked_int("limit", limit, 1)))
