@@ -1,0 +1,132 @@
+"""The asyncio client: the conformance cases through its executors, and the Queue's flows."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+import redis
+import redis.asyncio as aredis
+
+from echomq import Job, KindError, StaleLease, Verdict, Wire6Unsupported
+from echomq.aio import Queue, async_executor_for
+from echomq.embedded import EmbeddedValkey
+from echomq.executors import executor_for
+from tests.conformance.cases import Case, all_cases
+
+NOW = 1_700_000_000_000
+T = TypeVar("T")
+WELL_FORMED = [case for case in all_cases()
+               if case.argv[0] == len(case.transition.keys) and len(case.argv) > len(
+                   case.transition.keys)]
+
+
+def run(port: int, body: Callable[[aredis.Redis], Awaitable[T]]) -> T:
+    async def main() -> T:
+        client = aredis.Redis(host="127.0.0.1", port=port)
+        try:
+            await client.flushall()
+            return await body(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def outcome(call: Callable[[], Any]) -> tuple[str, Any]:
+    try:
+        return "reply", call()
+    except redis.RedisError as exc:
+        return type(exc).__name__, str(exc)
+    except ValueError as exc:
+        return type(exc).__name__, str(exc)
+
+
+def keyspace(conn: redis.Redis) -> dict[bytes, Any]:
+    return {key: (conn.type(key), conn.dump(key)) for key in sorted(conn.keys())}
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+@pytest.mark.parametrize("case", WELL_FORMED, ids=[case.id for case in WELL_FORMED])
+def test_conformance_case_through_both_clients(valkey: EmbeddedValkey, case: Case,
+                                               wire: int) -> None:
+    """The async executor replies and writes exactly as the blocking one does."""
+    sync_conn = valkey.client()
+    n = len(case.transition.keys)
+    keys = [k.decode() if isinstance(k, bytes) else str(k) for k in case.argv[1:n + 1]]
+    args = [a if isinstance(a, bytes) else str(a) for a in case.argv[n + 1:]]
+
+    def prepared() -> None:
+        sync_conn.flushall()
+        for command in case.setup:
+            sync_conn.execute_command(*command)
+
+    prepared()
+    sync = outcome(lambda: executor_for(wire).call(sync_conn, case.transition, keys, args))
+    sync_state = keyspace(sync_conn)
+    prepared()
+
+    async def async_outcome() -> tuple[str, Any]:
+        client = aredis.Redis(host="127.0.0.1", port=valkey.port)
+        try:
+            executor = async_executor_for(wire)
+            return "reply", await executor.call(client, case.transition, keys, args)
+        except (redis.RedisError, ValueError) as exc:
+            return type(exc).__name__, str(exc)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(async_outcome()) == sync
+    assert keyspace(sync_conn) == sync_state
+    sync_conn.close()
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_async_lifecycle(valkey: EmbeddedValkey, wire: int) -> None:
+    async def body(client: aredis.Redis) -> None:
+        queue = Queue(client, "emails", wire=wire)
+        assert await queue.check_policy() is None
+        assert await queue.enqueue("JOB:1", b"a", now=NOW) is Verdict.ENQUEUED
+        assert await queue.enqueue_many([("JOB:1", b"x"), ("JOB:2", b"b")], now=NOW + 1) == [
+            Verdict.DUPLICATE, Verdict.ENQUEUED]
+        with pytest.raises(KindError):
+            await queue.enqueue("nope", b"")
+        job = await queue.claim(lease_ms=10, now=NOW + 2)
+        assert job == Job("JOB:1", b"a", 1)
+        assert await queue.next_due() == NOW + 12
+        assert await queue.recover(now=NOW + 12) == 1
+        again = await queue.claim(now=NOW + 13)
+        assert again == Job("JOB:1", b"a", 2)
+        with pytest.raises(StaleLease):
+            await queue.ack(job)
+        assert await queue.extend(again, lease_ms=5, now=NOW + 14) is Verdict.EXTENDED
+        assert await queue.retry(again, delay_ms=3, error="x", now=NOW + 15) is Verdict.RETRYING
+        assert await queue.promote(now=NOW + 18) == 1
+        second = await queue.claim(now=NOW + 19)
+        assert second is not None and second.id == "JOB:2"
+        assert await queue.ack(second, retention_ms=0) is Verdict.ACKED
+        assert await queue.counts() == {"pending": 1, "active": 0, "delayed": 0, "dead": 0,
+                                        "lanes": 0}
+        await client.script_flush()
+        assert await queue.enqueue_many([("JOB:3", b"c")], now=NOW) == [Verdict.ENQUEUED]
+
+    run(valkey.port, body)
+
+
+def test_async_lanes_and_the_wire6_refusal(valkey: EmbeddedValkey) -> None:
+    async def body(client: aredis.Redis) -> None:
+        lanes = Queue(client, "tenants", wire=5)
+        await lanes.enqueue_many([("JOB:a1", b"", "a"), ("JOB:a2", b"", "a"),
+                                  ("JOB:b1", b"", "b")], now=NOW)
+        assert await lanes.lane_depths() == {"a": 2, "b": 1}
+        served = [await lanes.claim_lane(now=NOW) for _ in range(3)]
+        assert [job.lane for job in served if job] == ["a", "b", "a"]
+        native = Queue(client, "tenants", wire=6)
+        with pytest.raises(Wire6Unsupported):
+            await native.claim_lane()
+        with pytest.raises(Wire6Unsupported):
+            await native.enqueue_many([("JOB:c", b"", "c")])
+
+    run(valkey.port, body)
