@@ -159,3 +159,9 @@ class QueueCalls:
 
     def promote(self, now: int | None, limit: int) -> Call:
         return self._call(t.PROMOTE, (checked_now(now), checked_int("limit", limit, 1)))
+
+    def requeue(self, job_id: str, now: int | None) -> Call:
+        return self._call(t.REQUEUE, (checked_id(job_id), checked_now(now)), job_id)
+
+    def purge(self, limit: int) -> Call:
+        return self._call(t.PURGE, (checked_int("limit", limit, 1),))

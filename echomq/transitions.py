@@ -56,11 +56,16 @@ LANE_ENQUEUE = Transition(
 LANE_CLAIM = Transition("lane_claim", ("ring", "active"), ("lease_ms", "now"), None,
                         label="gclaim2")
 
+REQUEUE = Transition("requeue", ("dead", "pending", "ring", "wake", "job"), ("id", "now"), None)
+PURGE = Transition("purge", ("dead",), ("limit",), None)
+
 # Every transition with a native twin; the conformance suite runs each on both executors.
 TRANSITIONS: tuple[Transition, ...] = (ENQUEUE, CLAIM, ACK, RETRY, EXTEND, RECOVER, PROMOTE)
 # Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
 SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM)
-ALL_TRANSITIONS: tuple[Transition, ...] = TRANSITIONS + SCRIPT_ONLY
+# An operator's tools over dead jobs: scripts whatever the queue's wire (see echomq.admin).
+ADMIN: tuple[Transition, ...] = (REQUEUE, PURGE)
+ALL_TRANSITIONS: tuple[Transition, ...] = TRANSITIONS + SCRIPT_ONLY + ADMIN
 
 
 def queue_base(name: str) -> str:

@@ -1,0 +1,133 @@
+"""An operator's view of queues: what is where, how old, what died and why; requeue and purge.
+
+Everything here reads with plain commands, and writes only through the ``requeue`` and ``purge``
+scripts (atomic; scripts whatever wire the queue's workers use).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from echomq.calls import ZSETS, QueueCalls, payload_bytes, text
+from echomq.executors import executor_for
+
+_SCRIPTS = executor_for(5)
+_QUEUE_KEY = re.compile(rb"^emq:\{(?P<name>[^{}]+)\}:(pending|active|delayed|dead|ring)$")
+
+
+@dataclass
+class QueueStats:
+    name: str
+    pending: int
+    active: int
+    delayed: int
+    dead: int
+    lanes: dict[str, int] = field(default_factory=dict)
+    oldest_pending_age_ms: int | None = None
+    server_time_ms: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class DeadJob:
+    id: str
+    died_at_ms: int
+    attempts: int
+    error: str
+    lane: str | None
+
+
+def server_time_ms(conn: Any) -> int:
+    seconds, micros = conn.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def queue_names(conn: Any) -> list[str]:
+    """The names of the queues that hold anything on this server."""
+    names = set()
+    for key in conn.scan_iter(match="emq:{*}:*", count=1000):
+        found = _QUEUE_KEY.match(key if isinstance(key, bytes) else key.encode())
+        if found:
+            names.add(found["name"].decode())
+    return sorted(names)
+
+
+def stats(conn: Any, name: str) -> QueueStats:
+    """Depths of every part of queue ``name``, its lanes, and the age of its oldest pending job."""
+    calls = QueueCalls(name)
+    with conn.pipeline(transaction=False) as pipe:
+        for role in ZSETS:
+            pipe.zcard(calls.key(role))
+        pipe.zrange(calls.key("pending"), 0, 0, withscores=True)
+        pipe.lrange(calls.key("ring"), 0, -1)
+        *sizes, oldest, groups = pipe.execute()
+    now = server_time_ms(conn)
+    lanes = _lane_depths(conn, calls, [text(group) for group in groups])
+    age = now - int(oldest[0][1]) if oldest else None
+    pending, active, delayed, dead = (int(size) for size in sizes)
+    return QueueStats(name, pending, active, delayed, dead, lanes=lanes,
+                      oldest_pending_age_ms=age, server_time_ms=now)
+
+
+def _lane_depths(conn: Any, calls: QueueCalls, groups: list[str]) -> dict[str, int]:
+    with conn.pipeline(transaction=False) as pipe:
+        for group in groups:
+            pipe.llen(calls.key("lane", lane=group))
+        return dict(zip(groups, map(int, pipe.execute()), strict=True))
+
+
+def inspect(conn: Any, name: str, job_id: str) -> dict[str, Any] | None:
+    """The row of ``job_id`` and where the job is (with its score there), or None."""
+    calls = QueueCalls(name)
+    row = conn.hgetall(calls.key("job", job_id))
+    if not row:
+        return None
+    fields: dict[str, Any] = {text(k): text(v) for k, v in row.items() if text(k) != "payload"}
+    if b"payload" in row or "payload" in row:
+        fields["payload"] = payload_bytes(row.get(b"payload", row.get("payload")))
+    where, score = _location(conn, calls, job_id, fields.get("lane"))
+    ttl = conn.pttl(calls.key("job", job_id))
+    return {"id": job_id, "state": where, "score": score, "fields": fields,
+            "expires_in_ms": ttl if ttl >= 0 else None}
+
+
+def _location(conn: Any, calls: QueueCalls, job_id: str,
+              lane: str | None) -> tuple[str, int | None]:
+    with conn.pipeline(transaction=False) as pipe:
+        for role in ZSETS:
+            pipe.zscore(calls.key(role), job_id)
+        scores = pipe.execute()
+    for role, score in zip(ZSETS, scores, strict=True):
+        if score is not None:
+            return role, int(score)
+    if lane is not None and conn.lpos(calls.key("lane", lane=lane), job_id) is not None:
+        return f"lane:{lane}", None
+    return "completed", None
+
+
+def dead_jobs(conn: Any, name: str, limit: int = 100) -> list[DeadJob]:
+    """The dead jobs of queue ``name``, oldest death first, with their last errors."""
+    calls = QueueCalls(name)
+    entries = conn.zrange(calls.key("dead"), 0, limit - 1, withscores=True)
+    with conn.pipeline(transaction=False) as pipe:
+        for job_id, _ in entries:
+            pipe.hmget(calls.key("job", text(job_id)), "attempts", "error", "lane")
+        rows = pipe.execute()
+    return [DeadJob(text(job_id), int(score), int(row[0] or 0), text(row[1] or b""),
+                    text(row[2]) if row[2] is not None else None)
+            for (job_id, score), row in zip(entries, rows, strict=True)]
+
+
+def requeue(conn: Any, name: str, job_id: str, *, now: int | None = None) -> bool:
+    """Run dead job ``job_id`` again with fresh attempts; False if it is not dead."""
+    reply = _SCRIPTS.call(conn, *QueueCalls(name).requeue(job_id, now))
+    return text(reply) == "REQUEUED"
+
+
+def purge(conn: Any, name: str, *, limit: int = 1000) -> int:
+    """Delete up to ``limit`` dead jobs (oldest first) and their rows; how many went."""
+    return int(_SCRIPTS.call(conn, *QueueCalls(name).purge(limit)))

@@ -1,0 +1,25 @@
+--[[
+  purge: forget dead jobs — the oldest first, at most limit — deleting their rows, so their ids
+  may be admitted again. Scripts only: an operator's tool.
+    KEYS[1] <base>dead       jobs that used up their attempts (zset)
+    ARGV[1] limit            integer >= 1
+  Derived: <base>job:<id> of each purged job.
+  Replies: :<jobs purged> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM errors.
+]]
+if #KEYS ~= 1 or #ARGV ~= 1 then return arity_error('PURGE', 1, 1) end
+local base = keys_base({ 'dead' })
+if base == nil then return redis.error_reply(E_KEYS) end
+local limit = int_arg(ARGV[1], 1)
+if limit == nil then return number_error('limit', 1) end
+if not types_ok({ 'zset' }) then return redis.error_reply(E_TYPE) end
+
+local dead = KEYS[1]
+local ids = redis.call('ZRANGE', dead, '0', dec(limit - 1))
+for i = 1, #ids do
+  if not may_access(base .. 'job:' .. ids[i]) then return redis.error_reply(E_PERM) end
+end
+for i = 1, #ids do
+  redis.call('ZREM', dead, ids[i])
+  redis.call('DEL', base .. 'job:' .. ids[i])
+end
+return #ids

@@ -1,0 +1,38 @@
+--[[
+  requeue: a dead job runs again — back to pending (now) or the tail of its lane, with a fresh
+  count of attempts; its last error stays on the row. Scripts only: an operator's tool.
+    KEYS[1] <base>dead       jobs that used up their attempts (zset)
+    KEYS[2] <base>pending    flat jobs ready to run (zset)
+    KEYS[3] <base>ring       groups whose lanes are non-empty (list)
+    KEYS[4] <base>wake       wake tokens (list)
+    KEYS[5] <base>job:<id>   the job row (hash)
+    ARGV[1] id               JOB:<rest>
+    ARGV[2] now              ms, or * for the server clock
+  Derived: <base>lane:<group> of a lane job.
+  Replies: +REQUEUED | +NOT_DEAD | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM errors.
+]]
+if #KEYS ~= 5 or #ARGV ~= 2 then return arity_error('REQUEUE', 5, 2) end
+local id = ARGV[1]
+if not id_ok(id) then return redis.error_reply(E_KIND) end
+local base = keys_base({ 'dead', 'pending', 'ring', 'wake', 'job:' .. id })
+if base == nil then return redis.error_reply(E_KEYS) end
+local now = now_arg(ARGV[2])
+if now == nil then return redis.error_reply(E_NOW) end
+if not types_ok({ 'zset', 'zset', 'list', 'list', 'hash' }) then return redis.error_reply(E_TYPE) end
+
+local dead, pending, ring, wake_key, row = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+if redis.call('ZSCORE', dead, id) == false or redis.call('EXISTS', row) == 0 then
+  return redis.status_reply('NOT_DEAD')
+end
+local moves, failure = plan_moves(base, { id, dec(now) }, nil)
+if moves == nil then return failure end
+local move = moves[1]
+redis.call('ZREM', dead, id)
+redis.call('HSET', row, 'attempts', '0')
+if move.lane then
+  push_lane(ring, move, 'RPUSH')
+else
+  redis.call('ZADD', pending, move.score, id)
+end
+wake(wake_key, 1)
+return redis.status_reply('REQUEUED')
