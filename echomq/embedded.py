@@ -7,6 +7,7 @@ directory, and is stopped on exit; the child also dies with its parent (Linux PD
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import os
@@ -75,8 +76,11 @@ def _die_with_parent() -> None:
 class EmbeddedValkey:
     """A private ``valkey-server`` (module loaded unless ``module=False``), as a context manager.
 
-    ``directory``: where its files go (a fresh temporary directory by default, removed after).
-    ``config``: extra ``--name value`` settings, e.g. ``{"appendonly": "yes"}``.
+    ``directory``: where its files go (a fresh temporary directory by default, removed after;
+    a directory you name is kept). ``persist``: keep the data across restarts in that directory
+    (append-only file, fsync every second). ``unix_socket``: listen on ``<directory>/valkey.sock``
+    instead of a TCP port.
+    ``config``: extra ``--name value`` settings, e.g. ``{"appendfsync": "always"}``.
     ``module``: False for a server without trafikey, or the path of another build of it.
     ``env``: variables added to the server's environment.
     """
@@ -84,7 +88,8 @@ class EmbeddedValkey:
     def __init__(self, *, server: str | None = None, module: bool | str = True,
                  directory: str | None = None, port: int | None = None,
                  config: dict[str, str] | None = None, prefer: str = "wheel",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, persist: bool = False,
+                 unix_socket: bool = False) -> None:
         chosen = server or find_valkey_server(prefer)
         # The server runs in its own directory: a relative path must not depend on ours.
         self.server = os.path.abspath(chosen) if os.sep in chosen else chosen
@@ -92,18 +97,29 @@ class EmbeddedValkey:
         self.port = port or free_port()
         self.config = dict(config or {})
         self.env = dict(env or {})
+        self.persist = persist
+        self.unix_socket = unix_socket
         self._own_dir = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="echomq-valkey-")
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
+    def socket_path(self) -> str:
+        return os.path.join(self.directory, "valkey.sock")
+
+    @property
     def url(self) -> str:
+        if self.unix_socket:
+            return f"unix://{self.socket_path}"
         return f"redis://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        argv = [self.server, "--port", str(self.port), "--bind", "127.0.0.1",
-                "--dir", self.directory, "--save", "", "--appendonly", "no",
+        argv = [self.server, "--port", "0" if self.unix_socket else str(self.port),
+                "--bind", "127.0.0.1", "--dir", self.directory, "--save", "",
+                "--appendonly", "yes" if self.persist else "no",
                 "--enable-debug-command", "local", "--logfile", "valkey.log"]
+        if self.unix_socket:
+            argv += ["--unixsocket", self.socket_path, "--unixsocketperm", "700"]
         if self.module:
             argv += ["--loadmodule", self.module if isinstance(self.module, str) else module_path()]
         for name, value in self.config.items():
@@ -112,10 +128,12 @@ class EmbeddedValkey:
 
     def start(self, timeout: float = 20.0) -> EmbeddedValkey:
         env = {**os.environ, **self.env}
-        self.process = subprocess.Popen(
-            self.command(), cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent,
-        )
+        with open(os.path.join(self.directory, "stderr.log"), "ab") as stderr:
+            self.process = subprocess.Popen(
+                self.command(), cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=_die_with_parent,
+            )
+        atexit.register(self.stop)
         self._await_ready(timeout)
         return self
 
@@ -137,11 +155,13 @@ class EmbeddedValkey:
             probe.close()
 
     def client(self, **options: Any) -> redis.Redis:
+        if self.unix_socket:
+            return redis.Redis(unix_socket_path=self.socket_path, **options)
         return redis.Redis(host="127.0.0.1", port=self.port, **options)
 
     def log(self) -> str:
-        path = Path(self.directory, "valkey.log")
-        return path.read_text(errors="replace") if path.exists() else ""
+        parts = [Path(self.directory, name) for name in ("stderr.log", "valkey.log")]
+        return "".join(part.read_text(errors="replace") for part in parts if part.exists())
 
     def stop(self, timeout: float = 10.0) -> None:
         process, self.process = self.process, None
@@ -152,8 +172,7 @@ class EmbeddedValkey:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        if process is not None and process.stderr is not None:
-            process.stderr.close()
+        atexit.unregister(self.stop)
         if self._own_dir:
             shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -162,8 +181,6 @@ class EmbeddedValkey:
         if self.process is not None:
             self.process.kill()
             self.process.wait()
-            if self.process.stderr is not None:
-                self.process.stderr.close()
             self.process = None
 
     def __enter__(self) -> EmbeddedValkey:

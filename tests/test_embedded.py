@@ -1,0 +1,83 @@
+"""The embedded server: unix sockets, persistence, and no orphan process in any way of ending."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from echomq import Queue, Verdict
+from echomq.embedded import EmbeddedValkey
+
+CHILD = """
+import sys, signal
+from echomq.embedded import EmbeddedValkey
+with EmbeddedValkey(prefer="path") as server:
+    print(server.process.pid, flush=True)
+    signal.pause() if sys.argv[1] == "wait" else None
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is gone for our purpose once its state says so.
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "State:\tZ" not in status.read_text()
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+def start_child() -> tuple[subprocess.Popen[str], int]:
+    child = subprocess.Popen([sys.executable, "-c", CHILD, "wait"], stdout=subprocess.PIPE,
+                             text=True)
+    assert child.stdout is not None
+    server_pid = int(child.stdout.readline())
+    assert alive(server_pid)
+    return child, server_pid
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_no_orphan_when_the_parent_ends(how: signal.Signals) -> None:
+    child, server_pid = start_child()
+    child.send_signal(how)
+    child.wait(timeout=20)
+    assert gone_within(server_pid, 10), f"valkey-server outlived its parent ({how.name})"
+
+
+def test_unix_socket_and_persistence(tmp_path: Path) -> None:
+    with EmbeddedValkey(prefer="path", directory=str(tmp_path), unix_socket=True,
+                        persist=True) as server:
+        assert server.url == f"unix://{tmp_path}/valkey.sock"
+        conn = server.client()
+        assert Queue(conn, "q", wire=6).enqueue("JOB:1", b"kept") is Verdict.ENQUEUED
+        conn.close()
+    assert tmp_path.exists()
+    with EmbeddedValkey(prefer="path", directory=str(tmp_path), unix_socket=True,
+                        persist=True) as server:
+        queue = Queue(server.client(), "q", wire=6)
+        job = queue.claim()
+        assert job is not None and job.payload == b"kept"
+        queue.conn.close()
+
+
+def test_stop_removes_its_own_directory() -> None:
+    server = EmbeddedValkey(prefer="path").start()
+    directory, pid = server.directory, server.process.pid  # type: ignore[union-attr]
+    server.stop()
+    assert not os.path.exists(directory)
+    assert gone_within(pid, 5)
