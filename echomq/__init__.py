@@ -4,6 +4,7 @@ Every transition runs on two executors with byte-identical replies: Lua scripts 
 and the trafikey module's native ``EMQ.*`` commands (``wire=6``).
 """
 
+from echomq.consumer import Consumer
 from echomq.errors import (
     ArgumentError,
     EchoMQError,
@@ -18,6 +19,7 @@ from echomq.queue import Job, Queue, Verdict
 
 __all__ = [
     "ArgumentError",
+    "Consumer",
     "EchoMQError",
     "EvictionPolicyWarning",
     "Job",
