@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import os
+import signal
+import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
 
 import click
+import redis
 
+from echomq import admin
 from echomq.demo import run_demo
+from echomq.embedded import EmbeddedValkey
 from echomq.errors import Wire6Unsupported
+from echomq.ids import new_job_id
+from echomq.queue import Queue
 
 
 @click.group()
@@ -64,3 +78,188 @@ def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: st
     except (ImportError, AttributeError, ValueError, TypeError, Wire6Unsupported) as exc:
         raise click.UsageError(f"{type(exc).__name__}: {exc}") from exc
     sys.exit(run_workers(spec, concurrency, grace))
+
+
+# operator commands ---------------------------------------------------------------------------
+
+url_option = click.option("--url", envvar="ECHOMQ_URL", default="redis://127.0.0.1:6379",
+                          show_default=True, show_envvar=True, help="the Valkey server")
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON, for scripts")
+
+
+def _connect(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)
+
+
+def _emit(as_json: bool, value: Any, lines: Callable[[], Iterable[str]]) -> None:
+    if as_json:
+        click.echo(json.dumps(value, default=_jsonable))
+    else:
+        for line in lines():
+            click.echo(line)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="backslashreplace")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+@main.command()
+@click.argument("queue")
+@click.argument("payload")
+@click.option("--id", "job_id", default=None, help="the job id (default: a new JOB:<ULID>)")
+@click.option("--lane", default=None, help="the group's lane to join")
+@click.option("--wire", type=click.Choice(["5", "6"]), default="5", show_default=True)
+@url_option
+@json_option
+def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, wire: str, url: str,
+            as_json: bool) -> None:
+    """Admit one job with PAYLOAD into QUEUE."""
+    job_id = job_id or new_job_id()
+    verdict = Queue(_connect(url), queue, wire=int(wire)).enqueue(job_id, payload.encode(),
+                                                                  lane=lane)
+    _emit(as_json, {"id": job_id, "verdict": verdict.value},
+          lambda: [f"{verdict.value} {job_id}"])
+
+
+@main.command()
+@click.argument("queue", required=False)
+@url_option
+@json_option
+def stats(queue: str | None, url: str, as_json: bool) -> None:
+    """Depths of QUEUE (or of every queue): pending, active, delayed, dead, lanes, oldest."""
+    conn = _connect(url)
+    found = [admin.stats(conn, name) for name in ([queue] if queue else admin.queue_names(conn))]
+    _emit(as_json, [s.as_dict() for s in found], lambda: _stats_lines(found))
+
+
+def _stats_lines(found: list[admin.QueueStats]) -> Iterable[str]:
+    for s in found:
+        age = "-" if s.oldest_pending_age_ms is None else f"{s.oldest_pending_age_ms} ms"
+        yield (f"{s.name}: pending {s.pending}, active {s.active}, delayed {s.delayed}, "
+               f"dead {s.dead}, in lanes {sum(s.lanes.values())}, oldest pending {age}")
+        for group, depth in s.lanes.items():
+            yield f"  lane {group}: {depth}"
+
+
+@main.command()
+@click.argument("queue")
+@click.argument("job_id", metavar="ID")
+@url_option
+@json_option
+def inspect(queue: str, job_id: str, url: str, as_json: bool) -> None:
+    """Show the row of job ID in QUEUE and where the job is."""
+    found = admin.inspect(_connect(url), queue, job_id)
+    if found is None:
+        raise click.ClickException(f"no job {job_id} in queue {queue}")
+    _emit(as_json, found, lambda: [f"{k}: {v}" for k, v in found.items() if k != "fields"]
+          + [f"  {k}: {v!r}" for k, v in found["fields"].items()])
+
+
+@main.group()
+def dead() -> None:
+    """Dead jobs: list them, run them again, or forget them."""
+
+
+@dead.command("list")
+@click.argument("queue")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1))
+@url_option
+@json_option
+def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
+    """The dead jobs of QUEUE, oldest death first, with their last errors."""
+    jobs = admin.dead_jobs(_connect(url), queue, limit)
+    _emit(as_json, jobs, lambda: [f"{j.id} attempts={j.attempts} lane={j.lane or '-'} "
+                                  f"error={j.error}" for j in jobs] or ["no dead jobs"])
+
+
+@dead.command("requeue")
+@click.argument("queue")
+@click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
+@url_option
+@json_option
+def dead_requeue(queue: str, job_ids: tuple[str, ...], url: str, as_json: bool) -> None:
+    """Run dead jobs ID... of QUEUE again, with fresh attempts."""
+    conn = _connect(url)
+    done = {job_id: admin.requeue(conn, queue, job_id) for job_id in job_ids}
+    _emit(as_json, done, lambda: [f"{'REQUEUED' if ok else 'NOT_DEAD'} {job_id}"
+                                  for job_id, ok in done.items()])
+
+
+@dead.command("purge")
+@click.argument("queue")
+@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1))
+@url_option
+@json_option
+def dead_purge(queue: str, limit: int, url: str, as_json: bool) -> None:
+    """Forget up to LIMIT dead jobs of QUEUE (oldest first), deleting their rows."""
+    purged = admin.purge(_connect(url), queue, limit=limit)
+    _emit(as_json, {"purged": purged}, lambda: [f"purged {purged}"])
+
+
+@main.command()
+@click.argument("queue")
+@click.option("--wire", type=click.Choice(["5", "6"]), default="5", show_default=True)
+@url_option
+@json_option
+def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
+    """Return QUEUE's expired leases and promote its due retries now."""
+    q = Queue(_connect(url), queue, wire=int(wire))
+    moved = {"recovered": q.recover(), "promoted": q.promote()}
+    _emit(as_json, moved, lambda: [f"recovered {moved['recovered']}, "
+                                   f"promoted {moved['promoted']}"])
+
+
+@main.command()
+@click.option("--dir", "directory", default=None, type=click.Path(file_okay=False),
+              help="keep the data in this directory (append-only file); default: a temp dir")
+@click.option("--port", default=None, type=click.IntRange(1, 65535), help="default: a free one")
+@click.option("--unix-socket", is_flag=True, help="listen on <dir>/valkey.sock instead")
+def serve(directory: str | None, port: int | None, unix_socket: bool) -> None:
+    """Run a valkey-server with trafikey loaded in the foreground, for development."""
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    server = EmbeddedValkey(directory=directory, port=port, persist=directory is not None,
+                            unix_socket=unix_socket)
+    with server:
+        click.echo(f"valkey-server with trafikey at {server.url} (Ctrl-C stops it)")
+        click.echo(f"export ECHOMQ_URL={server.url}")
+        _wait_for_signal(server)
+
+
+def _wait_for_signal(server: EmbeddedValkey) -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        if server.process is None or server.process.poll() is not None:
+            raise click.ClickException(f"valkey-server exited:\n{server.log()[-2000:]}")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8042, show_default=True, type=click.IntRange(0, 65535))
+@url_option
+def dashboard(host: str, port: int, url: str) -> None:
+    """Serve the web dashboard: queues, lanes, depths over time, dead jobs and requeue."""
+    from echomq.dashboard import DashboardServer
+
+    server = DashboardServer(_connect(url), host, port)
+    click.echo(f"echomq dashboard at {server.url} (Ctrl-C stops it)")
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
+    server.server_close()
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def bench(args: tuple[str, ...]) -> None:
+    """Run the benchmark harness of a source checkout (make bench; ARGS go to it)."""
+    checkout = Path(__file__).resolve().parent.parent
+    if not (checkout / "bench" / "__main__.py").is_file():
+        raise click.ClickException("the benchmark lives in echomq's source checkout (bench/)")
+    command = ["make", "-C", str(checkout), "bench", f"BENCH_ARGS={' '.join(args)}"]
+    sys.exit(subprocess.call(command))

@@ -223,8 +223,8 @@ class Consumer:
     """The supervised loop of one worker on ``queue``, running ``handler(job)`` per job.
 
     ``lanes``: claim through the lanes in turn, then flat jobs (scripts only: a ``wire=6``
-    queue raises Wire6Unsupported("gclaim2") here). ``heartbeat``: extend a running job's lease every
-    ``lease_ms / 3``. ``on_ack``: called with each job whose ack returned ACKED.
+    queue raises Wire6Unsupported("gclaim2") here). ``heartbeat``: extend a running job's lease
+    every ``lease_ms / 3``. ``on_ack``: called with each job whose ack returned ACKED.
     ``clock``: the ms clock for every transition (None: the server's).
     """
 
