@@ -3,10 +3,12 @@ semantics as ``echomq.Queue`` — both send what ``echomq.calls`` builds."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
@@ -30,12 +32,13 @@ from echomq.calls import (
     job_of,
     text,
 )
-from echomq.errors import EvictionPolicyWarning, Wire6Unsupported
+from echomq.consumer import error_text, log_failure, park_window, refuse_unsupported
+from echomq.errors import EvictionPolicyWarning, StaleLease, Wire6Unsupported
 from echomq.executors import raise_mapped
 from echomq.scripts import script_for
 from echomq.transitions import Transition
 
-__all__ = ["AsyncExecutor", "Job", "Queue", "Verdict", "async_executor_for"]
+__all__ = ["AsyncExecutor", "Consumer", "Job", "Queue", "Verdict", "async_executor_for"]
 
 log = logging.getLogger("echomq")
 
@@ -234,3 +237,137 @@ class Queue:
                 pipe.llen(self.key("lane", lane=group))
             depths = await pipe.execute()
         return dict(zip(names, map(int, depths), strict=True))
+
+
+AsyncHandler = Callable[[Job], Awaitable[object] | object]
+
+
+class Consumer:
+    """The consumer loop for asyncio code; see ``echomq.Consumer``. ``handler`` may be a
+    coroutine function (awaited) or a plain function (run in a worker thread). Each beat is
+    recover → promote → drain → park, parking on ``BLPOP`` of the wake key."""
+
+    def __init__(self, queue: Queue, handler: AsyncHandler, *, lanes: bool = False,
+                 lease_ms: int = DEFAULT_LEASE_MS, retry_delay_ms: int = 1_000,
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, park_cap_ms: int = 5_000,
+                 park_floor_ms: int = 10, heartbeat: bool = True,
+                 retention_ms: int | None = None, clock: Callable[[], int] | None = None) -> None:
+        refuse_unsupported(queue.wire, lanes)
+        self.queue = queue
+        self.handler = handler
+        self.lanes = lanes
+        self.lease_ms = lease_ms
+        self.retry_delay_ms = retry_delay_ms
+        self.max_attempts = max_attempts
+        self.park_cap_ms = park_cap_ms
+        self.park_floor_ms = min(park_floor_ms, park_cap_ms)
+        self.heartbeat = heartbeat
+        self.retention_ms = retention_ms
+        self.clock = clock
+        self._stopping = asyncio.Event()
+        self._parking: asyncio.Task[bool] | None = None
+
+    async def run(self) -> None:
+        """Beat until ``stop()``."""
+        log.info("async consumer started: queue %s, wire %d", self.queue.name, self.queue.wire)
+        while not self._stopping.is_set():
+            await self.beat()
+        log.info("async consumer stopped: queue %s", self.queue.name)
+
+    def stop(self) -> None:
+        """Stop claiming; a parked consumer returns at once, a running job finishes first."""
+        self._stopping.set()
+        if self._parking is not None:
+            self._parking.cancel()
+
+    async def beat(self, *, park: bool = True) -> int:
+        await self.queue.recover(now=self._now())
+        await self.queue.promote(now=self._now())
+        handled = await self.drain()
+        if park and not self._stopping.is_set():
+            await self.park()
+        return handled
+
+    async def drain(self) -> int:
+        handled = 0
+        while not self._stopping.is_set():
+            job = await self._claim()
+            if job is None:
+                break
+            await self.process(job)
+            handled += 1
+        return handled
+
+    async def park(self) -> bool:
+        """Block on the wake key until a token, the next due time, the cap, or ``stop()``."""
+        self._parking = asyncio.ensure_future(self.queue.park(await self.park_timeout_ms() / 1000))
+        try:
+            return await self._parking
+        except asyncio.CancelledError:
+            if not self._stopping.is_set():
+                raise
+            return False
+        finally:
+            self._parking = None
+
+    async def park_timeout_ms(self) -> int:
+        due = await self.queue.next_due()
+        if due is None:
+            return self.park_cap_ms
+        now = self.clock() if self.clock is not None else await self._server_ms()
+        return park_window(due, now, self.park_floor_ms, self.park_cap_ms)
+
+    async def process(self, job: Job) -> None:
+        """Run the handler on ``job`` under its lease, then ack it, or retry it on failure."""
+        beating = asyncio.ensure_future(self._beat_lease(job)) if self.heartbeat else None
+        try:
+            failure = await self._run_handler(job)
+        finally:
+            if beating is not None:
+                beating.cancel()
+                await asyncio.gather(beating, return_exceptions=True)
+        try:
+            if failure is None:
+                await self.queue.ack(job, retention_ms=self.retention_ms)
+                return
+            verdict = await self.queue.retry(job, delay_ms=self.retry_delay_ms,
+                                             error=error_text(failure),
+                                             max_attempts=self.max_attempts, now=self._now())
+            log_failure(job, verdict, failure, self.retry_delay_ms)
+        except StaleLease:
+            log.warning("stale lease: %s attempt %d finished after its lease was lost", job.id,
+                        job.attempt)
+
+    async def _run_handler(self, job: Job) -> Exception | None:
+        try:
+            result = (self.handler(job) if inspect.iscoroutinefunction(self.handler)
+                      else await asyncio.to_thread(self.handler, job))
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:
+            return exc
+        return None
+
+    async def _beat_lease(self, job: Job) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000)
+            try:
+                await self.queue.extend(job, lease_ms=self.lease_ms, now=self._now())
+            except StaleLease:
+                log.warning("stale lease: %s attempt %d lost its lease while running", job.id,
+                            job.attempt)
+                return
+
+    async def _claim(self) -> Job | None:
+        if self.lanes:
+            job = await self.queue.claim_lane(self.lease_ms, now=self._now())
+            if job is not None:
+                return job
+        return await self.queue.claim(self.lease_ms, now=self._now())
+
+    async def _server_ms(self) -> int:
+        seconds, micros = await self.queue.conn.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def _now(self) -> int | None:
+        return self.clock() if self.clock is not None else None

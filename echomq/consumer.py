@@ -67,6 +67,21 @@ def server_ms(conn: Any) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
+def park_window(due: int, now: int, floor_ms: int, cap_ms: int) -> int:
+    """How long to park (ms): until ``due``, within [floor_ms, cap_ms]."""
+    return max(floor_ms, min(cap_ms, due - now + 1))
+
+
+def log_failure(job: Job, verdict: Verdict, exc: Exception, retry_delay_ms: int) -> None:
+    """Say what became of a failed attempt: dead, or retrying after ``retry_delay_ms``."""
+    if verdict is Verdict.DEAD:
+        log.error("job %s dead after attempt %d: %s", job.id, job.attempt, error_text(exc),
+                  exc_info=exc)
+    else:
+        log.warning("job %s failed (attempt %d) and will retry in %d ms: %s", job.id,
+                    job.attempt, retry_delay_ms, error_text(exc))
+
+
 class Heartbeat:
     """One thread that extends the lease of the job in hand every ``interval_s`` until it is
     released. An extend never overlaps the release: the ack or retry that follows sees it done."""
@@ -316,7 +331,7 @@ class Consumer:
         if due is None:
             return self.park_cap_ms
         now = self.clock() if self.clock is not None else server_ms(self.queue.conn)
-        return max(self.park_floor_ms, min(self.park_cap_ms, due - now + 1))
+        return park_window(due, now, self.park_floor_ms, self.park_cap_ms)
 
     # one job ------------------------------------------------------------------------------
 
@@ -359,12 +374,7 @@ class Consumer:
             log.warning("stale lease: %s attempt %d failed after its lease was lost (%s)",
                         job.id, job.attempt, text)
             return
-        if verdict is Verdict.DEAD:
-            log.error("job %s dead after attempt %d: %s", job.id, job.attempt, text,
-                      exc_info=exc)
-        else:
-            log.warning("job %s failed (attempt %d) and will retry in %d ms: %s", job.id,
-                        job.attempt, self.retry_delay_ms, text)
+        log_failure(job, verdict, exc, self.retry_delay_ms)
 
     # helpers ------------------------------------------------------------------------------
 

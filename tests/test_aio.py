@@ -130,3 +130,90 @@ def test_async_lanes_and_the_wire6_refusal(valkey: EmbeddedValkey) -> None:
             await native.enqueue_many([("JOB:c", b"", "c")])
 
     run(valkey.port, body)
+
+
+async def wait_until_parked(client: aredis.Redis, timeout: float = 10.0) -> None:
+    """Until some client of the server is blocked in BLPOP (bounded)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        clients = await client.client_list()
+        if any(c.get("cmd") == "blpop" for c in clients):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("no consumer parked")
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_async_consumer_wakes_runs_retries_and_stops(valkey: EmbeddedValkey, wire: int) -> None:
+    from echomq.aio import Consumer
+
+    async def body(client: aredis.Redis) -> None:
+        queue = Queue(client, "work", wire=wire)
+        seen: list[tuple[str, int]] = []
+        done = asyncio.Event()
+
+        async def handler(job: Job) -> None:
+            seen.append((job.id, job.attempt))
+            if job.id == "JOB:bad":
+                raise ValueError("always fails")
+            if job.id == "JOB:last":
+                done.set()
+
+        consumer = Consumer(queue, handler, retry_delay_ms=0, max_attempts=2,
+                            park_cap_ms=30_000)
+        running = asyncio.create_task(consumer.run())
+        await wait_until_parked(client)
+        await queue.enqueue_many([("JOB:ok", b""), ("JOB:bad", b"")])
+        await queue.enqueue("JOB:last", b"")
+        await asyncio.wait_for(done.wait(), timeout=10)
+        while (await queue.counts())["dead"] == 0:
+            await asyncio.sleep(0.02)  # the failing job's second attempt runs after a promote
+        consumer.stop()
+        await asyncio.wait_for(running, timeout=5)
+        assert sorted(seen) == [("JOB:bad", 1), ("JOB:bad", 2), ("JOB:last", 1), ("JOB:ok", 1)]
+        assert await client.hget(queue.key("job", "JOB:bad"), "error") == (
+            b"ValueError: always fails")
+
+    run(valkey.port, body)
+
+
+def test_async_consumer_heartbeat_keeps_a_long_lease(valkey: EmbeddedValkey) -> None:
+    from echomq.aio import Consumer
+
+    async def body(client: aredis.Redis) -> None:
+        queue = Queue(client, "long", wire=6)
+        attempts: list[int] = []
+
+        def slow_handler(job: Job) -> None:  # a plain function: run in a thread
+            attempts.append(job.attempt)
+            import time
+
+            time.sleep(1.0)
+
+        await queue.enqueue("JOB:1", b"")
+        consumer = Consumer(queue, slow_handler, lease_ms=300, retention_ms=0)
+        stolen = 0
+
+        async def thief() -> None:
+            nonlocal stolen
+            while True:
+                stolen += await queue.recover()
+                await asyncio.sleep(0.05)
+
+        stealing = asyncio.create_task(thief())
+        assert await consumer.beat(park=False) == 1
+        stealing.cancel()
+        assert stolen == 0 and attempts == [1]
+        assert await client.exists(queue.key("job", "JOB:1")) == 0  # acked, row deleted
+
+    run(valkey.port, body)
+
+
+def test_async_lane_consumer_is_refused_on_wire6(valkey: EmbeddedValkey) -> None:
+    from echomq.aio import Consumer
+
+    async def body(client: aredis.Redis) -> None:
+        with pytest.raises(Wire6Unsupported):
+            Consumer(Queue(client, "x", wire=6), lambda job: None, lanes=True)
+
+    run(valkey.port, body)
