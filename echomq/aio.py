@@ -71,6 +71,8 @@ class AsyncExecutor(ABC):
             return await self.call(client, *call)
         if isinstance(reply, ResponseError):
             raise_mapped(reply)
+        if isinstance(reply, Exception):  # a connection or cluster error in place of a reply
+            raise reply
         return reply
 
     @abstractmethod

@@ -56,6 +56,8 @@ class Executor(ABC):
             return self.call(client, *call)
         if isinstance(reply, ResponseError):
             raise_mapped(reply)
+        if isinstance(reply, Exception):  # a connection or cluster error in place of a reply
+            raise reply
         return reply
 
     @abstractmethod
@@ -75,11 +77,11 @@ class ScriptExecutor(Executor):
     def _send(self, client: Any, transition: Transition, keys: Sequence[str],
               args: Sequence[Arg]) -> Any:
         script = script_for(transition)
-        try:
-            return client.evalsha(script.sha, len(keys), *keys, *args)
+        try:  # execute_command: a RedisCluster pipeline refuses .evalsha(), not EVALSHA itself
+            return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         except NoScriptError:
             client.script_load(script.source)
-            return client.evalsha(script.sha, len(keys), *keys, *args)
+            return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
     def prepare(self, client: Any, transition: Transition) -> None:
         client.script_load(script_for(transition).source)

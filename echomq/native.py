@@ -15,9 +15,10 @@ INT_MAX = 999_999_999_999_999
 
 
 def module_path() -> str:
-    """The path of trafikey.so: the copy built into the package, else native/ of a checkout."""
+    """The path of trafikey.so: in a source checkout the build in native/ (the freshest one, as
+    `make -C native` leaves it), else the copy built into the installed package."""
     here = Path(__file__).resolve().parent
-    for candidate in (here / "trafikey.so", here.parent / "native" / "trafikey.so"):
+    for candidate in (here.parent / "native" / "trafikey.so", here / "trafikey.so"):
         if candidate.is_file():
             return os.fspath(candidate)
     raise FileNotFoundError(

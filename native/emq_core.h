@@ -18,6 +18,7 @@
 #define EMQ_ERR_TYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
 #define EMQ_ERR_PERM "NOPERM No permissions to access a key"
 #define EMQ_ERR_LANE "EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
+#define EMQ_ERR_MOVING "TRYAGAIN a job's keys are moving between cluster nodes; try again"
 #define EMQ_ERR_NOW "EMQNUM now must be * or an integer from 0 to 999999999999999"
 #define EMQ_ERR_NUMKEYS_INT "ERR value is not an integer or out of range"
 #define EMQ_ERR_NUMKEYS_NEG "ERR Number of keys can't be negative"

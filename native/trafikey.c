@@ -103,6 +103,22 @@ static void strlist_free(ValkeyModuleCtx *ctx, StrList *l) {
     l->n = l->cap = 0;
 }
 
+/* ---- Key positions ------------------------------------------------------------------------------ */
+
+/* The flags every declared key carries, in the key spec and in getkeys answers alike. */
+#define DECLARED_KEY_FLAGS (VALKEYMODULE_CMD_KEY_RW | VALKEYMODULE_CMD_KEY_ACCESS | VALKEYMODULE_CMD_KEY_UPDATE)
+
+/* Answers a getkeys request (cluster redirection, COMMAND GETKEYS): the numkeys keys after
+ * argv[1], as EVALSHA declares its own; none when numkeys is not a count of the arguments. The
+ * key spec says the same for ACL; the cluster's slot check asks this callback. */
+static int report_keys(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    long long numkeys;
+    if (argc < 2 || ValkeyModule_StringToLongLong(argv[1], &numkeys) != VALKEYMODULE_OK) return VALKEYMODULE_OK;
+    if (numkeys < 0 || numkeys > argc - 2) return VALKEYMODULE_OK;
+    for (int i = 0; i < (int)numkeys; i++) ValkeyModule_KeyAtPosWithFlags(ctx, 2 + i, DECLARED_KEY_FLAGS);
+    return VALKEYMODULE_OK;
+}
+
 /* ---- Validation steps, in the order of docs/PROTOCOL.md -------------------------------------- */
 
 /* The declared keys and the arguments of one call, after numkeys. */
@@ -241,6 +257,20 @@ static void acl_release(Acl *acl) {
     acl->user = NULL;
 }
 
+/* ---- Derived keys: the cluster's slot ------------------------------------------------------------ */
+
+/* In a cluster, a derived key that is absent here may have moved to another node with its slot
+ * (the slot is MIGRATING). The script engine refuses to touch such a key; so does this module,
+ * rather than take the job for a ghost. Asked only of absent keys, only in cluster mode: the
+ * server's own check runs on an EXISTS through ValkeyModule_Call, which fails on a non-local key. */
+static int moved_away(ValkeyModuleCtx *ctx, ValkeyModuleString *key) {
+    if (!(ValkeyModule_GetContextFlags(ctx) & VALKEYMODULE_CTX_FLAGS_CLUSTER)) return 0;
+    ValkeyModuleCallReply *reply = ValkeyModule_Call(ctx, "EXISTS", "s", key);
+    if (reply == NULL) return 1;
+    ValkeyModule_FreeCallReply(reply);
+    return 0;
+}
+
 /* ---- Reading a row -------------------------------------------------------------------------------- */
 
 /* int_field of the prelude: an absent or non-integer field counts as the fallback. */
@@ -357,6 +387,7 @@ static void fx_wake(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleStri
 /* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now>
  * Twin of enqueue.lua. +ENQUEUED | +DUPLICATE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 static int emq_enqueue(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
     if (!split_call(ctx, argv, argc, "ENQUEUE", 3, 3, &call)) return VALKEYMODULE_OK;
     ValkeyModuleString *id = call.args[0], *payload = call.args[1];
@@ -397,6 +428,7 @@ static int emq_enqueue(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc
  * Twin of claim.lua. *3 id payload :attempt | null | EMQARITY EMQKEYS EMQNUM WRONGTYPE NOPERM.
  * Walks pending from its lowest entry; ghosts met on the way are dropped once the walk is over. */
 static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
     if (!split_call(ctx, argv, argc, "CLAIM", 2, 2, &call)) return VALKEYMODULE_OK;
     static const Bytes sfx[2] = {{"pending", 7}, {"active", 6}};
@@ -430,13 +462,20 @@ static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
                 break;
             }
             ValkeyModuleKey *candidate = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-            if (ValkeyModule_KeyType(candidate) == VALKEYMODULE_KEYTYPE_HASH) {
+            int candidate_type = ValkeyModule_KeyType(candidate);
+            if (candidate_type == VALKEYMODULE_KEYTYPE_HASH) {
                 id = member;
                 row_name = name;
                 row = candidate;
                 break;
             }
             ValkeyModule_CloseKey(candidate);
+            if (candidate_type == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name)) {
+                ValkeyModule_FreeString(ctx, name);
+                ValkeyModule_FreeString(ctx, member);
+                denied = 2;
+                break;
+            }
             ValkeyModule_FreeString(ctx, name);
             strlist_push(&ghosts, member);
             if (!ValkeyModule_ZsetRangeNext(pending)) break;
@@ -447,7 +486,7 @@ static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
     if (denied) {
         strlist_free(ctx, &ghosts);
         close_keys(k, 2);
-        return reply_error(ctx, EMQ_ERR_PERM);
+        return reply_error(ctx, denied == 2 ? EMQ_ERR_MOVING : EMQ_ERR_PERM);
     }
 
     for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, call.keys[0], ghosts.v[i]);
@@ -488,6 +527,7 @@ static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
 /* EMQ.ACK 2 <base>active <base>job:<id> <id> <attempt> <retention_ms>
  * Twin of ack.lua. +ACKED | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 static int emq_ack(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
     if (!split_call(ctx, argv, argc, "ACK", 2, 3, &call)) return VALKEYMODULE_OK;
     ValkeyModuleString *id = call.args[0];
@@ -523,6 +563,7 @@ static int emq_ack(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
  *            <id> <attempt> <delay_ms> <max_attempts> <error> <now>
  * Twin of retry.lua. +RETRYING | +DEAD | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 static int emq_retry(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
     if (!split_call(ctx, argv, argc, "RETRY", 4, 6, &call)) return VALKEYMODULE_OK;
     ValkeyModuleString *id = call.args[0], *error = call.args[4];
@@ -562,6 +603,7 @@ static int emq_retry(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
 /* EMQ.EXTEND 2 <base>active <base>job:<id> <id> <attempt> <lease_ms> <now>
  * Twin of extend.lua. +EXTENDED | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 static int emq_extend(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
     if (!split_call(ctx, argv, argc, "EXTEND", 2, 4, &call)) return VALKEYMODULE_OK;
     ValkeyModuleString *id = call.args[0];
@@ -619,7 +661,10 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
             err = EMQ_ERR_PERM;
         } else {
             ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
-            if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH) {
+            int row_type = ValkeyModule_KeyType(row);
+            if (row_type == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, row_name)) {
+                err = EMQ_ERR_MOVING;
+            } else if (row_type == VALKEYMODULE_KEYTYPE_HASH) {
                 m->live = 1;
                 ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &m->lane, NULL);
                 if (m->lane) {
@@ -630,7 +675,8 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
                         ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, m->lane_key, VALKEYMODULE_READ);
                         int t = ValkeyModule_KeyType(lane);
                         ValkeyModule_CloseKey(lane);
-                        if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_LIST) err = EMQ_ERR_TYPE;
+                        if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, m->lane_key)) err = EMQ_ERR_MOVING;
+                        else if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_LIST) err = EMQ_ERR_TYPE;
                     }
                 } else if (recover) {
                     m->score = (double)row_int_field(ctx, row, "enqueued_at", now);
@@ -727,12 +773,14 @@ static int move_due(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, i
 /* EMQ.RECOVER 4 <base>active <base>pending <base>ring <base>wake <now> <limit>
  * Twin of recover.lua. :moved | EMQARITY EMQKEYS EMQNUM WRONGTYPE NOPERM. */
 static int emq_recover(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     return move_due(ctx, argv, argc, 1);
 }
 
 /* EMQ.PROMOTE 4 <base>delayed <base>pending <base>ring <base>wake <now> <limit>
  * Twin of promote.lua. :moved | EMQARITY EMQKEYS EMQNUM WRONGTYPE NOPERM. */
 static int emq_promote(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     return move_due(ctx, argv, argc, 0);
 }
 
@@ -741,7 +789,7 @@ static int emq_promote(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc
 /* Like EVAL's: the keys are the numkeys arguments after argv[1]; used as EVAL declares them. */
 static ValkeyModuleCommandKeySpec keynum_specs[] = {
     {.notes = "numkeys keys follow numkeys, as with EVALSHA; each may be read and written",
-     .flags = VALKEYMODULE_CMD_KEY_RW | VALKEYMODULE_CMD_KEY_ACCESS | VALKEYMODULE_CMD_KEY_UPDATE,
+     .flags = DECLARED_KEY_FLAGS,
      .begin_search_type = VALKEYMODULE_KSPEC_BS_INDEX,
      .bs.index.pos = 1,
      .find_keys_type = VALKEYMODULE_KSPEC_FK_KEYNUM,
@@ -759,20 +807,20 @@ static const struct {
     const char *summary;
     const char *complexity;
 } commands[] = {
-    {"emq.enqueue", emq_enqueue, "write deny-oom fast", "Admit a job once (twin of enqueue.lua).",
+    {"emq.enqueue", emq_enqueue, "write deny-oom fast getkeys-api", "Admit a job once (twin of enqueue.lua).",
      "O(log N) with N the pending jobs"},
-    {"emq.claim", emq_claim, "write", "Lease the oldest pending job (twin of claim.lua).",
+    {"emq.claim", emq_claim, "write getkeys-api", "Lease the oldest pending job (twin of claim.lua).",
      "O(G + log N) with G the ghosts dropped"},
-    {"emq.ack", emq_ack, "write fast", "Complete the current lease (twin of ack.lua).",
+    {"emq.ack", emq_ack, "write fast getkeys-api", "Complete the current lease (twin of ack.lua).",
      "O(log N)"},
-    {"emq.retry", emq_retry, "write fast",
+    {"emq.retry", emq_retry, "write fast getkeys-api",
      "Fail the current lease: delayed or dead (twin of retry.lua).", "O(log N)"},
-    {"emq.extend", emq_extend, "write fast",
+    {"emq.extend", emq_extend, "write fast getkeys-api",
      "Push the current lease's deadline (twin of extend.lua).", "O(log N)"},
-    {"emq.recover", emq_recover, "write",
+    {"emq.recover", emq_recover, "write getkeys-api",
      "Expired leases go back where they came from (twin of recover.lua).",
      "O(M log N) with M the leases taken"},
-    {"emq.promote", emq_promote, "write", "Due delayed jobs go back to run (twin of promote.lua).",
+    {"emq.promote", emq_promote, "write getkeys-api", "Due delayed jobs go back to run (twin of promote.lua).",
      "O(M log N) with M the jobs taken"},
 };
 

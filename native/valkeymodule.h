@@ -44,6 +44,8 @@
 #define VALKEYMODULE_HASH_CFIELDS (1 << 2)
 #define VALKEYMODULE_HASH_DELETE ((ValkeyModuleString *)(long)1)
 
+/* ValkeyModule_GetContextFlags: the server runs in cluster mode. */
+#define VALKEYMODULE_CTX_FLAGS_CLUSTER (1 << 5)
 /* ValkeyModule_GetContextFlags bits that mean "no ACL user behind this call". */
 #define VALKEYMODULE_CTX_FLAGS_REPLICATED (1 << 12)
 #define VALKEYMODULE_CTX_FLAGS_LOADING (1 << 13)
@@ -69,6 +71,7 @@ typedef struct ValkeyModuleKey ValkeyModuleKey;
 typedef struct ValkeyModuleString ValkeyModuleString;
 typedef struct ValkeyModuleUser ValkeyModuleUser;
 typedef struct ValkeyModuleCommand ValkeyModuleCommand;
+typedef struct ValkeyModuleCallReply ValkeyModuleCallReply;
 
 typedef long long mstime_t;
 typedef long long ustime_t;
@@ -246,7 +249,13 @@ typedef struct {
     X(ValkeyModuleUser *, GetModuleUserFromUserName, (ValkeyModuleString * name))                  \
     X(int, FreeModuleUser, (ValkeyModuleUser * user))                                              \
     X(int, ACLCheckCommandPermissions, (ValkeyModuleUser * user, ValkeyModuleString **argv,        \
-                                        int argc))
+                                        int argc))                                                 \
+    /* key positions (getkeys-api) and the one command call, for cluster slot checks */            \
+    X(int, IsKeysPositionRequest, (ValkeyModuleCtx * ctx))                                         \
+    X(void, KeyAtPosWithFlags, (ValkeyModuleCtx * ctx, int pos, int flags))                        \
+    X(ValkeyModuleCallReply *, Call, (ValkeyModuleCtx * ctx, const char *cmdname, const char *fmt, \
+                                      ...))                                                        \
+    X(void, FreeCallReply, (ValkeyModuleCallReply * reply))
 
 #define TRAFIKEY_API_POINTER(ret, name, params) static ret(*ValkeyModule_##name) params;
 TRAFIKEY_API(TRAFIKEY_API_POINTER)

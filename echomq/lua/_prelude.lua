@@ -10,6 +10,7 @@ local E_KEYS = "EMQKEYS keys must be one queue's keys in the documented order"
 local E_TYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local E_PERM = 'NOPERM No permissions to access a key'
 local E_NOW = 'EMQNUM now must be * or an integer from 0 to 999999999999999'
+local E_MOVING = "TRYAGAIN a job's keys are moving between cluster nodes; try again"
 local E_LANE = 'EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -'
 
 local function arity_error(verb, nkeys, nargs)
@@ -85,6 +86,14 @@ local function types_ok(expected)
   return true
 end
 
+-- The type of a derived key, or nil when the cluster refuses to touch it: absent here while its
+-- slot is moving to another node (the module asks the server the same question).
+local function derived_type(key)
+  local reply = redis.pcall('TYPE', key)
+  if reply['err'] ~= nil then return nil end
+  return reply['ok']
+end
+
 -- A derived key must be readable and writable by the caller, as a declared key would be.
 local function may_access(key)
   return redis.acl_check_cmd('HINCRBY', key, 'attempts', '1')
@@ -112,13 +121,16 @@ local function plan_moves(base, ids, fallback_score)
     local id, score = ids[i], ids[i + 1]
     local row = base .. 'job:' .. id
     if not may_access(row) then return nil, redis.error_reply(E_PERM) end
-    if key_type(row) == 'hash' then
+    local row_type = derived_type(row)
+    if row_type == nil then return nil, redis.error_reply(E_MOVING) end
+    if row_type == 'hash' then
       local move = { id = id, row = row, score = score }
       local lane = redis.call('HGET', row, 'lane')
       if lane then
         local lane_key = base .. 'lane:' .. lane
         if not may_access(lane_key) then return nil, redis.error_reply(E_PERM) end
-        local t = key_type(lane_key)
+        local t = derived_type(lane_key)
+        if t == nil then return nil, redis.error_reply(E_MOVING) end
         if t ~= 'none' and t ~= 'list' then return nil, redis.error_reply(E_TYPE) end
         move.lane, move.lane_key = lane, lane_key
       elseif fallback_score ~= nil then

@@ -24,7 +24,9 @@ while true do
   if #head == 0 then break end
   local candidate = base .. 'job:' .. head[1]
   if not may_access(candidate) then return redis.error_reply(E_PERM) end
-  if key_type(candidate) == 'hash' then
+  local candidate_type = derived_type(candidate)
+  if candidate_type == nil then return redis.error_reply(E_MOVING) end
+  if candidate_type == 'hash' then
     id, row = head[1], candidate
     break
   end

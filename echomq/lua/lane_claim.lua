@@ -27,13 +27,16 @@ for position = 0, redis.call('LLEN', ring) - 1 do
   local group = redis.call('LINDEX', ring, position)
   local lane_key = base .. 'lane:' .. group
   if not may_access(lane_key) then return redis.error_reply(E_PERM) end
-  local t = key_type(lane_key)
+  local t = derived_type(lane_key)
+  if t == nil then return redis.error_reply(E_MOVING) end
   if t ~= 'none' and t ~= 'list' then return redis.error_reply(E_TYPE) end
   for depth = 0, redis.call('LLEN', lane_key) - 1 do
     local id = redis.call('LINDEX', lane_key, depth)
     local row = base .. 'job:' .. id
     if not may_access(row) then return redis.error_reply(E_PERM) end
-    if key_type(row) == 'hash' then
+    local row_type = derived_type(row)
+    if row_type == nil then return redis.error_reply(E_MOVING) end
+    if row_type == 'hash' then
       found = { group = group, lane_key = lane_key, ghosts = depth, id = id, row = row }
       break
     end

@@ -16,7 +16,9 @@ if not types_ok({ 'zset' }) then return redis.error_reply(E_TYPE) end
 local dead = KEYS[1]
 local ids = redis.call('ZRANGE', dead, '0', dec(limit - 1))
 for i = 1, #ids do
-  if not may_access(base .. 'job:' .. ids[i]) then return redis.error_reply(E_PERM) end
+  local row = base .. 'job:' .. ids[i]
+  if not may_access(row) then return redis.error_reply(E_PERM) end
+  if derived_type(row) == nil then return redis.error_reply(E_MOVING) end
 end
 for i = 1, #ids do
   redis.call('ZREM', dead, ids[i])

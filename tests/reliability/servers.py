@@ -1,0 +1,180 @@
+"""Servers for the reliability scenarios: restartable single nodes and a loopback cluster.
+
+Every server honours ``ECHOMQ_VALKEY_SERVER`` and ``ECHOMQ_ASAN`` as ``tests.conftest`` does; the
+callers stop what they start in ``finally`` blocks (or through the context managers here).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import redis
+
+from echomq.embedded import EmbeddedValkey, find_valkey_server
+from tests.conftest import asan_setup
+
+T = TypeVar("T")
+
+# Errors a client sees while a server is down, restarting, loading its data or failing over.
+TRANSIENT: tuple[type[BaseException], ...] = (
+    redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, ConnectionError,
+    redis.exceptions.ReadOnlyError, redis.exceptions.TryAgainError, redis.exceptions.ClusterError,
+)
+
+
+def server_options(**options: Any) -> dict[str, Any]:
+    """``options`` for EmbeddedValkey, with the ASan build of the module under ECHOMQ_ASAN."""
+    if os.environ.get("ECHOMQ_ASAN") and options.get("module", True) is not False:
+        options["module"], options["env"] = asan_setup()
+    return options
+
+
+def node(**options: Any) -> EmbeddedValkey:
+    """An EmbeddedValkey not yet started (the PATH server unless ECHOMQ_VALKEY_SERVER says)."""
+    return EmbeddedValkey(prefer="path", **server_options(**options))
+
+
+def server_version() -> str:
+    out = subprocess.run([find_valkey_server("path"), "--version"], check=True,
+                         capture_output=True, text=True).stdout
+    return next((part[2:] for part in out.split() if part.startswith("v=")), out.strip())
+
+
+def persist(call: Callable[[], T], *, timeout: float = 60.0, pause: float = 0.05) -> T:
+    """Runs ``call`` until it returns without a transient error (bounded by ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except TRANSIENT:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def low_port(avoid: set[int]) -> int:
+    """A free loopback port below 45000 whose cluster bus port (+10000) is free too."""
+    for _ in range(200):
+        port = random.randrange(20000, 45000)
+        if port in avoid or port + 10000 in avoid:
+            continue
+        if all(_bindable(p) for p in (port, port + 10000)):
+            return port
+    raise RuntimeError("no free loopback port pair found")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def cli(*args: str, timeout: float = 120.0) -> str:
+    """Runs valkey-cli (next to the server binary when it has one, else PATH's)."""
+    server = find_valkey_server("path")
+    sibling = os.path.join(os.path.dirname(server), "valkey-cli")
+    binary = sibling if os.path.isfile(sibling) else (shutil.which("valkey-cli") or "valkey-cli")
+    done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"valkey-cli {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+class Cluster:
+    """``size`` primaries on loopback, trafikey loaded on each, slots spread by valkey-cli."""
+
+    def __init__(self, size: int = 3) -> None:
+        self.size = size
+        self.nodes: list[EmbeddedValkey] = []
+
+    def start(self) -> Cluster:
+        used: set[int] = set()
+        for _ in range(self.size):
+            port = low_port(used)
+            used |= {port, port + 10000}
+            server = node(port=port, config={
+                "cluster-enabled": "yes", "cluster-config-file": "nodes.conf",
+                "cluster-node-timeout": "5000", "appendonly": "no"})
+            self.nodes.append(server)
+            server.start()
+        cli("--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+            "--cluster-replicas", "0", "--cluster-yes")
+        for server in self.nodes:
+            wait_until(lambda s=server: self.info(s)["cluster_state"] == "ok",  # type: ignore
+                       f"cluster_state:ok on {server.port}")
+        return self
+
+    @staticmethod
+    def info(server: EmbeddedValkey) -> dict[str, str]:
+        client = server.client()
+        try:
+            text = client.execute_command("CLUSTER", "INFO")
+        finally:
+            client.close()
+        text = text.decode() if isinstance(text, bytes) else text
+        return dict(line.split(":", 1) for line in text.split() if ":" in line)
+
+    def node_id(self, server: EmbeddedValkey) -> str:
+        client = server.client()
+        try:
+            reply = client.execute_command("CLUSTER", "MYID")
+        finally:
+            client.close()
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+    def owner(self, slot: int) -> EmbeddedValkey:
+        """The node serving ``slot`` (asked of the first node; stable outside a reshard)."""
+        client = self.nodes[0].client()
+        try:
+            for start, end, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+                if int(start) <= slot <= int(end):
+                    port = int(primary[1])
+                    return next(n for n in self.nodes if n.port == port)
+        finally:
+            client.close()
+        raise LookupError(slot)
+
+    def client(self, **options: Any) -> redis.cluster.RedisCluster:
+        return redis.cluster.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, **options)
+
+    def stop(self) -> None:
+        for server in self.nodes:
+            server.stop()
+        self.nodes = []
+
+
+@contextmanager
+def cluster(size: int = 3) -> Iterator[Cluster]:
+    made = Cluster(size)
+    try:
+        yield made.start()
+    finally:
+        made.stop()
+
+
+@contextmanager
+def own_directory(prefix: str) -> Iterator[str]:
+    """A temporary directory kept across restarts of the servers using it, removed after."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

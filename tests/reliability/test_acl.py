@@ -1,0 +1,223 @@
+"""Scenario 3: ACL isolation. A tenant's user runs every transition on its own queue through both
+executors and is refused another tenant's queue with byte-identical raw replies, including for the
+keys a transition derives itself (job rows, lanes). A user without ``+emq.*`` is refused the native
+commands by the server itself, while its scripts still run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pytest
+import redis
+
+from echomq import Queue, Verdict
+from echomq.embedded import EmbeddedValkey
+from echomq.scripts import script_for
+from echomq.transitions import ALL_TRANSITIONS, LANE_CLAIM, LANE_ENQUEUE, TRANSITIONS, Transition
+from tests.conformance.cases import BASE, GOOD, READY, leased
+from tests.conformance.harness import NATIVE_DB, SCRIPT_DB, command_for, snapshot
+from tests.conftest import start_server
+from tests.resp import Arg, RawConnection
+
+PASSWORD = "pw"
+NOPERM_KEY = b"-NOPERM No permissions to access a key\r\n"
+# What the Lua executor runs (docs/PROTOCOL.md, ACL), HINCRBY for the derived-key check.
+DATA_COMMANDS = [
+    "type", "exists", "hget", "hset", "hdel", "del", "pexpire", "zadd", "zrem", "zscore",
+    "zrange", "zrangebyscore", "llen", "lindex", "lpush", "rpush", "lpop", "rpop", "lmove",
+    "time", "hincrby",
+]
+NATIVE_COMMANDS = [t.native.lower() for t in TRANSITIONS if t.native]
+SESSION = ["+select", "+hello", "+ping"]
+
+USERS: dict[str, list[str]] = {
+    "tenant-a": ["~emq:{tenant-a}:*", "+@all"],
+    "tenant-a-min": ["~emq:{tenant-a}:*", "-@all", *SESSION, "+evalsha", "+script|load",
+                     *(f"+{c}" for c in NATIVE_COMMANDS), *(f"+{c}" for c in DATA_COMMANDS)],
+    # Declared keys allowed, job rows (and lanes) not: only the derived-key check refuses.
+    "rows-hidden": [*(f"~emq:{{t}}:{role}" for role in ("pending", "active", "delayed", "dead",
+                                                          "ring", "wake")), "+@all"],
+    # Rows allowed, lanes not.
+    "lanes-hidden": [*(f"~emq:{{t}}:{role}" for role in ("pending", "active", "delayed", "dead",
+                                                           "ring", "wake", "job:*")), "+@all"],
+    # Every key, but not the command the derived-key check names.
+    "no-hincrby": ["~emq:{t}:*", "+@all", "-hincrby"],
+    # Scripts only: the native commands are not granted.
+    "no-native": ["~*", "-@all", *SESSION, "+evalsha", "+script|load",
+                  *(f"+{c}" for c in DATA_COMMANDS)],
+}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedValkey]:
+    made = start_server()
+    try:
+        admin = made.client()
+        for user, rules in USERS.items():
+            admin.execute_command("ACL", "SETUSER", user, "reset", "on", f">{PASSWORD}", *rules)
+        for transition in ALL_TRANSITIONS:
+            admin.script_load(script_for(transition).source)
+        admin.close()
+        yield made
+    finally:
+        made.stop()
+
+
+def as_user(port: int, user: str, protocol: int, db: int = 0) -> RawConnection:
+    conn = RawConnection(port)
+    assert conn.call("AUTH", user, PASSWORD) == b"+OK\r\n"
+    if protocol == 3:
+        assert not conn.call("HELLO", "3").startswith(b"-")
+    if db:
+        assert conn.call("SELECT", db) == b"+OK\r\n"
+    return conn
+
+
+def on_queue(parts: Sequence[Arg], queue: str) -> list[Arg]:
+    """A case-table command moved from queue ``q`` onto ``queue``."""
+    new = f"emq:{{{queue}}}:".encode()
+    return [p.replace(BASE.encode(), new) if isinstance(p, bytes)
+            else p.replace(BASE, new.decode()) if isinstance(p, str) else p for p in parts]
+
+
+class Tenant:
+    """One user's two connections (db 1 runs scripts, db 2 native commands), and an admin's."""
+
+    def __init__(self, port: int, user: str, protocol: int) -> None:
+        self.conns = {"lua": as_user(port, user, protocol, SCRIPT_DB),
+                      "native": as_user(port, user, protocol, NATIVE_DB)}
+        self.admin = {"lua": RawConnection(port, 2, SCRIPT_DB),
+                      "native": RawConnection(port, 2, NATIVE_DB)}
+
+    def run(self, transition: Transition, queue: str,
+            setup: Sequence[Sequence[Arg]]) -> dict[str, tuple[bytes, bool]]:
+        """Per executor: the raw reply, and whether the keyspace is unchanged."""
+        out = {}
+        for name, conn in self.conns.items():
+            admin = self.admin[name]
+            admin.call("FLUSHDB")
+            for command in setup:
+                assert not admin.call(*on_queue(command, queue)).startswith(b"-")
+            before = snapshot(admin)
+            reply = conn.call(*command_for(name, transition, on_queue(GOOD[transition.name],
+                                                                      queue)))
+            out[name] = (reply, snapshot(admin) == before)
+        return out
+
+    def close(self) -> None:
+        for conn in (*self.conns.values(), *self.admin.values()):
+            conn.close()
+
+
+@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
+def protocol(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+@pytest.mark.parametrize("user", ["tenant-a", "tenant-a-min"])
+def test_tenant_runs_its_queue_and_is_refused_the_others(server: EmbeddedValkey, user: str,
+                                                         protocol: int) -> None:
+    tenant = Tenant(server.port, user, protocol)
+    try:
+        for transition in TRANSITIONS:
+            own = tenant.run(transition, "tenant-a", READY[transition.name])
+            assert own["lua"][0] == own["native"][0], transition.name
+            assert not own["lua"][0].startswith(b"-"), (transition.name, own["lua"][0])
+            other = tenant.run(transition, "tenant-b", READY[transition.name])
+            assert other["lua"] == other["native"] == (NOPERM_KEY, True), (transition.name, other)
+        print(f"[acl {user} resp{protocol}] {len(TRANSITIONS)} transitions: own queue runs, "
+              "tenant-b refused alike")
+    finally:
+        tenant.close()
+
+
+@pytest.mark.parametrize(("user", "transition", "setup"), [
+    ("rows-hidden", "claim", READY["claim"]),
+    ("rows-hidden", "recover", READY["recover"]),
+    ("rows-hidden", "promote", READY["promote"]),
+    ("rows-hidden", "ack", READY["ack"]),  # a declared row: the server's own check
+    ("lanes-hidden", "recover", leased("JOB:1", deadline=1, lane="g")),
+    ("no-hincrby", "claim", READY["claim"]),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_derived_keys_are_checked_alike(server: EmbeddedValkey, user: str, transition: str,
+                                        setup: list[list[Arg]], protocol: int) -> None:
+    from tests.conformance.harness import BY_NAME
+
+    tenant = Tenant(server.port, user, protocol)
+    try:
+        outcome = tenant.run(BY_NAME[transition], "t", setup)
+        assert outcome["lua"] == outcome["native"] == (NOPERM_KEY, True), outcome
+    finally:
+        tenant.close()
+
+
+def test_lanes_are_isolated_too(server: EmbeddedValkey) -> None:
+    """Lane transitions exist only as scripts: tenant-a's run, tenant-b's are refused."""
+    conn = as_user(server.port, "tenant-a", 2, SCRIPT_DB)
+    try:
+        for queue, expect in (("tenant-a", b"+ENQUEUED"), ("tenant-b", NOPERM_KEY)):
+            base = f"emq:{{{queue}}}:"
+            reply = conn.call("EVALSHA", script_for(LANE_ENQUEUE).sha, 4, f"{base}job:JOB:1",
+                              f"{base}lane:g", f"{base}ring", f"{base}wake", "JOB:1", "p", "g",
+                              "*")
+            assert reply.startswith(expect), reply
+            reply = conn.call("EVALSHA", script_for(LANE_CLAIM).sha, 2, f"{base}ring",
+                              f"{base}active", 1000, "*")
+            assert reply.startswith(b"*4" if queue == "tenant-a" else NOPERM_KEY), reply
+    finally:
+        conn.close()
+
+
+def test_user_without_native_commands(server: EmbeddedValkey, protocol: int) -> None:
+    tenant = Tenant(server.port, "no-native", protocol)
+    try:
+        for transition in TRANSITIONS:
+            outcome = tenant.run(transition, "q", READY[transition.name])
+            name = transition.native.lower()  # type: ignore[union-attr]
+            assert outcome["native"] == (
+                f"-NOPERM User no-native has no permissions to run the '{name}' command\r\n"
+                .encode(), True)
+            assert not outcome["lua"][0].startswith(b"-"), outcome["lua"]
+    finally:
+        tenant.close()
+
+
+@pytest.mark.parametrize("user", ["tenant-a", "tenant-a-min"])
+def test_queue_api_as_a_tenant(server: EmbeddedValkey, user: str) -> None:
+    """The Python client, logged in as the tenant: its queue works on both wires (lanes on 5);
+    another tenant's queue raises the server's NOPERM, on both wires."""
+    conn = redis.Redis(port=server.port, username=user, password=PASSWORD, db=3)
+    admin = server.client(db=3)
+    try:
+        admin.script_flush()  # the client must load its scripts itself, as the tenant
+        for wire in (5, 6):
+            queue = Queue(conn, "tenant-a", wire=wire)
+            ids = [f"JOB:{user}-{wire}-{i}" for i in range(3)]
+            assert queue.enqueue(ids[0], b"x") is Verdict.ENQUEUED
+            assert queue.enqueue_many([(i, b"x") for i in ids[1:]]) == [Verdict.ENQUEUED] * 2
+            jobs = [queue.claim(lease_ms=60_000) for _ in ids]
+            assert all(jobs)
+            first, second, third = jobs
+            assert first and second and third
+            assert queue.extend(first) is Verdict.EXTENDED
+            assert queue.retry(second, delay_ms=0, error="e") is Verdict.RETRYING
+            assert queue.promote() == 1
+            assert queue.recover() == 0
+            assert queue.ack(first) is Verdict.ACKED
+            assert queue.ack(third) is Verdict.ACKED
+            if wire == 5:
+                assert queue.enqueue(f"JOB:{user}-lane", b"x", lane="g") is Verdict.ENQUEUED
+                lane_job = queue.claim_lane(lease_ms=60_000)
+                assert lane_job is not None and queue.ack(lane_job) is Verdict.ACKED
+            other = Queue(conn, "tenant-b", wire=wire)
+            with pytest.raises(redis.exceptions.NoPermissionError, match="No permissions"):
+                other.enqueue("JOB:1", b"x")
+            with pytest.raises(redis.exceptions.NoPermissionError, match="No permissions"):
+                other.claim()
+        assert not admin.keys("emq:{tenant-b}:*")
+    finally:
+        admin.flushdb()
+        for transition in ALL_TRANSITIONS:  # for the raw tests, which send EVALSHA only
+            admin.script_load(script_for(transition).source)
+        admin.close()
+        conn.close()
