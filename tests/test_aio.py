@@ -201,8 +201,11 @@ def test_async_consumer_heartbeat_keeps_a_long_lease(valkey: EmbeddedValkey) -> 
                 await asyncio.sleep(0.05)
 
         stealing = asyncio.create_task(thief())
-        assert await consumer.beat(park=False) == 1
-        stealing.cancel()
+        try:  # without a heartbeat the job would be recovered and re-run for ever
+            assert await asyncio.wait_for(consumer.beat(park=False), timeout=15) == 1
+        finally:
+            consumer.stop()
+            stealing.cancel()
         assert stolen == 0 and attempts == [1]
         assert await client.exists(queue.key("job", "JOB:1")) == 0  # acked, row deleted
 
