@@ -31,10 +31,15 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--jobs", default=20_000, show_default=True, help="jobs per wire")
-def demo(jobs: int) -> None:
+@click.option("--greedy-jobs", default=6_000, show_default=True, type=click.IntRange(1),
+              help="jobs the greedy tenant floods the queue with")
+@click.option("--tenants", default=5, show_default=True, type=click.IntRange(1),
+              help="small tenants")
+@click.option("--per-tenant", default=100, show_default=True, type=click.IntRange(1))
+@click.option("--workers", default=4, show_default=True, type=click.IntRange(1))
+def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
     """Run a short demonstration on an embedded valkey-server with trafikey loaded."""
-    run_demo(jobs=jobs, say=click.echo)
+    run_demo(greedy_jobs, tenants, per_tenant, workers, say=click.echo)
 
 
 @main.command()
