@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 from echomq.demo import GREEDY, run_demo
 
 
@@ -16,3 +22,33 @@ def test_demo_shows_lanes_serving_small_tenants_first() -> None:
     assert max(small) < lanes.finished_at[GREEDY]
     assert any("each tenant's wait" in line for line in said)
     assert any(line.startswith("throughput") for line in said)
+
+
+def servers_on_port(port: int) -> list[int]:
+    """Pids of live valkey-servers on ``port`` (the server retitles itself ``host:port``)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            title = (proc / "cmdline").read_bytes()
+            state = (proc / "status").read_text()
+        except (OSError, ValueError):
+            continue
+        if b"valkey-server" in title and f":{port}".encode() in title and (
+                "State:\tZ" not in state):
+            found.append(int(proc.name))
+    return found
+
+
+def test_interrupted_demo_leaves_no_server() -> None:
+    demo = subprocess.Popen([sys.executable, "-m", "echomq", "demo", "--greedy-jobs", "200000"],
+                            stdout=subprocess.PIPE, text=True)
+    assert demo.stdout is not None
+    first = demo.stdout.readline()
+    port = int(first.split(" at redis://127.0.0.1:", 1)[1].split(",", 1)[0])
+    assert servers_on_port(port)
+    demo.send_signal(signal.SIGINT)
+    demo.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while servers_on_port(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert servers_on_port(port) == []
