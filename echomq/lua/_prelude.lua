@@ -150,3 +150,38 @@ local function push_lane(ring, move, command)
   if redis.call('LLEN', move.lane_key) == 0 then redis.call('RPUSH', ring, move.lane) end
   redis.call(command, move.lane_key, move.id)
 end
+
+-- recover and promote: the entries of KEYS[1] due by now (at most limit) go back to run; ghosts
+-- are dropped from KEYS[1]. recover returns flat jobs to pending at their enqueued_at and lane
+-- jobs to their lane's head, latest deadline first so the lane keeps their order; promote returns
+-- flat jobs with their due time as score and lane jobs to their lane's tail, in due order.
+local function move_due(verb, source, recover)
+  if #KEYS ~= 4 or #ARGV ~= 2 then return arity_error(verb, 4, 2) end
+  local base = keys_base({ source, 'pending', 'ring', 'wake' })
+  if base == nil then return redis.error_reply(E_KEYS) end
+  local now = now_arg(ARGV[1])
+  if now == nil then return redis.error_reply(E_NOW) end
+  local limit = int_arg(ARGV[2], 1)
+  if limit == nil then return number_error('limit', 1) end
+  if not types_ok({ 'zset', 'zset', 'list', 'list' }) then return redis.error_reply(E_TYPE) end
+
+  local from, pending, ring, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+  local due = redis.call('ZRANGEBYSCORE', from, '-inf', dec(now), 'WITHSCORES', 'LIMIT', '0',
+    dec(limit))
+  local moves, ghosts = plan_moves(base, due, recover and now or nil)
+  if moves == nil then return ghosts end
+  for i = 1, #ghosts do redis.call('ZREM', from, ghosts[i]) end
+  local first, last, step, push = 1, #moves, 1, 'RPUSH'
+  if recover then first, last, step, push = #moves, 1, -1, 'LPUSH' end
+  for i = first, last, step do
+    local move = moves[i]
+    redis.call('ZREM', from, move.id)
+    if move.lane then
+      push_lane(ring, move, push)
+    else
+      redis.call('ZADD', pending, move.score, move.id)
+    end
+  end
+  wake(wake_key, #moves)
+  return #moves
+end

@@ -5,7 +5,7 @@
     ARGV[1] lease_ms         integer >= 1
     ARGV[2] now              ms, or * for the server clock
   Derived: <base>job:<id> of each id walked.
-  Replies: [id, payload, attempt] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM errors.
+  Replies: [id, payload, attempt] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
 if #KEYS ~= 2 or #ARGV ~= 2 then return arity_error('CLAIM', 2, 2) end
 local base = keys_base({ 'pending', 'active' })

@@ -8,7 +8,8 @@
     ARGV[1] lease_ms         integer >= 1
     ARGV[2] now              ms, or * for the server clock
   Derived: <base>lane:<group> of the groups walked, <base>job:<id> of the ids walked.
-  Replies: [id, payload, attempt, group] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM.
+  Replies: [id, payload, attempt, group] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM,
+  TRYAGAIN errors.
 ]]
 if #KEYS ~= 2 or #ARGV ~= 2 then return arity_error('LANE_CLAIM', 2, 2) end
 local base = keys_base({ 'ring', 'active' })

@@ -9,30 +9,6 @@
   Derived: <base>job:<id> of each due job, <base>lane:<group> of each lane job.
   A flat job goes to pending with its due time as score; a lane job to the tail of its lane.
   Ghosts are dropped from delayed.
-  Replies: :<jobs moved> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM errors.
+  Replies: :<jobs moved> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
-if #KEYS ~= 4 or #ARGV ~= 2 then return arity_error('PROMOTE', 4, 2) end
-local base = keys_base({ 'delayed', 'pending', 'ring', 'wake' })
-if base == nil then return redis.error_reply(E_KEYS) end
-local now = now_arg(ARGV[1])
-if now == nil then return redis.error_reply(E_NOW) end
-local limit = int_arg(ARGV[2], 1)
-if limit == nil then return number_error('limit', 1) end
-if not types_ok({ 'zset', 'zset', 'list', 'list' }) then return redis.error_reply(E_TYPE) end
-
-local delayed, pending, ring, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', dec(now), 'WITHSCORES', 'LIMIT', '0', dec(limit))
-local moves, ghosts = plan_moves(base, due, nil)
-if moves == nil then return ghosts end
-for i = 1, #ghosts do redis.call('ZREM', delayed, ghosts[i]) end
-for i = 1, #moves do
-  local move = moves[i]
-  redis.call('ZREM', delayed, move.id)
-  if move.lane then
-    push_lane(ring, move, 'RPUSH')
-  else
-    redis.call('ZADD', pending, move.score, move.id)
-  end
-end
-wake(wake_key, #moves)
-return #moves
+return move_due('PROMOTE', 'delayed', false)

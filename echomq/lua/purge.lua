@@ -4,7 +4,7 @@
     KEYS[1] <base>dead       jobs that used up their attempts (zset)
     ARGV[1] limit            integer >= 1
   Derived: <base>job:<id> of each purged job.
-  Replies: :<jobs purged> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM errors.
+  Replies: :<jobs purged> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
 if #KEYS ~= 1 or #ARGV ~= 1 then return arity_error('PURGE', 1, 1) end
 local base = keys_base({ 'dead' })

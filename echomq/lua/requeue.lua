@@ -9,7 +9,7 @@
     ARGV[1] id               JOB:<rest>
     ARGV[2] now              ms, or * for the server clock
   Derived: <base>lane:<group> of a lane job.
-  Replies: +REQUEUED | +NOT_DEAD | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM errors.
+  Replies: +REQUEUED | +NOT_DEAD | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
 if #KEYS ~= 5 or #ARGV ~= 2 then return arity_error('REQUEUE', 5, 2) end
 local id = ARGV[1]
