@@ -16,12 +16,13 @@ class BuildWithModule(build_ext):
     """Builds the cffi extensions, then trafikey.so with native/Makefile, placed in the package."""
 
     def run(self) -> None:
-        super().run()
         if shutil.which("make") is None or shutil.which(os.environ.get("CC", "cc")) is None:
             raise SystemExit(
-                "echomq needs a C compiler (cc) and make to build its Valkey module trafikey.so; "
-                "install them (Debian: apt-get install build-essential) and retry"
+                "echomq needs a C compiler (cc) and make to build its Valkey module trafikey.so "
+                "and its cffi core; install them (Debian: apt-get install build-essential) and "
+                "retry"
             )
+        super().run()
         subprocess.check_call(["make", "-C", NATIVE, "trafikey.so"])
         built = os.path.join(NATIVE, "trafikey.so")
         targets = [os.path.join(self.build_lib, "echomq")]
