@@ -29,7 +29,7 @@
 #define ROW_SUFFIX_MAX (4 + EMQ_ID_KIND_LEN + EMQ_ID_REST_MAX)
 
 /* Strings made once at load: the arguments of the ACL probe and the wake token. */
-static ValkeyModuleString *s_hincrby, *s_attempts, *s_one;
+static ValkeyModuleString *s_hincrby, *s_attempts, *s_one, *s_zero;
 
 /* ---- Small helpers ------------------------------------------------------------------------------ */
 
@@ -69,11 +69,27 @@ static ValkeyModuleString *derived_key(ValkeyModuleCtx *ctx, Bytes base, const c
     return key;
 }
 
+/* A non-negative or negative integer in canonical decimal, without snprintf (it is on every
+ * write path). buf must hold 21 bytes; returns the length. */
+static size_t decimal(long long v, char *buf) {
+    char tmp[24];
+    size_t n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    size_t len = 0;
+    if (v < 0) buf[len++] = '-';
+    while (n) buf[len++] = tmp[--n];
+    return len;
+}
+
 /* A zset score as text ZADD parses back to the same double: integers in canonical decimal. */
 static size_t score_text(double score, char *buf, size_t cap) {
     int n;
     if (score > -1e17 && score < 1e17 && score == (double)(long long)score) {
-        n = snprintf(buf, cap, "%lld", (long long)score);
+        return decimal((long long)score, buf);
     } else if (isinf(score)) {
         n = snprintf(buf, cap, score > 0 ? "inf" : "-inf");
     } else {
@@ -408,18 +424,16 @@ static int emq_enqueue(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc
         return ValkeyModule_ReplyWithSimpleString(ctx, "DUPLICATE");
     }
     char num[32];
-    int nlen = snprintf(num, sizeof num, "%lld", now);
-    ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, (size_t)nlen);
-    ValkeyModuleString *zero = ValkeyModule_CreateString(ctx, "0", 1);
-    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", zero,
+    size_t nlen = decimal(now, num);
+    ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, nlen);
+    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero,
                          "enqueued_at", enqueued_at, NULL);
     touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", call.keys[0]);
-    ValkeyModule_Replicate(ctx, "HSET", "scscscs", call.keys[0], "payload", payload, "attempts", zero,
+    ValkeyModule_Replicate(ctx, "HSET", "scscscs", call.keys[0], "payload", payload, "attempts", s_zero,
                            "enqueued_at", enqueued_at);
     fx_zadd(ctx, pending, call.keys[1], (double)now, id);
     fx_wake(ctx, wake, call.keys[2], 1);
     ValkeyModule_FreeString(ctx, enqueued_at);
-    ValkeyModule_FreeString(ctx, zero);
     close_keys(k, 3);
     return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
 }
@@ -499,8 +513,8 @@ static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
     fx_zrem(ctx, pending, call.keys[0], id);
     long long attempt = row_int_field(ctx, row, "attempts", 0) + 1;
     char num[32];
-    int nlen = snprintf(num, sizeof num, "%lld", attempt);
-    ValkeyModuleString *attempt_str = ValkeyModule_CreateString(ctx, num, (size_t)nlen);
+    size_t nlen = decimal(attempt, num);
+    ValkeyModuleString *attempt_str = ValkeyModule_CreateString(ctx, num, nlen);
     fx_hset1(ctx, row, row_name, "attempts", attempt_str);
     fx_zadd(ctx, active, call.keys[1], (double)(now + lease_ms), id);
     ValkeyModuleString *payload = NULL;
@@ -834,6 +848,7 @@ int ValkeyModule_OnLoad(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int arg
     s_hincrby = ValkeyModule_CreateString(NULL, "HINCRBY", 7);
     s_attempts = ValkeyModule_CreateString(NULL, "attempts", 8);
     s_one = ValkeyModule_CreateString(NULL, "1", 1);
+    s_zero = ValkeyModule_CreateString(NULL, "0", 1);
 
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (ValkeyModule_CreateCommand(ctx, commands[i].name, commands[i].handler, commands[i].flags, 0, 0,
@@ -859,5 +874,6 @@ int ValkeyModule_OnUnload(ValkeyModuleCtx *ctx) {
     ValkeyModule_FreeString(NULL, s_hincrby);
     ValkeyModule_FreeString(NULL, s_attempts);
     ValkeyModule_FreeString(NULL, s_one);
+    ValkeyModule_FreeString(NULL, s_zero);
     return VALKEYMODULE_OK;
 }
