@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import hiredis
 import redis
 
 from echomq import transitions as t
@@ -76,12 +77,8 @@ def pipelined(conn: redis.Redis, commands: Iterable[Sequence[Any]], chunk: int =
 
 
 def resp(command: Sequence[Any]) -> bytes:
-    """One command in RESP, as ``valkey-cli --pipe`` reads it."""
-    parts = [b"*%d\r\n" % len(command)]
-    for arg in command:
-        raw = arg if isinstance(arg, bytes) else str(arg).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
-    return b"".join(parts)
+    """One command in RESP, as ``valkey-cli --pipe`` reads it (packed by hiredis)."""
+    return bytes(hiredis.pack_command(tuple(command)))
 
 
 def mass_insert(port: int, commands: Iterable[Sequence[Any]], workdir: str) -> tuple[int, float]:

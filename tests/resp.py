@@ -15,11 +15,7 @@ Arg = bytes | str | int
 
 
 def encode_command(args: Sequence[Arg]) -> bytes:
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        raw = arg if isinstance(arg, bytes) else str(arg).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
-    return b"".join(parts)
+    return bytes(hiredis.pack_command(tuple(args)))
 
 
 class RawConnection:

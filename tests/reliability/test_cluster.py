@@ -71,6 +71,16 @@ def parsed(raw: bytes) -> Any:
     return reader.gets()
 
 
+def assign_slot(cluster: Cluster, slot: int, owner: EmbeddedValkey) -> None:
+    """Tell every node that ``owner`` now serves ``slot`` (the end of a hand-made migration)."""
+    for server in cluster.nodes:
+        conn = server.client()
+        try:
+            conn.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id(owner))
+        finally:
+            conn.close()
+
+
 @pytest.mark.parametrize("wire", [5, 6])
 def test_native_commands_are_redirected(cluster: Cluster, wire: int) -> None:
     """Sent to a node that does not serve the queue's slot, a transition must get -MOVED (as
@@ -162,12 +172,7 @@ def move_slot_by_hand(cluster: Cluster, slot: int, source: EmbeddedValkey,
             src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
             moved += len(keys)
             time.sleep(pause)
-        for server in cluster.nodes:
-            conn = server.client()
-            try:
-                conn.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id(target))
-            finally:
-                conn.close()
+        assign_slot(cluster, slot, target)
     finally:
         src.close()
         dst.close()
@@ -254,12 +259,7 @@ def test_claim_mid_migration_keeps_the_job(cluster: Cluster, rc: RedisCluster,
         # Finish the move so the cluster is stable for the next test.
         for key in src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
             src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", key)
-        for server in cluster.nodes:
-            conn = server.client()
-            try:
-                conn.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id(target))
-            finally:
-                conn.close()
+        assign_slot(cluster, slot, target)
         src.close()
         dst.close()
 
