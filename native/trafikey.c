@@ -275,13 +275,16 @@ static void acl_release(Acl *acl) {
 
 /* ---- Derived keys: the cluster's slot ------------------------------------------------------------ */
 
-/* In a cluster, a derived key that is absent here may have moved to another node with its slot
- * (the slot is MIGRATING). The script engine refuses to touch such a key; so does this module,
- * rather than take the job for a ghost. Asked only of absent keys, only in cluster mode: the
- * server's own check runs on an EXISTS through ValkeyModule_Call, which fails on a non-local key. */
-static int moved_away(ValkeyModuleCtx *ctx, ValkeyModuleString *key) {
+/* In a cluster, a derived key that is absent here may be on another node while its slot moves:
+ * gone with the keys already migrated (this node MIGRATING), or not migrated yet (IMPORTING, the
+ * caller sent ASKING). The module then refuses the call rather than take the job for a ghost. The
+ * server answers that question: ValkeyModule_Call runs its cluster check (the caller's ASKING
+ * copied), which refuses a command naming several keys of a moving slot unless all are present.
+ * So the probe names the absent key and a second key of the queue's slot, the base (the script
+ * names KEYS[1]). Asked only of absent keys, only in cluster mode. */
+static int moved_away(ValkeyModuleCtx *ctx, ValkeyModuleString *key, Bytes base) {
     if (!(ValkeyModule_GetContextFlags(ctx) & VALKEYMODULE_CTX_FLAGS_CLUSTER)) return 0;
-    ValkeyModuleCallReply *reply = ValkeyModule_Call(ctx, "EXISTS", "s", key);
+    ValkeyModuleCallReply *reply = ValkeyModule_Call(ctx, "EXISTS", "sb", key, base.p, base.n);
     if (reply == NULL) return 1;
     ValkeyModule_FreeCallReply(reply);
     return 0;
@@ -484,7 +487,7 @@ static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
                 break;
             }
             ValkeyModule_CloseKey(candidate);
-            if (candidate_type == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name)) {
+            if (candidate_type == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) {
                 ValkeyModule_FreeString(ctx, name);
                 ValkeyModule_FreeString(ctx, member);
                 denied = 2;
@@ -676,7 +679,7 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
         } else {
             ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
             int row_type = ValkeyModule_KeyType(row);
-            if (row_type == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, row_name)) {
+            if (row_type == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, row_name, base)) {
                 err = EMQ_ERR_MOVING;
             } else if (row_type == VALKEYMODULE_KEYTYPE_HASH) {
                 m->live = 1;
@@ -689,7 +692,7 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
                         ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, m->lane_key, VALKEYMODULE_READ);
                         int t = ValkeyModule_KeyType(lane);
                         ValkeyModule_CloseKey(lane);
-                        if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, m->lane_key)) err = EMQ_ERR_MOVING;
+                        if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, m->lane_key, base)) err = EMQ_ERR_MOVING;
                         else if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_LIST) err = EMQ_ERR_TYPE;
                     }
                 } else if (recover) {

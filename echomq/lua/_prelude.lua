@@ -86,11 +86,20 @@ local function types_ok(expected)
   return true
 end
 
--- The type of a derived key, or nil when the cluster refuses to touch it: absent here while its
--- slot is moving to another node (the module asks the server the same question).
+-- False when the cluster refuses a call naming two keys of the slot, the absent derived key and
+-- a declared one: the server answers such a call only while the slot is stable (on a node that
+-- imports or exports the slot, a call of several keys not all present is refused), so an absent
+-- key may still be on the other node. trafikey's moved_away asks the same question.
+local function slot_is_stable(key)
+  return type(redis.pcall('EXISTS', key, KEYS[1])) == 'number'
+end
+
+-- The type of a derived key, or nil when it may be on another node: the cluster refuses to
+-- touch it (it left with its slot), or it is absent while the slot moves (not migrated yet).
 local function derived_type(key)
   local reply = redis.pcall('TYPE', key)
   if reply['err'] ~= nil then return nil end
+  if reply['ok'] == 'none' and not slot_is_stable(key) then return nil end
   return reply['ok']
 end
 

@@ -1,12 +1,15 @@
 """Scenario 4: Valkey Cluster. Three primaries on loopback, trafikey on each; 100 queues spread
 over the shards; ``RedisCluster`` runs every transition through both executors (routing EMQ.* by
-the key specs the module declares, through COMMAND GETKEYS); and a queue's slot moves while a
-workload runs, the client following MOVED and ASK, losing no job. See docs/CLUSTER.md."""
+the key specs the module declares, through COMMAND GETKEYS); a queue's slot moves while a
+workload runs, the client following MOVED and ASK, losing no job; and a transition sent to a node
+that lacks a job's row, on either side of a move, refuses alike on both executors rather than
+drop the job as a ghost. See docs/CLUSTER.md."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import hiredis
@@ -14,10 +17,10 @@ import pytest
 import redis
 from redis.cluster import RedisCluster, key_slot
 
-from echomq import Queue, Verdict
+from echomq import Queue, Verdict, admin
 from echomq.embedded import EmbeddedValkey
 from echomq.scripts import script_for
-from echomq.transitions import CLAIM, ENQUEUE
+from echomq.transitions import ALL_TRANSITIONS, ENQUEUE
 from tests.reliability.ledger import Ledger, assert_nothing_lost, reckon
 from tests.reliability.servers import Cluster, cli, server_version, wait_until
 from tests.reliability.servers import cluster as fresh_cluster
@@ -226,42 +229,170 @@ def reshard_under_load(cluster: Cluster, wire: int, started: float) -> None:
           f"by hand, {time.monotonic() - started:.1f}s")
 
 
-@pytest.mark.parametrize("wire", [5, 6])
-def test_claim_mid_migration_keeps_the_job(cluster: Cluster, rc: RedisCluster,
-                                                  wire: int) -> None:
-    """Deterministic: the slot is MIGRATING, the head job's row has already moved, pending and
-    active have not. Lua's redis.call on the moved row fails the script (nothing written); the
-    native claim must not drop the job either."""
-    name = f"mid{wire}"
-    queue = Queue(rc, name, wire=wire)
-    queue.enqueue("JOB:first", b"x", now=1)
-    queue.enqueue("JOB:moved", b"x", now=2)
-    assert queue.claim(lease_ms=600_000) is not None  # so that active exists
+# A slot in motion: its keys split between the source (MIGRATING) and the target (IMPORTING).
+# The jobs' rows and the queue's other keys move at different times, and a transition that reaches
+# a row the node does not hold must refuse with MOVING, never drop the job as a ghost.
+
+MOVING = b"-TRYAGAIN a job's keys are moving between cluster nodes; try again\r\n"
+ROW = b":job:"
+NOW = 1_000_000  # every lease has run out and every delay is over by then
+STATES = ("importing", "migrating")
+
+
+def fill_every_key(rc: RedisCluster, name: str) -> Queue:
+    """A queue with something in each of its keys: JOB:head at the head of pending, JOB:leased in
+    active (its lease over by NOW), JOB:later in delayed, JOB:dead in dead, JOB:grouped in lane g.
+    Built with wire=5 (lanes are scripts only)."""
+    queue = Queue(rc, name, wire=5)
+    for i, job_id in enumerate(("JOB:dead", "JOB:later", "JOB:leased", "JOB:head")):
+        queue.enqueue(job_id, b"x", now=i + 1)
+    queue.enqueue("JOB:grouped", b"x", lane="g", now=5)
+    dead, later, leased = (queue.claim(lease_ms=1_000, now=10) for _ in range(3))
+    assert dead is not None and later is not None and leased is not None
+    assert queue.retry(dead, max_attempts=1, now=10) is Verdict.DEAD
+    assert queue.retry(later, delay_ms=100, max_attempts=5, now=10) is Verdict.RETRYING
+    return queue
+
+
+def every_job_kept(queue: Queue) -> None:
+    """Each job of fill_every_key is still where it was: every transition finds it (the lane's
+    on wire=5, the only one with lanes)."""
+    head = queue.claim(lease_ms=600_000, now=NOW)
+    assert head is not None and head.id == "JOB:head"
+    assert queue.recover(now=NOW) == 1
+    assert queue.promote(now=NOW) == 1
+    lane_job = Queue(queue.conn, queue.name, wire=5).claim_lane(lease_ms=600_000, now=NOW)
+    assert lane_job is not None and lane_job.id == "JOB:grouped"
+    assert admin.purge(queue.conn, queue.name) == 1
+
+
+# The calls a moving slot must refuse; the first three on both executors, the rest scripts only.
+ACTIONS: dict[str, Callable[[Queue], object]] = {
+    "claim": lambda queue: queue.claim(lease_ms=1_000, now=NOW),
+    "recover": lambda queue: queue.recover(now=NOW),
+    "promote": lambda queue: queue.promote(now=NOW),
+    "claim_lane": lambda queue: queue.claim_lane(lease_ms=1_000, now=NOW),
+    "purge": lambda queue: admin.purge(queue.conn, queue.name),
+}
+NATIVE_ACTIONS = ("claim", "recover", "promote")
+
+
+class Captured(Exception):
+    """Carries the command a Queue call would have sent."""
+
+
+class Capture:
+    """Stands in for a client: what a Queue sends is raised as Captured, never sent."""
+
+    def execute_command(self, *argv: Any, **_: Any) -> Any:
+        raise Captured(argv)
+
+
+def command_of(name: str, wire: int, action: Callable[[Queue], object]) -> tuple[Any, ...]:
+    """The command ``action`` sends through a ``wire`` Queue of ``name``: built by the Queue
+    itself, so it follows the protocol whatever its keys and arguments are."""
+    with pytest.raises(Captured) as sent:
+        action(Queue(Capture(), name, wire=wire, check_policy=False))
+    return tuple(sent.value.args[0])
+
+
+def raw_reply(server: EmbeddedValkey, argv: tuple[Any, ...], *, asking: bool) -> bytes:
+    """The exact bytes ``server`` answers ``argv`` with (after ASKING when ``asking``)."""
+    with RawConnection(server.port) as conn:
+        for transition in ALL_TRANSITIONS:
+            conn.call("SCRIPT", "LOAD", script_for(transition).source)
+        if asking:
+            assert conn.call("ASKING") == b"+OK\r\n"
+        return conn.call(*argv)
+
+
+def keys_in_slot(server: EmbeddedValkey, slot: int) -> list[bytes]:
+    with RawConnection(server.port) as conn:
+        keys: list[bytes] = parsed(conn.call("CLUSTER", "GETKEYSINSLOT", slot, 100_000))
+    return keys
+
+
+def slot_contents(server: EmbeddedValkey, slot: int) -> dict[bytes, bytes]:
+    """Each key of ``slot`` on ``server`` and its DUMP (ASKING first: the slot may be importing)."""
+    contents = {}
+    with RawConnection(server.port) as conn:
+        for key in keys_in_slot(server, slot):
+            conn.call("ASKING")
+            contents[key] = conn.call("DUMP", key)
+    return contents
+
+
+def migrate(source: EmbeddedValkey, target: EmbeddedValkey, keys: list[bytes]) -> None:
+    if keys:
+        with RawConnection(source.port) as conn:
+            reply = conn.call("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+        assert reply == b"+OK\r\n", reply
+
+
+@contextmanager
+def slot_in_motion(cluster: Cluster, name: str, rows_first: bool
+                   ) -> Iterator[tuple[EmbeddedValkey, EmbeddedValkey]]:
+    """Opens the move of queue ``name``'s slot to another node (target IMPORTING, source
+    MIGRATING) and moves part of its keys: the jobs' rows when ``rows_first``, else every other
+    key. Yields (source, target); on exit the rest follows and every node learns the target
+    serves the slot."""
     slot = slot_of(name)
     source = cluster.owner(slot)
     target = next(n for n in cluster.nodes if n is not source)
-    src, dst = source.client(), target.client()
+    with RawConnection(target.port) as dst, RawConnection(source.port) as src:
+        assert dst.call("CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source)) == b"+OK\r\n"
+        assert src.call("CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target)) == b"+OK\r\n"
     try:
-        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
-        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
-        src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS",
-                            queue.key("job", "JOB:moved"))
-        with RawConnection(source.port) as raw:
-            raw.call("SCRIPT", "LOAD", script_for(CLAIM).source)
-            argv = [2, queue.key("pending"), queue.key("active"), 1000, "*"]
-            reply = raw.call(*(["EVALSHA", script_for(CLAIM).sha] if wire == 5
-                               else ["EMQ.CLAIM"]), *argv)
-            pending = raw.call("ZRANGE", queue.key("pending"), 0, -1)
-        print(f"[mid-migration wire={wire}] claim replied {reply[:60]!r}; pending {pending!r}")
-        assert b"JOB:moved" in pending, "the job was dropped as a ghost: lost"
-        assert reply == b"-TRYAGAIN a job's keys are moving between cluster nodes; try again\r\n"
+        migrate(source, target, [key for key in keys_in_slot(source, slot)
+                                 if (ROW in key) == rows_first])
+        yield source, target
     finally:
-        # Finish the move so the cluster is stable for the next test.
-        for key in src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
-            src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", key)
+        migrate(source, target, keys_in_slot(source, slot))
         assign_slot(cluster, slot, target)
-        src.close()
-        dst.close()
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_moving_rows_refused_alike_by_both_executors(cluster: Cluster, rc: RedisCluster,
+                                                     state: str) -> None:
+    """Importing: every key but the rows has moved, and the calls go to the target after ASKING
+    (as a client does after -ASK). Migrating: the rows have moved, and the calls go to the
+    source. Either way each call reaches a row the node does not hold: both executors must
+    answer MOVING, byte for byte, and leave both nodes as they were."""
+    name = f"moving-{state}"
+    queue = fill_every_key(rc, name)
+    slot = slot_of(name)
+    calls = [(verb, 5) for verb in ACTIONS] + [(verb, 6) for verb in NATIVE_ACTIONS]
+    with slot_in_motion(cluster, name, rows_first=state == "migrating") as (source, target):
+        node = target if state == "importing" else source
+        before = [slot_contents(source, slot), slot_contents(target, slot)]
+        replies = {(verb, wire): raw_reply(node, command_of(name, wire, ACTIONS[verb]),
+                                           asking=state == "importing")
+                   for verb, wire in calls}
+        after = [slot_contents(source, slot), slot_contents(target, slot)]
+    print(f"[moving rows, {state}] replies {set(replies.values())!r}")
+    assert replies == dict.fromkeys(calls, MOVING)
+    assert after == before, "a refused call changed a node"
+    every_job_kept(queue)
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_importing_node_keeps_jobs_whose_rows_have_not_moved(cluster: Cluster, rc: RedisCluster,
+                                                            wire: int) -> None:
+    """Through RedisCluster, as an application runs: pending, active and delayed have moved to
+    the target, the rows have not. The source answers -ASK, the client asks the target, which
+    must not take the rows it lacks for ghosts; redis-py retries the refusal until it gives up,
+    and once the slot has moved every job is still there."""
+    name = f"importing{wire}"
+    fill_every_key(rc, name)
+    queue = Queue(rc, name, wire=wire)
+    slot = slot_of(name)
+    with slot_in_motion(cluster, name, rows_first=False) as (source, target):
+        before = [slot_contents(source, slot), slot_contents(target, slot)]
+        for verb in NATIVE_ACTIONS:
+            with pytest.raises((redis.exceptions.ClusterError, redis.exceptions.TryAgainError)):
+                ACTIONS[verb](queue)
+        assert [slot_contents(source, slot), slot_contents(target, slot)] == before
+    every_job_kept(queue)
 
 
 @pytest.mark.parametrize("wire", [5, 6])
