@@ -2,7 +2,8 @@
 without the trafikey module, whichever executor (wire=5 scripts, wire=6 native) did the work.
 
 The workloads are hypothesis-drawn operation lists run through ``echomq.Queue`` on the server's
-clock (``now=None``); afterwards ``DEBUG DIGEST`` and key-by-key snapshots must be equal.
+clock (``now=None``); afterwards ``DEBUG DIGEST``, key-by-key snapshots and every key's absolute
+expiry (``PEXPIRETIME``: the digest records that a key expires, not when) must be equal.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import hiredis
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
@@ -108,10 +110,35 @@ def keyspace(server: EmbeddedValkey) -> dict[bytes, tuple[Any, ...]]:
         return snapshot(conn)
 
 
+def expiries(server: EmbeddedValkey) -> dict[bytes, int]:
+    """Each key's absolute expiry in ms (-1: none). A copy must expire a key when its primary
+    does, not a millisecond off, and DEBUG DIGEST cannot tell."""
+    with RawConnection(server.port) as conn:
+        keys: list[bytes] = parse(conn.call("KEYS", "*"))
+        return {key: int(parse(conn.call("PEXPIRETIME", key))) for key in keys}
+
+
+def parse(raw: bytes) -> Any:
+    reader = hiredis.Reader()
+    reader.feed(raw)
+    return reader.gets()
+
+
+def leave_a_tombstone(conn: redis.Redis, wire: int) -> None:
+    """An acked job kept for RETAIN ms, so every comparison has a key that expires."""
+    queue = Queue(conn, f"kept{wire}", wire=wire)
+    queue.enqueue("JOB:kept", b"k")
+    job = queue.claim(lease_ms=60_000)
+    assert job is not None and job.id == "JOB:kept"
+    queue.ack(job, retention_ms=RETAIN)
+
+
 def assert_same_keyspace(primary: EmbeddedValkey, copy: EmbeddedValkey) -> None:
-    state = keyspace(primary)
+    state, expiring = keyspace(primary), expiries(primary)
     assert state, "the workload left nothing to compare"
+    assert any(when > 0 for when in expiring.values()), "no key expires: nothing to compare"
     assert keyspace(copy) == state
+    assert expiries(copy) == expiring
     assert digest(copy) == digest(primary)
     assert not digest(primary).startswith(b"-")
 
@@ -147,6 +174,7 @@ def test_replica_without_module_reaches_primary_keyspace(
         conn.flushall()
         Worker(conn, wire).run(workload)
         Worker(conn, wire).run([(name, ("enqueue", "JOB:x", b"x")) for name in QUEUES])
+        leave_a_tombstone(conn, wire)
         assert conn.execute_command("WAIT", 1, 5000) >= 1
         assert_same_keyspace(primary, replica)
     finally:
@@ -200,13 +228,16 @@ def test_aof_loads_without_module(workload: list[tuple[str, Op]]) -> None:
     try:
         conn = source.client()
         Worker(conn, 6).run([*workload, ("a", ("enqueue", "JOB:x", b"x"))])
+        leave_a_tombstone(conn, 6)
         conn.close()
-        expected, state = digest(source), keyspace(source)
+        expected, state, expiring = digest(source), keyspace(source), expiries(source)
         assert state, "the workload left nothing to compare"
+        assert any(when > 0 for when in expiring.values()), "no key expires: nothing to compare"
         shutil.copytree(Path(source.directory, "aof"), Path(copy_dir, "aof"))
         loaded = EmbeddedValkey(prefer="path", module=False, directory=copy_dir, config=aof)
         with loaded:
             assert keyspace(loaded) == state
+            assert expiries(loaded) == expiring
             assert digest(loaded) == expected
     finally:
         source.stop()
