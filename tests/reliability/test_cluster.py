@@ -248,7 +248,7 @@ def test_claim_mid_migration_keeps_the_job(cluster: Cluster, rc: RedisCluster,
                             queue.key("job", "JOB:moved"))
         with RawConnection(source.port) as raw:
             raw.call("SCRIPT", "LOAD", script_for(CLAIM).source)
-            argv = [2, queue.key("pending"), queue.key("active"), 1000, "*"]
+            argv = [3, queue.key("pending"), queue.key("active"), queue.key("fence"), 1000, "*"]
             reply = raw.call(*(["EVALSHA", script_for(CLAIM).sha] if wire == 5
                                else ["EMQ.CLAIM"]), *argv)
             pending = raw.call("ZRANGE", queue.key("pending"), 0, -1)
