@@ -268,3 +268,30 @@ def test_a_retry_error_that_is_not_bytes_or_text_is_refused(queue: Queue) -> Non
         queue.retry(job, error=ValueError("boom"), now=NOW)  # type: ignore[arg-type]
     assert queue.retry(job, error=bytearray(b"boom"), now=NOW) is Verdict.RETRYING
     assert queue.conn.hget(queue.key("job", "JOB:1"), "error") == b"boom"
+
+
+def test_async_recover_takes_max_attempts_too(queue: Queue) -> None:
+    """echomq.aio.Queue.recover: the queue's max_attempts by default, or the one given."""
+    import asyncio
+
+    import redis.asyncio as aredis
+
+    from echomq.aio import Queue as AsyncQueue
+
+    async def crash_twice() -> tuple[int, int]:
+        client = aredis.Redis(port=queue.conn.connection_pool.connection_kwargs["port"])
+        try:
+            spent = AsyncQueue(client, "poison", wire=queue.wire, max_attempts=1)
+            await spent.enqueue("JOB:1", b"x", now=NOW)
+            await spent.enqueue("JOB:2", b"x", now=NOW)
+            await spent.claim(lease_ms=10, now=NOW)
+            await spent.claim(lease_ms=10, now=NOW)
+            return (await spent.recover(now=NOW + 10, limit=1, max_attempts=2),
+                    await spent.recover(now=NOW + 10))
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(crash_twice()) == (1, 1)
+    poison = Queue(queue.conn, "poison")
+    assert poison.counts() == {"pending": 1, "active": 0, "delayed": 0, "dead": 1, "lanes": 0}
+    assert queue.conn.zrange(poison.key("dead"), 0, -1) == [b"JOB:2"]
