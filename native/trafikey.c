@@ -738,7 +738,7 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
                 err = EMQ_ERR_MOVING;
             } else if (row_type == VALKEYMODULE_KEYTYPE_HASH) {
                 m->live = 1;
-                long long attempts = row_int_field(ctx, row, "attempts", 0);
+                long long attempts = max_attempts > 0 ? row_int_field(ctx, row, "attempts", 0) : 0;
                 if (max_attempts > 0 && attempts >= max_attempts) {
                     m->spent = attempts;
                 } else {

@@ -151,8 +151,8 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
     if row_type == 'hash' then
       local move = { id = id, row = row, score = score }
       local lane = redis.call('HGET', row, 'lane')
-      local attempts = int_field(redis.call('HGET', row, 'attempts'), 0)
-      if max_attempts ~= nil and attempts >= max_attempts then
+      local attempts = max_attempts and int_field(redis.call('HGET', row, 'attempts'), 0)
+      if attempts and attempts >= max_attempts then
         move.spent = attempts
       elseif lane then
         local lane_key = base .. 'lane:' .. lane
