@@ -21,10 +21,11 @@ RETENTION_MS = 86_400_000
 TRANSITIONS = ("enqueue", "claim", "extend", "retry", "promote", "recover", "ack")
 
 # The bare commands each transition performs, split into the writes (for enqueue and claim the
-# issue's list: HSET+ZADD+RPUSH, ZRANGE+ZREM+HSET+ZADD) and the reads that check the state.
+# issue's list: HSET+ZADD+RPUSH, ZRANGE+ZREM+HSET+ZADD, and claim's SET of the fence counter) and
+# the reads that check the state.
 BARE: dict[str, dict[str, tuple[str, ...]]] = {
     "enqueue": {"core": ("hset", "zadd", "rpush"), "reads": ("exists",)},
-    "claim": {"core": ("zrange", "zrem", "hset", "zadd"), "reads": ("hget",)},
+    "claim": {"core": ("zrange", "zrem", "hset", "zadd", "set"), "reads": ("hget", "get")},
     "extend": {"core": ("zadd",), "reads": ("zscore", "hget")},
     "retry": {"core": ("zrem", "hset", "zadd"), "reads": ("zscore", "hget")},
     "promote": {"core": ("zrangebyscore", "zrem", "zadd"), "reads": ("hmget", "llen")},
@@ -43,6 +44,7 @@ class Phases:
     def __init__(self, conn: redis.Redis, base: str, wire: int, count: int) -> None:
         self.conn, self.base, self.wire, self.count = conn, base, wire, count
         self.jobs = ids(f"w{wire}", count)
+        self.fences: dict[str, int] = {}  # each job's current lease, from the last claims
 
     def keys(self, transition: t.Transition, job_id: str | None = None) -> list[str]:
         return t.keys_for(self.base, transition, job_id)
@@ -52,6 +54,9 @@ class Phases:
         bad = [r for r in replies if isinstance(r, Exception)]
         if bad:
             raise RuntimeError(f"wire={self.wire}: {bad[0]}")
+        for reply in replies:  # a claim's [id, payload, attempt, fence]: its lease
+            if isinstance(reply, list) and len(reply) == 4:
+                self.fences[reply[0].decode()] = int(reply[3])
 
     def measured(self, name: str, commands: Callable[[], Iterator[Sequence[Any]]],
                  transition: t.Transition) -> float:
@@ -73,10 +78,11 @@ class Phases:
             t.ENQUEUE)
         out["claim"] = self.measured("claim", lambda: self.claims(30_000), t.CLAIM)
         out["extend"] = self.measured("extend", lambda: (
-            call(t.EXTEND, w, self.keys(t.EXTEND, j), (j, 1, 30_000, "*")) for j in self.jobs),
+            call(t.EXTEND, w, self.keys(t.EXTEND, j), (j, self.fences[j], 30_000, "*"))
+            for j in self.jobs),
             t.EXTEND)
         out["retry"] = self.measured("retry", lambda: (
-            call(t.RETRY, w, self.keys(t.RETRY, j), (j, 1, 0, 5, "boom", "*"))
+            call(t.RETRY, w, self.keys(t.RETRY, j), (j, self.fences[j], 0, 5, "boom", "*"))
             for j in self.jobs), t.RETRY)
         time.sleep(0.005)
         out["promote"] = self.measured("promote", lambda: (
@@ -84,10 +90,11 @@ class Phases:
         self.run(self.claims(1))
         time.sleep(0.01)
         out["recover"] = self.measured("recover", lambda: (
-            call(t.RECOVER, w, self.keys(t.RECOVER), ("*", 1)) for _ in self.jobs), t.RECOVER)
+            call(t.RECOVER, w, self.keys(t.RECOVER), ("*", 1, 5)) for _ in self.jobs), t.RECOVER)
         self.run(self.claims(30_000))
         out["ack"] = self.measured("ack", lambda: (
-            call(t.ACK, w, self.keys(t.ACK, j), (j, 3, RETENTION_MS)) for j in self.jobs), t.ACK)
+            call(t.ACK, w, self.keys(t.ACK, j), (j, self.fences[j], RETENTION_MS))
+            for j in self.jobs), t.ACK)
         return out
 
 
@@ -95,8 +102,8 @@ def bare(conn: redis.Redis, base: str, count: int) -> dict[str, dict[str, float]
     """The same life cycle as plain commands; per transition, usec per job of each command."""
     jobs = ids("bare", count)
     row = {j: f"{base}job:{j}" for j in jobs}
-    pending, active, delayed, wake = (f"{base}{r}" for r in ("pending", "active", "delayed",
-                                                             "wake"))
+    pending, active, delayed, wake, fence = (
+        f"{base}{r}" for r in ("pending", "active", "delayed", "wake", "fence"))
     now = _now()
     far = now + 30_000
     sequences: dict[str, Callable[[], Iterator[Sequence[Any]]]] = {
@@ -105,8 +112,9 @@ def bare(conn: redis.Redis, base: str, count: int) -> dict[str, dict[str, float]
             ("HSET", row[j], "payload", PAYLOAD, "attempts", "0", "enqueued_at", now),
             ("ZADD", pending, now, j), ("RPUSH", wake, "1"))),
         "claim": lambda: (c for j in jobs for c in (
-            ("ZRANGE", pending, 0, 0), ("ZREM", pending, j), ("HGET", row[j], "attempts"),
-            ("HSET", row[j], "attempts", "1"), ("ZADD", active, far, j),
+            ("ZRANGE", pending, 0, 0), ("GET", fence), ("ZREM", pending, j),
+            ("HGET", row[j], "attempts"), ("SET", fence, "1"),
+            ("HSET", row[j], "attempts", "1", "fence", "1"), ("ZADD", active, far, j),
             ("HGET", row[j], "payload"))),
         "extend": lambda: (c for j in jobs for c in (
             ("ZSCORE", active, j), ("HGET", row[j], "attempts"), ("ZADD", active, far + 1, j))),

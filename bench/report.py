@@ -14,7 +14,8 @@ import matplotlib.pyplot as plt
 
 GUARANTEES = {
     "echomq wire=6": "idempotent enqueue by the caller's id (a tombstone keeps it a duplicate "
-                     "24 h after ack); lease with attempt fencing, expired leases recovered; "
+                     "24 h after ack); leases fenced by a per-queue counter, expired leases "
+                     "recovered (dead at their last attempt); "
                      "fair lanes exist but only as scripts (not on wire=6)",
     "echomq wire=5": "as wire=6, plus fair lanes (claim_lane)",
     "rq (SimpleWorker)": "no idempotent enqueue (a reused job_id overwrites the job); no lease: "

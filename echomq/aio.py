@@ -205,8 +205,10 @@ class Queue:
                      now: int | None = None) -> Verdict:
         return fenced(job, await self._send(self.calls.extend(job, lease_ms, now)))
 
-    async def recover(self, *, now: int | None = None, limit: int = DEFAULT_BATCH_LIMIT) -> int:
-        return int(await self._send(self.calls.recover(now, limit)))
+    async def recover(self, *, now: int | None = None, limit: int = DEFAULT_BATCH_LIMIT,
+                      max_attempts: int | None = None) -> int:
+        """As ``echomq.Queue.recover``: expired leases back to run, or dead when spent."""
+        return int(await self._send(self.calls.recover(now, limit, max_attempts)))
 
     async def promote(self, *, now: int | None = None, limit: int = DEFAULT_BATCH_LIMIT) -> int:
         return int(await self._send(self.calls.promote(now, limit)))

@@ -19,7 +19,8 @@ from echomq.native import checked_id, checked_int, checked_lane, checked_now
 
 Arg = str | bytes
 Call = tuple[t.Transition, Sequence[str], Sequence[Arg]]
-Item = tuple[str, bytes | str] | tuple[str, bytes | str, str | None]
+Payload = bytes | bytearray | memoryview | str
+Item = tuple[str, Payload] | tuple[str, Payload, str | None]
 
 DEFAULT_LEASE_MS = 30_000
 DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000
@@ -46,28 +47,41 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True)
 class Job:
-    """A leased job: run it, then ack, retry or extend it by this (id, attempt) lease."""
+    """A leased job: run it, then ack, retry or extend it by its (id, fence) lease.
+
+    ``attempt`` counts the job's runs (retry compares it with max_attempts); ``fence`` is the
+    lease's number, unique within the queue, so a lease outlived by its holder never matches a
+    later one — not after the id is admitted again, nor after a dead job is requeued."""
 
     id: str
     payload: bytes
     attempt: int
     lane: str | None = None
+    fence: int = 0
 
 
 def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def payload_bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode()
+def payload_bytes(value: Payload) -> bytes:
+    """A payload or an error text as the bytes sent: str as UTF-8, bytes-like as its bytes.
+    TypeError for anything else, so a dict or None is refused rather than sent as its repr."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"a payload must be str or bytes-like, not {type(value).__name__}")
 
 
 def job_of(reply: Any) -> Job | None:
-    """The Job a claim or lane claim replied with (``[id, payload, attempt[, group]]``)."""
+    """The Job a claim or lane claim replied with (``[id, payload, attempt, fence[, group]]``)."""
     if reply is None:
         return None
-    lane = text(reply[3]) if len(reply) > 3 else None
-    return Job(text(reply[0]), payload_bytes(reply[1]), int(reply[2]), lane)
+    lane = text(reply[4]) if len(reply) > 4 else None
+    return Job(text(reply[0]), payload_bytes(reply[1]), int(reply[2]), lane, int(reply[3]))
 
 
 def fenced(job: Job, reply: Any) -> Verdict:
@@ -112,7 +126,7 @@ class QueueCalls:
               lane: str | None = None) -> Call:
         return transition, t.keys_for(self.base, transition, job_id, lane), args
 
-    def enqueue(self, job_id: str, payload: bytes | str, lane: str | None,
+    def enqueue(self, job_id: str, payload: Payload, lane: str | None,
                 now: int | None) -> Call:
         return self._admission(job_id, payload, lane, checked_now(now))
 
@@ -121,7 +135,7 @@ class QueueCalls:
         return [self._admission(item[0], item[1], item[2] if len(item) > 2 else None, stamp)
                 for item in items]
 
-    def _admission(self, job_id: str, payload: bytes | str, lane: str | None,
+    def _admission(self, job_id: str, payload: Payload, lane: str | None,
                    stamp: str) -> Call:
         checked_id(job_id)
         if lane is None:
@@ -137,25 +151,27 @@ class QueueCalls:
 
     def ack(self, job: Job, retention_ms: int | None) -> Call:
         keep = self.retention_ms if retention_ms is None else retention_ms
-        args = (checked_id(job.id), checked_int("attempt", job.attempt, 1),
+        args = (checked_id(job.id), checked_int("fence", job.fence, 1),
                 checked_int("retention_ms", keep, 0))
         return self._call(t.ACK, args, job.id)
 
-    def retry(self, job: Job, delay_ms: int, error: str | bytes, max_attempts: int | None,
+    def retry(self, job: Job, delay_ms: int, error: Payload, max_attempts: int | None,
               now: int | None) -> Call:
         limit = self.max_attempts if max_attempts is None else max_attempts
-        args = (checked_id(job.id), checked_int("attempt", job.attempt, 1),
+        args = (checked_id(job.id), checked_int("fence", job.fence, 1),
                 checked_int("delay_ms", delay_ms, 0), checked_int("max_attempts", limit, 1),
                 payload_bytes(error), checked_now(now))
         return self._call(t.RETRY, args, job.id)
 
     def extend(self, job: Job, lease_ms: int, now: int | None) -> Call:
-        args = (checked_id(job.id), checked_int("attempt", job.attempt, 1),
+        args = (checked_id(job.id), checked_int("fence", job.fence, 1),
                 checked_int("lease_ms", lease_ms, 1), checked_now(now))
         return self._call(t.EXTEND, args, job.id)
 
-    def recover(self, now: int | None, limit: int) -> Call:
-        return self._call(t.RECOVER, (checked_now(now), checked_int("limit", limit, 1)))
+    def recover(self, now: int | None, limit: int, max_attempts: int | None) -> Call:
+        spent = self.max_attempts if max_attempts is None else max_attempts
+        return self._call(t.RECOVER, (checked_now(now), checked_int("limit", limit, 1),
+                                      checked_int("max_attempts", spent, 1)))
 
     def promote(self, now: int | None, limit: int) -> Call:
         return self._call(t.PROMOTE, (checked_now(now), checked_int("limit", limit, 1)))

@@ -18,6 +18,7 @@ from echomq.calls import (
     Call,
     Item,
     Job,
+    Payload,
     QueueCalls,
     Verdict,
     earliest,
@@ -92,9 +93,10 @@ class Queue:
 
     # producer -------------------------------------------------------------------------------
 
-    def enqueue(self, job_id: str, payload: bytes | str, *, lane: str | None = None,
+    def enqueue(self, job_id: str, payload: Payload, *, lane: str | None = None,
                 now: int | None = None) -> Verdict:
-        """Admit a job once: ENQUEUED, or DUPLICATE when its row exists. KindError on a bad id.
+        """Admit a job once: ENQUEUED, or DUPLICATE when its row exists. KindError on a bad id;
+        TypeError, before anything is sent, for a payload that is not str or bytes-like.
 
         With ``lane``, the job joins its group's lane and is served by ``claim_lane`` in turn
         with the other groups (scripts only: a ``wire=6`` queue raises Wire6Unsupported)."""
@@ -124,7 +126,7 @@ class Queue:
         re-enqueue of the id is still a duplicate. StaleLease if the lease is not current."""
         return fenced(job, self._send(self.calls.ack(job, retention_ms)))
 
-    def retry(self, job: Job, *, delay_ms: int = 1_000, error: str | bytes = "",
+    def retry(self, job: Job, *, delay_ms: int = 1_000, error: Payload = "",
               max_attempts: int | None = None, now: int | None = None) -> Verdict:
         """Record ``error`` and run ``job`` again after ``delay_ms``: RETRYING, or DEAD when its
         attempts are used up. StaleLease if the lease is not current."""
@@ -137,9 +139,12 @@ class Queue:
 
     # housekeeping ---------------------------------------------------------------------------
 
-    def recover(self, *, now: int | None = None, limit: int = DEFAULT_BATCH_LIMIT) -> int:
-        """Return expired leases (at most ``limit``) to where they came from; how many moved."""
-        return int(self._send(self.calls.recover(now, limit)))
+    def recover(self, *, now: int | None = None, limit: int = DEFAULT_BATCH_LIMIT,
+                max_attempts: int | None = None) -> int:
+        """Return expired leases (at most ``limit``) to where they came from; a job whose
+        attempts are used up (``max_attempts``, None: the queue's) goes dead instead, its worker
+        lost at its last attempt. How many leases were taken, back to run or dead."""
+        return int(self._send(self.calls.recover(now, limit, max_attempts)))
 
     def promote(self, *, now: int | None = None, limit: int = DEFAULT_BATCH_LIMIT) -> int:
         """Move delayed jobs that are due (at most ``limit``) back to run; how many moved."""

@@ -1,6 +1,7 @@
 """The spine: one row per transition, read by both executors, the client and the tests.
 
-Each transition names its key roles (built from the queue's base and, for ``job``, the job id),
+Each transition names its key roles (built from the queue's base and, for ``job``, the job id;
+``fence`` is the queue's lease counter, a string every claim increments),
 its arguments, its Lua file in ``echomq/lua/`` and its native twin in trafikey (or none).
 """
 
@@ -33,17 +34,18 @@ class Transition:
 ENQUEUE = Transition(
     "enqueue", ("job", "pending", "wake"), ("id", "payload", "now"), "EMQ.ENQUEUE", admits=True
 )
-CLAIM = Transition("claim", ("pending", "active"), ("lease_ms", "now"), "EMQ.CLAIM")
-ACK = Transition("ack", ("active", "job"), ("id", "attempt", "retention_ms"), "EMQ.ACK")
+CLAIM = Transition("claim", ("pending", "active", "fence"), ("lease_ms", "now"), "EMQ.CLAIM")
+ACK = Transition("ack", ("active", "job"), ("id", "fence", "retention_ms"), "EMQ.ACK")
 RETRY = Transition(
     "retry",
     ("active", "delayed", "dead", "job"),
-    ("id", "attempt", "delay_ms", "max_attempts", "error", "now"),
+    ("id", "fence", "delay_ms", "max_attempts", "error", "now"),
     "EMQ.RETRY",
 )
-EXTEND = Transition("extend", ("active", "job"), ("id", "attempt", "lease_ms", "now"), "EMQ.EXTEND")
+EXTEND = Transition("extend", ("active", "job"), ("id", "fence", "lease_ms", "now"), "EMQ.EXTEND")
 RECOVER = Transition(
-    "recover", ("active", "pending", "ring", "wake"), ("now", "limit"), "EMQ.RECOVER"
+    "recover", ("active", "pending", "ring", "wake", "dead"), ("now", "limit", "max_attempts"),
+    "EMQ.RECOVER",
 )
 PROMOTE = Transition(
     "promote", ("delayed", "pending", "ring", "wake"), ("now", "limit"), "EMQ.PROMOTE"
@@ -53,7 +55,7 @@ LANE_ENQUEUE = Transition(
     "lane_enqueue", ("job", "lane", "ring", "wake"), ("id", "payload", "group", "now"), None,
     admits=True,
 )
-LANE_CLAIM = Transition("lane_claim", ("ring", "active"), ("lease_ms", "now"), None,
+LANE_CLAIM = Transition("lane_claim", ("ring", "active", "fence"), ("lease_ms", "now"), None,
                         label="gclaim2")
 
 REQUEUE = Transition("requeue", ("dead", "pending", "ring", "wake", "job"), ("id", "now"), None)

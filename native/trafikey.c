@@ -7,9 +7,11 @@
  *
  * Replication style, for every command: EFFECTS. Each write is replicated with
  * ValkeyModule_Replicate as the plain command the Lua twin would have run (HSET, HDEL, DEL,
- * PEXPIREAT with the absolute expiry, ZADD, ZREM, RPUSH, LPUSH) with literal values, and only when
- * it changed something; the server wraps one call's effects in MULTI/EXEC. A replica or an AOF
- * without the module reaches the same keyspace. Never ReplicateVerbatim: `now = *` reads a clock.
+ * PEXPIREAT with the absolute expiry, ZADD, ZREM, RPUSH, LPUSH, SET) with literal values, and only
+ * when it changed something; the server wraps one call's effects in MULTI/EXEC. A replica or an
+ * AOF without the module reaches the same keyspace. Never ReplicateVerbatim: `now = *` reads a
+ * clock. The fence counter a claim takes is replicated as `SET <base>fence <value>`, the value the
+ * lease was given, never as INCR: replaying it cannot count twice or drift from the rows' fences.
  *
  * Every effect also fires the keyspace event the twin's command fires, and signals the key as
  * modified only when it was (the module opts out of the implicit signal on CloseKey), so WATCH
@@ -305,13 +307,23 @@ static long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const
     return ok ? out : fallback;
 }
 
-/* is_current_lease of the prelude: id in active, the row exists, its attempts equal attempt. */
+/* is_current_lease of the prelude: id in active, the row exists, its fence equals fence. */
 static int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleKey *row,
-                            ValkeyModuleString *id, long long attempt) {
+                            ValkeyModuleString *id, long long fence) {
     double score;
     if (ValkeyModule_ZsetScore(active, id, &score) != VALKEYMODULE_OK) return 0;
     if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_EMPTY) return 0;
-    return row_int_field(ctx, row, "attempts", 0) == attempt;
+    return row_int_field(ctx, row, "fence", 0) == fence;
+}
+
+/* fence_counter of the prelude: the value of the queue's fence counter (absent: 0); 0 when it
+ * holds anything but an integer from 0 to EMQ_FENCE_MAX. The key is open and a string. */
+static int fence_counter(ValkeyModuleKey *key, long long *out) {
+    *out = 0;
+    if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_EMPTY) return 1;
+    size_t len;
+    const char *p = ValkeyModule_StringDMA(key, &len, VALKEYMODULE_READ);
+    return p != NULL && emq_parse_int(p, len, 0, out) && *out <= EMQ_FENCE_MAX;
 }
 
 /* ---- Effects: one function per command the twin runs ------------------------------------------- */
@@ -364,6 +376,14 @@ static void fx_hset1(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleStr
     ValkeyModule_Replicate(ctx, "HSET", "scs", keyname, field, value);
 }
 
+/* SET key value (a string, its TTL dropped as SET drops it). */
+static void fx_set(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+                   ValkeyModuleString *value) {
+    ValkeyModule_StringSet(key, value);
+    touched(ctx, VALKEYMODULE_NOTIFY_STRING, "set", keyname);
+    ValkeyModule_Replicate(ctx, "SET", "ss", keyname, value);
+}
+
 /* DEL key (the caller knows it exists). */
 static void fx_del(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname) {
     ValkeyModule_DeleteKey(key);
@@ -399,6 +419,26 @@ static void fx_wake(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleStri
     long long room = EMQ_WAKE_CAP - (long long)ValkeyModule_ValueLength(key);
     if (n > room) n = room;
     for (long long i = 0; i < n; i++) fx_push(ctx, key, keyname, VALKEYMODULE_LIST_TAIL, s_one);
+}
+
+/* lease of the prelude: count the attempt, take the next fence (SET fence), write both to the row
+ * in one HSET, put the id in active until deadline. */
+static void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
+                     ValkeyModuleString *id, ValkeyModuleKey *active, ValkeyModuleString *active_name,
+                     ValkeyModuleKey *fence_key, ValkeyModuleString *fence_name, long long last_fence,
+                     long long deadline, long long *attempt, long long *fence) {
+    *attempt = row_int_field(ctx, row, "attempts", 0) + 1;
+    *fence = last_fence + 1;
+    char num[24];
+    ValkeyModuleString *attempt_str = ValkeyModule_CreateString(ctx, num, decimal(*attempt, num));
+    ValkeyModuleString *fence_str = ValkeyModule_CreateString(ctx, num, decimal(*fence, num));
+    fx_set(ctx, fence_key, fence_name, fence_str);
+    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "attempts", attempt_str, "fence", fence_str, NULL);
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
+    ValkeyModule_Replicate(ctx, "HSET", "scscs", row_name, "attempts", attempt_str, "fence", fence_str);
+    fx_zadd(ctx, active, active_name, (double)deadline, id);
+    ValkeyModule_FreeString(ctx, attempt_str);
+    ValkeyModule_FreeString(ctx, fence_str);
 }
 
 /* ---- The commands --------------------------------------------------------------------------------- */
@@ -441,23 +481,30 @@ static int emq_enqueue(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc
     return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
 }
 
-/* EMQ.CLAIM 2 <base>pending <base>active <lease_ms> <now>
- * Twin of claim.lua. *3 id payload :attempt | null | EMQARITY EMQKEYS EMQNUM WRONGTYPE NOPERM.
+/* EMQ.CLAIM 3 <base>pending <base>active <base>fence <lease_ms> <now>
+ * Twin of claim.lua. *4 id payload :attempt :fence | null | EMQARITY EMQKEYS EMQNUM WRONGTYPE
+ * EMQFENCE NOPERM TRYAGAIN.
  * Walks pending from its lowest entry; ghosts met on the way are dropped once the walk is over. */
 static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
-    if (!split_call(ctx, argv, argc, "CLAIM", 2, 2, &call)) return VALKEYMODULE_OK;
-    static const Bytes sfx[2] = {{"pending", 7}, {"active", 6}};
+    if (!split_call(ctx, argv, argc, "CLAIM", 3, 2, &call)) return VALKEYMODULE_OK;
+    static const Bytes sfx[3] = {{"pending", 7}, {"active", 6}, {"fence", 5}};
     Bytes base;
-    if (!keys_base(&call, sfx, 2, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
+    if (!keys_base(&call, sfx, 3, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
     long long lease_ms, now;
     if (!parse_int(call.args[0], 1, &lease_ms)) return reply_number_error(ctx, "lease_ms", 1);
     if (!parse_now(call.args[1], &now)) return reply_error(ctx, EMQ_ERR_NOW);
-    static const int types[2] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET};
-    ValkeyModuleKey *k[2];
-    if (!open_typed(ctx, &call, types, 2, k)) return reply_error(ctx, EMQ_ERR_TYPE);
-    ValkeyModuleKey *pending = k[0], *active = k[1];
+    static const int types[3] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET,
+                                 VALKEYMODULE_KEYTYPE_STRING};
+    ValkeyModuleKey *k[3];
+    if (!open_typed(ctx, &call, types, 3, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    ValkeyModuleKey *pending = k[0], *active = k[1], *fence_key = k[2];
+    long long last_fence;
+    if (!fence_counter(fence_key, &last_fence)) {
+        close_keys(k, 3);
+        return reply_error(ctx, EMQ_ERR_FENCE);
+    }
 
     /* Find the first live job: every derived row is ACL-checked before anything is written. */
     Acl acl = {ctx, NULL, 0};
@@ -502,28 +549,25 @@ static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
     acl_release(&acl);
     if (denied) {
         strlist_free(ctx, &ghosts);
-        close_keys(k, 2);
+        close_keys(k, 3);
         return reply_error(ctx, denied == 2 ? EMQ_ERR_MOVING : EMQ_ERR_PERM);
     }
 
     for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, call.keys[0], ghosts.v[i]);
     strlist_free(ctx, &ghosts);
     if (id == NULL) {
-        close_keys(k, 2);
+        close_keys(k, 3);
         return ValkeyModule_ReplyWithNull(ctx);
     }
 
     fx_zrem(ctx, pending, call.keys[0], id);
-    long long attempt = row_int_field(ctx, row, "attempts", 0) + 1;
-    char num[32];
-    size_t nlen = decimal(attempt, num);
-    ValkeyModuleString *attempt_str = ValkeyModule_CreateString(ctx, num, nlen);
-    fx_hset1(ctx, row, row_name, "attempts", attempt_str);
-    fx_zadd(ctx, active, call.keys[1], (double)(now + lease_ms), id);
+    long long attempt, fence;
+    fx_lease(ctx, row, row_name, id, active, call.keys[1], fence_key, call.keys[2], last_fence,
+             now + lease_ms, &attempt, &fence);
     ValkeyModuleString *payload = NULL;
     ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "payload", &payload, NULL);
 
-    ValkeyModule_ReplyWithArray(ctx, 3);
+    ValkeyModule_ReplyWithArray(ctx, 4);
     ValkeyModule_ReplyWithString(ctx, id);
     if (payload) {
         ValkeyModule_ReplyWithString(ctx, payload);
@@ -532,16 +576,16 @@ static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
         ValkeyModule_ReplyWithStringBuffer(ctx, "", 0);
     }
     ValkeyModule_ReplyWithLongLong(ctx, attempt);
+    ValkeyModule_ReplyWithLongLong(ctx, fence);
 
-    ValkeyModule_FreeString(ctx, attempt_str);
     ValkeyModule_CloseKey(row);
     ValkeyModule_FreeString(ctx, row_name);
     ValkeyModule_FreeString(ctx, id);
-    close_keys(k, 2);
+    close_keys(k, 3);
     return VALKEYMODULE_OK;
 }
 
-/* EMQ.ACK 2 <base>active <base>job:<id> <id> <attempt> <retention_ms>
+/* EMQ.ACK 2 <base>active <base>job:<id> <id> <fence> <retention_ms>
  * Twin of ack.lua. +ACKED | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 static int emq_ack(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
@@ -552,15 +596,15 @@ static int emq_ack(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     Bytes sfx[2] = {{"active", 6}, {0, 0}}, base;
     if (!id_row_suffix(id, row_suffix, &sfx[1])) return reply_error(ctx, EMQ_ERR_KIND);
     if (!keys_base(&call, sfx, 2, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
-    long long attempt, retention_ms;
-    if (!parse_int(call.args[1], 1, &attempt)) return reply_number_error(ctx, "attempt", 1);
+    long long fence, retention_ms;
+    if (!parse_int(call.args[1], 1, &fence)) return reply_number_error(ctx, "fence", 1);
     if (!parse_int(call.args[2], 0, &retention_ms)) return reply_number_error(ctx, "retention_ms", 0);
     static const int types[2] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_HASH};
     ValkeyModuleKey *k[2];
     if (!open_typed(ctx, &call, types, 2, k)) return reply_error(ctx, EMQ_ERR_TYPE);
     ValkeyModuleKey *active = k[0], *row = k[1];
 
-    if (!is_current_lease(ctx, active, row, id, attempt)) {
+    if (!is_current_lease(ctx, active, row, id, fence)) {
         close_keys(k, 2);
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
     }
@@ -577,7 +621,7 @@ static int emq_ack(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
 }
 
 /* EMQ.RETRY 4 <base>active <base>delayed <base>dead <base>job:<id>
- *            <id> <attempt> <delay_ms> <max_attempts> <error> <now>
+ *            <id> <fence> <delay_ms> <max_attempts> <error> <now>
  * Twin of retry.lua. +RETRYING | +DEAD | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 static int emq_retry(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
@@ -588,8 +632,8 @@ static int emq_retry(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
     Bytes sfx[4] = {{"active", 6}, {"delayed", 7}, {"dead", 4}, {0, 0}}, base;
     if (!id_row_suffix(id, row_suffix, &sfx[3])) return reply_error(ctx, EMQ_ERR_KIND);
     if (!keys_base(&call, sfx, 4, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
-    long long attempt, delay_ms, max_attempts, now;
-    if (!parse_int(call.args[1], 1, &attempt)) return reply_number_error(ctx, "attempt", 1);
+    long long fence, delay_ms, max_attempts, now;
+    if (!parse_int(call.args[1], 1, &fence)) return reply_number_error(ctx, "fence", 1);
     if (!parse_int(call.args[2], 0, &delay_ms)) return reply_number_error(ctx, "delay_ms", 0);
     if (!parse_int(call.args[3], 1, &max_attempts)) return reply_number_error(ctx, "max_attempts", 1);
     if (!parse_now(call.args[5], &now)) return reply_error(ctx, EMQ_ERR_NOW);
@@ -599,14 +643,14 @@ static int emq_retry(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
     if (!open_typed(ctx, &call, types, 4, k)) return reply_error(ctx, EMQ_ERR_TYPE);
     ValkeyModuleKey *active = k[0], *delayed = k[1], *dead = k[2], *row = k[3];
 
-    if (!is_current_lease(ctx, active, row, id, attempt)) {
+    if (!is_current_lease(ctx, active, row, id, fence)) {
         close_keys(k, 4);
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
     }
     fx_zrem(ctx, active, call.keys[0], id);
     fx_hset1(ctx, row, call.keys[3], "error", error);
     const char *verdict;
-    if (attempt >= max_attempts) {
+    if (row_int_field(ctx, row, "attempts", 0) >= max_attempts) {
         fx_zadd(ctx, dead, call.keys[2], (double)now, id);
         verdict = "DEAD";
     } else {
@@ -617,7 +661,7 @@ static int emq_retry(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
     return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
 }
 
-/* EMQ.EXTEND 2 <base>active <base>job:<id> <id> <attempt> <lease_ms> <now>
+/* EMQ.EXTEND 2 <base>active <base>job:<id> <id> <fence> <lease_ms> <now>
  * Twin of extend.lua. +EXTENDED | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 static int emq_extend(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
@@ -628,8 +672,8 @@ static int emq_extend(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc)
     Bytes sfx[2] = {{"active", 6}, {0, 0}}, base;
     if (!id_row_suffix(id, row_suffix, &sfx[1])) return reply_error(ctx, EMQ_ERR_KIND);
     if (!keys_base(&call, sfx, 2, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
-    long long attempt, lease_ms, now;
-    if (!parse_int(call.args[1], 1, &attempt)) return reply_number_error(ctx, "attempt", 1);
+    long long fence, lease_ms, now;
+    if (!parse_int(call.args[1], 1, &fence)) return reply_number_error(ctx, "fence", 1);
     if (!parse_int(call.args[2], 1, &lease_ms)) return reply_number_error(ctx, "lease_ms", 1);
     if (!parse_now(call.args[3], &now)) return reply_error(ctx, EMQ_ERR_NOW);
     static const int types[2] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_HASH};
@@ -637,7 +681,7 @@ static int emq_extend(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc)
     if (!open_typed(ctx, &call, types, 2, k)) return reply_error(ctx, EMQ_ERR_TYPE);
     ValkeyModuleKey *active = k[0], *row = k[1];
 
-    if (!is_current_lease(ctx, active, row, id, attempt)) {
+    if (!is_current_lease(ctx, active, row, id, fence)) {
         close_keys(k, 2);
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
     }
@@ -651,7 +695,8 @@ typedef struct {
     ValkeyModuleString *id;
     double score;                /* where a flat job lands in pending */
     int live;                    /* 0: a ghost, dropped from the source zset */
-    ValkeyModuleString *lane;    /* the row's lane field, or NULL for a flat job */
+    long long spent;             /* recover: > 0, the attempts of a job that goes dead */
+    ValkeyModuleString *lane;    /* the row's lane field, or NULL for a flat job (or a spent one) */
     ValkeyModuleString *lane_key;
 } Move;
 
@@ -664,11 +709,24 @@ static void moves_free(ValkeyModuleCtx *ctx, Move *moves, size_t n) {
     ValkeyModule_Free(moves);
 }
 
+/* The lane of a live job to be put back: its key checked (ACL, slot, type). NULL or the error. */
+static const char *plan_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Move *m) {
+    m->lane_key = derived_key(ctx, base, "lane:", m->lane);
+    if (!acl_may_access(acl, m->lane_key)) return EMQ_ERR_PERM;
+    ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, m->lane_key, VALKEYMODULE_READ);
+    int t = ValkeyModule_KeyType(lane);
+    ValkeyModule_CloseKey(lane);
+    if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, m->lane_key, base)) return EMQ_ERR_MOVING;
+    if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_LIST) return EMQ_ERR_TYPE;
+    return NULL;
+}
+
 /* First pass: sort the due entries into live moves and ghosts, checking every derived key (ACL,
- * the lane's type) before anything is written. recover: a flat job's score is its enqueued_at, or
- * now; promote: its due time. Returns NULL on success, else the error to reply. */
+ * the lane's type) before anything is written. recover: a job whose attempts reach max_attempts
+ * is spent (it goes dead; its lane is not looked at), a flat job's score is its enqueued_at, or
+ * now; promote (max_attempts 0): its due time. Returns NULL on success, else the error to reply. */
 static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, size_t n, int recover,
-                              long long now) {
+                              long long now, long long max_attempts) {
     Acl acl = {ctx, NULL, 0};
     const char *err = NULL;
     for (size_t i = 0; i < n && err == NULL; i++) {
@@ -683,20 +741,13 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
                 err = EMQ_ERR_MOVING;
             } else if (row_type == VALKEYMODULE_KEYTYPE_HASH) {
                 m->live = 1;
-                ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &m->lane, NULL);
-                if (m->lane) {
-                    m->lane_key = derived_key(ctx, base, "lane:", m->lane);
-                    if (!acl_may_access(&acl, m->lane_key)) {
-                        err = EMQ_ERR_PERM;
-                    } else {
-                        ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, m->lane_key, VALKEYMODULE_READ);
-                        int t = ValkeyModule_KeyType(lane);
-                        ValkeyModule_CloseKey(lane);
-                        if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, m->lane_key, base)) err = EMQ_ERR_MOVING;
-                        else if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_LIST) err = EMQ_ERR_TYPE;
-                    }
-                } else if (recover) {
-                    m->score = (double)row_int_field(ctx, row, "enqueued_at", now);
+                long long attempts = max_attempts > 0 ? row_int_field(ctx, row, "attempts", 0) : 0;
+                if (max_attempts > 0 && attempts >= max_attempts) {
+                    m->spent = attempts;
+                } else {
+                    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &m->lane, NULL);
+                    if (m->lane) err = plan_lane(ctx, &acl, base, m);
+                    else if (recover) m->score = (double)row_int_field(ctx, row, "enqueued_at", now);
                 }
             }
             ValkeyModule_CloseKey(row);
@@ -723,25 +774,48 @@ static void apply_move(ValkeyModuleCtx *ctx, const Move *m, ValkeyModuleKey **k,
     }
 }
 
+/* recover, a spent job: leave active, record why, go dead at now (retry's dead path; the lane, if
+ * any, is left as it is). */
+static void apply_death(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyModuleKey **k,
+                        const Call *call, long long now) {
+    fx_zrem(ctx, k[0], call->keys[0], m->id);
+    ValkeyModuleString *row_name = derived_key(ctx, base, "job:", m->id);
+    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    char text[96];
+    int len = snprintf(text, sizeof text, "lease expired during attempt %lld: the worker was lost", m->spent);
+    ValkeyModuleString *error = ValkeyModule_CreateString(ctx, text, (size_t)len);
+    fx_hset1(ctx, row, row_name, "error", error);
+    ValkeyModule_FreeString(ctx, error);
+    ValkeyModule_CloseKey(row);
+    ValkeyModule_FreeString(ctx, row_name);
+    fx_zadd(ctx, k[4], call->keys[4], (double)now, m->id);
+}
+
 /* recover and promote share their shape: take the source zset's entries with score <= now, lowest
- * first, at most limit; drop ghosts; move the live ones; leave wake tokens. */
+ * first, at most limit; drop ghosts; move the live ones (recover: a spent one to dead); leave a
+ * wake token per job put back to run. Replies the live jobs taken. */
 static int move_due(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, int recover) {
     const char *verb = recover ? "RECOVER" : "PROMOTE";
+    int nkeys = recover ? 5 : 4;
     Call call;
-    if (!split_call(ctx, argv, argc, verb, 4, 2, &call)) return VALKEYMODULE_OK;
-    Bytes sfx[4] = {{recover ? "active" : "delayed", recover ? 6 : 7},
+    if (!split_call(ctx, argv, argc, verb, nkeys, recover ? 3 : 2, &call)) return VALKEYMODULE_OK;
+    Bytes sfx[5] = {{recover ? "active" : "delayed", recover ? 6 : 7},
                     {"pending", 7},
                     {"ring", 4},
-                    {"wake", 4}},
+                    {"wake", 4},
+                    {"dead", 4}},
           base;
-    if (!keys_base(&call, sfx, 4, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
-    long long now, limit;
+    if (!keys_base(&call, sfx, nkeys, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
+    long long now, limit, max_attempts = 0;
     if (!parse_now(call.args[0], &now)) return reply_error(ctx, EMQ_ERR_NOW);
     if (!parse_int(call.args[1], 1, &limit)) return reply_number_error(ctx, "limit", 1);
-    static const int types[4] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET,
-                                 VALKEYMODULE_KEYTYPE_LIST, VALKEYMODULE_KEYTYPE_LIST};
-    ValkeyModuleKey *k[4];
-    if (!open_typed(ctx, &call, types, 4, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    if (recover && !parse_int(call.args[2], 1, &max_attempts))
+        return reply_number_error(ctx, "max_attempts", 1);
+    static const int types[5] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET,
+                                 VALKEYMODULE_KEYTYPE_LIST, VALKEYMODULE_KEYTYPE_LIST,
+                                 VALKEYMODULE_KEYTYPE_ZSET};
+    ValkeyModuleKey *k[5];
+    if (!open_typed(ctx, &call, types, nkeys, k)) return reply_error(ctx, EMQ_ERR_TYPE);
     ValkeyModuleKey *source = k[0], *wake = k[3];
 
     /* ZRANGEBYSCORE source -inf now WITHSCORES LIMIT 0 limit */
@@ -757,38 +831,44 @@ static int move_due(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, i
                 cap = cap ? cap * 2 : 16;
                 moves = ValkeyModule_Realloc(moves, cap * sizeof *moves);
             }
-            moves[n++] = (Move){member, score, 0, NULL, NULL};
+            moves[n++] = (Move){member, score, 0, 0, NULL, NULL};
             if (!ValkeyModule_ZsetRangeNext(source)) break;
         }
         ValkeyModule_ZsetRangeStop(source);
     }
 
-    const char *err = plan_moves(ctx, base, moves, n, recover, now);
+    const char *err = plan_moves(ctx, base, moves, n, recover, now, max_attempts);
     if (err) {
         moves_free(ctx, moves, n);
-        close_keys(k, 4);
+        close_keys(k, nkeys);
         return reply_error(ctx, err);
     }
 
-    long long moved = 0;
+    long long taken = 0, back = 0;
     for (size_t i = 0; i < n; i++) {
         if (!moves[i].live) fx_zrem(ctx, source, call.keys[0], moves[i].id);
-        else moved++;
+        else taken++;
     }
     /* recover pushes lane jobs at the head, latest deadline first, so a lane keeps their order. */
     for (size_t j = 0; j < n; j++) {
         const Move *m = &moves[recover ? n - 1 - j : j];
-        if (m->live) apply_move(ctx, m, k, &call, recover ? VALKEYMODULE_LIST_HEAD : VALKEYMODULE_LIST_TAIL);
+        if (!m->live) continue;
+        if (m->spent) {
+            apply_death(ctx, base, m, k, &call, now);
+        } else {
+            apply_move(ctx, m, k, &call, recover ? VALKEYMODULE_LIST_HEAD : VALKEYMODULE_LIST_TAIL);
+            back++;
+        }
     }
-    fx_wake(ctx, wake, call.keys[3], moved);
+    fx_wake(ctx, wake, call.keys[3], back);
 
     moves_free(ctx, moves, n);
-    close_keys(k, 4);
-    return ValkeyModule_ReplyWithLongLong(ctx, moved);
+    close_keys(k, nkeys);
+    return ValkeyModule_ReplyWithLongLong(ctx, taken);
 }
 
-/* EMQ.RECOVER 4 <base>active <base>pending <base>ring <base>wake <now> <limit>
- * Twin of recover.lua. :moved | EMQARITY EMQKEYS EMQNUM WRONGTYPE NOPERM. */
+/* EMQ.RECOVER 5 <base>active <base>pending <base>ring <base>wake <base>dead <now> <limit> <max_attempts>
+ * Twin of recover.lua. :taken (back to run or dead) | EMQARITY EMQKEYS EMQNUM WRONGTYPE NOPERM TRYAGAIN. */
 static int emq_recover(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     return move_due(ctx, argv, argc, 1);

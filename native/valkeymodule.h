@@ -50,8 +50,9 @@
 #define VALKEYMODULE_CTX_FLAGS_REPLICATED (1 << 12)
 #define VALKEYMODULE_CTX_FLAGS_LOADING (1 << 13)
 
-/* Keyspace notification classes (the g, l, h, z of notify-keyspace-events). */
+/* Keyspace notification classes (the g, $, l, h, z of notify-keyspace-events). */
 #define VALKEYMODULE_NOTIFY_GENERIC (1 << 2)
+#define VALKEYMODULE_NOTIFY_STRING (1 << 3)
 #define VALKEYMODULE_NOTIFY_LIST (1 << 4)
 #define VALKEYMODULE_NOTIFY_HASH (1 << 6)
 #define VALKEYMODULE_NOTIFY_ZSET (1 << 7)
@@ -222,6 +223,8 @@ typedef struct {
     X(int, KeyType, (ValkeyModuleKey * key))                                                       \
     X(size_t, ValueLength, (ValkeyModuleKey * key))                                                \
     X(int, DeleteKey, (ValkeyModuleKey * key))                                                     \
+    X(int, StringSet, (ValkeyModuleKey * key, ValkeyModuleString *str))                            \
+    X(char *, StringDMA, (ValkeyModuleKey * key, size_t *len, int mode))                           \
     X(int, SetExpire, (ValkeyModuleKey * key, mstime_t expire))                                    \
     X(mstime_t, GetAbsExpire, (ValkeyModuleKey * key))                                             \
     X(int, ListPush, (ValkeyModuleKey * key, int where, ValkeyModuleString *ele))                  \

@@ -17,6 +17,7 @@ from echomq.transitions import Transition
 from tests.resp import Arg
 
 INT_MAX = 999_999_999_999_999
+FENCE_MAX = INT_MAX - 1
 WAKE_CAP = 64
 LLONG_MAX = 2**63 - 1
 
@@ -24,15 +25,16 @@ E_KIND = b"EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of A-Z a
 E_KEYS = b"EMQKEYS keys must be one queue's keys in the documented order"
 E_TYPE = b"WRONGTYPE Operation against a key holding the wrong kind of value"
 E_NOW = b"EMQNUM now must be * or an integer from 0 to 999999999999999"
+E_FENCE = b"EMQFENCE the fence counter must hold an integer from 0 to 999999999999998"
 E_NOTINT = b"ERR value is not an integer or out of range"
 E_NEGATIVE = b"ERR Number of keys can't be negative"
 E_TOOMANY = b"ERR Number of keys can't be greater than number of args"
 
 # The minimum of every integer argument; "now" and free-form bytes are absent.
-MINIMUM = {"attempt": 1, "lease_ms": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 1,
+MINIMUM = {"fence": 1, "lease_ms": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 1,
            "limit": 1}
 KEY_TYPE = {"job": b"hash", "pending": b"zset", "active": b"zset", "delayed": b"zset",
-            "dead": b"zset", "ring": b"list", "wake": b"list"}
+            "dead": b"zset", "ring": b"list", "wake": b"list", "fence": b"string"}
 
 _ID = re.compile(rb"JOB:[A-Za-z0-9._:-]{1,200}\Z")
 _INT = re.compile(rb"[0-9]{1,15}\Z")
@@ -117,6 +119,9 @@ def number_error(name: str, minimum: int) -> bytes:
     return error(f"EMQNUM {name} must be an integer from {minimum} to {INT_MAX}".encode())
 
 
+LOST = b"lease expired during attempt %d: the worker was lost"
+
+
 # -- the keyspace -----------------------------------------------------------------------------
 
 @dataclass
@@ -164,6 +169,7 @@ class Move:
     row: bytes
     score: int
     lane: bytes | None = None
+    spent: int = 0  # recover: the attempts of a job that goes dead
 
 
 @dataclass
@@ -296,7 +302,20 @@ class Model:
         for role, key in zip(transition.keys, call.keys, strict=True):
             if self.kind(key) not in (b"none", KEY_TYPE[role]):
                 return error(E_TYPE)
+        if "fence" in transition.keys:
+            counter = self.fence_counter(call.keys[transition.keys.index("fence")])
+            if counter is None:
+                return error(E_FENCE)
+            call.numbers["last_fence"] = counter
         return call
+
+    def fence_counter(self, key: bytes) -> int | None:
+        """The queue's fence counter (absent: 0), or None when it cannot count on."""
+        value = self.keys.get(key)
+        if value is None:
+            return 0
+        number = int_arg(value.data, 0)
+        return number if number is not None and number <= FENCE_MAX else None
 
     @staticmethod
     def _base(transition: Transition, keys: list[bytes], job_id: bytes) -> bytes | None:
@@ -338,12 +357,12 @@ class Model:
         reply: bytes = handler(checked)
         return reply
 
-    def is_current(self, active: bytes, row: bytes, job_id: bytes, attempt: int) -> bool:
+    def is_current(self, active: bytes, row: bytes, job_id: bytes, fence: int) -> bool:
         if self.kind(active) != b"zset" or job_id not in self.keys[active].data:
             return False
         if self.kind(row) != b"hash":
             return False
-        return int_field(self.hget(row, b"attempts"), 0) == attempt
+        return int_field(self.hget(row, b"fence"), 0) == fence
 
     def wake(self, key: bytes, count: int) -> None:
         for _ in range(max(0, min(count, WAKE_CAP - self.llen(key)))):
@@ -362,22 +381,32 @@ class Model:
         return status("ENQUEUED")
 
     def _claim(self, call: Call) -> bytes:
-        pending, active = call.keys
+        pending, active, counter = call.keys
         for member, _score in self.zitems(pending):
             row = call.base + b"job:" + member
             self.zrem(pending, member)
             if self.kind(row) != b"hash":
                 continue  # a ghost: dropped, never returned
-            attempt = int_field(self.hget(row, b"attempts"), 0) + 1
-            self.keys[row].data[b"attempts"] = dec(attempt)
-            self.zadd(active, call.numbers["now"] + call.numbers["lease_ms"], member)
+            attempt, fence = self.lease(call, row, member, active, counter)
             payload = self.hget(row, b"payload") or b""
-            return b"*3\r\n" + bulk(member) + bulk(payload) + integer(attempt)
+            return (b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt)
+                    + integer(fence))
         return null(self.protocol)
+
+    def lease(self, call: Call, row: bytes, member: bytes, active: bytes,
+              counter: bytes) -> tuple[int, int]:
+        """Counts the attempt and takes the queue's next fence (SET: any TTL goes)."""
+        attempt = int_field(self.hget(row, b"attempts"), 0) + 1
+        fence = call.numbers["last_fence"] + 1
+        self.keys[counter] = Value(b"string", dec(fence))
+        self.keys[row].data[b"attempts"] = dec(attempt)
+        self.keys[row].data[b"fence"] = dec(fence)
+        self.zadd(active, call.numbers["now"] + call.numbers["lease_ms"], member)
+        return attempt, fence
 
     def _ack(self, call: Call) -> bytes:
         active, row = call.keys
-        if not self.is_current(active, row, call.args[0], call.numbers["attempt"]):
+        if not self.is_current(active, row, call.args[0], call.numbers["fence"]):
             return status("STALE")
         self.zrem(active, call.args[0])
         if call.numbers["retention_ms"] == 0:
@@ -392,11 +421,11 @@ class Model:
     def _retry(self, call: Call) -> bytes:
         active, delayed, dead, row = call.keys
         job_id, number = call.args[0], call.numbers
-        if not self.is_current(active, row, job_id, number["attempt"]):
+        if not self.is_current(active, row, job_id, number["fence"]):
             return status("STALE")
         self.zrem(active, job_id)
         self.keys[row].data[b"error"] = call.args[4]
-        if number["attempt"] >= number["max_attempts"]:
+        if int_field(self.hget(row, b"attempts"), 0) >= number["max_attempts"]:
             self.zadd(dead, number["now"], job_id)
             return status("DEAD")
         self.zadd(delayed, number["now"] + number["delay_ms"], job_id)
@@ -405,19 +434,23 @@ class Model:
     def _extend(self, call: Call) -> bytes:
         active, row = call.keys
         job_id, number = call.args[0], call.numbers
-        if not self.is_current(active, row, job_id, number["attempt"]):
+        if not self.is_current(active, row, job_id, number["fence"]):
             return status("STALE")
         self.zadd(active, number["now"] + number["lease_ms"], job_id)
         return status("EXTENDED")
 
-    def _plan(self, base: bytes, due: list[tuple[bytes, int]],
-              fallback: int | None) -> tuple[list[Move], list[bytes]] | bytes:
+    def _plan(self, base: bytes, due: list[tuple[bytes, int]], fallback: int | None,
+              max_attempts: int | None = None) -> tuple[list[Move], list[bytes]] | bytes:
         moves: list[Move] = []
         ghosts: list[bytes] = []
         for member, score in due:
             row = base + b"job:" + member
             if self.kind(row) != b"hash":
                 ghosts.append(member)
+                continue
+            attempts = int_field(self.hget(row, b"attempts"), 0)
+            if max_attempts is not None and attempts >= max_attempts:
+                moves.append(Move(member, row, score, spent=attempts))
                 continue
             move = Move(member, row, score, self.hget(row, b"lane"))
             if move.lane is not None:
@@ -429,26 +462,51 @@ class Model:
         return moves, ghosts
 
     def _move_back(self, call: Call, head: bool) -> bytes:
-        zsource, pending, ring, wake_key = call.keys
+        zsource, pending, ring, wake_key = call.keys[:4]
         now, limit = call.numbers["now"], call.numbers["limit"]
         due = [item for item in self.zitems(zsource) if item[1] <= now][:limit]
-        plan = self._plan(call.base, due, now if head else None)
+        plan = self._plan(call.base, due, now if head else None, call.numbers.get("max_attempts"))
         if isinstance(plan, bytes):
             return plan
         moves, ghosts = plan
         for ghost in ghosts:
             self.zrem(zsource, ghost)
+        back = 0
         for move in reversed(moves) if head else moves:
             self.zrem(zsource, move.member)
-            if move.lane is None:
-                self.zadd(pending, move.score, move.member)
-                continue
-            lane_key = call.base + b"lane:" + move.lane
-            if self.llen(lane_key) == 0:
-                self.push(ring, move.lane)
-            self.push(lane_key, move.member, head=head)
-        self.wake(wake_key, len(moves))
+            if move.spent:
+                self.keys[move.row].data[b"error"] = LOST % move.spent
+                self.zadd(call.keys[4], now, move.member)
+            else:
+                self.put_back(call.base, ring, pending, move, head)
+                back += 1
+        self.wake(wake_key, back)
         return integer(len(moves))
+
+    def put_back(self, base: bytes, ring: bytes, pending: bytes, move: Move, head: bool) -> None:
+        """A flat job to pending at its score; a lane job to its lane (joining the ring)."""
+        if move.lane is None:
+            self.zadd(pending, move.score, move.member)
+            return
+        lane_key = base + b"lane:" + move.lane
+        if self.llen(lane_key) == 0:
+            self.push(ring, move.lane)
+        self.push(lane_key, move.member, head=head)
+
+    def _requeue(self, call: Call) -> bytes:
+        dead, pending, ring, wake_key, row = call.keys
+        job_id = call.args[0]
+        if self.kind(dead) != b"zset" or job_id not in self.keys[dead].data \
+                or self.kind(row) != b"hash":
+            return status("NOT_DEAD")
+        plan = self._plan(call.base, [(job_id, call.numbers["now"])], None)
+        if isinstance(plan, bytes):
+            return plan
+        self.zrem(dead, job_id)
+        self.keys[row].data[b"attempts"] = b"0"
+        self.put_back(call.base, ring, pending, plan[0][0], head=False)
+        self.wake(wake_key, 1)
+        return status("REQUEUED")
 
     def _recover(self, call: Call) -> bytes:
         return self._move_back(call, head=True)

@@ -94,11 +94,11 @@ def test_async_lifecycle(valkey: EmbeddedValkey, wire: int) -> None:
         with pytest.raises(KindError):
             await queue.enqueue("nope", b"")
         job = await queue.claim(lease_ms=10, now=NOW + 2)
-        assert job == Job("JOB:1", b"a", 1)
+        assert job == Job("JOB:1", b"a", 1, fence=1)
         assert await queue.next_due() == NOW + 12
         assert await queue.recover(now=NOW + 12) == 1
         again = await queue.claim(now=NOW + 13)
-        assert again == Job("JOB:1", b"a", 2)
+        assert again == Job("JOB:1", b"a", 2, fence=2)
         with pytest.raises(StaleLease):
             await queue.ack(job)
         assert await queue.extend(again, lease_ms=5, now=NOW + 14) is Verdict.EXTENDED

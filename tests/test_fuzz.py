@@ -23,19 +23,20 @@ from tests.resp import RawConnection
 
 BASE = b"emq:{q}:"
 NOW = 1_700_000_000_000
-ROLES = [b"pending", b"active", b"delayed", b"dead", b"wake", b"ring", b"lane:a"]
+ROLES = [b"pending", b"active", b"delayed", b"dead", b"wake", b"ring", b"lane:a", b"fence"]
 IDS = [b"JOB:1", b"JOB:2", b"JOB:3", b"JOB:4", b"JOB:5", b"JOB:6", b"JOB:ghost", b"JOB:new"]
 
 # A queue with a job in every place: pending (and a ghost there), active (flat and lane),
-# delayed (due and not), dead, an acked job's tombstone, a wake token.
+# delayed (due and not), dead, an acked job's tombstone, a wake token, the fence counter.
 STATE: list[list[Any]] = [
     [b"HSET", BASE + b"job:JOB:1", b"payload", b"one", b"attempts", b"0", b"enqueued_at", NOW],
     [b"ZADD", BASE + b"pending", NOW, b"JOB:1"],
     [b"ZADD", BASE + b"pending", NOW - 5, b"JOB:ghost"],
-    [b"HSET", BASE + b"job:JOB:2", b"payload", b"", b"attempts", b"1", b"enqueued_at", NOW],
+    [b"HSET", BASE + b"job:JOB:2", b"payload", b"", b"attempts", b"1", b"enqueued_at", NOW,
+     b"fence", b"2"],
     [b"ZADD", BASE + b"active", NOW + 10, b"JOB:2"],
     [b"HSET", BASE + b"job:JOB:3", b"payload", b"3", b"attempts", b"2", b"enqueued_at", NOW,
-     b"lane", b"a"],
+     b"lane", b"a", b"fence", b"1"],
     [b"ZADD", BASE + b"active", NOW - 10, b"JOB:3"],
     [b"HSET", BASE + b"job:JOB:4", b"payload", b"4", b"attempts", b"1", b"enqueued_at", NOW,
      b"error", b"e"],
@@ -45,6 +46,7 @@ STATE: list[list[Any]] = [
     [b"HSET", BASE + b"job:JOB:6", b"attempts", b"1", b"enqueued_at", NOW],
     [b"PEXPIRE", BASE + b"job:JOB:6", b"600000"],
     [b"RPUSH", BASE + b"wake", b"1"],
+    [b"SET", BASE + b"fence", b"2"],
 ]
 
 NUMBERS = [b"0", b"1", b"2", b"10", b"999999999999999", b"1000000000000000", b"000000000000001",

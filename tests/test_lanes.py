@@ -51,7 +51,7 @@ def test_lane_claim_rotates_and_an_emptied_lane_leaves_the_ring(conn: redis.Redi
         ("JOB:a1", "a"), ("JOB:b1", "b"), ("JOB:a2", "a")]
     assert served[3] is None
     assert conn.exists(queue.key("ring")) == 0
-    assert served[0] == Job("JOB:a1", b"", 1, "a")
+    assert served[0] == Job("JOB:a1", b"", 1, "a", fence=1)
 
 
 def test_lane_claim_skips_and_drops_ghosts(conn: redis.Redis) -> None:
@@ -60,7 +60,7 @@ def test_lane_claim_skips_and_drops_ghosts(conn: redis.Redis) -> None:
                        now=NOW)
     conn.delete(queue.key("job", "JOB:g1"), queue.key("job", "JOB:g2"))
     job = queue.claim_lane(now=NOW)
-    assert job == Job("JOB:b2", b"x", 1, "b")
+    assert job == Job("JOB:b2", b"x", 1, "b", fence=1)
     assert conn.exists(queue.key("lane", lane="a"), queue.key("lane", lane="b")) == 0
     assert conn.exists(queue.key("ring")) == 0
     assert queue.claim_lane(now=NOW) is None
@@ -74,14 +74,14 @@ def test_lane_jobs_come_back_to_their_lane(conn: redis.Redis) -> None:
     assert queue.recover(now=NOW + 10) == 1
     assert conn.lrange(queue.key("lane", lane="a"), 0, -1) == [b"JOB:1", b"JOB:2"]
     again = queue.claim_lane(now=NOW + 11)
-    assert again == Job("JOB:1", b"", 2, "a")
+    assert again == Job("JOB:1", b"", 2, "a", fence=2)
     assert queue.retry(again, delay_ms=5, now=NOW + 12) is Verdict.RETRYING
     second = queue.claim_lane(now=NOW + 13)
     assert second is not None and second.id == "JOB:2"
     assert conn.exists(queue.key("ring")) == 0
     assert queue.promote(now=NOW + 17) == 1
     assert conn.lrange(queue.key("ring"), 0, -1) == [b"a"]
-    assert queue.claim_lane(now=NOW + 18) == Job("JOB:1", b"", 3, "a")
+    assert queue.claim_lane(now=NOW + 18) == Job("JOB:1", b"", 3, "a", fence=4)
     assert ring_is_consistent(queue)
 
 
@@ -176,7 +176,7 @@ def test_k_consecutive_claims_serve_k_lanes(valkey: EmbeddedValkey,
 BASE = "emq:{q}:"
 LANE_ENQUEUE_GOOD: list[object] = [4, BASE + "job:JOB:1", BASE + "lane:a", BASE + "ring",
                                    BASE + "wake", "JOB:1", b"p", "a", NOW]
-LANE_CLAIM_GOOD: list[object] = [2, BASE + "ring", BASE + "active", 1000, NOW]
+LANE_CLAIM_GOOD: list[object] = [3, BASE + "ring", BASE + "active", BASE + "fence", 1000, NOW]
 
 
 def _with(argv: list[object], index: int, value: object) -> list[object]:
@@ -197,8 +197,9 @@ LANE_BAD_INPUT = [
     ("enqueue-now", "lane_enqueue", _with(LANE_ENQUEUE_GOOD, 8, "-1"), b"-EMQNUM now "),
     ("claim-arity", "lane_claim", [*LANE_CLAIM_GOOD, "x"], b"-EMQARITY EMQ.LANE_CLAIM "),
     ("claim-keys", "lane_claim", _with(LANE_CLAIM_GOOD, 1, BASE + "pending"), b"-EMQKEYS "),
-    ("claim-lease", "lane_claim", _with(LANE_CLAIM_GOOD, 3, "0"), b"-EMQNUM lease_ms "),
-    ("claim-now", "lane_claim", _with(LANE_CLAIM_GOOD, 4, "1e3"), b"-EMQNUM now "),
+    ("claim-fence-key", "lane_claim", _with(LANE_CLAIM_GOOD, 3, "emq:{x}:fence"), b"-EMQKEYS "),
+    ("claim-lease", "lane_claim", _with(LANE_CLAIM_GOOD, 4, "0"), b"-EMQNUM lease_ms "),
+    ("claim-now", "lane_claim", _with(LANE_CLAIM_GOOD, 5, "1e3"), b"-EMQNUM now "),
 ]
 LANE_WRONG_TYPES = [
     ("enqueue-row", "lane_enqueue", LANE_ENQUEUE_GOOD, [["SET", BASE + "job:JOB:1", "x"]]),
@@ -206,6 +207,7 @@ LANE_WRONG_TYPES = [
     ("enqueue-ring", "lane_enqueue", LANE_ENQUEUE_GOOD, [["HSET", BASE + "ring", "f", "v"]]),
     ("claim-ring", "lane_claim", LANE_CLAIM_GOOD, [["SET", BASE + "ring", "x"]]),
     ("claim-active", "lane_claim", LANE_CLAIM_GOOD, [["RPUSH", BASE + "active", "x"]]),
+    ("claim-fence", "lane_claim", LANE_CLAIM_GOOD, [["HSET", BASE + "fence", "f", "v"]]),
     ("claim-derived-lane", "lane_claim", LANE_CLAIM_GOOD,
      [["RPUSH", BASE + "ring", "a"], ["SET", BASE + "lane:a", "x"]]),
 ]
@@ -251,7 +253,7 @@ def test_lane_claim_checks_the_derived_keys_acl(valkey: EmbeddedValkey) -> None:
     queue = lanes_queue(admin, "q")
     queue.enqueue("JOB:1", b"", lane="secret", now=NOW)
     admin.acl_setuser("lanes-user", enabled=True, nopass=True, commands=["+@all"],
-                      keys=[BASE + "ring", BASE + "active"])
+                      keys=[BASE + "ring", BASE + "active", BASE + "fence"])
     try:
         with RawConnection(valkey.port) as conn, RawConnection(valkey.port) as watcher:
             _script_call(watcher, "lane_claim", ["x"])  # loads the script as the admin
@@ -262,3 +264,26 @@ def test_lane_claim_checks_the_derived_keys_acl(valkey: EmbeddedValkey) -> None:
             assert snapshot(watcher) == before
     finally:
         admin.acl_deluser("lanes-user")
+
+
+def test_lane_claim_and_claim_share_the_queues_fence(conn: redis.Redis) -> None:
+    queue = lanes_queue(conn)
+    queue.enqueue("JOB:1", b"", now=NOW)
+    queue.enqueue("JOB:a1", b"", lane="a", now=NOW)
+    flat, lane = queue.claim(now=NOW), queue.claim_lane(now=NOW)
+    assert flat is not None and lane is not None
+    assert (flat.fence, lane.fence) == (1, 2)
+    assert conn.hget(queue.key("job", "JOB:a1"), "fence") == b"2"
+    assert conn.get(queue.key("fence")) == b"2"
+
+
+def test_lane_claim_refuses_a_counter_that_cannot_count(valkey: EmbeddedValkey) -> None:
+    valkey.client().flushall()
+    with RawConnection(valkey.port) as conn:
+        conn.call("HSET", BASE + "job:JOB:1", "payload", "p", "attempts", "0", "lane", "a")
+        conn.call("RPUSH", BASE + "lane:a", "JOB:1")
+        conn.call("RPUSH", BASE + "ring", "a")
+        conn.call("SET", BASE + "fence", "999999999999999")
+        before = snapshot(conn)
+        assert _script_call(conn, "lane_claim", LANE_CLAIM_GOOD).startswith(b"-EMQFENCE ")
+        assert snapshot(conn) == before

@@ -54,7 +54,7 @@ def test_bad_id_is_refused_before_sending(queue: Queue) -> None:
 def test_client_checks_say_what_the_server_says(queue: Queue) -> None:
     with pytest.raises(ArgumentError) as client_side:
         queue.claim(lease_ms=0)
-    keys = [queue.key("pending"), queue.key("active")]
+    keys = [queue.key("pending"), queue.key("active"), queue.key("fence")]
     with pytest.raises(ArgumentError) as server_side:
         queue.executor.call(queue.conn, executor_transition("claim"), keys, ["0", "*"])
     assert str(client_side.value) == str(server_side.value)
@@ -70,12 +70,12 @@ def test_claim_ack_lifecycle(queue: Queue) -> None:
     queue.enqueue("JOB:b", b"second", now=NOW + 1)
     queue.enqueue("JOB:a", b"first", now=NOW)
     job = queue.claim(lease_ms=1_000, now=NOW + 2)
-    assert job == Job("JOB:a", b"first", 1)
+    assert job == Job("JOB:a", b"first", 1, fence=1)
     assert queue.conn.zscore(queue.key("active"), "JOB:a") == NOW + 1_002
     assert queue.ack(job, retention_ms=60_000) is Verdict.ACKED
     assert queue.enqueue("JOB:a", b"again") is Verdict.DUPLICATE  # the tombstone holds
     assert 0 < queue.conn.pttl(queue.key("job", "JOB:a")) <= 60_000
-    assert queue.claim(now=NOW + 3) == Job("JOB:b", b"second", 1)
+    assert queue.claim(now=NOW + 3) == Job("JOB:b", b"second", 1, fence=2)
     assert queue.claim(now=NOW + 4) is None
 
 
@@ -94,7 +94,7 @@ def test_fencing_refuses_an_old_lease(queue: Queue) -> None:
     assert first is not None
     assert queue.recover(now=NOW + 100) == 1
     second = queue.claim(lease_ms=100, now=NOW + 101)
-    assert second == Job("JOB:1", b"x", 2)
+    assert second == Job("JOB:1", b"x", 2, fence=2)
     for late_call in (queue.ack, queue.extend, queue.retry):
         with pytest.raises(StaleLease):
             late_call(first)
@@ -128,7 +128,7 @@ def test_recover_returns_expired_leases_to_their_place(queue: Queue) -> None:
     assert queue.recover(now=NOW + 15) == 0
     assert queue.recover(now=NOW + 16) == 1
     assert queue.conn.zscore(queue.key("pending"), "JOB:1") == NOW
-    assert queue.claim(now=NOW + 17) == Job("JOB:1", b"a", 2)
+    assert queue.claim(now=NOW + 17) == Job("JOB:1", b"a", 2, fence=2)
 
 
 def test_enqueue_many_is_one_flush_with_a_verdict_each(queue: Queue) -> None:
@@ -187,3 +187,111 @@ def test_an_evicting_server_is_warned_about(conn: redis.Redis) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Queue(conn, "q")
+
+
+def test_a_fence_never_repeats_after_readmission(queue: Queue) -> None:
+    """An id acked without retention and admitted again gets a lease the stalled old holder
+    cannot settle: its ack is stale and the new holder's ack goes through."""
+    queue.enqueue("JOB:1", b"first", now=NOW)
+    stalled = queue.claim(lease_ms=10, now=NOW)
+    assert stalled is not None
+    queue.ack(stalled, retention_ms=0)
+    queue.enqueue("JOB:1", b"second", now=NOW + 1)
+    current = queue.claim(lease_ms=10_000, now=NOW + 2)
+    assert current is not None and current.attempt == stalled.attempt
+    with pytest.raises(StaleLease):
+        queue.ack(stalled, retention_ms=0)
+    assert queue.retry(current, error="boom", now=NOW + 3) is Verdict.RETRYING
+
+
+def test_a_fence_never_repeats_after_requeue(queue: Queue) -> None:
+    """A dead job requeued starts its attempts afresh; the holder of its first lease, stalled
+    all along, cannot settle the new first attempt."""
+    from echomq.admin import requeue
+
+    queue.enqueue("JOB:1", b"x", now=NOW)
+    stalled = queue.claim(lease_ms=10, now=NOW)
+    assert stalled is not None
+    assert queue.recover(now=NOW + 10) == 1
+    second = queue.claim(lease_ms=10, now=NOW + 11)
+    assert second is not None
+    assert queue.retry(second, error="boom", max_attempts=2, now=NOW + 12) is Verdict.DEAD
+    assert requeue(queue.conn, queue.name, "JOB:1", now=NOW + 13)
+    current = queue.claim(lease_ms=10_000, now=NOW + 14)
+    assert current is not None and current.attempt == stalled.attempt
+    with pytest.raises(StaleLease):
+        queue.ack(stalled, retention_ms=0)
+    assert queue.ack(current, retention_ms=0) is Verdict.ACKED
+
+
+def test_a_job_that_kills_its_worker_ends_dead(queue: Queue) -> None:
+    """Every attempt counts, crashed ones too: with max_attempts=3 a job whose worker dies at
+    every attempt is dead after the third lease expires, with an error that says so."""
+    poison = Queue(queue.conn, queue.name, wire=queue.wire, max_attempts=3)
+    poison.enqueue("JOB:1", b"x", now=NOW)
+    clock = NOW
+    for _ in range(20):
+        clock += 100
+        if poison.claim(lease_ms=10, now=clock) is None:
+            break
+        poison.recover(now=clock + 10)
+    assert poison.counts()["dead"] == 1
+    row = poison.conn.hgetall(poison.key("job", "JOB:1"))
+    assert row[b"attempts"] == b"3"
+    assert row[b"error"] == b"lease expired during attempt 3: the worker was lost"
+    assert poison.conn.llen(poison.key("wake")) == 3  # the enqueue's and two recoveries'
+
+
+@pytest.mark.parametrize("payload", [{"a": 1}, None, 7, ["x"]])
+def test_a_payload_that_is_not_bytes_or_text_is_refused(queue: Queue, payload: object) -> None:
+    before = commands_sent(queue.conn)
+    with pytest.raises(TypeError):
+        queue.enqueue("JOB:1", payload)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        queue.enqueue_many([("JOB:2", b"ok"), ("JOB:3", payload)])  # type: ignore[list-item]
+    assert commands_sent(queue.conn) == before
+    assert queue.conn.dbsize() == 0
+
+
+@pytest.mark.parametrize("payload", [bytearray(b"ab\x00"), memoryview(b"ab\x00"), b"ab\x00"])
+def test_a_bytes_like_payload_is_stored_as_its_bytes(queue: Queue, payload: object) -> None:
+    assert queue.enqueue("JOB:1", payload, now=NOW) is Verdict.ENQUEUED  # type: ignore[arg-type]
+    job = queue.claim(now=NOW)
+    assert job is not None and job.payload == b"ab\x00"
+
+
+def test_a_retry_error_that_is_not_bytes_or_text_is_refused(queue: Queue) -> None:
+    queue.enqueue("JOB:1", b"x", now=NOW)
+    job = queue.claim(now=NOW)
+    assert job is not None
+    with pytest.raises(TypeError):
+        queue.retry(job, error=ValueError("boom"), now=NOW)  # type: ignore[arg-type]
+    assert queue.retry(job, error=bytearray(b"boom"), now=NOW) is Verdict.RETRYING
+    assert queue.conn.hget(queue.key("job", "JOB:1"), "error") == b"boom"
+
+
+def test_async_recover_takes_max_attempts_too(queue: Queue) -> None:
+    """echomq.aio.Queue.recover: the queue's max_attempts by default, or the one given."""
+    import asyncio
+
+    import redis.asyncio as aredis
+
+    from echomq.aio import Queue as AsyncQueue
+
+    async def crash_twice() -> tuple[int, int]:
+        client = aredis.Redis(port=queue.conn.connection_pool.connection_kwargs["port"])
+        try:
+            spent = AsyncQueue(client, "poison", wire=queue.wire, max_attempts=1)
+            await spent.enqueue("JOB:1", b"x", now=NOW)
+            await spent.enqueue("JOB:2", b"x", now=NOW)
+            await spent.claim(lease_ms=10, now=NOW)
+            await spent.claim(lease_ms=10, now=NOW)
+            return (await spent.recover(now=NOW + 10, limit=1, max_attempts=2),
+                    await spent.recover(now=NOW + 10))
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(crash_twice()) == (1, 1)
+    poison = Queue(queue.conn, "poison")
+    assert poison.counts() == {"pending": 1, "active": 0, "delayed": 0, "dead": 1, "lanes": 0}
+    assert queue.conn.zrange(poison.key("dead"), 0, -1) == [b"JOB:2"]

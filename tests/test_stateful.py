@@ -1,10 +1,13 @@
 """Random transition sequences on both executors in lockstep, checked against a Python model.
 
 A hypothesis state machine drives one queue through enqueue, claim, ack, retry, extend, recover,
-promote and bad input, on an explicit clock, while rules also tamper with the keyspace behind the
-queue's back (deleted rows, wrong-typed keys, odd row fields, lane jobs). Every call runs on the
-Lua db and the native db of a ``Pair``; after every step both keyspaces must equal each other and
-the model's (tests/model.py), and SPEC invariants 1-4 and 8 are checked explicitly.
+promote, requeue of dead jobs and bad input, on an explicit clock, while rules also tamper with the
+keyspace behind the queue's back (deleted rows, expired tombstones, wrong-typed keys, odd row
+fields, lane jobs) and crash workers (a claim whose lease runs out, then recover). Every call runs
+on the Lua db and the native db of a ``Pair`` (requeue, scripts only, runs its script on both);
+after every step both keyspaces must equal each other and the model's (tests/model.py), and SPEC
+invariants 1-4, 8 and 10 are checked explicitly: a stale holder is always refused, a fence never
+repeats for an id, a job recovered at its last attempt ends dead.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 import hiredis
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -24,6 +27,7 @@ from hypothesis.stateful import (
 )
 
 from echomq.embedded import EmbeddedValkey
+from echomq.scripts import script_for
 from echomq.transitions import (
     ACK,
     CLAIM,
@@ -31,12 +35,13 @@ from echomq.transitions import (
     EXTEND,
     PROMOTE,
     RECOVER,
+    REQUEUE,
     RETRY,
     TRANSITIONS,
     Transition,
 )
 from tests.conformance.harness import Outcome, Pair, assert_parity
-from tests.model import KEY_TYPE, Model, normalise, null, status
+from tests.model import KEY_TYPE, LOST, Model, int_field, normalise, null, status
 
 BASE = b"emq:{q}:"
 OTHER = b"emq:{r}:"
@@ -52,6 +57,7 @@ PAYLOADS = st.one_of(
 )
 LATE = st.sampled_from([0, 0, 1, 1_000, 60_000, 10**6])  # recover/promote often run late
 ERRORS = st.sampled_from([b"", b"boom", b"\x00\r\n-ERR x\r\n", "ошибка".encode()])
+MAX_ATTEMPTS = st.sampled_from([1, 2, 3, 5])
 
 BAD_NUMKEYS = [b"x", b"", b"-1", b"-0", b"01", b"+2", b" 2", b"2 ", b"1.0", b"99",
                b"9223372036854775807", b"9223372036854775808", b"-9223372036854775809"]
@@ -83,7 +89,10 @@ class QueueMachine(RuleBasedStateMachine):
         self.pair.reset()
         self.model = Model(protocol)
         self.now = START
+        self.pair.lua.call("SCRIPT", "LOAD", script_for(REQUEUE).source)
+        # Every lease handed out, as (id, fence); the fences each id was given, in order.
         self.leases: list[tuple[bytes, int]] = []
+        self.fences: dict[bytes, list[int]] = {}
         self.live: set[bytes] = set()
         self.ghosts: set[bytes] = set()
         self.foreign: set[bytes] = set()
@@ -97,13 +106,23 @@ class QueueMachine(RuleBasedStateMachine):
         """Runs ``argv`` on both executors and the model; replies and keyspaces must agree."""
         context = (transition.name, argv)
         expected = self.model.call(transition, argv)
-        outcomes = self.pair.run(transition, argv)
+        outcomes = self.pair.run(transition, argv) if transition.native else self.scripted(
+            transition, argv)
         reply = assert_parity(outcomes, context)
         assert reply == expected, f"{context}: server sent {reply!r}, model {expected!r}"
         assert normalise(outcomes["lua"].after) == self.model.render(), f"{context}: model"
         if reply.startswith(b"-"):  # invariant 8
             assert outcomes["native"].after == outcomes["native"].before, context
         return reply, outcomes
+
+    def scripted(self, transition: Transition, argv: Argv) -> dict[str, Outcome]:
+        """A scripts-only transition, run by its script on both databases."""
+        outcomes = {}
+        for name, conn in self.pair.both():
+            before = self.pair.snapshot(name)
+            reply = conn.call("EVALSHA", script_for(transition).sha, *argv)
+            outcomes[name] = Outcome(reply, before, self.pair.snapshot(name))
+        return outcomes
 
     def behind_the_back(self, *command: bytes) -> None:
         """A raw data command on both databases and the model."""
@@ -117,8 +136,8 @@ class QueueMachine(RuleBasedStateMachine):
             return []
         return [member for member, _ in self.model.zitems(key(role))]
 
-    def is_current(self, job_id: bytes, attempt: int) -> bool:
-        return self.model.is_current(key(b"active"), key(b"job", job_id), job_id, attempt)
+    def is_current(self, job_id: bytes, fence: int) -> bool:
+        return self.model.is_current(key(b"active"), key(b"job", job_id), job_id, fence)
 
     # the clock --------------------------------------------------------------------------------
 
@@ -131,6 +150,9 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(data=st.data(), payload=PAYLOADS)
     def enqueue(self, data: st.DataObject, payload: bytes) -> None:
         job_id = data.draw(st.sampled_from([j for j in POOL if j not in self.ghosts]), label="id")
+        self.enqueue_id(job_id, payload)
+
+    def enqueue_id(self, job_id: bytes, payload: bytes) -> None:
         row = key(b"job", job_id)
         argv = [3, row, key(b"pending"), key(b"wake"), job_id, payload, self.now]
         valid = not isinstance(self.model.validate(ENQUEUE, argv), bytes)
@@ -141,79 +163,151 @@ class QueueMachine(RuleBasedStateMachine):
             assert outcomes["lua"].after == outcomes["lua"].before
         if reply == status("ENQUEUED"):
             assert job_id not in self.live and job_id not in self.ghosts
+            if job_id in self.fences:
+                event("an id admitted again")
             self.live.add(job_id)
 
     @rule(lease_ms=st.sampled_from([1, 10, 1_000, 30_000]))
     def claim(self, lease_ms: int) -> None:
+        self.claim_one(lease_ms)
+
+    def claim_one(self, lease_ms: int) -> bytes | None:
+        """A claim, checked; the id it leased, if any."""
         order = self.zmembers(b"pending")
         waiting = [job_id for job_id in order if job_id in self.live]
         holders = set(self.zmembers(b"active"))
-        reply, _ = self.execute(CLAIM, [2, key(b"pending"), key(b"active"), lease_ms, self.now])
-        walked = order
+        argv = [3, key(b"pending"), key(b"active"), key(b"fence"), lease_ms, self.now]
+        reply, _ = self.execute(CLAIM, argv)
+        walked, job_id = order, None
         if reply.startswith(b"-"):
-            return
+            return None
         if reply == null(self.pair.protocol):
             assert not waiting, "claim found nothing while live jobs were pending"
         else:
-            job_id, _payload, attempt = parsed(reply)
+            job_id, _payload, _attempt, fence = parsed(reply)
             assert job_id not in self.ghosts, "claim returned a ghost"  # invariant 4
             assert job_id == waiting[0], "claim skipped the oldest live job"
             assert job_id not in holders, "claim handed out a current lease"  # invariant 3
-            self.leases.append((job_id, attempt))
+            self.check_fresh_fence(job_id, fence)
             walked = order[:order.index(job_id)]
         # invariant 4: the ghosts the claim walked past are dropped
         assert not set(walked) & set(self.zmembers(b"pending")), walked
+        return job_id
 
-    def fenced(self, transition: Transition, job_id: bytes, attempt: int, argv: Argv) -> bytes:
+    def check_fresh_fence(self, job_id: bytes, fence: int) -> None:
+        """Invariant 3: a fence never repeats for an id (nor, here, for the queue)."""
+        given = [f for fences in self.fences.values() for f in fences]
+        assert fence not in self.fences.get(job_id, []), (job_id, fence, self.fences)
+        assert all(fence > f for f in given), (fence, given)
+        self.fences.setdefault(job_id, []).append(fence)
+        self.leases.append((job_id, fence))
+
+    def fenced(self, transition: Transition, job_id: bytes, fence: int, argv: Argv) -> bytes:
         """Runs an ack/retry/extend; a lease that is not current gets +STALE, nothing changed."""
         checked = self.model.validate(transition, argv)
-        current = not isinstance(checked, bytes) and self.is_current(job_id, attempt)
+        current = not isinstance(checked, bytes) and self.is_current(job_id, fence)
         reply, outcomes = self.execute(transition, argv)
         if not isinstance(checked, bytes) and not current:  # invariant 3: fencing
             assert reply == status("STALE"), reply
             assert outcomes["lua"].after == outcomes["lua"].before
         if current:
             assert reply != status("STALE")
+        # invariant 3, by the machine's own count: only the id's latest lease may be current
+        latest = self.fences.get(job_id, [None])[-1]
+        if not isinstance(checked, bytes) and fence != latest:
+            assert reply == status("STALE"), (job_id, fence, latest, reply)
+            if fence in self.fences[job_id][:-1]:
+                event("an earlier holder of the id refused")
         return reply
 
     def pick_lease(self, data: st.DataObject) -> tuple[bytes, int]:
         current = [lease for lease in self.leases if self.is_current(*lease)]
         if current and data.draw(st.booleans(), label="a current lease"):
-            job_id, attempt = data.draw(st.sampled_from(current), label="lease")
+            job_id, fence = data.draw(st.sampled_from(current), label="lease")
         else:
-            job_id, attempt = data.draw(st.sampled_from(self.leases), label="lease")
+            job_id, fence = data.draw(st.sampled_from(self.leases), label="lease")
         skew = data.draw(st.sampled_from([0, 0, 0, 1, -1, 10**14]), label="skew")
-        return job_id, max(1, attempt + skew)
+        return job_id, max(1, fence + skew)
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data(), retention_ms=st.sampled_from([0, 0, 600_000]))
     def ack(self, data: st.DataObject, retention_ms: int) -> None:
-        job_id, attempt = self.pick_lease(data)
-        argv = [2, key(b"active"), key(b"job", job_id), job_id, attempt, retention_ms]
-        if self.fenced(ACK, job_id, attempt, argv) == status("ACKED"):
+        job_id, fence = self.pick_lease(data)
+        argv = [2, key(b"active"), key(b"job", job_id), job_id, fence, retention_ms]
+        if self.fenced(ACK, job_id, fence, argv) == status("ACKED"):
             self.live.discard(job_id)
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data(), delay_ms=st.sampled_from([0, 1, 1_000, 60_000]),
           max_attempts=st.sampled_from([1, 2, 3, 5]), error=ERRORS)
     def retry(self, data: st.DataObject, delay_ms: int, max_attempts: int, error: bytes) -> None:
-        job_id, attempt = self.pick_lease(data)
+        job_id, fence = self.pick_lease(data)
         argv = [4, key(b"active"), key(b"delayed"), key(b"dead"), key(b"job", job_id), job_id,
-                attempt, delay_ms, max_attempts, error, self.now]
-        self.fenced(RETRY, job_id, attempt, argv)
+                fence, delay_ms, max_attempts, error, self.now]
+        self.fenced(RETRY, job_id, fence, argv)
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data(), lease_ms=st.sampled_from([1, 1_000, 30_000]))
     def extend(self, data: st.DataObject, lease_ms: int) -> None:
-        job_id, attempt = self.pick_lease(data)
-        argv = [2, key(b"active"), key(b"job", job_id), job_id, attempt, lease_ms, self.now]
-        self.fenced(EXTEND, job_id, attempt, argv)
+        job_id, fence = self.pick_lease(data)
+        argv = [2, key(b"active"), key(b"job", job_id), job_id, fence, lease_ms, self.now]
+        self.fenced(EXTEND, job_id, fence, argv)
 
-    @rule(limit=st.sampled_from([1, 2, 1_000]), late=LATE)
-    def recover(self, limit: int, late: int) -> None:
+    @precondition(lambda self: any(self.is_current(*lease) for lease in self.leases))
+    @rule(data=st.data(), retention_ms=st.sampled_from([0, 600_000]), payload=PAYLOADS)
+    def readmit(self, data: st.DataObject, retention_ms: int, payload: bytes) -> None:
+        """A job completes and its id is admitted again (at once, or after its tombstone
+        expires): the holder of its old lease must not settle the new one's."""
+        current = [lease for lease in self.leases if self.is_current(*lease)]
+        job_id, fence = data.draw(st.sampled_from(current), label="completed")
+        argv = [2, key(b"active"), key(b"job", job_id), job_id, fence, retention_ms]
+        assert self.fenced(ACK, job_id, fence, argv) == status("ACKED")
+        self.live.discard(job_id)
+        if retention_ms:
+            self.behind_the_back(b"DEL", key(b"job", job_id))
+        self.enqueue_id(job_id, payload)
+
+    @rule(limit=st.sampled_from([1, 2, 1_000]), late=LATE, max_attempts=MAX_ATTEMPTS)
+    def recover(self, limit: int, late: int, max_attempts: int) -> None:
         self.now += late
-        argv = [4, key(b"active"), key(b"pending"), key(b"ring"), key(b"wake"), self.now, limit]
-        self.execute(RECOVER, argv)
+        self.recover_now(limit, max_attempts)
+
+    def recover_now(self, limit: int, max_attempts: int) -> None:
+        """A recover, checked: invariant 10, a job recovered at its last attempt ends dead."""
+        leased = self.model.zitems(key(b"active")) if self.zmembers(b"active") else []
+        due = [job_id for job_id, deadline in leased if deadline <= self.now][:limit]
+        rows = [(job_id, key(b"job", job_id)) for job_id in due]
+        attempts = {job_id: int_field(self.model.hget(row, b"attempts"), 0)
+                    for job_id, row in rows if self.model.kind(row) == b"hash"}
+        spent = {job_id: n for job_id, n in attempts.items() if n >= max_attempts}
+        argv = [5, key(b"active"), key(b"pending"), key(b"ring"), key(b"wake"), key(b"dead"),
+                self.now, limit, max_attempts]
+        reply, _ = self.execute(RECOVER, argv)
+        if reply.startswith(b"-"):
+            return
+        for job_id, n in spent.items():
+            event("a job recovered at its last attempt")
+            assert job_id in self.zmembers(b"dead"), (job_id, n)
+            assert self.model.hget(key(b"job", job_id), b"error") == LOST % n
+
+    @rule(lease_ms=st.sampled_from([1, 10]), max_attempts=MAX_ATTEMPTS)
+    def crash(self, lease_ms: int, max_attempts: int) -> None:
+        """A worker claims and dies: its lease runs out, and a recover finds it."""
+        if self.claim_one(lease_ms) is not None:
+            self.now += lease_ms
+            self.recover_now(1_000, max_attempts)
+
+    @precondition(lambda self: self.zmembers(b"dead"))
+    @rule(data=st.data())
+    def requeue(self, data: st.DataObject) -> None:
+        """An operator runs a dead job again: a fresh count of attempts, never an old fence."""
+        job_id = data.draw(st.sampled_from(self.zmembers(b"dead")), label="requeued")
+        argv = [5, key(b"dead"), key(b"pending"), key(b"ring"), key(b"wake"),
+                key(b"job", job_id), job_id, self.now]
+        reply, _ = self.execute(REQUEUE, argv)
+        if reply == status("REQUEUED"):
+            assert self.model.hget(key(b"job", job_id), b"attempts") == b"0"
+            event("a dead job requeued")
 
     @rule(limit=st.sampled_from([1, 2, 1_000]), late=LATE)
     def promote(self, limit: int, late: int) -> None:
@@ -222,6 +316,17 @@ class QueueMachine(RuleBasedStateMachine):
         self.execute(PROMOTE, argv)
 
     # behind the queue's back ------------------------------------------------------------------
+
+    @precondition(lambda self: self.tombstones())
+    @rule(data=st.data())
+    def expire(self, data: st.DataObject) -> None:
+        """An acked job's tombstone expires: its id may be admitted again."""
+        job_id = data.draw(st.sampled_from(self.tombstones()), label="expired")
+        self.behind_the_back(b"DEL", key(b"job", job_id))
+
+    def tombstones(self) -> list[bytes]:
+        return [job_id for job_id in POOL if job_id not in self.live | self.ghosts
+                and self.model.kind(key(b"job", job_id)) == b"hash"]
 
     @precondition(lambda self: self.live and len(self.ghosts) < 3)
     @rule(data=st.data(), replacement=st.sampled_from([None, b"SET", b"RPUSH"]))
@@ -258,7 +363,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: not self.foreign)
     @rule(role=st.sampled_from([*ZSETS, b"wake", b"ring", b"lane:a", b"lane:g:1",
-                                b"job:JOB:1", b"job:JOB:5"]),
+                                b"job:JOB:1", b"job:JOB:5", b"fence"]),
           pick=st.integers(0, 2))
     def plant(self, role: bytes, pick: int) -> None:
         """A key of the queue holds the wrong type (only where nothing lives)."""
@@ -283,7 +388,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     def good_argv(self, transition: Transition, job_id: bytes, base: bytes) -> Argv:
         numbers = {"id": job_id, "payload": b"p", "now": self.now, "lease_ms": 1_000,
-                   "attempt": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 3,
+                   "fence": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 3,
                    "error": b"e", "limit": 10}
         keys = [key(role.encode(), job_id, base) for role in transition.keys]
         return [len(keys), *keys, *(numbers[name] for name in transition.args)]

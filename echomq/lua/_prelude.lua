@@ -12,6 +12,8 @@ local E_PERM = 'NOPERM No permissions to access a key'
 local E_NOW = 'EMQNUM now must be * or an integer from 0 to 999999999999999'
 local E_MOVING = "TRYAGAIN a job's keys are moving between cluster nodes; try again"
 local E_LANE = 'EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -'
+local E_FENCE = 'EMQFENCE the fence counter must hold an integer from 0 to 999999999999998'
+local FENCE_MAX = 999999999999998
 
 local function arity_error(verb, nkeys, nargs)
   return redis.error_reply(string.format('EMQARITY EMQ.%s takes %d keys and %d arguments',
@@ -108,11 +110,32 @@ local function may_access(key)
   return redis.acl_check_cmd('HINCRBY', key, 'attempts', '1')
 end
 
--- The current lease: the id is in active and the row's attempts equal the given attempt.
-local function is_current_lease(active, row, id, attempt)
+-- The current lease: the id is in active and the row's fence equals the given fence.
+local function is_current_lease(active, row, id, fence)
   if redis.call('ZSCORE', active, id) == false then return false end
   if redis.call('EXISTS', row) == 0 then return false end
-  return int_field(redis.call('HGET', row, 'attempts'), 0) == attempt
+  return int_field(redis.call('HGET', row, 'fence'), 0) == fence
+end
+
+-- The value of the queue's fence counter (absent: 0), or nil when it holds anything else than
+-- an integer the next claim can still count up from.
+local function fence_counter(key)
+  local value = redis.call('GET', key)
+  if value == false then return 0 end
+  local n = int_arg(value, 0)
+  if n == nil or n > FENCE_MAX then return nil end
+  return n
+end
+
+-- Lease a job: count the attempt, take the next fence (SET, so a replica copies the value the
+-- lease was given), put the id in active until now + lease_ms. Returns attempt, fence.
+local function lease(row, id, active, fence_key, last_fence, deadline)
+  local attempt = int_field(redis.call('HGET', row, 'attempts'), 0) + 1
+  local fence = last_fence + 1
+  redis.call('SET', fence_key, dec(fence))
+  redis.call('HSET', row, 'attempts', dec(attempt), 'fence', dec(fence))
+  redis.call('ZADD', active, dec(deadline), id)
+  return attempt, fence
 end
 
 -- Leave up to n wake tokens, never more than WAKE_CAP in the list.
@@ -122,9 +145,11 @@ local function wake(key, n)
   for _ = 1, n do redis.call('RPUSH', key, '1') end
 end
 
--- First pass of recover/promote: sort due ids into live moves and ghosts, checking every derived
--- key before anything is written. Returns moves, ghosts or nil, error reply.
-local function plan_moves(base, ids, fallback_score)
+-- First pass of recover/promote/requeue: sort due ids into live moves and ghosts, checking every
+-- derived key before anything is written. With max_attempts (recover), a job whose attempts are
+-- used up is marked spent: it goes dead, so its lane is not looked at. Returns moves, ghosts or
+-- nil, error reply.
+local function plan_moves(base, ids, fallback_score, max_attempts)
   local moves, ghosts = {}, {}
   for i = 1, #ids, 2 do
     local id, score = ids[i], ids[i + 1]
@@ -135,7 +160,10 @@ local function plan_moves(base, ids, fallback_score)
     if row_type == 'hash' then
       local move = { id = id, row = row, score = score }
       local lane = redis.call('HGET', row, 'lane')
-      if lane then
+      local attempts = max_attempts and int_field(redis.call('HGET', row, 'attempts'), 0)
+      if attempts and attempts >= max_attempts then
+        move.spent = attempts
+      elseif lane then
         local lane_key = base .. 'lane:' .. lane
         if not may_access(lane_key) then return nil, redis.error_reply(E_PERM) end
         local t = derived_type(lane_key)
@@ -162,35 +190,53 @@ end
 
 -- recover and promote: the entries of KEYS[1] due by now (at most limit) go back to run; ghosts
 -- are dropped from KEYS[1]. recover returns flat jobs to pending at their enqueued_at and lane
--- jobs to their lane's head, latest deadline first so the lane keeps their order; promote returns
--- flat jobs with their due time as score and lane jobs to their lane's tail, in due order.
+-- jobs to their lane's head, latest deadline first so the lane keeps their order, and sends a job
+-- whose attempts are used up (KEYS[5], ARGV[3]) to dead; promote returns flat jobs with their due
+-- time as score and lane jobs to their lane's tail, in due order. Replies the jobs taken (back to
+-- run or dead); wake tokens only for those back to run.
 local function move_due(verb, source, recover)
-  if #KEYS ~= 4 or #ARGV ~= 2 then return arity_error(verb, 4, 2) end
-  local base = keys_base({ source, 'pending', 'ring', 'wake' })
+  local nkeys, nargs = 4, 2
+  if recover then nkeys, nargs = 5, 3 end
+  if #KEYS ~= nkeys or #ARGV ~= nargs then return arity_error(verb, nkeys, nargs) end
+  local base = keys_base({ source, 'pending', 'ring', 'wake', recover and 'dead' or nil })
   if base == nil then return redis.error_reply(E_KEYS) end
   local now = now_arg(ARGV[1])
   if now == nil then return redis.error_reply(E_NOW) end
   local limit = int_arg(ARGV[2], 1)
   if limit == nil then return number_error('limit', 1) end
-  if not types_ok({ 'zset', 'zset', 'list', 'list' }) then return redis.error_reply(E_TYPE) end
+  local max_attempts = nil
+  if recover then
+    max_attempts = int_arg(ARGV[3], 1)
+    if max_attempts == nil then return number_error('max_attempts', 1) end
+  end
+  local types = { 'zset', 'zset', 'list', 'list' }
+  if recover then types[5] = 'zset' end
+  if not types_ok(types) then return redis.error_reply(E_TYPE) end
 
-  local from, pending, ring, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+  local from, pending, ring, wake_key, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
   local due = redis.call('ZRANGEBYSCORE', from, '-inf', dec(now), 'WITHSCORES', 'LIMIT', '0',
     dec(limit))
-  local moves, ghosts = plan_moves(base, due, recover and now or nil)
+  local moves, ghosts = plan_moves(base, due, recover and now or nil, max_attempts)
   if moves == nil then return ghosts end
   for i = 1, #ghosts do redis.call('ZREM', from, ghosts[i]) end
   local first, last, step, push = 1, #moves, 1, 'RPUSH'
   if recover then first, last, step, push = #moves, 1, -1, 'LPUSH' end
+  local back = 0
   for i = first, last, step do
     local move = moves[i]
     redis.call('ZREM', from, move.id)
-    if move.lane then
+    if move.spent then
+      redis.call('HSET', move.row, 'error',
+        'lease expired during attempt ' .. dec(move.spent) .. ': the worker was lost')
+      redis.call('ZADD', dead, dec(now), move.id)
+    elseif move.lane then
       push_lane(ring, move, push)
+      back = back + 1
     else
       redis.call('ZADD', pending, move.score, move.id)
+      back = back + 1
     end
   end
-  wake(wake_key, #moves)
+  wake(wake_key, back)
   return #moves
 end

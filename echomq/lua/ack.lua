@@ -3,7 +3,7 @@
     KEYS[1] <base>active     leased jobs (zset)
     KEYS[2] <base>job:<id>   the job row (hash)
     ARGV[1] id               JOB:<rest>
-    ARGV[2] attempt          integer >= 1, the lease's attempt
+    ARGV[2] fence            integer >= 1, the lease's fence (claim's reply)
     ARGV[3] retention_ms     integer >= 0
   Replies: +ACKED | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
@@ -11,14 +11,14 @@ if #KEYS ~= 2 or #ARGV ~= 3 then return arity_error('ACK', 2, 3) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end
 if keys_base({ 'active', 'job:' .. id }) == nil then return redis.error_reply(E_KEYS) end
-local attempt = int_arg(ARGV[2], 1)
-if attempt == nil then return number_error('attempt', 1) end
+local fence = int_arg(ARGV[2], 1)
+if fence == nil then return number_error('fence', 1) end
 local retention_ms = int_arg(ARGV[3], 0)
 if retention_ms == nil then return number_error('retention_ms', 0) end
 if not types_ok({ 'zset', 'hash' }) then return redis.error_reply(E_TYPE) end
 
 local active, row = KEYS[1], KEYS[2]
-if not is_current_lease(active, row, id, attempt) then return redis.status_reply('STALE') end
+if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
 redis.call('ZREM', active, id)
 if retention_ms == 0 then
   redis.call('DEL', row)

@@ -2,21 +2,26 @@
   claim: lease the oldest pending job, dropping ghosts on the way.
     KEYS[1] <base>pending    flat jobs ready to run (zset)
     KEYS[2] <base>active     leased jobs, score = lease deadline (zset)
+    KEYS[3] <base>fence      the queue's fence counter, one up per lease (string)
     ARGV[1] lease_ms         integer >= 1
     ARGV[2] now              ms, or * for the server clock
   Derived: <base>job:<id> of each id walked.
-  Replies: [id, payload, attempt] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
+  The lease is (id, fence): the counter's next value, also written to the row's fence field.
+  Replies: [id, payload, attempt, fence] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, EMQFENCE,
+  NOPERM, TRYAGAIN errors.
 ]]
-if #KEYS ~= 2 or #ARGV ~= 2 then return arity_error('CLAIM', 2, 2) end
-local base = keys_base({ 'pending', 'active' })
+if #KEYS ~= 3 or #ARGV ~= 2 then return arity_error('CLAIM', 3, 2) end
+local base = keys_base({ 'pending', 'active', 'fence' })
 if base == nil then return redis.error_reply(E_KEYS) end
 local lease_ms = int_arg(ARGV[1], 1)
 if lease_ms == nil then return number_error('lease_ms', 1) end
 local now = now_arg(ARGV[2])
 if now == nil then return redis.error_reply(E_NOW) end
-if not types_ok({ 'zset', 'zset' }) then return redis.error_reply(E_TYPE) end
+if not types_ok({ 'zset', 'zset', 'string' }) then return redis.error_reply(E_TYPE) end
 
-local pending, active = KEYS[1], KEYS[2]
+local pending, active, fence_key = KEYS[1], KEYS[2], KEYS[3]
+local last_fence = fence_counter(fence_key)
+if last_fence == nil then return redis.error_reply(E_FENCE) end
 local ghosts, id, row = {}, nil, nil
 local rank = 0
 while true do
@@ -37,7 +42,5 @@ for i = 1, #ghosts do redis.call('ZREM', pending, ghosts[i]) end
 if id == nil then return false end
 
 redis.call('ZREM', pending, id)
-local attempt = int_field(redis.call('HGET', row, 'attempts'), 0) + 1
-redis.call('HSET', row, 'attempts', dec(attempt))
-redis.call('ZADD', active, dec(now + lease_ms), id)
-return { id, redis.call('HGET', row, 'payload') or '', attempt }
+local attempt, fence = lease(row, id, active, fence_key, last_fence, now + lease_ms)
+return { id, redis.call('HGET', row, 'payload') or '', attempt, fence }

@@ -5,22 +5,26 @@
   dropped too. Everything is checked before anything is written. Scripts only: no native twin.
     KEYS[1] <base>ring       groups whose lanes are non-empty (list)
     KEYS[2] <base>active     leased jobs, score = lease deadline (zset)
+    KEYS[3] <base>fence      the queue's fence counter, one up per lease (string)
     ARGV[1] lease_ms         integer >= 1
     ARGV[2] now              ms, or * for the server clock
   Derived: <base>lane:<group> of the groups walked, <base>job:<id> of the ids walked.
-  Replies: [id, payload, attempt, group] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM,
-  TRYAGAIN errors.
+  The job is leased as by claim.
+  Replies: [id, payload, attempt, fence, group] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE,
+  EMQFENCE, NOPERM, TRYAGAIN errors.
 ]]
-if #KEYS ~= 2 or #ARGV ~= 2 then return arity_error('LANE_CLAIM', 2, 2) end
-local base = keys_base({ 'ring', 'active' })
+if #KEYS ~= 3 or #ARGV ~= 2 then return arity_error('LANE_CLAIM', 3, 2) end
+local base = keys_base({ 'ring', 'active', 'fence' })
 if base == nil then return redis.error_reply(E_KEYS) end
 local lease_ms = int_arg(ARGV[1], 1)
 if lease_ms == nil then return number_error('lease_ms', 1) end
 local now = now_arg(ARGV[2])
 if now == nil then return redis.error_reply(E_NOW) end
-if not types_ok({ 'list', 'zset' }) then return redis.error_reply(E_TYPE) end
+if not types_ok({ 'list', 'zset', 'string' }) then return redis.error_reply(E_TYPE) end
 
-local ring, active = KEYS[1], KEYS[2]
+local ring, active, fence_key = KEYS[1], KEYS[2], KEYS[3]
+local last_fence = fence_counter(fence_key)
+if last_fence == nil then return redis.error_reply(E_FENCE) end
 
 -- First pass: find the first group (from the ring's head) whose lane holds a live job.
 local stale, found = 0, nil
@@ -56,7 +60,5 @@ redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
 for _ = 1, found.ghosts do redis.call('LPOP', found.lane_key) end
 redis.call('LPOP', found.lane_key)
 if redis.call('LLEN', found.lane_key) == 0 then redis.call('RPOP', ring) end
-local attempt = int_field(redis.call('HGET', found.row, 'attempts'), 0) + 1
-redis.call('HSET', found.row, 'attempts', dec(attempt))
-redis.call('ZADD', active, dec(now + lease_ms), found.id)
-return { found.id, redis.call('HGET', found.row, 'payload') or '', attempt, found.group }
+local attempt, fence = lease(found.row, found.id, active, fence_key, last_fence, now + lease_ms)
+return { found.id, redis.call('HGET', found.row, 'payload') or '', attempt, fence, found.group }

@@ -1,6 +1,7 @@
 --[[
   requeue: a dead job runs again — back to pending (now) or the tail of its lane, with a fresh
-  count of attempts; its last error stays on the row. Scripts only: an operator's tool.
+  count of attempts; its last error stays on the row. The queue's fence counter is not reset, so
+  a lease of the job's earlier life stays stale. Scripts only: an operator's tool.
     KEYS[1] <base>dead       jobs that used up their attempts (zset)
     KEYS[2] <base>pending    flat jobs ready to run (zset)
     KEYS[3] <base>ring       groups whose lanes are non-empty (list)

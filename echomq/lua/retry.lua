@@ -1,12 +1,12 @@
 --[[
   retry: the current lease failed; record the error and run again after delay_ms, or go dead when
-  the attempts are used up.
+  the attempts are used up (the row's attempts >= max_attempts).
     KEYS[1] <base>active     leased jobs (zset)
     KEYS[2] <base>delayed    jobs waiting to run again, score = due time (zset)
     KEYS[3] <base>dead       jobs that used up their attempts, score = time of death (zset)
     KEYS[4] <base>job:<id>   the job row (hash)
     ARGV[1] id               JOB:<rest>
-    ARGV[2] attempt          integer >= 1, the lease's attempt
+    ARGV[2] fence            integer >= 1, the lease's fence (claim's reply)
     ARGV[3] delay_ms         integer >= 0
     ARGV[4] max_attempts     integer >= 1
     ARGV[5] error            any bytes
@@ -19,8 +19,8 @@ if not id_ok(id) then return redis.error_reply(E_KIND) end
 if keys_base({ 'active', 'delayed', 'dead', 'job:' .. id }) == nil then
   return redis.error_reply(E_KEYS)
 end
-local attempt = int_arg(ARGV[2], 1)
-if attempt == nil then return number_error('attempt', 1) end
+local fence = int_arg(ARGV[2], 1)
+if fence == nil then return number_error('fence', 1) end
 local delay_ms = int_arg(ARGV[3], 0)
 if delay_ms == nil then return number_error('delay_ms', 0) end
 local max_attempts = int_arg(ARGV[4], 1)
@@ -30,10 +30,10 @@ if now == nil then return redis.error_reply(E_NOW) end
 if not types_ok({ 'zset', 'zset', 'zset', 'hash' }) then return redis.error_reply(E_TYPE) end
 
 local active, delayed, dead, row = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-if not is_current_lease(active, row, id, attempt) then return redis.status_reply('STALE') end
+if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
 redis.call('ZREM', active, id)
 redis.call('HSET', row, 'error', ARGV[5])
-if attempt >= max_attempts then
+if int_field(redis.call('HGET', row, 'attempts'), 0) >= max_attempts then
   redis.call('ZADD', dead, dec(now), id)
   return redis.status_reply('DEAD')
 end

@@ -18,12 +18,14 @@ BASE = "emq:{q}:"
 OTHER = "emq:{other}:"
 NOW = 1_700_000_000_000
 MAXINT = "999999999999999"
+FENCE_MAX = "999999999999998"
 
 E_ARITY = b"-EMQARITY "
 E_KIND = b"-EMQKIND "
 E_KEYS = b"-EMQKEYS "
 E_NUM = b"-EMQNUM "
 E_TYPE = b"-WRONGTYPE "
+E_FENCE = b"-EMQFENCE the fence counter must hold an integer from 0 to 999999999999998\r\n"
 E_NOTINT = b"-ERR value is not an integer or out of range"
 E_NEGATIVE = b"-ERR Number of keys can't be negative"
 E_TOOMANY = b"-ERR Number of keys can't be greater than number of args"
@@ -60,9 +62,11 @@ def waiting(job_id: str, at: int = NOW, payload: Arg = b"p") -> list[Command]:
 
 
 def leased(job_id: str, attempt: int = 1, deadline: int = NOW + 30_000,
-           lane: str | None = None) -> list[Command]:
-    """A job under its ``attempt``-th lease until ``deadline`` (a lane job if ``lane``)."""
-    fields: list[Arg] = ["payload", b"p", "attempts", str(attempt), "enqueued_at", str(NOW - 5)]
+           lane: str | None = None, fence: int | None = None) -> list[Command]:
+    """A job under its ``attempt``-th lease, fenced ``fence`` (default: ``attempt``), until
+    ``deadline`` (a lane job if ``lane``)."""
+    fields: list[Arg] = ["payload", b"p", "attempts", str(attempt), "enqueued_at", str(NOW - 5),
+                         "fence", str(attempt if fence is None else fence)]
     if lane is not None:
         fields += ["lane", lane]
     return [row(job_id, *fields), ["ZADD", key("active"), str(deadline), job_id]]
@@ -77,12 +81,13 @@ def delayed(job_id: str, due: int, lane: str | None = None) -> list[Command]:
 
 GOOD: dict[str, list[Arg]] = {
     "enqueue": [3, key("job"), key("pending"), key("wake"), "JOB:1", b"payload", NOW],
-    "claim": [2, key("pending"), key("active"), 30_000, NOW],
+    "claim": [3, key("pending"), key("active"), key("fence"), 30_000, NOW],
     "ack": [2, key("active"), key("job"), "JOB:1", 1, 60_000],
     "retry": [4, key("active"), key("delayed"), key("dead"), key("job"), "JOB:1", 1, 1_000, 3,
               b"boom", NOW],
     "extend": [2, key("active"), key("job"), "JOB:1", 1, 30_000, NOW],
-    "recover": [4, key("active"), key("pending"), key("ring"), key("wake"), NOW, 100],
+    "recover": [5, key("active"), key("pending"), key("ring"), key("wake"), key("dead"), NOW, 100,
+                3],
     "promote": [4, key("delayed"), key("pending"), key("ring"), key("wake"), NOW, 100],
 }
 
@@ -118,15 +123,16 @@ BAD_NUMKEYS: list[tuple[str, Arg, bytes]] = [
     ("word", "x", E_NOTINT), ("empty", "", E_NOTINT), ("float", "1.5", E_NOTINT),
     ("huge", "99999999999999999999", E_NOTINT), ("negative", "-1", E_NEGATIVE),
 ]
-MINIMUM = {"lease_ms": 1, "attempt": 1, "max_attempts": 1, "limit": 1, "retention_ms": 0,
+MINIMUM = {"lease_ms": 1, "fence": 1, "max_attempts": 1, "limit": 1, "retention_ms": 0,
            "delay_ms": 0}
 WRONG_VALUE: dict[str, list[Command]] = {
     "hash": [["SET", "{k}", "x"], ["RPUSH", "{k}", "x"]],
     "zset": [["SET", "{k}", "x"], ["HSET", "{k}", "f", "v"]],
     "list": [["SET", "{k}", "x"], ["ZADD", "{k}", "1", "m"]],
+    "string": [["HSET", "{k}", "f", "v"], ["RPUSH", "{k}", "1"], ["ZADD", "{k}", "1", "1"]],
 }
 KEY_TYPES = {"job": "hash", "pending": "zset", "active": "zset", "delayed": "zset",
-             "dead": "zset", "ring": "list", "wake": "list"}
+             "dead": "zset", "ring": "list", "wake": "list", "fence": "string"}
 
 
 def _with(argv: list[Arg], index: int, value: Arg) -> list[Arg]:
@@ -184,7 +190,7 @@ READY_OTHER = {name: [[_raw(p).replace(BASE.encode(), OTHER.encode()) for p in c
 
 
 def _expect_ok(t: Transition) -> bytes:
-    return {"enqueue": b"+ENQUEUED", "claim": b"*3", "ack": b"+ACKED", "retry": b"+RETRYING",
+    return {"enqueue": b"+ENQUEUED", "claim": b"*4", "ack": b"+ACKED", "retry": b"+RETRYING",
             "extend": b"+EXTENDED", "recover": b":1", "promote": b":1"}[t.name]
 
 
@@ -259,37 +265,80 @@ def enqueue_cases() -> Iterator[Case]:
 
 def claim_cases() -> Iterator[Case]:
     yield _case("claim", "empty-queue", list(GOOD["claim"]), NULL)
-    yield _case("claim", "oldest-first", list(GOOD["claim"]), b"*3",
+    yield _case("claim", "fence-bad-with-ghosts", list(GOOD["claim"]), E_FENCE,
+                [["ZADD", key("pending"), "1", "JOB:g1"], ["SET", key("fence"), "x"]])
+    yield _case("claim", "oldest-first", list(GOOD["claim"]), b"*4",
                 waiting("JOB:b", at=5) + waiting("JOB:a", at=7) + waiting("JOB:c", at=5))
-    yield _case("claim", "ghost-then-live", list(GOOD["claim"]), b"*3",
+    yield _case("claim", "ghost-then-live", list(GOOD["claim"]), b"*4",
                 [["ZADD", key("pending"), "1", "JOB:ghost"], *waiting("JOB:2", at=9)])
     yield _case("claim", "only-ghosts", list(GOOD["claim"]), NULL,
                 [["ZADD", key("pending"), "1", "JOB:g1", "2", "JOB:g2"]])
-    yield _case("claim", "ghost-row-of-other-type", list(GOOD["claim"]), b"*3",
+    yield _case("claim", "ghost-row-of-other-type", list(GOOD["claim"]), b"*4",
                 [["ZADD", key("pending"), "1", "JOB:s"], ["SET", key("job", "JOB:s"), "x"],
                  *waiting("JOB:2")])
-    yield _case("claim", "attempts-not-a-number", list(GOOD["claim"]), b"*3",
+    yield _case("claim", "attempts-not-a-number", list(GOOD["claim"]), b"*4",
                 [row("JOB:1", "payload", "p", "attempts", "x1"), ["ZADD", key("pending"), "1",
                                                                    "JOB:1"]])
-    yield _case("claim", "row-without-payload", list(GOOD["claim"]), b"*3",
+    yield _case("claim", "row-without-payload", list(GOOD["claim"]), b"*4",
                 [row("JOB:1", "attempts", "4"), ["ZADD", key("pending"), "1", "JOB:1"]])
-    yield _case("claim", "binary-payload", list(GOOD["claim"]), b"*3",
+    yield _case("claim", "binary-payload", list(GOOD["claim"]), b"*4",
                 waiting("JOB:1", payload=b"\x00\r\n*1\r\n"))
-    yield _case("claim", "max-lease-and-now", [2, key("pending"), key("active"), MAXINT, MAXINT],
-                b"*3", waiting("JOB:1"))
-    yield _case("claim", "second-attempt", list(GOOD["claim"]), b"*3",
+    yield _case("claim", "max-lease-and-now",
+                [3, key("pending"), key("active"), key("fence"), MAXINT, MAXINT], b"*4",
+                waiting("JOB:1"))
+    yield _case("claim", "second-attempt", list(GOOD["claim"]), b"*4",
                 [row("JOB:1", "payload", "p", "attempts", "2"),
                  ["ZADD", key("pending"), "1", "JOB:1"]])
+    yield from fence_counter_cases("claim", list(GOOD["claim"]), waiting("JOB:1"),
+                                   b"*4\r\n$5\r\nJOB:1\r\n$1\r\np\r\n:1\r\n")
+
+
+def claimed(fence: int) -> bytes:
+    return b":" + str(fence).encode() + b"\r\n"
+
+
+def fence_counter_cases(name: str, argv: list[Arg], ready: list[Command],
+                        reply: bytes) -> Iterator[Case]:
+    """The queue's fence counter in every state: absent, counting, at its end, not a counter."""
+    counter = key("fence")
+    yield _case(name, "fence-first", argv, reply + claimed(1), ready)
+    yield _case(name, "fence-counts-on", argv, reply + claimed(42),
+                [*ready, ["SET", counter, "41"]])
+    yield _case(name, "fence-from-zero", argv, reply + claimed(1), [*ready, ["SET", counter, "0"]])
+    yield _case(name, "fence-leading-zeros", argv, reply + claimed(8),
+                [*ready, ["SET", counter, "007"]])
+    yield _case(name, "fence-at-its-end", argv, reply + claimed(int(MAXINT)),
+                [*ready, ["SET", counter, FENCE_MAX]])
+    yield _case(name, "fence-counter-with-ttl", argv, reply + claimed(6),
+                [*ready, ["SET", counter, "5"], ["PEXPIRE", counter, "100000"]])
+    yield _case(name, "fence-untouched-when-empty", argv, NULL, [["SET", counter, "5"]])
+    for label, bad in [("past-its-end", MAXINT), ("word", "x"), ("empty", ""), ("negative", "-1"),
+                       ("float", "1.5"), ("sixteen-digits", "1" * 16), ("space", " 1"),
+                       ("nul", b"1\x00")]:
+        yield _case(name, f"fence-{label}", argv, E_FENCE, [*ready, ["SET", counter, bad]])
+    yield _case(name, "fence-bad-on-an-empty-queue", argv, E_FENCE, [["SET", counter, "x"]])
 
 
 def fenced_cases(name: str, ok: bytes) -> Iterator[Case]:
-    yield _case(name, "stale-attempt", _argv(name, attempt=2), b"+STALE", leased("JOB:1"))
+    yield _case(name, "stale-fence", _argv(name, fence=2), b"+STALE", leased("JOB:1"))
+    yield _case(name, "older-fence", _argv(name, fence=6), b"+STALE", leased("JOB:1", fence=7))
+    yield _case(name, "attempt-is-not-the-fence", _argv(name, fence=1), b"+STALE",
+                leased("JOB:1", attempt=1, fence=9))
+    yield _case(name, "row-without-fence", _argv(name), b"+STALE",
+                [row("JOB:1", "payload", "p", "attempts", "1"),
+                 ["ZADD", key("active"), "1", "JOB:1"]])
+    yield _case(name, "fence-not-a-number", _argv(name), b"+STALE",
+                [*leased("JOB:1"), ["HSET", key("job"), "fence", "1x"]])
     yield _case(name, "not-in-active", _argv(name), b"+STALE",
-                [row("JOB:1", "payload", "p", "attempts", "1")])
+                [row("JOB:1", "payload", "p", "attempts", "1", "fence", "1")])
     yield _case(name, "row-gone", _argv(name), b"+STALE",
                 [["ZADD", key("active"), "1", "JOB:1"]])
     yield _case(name, "no-such-job", _argv(name), b"+STALE")
-    yield _case(name, "later-attempt", _argv(name, attempt=2), ok, leased("JOB:1", attempt=2))
+    yield _case(name, "later-fence", _argv(name, fence=7), ok, leased("JOB:1", fence=7))
+    yield _case(name, "fence-arg-with-leading-zeros", _argv(name, fence="0007"), ok,
+                leased("JOB:1", fence=7))
+    yield _case(name, "largest-fence", _argv(name, fence=MAXINT), ok,
+                leased("JOB:1", fence=int(MAXINT)))
     yield _case(name, "expired-but-current", _argv(name), ok, leased("JOB:1", deadline=1))
 
 
@@ -298,15 +347,20 @@ def ack_cases() -> Iterator[Case]:
     yield _case("ack", "no-retention", _argv("ack", retention_ms=0), b"+ACKED", leased("JOB:1"))
     yield _case("ack", "tombstone", _argv("ack", retention_ms=5_000), b"+ACKED", leased("JOB:1"))
     yield _case("ack", "tombstone-without-payload", _argv("ack"), b"+ACKED",
-                [row("JOB:1", "attempts", "1"), ["ZADD", key("active"), "1", "JOB:1"]])
+                [row("JOB:1", "attempts", "1", "fence", "1"),
+                 ["ZADD", key("active"), "1", "JOB:1"]])
 
 
 def retry_cases() -> Iterator[Case]:
     yield from fenced_cases("retry", b"+RETRYING")
-    yield _case("retry", "dead-at-max", _argv("retry", attempt=3), b"+DEAD",
-                leased("JOB:1", attempt=3))
-    yield _case("retry", "dead-beyond-max", _argv("retry", attempt=4), b"+DEAD",
-                leased("JOB:1", attempt=4))
+    yield _case("retry", "dead-at-max", _argv("retry"), b"+DEAD",
+                leased("JOB:1", attempt=3, fence=1))
+    yield _case("retry", "dead-beyond-max", _argv("retry", fence=12), b"+DEAD",
+                leased("JOB:1", attempt=4, fence=12))
+    yield _case("retry", "below-max-whatever-the-fence", _argv("retry", fence=40), b"+RETRYING",
+                leased("JOB:1", attempt=2, fence=40))
+    yield _case("retry", "attempts-not-a-number", _argv("retry"), b"+RETRYING",
+                [*leased("JOB:1"), ["HSET", key("job"), "attempts", "x"]])
     yield _case("retry", "max-one", _argv("retry", max_attempts=1), b"+DEAD", leased("JOB:1"))
     yield _case("retry", "no-delay", _argv("retry", delay_ms=0), b"+RETRYING", leased("JOB:1"))
     yield _case("retry", "binary-error", _argv("retry", error=b"\x00\xff\r\n"), b"+RETRYING",
@@ -353,12 +407,43 @@ def mover_cases(name: str, zset: str) -> Iterator[Case]:
 
 def recover_cases() -> Iterator[Case]:
     yield from mover_cases("recover", "active")
+    yield from spent_cases()
     yield _case("recover", "no-enqueued-at", _argv("recover"), b":1",
                 [row("JOB:1", "payload", "p", "attempts", "1"),
                  ["ZADD", key("active"), "5", "JOB:1"]])
     yield _case("recover", "bad-enqueued-at", _argv("recover"), b":1",
                 [row("JOB:1", "payload", "p", "attempts", "1", "enqueued_at", "-4"),
                  ["ZADD", key("active"), "5", "JOB:1"]])
+
+
+def spent_cases() -> Iterator[Case]:
+    """recover meets leases whose attempts are used up: their workers were lost for good."""
+    yield _case("recover", "spent-at-max", _argv("recover"), b":1",
+                leased("JOB:1", attempt=3, deadline=1))
+    yield _case("recover", "spent-beyond-max", _argv("recover"), b":1",
+                leased("JOB:1", attempt=20, deadline=1))
+    yield _case("recover", "one-below-max", _argv("recover"), b":1",
+                leased("JOB:1", attempt=2, deadline=1))
+    yield _case("recover", "max-attempts-one", _argv("recover", max_attempts=1), b":1",
+                leased("JOB:1", deadline=1))
+    yield _case("recover", "spent-error-replaced", _argv("recover"), b":1",
+                [*leased("JOB:1", attempt=3, deadline=1), ["HSET", key("job"), "error", "old"]])
+    yield _case("recover", "spent-and-back", _argv("recover"), b":4",
+                leased("JOB:1", attempt=3, deadline=1) + leased("JOB:2", deadline=2)
+                + leased("JOB:a1", attempt=5, deadline=3, lane="a")
+                + leased("JOB:a2", deadline=4, lane="a") + leased("JOB:9", deadline=NOW + 1))
+    yield _case("recover", "spent-lane-job-leaves-its-lane-alone", _argv("recover"), b":1",
+                [*leased("JOB:a1", attempt=3, deadline=1, lane="a"),
+                 ["RPUSH", key("lane:a"), "JOB:a0"], ["RPUSH", key("ring"), "a"]])
+    yield _case("recover", "spent-lane-of-other-type", _argv("recover"), b":1",
+                [*leased("JOB:a1", attempt=3, deadline=1, lane="a"), ["SET", key("lane:a"), "x"]])
+    yield _case("recover", "spent-wake-full", _argv("recover"), b":2",
+                leased("JOB:1", attempt=3, deadline=1) + leased("JOB:2", deadline=2)
+                + [["RPUSH", key("wake"), *(["1"] * 63)]])
+    yield _case("recover", "spent-already-dead-elsewhere", _argv("recover"), b":1",
+                [*leased("JOB:1", attempt=3, deadline=1), ["ZADD", key("dead"), "5", "JOB:0"]])
+    yield _case("recover", "spent-limit", _argv("recover", limit=1), b":1",
+                leased("JOB:1", attempt=3, deadline=1) + leased("JOB:2", attempt=3, deadline=2))
 
 
 def promote_cases() -> Iterator[Case]:

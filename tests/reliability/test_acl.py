@@ -25,7 +25,7 @@ NOPERM_KEY = b"-NOPERM No permissions to access a key\r\n"
 DATA_COMMANDS = [
     "type", "exists", "hget", "hset", "hdel", "del", "pexpire", "zadd", "zrem", "zscore",
     "zrange", "zrangebyscore", "llen", "lindex", "lpush", "rpush", "lpop", "rpop", "lmove",
-    "time", "hincrby",
+    "time", "hincrby", "get", "set",
 ]
 NATIVE_COMMANDS = [t.native.lower() for t in TRANSITIONS if t.native]
 SESSION = ["+select", "+hello", "+ping"]
@@ -36,10 +36,11 @@ USERS: dict[str, list[str]] = {
                      *(f"+{c}" for c in NATIVE_COMMANDS), *(f"+{c}" for c in DATA_COMMANDS)],
     # Declared keys allowed, job rows (and lanes) not: only the derived-key check refuses.
     "rows-hidden": [*(f"~emq:{{t}}:{role}" for role in ("pending", "active", "delayed", "dead",
-                                                          "ring", "wake")), "+@all"],
+                                                          "ring", "wake", "fence")), "+@all"],
     # Rows allowed, lanes not.
     "lanes-hidden": [*(f"~emq:{{t}}:{role}" for role in ("pending", "active", "delayed", "dead",
-                                                           "ring", "wake", "job:*")), "+@all"],
+                                                           "ring", "wake", "fence", "job:*")),
+                     "+@all"],
     # Every key, but not the command the derived-key check names.
     "no-hincrby": ["~emq:{t}:*", "+@all", "-hincrby"],
     # Scripts only: the native commands are not granted.
@@ -161,9 +162,9 @@ def test_lanes_are_isolated_too(server: EmbeddedValkey) -> None:
                               f"{base}lane:g", f"{base}ring", f"{base}wake", "JOB:1", "p", "g",
                               "*")
             assert reply.startswith(expect), reply
-            reply = conn.call("EVALSHA", script_for(LANE_CLAIM).sha, 2, f"{base}ring",
-                              f"{base}active", 1000, "*")
-            assert reply.startswith(b"*4" if queue == "tenant-a" else NOPERM_KEY), reply
+            reply = conn.call("EVALSHA", script_for(LANE_CLAIM).sha, 3, f"{base}ring",
+                              f"{base}active", f"{base}fence", 1000, "*")
+            assert reply.startswith(b"*5" if queue == "tenant-a" else NOPERM_KEY), reply
     finally:
         conn.close()
 
