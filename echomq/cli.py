@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -104,9 +105,20 @@ def _emit(as_json: bool, value: Any, lines: Callable[[], Iterable[str]]) -> None
             click.echo(line)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def one_line(value: Any) -> str:
+    """``value`` shown on one terminal line: odd bytes, newlines and control characters
+    (terminal escapes among them) escaped, so a stored error cannot break or restyle the output."""
+    return _CONTROL.sub(lambda found: _ESCAPES.get(found[0], f"\\x{ord(found[0]):02x}"),
+                        admin.shown(value))
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
-        return value.decode("utf-8", errors="backslashreplace")
+        return admin.shown(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
@@ -161,7 +173,7 @@ def inspect(queue: str, job_id: str, url: str, as_json: bool) -> None:
     if found is None:
         raise click.ClickException(f"no job {job_id} in queue {queue}")
     _emit(as_json, found, lambda: [f"{k}: {v}" for k, v in found.items() if k != "fields"]
-          + [f"  {k}: {v!r}" for k, v in found["fields"].items()])
+          + [f"  {k}: {one_line(v)}" for k, v in found["fields"].items()])
 
 
 @main.group()
@@ -178,7 +190,7 @@ def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
     """The dead jobs of QUEUE, oldest death first, with their last errors."""
     jobs = admin.dead_jobs(_connect(url), queue, limit)
     _emit(as_json, jobs, lambda: [f"{j.id} attempts={j.attempts} lane={j.lane or '-'} "
-                                  f"error={j.error}" for j in jobs] or ["no dead jobs"])
+                                  f"error={one_line(j.error)}" for j in jobs] or ["no dead jobs"])
 
 
 @dead.command("requeue")
