@@ -21,7 +21,7 @@ import redis
 from echomq import admin
 from echomq.demo import run_demo
 from echomq.embedded import EmbeddedValkey
-from echomq.errors import Wire6Unsupported
+from echomq.errors import EchoMQError, Wire6Unsupported
 from echomq.ids import new_job_id
 from echomq.queue import Queue
 
@@ -57,7 +57,11 @@ def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
               help="seconds running jobs get to finish after SIGTERM/SIGINT")
 @click.option("--lease-ms", default=30_000, show_default=True, type=click.IntRange(1))
 @click.option("--retry-delay-ms", default=1_000, show_default=True, type=click.IntRange(0))
-@click.option("--max-attempts", default=5, show_default=True, type=click.IntRange(1))
+@click.option("--max-attempts", default=None, type=click.IntRange(1),
+              help="attempts before a job goes dead  [default: the queue's]")
+@click.option("--time-limit", default=None, type=click.FloatRange(0, min_open=True),
+              metavar="SECONDS", help="a job running longer fails its attempt (retried or "
+              "dead) and its worker process is replaced  [default: no limit]")
 @click.option("--park-cap-ms", default=5_000, show_default=True, type=click.IntRange(1),
               help="longest park on the wake key")
 @click.option("--on-ack", metavar="MODULE:FUNC", default=None,
@@ -65,25 +69,38 @@ def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: str, wire: str,
-           grace: float, lease_ms: int, retry_delay_ms: int, max_attempts: int,
-           park_cap_ms: int, on_ack: str | None, log_level: str) -> None:
+           grace: float, lease_ms: int, retry_delay_ms: int, max_attempts: int | None,
+           time_limit: float | None, park_cap_ms: int, on_ack: str | None,
+           log_level: str) -> None:
     """Run CONCURRENCY supervised worker processes calling MODULE:HANDLER(job) per job.
 
     A crashed worker is restarted; SIGTERM or SIGINT stops claiming, lets running jobs finish
-    within the grace period and exits 0 (jobs cut short come back through their leases)."""
-    from echomq.worker import WorkerSpec, check_spec, run_workers
+    within the grace period and exits 0 (jobs cut short come back through their leases). A server
+    that cannot serve the workers (unreachable, or wire 6 without trafikey), or workers that
+    keep failing at start, end the command with status 1 and the reason."""
+    from echomq.worker import WorkersFailed, WorkerSpec, check_spec, probe_server, run_workers
 
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # MODULE is found from where the command runs
     spec = WorkerSpec(handler=handler, queue=queue_name, url=url, lanes=lanes, wire=int(wire),
                       lease_ms=lease_ms, retry_delay_ms=retry_delay_ms,
                       max_attempts=max_attempts, park_cap_ms=park_cap_ms, on_ack=on_ack,
-                      log_level=log_level.upper())
+                      log_level=log_level.upper(),
+                      time_limit_ms=None if time_limit is None else max(1, round(time_limit
+                                                                                 * 1000)))
     try:
         check_spec(spec)
     except (ImportError, AttributeError, ValueError, TypeError, Wire6Unsupported) as exc:
         raise click.UsageError(f"{type(exc).__name__}: {exc}") from exc
-    sys.exit(run_workers(spec, concurrency, grace))
+    try:
+        probe_server(spec)
+    except (redis.RedisError, EchoMQError) as exc:
+        raise click.ClickException(f"cannot serve queue {queue_name} from {url}: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+    try:
+        sys.exit(run_workers(spec, concurrency, grace))
+    except WorkersFailed as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 # operator commands ---------------------------------------------------------------------------
