@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -40,6 +41,7 @@ def main() -> None:
 @click.option("--workers", default=4, show_default=True, type=click.IntRange(1))
 def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
     """Run a short demonstration on an embedded valkey-server with trafikey loaded."""
+    _interrupt_on_sigterm()
     run_demo(greedy_jobs, tenants, per_tenant, workers, say=click.echo)
 
 
@@ -259,9 +261,19 @@ def serve(directory: str | None, port: int | None, unix_socket: bool) -> None:
     server = EmbeddedValkey(directory=directory, port=port, persist=directory is not None,
                             unix_socket=unix_socket)
     with server:
-        click.echo(f"valkey-server with trafikey at {server.url} (Ctrl-C stops it)")
+        click.echo(f"valkey-server with trafikey at {server.url} (Ctrl-C or SIGTERM stops it)")
         click.echo(f"export ECHOMQ_URL={server.url}")
         _wait_for_signal(server)
+
+
+def _interrupt_on_sigterm() -> None:
+    """Take SIGTERM as Ctrl-C (KeyboardInterrupt in the main thread), so a command stopped by a
+    service manager, or started where SIGINT is ignored, cleans up the way Ctrl-C does."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _wait_for_signal(server: EmbeddedValkey) -> None:
@@ -282,7 +294,8 @@ def dashboard(host: str, port: int, url: str) -> None:
     from echomq.dashboard import DashboardServer
 
     server = DashboardServer(_connect(url), host, port)
-    click.echo(f"echomq dashboard at {server.url} (Ctrl-C stops it)")
+    _interrupt_on_sigterm()
+    click.echo(f"echomq dashboard at {server.url} (Ctrl-C or SIGTERM stops it)")
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
     server.server_close()
