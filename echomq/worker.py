@@ -60,9 +60,13 @@ QUICK_DEATH_S = 1.0
 START_TRIES = 3
 MAX_BACKOFF_S = 10.0
 
-# The child's first line: the supervisor's import path, then the worker's entry point.
-_BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-         "from echomq.worker import child_main; child_main(sys.argv[2], int(sys.argv[3]))")
+# The child's program: the supervisor's import path, then the worker's entry point. What it needs
+# comes in the environment (not in argv, which any local user can read: the URL may hold a
+# password) and is removed from it at once, so the handler's own subprocesses do not inherit it.
+_BOOT_VARIABLE = "ECHOMQ_WORKER_BOOT"
+_BOOT = (f"import json, os, sys; boot = json.loads(os.environ.pop({_BOOT_VARIABLE!r})); "
+         "sys.path[:] = boot['path']; "
+         "from echomq.worker import child_main; child_main(boot['spec'], boot['status'])")
 
 
 @dataclass(frozen=True)
@@ -383,10 +387,11 @@ class Supervisor:
     def _start(self, slot: _Slot) -> None:
         status, status_sink = os.pipe()
         os.set_blocking(status, False)
-        argv = [sys.executable, "-c", _BOOT, json.dumps(sys.path), self.spec.to_json(),
-                str(status_sink)]
+        boot = {"path": sys.path, "spec": self.spec.to_json(), "status": status_sink}
+        argv = [sys.executable, "-c", _BOOT, f"echomq-worker-{slot.index}"]
         try:
             process = subprocess.Popen(argv, pass_fds=(status_sink,),
+                                       env={**os.environ, _BOOT_VARIABLE: json.dumps(boot)},
                                        preexec_fn=functools.partial(_die_with_parent,
                                                                     os.getpid()))
         except BaseException:

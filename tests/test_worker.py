@@ -243,6 +243,19 @@ def test_workers_that_keep_failing_at_start_make_the_supervisor_give_up(
     assert supervisor.group() == []
 
 
+def test_a_workers_command_line_does_not_show_the_servers_password(
+        valkey: EmbeddedValkey, conn: redis.Redis, workers: Callable[..., Workers]) -> None:
+    conn.acl_setuser("worker", enabled=True, passwords=["+hunter2"], keys=["*"], channels=["*"],
+                     commands=["+@all"])
+    try:
+        supervisor = workers("q", url=f"redis://worker:hunter2@127.0.0.1:{valkey.port}")
+        assert wait_until(lambda: blocked_clients(conn) == 1, 20), supervisor.log()
+        lines = {pid: Path(f"/proc/{pid}/cmdline").read_bytes() for pid in supervisor.group()}
+        assert len(lines) == 2 and not any(b"hunter2" in line for line in lines.values())
+    finally:
+        conn.acl_deluser("worker")
+
+
 # the supervisor's death ----------------------------------------------------------------------
 
 
