@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -256,6 +255,7 @@ def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
 @click.option("--unix-socket", is_flag=True, help="listen on <dir>/valkey.sock instead")
 def serve(directory: str | None, port: int | None, unix_socket: bool) -> None:
     """Run a valkey-server with trafikey loaded in the foreground, for development."""
+    stop = _stop_on_signals()  # before anything starts: a stop during start-up is kept
     if directory:
         os.makedirs(directory, exist_ok=True)
     server = EmbeddedValkey(directory=directory, port=port, persist=directory is not None,
@@ -263,7 +263,7 @@ def serve(directory: str | None, port: int | None, unix_socket: bool) -> None:
     with server:
         click.echo(f"valkey-server with trafikey at {server.url} (Ctrl-C or SIGTERM stops it)")
         click.echo(f"export ECHOMQ_URL={server.url}")
-        _wait_for_signal(server)
+        _wait_for(stop, server)
 
 
 def _interrupt_on_sigterm() -> None:
@@ -276,10 +276,15 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def _wait_for_signal(server: EmbeddedValkey) -> None:
+def _stop_on_signals() -> threading.Event:
+    """An event that SIGINT or SIGTERM sets."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _wait_for(stop: threading.Event, server: EmbeddedValkey) -> None:
     while not stop.wait(0.5):
         if server.process is None or server.process.poll() is not None:
             raise click.ClickException(f"valkey-server exited:\n{server.log()[-2000:]}")
@@ -293,11 +298,13 @@ def dashboard(host: str, port: int, url: str) -> None:
     """Serve the web dashboard: queues, lanes, depths over time, dead jobs and requeue."""
     from echomq.dashboard import DashboardServer
 
+    stop = _stop_on_signals()
     server = DashboardServer(_connect(url), host, port)
-    _interrupt_on_sigterm()
     click.echo(f"echomq dashboard at {server.url} (Ctrl-C or SIGTERM stops it)")
-    with contextlib.suppress(KeyboardInterrupt):
-        server.serve_forever()
+    server.start_background()
+    while not stop.wait(0.5):
+        pass
+    server.shutdown()
     server.server_close()
 
 
