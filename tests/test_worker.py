@@ -7,6 +7,7 @@ The handlers live in ``tests/handlers.py``; ``--on-ack tests.handlers:acked`` re
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from click.testing import CliRunner
 from echomq import Queue, admin
 from echomq.cli import main
 from echomq.embedded import EmbeddedValkey, free_port
-from echomq.worker import WorkerSpec, check_spec, load_callable
+from echomq.worker import QUICK_DEATH_S, START_TRIES, WorkerSpec, check_spec, load_callable
 from tests.conftest import start_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,6 +242,23 @@ def test_workers_that_keep_failing_at_start_make_the_supervisor_give_up(
     last = supervisor.log().strip().splitlines()[-1]
     assert "at start" in last and "NoPermissionError" in last, supervisor.log()
     assert supervisor.group() == []
+
+
+def restarted(supervisor: Workers, times: int) -> bool:
+    return supervisor.log().count("worker restarted") == times
+
+
+def test_workers_that_ran_a_while_are_restarted_however_often_they_crash(
+        conn: redis.Redis, workers: Callable[..., Workers]) -> None:
+    supervisor = workers("q")
+    for crash in range(START_TRIES + 1):  # more crashes in a row than start failures allowed
+        assert wait_until(lambda: blocked_clients(conn) == 1, 20), supervisor.log()
+        (pid,) = (p for p in supervisor.group() if p != supervisor.process.pid)
+        time.sleep(QUICK_DEATH_S + 0.2)  # past the start window: this is a crash, not a start
+        os.kill(pid, signal.SIGKILL)
+        assert wait_until(functools.partial(restarted, supervisor, crash + 1), 20)
+    assert supervisor.terminate(within=6) == 0
+    assert "at start" not in supervisor.log()
 
 
 def test_a_workers_command_line_does_not_show_the_servers_password(
