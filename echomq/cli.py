@@ -83,12 +83,11 @@ def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: st
 
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # MODULE is found from where the command runs
+    limit_ms = None if time_limit is None else max(1, round(time_limit * 1000))
     spec = WorkerSpec(handler=handler, queue=queue_name, url=url, lanes=lanes, wire=int(wire),
                       lease_ms=lease_ms, retry_delay_ms=retry_delay_ms,
                       max_attempts=max_attempts, park_cap_ms=park_cap_ms, on_ack=on_ack,
-                      log_level=log_level.upper(),
-                      time_limit_ms=None if time_limit is None else max(1, round(time_limit
-                                                                                 * 1000)))
+                      log_level=log_level.upper(), time_limit_ms=limit_ms)
     try:
         check_spec(spec)
     except (ImportError, AttributeError, ValueError, TypeError, Wire6Unsupported) as exc:

@@ -48,7 +48,7 @@ class Workers:
                 "--on-ack", "tests.handlers:acked", "--queue", queue, *options]
         env = {**os.environ, "ECHOMQ_URL": url or server.url}
         with log.open("wb") as sink:
-            # A session of its own: its workers are found by process group, whoever their
+            # A process group of its own: its workers are found by their group, whoever their
             # parent is by then.
             self.process = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                             stdout=sink, stderr=subprocess.STDOUT,
