@@ -21,7 +21,6 @@ once. A child whose supervisor died stops the same way (its running job finishes
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import importlib
 import inspect
@@ -43,6 +42,7 @@ from typing import Any, cast
 import redis
 
 from echomq.consumer import Consumer, error_text, refuse_unsupported
+from echomq.embedded import die_with_parent
 from echomq.errors import EchoMQError, StaleLease, TrafikeyMissing
 from echomq.executors import executor_for
 from echomq.queue import DEFAULT_LEASE_MS, Job, Queue
@@ -54,7 +54,6 @@ LOG_FORMAT = "%(asctime)s %(levelname)s echomq[%(process)d]: %(message)s"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _ENDED = signal.SIGUSR1  # a child's consumer thread ended by itself
 _OVERRUN = signal.SIGUSR2  # a child's job overran its time limit
-_PR_SET_PDEATHSIG = 1
 EXIT_OVERRUN = 3  # a child's exit code after a job overran its time limit
 QUICK_DEATH_S = 1.0
 START_TRIES = 3
@@ -294,18 +293,6 @@ def _run_loop(consumer: Consumer, failed: list[BaseException]) -> None:
 # the supervisor ----------------------------------------------------------------------------
 
 
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def _die_with_parent(parent: int) -> None:
-    """Runs in the child between fork and exec: SIGTERM when the supervisor dies, and an exit
-    now if it died already (the child was adopted before the setting took)."""
-    with contextlib.suppress(OSError, AttributeError):
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:
-        os._exit(1)
-
-
 @dataclass
 class _Slot:
     """One of the N places a worker process runs in."""
@@ -392,7 +379,7 @@ class Supervisor:
         try:
             process = subprocess.Popen(argv, pass_fds=(status_sink,),
                                        env={**os.environ, _BOOT_VARIABLE: json.dumps(boot)},
-                                       preexec_fn=functools.partial(_die_with_parent,
+                                       preexec_fn=functools.partial(die_with_parent,
                                                                     os.getpid()))
         except BaseException:
             os.close(status)
