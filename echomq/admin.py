@@ -41,6 +41,14 @@ class DeadJob:
     lane: str | None
 
 
+def shown(value: Any) -> str:
+    """``value`` as text to show: stored errors and payloads are bytes that need not be UTF-8,
+    so bytes that do not decode show escaped (``\\xff``) instead of failing the view."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", errors="backslashreplace")
+    return str(value)
+
+
 def server_time_ms(conn: Any) -> int:
     seconds, micros = conn.time()
     return int(seconds) * 1000 + int(micros) // 1000
@@ -86,7 +94,7 @@ def inspect(conn: Any, name: str, job_id: str) -> dict[str, Any] | None:
     row = conn.hgetall(calls.key("job", job_id))
     if not row:
         return None
-    fields: dict[str, Any] = {text(k): text(v) for k, v in row.items() if text(k) != "payload"}
+    fields: dict[str, Any] = {shown(k): shown(v) for k, v in row.items() if shown(k) != "payload"}
     if b"payload" in row or "payload" in row:
         fields["payload"] = payload_bytes(row.get(b"payload", row.get("payload")))
     where, score = _location(conn, calls, job_id, fields.get("lane"))
@@ -117,7 +125,7 @@ def dead_jobs(conn: Any, name: str, limit: int = 100) -> list[DeadJob]:
         for job_id, _ in entries:
             pipe.hmget(calls.key("job", text(job_id)), "attempts", "error", "lane")
         rows = pipe.execute()
-    return [DeadJob(text(job_id), int(score), int(row[0] or 0), text(row[1] or b""),
+    return [DeadJob(text(job_id), int(score), int(row[0] or 0), shown(row[1] or b""),
                     text(row[2]) if row[2] is not None else None)
             for (job_id, score), row in zip(entries, rows, strict=True)]
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -20,7 +21,7 @@ import redis
 from echomq import admin
 from echomq.demo import run_demo
 from echomq.embedded import EmbeddedValkey
-from echomq.errors import Wire6Unsupported
+from echomq.errors import EchoMQError, Wire6Unsupported
 from echomq.ids import new_job_id
 from echomq.queue import Queue
 
@@ -39,6 +40,7 @@ def main() -> None:
 @click.option("--workers", default=4, show_default=True, type=click.IntRange(1))
 def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
     """Run a short demonstration on an embedded valkey-server with trafikey loaded."""
+    _interrupt_on_sigterm()
     run_demo(greedy_jobs, tenants, per_tenant, workers, say=click.echo)
 
 
@@ -56,7 +58,11 @@ def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
               help="seconds running jobs get to finish after SIGTERM/SIGINT")
 @click.option("--lease-ms", default=30_000, show_default=True, type=click.IntRange(1))
 @click.option("--retry-delay-ms", default=1_000, show_default=True, type=click.IntRange(0))
-@click.option("--max-attempts", default=5, show_default=True, type=click.IntRange(1))
+@click.option("--max-attempts", default=None, type=click.IntRange(1),
+              help="attempts before a job goes dead  [default: the queue's]")
+@click.option("--time-limit", default=None, type=click.FloatRange(0, min_open=True),
+              metavar="SECONDS", help="a job running longer fails its attempt (retried or "
+              "dead) and its worker process is replaced  [default: no limit]")
 @click.option("--park-cap-ms", default=5_000, show_default=True, type=click.IntRange(1),
               help="longest park on the wake key")
 @click.option("--on-ack", metavar="MODULE:FUNC", default=None,
@@ -64,25 +70,37 @@ def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: str, wire: str,
-           grace: float, lease_ms: int, retry_delay_ms: int, max_attempts: int,
-           park_cap_ms: int, on_ack: str | None, log_level: str) -> None:
+           grace: float, lease_ms: int, retry_delay_ms: int, max_attempts: int | None,
+           time_limit: float | None, park_cap_ms: int, on_ack: str | None,
+           log_level: str) -> None:
     """Run CONCURRENCY supervised worker processes calling MODULE:HANDLER(job) per job.
 
     A crashed worker is restarted; SIGTERM or SIGINT stops claiming, lets running jobs finish
-    within the grace period and exits 0 (jobs cut short come back through their leases)."""
-    from echomq.worker import WorkerSpec, check_spec, run_workers
+    within the grace period and exits 0 (jobs cut short come back through their leases). A server
+    that cannot serve the workers (unreachable, or wire 6 without trafikey), or workers that
+    keep failing at start, end the command with status 1 and the reason."""
+    from echomq.worker import WorkersFailed, WorkerSpec, check_spec, probe_server, run_workers
 
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # MODULE is found from where the command runs
+    limit_ms = None if time_limit is None else max(1, round(time_limit * 1000))
     spec = WorkerSpec(handler=handler, queue=queue_name, url=url, lanes=lanes, wire=int(wire),
                       lease_ms=lease_ms, retry_delay_ms=retry_delay_ms,
                       max_attempts=max_attempts, park_cap_ms=park_cap_ms, on_ack=on_ack,
-                      log_level=log_level.upper())
+                      log_level=log_level.upper(), time_limit_ms=limit_ms)
     try:
         check_spec(spec)
     except (ImportError, AttributeError, ValueError, TypeError, Wire6Unsupported) as exc:
         raise click.UsageError(f"{type(exc).__name__}: {exc}") from exc
-    sys.exit(run_workers(spec, concurrency, grace))
+    try:
+        probe_server(spec)
+    except (redis.RedisError, EchoMQError) as exc:
+        raise click.ClickException(f"cannot serve queue {queue_name} from {url}: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+    try:
+        sys.exit(run_workers(spec, concurrency, grace))
+    except WorkersFailed as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 # operator commands ---------------------------------------------------------------------------
@@ -104,9 +122,20 @@ def _emit(as_json: bool, value: Any, lines: Callable[[], Iterable[str]]) -> None
             click.echo(line)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def one_line(value: Any) -> str:
+    """``value`` shown on one terminal line: odd bytes, newlines and control characters
+    (terminal escapes among them) escaped, so a stored error cannot break or restyle the output."""
+    return _CONTROL.sub(lambda found: _ESCAPES.get(found[0], f"\\x{ord(found[0]):02x}"),
+                        admin.shown(value))
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
-        return value.decode("utf-8", errors="backslashreplace")
+        return admin.shown(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
@@ -161,7 +190,7 @@ def inspect(queue: str, job_id: str, url: str, as_json: bool) -> None:
     if found is None:
         raise click.ClickException(f"no job {job_id} in queue {queue}")
     _emit(as_json, found, lambda: [f"{k}: {v}" for k, v in found.items() if k != "fields"]
-          + [f"  {k}: {v!r}" for k, v in found["fields"].items()])
+          + [f"  {k}: {one_line(v)}" for k, v in found["fields"].items()])
 
 
 @main.group()
@@ -178,7 +207,7 @@ def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
     """The dead jobs of QUEUE, oldest death first, with their last errors."""
     jobs = admin.dead_jobs(_connect(url), queue, limit)
     _emit(as_json, jobs, lambda: [f"{j.id} attempts={j.attempts} lane={j.lane or '-'} "
-                                  f"error={j.error}" for j in jobs] or ["no dead jobs"])
+                                  f"error={one_line(j.error)}" for j in jobs] or ["no dead jobs"])
 
 
 @dead.command("requeue")
@@ -225,20 +254,36 @@ def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
 @click.option("--unix-socket", is_flag=True, help="listen on <dir>/valkey.sock instead")
 def serve(directory: str | None, port: int | None, unix_socket: bool) -> None:
     """Run a valkey-server with trafikey loaded in the foreground, for development."""
+    stop = _stop_on_signals()  # before anything starts: a stop during start-up is kept
     if directory:
         os.makedirs(directory, exist_ok=True)
     server = EmbeddedValkey(directory=directory, port=port, persist=directory is not None,
                             unix_socket=unix_socket)
     with server:
-        click.echo(f"valkey-server with trafikey at {server.url} (Ctrl-C stops it)")
+        click.echo(f"valkey-server with trafikey at {server.url} (Ctrl-C or SIGTERM stops it)")
         click.echo(f"export ECHOMQ_URL={server.url}")
-        _wait_for_signal(server)
+        _wait_for(stop, server)
 
 
-def _wait_for_signal(server: EmbeddedValkey) -> None:
+def _interrupt_on_sigterm() -> None:
+    """Take SIGTERM as Ctrl-C (KeyboardInterrupt in the main thread), so a command stopped by a
+    service manager, or started where SIGINT is ignored, cleans up the way Ctrl-C does."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event that SIGINT or SIGTERM sets."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _wait_for(stop: threading.Event, server: EmbeddedValkey) -> None:
     while not stop.wait(0.5):
         if server.process is None or server.process.poll() is not None:
             raise click.ClickException(f"valkey-server exited:\n{server.log()[-2000:]}")
@@ -252,10 +297,13 @@ def dashboard(host: str, port: int, url: str) -> None:
     """Serve the web dashboard: queues, lanes, depths over time, dead jobs and requeue."""
     from echomq.dashboard import DashboardServer
 
+    stop = _stop_on_signals()
     server = DashboardServer(_connect(url), host, port)
-    click.echo(f"echomq dashboard at {server.url} (Ctrl-C stops it)")
-    with contextlib.suppress(KeyboardInterrupt):
-        server.serve_forever()
+    click.echo(f"echomq dashboard at {server.url} (Ctrl-C or SIGTERM stops it)")
+    server.start_background()
+    while not stop.wait(0.5):
+        pass
+    server.shutdown()
     server.server_close()
 
 

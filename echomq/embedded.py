@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import signal
@@ -68,9 +69,16 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _die_with_parent() -> None:
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent(parent: int) -> None:
+    """For ``preexec_fn`` (in the child, between fork and exec): SIGTERM when process ``parent``
+    dies, and an exit now if it died already (the child was adopted before the setting took)."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class EmbeddedValkey:
@@ -131,7 +139,8 @@ class EmbeddedValkey:
         with open(os.path.join(self.directory, "stderr.log"), "ab") as stderr:
             self.process = subprocess.Popen(
                 self.command(), cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=_die_with_parent,
+                stdout=subprocess.DEVNULL, stderr=stderr,
+                preexec_fn=functools.partial(die_with_parent, os.getpid()),
             )
         atexit.register(self.stop)
         self._await_ready(timeout)

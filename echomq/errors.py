@@ -36,6 +36,18 @@ class Wire6Unsupported(EchoMQError, NotImplementedError):
         self.name = name
 
 
+class TrafikeyMissing(EchoMQError):
+    """A ``wire=6`` command the server does not know: trafikey is not loaded there. It cannot
+    heal by retrying; the server needs the module (or the queue ``wire=5``)."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__(
+            f"the server does not know {command}: the trafikey module is not loaded there; "
+            "start valkey-server with --loadmodule <path of trafikey.so> "
+            "(echomq.native.module_path()), or use wire=5")
+        self.command = command
+
+
 class EvictionPolicyWarning(UserWarning):
     """The server may evict keys (its maxmemory-policy is not ``noeviction``)."""
 

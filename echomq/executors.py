@@ -6,6 +6,7 @@ Both take the same keys and arguments and receive byte-identical replies; the Qu
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
@@ -13,16 +14,23 @@ from typing import Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from echomq.calls import Arg, Call
-from echomq.errors import Wire6Unsupported, from_reply
+from echomq.errors import TrafikeyMissing, Wire6Unsupported, from_reply
 from echomq.scripts import script_for
 from echomq.transitions import Transition
 
+_UNKNOWN_NATIVE = re.compile(r"^unknown command '(?P<command>EMQ\.[A-Z0-9]+)'", re.IGNORECASE)
+
 
 def raise_mapped(exc: ResponseError) -> None:
-    """Re-raise a server error as the echomq error its code names, if it is one of ours."""
-    mapped = from_reply(str(exc))
+    """Re-raise a server error as the echomq error its code names, if it is one of ours; an
+    ``EMQ.*`` command the server does not know means trafikey is missing there."""
+    message = str(exc)
+    mapped = from_reply(message)
     if mapped is not None:
         raise mapped from exc
+    unknown = _UNKNOWN_NATIVE.match(message)
+    if unknown is not None:
+        raise TrafikeyMissing(unknown["command"]) from exc
     raise exc
 
 

@@ -1,50 +1,78 @@
 """Supervised worker processes: ``echomq worker MODULE:HANDLER --queue Q --concurrency N``.
 
-The supervisor runs N consumer processes (``multiprocessing``, spawned afresh) and restarts any
-that dies. On SIGTERM or SIGINT it asks every child to stop: each stops claiming, lets its running
-job finish and exits; a child still running after the grace period is killed, and its job comes
-back through its lease. The supervisor then exits 0. A second signal kills the children at once.
+Before any process starts, the server is checked: reachable, and (``wire=6``) with trafikey
+loaded; if not, the command exits 1 with one line saying why. The supervisor then runs N consumer
+processes, each a fresh interpreter that dies with the supervisor: the die-with-parent signal
+(Linux ``PR_SET_PDEATHSIG``, SIGTERM) is set between fork and exec, and a child whose parent is
+already gone by then ends at once — so no worker outlives a supervisor killed at any moment.
+
+A child that dies is restarted. One that dies at start (before it reached the server, or within
+``QUICK_DEATH_S`` of it: an import error, a refused connection, a server error that cannot heal)
+is restarted after a growing pause; after ``START_TRIES`` such deaths in a row the supervisor
+stops the others and exits 1 with the last reason in one line. A child that exits because a job
+overran ``--time-limit`` (the attempt already failed) is replaced at once.
+
+On SIGTERM or SIGINT the supervisor asks every child to stop: each stops claiming, lets its
+running job finish and exits; a child still running after the grace period is killed, and its job
+comes back through its lease. The supervisor then exits 0. A second signal kills the children at
+once. A child whose supervisor died stops the same way (its running job finishes first).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import functools
 import importlib
+import inspect
+import json
 import logging
-import multiprocessing
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from multiprocessing.connection import wait
-from multiprocessing.process import BaseProcess
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import redis
 
-from echomq.consumer import Consumer, refuse_unsupported
+from echomq.consumer import Consumer, error_text, refuse_unsupported
+from echomq.embedded import die_with_parent
+from echomq.errors import EchoMQError, StaleLease, TrafikeyMissing
 from echomq.executors import executor_for
 from echomq.queue import DEFAULT_LEASE_MS, Job, Queue
+from echomq.transitions import CLAIM
 
 log = logging.getLogger("echomq")
 
 LOG_FORMAT = "%(asctime)s %(levelname)s echomq[%(process)d]: %(message)s"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _ENDED = signal.SIGUSR1  # a child's consumer thread ended by itself
-_PR_SET_PDEATHSIG = 1
+_OVERRUN = signal.SIGUSR2  # a child's job overran its time limit
+EXIT_OVERRUN = 3  # a child's exit code after a job overran its time limit
 QUICK_DEATH_S = 1.0
+START_TRIES = 3
 MAX_BACKOFF_S = 10.0
+
+# The child's program: the supervisor's import path, then the worker's entry point. What it needs
+# comes in the environment (not in argv, which any local user can read: the URL may hold a
+# password) and is removed from it at once, so the handler's own subprocesses do not inherit it.
+_BOOT_VARIABLE = "ECHOMQ_WORKER_BOOT"
+_BOOT = (f"import json, os, sys; boot = json.loads(os.environ.pop({_BOOT_VARIABLE!r})); "
+         "sys.path[:] = boot['path']; "
+         "from echomq.worker import child_main; child_main(boot['spec'], boot['status'])")
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """Everything a worker process needs to build its consumer (picklable)."""
+    """Everything a worker process needs to build its consumer (sent to it as JSON).
+
+    ``max_attempts``: None keeps the queue's. ``time_limit_ms``: None for no limit."""
 
     handler: str
     queue: str
@@ -53,10 +81,22 @@ class WorkerSpec:
     wire: int = 5
     lease_ms: int = DEFAULT_LEASE_MS
     retry_delay_ms: int = 1_000
-    max_attempts: int = 5
+    max_attempts: int | None = None
     park_cap_ms: int = 5_000
     on_ack: str | None = None
     log_level: str = "INFO"
+    time_limit_ms: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerSpec:
+        return cls(**json.loads(text))
+
+
+class WorkersFailed(EchoMQError):
+    """The worker processes kept failing at start; the supervisor gave up."""
 
 
 def load_callable(target: str) -> Callable[..., Any]:
@@ -81,13 +121,93 @@ def check_spec(spec: WorkerSpec) -> None:
     refuse_unsupported(spec.wire, spec.lanes)
 
 
-def build_consumer(spec: WorkerSpec) -> Consumer:
-    queue = Queue(redis.Redis.from_url(spec.url), spec.queue, wire=spec.wire)
+def connect(url: str) -> redis.Redis:
+    """The worker's client: ``echomq.connection.redis_from_url`` where that module exists."""
+    try:
+        connection = importlib.import_module("echomq.connection")
+    except ImportError:
+        return redis.Redis.from_url(url)
+    return cast(redis.Redis, connection.redis_from_url(url))
+
+
+def check_server(conn: Any, wire: int) -> None:
+    """Raise what keeps this server from serving a worker at all: no connection (a redis
+    error), or for ``wire=6`` no trafikey (TrafikeyMissing). Changes nothing."""
+    conn.ping()
+    if wire == 6 and CLAIM.native is not None:
+        # One string, so redis-py's COMMAND parser (which fails on a nil entry) is not used.
+        found = conn.execute_command("COMMAND INFO", CLAIM.native)
+        if not found or found[0] is None:
+            raise TrafikeyMissing(CLAIM.native)
+
+
+def probe_server(spec: WorkerSpec) -> None:
+    """``check_server`` on a connection of its own, closed after."""
+    conn = connect(spec.url)
+    try:
+        check_server(conn, spec.wire)
+    finally:
+        conn.close()
+
+
+def build_consumer(spec: WorkerSpec,
+                   on_overrun: Callable[[Job], object] | None = None) -> Consumer:
+    """The consumer ``spec`` describes; ``on_overrun(job)`` runs after a job overran its time
+    limit (and its attempt was failed)."""
+    queue = Queue(connect(spec.url), spec.queue, wire=spec.wire)
     handler: Callable[[Job], object] = load_callable(spec.handler)
     on_ack = load_callable(spec.on_ack) if spec.on_ack else None
-    return Consumer(queue, handler, lanes=spec.lanes, lease_ms=spec.lease_ms,
-                    retry_delay_ms=spec.retry_delay_ms, max_attempts=spec.max_attempts,
-                    park_cap_ms=spec.park_cap_ms, on_ack=on_ack)
+    options: dict[str, Any] = {}
+    if spec.max_attempts is not None:
+        options["max_attempts"] = spec.max_attempts
+    native_limit = spec.time_limit_ms is not None and _consumer_takes_time_limit()
+    if native_limit:
+        options.update(time_limit_ms=spec.time_limit_ms, on_overrun=on_overrun)
+    consumer = Consumer(queue, handler, lanes=spec.lanes, lease_ms=spec.lease_ms,
+                        retry_delay_ms=spec.retry_delay_ms, park_cap_ms=spec.park_cap_ms,
+                        on_ack=on_ack, **options)
+    if spec.time_limit_ms is not None and not native_limit:
+        consumer.handler = _time_limited(consumer, handler, spec.time_limit_ms,
+                                         on_overrun or (lambda job: None))
+    return consumer
+
+
+def _consumer_takes_time_limit() -> bool:
+    return "time_limit_ms" in inspect.signature(Consumer).parameters
+
+
+def _time_limited(consumer: Consumer, handler: Callable[[Job], object], limit_ms: int,
+                  on_overrun: Callable[[Job], object]) -> Callable[[Job], object]:
+    """``handler`` under a time limit, for a Consumer without ``time_limit_ms``: past the limit
+    the attempt is failed (retried or dead) with the limit as its error, then
+    ``on_overrun(job)`` runs (the worker process exits, to be replaced)."""
+    lock = threading.Lock()
+
+    def overrun(job: Job, finished: threading.Event) -> None:
+        with lock:
+            if finished.is_set():
+                return
+            error = f"TimeLimitExceeded: the handler ran past its time limit of {limit_ms} ms"
+            with contextlib.suppress(StaleLease):
+                consumer.queue.retry(job, delay_ms=consumer.retry_delay_ms, error=error,
+                                     max_attempts=consumer.max_attempts)
+            log.error("job %s attempt %d overran its time limit of %d ms", job.id, job.attempt,
+                      limit_ms)
+        on_overrun(job)
+
+    def limited(job: Job) -> object:
+        finished = threading.Event()
+        timer = threading.Timer(limit_ms / 1000, overrun, args=(job, finished))
+        timer.daemon = True
+        timer.start()
+        try:
+            return handler(job)
+        finally:
+            with lock:
+                finished.set()
+            timer.cancel()
+
+    return limited
 
 
 def configure_logging(level: str) -> None:
@@ -97,27 +217,66 @@ def configure_logging(level: str) -> None:
 # the child ---------------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+class _StatusPipe:
+    """The child's side of its status pipe: ``ready <monotonic s>`` once the server answered,
+    ``failed <reason>`` before a failure exit. CLOCK_MONOTONIC is the same for every process."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_inheritable(fd, False)  # the handler's own subprocesses do not hold it
+
+    def ready(self) -> None:
+        self._write(f"ready {time.monotonic()!r}")
+
+    def failed(self, exc: BaseException) -> None:
+        self._write("failed " + " ".join(error_text(exc).split()))
+
+    def _write(self, line: str) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.fd, (line + "\n").encode(errors="backslashreplace"))
 
 
-def worker_main(spec: WorkerSpec) -> None:
+def child_main(spec_json: str, status_fd: int) -> None:
     """A worker process: the consumer loop runs in a thread; this one waits for a signal.
 
     The stop signals are blocked in every thread and taken with ``sigwait``, so a stop never
-    interrupts the loop midway; the loop's thread raises ``SIGUSR1`` if it ends by itself."""
-    _die_with_parent()  # a supervisor that dies takes its workers down gracefully
-    signal.pthread_sigmask(signal.SIG_BLOCK, {*STOP_SIGNALS, _ENDED})
+    interrupts the loop midway; the loop's thread raises ``SIGUSR1`` if it ends by itself, and
+    ``SIGUSR2`` asks for an exit after a job overran its time limit."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {*STOP_SIGNALS, _ENDED, _OVERRUN})
+    status = _StatusPipe(status_fd)
+    spec = WorkerSpec.from_json(spec_json)
     configure_logging(spec.log_level)
-    consumer = build_consumer(spec)
+    try:
+        consumer = build_consumer(spec, on_overrun=_ask_for_replacement)
+        check_server(consumer.queue.conn, spec.wire)
+    except Exception as exc:
+        log.error("worker could not start: %s", error_text(exc))
+        status.failed(exc)
+        sys.exit(1)
+    status.ready()
+    sys.exit(_serve(consumer, status))
+
+
+def _serve(consumer: Consumer, status: _StatusPipe) -> int:
     failed: list[BaseException] = []
     thread = threading.Thread(target=_run_loop, args=(consumer, failed), name="echomq-consumer")
     thread.start()
-    received = signal.sigwait({*STOP_SIGNALS, _ENDED})
+    received = signal.sigwait({*STOP_SIGNALS, _ENDED, _OVERRUN})
     consumer.stop()
+    if received == _OVERRUN:
+        # The job's thread may never return: exit without it, to be replaced.
+        log.warning("exiting after a job overran its time limit; the supervisor replaces this "
+                    "worker")
+        logging.shutdown()
+        os._exit(EXIT_OVERRUN)
     thread.join()
-    sys.exit(1 if received == _ENDED or failed else 0)
+    if failed:
+        status.failed(failed[0])
+    return 1 if received == _ENDED or failed else 0
+
+
+def _ask_for_replacement(job: Job) -> None:
+    os.kill(os.getpid(), _OVERRUN)
 
 
 def _run_loop(consumer: Consumer, failed: list[BaseException]) -> None:
@@ -139,10 +298,22 @@ class _Slot:
     """One of the N places a worker process runs in."""
 
     index: int
-    process: BaseProcess | None = None
+    process: subprocess.Popen[bytes] | None = None
+    pidfd: int = -1  # readable once the process ended
+    status: int = -1  # the read end of its status pipe
     started: float = 0.0
     restart_at: float = 0.0
     backoff: float = 0.0
+    failures: int = 0  # deaths at start in a row
+
+
+@dataclass(frozen=True)
+class _Exit:
+    """How a child ended: its exit code, when it reached the server (if it did), and why."""
+
+    code: int
+    ready_at: float | None
+    reason: str
 
 
 class Supervisor:
@@ -155,11 +326,12 @@ class Supervisor:
         self.grace_s = grace_s
         self.slots = [_Slot(index) for index in range(concurrency)]
         self.restarts = 0
-        self._context = multiprocessing.get_context("spawn")
+        self.failure: str | None = None
         self._signals, self._signal_sink = socket.socketpair()
 
     def run(self) -> int:
-        """Supervise until a stop signal; 0 once every child is gone. Main thread only."""
+        """Supervise until a stop signal; 0 once every child is gone. Raises WorkersFailed
+        (after stopping the rest) when a child keeps failing at start. Main thread only."""
         previous = self._install_signals()
         try:
             log.info("supervisor started: %d worker(s) on queue %s", len(self.slots),
@@ -168,10 +340,12 @@ class Supervisor:
                 self._start(slot)
             self._supervise()
             self._shut_down()
-            log.info("supervisor stopped")
-            return 0
         finally:
             self._restore_signals(previous)
+        if self.failure is not None:
+            raise WorkersFailed(self.failure)
+        log.info("supervisor stopped")
+        return 0
 
     # signals ------------------------------------------------------------------------------
 
@@ -198,42 +372,82 @@ class Supervisor:
     # children -----------------------------------------------------------------------------
 
     def _start(self, slot: _Slot) -> None:
-        process = self._context.Process(target=worker_main, args=(self.spec,),
-                                        name=f"echomq-worker-{slot.index}", daemon=False)
-        process.start()
-        slot.process, slot.started = process, time.monotonic()
+        status, status_sink = os.pipe()
+        os.set_blocking(status, False)
+        boot = {"path": sys.path, "spec": self.spec.to_json(), "status": status_sink}
+        argv = [sys.executable, "-c", _BOOT, f"echomq-worker-{slot.index}"]
+        try:
+            process = subprocess.Popen(argv, pass_fds=(status_sink,),
+                                       env={**os.environ, _BOOT_VARIABLE: json.dumps(boot)},
+                                       preexec_fn=functools.partial(die_with_parent,
+                                                                    os.getpid()))
+        except BaseException:
+            os.close(status)
+            raise
+        finally:
+            os.close(status_sink)
+        slot.process, slot.status, slot.started = process, status, time.monotonic()
+        slot.pidfd = os.pidfd_open(process.pid)
         log.info("worker %d started (pid %s)", slot.index, process.pid)
 
     def _supervise(self) -> None:
-        while True:
-            ready = wait([*self._sentinels(), self._signals], timeout=self._next_restart_in())
+        while self.failure is None:
+            ready = wait([*self._pidfds(), self._signals], timeout=self._next_restart_in())
             if self._signals in ready and self._signalled():
                 return
             for slot in self.slots:
                 self._reap(slot)
-                if slot.process is None and time.monotonic() >= slot.restart_at:
+                if self.failure is None and slot.process is None \
+                        and time.monotonic() >= slot.restart_at:
                     self._restart(slot)
 
-    def _sentinels(self) -> list[int]:
-        return [slot.process.sentinel for slot in self.slots if slot.process is not None]
+    def _pidfds(self) -> list[int]:
+        return [slot.pidfd for slot in self.slots if slot.process is not None]
 
     def _next_restart_in(self) -> float | None:
         waiting = [slot.restart_at for slot in self.slots if slot.process is None]
         return max(0.0, min(waiting) - time.monotonic()) if waiting else None
 
     def _reap(self, slot: _Slot) -> None:
-        """Note a child that died: restart it now, or later if it keeps dying young."""
+        """Note a child that died and when to start the next one in its place."""
         process = slot.process
-        if process is None or process.is_alive():
+        if process is None or process.poll() is None:
             return
-        process.join()
-        slot.process = None
-        lived = time.monotonic() - slot.started
-        slot.backoff = min(max(slot.backoff * 2, 0.5), MAX_BACKOFF_S) if lived < QUICK_DEATH_S \
-            else 0.0
+        ended = self._release(slot, process.returncode)
+        log.warning("worker %d (pid %s) exited with %s", slot.index, process.pid, ended.code)
+        if ended.code == EXIT_OVERRUN:
+            slot.restart_at = time.monotonic()  # a replacement, not a failure
+        elif ended.ready_at is None or time.monotonic() - ended.ready_at < QUICK_DEATH_S:
+            self._failed_at_start(slot, ended.reason)
+        else:
+            slot.failures, slot.backoff, slot.restart_at = 0, 0.0, time.monotonic()
+
+    def _release(self, slot: _Slot, code: int) -> _Exit:
+        """Close the ended child's descriptors; what its status pipe said."""
+        ready_at, reason = None, _exit_reason(code)
+        with contextlib.suppress(BlockingIOError):
+            for line in os.read(slot.status, 65536).decode(errors="replace").splitlines():
+                word, _, rest = line.partition(" ")
+                if word == "ready":
+                    ready_at = float(rest)
+                elif word == "failed":
+                    reason = rest
+        os.close(slot.status)
+        os.close(slot.pidfd)
+        slot.process, slot.status, slot.pidfd = None, -1, -1
+        return _Exit(code, ready_at, reason)
+
+    def _failed_at_start(self, slot: _Slot, reason: str) -> None:
+        slot.failures += 1
+        if slot.failures >= START_TRIES:
+            self.failure = (f"worker {slot.index} failed at start {slot.failures} times in a "
+                            f"row; giving up: {reason}")
+            log.error("%s", self.failure)
+            return
+        slot.backoff = min(max(slot.backoff * 2, 0.5), MAX_BACKOFF_S)
         slot.restart_at = time.monotonic() + slot.backoff
-        log.warning("worker %d (pid %s) exited with %s", slot.index, process.pid,
-                    process.exitcode)
+        log.warning("worker %d failed at start (%s); next try in %.1f s", slot.index, reason,
+                    slot.backoff)
 
     def _restart(self, slot: _Slot) -> None:
         self._start(slot)
@@ -243,39 +457,55 @@ class Supervisor:
 
     def _shut_down(self) -> None:
         """Ask every child to stop, wait out the grace period, then kill the rest."""
-        running = [slot.process for slot in self.slots if slot.process is not None]
+        running = [slot for slot in self.slots if slot.process is not None]
         log.info("stopping %d worker(s); grace %.1f s", len(running), self.grace_s)
-        for process in running:
-            _signal(process, signal.SIGTERM)
+        for slot in running:
+            _signal(slot, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
-        while (alive := [p for p in running if p.is_alive()]):
+        while (alive := [slot for slot in running if _alive(slot)]):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            ready = wait([p.sentinel for p in alive] + [self._signals], timeout=left)
+            ready = wait([slot.pidfd for slot in alive] + [self._signals], timeout=left)
             if self._signals in ready and self._signalled():
                 log.warning("second signal: killing the workers now")
                 break
-        for process in running:
-            if process.is_alive():
+        for slot in running:
+            if _alive(slot):
                 log.warning("worker pid %s still running after the grace period: killed; "
-                            "its job comes back when its lease expires", process.pid)
-                _signal(process, signal.SIGKILL)
-            process.join()
+                            "its job comes back when its lease expires", _pid(slot))
+                _signal(slot, signal.SIGKILL)
+            if slot.process is not None:
+                self._release(slot, slot.process.wait())
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exited with {code}"
 
 
 def _note_signal(signum: int, frame: FrameType | None) -> None:
     """The Python side of a stop signal: the wakeup fd carries it to the supervisor loop."""
 
 
-def _signal(process: BaseProcess, sig: signal.Signals) -> None:
-    if process.pid is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, sig)
+def _pid(slot: _Slot) -> int | None:
+    return slot.process.pid if slot.process is not None else None
+
+
+def _alive(slot: _Slot) -> bool:
+    return slot.process is not None and slot.process.poll() is None
+
+
+def _signal(slot: _Slot, sig: signal.Signals) -> None:
+    if _alive(slot) and slot.process is not None:
+        slot.process.send_signal(sig)
 
 
 def run_workers(spec: WorkerSpec, concurrency: int, grace_s: float) -> int:
-    """Check ``spec``, then supervise ``concurrency`` workers until a stop signal."""
+    """Check ``spec`` and the server, then supervise ``concurrency`` workers until a stop
+    signal (0), or until they keep failing at start (WorkersFailed)."""
     configure_logging(spec.log_level)
     check_spec(spec)
+    probe_server(spec)
     return Supervisor(spec, concurrency, grace_s).run()

@@ -10,6 +10,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
 import redis
 from click.testing import CliRunner
 
@@ -64,21 +65,36 @@ def test_dead_jobs_and_recover(valkey: EmbeddedValkey, conn: redis.Redis) -> Non
     assert json.loads(cli(valkey, "dead", "list", "mail", "--json")) == []
 
 
-def test_serve_runs_until_interrupted_and_leaves_nothing(tmp_path: Path) -> None:
+def stop(process: subprocess.Popen[str], how: signal.Signals) -> int:
+    """Send ``how``; the exit code, which must come within 20 s (else the process is killed and
+    the test fails)."""
+    process.send_signal(how)
+    try:
+        return process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
+def test_serve_runs_until_stopped_and_leaves_nothing(tmp_path: Path,
+                                                     how: signal.Signals) -> None:
     env = {**os.environ, "ECHOMQ_VALKEY_SERVER": EmbeddedValkey(prefer="path").server}
     serve = subprocess.Popen([sys.executable, "-m", "echomq", "serve", "--dir", str(tmp_path)],
                              stdout=subprocess.PIPE, text=True, env=env)
-    assert serve.stdout is not None
-    url = serve.stdout.readline().split(" at ", 1)[1].split(" ", 1)[0]
-    conn = redis.Redis.from_url(url)
-    assert Queue(conn, "q", wire=6).enqueue("JOB:1", b"") is Verdict.ENQUEUED
-    conn.close()
-    serve.send_signal(signal.SIGINT)
-    assert serve.wait(timeout=20) == 0
+    try:
+        assert serve.stdout is not None
+        url = serve.stdout.readline().split(" at ", 1)[1].split(" ", 1)[0]
+        conn = redis.Redis.from_url(url)
+        assert Queue(conn, "q", wire=6).enqueue("JOB:1", b"") is Verdict.ENQUEUED
+        conn.close()
+    finally:
+        assert stop(serve, how) == 0
     assert (tmp_path / "appendonlydir").is_dir()
 
 
-def test_dashboard_command_serves_the_api(valkey: EmbeddedValkey, conn: redis.Redis) -> None:
+def test_dashboard_command_stops_on_sigterm(valkey: EmbeddedValkey, conn: redis.Redis) -> None:
     Queue(conn, "mail").enqueue("JOB:1", b"")
     env = {**os.environ, "ECHOMQ_URL": valkey.url}
     server = subprocess.Popen([sys.executable, "-m", "echomq", "dashboard", "--port", "0"],
@@ -90,8 +106,7 @@ def test_dashboard_command_serves_the_api(valkey: EmbeddedValkey, conn: redis.Re
             (queue,) = json.load(response)
         assert queue["name"] == "mail" and queue["pending"] == 1
     finally:
-        server.send_signal(signal.SIGINT)
-        server.wait(timeout=20)
+        assert stop(server, signal.SIGTERM) == 0
 
 
 def test_help_lists_every_command() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -39,16 +40,23 @@ def servers_on_port(port: int) -> list[int]:
     return found
 
 
-def test_interrupted_demo_leaves_no_server() -> None:
+def test_a_demo_stopped_by_sigterm_leaves_no_server_and_no_files() -> None:
     demo = subprocess.Popen([sys.executable, "-m", "echomq", "demo", "--greedy-jobs", "200000"],
                             stdout=subprocess.PIPE, text=True)
-    assert demo.stdout is not None
-    first = demo.stdout.readline()
-    port = int(first.split(" at redis://127.0.0.1:", 1)[1].split(",", 1)[0])
-    assert servers_on_port(port)
-    demo.send_signal(signal.SIGINT)
-    demo.wait(timeout=30)
+    try:
+        assert demo.stdout is not None
+        first = demo.stdout.readline()
+        port = int(first.split(" at redis://127.0.0.1:", 1)[1].split(",", 1)[0])
+        (server,) = servers_on_port(port)
+        directory = os.readlink(f"/proc/{server}/cwd")
+        demo.send_signal(signal.SIGTERM)
+        demo.wait(timeout=30)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
     deadline = time.monotonic() + 10
     while servers_on_port(port) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert servers_on_port(port) == []
+    assert not os.path.exists(directory)

@@ -14,9 +14,12 @@ import pytest
 from echomq import Queue, Verdict
 from echomq.embedded import EmbeddedValkey
 
+# The child takes SIGINT as Ctrl-C even when its parent runs with SIGINT ignored (a background
+# test run), which it would otherwise inherit.
 CHILD = """
 import sys, signal
 from echomq.embedded import EmbeddedValkey
+signal.signal(signal.SIGINT, signal.default_int_handler)
 with EmbeddedValkey(prefer="path") as server:
     print(server.process.pid, flush=True)
     signal.pause() if sys.argv[1] == "wait" else None
@@ -54,9 +57,15 @@ def start_child() -> tuple[subprocess.Popen[str], int]:
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_no_orphan_when_the_parent_ends(how: signal.Signals) -> None:
     child, server_pid = start_child()
-    child.send_signal(how)
-    child.wait(timeout=20)
-    assert gone_within(server_pid, 10), f"valkey-server outlived its parent ({how.name})"
+    try:
+        child.send_signal(how)
+        child.wait(timeout=20)
+        assert gone_within(server_pid, 10), f"valkey-server outlived its parent ({how.name})"
+    finally:
+        for pid in (child.pid, server_pid):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        child.wait()
 
 
 def test_unix_socket_and_persistence(tmp_path: Path) -> None:

@@ -6,6 +6,8 @@ The handlers live in ``tests/handlers.py``; ``--on-ack tests.handlers:acked`` re
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -18,10 +20,11 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from echomq import Queue
+from echomq import Queue, admin
 from echomq.cli import main
-from echomq.embedded import EmbeddedValkey
-from echomq.worker import WorkerSpec, check_spec, load_callable
+from echomq.embedded import EmbeddedValkey, free_port
+from echomq.worker import QUICK_DEATH_S, START_TRIES, WorkerSpec, check_spec, load_callable
+from tests.conftest import start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,14 +41,18 @@ def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
 class Workers:
     """An ``echomq worker`` supervisor in a subprocess, its log in a file."""
 
-    def __init__(self, server: EmbeddedValkey, log: Path, queue: str, *options: str) -> None:
+    def __init__(self, server: EmbeddedValkey, log: Path, queue: str, *options: str,
+                 handler: str = "tests.handlers:work", url: str | None = None) -> None:
         self.log_path = log
-        argv = [sys.executable, "-m", "echomq", "worker", "tests.handlers:work",
+        argv = [sys.executable, "-m", "echomq", "worker", handler,
                 "--on-ack", "tests.handlers:acked", "--queue", queue, *options]
-        env = {**os.environ, "ECHOMQ_URL": server.url}
+        env = {**os.environ, "ECHOMQ_URL": url or server.url}
         with log.open("wb") as sink:
+            # A process group of its own: its workers are found by their group, whoever their
+            # parent is by then.
             self.process = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                                            stdout=sink, stderr=subprocess.STDOUT)
+                                            stdout=sink, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -61,10 +68,40 @@ class Workers:
         assert time.monotonic() - started < within
         return code
 
+    def exit_code(self, within: float) -> int:
+        """The supervisor's exit code, which must come by itself within ``within`` seconds."""
+        try:
+            return self.process.wait(within)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the supervisor did not give up within {within} s:\n{self.log()}")
+
+    def group(self) -> list[int]:
+        """The live processes of the supervisor's process group (itself and its workers)."""
+        return processes_in_group(self.process.pid)
+
     def close(self) -> None:
         if self.process.poll() is None:
-            self.process.kill()  # its workers follow (they die with their parent)
+            self.process.kill()
             self.process.wait()
+        for pid in self.group():  # a worker that outlived its supervisor fails its test
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def processes_in_group(pgid: int) -> list[int]:
+    """Pids of the live (not zombie) processes whose process group is ``pgid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        state, _, group = stat.rsplit(")", 1)[1].split()[:3]
+        if int(group) == pgid and state != "Z":
+            found.append(int(entry.name))
+    return found
 
 
 @pytest.fixture
@@ -72,8 +109,9 @@ def workers(valkey: EmbeddedValkey, conn: redis.Redis,
             tmp_path: Path) -> Iterator[Callable[..., Workers]]:
     started: list[Workers] = []
 
-    def start(queue: str, *options: str) -> Workers:
-        supervisor = Workers(valkey, tmp_path / f"workers-{len(started)}.log", queue, *options)
+    def start(queue: str, *options: str, **where: str) -> Workers:
+        supervisor = Workers(valkey, tmp_path / f"workers-{len(started)}.log", queue, *options,
+                             **where)
         started.append(supervisor)
         return supervisor
 
@@ -162,6 +200,128 @@ def test_a_burst_over_50_lanes_is_acked_once_each(
     assert wait_until(lambda: conn.hlen("test:acked") == len(ids), 60), supervisor.log()
     assert supervisor.terminate(within=6) == 0
     assert_each_acked_once(conn, queue, ids)
+
+
+# failures that cannot heal ----------------------------------------------------------------
+
+
+def test_wire6_without_trafikey_exits_at_once_saying_why(
+        workers: Callable[..., Workers], tmp_path: Path) -> None:
+    bare = start_server(module=False)
+    try:
+        supervisor = workers("q", "--wire", "6", url=bare.url)
+        assert supervisor.exit_code(within=20) == 1
+    finally:
+        bare.stop()
+    lines = supervisor.log().strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "trafikey" in lines[0] and "--loadmodule" in lines[0]
+
+
+def test_an_unreachable_server_exits_at_once_saying_why(workers: Callable[..., Workers]) -> None:
+    url = f"redis://127.0.0.1:{free_port()}"
+    supervisor = workers("q", url=url)
+    assert supervisor.exit_code(within=20) == 1
+    lines = supervisor.log().strip().splitlines()
+    assert len(lines) == 1 and url in lines[0] and "Connection refused" in lines[0], lines
+
+
+@pytest.fixture
+def no_scripts_user(valkey: EmbeddedValkey, conn: redis.Redis) -> Iterator[str]:
+    """The URL of a user who may connect and look around but not run scripts."""
+    conn.acl_setuser("noscripts", enabled=True, passwords=["+secret"], keys=["*"],
+                     channels=["*"], commands=["+@all", "-evalsha", "-eval", "-script"])
+    yield f"redis://noscripts:secret@127.0.0.1:{valkey.port}"
+    conn.acl_deluser("noscripts")
+
+
+def test_workers_that_keep_failing_at_start_make_the_supervisor_give_up(
+        workers: Callable[..., Workers], no_scripts_user: str) -> None:
+    supervisor = workers("q", "--concurrency", "2", url=no_scripts_user)
+    assert supervisor.exit_code(within=30) == 1
+    last = supervisor.log().strip().splitlines()[-1]
+    assert "at start" in last and "NoPermissionError" in last, supervisor.log()
+    assert supervisor.group() == []
+
+
+def restarted(supervisor: Workers, times: int) -> bool:
+    return supervisor.log().count("worker restarted") == times
+
+
+def test_workers_that_ran_a_while_are_restarted_however_often_they_crash(
+        conn: redis.Redis, workers: Callable[..., Workers]) -> None:
+    supervisor = workers("q")
+    for crash in range(START_TRIES + 1):  # more crashes in a row than start failures allowed
+        assert wait_until(lambda: blocked_clients(conn) == 1, 20), supervisor.log()
+        (pid,) = (p for p in supervisor.group() if p != supervisor.process.pid)
+        time.sleep(QUICK_DEATH_S + 0.2)  # past the start window: this is a crash, not a start
+        os.kill(pid, signal.SIGKILL)
+        assert wait_until(functools.partial(restarted, supervisor, crash + 1), 20)
+    assert supervisor.terminate(within=6) == 0
+    assert "at start" not in supervisor.log()
+
+
+def test_a_workers_command_line_does_not_show_the_servers_password(
+        valkey: EmbeddedValkey, conn: redis.Redis, workers: Callable[..., Workers]) -> None:
+    conn.acl_setuser("worker", enabled=True, passwords=["+hunter2"], keys=["*"], channels=["*"],
+                     commands=["+@all"])
+    try:
+        supervisor = workers("q", url=f"redis://worker:hunter2@127.0.0.1:{valkey.port}")
+        assert wait_until(lambda: blocked_clients(conn) == 1, 20), supervisor.log()
+        lines = {pid: Path(f"/proc/{pid}/cmdline").read_bytes() for pid in supervisor.group()}
+        assert len(lines) == 2 and not any(b"hunter2" in line for line in lines.values())
+    finally:
+        conn.acl_deluser("worker")
+
+
+# the supervisor's death ----------------------------------------------------------------------
+
+
+def clients_besides(conn: redis.Redis) -> list[dict[str, str]]:
+    mine = conn.client_id()
+    return [client for client in conn.client_list() if int(client["id"]) != mine]
+
+
+@pytest.mark.parametrize("after", [None, 0.0, 0.05, 0.1, 0.3, 1.0])
+def test_workers_die_with_their_supervisor_at_any_point_of_start_up(
+        conn: redis.Redis, workers: Callable[..., Workers], after: float | None) -> None:
+    """The supervisor is killed as it starts (None), or ``after`` seconds after it spawned its
+    last worker: while that worker's interpreter boots and imports, or once it runs jobs."""
+    queue = Queue(conn, "orphans")
+    ids = [f"JOB:{n:03d}" for n in range(200)]
+    queue.enqueue_many([(job_id, b"sleep:20") for job_id in ids])
+    supervisor = workers("orphans", "--concurrency", "2", "--lease-ms", "60000")
+    if after is not None:
+        assert wait_until(lambda: "worker 1 started" in supervisor.log(), 20), supervisor.log()
+        time.sleep(after)  # the point of start-up the supervisor dies at
+    supervisor.process.kill()
+    supervisor.process.wait()
+    assert wait_until(lambda: supervisor.group() == [], 20), supervisor.log()
+    assert wait_until(lambda: clients_besides(conn) == [], 10), clients_besides(conn)
+    counts = queue.counts()
+    assert counts["active"] == 0  # every running job finished; none waits for its lease
+    assert counts["pending"] + conn.hlen("test:acked") == len(ids)
+
+
+# the time limit ------------------------------------------------------------------------------
+
+
+def test_a_job_past_its_time_limit_fails_and_a_fresh_process_serves_the_next(
+        conn: redis.Redis, workers: Callable[..., Workers]) -> None:
+    queue = Queue(conn, "limit")
+    supervisor = workers("limit", "--time-limit", "0.3", "--max-attempts", "1",
+                         handler="tests.worker_handlers:serve")
+    hung = [f"JOB:hang-{n}" for n in range(4)]  # more overruns than start failures allowed
+    queue.enqueue_many([(job_id, b"hang") for job_id in hung] + [("JOB:next", b"")])
+    assert wait_until(lambda: conn.hexists("test:served", "JOB:next"), 40), supervisor.log()
+    pids = {int(pid) for pid in conn.lrange("test:hung", 0, -1)}
+    assert len(pids) == len(hung)  # each hung job took its process with it
+    assert int(conn.hget("test:served", "JOB:next") or 0) not in pids
+    dead = {job.id: job.error for job in admin.dead_jobs(conn, "limit")}
+    assert set(dead) == set(hung)
+    assert all("time limit" in error for error in dead.values()), dead
+    assert supervisor.process.poll() is None
+    assert supervisor.terminate(within=6) == 0
 
 
 # the command line --------------------------------------------------------------------------

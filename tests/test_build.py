@@ -1,0 +1,76 @@
+"""How the project builds and installs: a user's build takes their compiler and does not fail on
+warnings; the project's own builds do. CI installs Valkey without starting (or killing) any
+server of the machine's."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import subprocess
+from pathlib import Path
+
+import pytest
+import setuptools
+
+ROOT = Path(__file__).resolve().parent.parent
+NATIVE = ROOT / "native"
+CI = ROOT / ".ci" / "run"
+
+
+def dry_make(*args: str, env: dict[str, str] | None = None) -> str:
+    """The commands ``make -C native`` would run to rebuild trafikey.so (nothing is built)."""
+    result = subprocess.run(["make", "-s", "-n", "-B", "-C", str(NATIVE), *args],
+                            env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                            check=True)
+    return result.stdout
+
+
+def test_the_makefile_takes_the_environments_compiler_and_errs_on_warnings() -> None:
+    assert dry_make("trafikey.so", env={"CC": "fake-cc"}).startswith("fake-cc ")
+    assert "-Werror" in dry_make("trafikey.so")
+    assert "-Werror" not in dry_make("trafikey.so", "WERROR=")
+
+
+@pytest.fixture
+def make_command(monkeypatch: pytest.MonkeyPatch) -> object:
+    monkeypatch.setattr(setuptools, "setup", lambda **_: None)
+    return runpy.run_path(str(ROOT / "setup.py"))["make_command"]
+
+
+def test_a_users_pip_build_does_not_fail_on_warnings(make_command: object,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    assert callable(make_command)
+    monkeypatch.delenv("ECHOMQ_WERROR", raising=False)
+    command = make_command()
+    assert command[:2] == ["make", "-C"]
+    assert "-Werror" not in dry_make(*command[3:])
+    monkeypatch.setenv("ECHOMQ_WERROR", "1")  # what `make install` sets
+    assert "-Werror" in dry_make(*make_command()[3:])
+
+
+def test_the_projects_install_builds_strictly() -> None:
+    assert 'ECHOMQ_WERROR=1 $(PY) -m pip install' in (ROOT / "Makefile").read_text()
+
+
+def ci(script: str, policy: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in bash with .ci/run's functions, its policy-rc.d at ``policy``."""
+    return subprocess.run(["bash", "-c", f'source "{CI}"; {script}'], capture_output=True,
+                          text=True, env={**os.environ, "POLICY_RC_D": str(policy)})
+
+
+def test_ci_kills_no_process_by_name() -> None:
+    text = CI.read_text()
+    assert "pkill" not in text and "killall" not in text
+
+
+def test_ci_refuses_service_starts_during_the_install_only(tmp_path: Path) -> None:
+    policy = tmp_path / "policy-rc.d"
+    during = ci("""without_service_starts sh -c '"$POLICY_RC_D" valkey-server start; echo $?'""",
+                policy)
+    assert during.returncode == 0 and during.stdout.strip() == "101", during.stderr
+    assert not policy.exists()  # there was none before
+
+    policy.write_text("#!/bin/sh\nexit 0\n")
+    failed = ci("without_service_starts false", policy)
+    assert failed.returncode == 1
+    assert policy.read_text() == "#!/bin/sh\nexit 0\n"  # the machine's own, back in place

@@ -1,0 +1,84 @@
+"""What the operator is shown of errors and payloads that are not clean text: bytes that are not
+UTF-8, newlines, terminal escapes. Every view shows them (odd bytes escaped) instead of failing."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from echomq import Queue, Verdict, admin
+from echomq.cli import main
+from echomq.dashboard import DashboardServer
+from echomq.embedded import EmbeddedValkey
+
+NOW = 1_700_000_000_000
+ERROR = b"\xff\xfeboom\n\x1b[31mred"
+PAYLOAD = b"\x00\x9f{raw}\xc3"
+
+
+@pytest.fixture
+def dead_binary(conn: redis.Redis) -> Queue:
+    """A queue whose only job died with a binary, multi-line error and has a binary payload."""
+    queue = Queue(conn, "odd")
+    queue.enqueue("JOB:odd", PAYLOAD, now=NOW)
+    job = queue.claim(now=NOW)
+    assert job is not None
+    assert queue.retry(job, error=ERROR, max_attempts=1, now=NOW) is Verdict.DEAD
+    return queue
+
+
+def run(valkey: EmbeddedValkey, *args: str) -> str:
+    result = CliRunner().invoke(main, list(args), env={"ECHOMQ_URL": valkey.url},
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_admin_reads_binary_errors_with_their_odd_bytes_escaped(
+        conn: redis.Redis, dead_binary: Queue) -> None:
+    (dead,) = admin.dead_jobs(conn, "odd")
+    assert dead.error == "\\xff\\xfeboom\n\x1b[31mred"
+    found = admin.inspect(conn, "odd", "JOB:odd")
+    assert found is not None
+    assert found["fields"]["error"] == dead.error
+    assert found["fields"]["payload"] == PAYLOAD
+
+
+def test_dead_list_shows_one_line_per_job_whatever_the_error(
+        valkey: EmbeddedValkey, dead_binary: Queue) -> None:
+    output = run(valkey, "dead", "list", "odd")
+    assert output == "JOB:odd attempts=1 lane=- error=\\xff\\xfeboom\\n\\x1b[31mred\n"
+    (listed,) = json.loads(run(valkey, "dead", "list", "odd", "--json"))
+    assert listed["error"] == "\\xff\\xfeboom\n\x1b[31mred"
+
+
+def test_inspect_shows_binary_fields(valkey: EmbeddedValkey, dead_binary: Queue) -> None:
+    output = run(valkey, "inspect", "odd", "JOB:odd")
+    assert "state: dead" in output and "\x1b" not in output and "\\xff\\xfeboom" in output
+    found = json.loads(run(valkey, "inspect", "odd", "JOB:odd", "--json"))
+    assert found["fields"]["payload"] == "\x00\\x9f{raw}\\xc3"
+    assert found["fields"]["error"] == "\\xff\\xfeboom\n\x1b[31mred"
+
+
+@pytest.fixture
+def dashboard(conn: redis.Redis) -> Iterator[DashboardServer]:
+    server = DashboardServer(conn)
+    server.start_background()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_dashboard_api_serves_binary_errors(
+        dashboard: DashboardServer, dead_binary: Queue) -> None:
+    with urllib.request.urlopen(dashboard.url + "api/queues/odd/dead", timeout=10) as response:
+        (dead,) = json.load(response)
+    assert dead["id"] == "JOB:odd" and dead["error"] == "\\xff\\xfeboom\n\x1b[31mred"
+    with urllib.request.urlopen(dashboard.url + "api/queues", timeout=10) as response:
+        (stats,) = json.load(response)
+    assert stats["name"] == "odd" and stats["dead"] == 1
