@@ -36,6 +36,11 @@ class Wire6Unsupported(EchoMQError, NotImplementedError):
         self.name = name
 
 
+class FatalServerError(EchoMQError):
+    """An error from the server that waiting will not heal (an unknown command, NOPERM, a key of
+    the wrong type): ``Consumer.run()`` stops with it instead of retrying for ever."""
+
+
 class EvictionPolicyWarning(UserWarning):
     """The server may evict keys (its maxmemory-policy is not ``noeviction``)."""
 
