@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 import pytest
 import redis
 import redis.asyncio as aredis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
 
 from echomq import Job, Queue, aio
 from echomq.consumer import Consumer
@@ -29,6 +31,9 @@ def async_client_like(conn: redis.Redis) -> aredis.Redis:
     keep = {"host", "port", "db", "username", "password", "socket_timeout",
             "socket_connect_timeout", "path"}
     chosen = {key: value for key, value in options.items() if key in keep}
+    retry = options.get("retry")
+    if retry is not None:  # the same number of retries, in asyncio's own Retry
+        chosen["retry"] = AsyncRetry(NoBackoff(), int(getattr(retry, "_retries", 0)))
     if "path" in chosen:
         return aredis.Redis(unix_socket_path=chosen.pop("path"), **chosen)
     return aredis.Redis(**chosen)
