@@ -436,9 +436,26 @@ class Consumer:
         else:
             self._retry(job, settlement)
 
+    def _persistently(self, job: Job, send: Callable[[], Verdict]) -> Verdict:
+        """``send()`` a settlement, sent again after a transient error while the lease could
+        still be current (an outcome is not dropped for a passing failover or NOSCRIPT)."""
+        started, failures = time.monotonic(), 0
+        while True:
+            try:
+                return send()
+            except Exception as exc:
+                failures += 1
+                pause = self.core.settle_pause(failures, time.monotonic() - started)
+                if classify(exc) is not Fault.TRANSIENT or pause is None:
+                    raise
+                log.warning("settling %s attempt %d failed (%s); sending it again in %.1f s",
+                            job.id, job.attempt, describe(exc), pause)
+                time.sleep(pause)
+
     def _ack(self, job: Job, ack: Ack) -> None:
         try:
-            verdict = self.queue.ack(job, retention_ms=ack.retention_ms)
+            verdict = self._persistently(
+                job, lambda: self.queue.ack(job, retention_ms=ack.retention_ms))
         except StaleLease:
             log.warning("stale lease: %s attempt %d finished after its lease was lost; "
                         "the ack was refused", job.id, job.attempt)
@@ -451,8 +468,9 @@ class Consumer:
 
     def _retry(self, job: Job, retry: Retry) -> None:
         try:
-            verdict = self.queue.retry(job, delay_ms=retry.delay_ms, error=retry.error,
-                                       max_attempts=retry.max_attempts, now=self._now())
+            verdict = self._persistently(job, lambda: self.queue.retry(
+                job, delay_ms=retry.delay_ms, error=retry.error,
+                max_attempts=retry.max_attempts, now=self._now()))
         except StaleLease:
             log.warning("stale lease: %s attempt %d failed after its lease was lost (%s)",
                         job.id, job.attempt, first_line(retry.error))

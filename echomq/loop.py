@@ -29,6 +29,7 @@ Clock = Callable[[], int]
 HOUSEKEEPING_MS = 1_000
 PARK_FLOOR_MS = 10
 BACKOFF_FIRST_S = 0.1
+SETTLE_PAUSE_CAP_S = 1.0
 # How far below a client's socket timeout a park stays, so BLPOP always answers before it trips.
 PARK_TIMEOUT_MARGIN_S = 1.0
 ERROR_TEXT_CAP = 4_096
@@ -302,6 +303,14 @@ class LoopCore:
         """How to settle an attempt that ran past its time limit."""
         error = f"TimeLimitExceeded: time limit of {self.settings.time_limit_ms} ms exceeded"
         return Retry(self.settings.retry_delay_ms, error, self.settings.max_attempts)
+
+    def settle_pause(self, failures: int, elapsed_s: float) -> float | None:
+        """After ``failures`` transient errors sending a settlement (``elapsed_s`` since the
+        first try): how long to wait before sending it again; None to give up, once a lease's
+        length has passed (recover then runs the job again)."""
+        if elapsed_s >= self.settings.lease_ms / 1000:
+            return None
+        return float(min(BACKOFF_FIRST_S * 2.0 ** max(failures - 1, 0), SETTLE_PAUSE_CAP_S))
 
     @staticmethod
     def stops_loop(failure: BaseException | None) -> bool:
