@@ -41,7 +41,7 @@ test: lint
 # The consumer, asyncio and queue tests again on the lowest redis-py (and hiredis) that
 # pyproject.toml allows, in a venv of their own: the range stated there is the range tested.
 LOWEST_VENV ?= .venv-lowest
-LOWEST_PINS = redis==5.0.0 hiredis==2.3.2
+LOWEST_PINS = redis==5.0.1 hiredis==2.3.2
 LOWEST_SUITE = tests/test_consumer.py tests/test_aio.py tests/test_queue.py \
 	tests/test_housekeeping.py tests/test_handlers.py tests/test_connection.py \
 	tests/test_server_errors.py
