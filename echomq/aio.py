@@ -389,7 +389,7 @@ class Consumer:
             failure = await self._outcome(handling)
         finally:
             self._handling.pop(job, None)
-            mine = self.core.release(job)
+            mine = self.core.finished(job)
             self._changed.set()
             await asyncio.gather(keeper, return_exceptions=True)
         if mine:
@@ -480,9 +480,9 @@ class Consumer:
     # the keeper ---------------------------------------------------------------------------
 
     async def _keep(self) -> None:
-        """While jobs are in hand: extend due leases, fail overrun attempts, run due
-        housekeeping; ends when nothing is in hand."""
-        while self.core.leases:
+        """While a handler runs: extend due leases, fail overrun attempts, run due
+        housekeeping; ends when no handler runs."""
+        while self.core.busy:
             now = time.monotonic()
             wait = self.core.next_tick(now)
             if wait > 0:

@@ -64,8 +64,10 @@ def socket_timeout_of(conn: Any) -> float | None:
     """The read timeout (s) of the connections ``conn`` makes (blocking or asyncio client);
     None when it has none or it cannot be told (a cluster client)."""
     pool = getattr(conn, "connection_pool", None)
-    if pool is None:
-        return None
+    if pool is None:  # a cluster client keeps its nodes' options on its nodes manager
+        options = getattr(getattr(conn, "nodes_manager", None), "connection_kwargs", None) or {}
+        value = options.get("socket_timeout")
+        return float(value) if value else None
     try:  # a connection object is made without connecting: it holds the effective default
         probe = pool.connection_class(**pool.connection_kwargs)
     except Exception:

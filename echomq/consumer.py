@@ -139,8 +139,9 @@ async def _awaited(result: Awaitable[object]) -> object:
 
 
 class Keeper:
-    """One thread that, while jobs are in hand, extends their leases when due, runs housekeeping
-    when due, and fails any attempt past its time limit. It idles while nothing is in hand."""
+    """One thread that, while a handler runs, extends the leases in hand when due, runs
+    housekeeping when due, and fails any attempt past its time limit (then goes on with
+    housekeeping while that handler still runs). It idles while no handler runs."""
 
     def __init__(self, consumer: Consumer) -> None:
         self._consumer = consumer
@@ -173,7 +174,7 @@ class Keeper:
         with self._cond:
             while not self._closed:
                 now = time.monotonic()
-                wait = core.next_tick(now) if core.leases else None
+                wait = core.next_tick(now) if core.busy else None
                 if wait is None or wait > 0:
                     self._cond.wait(wait)
                     continue
@@ -410,7 +411,7 @@ class Consumer:
             self._keeper.wake()
         failure = self._run_handler(job)
         with self._keeper.lock:
-            mine = self.core.release(job)
+            mine = self.core.finished(job)
             self._keeper.wake()
         if mine:
             self._settle(job, failure)

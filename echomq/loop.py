@@ -211,6 +211,7 @@ class LoopCore:
 
     settings: Settings
     leases: dict[Job, Lease] = field(default_factory=dict)
+    running: set[Job] = field(default_factory=set)
     housekeeping_at: float = 0.0  # due at once
     backoff: Backoff = field(init=False)
 
@@ -239,7 +240,21 @@ class LoopCore:
         return max(0, self.settings.capacity - len(self.leases))
 
     def took(self, job: Job, now: float) -> None:
+        """``job`` was claimed at ``now`` and its handler starts: its lease is in hand."""
         self.leases[job] = Lease(job, now, now + self.settings.extend_every_s)
+        self.running.add(job)
+
+    def finished(self, job: Job) -> bool:
+        """``job``'s handler returned: let go of its lease; True if it was still in hand, so the
+        caller settles the outcome (False: its time limit or a lost lease settled it)."""
+        self.running.discard(job)
+        return self.release(job)
+
+    @property
+    def busy(self) -> bool:
+        """A handler is running (its lease in hand, or given up at its time limit while the
+        handler goes on): the keeper stays awake for housekeeping."""
+        return bool(self.running)
 
     def release(self, job: Job) -> bool:
         """Let go of ``job``'s lease; False if it was no longer in hand (lost, or settled by its

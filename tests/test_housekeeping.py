@@ -135,3 +135,34 @@ def test_housekeeping_runs_while_the_job_in_hand_runs_long(make: Make, queue: Qu
 def test_the_bound_is_configurable(make: Make, conn: redis.Redis) -> None:
     with pytest.raises(ValueError, match="housekeeping_ms"):
         make(Queue(conn, "busy"), lambda job: None, housekeeping_ms=0)
+
+
+def test_housekeeping_goes_on_while_a_handler_runs_past_its_time_limit(
+        make: Make, queue: Queue) -> None:
+    overrun_at: list[int] = []
+    release, rerun = threading.Event(), threading.Event()
+    conn = queue.conn
+
+    def handler(job: Job) -> None:
+        if job.id == "JOB:stuck":
+            release.wait(10.0)  # stuck past its time limit, and on after it
+        elif job.id == "JOB:lost":
+            rerun.set()  # the asyncio shell moves on after the limit and runs it itself
+
+    queue.enqueue("JOB:lost", b"x")
+    lost = queue.claim(1_500)  # a worker that dies: its lease ends after the overrun below
+    assert lost is not None and lost.id == "JOB:lost"
+    expires_at = server_ms(conn) + 1_500
+    queue.enqueue("JOB:stuck", b"x")
+    consumer = make(queue, handler, time_limit_ms=200, retry_delay_ms=60_000,
+                    on_overrun=lambda job: overrun_at.append(server_ms(conn)))
+    with running(consumer):
+        try:
+            assert wait_until(
+                lambda: rerun.is_set() or conn.zscore(queue.key("pending"), "JOB:lost") is not None,
+                timeout=5.0)
+            back = server_ms(conn)
+        finally:
+            release.set()
+    assert overrun_at and overrun_at[0] < expires_at
+    assert back - expires_at <= HOUSEKEEPING_MS + ALLOWANCE_MS
