@@ -413,3 +413,32 @@ def test_an_acked_job_is_a_tombstone(make: Make, queue: Queue) -> None:
     assert consumer.beat(park=False) == 1
     assert acked == [Verdict.ACKED]
     assert queue.enqueue("JOB:1", b"x") is Verdict.DUPLICATE
+
+
+def test_a_heartbeat_that_fails_once_keeps_the_lease(make: Make, queue: Queue) -> None:
+    started, release = threading.Event(), threading.Event()
+    seen: list[int] = []
+    acked: list[Job] = []
+    consumer = make(queue, long_job(started, release, seen), lease_ms=300,
+                    park_cap_ms=30_000, on_ack=acked.append)
+    inner = consumer if isinstance(consumer, Consumer) else consumer.consumer
+    extend, failures = inner.queue.extend, [0]
+
+    def flaky(job: Job, **options: object) -> object:
+        if not failures[0]:
+            failures[0] += 1
+            raise redis.ConnectionError("connection reset by peer")
+        return extend(job, **options)
+
+    inner.queue.extend = flaky
+    rival = Consumer(queue, lambda job: None, lease_ms=300)
+    queue.enqueue("JOB:long", b"x")
+    with running(consumer):
+        assert started.wait(3.0)
+        for _ in range(4):  # ~1 s, more than three leases
+            time.sleep(0.25)
+            assert rival.beat(park=False) == 0  # its recover finds no expired lease
+        release.set()
+        assert wait_until(lambda: len(acked) == 1)
+    rival.close()
+    assert failures == [1] and seen == [1]
