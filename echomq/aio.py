@@ -35,7 +35,7 @@ from echomq.calls import (
     text,
 )
 from echomq.connection import socket_timeout_of
-from echomq.consumer import log_failure, recover_options, refuse_unsupported
+from echomq.consumer import call_hook, log_failure, recover_options, refuse_unsupported
 from echomq.errors import EvictionPolicyWarning, StaleLease, Wire6Unsupported
 from echomq.executors import raise_mapped
 from echomq.loop import (
@@ -460,11 +460,8 @@ class Consumer:
             log.warning("stale lease: %s attempt %d finished after its lease was lost; "
                         "the ack was refused", job.id, job.attempt)
             return
-        if verdict is Verdict.ACKED and self.on_ack is not None:
-            try:
-                self.on_ack(job)
-            except Exception:
-                log.exception("on_ack hook failed for %s attempt %d", job.id, job.attempt)
+        if verdict is Verdict.ACKED:
+            call_hook(self.on_ack, job, "on_ack")
 
     async def _retry(self, job: Job, retry: Retry) -> None:
         try:
@@ -527,8 +524,10 @@ class Consumer:
         try:
             await self._retry(job, self.core.overrun_settlement())
         finally:
-            if self.on_overrun is not None:
-                self.on_overrun(job)
+            self._tell_overrun(job)
+
+    def _tell_overrun(self, job: Job) -> None:
+        call_hook(self.on_overrun, job, "on_overrun")
 
     # helpers ------------------------------------------------------------------------------
 
@@ -557,7 +556,6 @@ class Consumer:
             if fault is None:
                 raise
             if fault is Fault.FATAL:
-                log.error("%s", fatal_error(self.queue.name, exc))
                 raise fatal_error(self.queue.name, exc) from exc
             pause = self.core.backoff.failed()
             log.warning("server unavailable (%s); retrying in %.1f s", describe(exc), pause)

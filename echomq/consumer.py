@@ -93,6 +93,16 @@ def log_failure(job: Job, verdict: Verdict, error: str, retry_delay_ms: int) -> 
                     job.attempt, retry_delay_ms, first_line(error))
 
 
+def call_hook(hook: Callable[[Job], object] | None, job: Job, name: str) -> None:
+    """Call a user's hook with ``job``; what it raises is logged, never the loop's end."""
+    if hook is None:
+        return
+    try:
+        hook(job)
+    except Exception:
+        log.exception("%s hook failed for %s attempt %d", name, job.id, job.attempt)
+
+
 def recover_options(queue: Any, max_attempts: int | None) -> dict[str, Any]:
     """What recover is passed: ``max_attempts`` only when the consumer was given one (None: the
     queue's own setting applies) and the queue's recover takes it."""
@@ -108,7 +118,7 @@ class AwaitableRunner:
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Future[object] | None = None
+        self._running: tuple[Job, asyncio.Future[object]] | None = None
 
     def call(self, handler: Handler, job: Job) -> None:
         result = handler(job)
@@ -116,17 +126,19 @@ class AwaitableRunner:
             return
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-        self._task = asyncio.ensure_future(_awaited(result), loop=self._loop)
+        task = asyncio.ensure_future(_awaited(result), loop=self._loop)
+        self._running = (job, task)
         try:
-            self._loop.run_until_complete(self._task)
+            self._loop.run_until_complete(task)
         finally:
-            self._task = None
+            self._running = None
 
-    def cancel(self) -> None:
-        task, loop = self._task, self._loop
-        if task is not None and loop is not None:
+    def cancel(self, job: Job) -> None:
+        """Cancel ``job``'s awaitable if it is the one running (not a later job's)."""
+        running, loop = self._running, self._loop
+        if running is not None and running[0] == job and loop is not None:
             with suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(task.cancel)
+                loop.call_soon_threadsafe(running[1].cancel)
 
     def close(self) -> None:
         loop, self._loop = self._loop, None
@@ -277,8 +289,9 @@ class Consumer:
     every ``lease_ms / 3``. ``max_attempts``: None means the queue's own. ``housekeeping_ms``:
     the most time between two rounds of recover + promote while the loop runs (also the longest
     park). ``time_limit_ms``: fail an attempt that runs longer (retried or dead) and call
-    ``on_overrun(job)``; an ``async def`` handler is cancelled, a plain one cannot be and keeps
-    running — ``on_overrun`` is where a worker process exits so it is replaced. ``on_ack``:
+    ``on_overrun(job)`` (on the keeper thread: to end the process, use a signal or ``os._exit``);
+    an ``async def`` handler is cancelled, a plain one cannot be and keeps running —
+    ``on_overrun`` is where a worker process exits so it is replaced. ``on_ack``:
     called with each job whose ack returned ACKED. ``clock``: the ms clock for every transition
     (None: the server's).
 
@@ -461,11 +474,8 @@ class Consumer:
             log.warning("stale lease: %s attempt %d finished after its lease was lost; "
                         "the ack was refused", job.id, job.attempt)
             return
-        if verdict is Verdict.ACKED and self.on_ack is not None:
-            try:
-                self.on_ack(job)
-            except Exception:
-                log.exception("on_ack hook failed for %s attempt %d", job.id, job.attempt)
+        if verdict is Verdict.ACKED:
+            call_hook(self.on_ack, job, "on_ack")
 
     def _retry(self, job: Job, retry: Retry) -> None:
         try:
@@ -516,12 +526,14 @@ class Consumer:
         retry = self.core.overrun_settlement()
         log.error("job %s attempt %d exceeded its time limit of %d ms", job.id, job.attempt,
                   self.settings.time_limit_ms or 0)
-        self._runner.cancel()
+        self._runner.cancel(job)
         try:
             self._retry(job, retry)
         finally:
-            if self.on_overrun is not None:
-                self.on_overrun(job)
+            self._tell_overrun(job)
+
+    def _tell_overrun(self, job: Job) -> None:
+        call_hook(self.on_overrun, job, "on_overrun")
 
     # helpers ------------------------------------------------------------------------------
 
@@ -556,7 +568,6 @@ class Consumer:
             if fault is None:
                 raise
             if fault is Fault.FATAL:
-                log.error("%s", fatal_error(self.queue.name, exc))
                 raise fatal_error(self.queue.name, exc) from exc
             pause = self.core.backoff.failed()
             log.warning("server unavailable (%s); retrying in %.1f s", describe(exc), pause)
