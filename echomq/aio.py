@@ -529,7 +529,7 @@ class Consumer:
     def _tell_overrun(self, job: Job) -> None:
         call_hook(self.on_overrun, job, "on_overrun")
 
-    # helpers ------------------------------------------------------------------------------
+    # internals ----------------------------------------------------------------------------
 
     async def _housekeep(self, *, force: bool = False) -> None:
         if self.core.take_housekeeping(time.monotonic(), force=force):

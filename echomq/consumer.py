@@ -535,7 +535,7 @@ class Consumer:
     def _tell_overrun(self, job: Job) -> None:
         call_hook(self.on_overrun, job, "on_overrun")
 
-    # helpers ------------------------------------------------------------------------------
+    # internals ----------------------------------------------------------------------------
 
     def _housekeep(self, *, force: bool = False) -> None:
         with self._keeper.lock:
