@@ -220,3 +220,20 @@ def test_async_lane_consumer_is_refused_on_wire6(valkey: EmbeddedValkey) -> None
             Consumer(Queue(client, "x", wire=6), lambda job: None, lanes=True)
 
     run(valkey.port, body)
+
+
+def test_async_pipelines_send_evalsha_as_a_plain_command() -> None:
+    """A cluster pipeline refuses ``.evalsha()`` (not EVALSHA itself): the asyncio executor
+    queues EVALSHA through ``execute_command``, as the blocking one does."""
+    from echomq.transitions import CLAIM
+
+    class Pipe:
+        def __init__(self) -> None:
+            self.sent: list[tuple[Any, ...]] = []
+
+        def execute_command(self, *args: Any) -> None:
+            self.sent.append(args)
+
+    pipe = Pipe()
+    async_executor_for(5)._queue(pipe, CLAIM, ["emq:{q}:pending", "emq:{q}:active"], ["1", "2"])
+    assert [args[0] for args in pipe.sent] == ["EVALSHA"]
