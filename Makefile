@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEBIAN_VALKEY ?= /usr/bin/valkey-server
 
-.PHONY: demo test lint install clean bench
+.PHONY: demo test lint install clean bench test-lowest
 
 $(VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -38,9 +38,27 @@ test: lint
 	ECHOMQ_ASAN=1 ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" \
 		$(PY) -m pytest -q -p no:cacheprovider $(ASAN_SUITE)
 
+# The consumer, asyncio and queue tests again on the lowest redis-py (and hiredis) that
+# pyproject.toml allows, in a venv of their own: the range stated there is the range tested.
+LOWEST_VENV ?= .venv-lowest
+LOWEST_PINS = redis==5.0.1 hiredis==2.3.2
+LOWEST_SUITE = tests/test_consumer.py tests/test_aio.py tests/test_queue.py \
+	tests/test_housekeeping.py tests/test_handlers.py tests/test_connection.py \
+	tests/test_server_errors.py
+
+$(LOWEST_VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
+	test -x $(LOWEST_VENV)/bin/python || python3 -m venv $(LOWEST_VENV)
+	$(LOWEST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LOWEST_VENV)/bin/python -m pip install -q -e ".[test]" $(LOWEST_PINS)
+	touch $@
+
+test-lowest: $(LOWEST_VENV)/.installed
+	$(LOWEST_VENV)/bin/python -c 'import redis, hiredis; print("redis", redis.__version__, "hiredis", hiredis.__version__)'
+	$(LOWEST_VENV)/bin/python -m pytest -q -p no:cacheprovider $(LOWEST_SUITE)
+
 clean:
 	$(MAKE) -C native clean
-	rm -rf $(VENV) build *.egg-info echomq/*.so echomq/_core.c
+	rm -rf $(VENV) $(LOWEST_VENV) build *.egg-info echomq/*.so echomq/_core.c
 
 # The benchmark (bench/): its own venv bench/.env with the peers (RQ, arq, Celery, Dramatiq,
 # bullmq), its own valkey-server with trafikey; writes docs/bench/RESULTS.md and the plots.

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
@@ -32,9 +34,23 @@ from echomq.calls import (
     job_of,
     text,
 )
-from echomq.consumer import error_text, log_failure, park_window, refuse_unsupported
+from echomq.connection import socket_timeout_of
+from echomq.consumer import call_hook, log_failure, refuse_unsupported
 from echomq.errors import EvictionPolicyWarning, StaleLease, Wire6Unsupported
 from echomq.executors import raise_mapped
+from echomq.loop import (
+    HOUSEKEEPING_MS,
+    PARK_FLOOR_MS,
+    Ack,
+    Fault,
+    LoopCore,
+    Retry,
+    Settings,
+    classify,
+    describe,
+    fatal_error,
+    first_line,
+)
 from echomq.scripts import script_for
 from echomq.transitions import Transition
 
@@ -98,15 +114,15 @@ class AsyncScriptExecutor(AsyncExecutor):
     async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
                     args: Sequence[Arg]) -> Any:
         script = script_for(transition)
-        try:
-            return await client.evalsha(script.sha, len(keys), *keys, *args)
+        try:  # execute_command: a cluster pipeline refuses .evalsha(), not EVALSHA itself
+            return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         except NoScriptError:
             await client.script_load(script.source)
-            return await client.evalsha(script.sha, len(keys), *keys, *args)
+            return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
     def _queue(self, pipe: Any, transition: Transition, keys: Sequence[str],
                args: Sequence[Arg]) -> None:
-        pipe.evalsha(script_for(transition).sha, len(keys), *keys, *args)
+        pipe.execute_command("EVALSHA", script_for(transition).sha, len(keys), *keys, *args)
 
 
 class AsyncNativeExecutor(AsyncExecutor):
@@ -246,37 +262,75 @@ class Queue:
 AsyncHandler = Callable[[Job], Awaitable[object] | object]
 
 
+async def _until(event: asyncio.Event, timeout_s: float) -> None:
+    """Wait for ``event`` at most ``timeout_s``."""
+    with suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout_s)
+
+
 class Consumer:
-    """The consumer loop for asyncio code; see ``echomq.Consumer``. ``handler`` may be a
-    coroutine function (awaited) or a plain function (run in a worker thread). Each beat is
-    recover → promote → drain → park, parking on ``BLPOP`` of the wake key."""
+    """The consumer loop for asyncio code; see ``echomq.Consumer``: the same parameters, the
+    same decisions (``echomq.loop.LoopCore``), driven by coroutines. ``handler`` may be a
+    coroutine function (awaited, and cancelled past ``time_limit_ms``) or a plain function (run
+    in a worker thread, which cannot be cancelled). While a handler runs, a keeper task extends
+    the leases in hand, runs due housekeeping and enforces the time limit. ``stop()`` must be
+    called from the loop's own thread."""
 
     def __init__(self, queue: Queue, handler: AsyncHandler, *, lanes: bool = False,
                  lease_ms: int = DEFAULT_LEASE_MS, retry_delay_ms: int = 1_000,
-                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, park_cap_ms: int = 5_000,
-                 park_floor_ms: int = 10, heartbeat: bool = True,
-                 retention_ms: int | None = None, clock: Callable[[], int] | None = None) -> None:
+                 max_attempts: int | None = None, park_cap_ms: int = 5_000,
+                 park_floor_ms: int = PARK_FLOOR_MS, heartbeat: bool = True,
+                 retention_ms: int | None = None, clock: Callable[[], int] | None = None,
+                 on_ack: Callable[[Job], object] | None = None,
+                 housekeeping_ms: int = HOUSEKEEPING_MS, time_limit_ms: int | None = None,
+                 on_overrun: Callable[[Job], object] | None = None) -> None:
         refuse_unsupported(queue.wire, lanes)
+        self.core = LoopCore(Settings(
+            lease_ms=lease_ms, retry_delay_ms=retry_delay_ms, max_attempts=max_attempts,
+            park_cap_ms=park_cap_ms, park_floor_ms=park_floor_ms,
+            housekeeping_ms=housekeeping_ms, time_limit_ms=time_limit_ms,
+            retention_ms=retention_ms, heartbeat=heartbeat, lanes=lanes))
         self.queue = queue
         self.handler = handler
-        self.lanes = lanes
-        self.lease_ms = lease_ms
-        self.retry_delay_ms = retry_delay_ms
-        self.max_attempts = max_attempts
-        self.park_cap_ms = park_cap_ms
-        self.park_floor_ms = min(park_floor_ms, park_cap_ms)
-        self.heartbeat = heartbeat
-        self.retention_ms = retention_ms
+        self.on_ack = on_ack
+        self.on_overrun = on_overrun
         self.clock = clock
+        self._socket_timeout_s = socket_timeout_of(queue.conn)
         self._stopping = asyncio.Event()
+        self._changed = asyncio.Event()
         self._parking: asyncio.Task[bool] | None = None
+        self._handling: dict[Job, asyncio.Future[BaseException | None]] = {}
+
+    @property
+    def settings(self) -> Settings:
+        return self.core.settings
+
+    @property
+    def lanes(self) -> bool:
+        return self.settings.lanes
+
+    @property
+    def lease_ms(self) -> int:
+        return self.settings.lease_ms
+
+    @property
+    def max_attempts(self) -> int | None:
+        return self.settings.max_attempts
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
 
     async def run(self) -> None:
-        """Beat until ``stop()``."""
-        log.info("async consumer started: queue %s, wire %d", self.queue.name, self.queue.wire)
-        while not self._stopping.is_set():
-            await self.beat()
-        log.info("async consumer stopped: queue %s", self.queue.name)
+        """Beat until ``stop()``. Transient server errors are retried with a growing pause;
+        one that cannot heal raises FatalServerError."""
+        log.info("async consumer started: queue %s, wire %d, %s, lease %d ms", self.queue.name,
+                 self.queue.wire, "lanes" if self.lanes else "flat", self.lease_ms)
+        try:
+            while not self._stopping.is_set():
+                await self._guarded_beat()
+        finally:
+            log.info("async consumer stopped: queue %s", self.queue.name)
 
     def stop(self) -> None:
         """Stop claiming; a parked consumer returns at once, a running job finishes first."""
@@ -285,16 +339,19 @@ class Consumer:
             self._parking.cancel()
 
     async def beat(self, *, park: bool = True) -> int:
-        await self.queue.recover(now=self._now())
-        await self.queue.promote(now=self._now())
+        """One round: recover, promote, drain, then park; how many jobs were run."""
+        await self._housekeep(force=True)
         handled = await self.drain()
         if park and not self._stopping.is_set():
             await self.park()
         return handled
 
     async def drain(self) -> int:
+        """Claim and run jobs until none is left or a stop is asked for, with housekeeping in
+        between whenever it is due."""
         handled = 0
         while not self._stopping.is_set():
+            await self._housekeep()
             job = await self._claim()
             if job is None:
                 break
@@ -316,58 +373,196 @@ class Consumer:
 
     async def park_timeout_ms(self) -> int:
         due = await self.queue.next_due()
-        if due is None:
-            return self.park_cap_ms
-        now = self.clock() if self.clock is not None else await self._server_ms()
-        return park_window(due, now, self.park_floor_ms, self.park_cap_ms)
+        now = None
+        if due is not None:
+            now = self.clock() if self.clock is not None else await self._server_ms()
+        return self.core.park_ms(due, now, self._socket_timeout_s)
+
+    # one job ------------------------------------------------------------------------------
 
     async def process(self, job: Job) -> None:
         """Run the handler on ``job`` under its lease, then ack it, or retry it on failure."""
-        beating = asyncio.ensure_future(self._beat_lease(job)) if self.heartbeat else None
+        self.core.took(job, time.monotonic())
+        keeper = asyncio.ensure_future(self._keep())
+        handling = asyncio.ensure_future(self._call_handler(job))
+        self._handling[job] = handling
         try:
-            failure = await self._run_handler(job)
+            failure = await self._outcome(handling)
         finally:
-            if beating is not None:
-                beating.cancel()
-                await asyncio.gather(beating, return_exceptions=True)
-        try:
-            if failure is None:
-                await self.queue.ack(job, retention_ms=self.retention_ms)
-                return
-            verdict = await self.queue.retry(job, delay_ms=self.retry_delay_ms,
-                                             error=error_text(failure),
-                                             max_attempts=self.max_attempts, now=self._now())
-            log_failure(job, verdict, failure, self.retry_delay_ms)
-        except StaleLease:
-            log.warning("stale lease: %s attempt %d finished after its lease was lost", job.id,
-                        job.attempt)
+            self._handling.pop(job, None)
+            mine = self.core.finished(job)
+            self._changed.set()
+            await asyncio.gather(keeper, return_exceptions=True)
+        if mine:
+            await self._settle(job, failure)
+        else:
+            log.warning("job %s attempt %d returned after its lease was given up (time limit "
+                        "or lost lease); its outcome is dropped", job.id, job.attempt)
+        if self.core.stops_loop(failure):
+            log.warning("handler raised %s on %s: the consumer stops",
+                        describe(failure or BaseException()), job.id)
+            self.stop()
 
-    async def _run_handler(self, job: Job) -> Exception | None:
+    async def _call_handler(self, job: Job) -> BaseException | None:
+        result: object
         try:
-            result = (self.handler(job) if inspect.iscoroutinefunction(self.handler)
-                      else await asyncio.to_thread(self.handler, job))
+            if inspect.iscoroutinefunction(self.handler):
+                result = self.handler(job)
+            else:
+                result = await asyncio.to_thread(self.handler, job)
             if inspect.isawaitable(result):
                 await result
-        except Exception as exc:
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the loop survives every handler outcome
             return exc
         return None
 
-    async def _beat_lease(self, job: Job) -> None:
+    @staticmethod
+    async def _outcome(handling: asyncio.Future[BaseException | None]) -> BaseException | None:
+        """The handler's failure (None: it returned); a cancel of this task itself goes on."""
+        try:
+            return await handling
+        except asyncio.CancelledError as exc:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return exc  # the handler was cancelled (its time limit) or cancelled itself
+
+    async def _settle(self, job: Job, failure: BaseException | None) -> None:
+        settlement = self.core.settlement(failure)
+        if isinstance(settlement, Ack):
+            await self._ack(job, settlement)
+        else:
+            await self._retry(job, settlement)
+
+    async def _persistently(self, job: Job,
+                            send: Callable[[], Awaitable[Verdict]]) -> Verdict:
+        """As ``echomq.Consumer._persistently``: a settlement is sent again after a transient
+        error while the lease could still be current."""
+        started, failures = time.monotonic(), 0
         while True:
-            await asyncio.sleep(self.lease_ms / 3000)
             try:
-                await self.queue.extend(job, lease_ms=self.lease_ms, now=self._now())
-            except StaleLease:
-                log.warning("stale lease: %s attempt %d lost its lease while running", job.id,
+                return await send()
+            except Exception as exc:
+                failures += 1
+                pause = self.core.settle_pause(failures, time.monotonic() - started)
+                if classify(exc) is not Fault.TRANSIENT or pause is None:
+                    raise
+                log.warning("settling %s attempt %d failed (%s); sending it again in %.1f s",
+                            job.id, job.attempt, describe(exc), pause)
+                await asyncio.sleep(pause)
+
+    async def _ack(self, job: Job, ack: Ack) -> None:
+        try:
+            verdict = await self._persistently(
+                job, lambda: self.queue.ack(job, retention_ms=ack.retention_ms))
+        except StaleLease:
+            log.warning("stale lease: %s attempt %d finished after its lease was lost; "
+                        "the ack was refused", job.id, job.attempt)
+            return
+        if verdict is Verdict.ACKED:
+            call_hook(self.on_ack, job, "on_ack")
+
+    async def _retry(self, job: Job, retry: Retry) -> None:
+        try:
+            verdict = await self._persistently(job, lambda: self.queue.retry(
+                job, delay_ms=retry.delay_ms, error=retry.error,
+                max_attempts=retry.max_attempts, now=self._now()))
+        except StaleLease:
+            log.warning("stale lease: %s attempt %d failed after its lease was lost (%s)",
+                        job.id, job.attempt, first_line(retry.error))
+            return
+        log_failure(job, verdict, retry.error, retry.delay_ms)
+
+    # the keeper ---------------------------------------------------------------------------
+
+    async def _keep(self) -> None:
+        """While a handler runs: extend due leases, fail overrun attempts, run due
+        housekeeping; ends when no handler runs."""
+        while self.core.busy:
+            now = time.monotonic()
+            wait = self.core.next_tick(now)
+            if wait > 0:
+                self._changed.clear()
+                await _until(self._changed, wait)
+                continue
+            extends = self.core.extends_due(now)
+            overruns = self.core.take_overruns(now)
+            housekeep = self.core.take_housekeeping(now)
+            for job in extends:
+                await self._guarded(self._extend, job)
+            for job in overruns:
+                await self._guarded(self._overrun, job)
+            if housekeep:
+                await self._guarded(self._recover_and_promote)
+
+    async def _guarded(self, action: Callable[..., Awaitable[None]], *args: Any) -> None:
+        try:
+            await action(*args)
+        except Exception as exc:  # logged; the loop itself meets it on its next call
+            level = logging.WARNING if classify(exc) is Fault.TRANSIENT else logging.ERROR
+            log.log(level, "%s failed: %s", action.__name__.strip("_"), describe(exc))
+
+    async def _extend(self, job: Job) -> None:
+        ok = False
+        try:
+            await self.queue.extend(job, lease_ms=self.lease_ms, now=self._now())
+            ok = True
+        except StaleLease:
+            if self.core.release(job):
+                log.warning("stale lease: %s attempt %d was lost before its heartbeat", job.id,
                             job.attempt)
-                return
+        finally:
+            self.core.extended(job, time.monotonic(), ok=ok)
+
+    async def _overrun(self, job: Job) -> None:
+        log.error("job %s attempt %d exceeded its time limit of %d ms", job.id, job.attempt,
+                  self.settings.time_limit_ms or 0)
+        handling = self._handling.get(job)
+        if handling is not None:
+            handling.cancel()
+        try:
+            await self._retry(job, self.core.overrun_settlement())
+        finally:
+            self._tell_overrun(job)
+
+    def _tell_overrun(self, job: Job) -> None:
+        call_hook(self.on_overrun, job, "on_overrun")
+
+    # internals ----------------------------------------------------------------------------
+
+    async def _housekeep(self, *, force: bool = False) -> None:
+        if self.core.take_housekeeping(time.monotonic(), force=force):
+            await self._recover_and_promote()
+
+    async def _recover_and_promote(self) -> None:
+        await self.queue.recover(now=self._now(), max_attempts=self.max_attempts)
+        await self.queue.promote(now=self._now())
 
     async def _claim(self) -> Job | None:
-        if self.lanes:
-            job = await self.queue.claim_lane(self.lease_ms, now=self._now())
+        for kind in self.core.claim_kinds():
+            claim = self.queue.claim_lane if kind == "lane" else self.queue.claim
+            job = await claim(self.lease_ms, now=self._now())
             if job is not None:
                 return job
-        return await self.queue.claim(self.lease_ms, now=self._now())
+        return None
+
+    async def _guarded_beat(self) -> None:
+        """A beat; a transient error waits (stop-aware) with back-off, a fatal one raises."""
+        try:
+            await self.beat()
+        except Exception as exc:
+            fault = classify(exc)
+            if fault is None:
+                raise
+            if fault is Fault.FATAL:
+                raise fatal_error(self.queue.name, exc) from exc
+            pause = self.core.backoff.failed()
+            log.warning("server unavailable (%s); retrying in %.1f s", describe(exc), pause)
+            await _until(self._stopping, pause)
+            return
+        self.core.backoff.succeeded()
 
     async def _server_ms(self) -> int:
         seconds, micros = await self.queue.conn.time()

@@ -1,38 +1,61 @@
-"""``Consumer``: the supervised loop of one worker — recover → promote → drain → park.
+"""``Consumer``: the supervised loop of one worker — housekeeping, claim, run, settle, park.
 
-Each beat returns expired leases and due retries, then claims and runs jobs until none is left
-(or a stop is asked for), then parks on the queue's wake key with ``BLPOP`` — never polls. The park
-lasts until a wake token arrives (an enqueue, a recover or a promote leaves one per job) or until
-the next lease deadline or retry falls due, capped by ``park_cap_ms``.
+The loop's decisions live in ``echomq.loop.LoopCore`` (no I/O); this module is its blocking
+shell, and ``echomq.aio.Consumer`` its asyncio one. Each beat runs recover + promote, then claims
+and runs jobs until none is left (or a stop is asked for), then parks on the queue's wake key with
+``BLPOP`` — never polls. Recover + promote also run every ``housekeeping_ms`` while the queue stays
+busy, between jobs and, from the keeper thread, while a handler runs: an expired lease or a due
+retry is back in play within ``housekeeping_ms`` of falling due, whatever the queue's depth.
 
-A handler that raises makes the job retry after ``retry_delay_ms`` (dead after ``max_attempts``,
-its last error kept); the loop itself carries on. A handler that runs long keeps its lease: a
-heartbeat thread extends it every ``lease_ms / 3`` until the handler returns.
+The keeper thread also extends every lease in hand every ``lease_ms / 3`` (the heartbeat) and
+fails an attempt that runs past ``time_limit_ms``. A handler that raises makes the job retry after
+``retry_delay_ms`` (dead after max_attempts, its error and last frames kept); the loop carries on.
+Transient server errors are retried with back-off; errors that cannot heal raise
+``FatalServerError`` out of ``run()``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from typing import Any
 
 import redis
 
+from echomq.connection import socket_timeout_of
 from echomq.errors import StaleLease, Wire6Unsupported
+from echomq.loop import (
+    HOUSEKEEPING_MS,
+    PARK_FLOOR_MS,
+    Ack,
+    Clock,
+    Fault,
+    LoopCore,
+    Retry,
+    Settings,
+    classify,
+    describe,
+    error_text,
+    fatal_error,
+    first_line,
+    park_window,
+)
 from echomq.queue import DEFAULT_LEASE_MS, Job, Queue, Verdict
 from echomq.transitions import LANE_CLAIM
+
+__all__ = ["Consumer", "error_text", "park_window", "refuse_unsupported", "server_ms"]
 
 log = logging.getLogger("echomq")
 
 Handler = Callable[[Job], object]
-Clock = Callable[[], int]
 
 WAKE_CAP = 64
-PARK_FLOOR_MS = 10
 UNBLOCK_PATIENCE_S = 0.5
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
@@ -42,12 +65,6 @@ def refuse_unsupported(wire: int, lanes: bool) -> None:
     the lane claim has no native twin, so such a loop would have no way to drain."""
     if lanes and wire == 6 and LANE_CLAIM.native is None:
         raise Wire6Unsupported(LANE_CLAIM.public_name)
-
-
-def error_text(exc: BaseException) -> str:
-    """What a failed attempt records in the job row: the exception's type and message."""
-    message = str(exc)
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 def push_wake_token(queue: Queue) -> None:
@@ -67,48 +84,85 @@ def server_ms(conn: Any) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-def park_window(due: int, now: int, floor_ms: int, cap_ms: int) -> int:
-    """How long to park (ms): until ``due``, within [floor_ms, cap_ms]."""
-    return max(floor_ms, min(cap_ms, due - now + 1))
-
-
-def log_failure(job: Job, verdict: Verdict, exc: Exception, retry_delay_ms: int) -> None:
+def log_failure(job: Job, verdict: Verdict, error: str, retry_delay_ms: int) -> None:
     """Say what became of a failed attempt: dead, or retrying after ``retry_delay_ms``."""
     if verdict is Verdict.DEAD:
-        log.error("job %s dead after attempt %d: %s", job.id, job.attempt, error_text(exc),
-                  exc_info=exc)
+        log.error("job %s dead after attempt %d: %s", job.id, job.attempt, error)
     else:
         log.warning("job %s failed (attempt %d) and will retry in %d ms: %s", job.id,
-                    job.attempt, retry_delay_ms, error_text(exc))
+                    job.attempt, retry_delay_ms, first_line(error))
 
 
-class Heartbeat:
-    """One thread that extends the lease of the job in hand every ``interval_s`` until it is
-    released. An extend never overlaps the release: the ack or retry that follows sees it done."""
+def call_hook(hook: Callable[[Job], object] | None, job: Job, name: str) -> None:
+    """Call a user's hook with ``job``; what it raises is logged, never the loop's end."""
+    if hook is None:
+        return
+    try:
+        hook(job)
+    except Exception:
+        log.exception("%s hook failed for %s attempt %d", name, job.id, job.attempt)
 
-    def __init__(self, queue: Queue, lease_ms: int, clock: Clock | None) -> None:
-        self._queue = queue
-        self._lease_ms = lease_ms
-        self._clock = clock
-        self.interval_s = max(lease_ms / 3, 1) / 1000
+
+class AwaitableRunner:
+    """Runs what a handler returns when it is awaitable (an ``async def`` handler) to the end,
+    on an event loop of this consumer's own; ``cancel`` ends it from another thread."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._running: tuple[Job, asyncio.Future[object]] | None = None
+
+    def call(self, handler: Handler, job: Job) -> None:
+        result = handler(job)
+        if not inspect.isawaitable(result):
+            return
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        task = asyncio.ensure_future(_awaited(result), loop=self._loop)
+        self._running = (job, task)
+        try:
+            self._loop.run_until_complete(task)
+        finally:
+            self._running = None
+
+    def cancel(self, job: Job) -> None:
+        """Cancel ``job``'s awaitable if it is the one running (not a later job's)."""
+        running, loop = self._running, self._loop
+        if running is not None and running[0] == job and loop is not None:
+            with suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(running[1].cancel)
+
+    def close(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.close()
+
+
+async def _awaited(result: Awaitable[object]) -> object:
+    return await result
+
+
+class Keeper:
+    """One thread that, while a handler runs, extends the leases in hand when due, runs
+    housekeeping when due, and fails any attempt past its time limit (then goes on with
+    housekeeping while that handler still runs). It idles while no handler runs."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
         self._cond = threading.Condition()
-        self._job: Job | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    @contextmanager
-    def holding(self, job: Job) -> Iterator[None]:
-        """Keep ``job``'s lease alive while the body runs."""
-        self._ensure_thread()
-        with self._cond:
-            self._job = job
-            self._cond.notify_all()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._job = None
-                self._cond.notify_all()
+    @property
+    def lock(self) -> threading.Condition:
+        return self._cond
+
+    def wake(self) -> None:
+        """Something in hand changed: look again (called with ``lock`` held)."""
+        if self._thread is None:
+            self._closed = False
+            self._thread = threading.Thread(target=self._run, name="echomq-keeper", daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:
@@ -118,42 +172,23 @@ class Heartbeat:
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
-    def _ensure_thread(self) -> None:
-        if self._thread is None:
-            self._closed = False
-            self._thread = threading.Thread(target=self._run, name="echomq-heartbeat",
-                                            daemon=True)
-            self._thread.start()
-
     def _run(self) -> None:
+        core = self._consumer.core
         with self._cond:
             while not self._closed:
-                job = self._job
-                if job is None:
-                    self._cond.wait()
-                elif self._wait_interval(job):
-                    self._extend(job)
-
-    def _wait_interval(self, job: Job) -> bool:
-        """Wait one interval while ``job`` stays in hand; True if it still is after it."""
-        deadline = time.monotonic() + self.interval_s
-        while self._job is job and not self._closed:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return True
-            self._cond.wait(remaining)
-        return False
-
-    def _extend(self, job: Job) -> None:
-        now = self._clock() if self._clock is not None else None
-        try:
-            self._queue.extend(job, lease_ms=self._lease_ms, now=now)
-        except StaleLease:
-            log.warning("stale lease: %s attempt %d was lost before its heartbeat", job.id,
-                        job.attempt)
-            self._job = None
-        except Exception:
-            log.exception("heartbeat of %s attempt %d failed", job.id, job.attempt)
+                now = time.monotonic()
+                wait = core.next_tick(now) if core.busy else None
+                if wait is None or wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                extends = core.extends_due(now)
+                overruns = core.take_overruns(now)
+                housekeep = core.take_housekeeping(now)
+                self._cond.release()
+                try:
+                    self._consumer.keep(extends, overruns, housekeep)
+                finally:
+                    self._cond.acquire()
 
 
 class Parker:
@@ -169,9 +204,26 @@ class Parker:
         self._parked_in: int | None = None  # the parking thread, while it parks
         self._own: Queue | None = None
         self._client_id: int | None = None
+        self.socket_timeout_s: float | None = None
+
+    def bind(self) -> Queue:
+        """The queue as seen through the parking connection (made on first use)."""
+        if self._own is not None:
+            return self._own
+        conn = self._queue.conn
+        if isinstance(conn, redis.Redis):
+            private = redis.Redis(connection_pool=conn.connection_pool,
+                                  single_connection_client=True)
+            self._client_id = int(private.client_id())
+            self._own = copy.copy(self._queue)  # the same queue, parked through ``private``
+            self._own.conn = private
+        else:  # a cluster client: stop() falls back to a wake token
+            self._own = self._queue
+        self.socket_timeout_s = socket_timeout_of(conn)
+        return self._own
 
     def park(self, timeout_s: float, stopping: threading.Event) -> bool:
-        own = self._bind()
+        own = self.bind()
         self._parked_in = threading.get_ident()
         try:
             if stopping.is_set():
@@ -219,64 +271,81 @@ class Parker:
         except redis.RedisError:
             return False
 
-    def _bind(self) -> Queue:
-        if self._own is not None:
-            return self._own
-        conn = self._queue.conn
-        if isinstance(conn, redis.Redis):
-            private = redis.Redis(connection_pool=conn.connection_pool,
-                                  single_connection_client=True)
-            self._client_id = int(private.client_id())
-            self._own = copy.copy(self._queue)  # the same queue, parked through ``private``
-            self._own.conn = private
-        else:  # a cluster client: stop() falls back to a wake token
-            self._own = self._queue
-        return self._own
-
 
 class Consumer:
     """The supervised loop of one worker on ``queue``, running ``handler(job)`` per job.
 
     ``lanes``: claim through the lanes in turn, then flat jobs (scripts only: a ``wire=6``
     queue raises Wire6Unsupported("gclaim2") here). ``heartbeat``: extend a running job's lease
-    every ``lease_ms / 3``. ``on_ack``: called with each job whose ack returned ACKED.
-    ``clock``: the ms clock for every transition (None: the server's).
+    every ``lease_ms / 3``. ``max_attempts``: None means the queue's own. ``housekeeping_ms``:
+    the most time between two rounds of recover + promote while the loop runs (also the longest
+    park). ``time_limit_ms``: fail an attempt that runs longer (retried or dead) and call
+    ``on_overrun(job)`` (on the keeper thread: to end the process, use a signal or ``os._exit``);
+    an ``async def`` handler is cancelled, a plain one cannot be and keeps running —
+    ``on_overrun`` is where a worker process exits so it is replaced. ``on_ack``:
+    called with each job whose ack returned ACKED. ``clock``: the ms clock for every transition
+    (None: the server's).
+
+    A handler may be ``async def`` (or return an awaitable): it runs to the end on this
+    consumer's own event loop. A handler that raises SystemExit or KeyboardInterrupt fails its
+    attempt like any other exception, then the loop stops as ``stop()`` would (``run()``
+    returns); any other BaseException only fails the attempt.
     """
 
     def __init__(self, queue: Queue, handler: Handler, *, lanes: bool = False,
                  lease_ms: int = DEFAULT_LEASE_MS, retry_delay_ms: int = 1_000,
-                 max_attempts: int = 5, park_cap_ms: int = 5_000, heartbeat: bool = True,
-                 retention_ms: int | None = None, on_ack: Callable[[Job], object] | None = None,
-                 clock: Clock | None = None, park_floor_ms: int = PARK_FLOOR_MS) -> None:
+                 max_attempts: int | None = None, park_cap_ms: int = 5_000,
+                 heartbeat: bool = True, retention_ms: int | None = None,
+                 on_ack: Callable[[Job], object] | None = None, clock: Clock | None = None,
+                 park_floor_ms: int = PARK_FLOOR_MS, housekeeping_ms: int = HOUSEKEEPING_MS,
+                 time_limit_ms: int | None = None,
+                 on_overrun: Callable[[Job], object] | None = None) -> None:
         refuse_unsupported(queue.wire, lanes)
-        if lease_ms < 1 or park_cap_ms < 1 or max_attempts < 1 or retry_delay_ms < 0:
-            raise ValueError("lease_ms, park_cap_ms and max_attempts must be positive, "
-                             "retry_delay_ms non-negative")
+        self.core = LoopCore(Settings(
+            lease_ms=lease_ms, retry_delay_ms=retry_delay_ms, max_attempts=max_attempts,
+            park_cap_ms=park_cap_ms, park_floor_ms=park_floor_ms,
+            housekeeping_ms=housekeeping_ms, time_limit_ms=time_limit_ms,
+            retention_ms=retention_ms, heartbeat=heartbeat, lanes=lanes))
         self.queue = queue
         self.handler = handler
-        self.lanes = lanes
-        self.lease_ms = lease_ms
-        self.retry_delay_ms = retry_delay_ms
-        self.max_attempts = max_attempts
-        self.park_cap_ms = park_cap_ms
-        self.park_floor_ms = min(park_floor_ms, park_cap_ms)
-        self.retention_ms = retention_ms
         self.on_ack = on_ack
+        self.on_overrun = on_overrun
         self.clock = clock
         self._stopping = threading.Event()
-        self._heartbeat = Heartbeat(queue, lease_ms, clock) if heartbeat else None
+        self._keeper = Keeper(self)
         self._parker = Parker(queue)
+        self._runner = AwaitableRunner()
+
+    @property
+    def settings(self) -> Settings:
+        return self.core.settings
+
+    @property
+    def lanes(self) -> bool:
+        return self.settings.lanes
+
+    @property
+    def lease_ms(self) -> int:
+        return self.settings.lease_ms
+
+    @property
+    def max_attempts(self) -> int | None:
+        return self.settings.max_attempts
+
+    @property
+    def park_cap_ms(self) -> int:
+        return self.settings.park_cap_ms
 
     # control ------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Beat until ``stop()``; a lost connection is retried with a growing pause."""
+        """Beat until ``stop()``. Transient server errors are retried with a growing pause;
+        one that cannot heal raises FatalServerError."""
         log.info("consumer started: queue %s, wire %d, %s, lease %d ms", self.queue.name,
                  self.queue.wire, "lanes" if self.lanes else "flat", self.lease_ms)
-        pause = 0.0
         try:
             while not self._stopping.is_set():
-                pause = self._guarded_beat(pause)
+                self._guarded_beat()
         finally:
             self.close()
             log.info("consumer stopped: queue %s", self.queue.name)
@@ -292,27 +361,28 @@ class Consumer:
         return self._stopping.is_set()
 
     def close(self) -> None:
-        """Release the heartbeat thread and the parking connection."""
-        if self._heartbeat is not None:
-            self._heartbeat.close()
+        """Release the keeper thread, the parking connection and the handlers' event loop."""
+        self._keeper.close()
         self._parker.close()
+        self._runner.close()
 
     # the beat -----------------------------------------------------------------------------
 
     def beat(self, *, park: bool = True) -> int:
         """One round: recover, promote, drain, then park (unless ``park`` is False or a stop
         was asked for). Returns how many jobs were run."""
-        self.queue.recover(now=self._now())
-        self.queue.promote(now=self._now())
+        self._housekeep(force=True)
         handled = self.drain()
         if park and not self._stopping.is_set():
             self.park()
         return handled
 
     def drain(self) -> int:
-        """Claim and run jobs until none is left or a stop is asked for; how many ran."""
+        """Claim and run jobs until none is left or a stop is asked for; how many ran.
+        Housekeeping runs in between whenever it is due, so a busy queue never starves it."""
         handled = 0
         while not self._stopping.is_set():
+            self._housekeep()
             job = self._claim()
             if job is None:
                 break
@@ -326,82 +396,171 @@ class Consumer:
 
     def park_timeout_ms(self) -> int:
         """How long to park: until the next retry or lease deadline falls due, within
-        [park_floor_ms, park_cap_ms]."""
+        [park_floor_ms, the park cap]; the cap is at most ``housekeeping_ms`` and stays below
+        the parking connection's socket timeout."""
+        self._parker.bind()
         due = self.queue.next_due()
-        if due is None:
-            return self.park_cap_ms
-        now = self.clock() if self.clock is not None else server_ms(self.queue.conn)
-        return park_window(due, now, self.park_floor_ms, self.park_cap_ms)
+        now = None
+        if due is not None:
+            now = self.clock() if self.clock is not None else server_ms(self.queue.conn)
+        return self.core.park_ms(due, now, self._parker.socket_timeout_s)
 
     # one job ------------------------------------------------------------------------------
 
     def process(self, job: Job) -> None:
         """Run the handler on ``job`` under its lease, then ack it, or retry it on failure."""
+        with self._keeper.lock:
+            self.core.took(job, time.monotonic())
+            self._keeper.wake()
         failure = self._run_handler(job)
-        if failure is None:
-            self._ack(job)
+        with self._keeper.lock:
+            mine = self.core.finished(job)
+            self._keeper.wake()
+        if mine:
+            self._settle(job, failure)
         else:
-            self._fail(job, failure)
+            log.warning("job %s attempt %d returned after its lease was given up (time limit "
+                        "or lost lease); its outcome is dropped", job.id, job.attempt)
+        if self.core.stops_loop(failure):
+            log.warning("handler raised %s on %s: the consumer stops", describe(failure or
+                        BaseException()), job.id)
+            self.stop()
 
-    def _run_handler(self, job: Job) -> Exception | None:
-        keeper = self._heartbeat.holding(job) if self._heartbeat is not None else _nothing()
-        with keeper:
-            try:
-                self.handler(job)
-            except Exception as exc:
-                return exc
+    def _run_handler(self, job: Job) -> BaseException | None:
+        try:
+            self._runner.call(self.handler, job)
+        except BaseException as exc:  # the loop survives every handler outcome
+            return exc
         return None
 
-    def _ack(self, job: Job) -> None:
+    def _settle(self, job: Job, failure: BaseException | None) -> None:
+        settlement = self.core.settlement(failure)
+        if isinstance(settlement, Ack):
+            self._ack(job, settlement)
+        else:
+            self._retry(job, settlement)
+
+    def _persistently(self, job: Job, send: Callable[[], Verdict]) -> Verdict:
+        """``send()`` a settlement, sent again after a transient error while the lease could
+        still be current (an outcome is not dropped for a passing failover or NOSCRIPT)."""
+        started, failures = time.monotonic(), 0
+        while True:
+            try:
+                return send()
+            except Exception as exc:
+                failures += 1
+                pause = self.core.settle_pause(failures, time.monotonic() - started)
+                if classify(exc) is not Fault.TRANSIENT or pause is None:
+                    raise
+                log.warning("settling %s attempt %d failed (%s); sending it again in %.1f s",
+                            job.id, job.attempt, describe(exc), pause)
+                time.sleep(pause)
+
+    def _ack(self, job: Job, ack: Ack) -> None:
         try:
-            verdict = self.queue.ack(job, retention_ms=self.retention_ms)
+            verdict = self._persistently(
+                job, lambda: self.queue.ack(job, retention_ms=ack.retention_ms))
         except StaleLease:
             log.warning("stale lease: %s attempt %d finished after its lease was lost; "
                         "the ack was refused", job.id, job.attempt)
             return
-        if verdict is Verdict.ACKED and self.on_ack is not None:
-            try:
-                self.on_ack(job)
-            except Exception:
-                log.exception("on_ack hook failed for %s attempt %d", job.id, job.attempt)
+        if verdict is Verdict.ACKED:
+            call_hook(self.on_ack, job, "on_ack")
 
-    def _fail(self, job: Job, exc: Exception) -> None:
-        text = error_text(exc)
+    def _retry(self, job: Job, retry: Retry) -> None:
         try:
-            verdict = self.queue.retry(job, delay_ms=self.retry_delay_ms, error=text,
-                                       max_attempts=self.max_attempts, now=self._now())
+            verdict = self._persistently(job, lambda: self.queue.retry(
+                job, delay_ms=retry.delay_ms, error=retry.error,
+                max_attempts=retry.max_attempts, now=self._now()))
         except StaleLease:
             log.warning("stale lease: %s attempt %d failed after its lease was lost (%s)",
-                        job.id, job.attempt, text)
+                        job.id, job.attempt, first_line(retry.error))
             return
-        log_failure(job, verdict, exc, self.retry_delay_ms)
+        log_failure(job, verdict, retry.error, retry.delay_ms)
 
-    # helpers ------------------------------------------------------------------------------
+    # the keeper's work (on its thread) ------------------------------------------------------
+
+    def keep(self, extends: list[Job], overruns: list[Job], housekeep: bool) -> None:
+        """Extend due leases, fail overrun attempts, run due housekeeping; errors are logged
+        (the loop itself meets them on its next call)."""
+        for job in extends:
+            self._guarded(self._extend, job)
+        for job in overruns:
+            self._guarded(self._overrun, job)
+        if housekeep:
+            self._guarded(self._recover_and_promote)
+
+    def _guarded(self, action: Callable[..., None], *args: Any) -> None:
+        try:
+            action(*args)
+        except Exception as exc:
+            level = logging.WARNING if classify(exc) is Fault.TRANSIENT else logging.ERROR
+            log.log(level, "%s failed: %s", action.__name__.strip("_"), describe(exc))
+
+    def _extend(self, job: Job) -> None:
+        ok = False
+        try:
+            self.queue.extend(job, lease_ms=self.lease_ms, now=self._now())
+            ok = True
+        except StaleLease:
+            with self._keeper.lock:
+                held = self.core.release(job)
+            if held:
+                log.warning("stale lease: %s attempt %d was lost before its heartbeat", job.id,
+                            job.attempt)
+        finally:
+            with self._keeper.lock:
+                self.core.extended(job, time.monotonic(), ok=ok)
+
+    def _overrun(self, job: Job) -> None:
+        retry = self.core.overrun_settlement()
+        log.error("job %s attempt %d exceeded its time limit of %d ms", job.id, job.attempt,
+                  self.settings.time_limit_ms or 0)
+        self._runner.cancel(job)
+        try:
+            self._retry(job, retry)
+        finally:
+            self._tell_overrun(job)
+
+    def _tell_overrun(self, job: Job) -> None:
+        call_hook(self.on_overrun, job, "on_overrun")
+
+    # internals ----------------------------------------------------------------------------
+
+    def _housekeep(self, *, force: bool = False) -> None:
+        with self._keeper.lock:
+            due = self.core.take_housekeeping(time.monotonic(), force=force)
+        if due:
+            self._recover_and_promote()
+
+    def _recover_and_promote(self) -> None:
+        self.queue.recover(now=self._now(), max_attempts=self.max_attempts)
+        self.queue.promote(now=self._now())
 
     def _claim(self) -> Job | None:
-        """The next job: a lane consumer serves the lanes in turn, then any flat job, so a
-        queue that mixes both is drained whole."""
-        if self.lanes:
-            job = self.queue.claim_lane(self.lease_ms, now=self._now())
+        """The next job: a lane consumer serves the lanes in turn, then any flat job."""
+        for kind in self.core.claim_kinds():
+            claim = self.queue.claim_lane if kind == "lane" else self.queue.claim
+            job = claim(self.lease_ms, now=self._now())
             if job is not None:
                 return job
-        return self.queue.claim(self.lease_ms, now=self._now())
+        return None
 
     def _now(self) -> int | None:
         return self.clock() if self.clock is not None else None
 
-    def _guarded_beat(self, pause: float) -> float:
-        """A beat; on a lost connection, wait (stop-aware) and return the next pause."""
+    def _guarded_beat(self) -> None:
+        """A beat; a transient error waits (stop-aware) with back-off, a fatal one raises."""
         try:
             self.beat()
-        except CONNECTION_ERRORS as exc:
-            pause = min(max(pause * 2, 0.1), self.park_cap_ms / 1000)
-            log.warning("connection to the server failed (%s); retrying in %.1f s", exc, pause)
+        except Exception as exc:
+            fault = classify(exc)
+            if fault is None:
+                raise
+            if fault is Fault.FATAL:
+                raise fatal_error(self.queue.name, exc) from exc
+            pause = self.core.backoff.failed()
+            log.warning("server unavailable (%s); retrying in %.1f s", describe(exc), pause)
             self._stopping.wait(pause)
-            return pause
-        return 0.0
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
+            return
+        self.core.backoff.succeeded()

@@ -36,7 +36,12 @@ class Wire6Unsupported(EchoMQError, NotImplementedError):
         self.name = name
 
 
-class TrafikeyMissing(EchoMQError):
+class FatalServerError(EchoMQError):
+    """An error from the server that waiting will not heal (an unknown command, NOPERM, a key of
+    the wrong type): ``Consumer.run()`` stops with it instead of retrying for ever."""
+
+
+class TrafikeyMissing(FatalServerError):
     """A ``wire=6`` command the server does not know: trafikey is not loaded there. It cannot
     heal by retrying; the server needs the module (or the queue ``wire=5``)."""
 

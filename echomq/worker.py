@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import inspect
 import json
 import logging
 import os
@@ -37,13 +36,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import wait
 from types import FrameType
-from typing import Any, cast
+from typing import Any
 
-import redis
-
+from echomq.connection import redis_from_url
 from echomq.consumer import Consumer, error_text, refuse_unsupported
 from echomq.embedded import die_with_parent
-from echomq.errors import EchoMQError, StaleLease, TrafikeyMissing
+from echomq.errors import EchoMQError, TrafikeyMissing
 from echomq.executors import executor_for
 from echomq.queue import DEFAULT_LEASE_MS, Job, Queue
 from echomq.transitions import CLAIM
@@ -121,15 +119,6 @@ def check_spec(spec: WorkerSpec) -> None:
     refuse_unsupported(spec.wire, spec.lanes)
 
 
-def connect(url: str) -> redis.Redis:
-    """The worker's client: ``echomq.connection.redis_from_url`` where that module exists."""
-    try:
-        connection = importlib.import_module("echomq.connection")
-    except ImportError:
-        return redis.Redis.from_url(url)
-    return cast(redis.Redis, connection.redis_from_url(url))
-
-
 def check_server(conn: Any, wire: int) -> None:
     """Raise what keeps this server from serving a worker at all: no connection (a redis
     error), or for ``wire=6`` no trafikey (TrafikeyMissing). Changes nothing."""
@@ -143,7 +132,7 @@ def check_server(conn: Any, wire: int) -> None:
 
 def probe_server(spec: WorkerSpec) -> None:
     """``check_server`` on a connection of its own, closed after."""
-    conn = connect(spec.url)
+    conn = redis_from_url(spec.url)
     try:
         check_server(conn, spec.wire)
     finally:
@@ -153,61 +142,17 @@ def probe_server(spec: WorkerSpec) -> None:
 def build_consumer(spec: WorkerSpec,
                    on_overrun: Callable[[Job], object] | None = None) -> Consumer:
     """The consumer ``spec`` describes; ``on_overrun(job)`` runs after a job overran its time
-    limit (and its attempt was failed)."""
-    queue = Queue(connect(spec.url), spec.queue, wire=spec.wire)
-    handler: Callable[[Job], object] = load_callable(spec.handler)
-    on_ack = load_callable(spec.on_ack) if spec.on_ack else None
+    limit (and its attempt was failed). ``--max-attempts`` sets the queue's own limit, so the
+    crash path (recover) and the failure path (retry) count against the same number."""
     options: dict[str, Any] = {}
     if spec.max_attempts is not None:
         options["max_attempts"] = spec.max_attempts
-    native_limit = spec.time_limit_ms is not None and _consumer_takes_time_limit()
-    if native_limit:
-        options.update(time_limit_ms=spec.time_limit_ms, on_overrun=on_overrun)
-    consumer = Consumer(queue, handler, lanes=spec.lanes, lease_ms=spec.lease_ms,
-                        retry_delay_ms=spec.retry_delay_ms, park_cap_ms=spec.park_cap_ms,
-                        on_ack=on_ack, **options)
-    if spec.time_limit_ms is not None and not native_limit:
-        consumer.handler = _time_limited(consumer, handler, spec.time_limit_ms,
-                                         on_overrun or (lambda job: None))
-    return consumer
-
-
-def _consumer_takes_time_limit() -> bool:
-    return "time_limit_ms" in inspect.signature(Consumer).parameters
-
-
-def _time_limited(consumer: Consumer, handler: Callable[[Job], object], limit_ms: int,
-                  on_overrun: Callable[[Job], object]) -> Callable[[Job], object]:
-    """``handler`` under a time limit, for a Consumer without ``time_limit_ms``: past the limit
-    the attempt is failed (retried or dead) with the limit as its error, then
-    ``on_overrun(job)`` runs (the worker process exits, to be replaced)."""
-    lock = threading.Lock()
-
-    def overrun(job: Job, finished: threading.Event) -> None:
-        with lock:
-            if finished.is_set():
-                return
-            error = f"TimeLimitExceeded: the handler ran past its time limit of {limit_ms} ms"
-            with contextlib.suppress(StaleLease):
-                consumer.queue.retry(job, delay_ms=consumer.retry_delay_ms, error=error,
-                                     max_attempts=consumer.max_attempts)
-            log.error("job %s attempt %d overran its time limit of %d ms", job.id, job.attempt,
-                      limit_ms)
-        on_overrun(job)
-
-    def limited(job: Job) -> object:
-        finished = threading.Event()
-        timer = threading.Timer(limit_ms / 1000, overrun, args=(job, finished))
-        timer.daemon = True
-        timer.start()
-        try:
-            return handler(job)
-        finally:
-            with lock:
-                finished.set()
-            timer.cancel()
-
-    return limited
+    queue = Queue(redis_from_url(spec.url), spec.queue, wire=spec.wire, **options)
+    handler: Callable[[Job], object] = load_callable(spec.handler)
+    on_ack = load_callable(spec.on_ack) if spec.on_ack else None
+    return Consumer(queue, handler, lanes=spec.lanes, lease_ms=spec.lease_ms,
+                    retry_delay_ms=spec.retry_delay_ms, park_cap_ms=spec.park_cap_ms,
+                    on_ack=on_ack, time_limit_ms=spec.time_limit_ms, on_overrun=on_overrun)
 
 
 def configure_logging(level: str) -> None:

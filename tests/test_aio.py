@@ -171,8 +171,8 @@ def test_async_consumer_wakes_runs_retries_and_stops(valkey: EmbeddedValkey, wir
         consumer.stop()
         await asyncio.wait_for(running, timeout=5)
         assert sorted(seen) == [("JOB:bad", 1), ("JOB:bad", 2), ("JOB:last", 1), ("JOB:ok", 1)]
-        assert await client.hget(queue.key("job", "JOB:bad"), "error") == (
-            b"ValueError: always fails")
+        error = await client.hget(queue.key("job", "JOB:bad"), "error")
+        assert error.split(b"\n", 1)[0] == b"ValueError: always fails"  # then the last frames
 
     run(valkey.port, body)
 
@@ -220,3 +220,20 @@ def test_async_lane_consumer_is_refused_on_wire6(valkey: EmbeddedValkey) -> None
             Consumer(Queue(client, "x", wire=6), lambda job: None, lanes=True)
 
     run(valkey.port, body)
+
+
+def test_async_pipelines_send_evalsha_as_a_plain_command() -> None:
+    """A cluster pipeline refuses ``.evalsha()`` (not EVALSHA itself): the asyncio executor
+    queues EVALSHA through ``execute_command``, as the blocking one does."""
+    from echomq.transitions import CLAIM
+
+    class Pipe:
+        def __init__(self) -> None:
+            self.sent: list[tuple[Any, ...]] = []
+
+        def execute_command(self, *args: Any) -> None:
+            self.sent.append(args)
+
+    pipe = Pipe()
+    async_executor_for(5)._queue(pipe, CLAIM, ["emq:{q}:pending", "emq:{q}:active"], ["1", "2"])
+    assert [args[0] for args in pipe.sent] == ["EVALSHA"]

@@ -18,8 +18,14 @@ import redis
 
 from echomq import Job, Queue, Verdict, Wire6Unsupported
 from echomq.consumer import Consumer, error_text
+from echomq.embedded import EmbeddedValkey
+from tests.shells import AnyConsumer, Make, make_fixture, shell_fixture  # noqa: F401
 
 NOW = 1_700_000_000_000
+
+
+def first_line(error: bytes) -> bytes:
+    return error.split(b"\n", 1)[0]
 
 
 def blocked_clients(conn: redis.Redis) -> int:
@@ -43,7 +49,7 @@ def command_calls(conn: redis.Redis) -> dict[str, int]:
 
 
 @contextmanager
-def running(*consumers: Consumer, stop_within: float = 2.0) -> Iterator[list[threading.Thread]]:
+def running(*consumers: AnyConsumer, stop_within: float = 2.0) -> Iterator[list[threading.Thread]]:
     """Run each consumer's loop in a thread; stop them all after, each promptly."""
     threads = [threading.Thread(target=c.run, daemon=True) for c in consumers]
     for thread in threads:
@@ -72,9 +78,9 @@ def queue(request: pytest.FixtureRequest, conn: redis.Redis) -> Queue:
 # waking ------------------------------------------------------------------------------------
 
 
-def test_an_enqueue_wakes_a_parked_consumer_at_once(queue: Queue) -> None:
+def test_an_enqueue_wakes_a_parked_consumer_at_once(make: Make, queue: Queue) -> None:
     handled = threading.Event()
-    consumer = Consumer(queue, lambda job: handled.set(), park_cap_ms=30_000)
+    consumer = make(queue, lambda job: handled.set(), park_cap_ms=30_000)
     with running(consumer):
         assert parked(queue.conn)
         started = time.monotonic()
@@ -83,16 +89,16 @@ def test_an_enqueue_wakes_a_parked_consumer_at_once(queue: Queue) -> None:
         assert time.monotonic() - started < 3.0
 
 
-def test_stop_returns_a_parked_consumer_promptly(queue: Queue) -> None:
-    consumer = Consumer(queue, lambda job: None, park_cap_ms=60_000)
+def test_stop_returns_a_parked_consumer_promptly(make: Make, queue: Queue) -> None:
+    consumer = make(queue, lambda job: None, park_cap_ms=60_000)
     with running(consumer, stop_within=1.0):
         assert parked(queue.conn)
     assert blocked_clients(queue.conn) == 0
 
 
-def test_stop_right_after_start_never_waits_for_the_park_cap(queue: Queue) -> None:
+def test_stop_right_after_start_never_waits_for_the_park_cap(make: Make, queue: Queue) -> None:
     for _ in range(20):
-        consumer = Consumer(queue, lambda job: None, park_cap_ms=60_000)
+        consumer = make(queue, lambda job: None, park_cap_ms=60_000)
         with running(consumer, stop_within=1.0):
             pass
 
@@ -110,10 +116,10 @@ def test_stop_from_a_signal_handler_returns_the_loop(queue: Queue) -> None:
         signal.signal(signal.SIGALRM, previous)
 
 
-def test_stopping_one_consumer_leaves_the_others_parked(queue: Queue) -> None:
+def test_stopping_one_consumer_leaves_the_others_parked(make: Make, queue: Queue) -> None:
     handled = threading.Event()
-    first = Consumer(queue, lambda job: None, park_cap_ms=60_000)
-    second = Consumer(queue, lambda job: handled.set(), park_cap_ms=60_000)
+    first = make(queue, lambda job: None, park_cap_ms=60_000)
+    second = make(queue, lambda job: handled.set(), park_cap_ms=60_000)
     with running(second):
         with running(first, stop_within=1.0):
             assert parked(queue.conn, 2)
@@ -122,7 +128,7 @@ def test_stopping_one_consumer_leaves_the_others_parked(queue: Queue) -> None:
         assert handled.wait(3.0)
 
 
-def test_a_burst_wakes_as_many_parked_consumers_as_there_is_work(queue: Queue) -> None:
+def test_a_burst_wakes_as_many_parked_consumers_as_there_is_work(make: Make, queue: Queue) -> None:
     workers = 4
     barrier = threading.Barrier(workers, timeout=5.0)
     met: list[str] = []
@@ -131,7 +137,7 @@ def test_a_burst_wakes_as_many_parked_consumers_as_there_is_work(queue: Queue) -
         barrier.wait()  # passes only when all of them run at the same time
         met.append(job.id)
 
-    consumers = [Consumer(queue, handler, park_cap_ms=30_000) for _ in range(workers)]
+    consumers = [make(queue, handler, park_cap_ms=30_000) for _ in range(workers)]
     with running(*consumers):
         assert parked(queue.conn, workers)
         queue.enqueue_many([(f"JOB:{n}", b"x") for n in range(workers)])
@@ -141,11 +147,11 @@ def test_a_burst_wakes_as_many_parked_consumers_as_there_is_work(queue: Queue) -
     assert queue.counts()["active"] == 0
 
 
-def test_the_wake_key_stays_bounded_with_nobody_parked(queue: Queue) -> None:
+def test_the_wake_key_stays_bounded_with_nobody_parked(make: Make, queue: Queue) -> None:
     for first in range(0, 1_000, 100):
         queue.enqueue_many([(f"JOB:{n}", b"x") for n in range(first, first + 100)])
     assert queue.conn.llen(queue.key("wake")) <= 64
-    consumer = Consumer(queue, lambda job: None)
+    consumer = make(queue, lambda job: None)
     assert consumer.beat(park=False) == 1_000
     assert queue.conn.llen(queue.key("wake")) <= 64
 
@@ -153,8 +159,8 @@ def test_the_wake_key_stays_bounded_with_nobody_parked(queue: Queue) -> None:
 # no polling --------------------------------------------------------------------------------
 
 
-def test_an_idle_consumer_sends_one_park_per_timeout(queue: Queue) -> None:
-    consumer = Consumer(queue, lambda job: None, park_cap_ms=200)
+def test_an_idle_consumer_sends_one_park_per_timeout(make: Make, queue: Queue) -> None:
+    consumer = make(queue, lambda job: None, park_cap_ms=200)
     conn = queue.conn
     before = command_calls(conn)
     consumer.beat(park=False)  # what recover, promote and an empty claim cost on this wire
@@ -170,8 +176,8 @@ def test_an_idle_consumer_sends_one_park_per_timeout(queue: Queue) -> None:
     assert sum(delta.values()) <= 11 * per_beat
 
 
-def test_the_park_ends_when_the_next_retry_falls_due(queue: Queue) -> None:
-    consumer = Consumer(queue, lambda job: None, park_cap_ms=30_000)
+def test_the_park_ends_when_the_next_retry_falls_due(make: Make, queue: Queue) -> None:
+    consumer = make(queue, lambda job: None, park_cap_ms=30_000)
     queue.enqueue("JOB:later", b"x")
     job = queue.claim()
     assert job is not None
@@ -184,24 +190,36 @@ def test_the_park_ends_when_the_next_retry_falls_due(queue: Queue) -> None:
         assert handled.wait(3.0)
 
 
-def test_park_timeout_is_capped_and_floored(conn: redis.Redis) -> None:
+def test_park_timeout_is_capped_and_floored(make: Make, conn: redis.Redis) -> None:
     queue = Queue(conn, "work")
     clock = [NOW]
-    consumer = Consumer(queue, lambda job: None, park_cap_ms=5_000, clock=lambda: clock[0])
-    assert consumer.park_timeout_ms() == 5_000  # nothing due at all
+    consumer = make(queue, lambda job: None, park_cap_ms=3_000, housekeeping_ms=10_000,
+                    clock=lambda: clock[0])
+    assert consumer.park_timeout_ms() == 3_000  # nothing due at all
     queue.enqueue("JOB:1", b"x", now=NOW)
     assert queue.claim(lease_ms=60_000, now=NOW) is not None
-    assert consumer.park_timeout_ms() == 5_000  # the lease ends after the cap
+    assert consumer.park_timeout_ms() == 3_000  # the lease ends after the cap
     clock[0] = NOW + 59_000
     assert consumer.park_timeout_ms() == 1_001
     clock[0] = NOW + 61_000
     assert consumer.park_timeout_ms() == 10  # overdue: the floor
 
 
+def test_the_park_is_no_longer_than_housekeeping_nor_the_socket_timeout(
+        make: Make, valkey: EmbeddedValkey) -> None:
+    conn = valkey.client(socket_timeout=1.0)
+    queue = Queue(conn, "work")
+    assert make(queue, lambda job: None, park_cap_ms=60_000).park_timeout_ms() == 500
+    assert make(Queue(valkey.client(socket_timeout=None), "work"), lambda job: None,
+                park_cap_ms=60_000).park_timeout_ms() == 1_000  # housekeeping_ms
+    conn.close()
+
+
 # failures ----------------------------------------------------------------------------------
 
 
-def test_a_raising_handler_retries_then_dies_keeping_its_last_error(queue: Queue) -> None:
+def test_a_raising_handler_retries_then_dies_keeping_its_last_error(
+        make: Make, queue: Queue) -> None:
     clock = [NOW]
     calls: list[tuple[str, int]] = []
 
@@ -210,7 +228,7 @@ def test_a_raising_handler_retries_then_dies_keeping_its_last_error(queue: Queue
         if job.id == "JOB:bad":
             raise ValueError(f"boom {job.attempt}")
 
-    consumer = Consumer(queue, handler, retry_delay_ms=1_000, max_attempts=3,
+    consumer = make(queue, handler, retry_delay_ms=1_000, max_attempts=3,
                         clock=lambda: clock[0])
     queue.enqueue("JOB:bad", b"x", now=NOW)
     queue.enqueue("JOB:good", b"y", now=NOW + 1)
@@ -218,7 +236,7 @@ def test_a_raising_handler_retries_then_dies_keeping_its_last_error(queue: Queue
 
     assert consumer.beat(park=False) == 2  # the failure did not stop the drain
     assert queue.conn.zscore(queue.key("delayed"), "JOB:bad") == NOW + 1_000
-    assert queue.conn.hget(row, "error") == b"ValueError: boom 1"
+    assert first_line(queue.conn.hget(row, "error")) == b"ValueError: boom 1"
     clock[0] = NOW + 999
     assert consumer.beat(park=False) == 0  # not due yet
     clock[0] = NOW + 1_000
@@ -226,7 +244,7 @@ def test_a_raising_handler_retries_then_dies_keeping_its_last_error(queue: Queue
     clock[0] = NOW + 2_000
     assert consumer.beat(park=False) == 1
     assert queue.conn.zscore(queue.key("dead"), "JOB:bad") == NOW + 2_000
-    assert queue.conn.hget(row, "error") == b"ValueError: boom 3"
+    assert first_line(queue.conn.hget(row, "error")) == b"ValueError: boom 3"
     assert calls == [("JOB:bad", 1), ("JOB:good", 1), ("JOB:bad", 2), ("JOB:bad", 3)]
     clock[0] = NOW + 10_000
     queue.enqueue("JOB:next", b"z", now=clock[0])
@@ -235,7 +253,7 @@ def test_a_raising_handler_retries_then_dies_keeping_its_last_error(queue: Queue
 
 
 def test_the_running_loop_survives_failures_and_logs_them(
-        queue: Queue, caplog: pytest.LogCaptureFixture) -> None:
+        make: Make, queue: Queue, caplog: pytest.LogCaptureFixture) -> None:
     good = threading.Event()
 
     def handler(job: Job) -> None:
@@ -243,13 +261,14 @@ def test_the_running_loop_survives_failures_and_logs_them(
             raise RuntimeError("always")
         good.set()
 
-    consumer = Consumer(queue, handler, retry_delay_ms=20, max_attempts=2, park_cap_ms=30_000)
+    consumer = make(queue, handler, retry_delay_ms=20, max_attempts=2, park_cap_ms=30_000)
     with caplog.at_level(logging.INFO, logger="echomq"), running(consumer):
         queue.enqueue("JOB:bad", b"x")
         assert wait_until(lambda: queue.counts()["dead"] == 1)
         queue.enqueue("JOB:good", b"y")
         assert good.wait(3.0)
-    assert queue.conn.hget(queue.key("job", "JOB:bad"), "error") == b"RuntimeError: always"
+    assert first_line(queue.conn.hget(queue.key("job", "JOB:bad"), "error")) == (
+        b"RuntimeError: always")
     text = caplog.text
     assert "consumer started" in text
     assert "JOB:bad failed (attempt 1) and will retry in 20 ms: RuntimeError: always" in text
@@ -279,13 +298,13 @@ def long_job(started: threading.Event, release: threading.Event,
     return handler
 
 
-def test_a_long_handler_keeps_its_lease(queue: Queue) -> None:
+def test_a_long_handler_keeps_its_lease(make: Make, queue: Queue) -> None:
     started, release = threading.Event(), threading.Event()
     seen: list[int] = []
     acked: list[Job] = []
-    consumer = Consumer(queue, long_job(started, release, seen), lease_ms=300,
+    consumer = make(queue, long_job(started, release, seen), lease_ms=300,
                         park_cap_ms=30_000, on_ack=acked.append)
-    rival = Consumer(queue, lambda job: None, lease_ms=300)
+    rival = make(queue, lambda job: None, lease_ms=300)
     queue.enqueue("JOB:long", b"x")
     with running(consumer):
         assert started.wait(3.0)
@@ -302,11 +321,11 @@ def test_a_long_handler_keeps_its_lease(queue: Queue) -> None:
 
 
 def test_without_a_heartbeat_the_lease_is_lost_and_the_late_ack_is_stale(
-        queue: Queue, caplog: pytest.LogCaptureFixture) -> None:
+        make: Make, queue: Queue, caplog: pytest.LogCaptureFixture) -> None:
     started, release = threading.Event(), threading.Event()
     seen: list[int] = []
     acked: list[Job] = []
-    consumer = Consumer(queue, long_job(started, release, seen), lease_ms=300,
+    consumer = make(queue, long_job(started, release, seen), lease_ms=300,
                         heartbeat=False, on_ack=acked.append)
     queue.enqueue("JOB:long", b"x")
     with caplog.at_level(logging.WARNING, logger="echomq"), running(consumer):
@@ -319,7 +338,7 @@ def test_without_a_heartbeat_the_lease_is_lost_and_the_late_ack_is_stale(
 
 
 def test_a_heartbeat_that_finds_its_lease_gone_logs_it(
-        conn: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+        make: Make, conn: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
     queue = Queue(conn, "work")
     taken = threading.Event()
 
@@ -329,7 +348,7 @@ def test_a_heartbeat_that_finds_its_lease_gone_logs_it(
         taken.set()
         time.sleep(0.2)  # two heartbeat intervals
 
-    consumer = Consumer(queue, handler, lease_ms=150, clock=lambda: NOW)
+    consumer = make(queue, handler, lease_ms=150, clock=lambda: NOW)
     queue.enqueue("JOB:1", b"x", now=NOW)
     with caplog.at_level(logging.WARNING, logger="echomq"):
         assert consumer.beat(park=False) == 1
@@ -341,12 +360,12 @@ def test_a_heartbeat_that_finds_its_lease_gone_logs_it(
 # wires and lanes ---------------------------------------------------------------------------
 
 
-def test_wire6_drains_the_flat_queue_natively(conn: redis.Redis) -> None:
+def test_wire6_drains_the_flat_queue_natively(make: Make, conn: redis.Redis) -> None:
     queue = Queue(conn, "work", wire=6)
     handled: list[str] = []
     queue.enqueue_many([(f"JOB:{n:02d}", b"x") for n in range(20)])
     before = command_calls(conn)
-    assert Consumer(queue, lambda job: handled.append(job.id)).beat(park=False) == 20
+    assert make(queue, lambda job: handled.append(job.id)).beat(park=False) == 20
     after = command_calls(conn)
     assert handled == [f"JOB:{n:02d}" for n in range(20)]
     assert after.get("evalsha", 0) == before.get("evalsha", 0)
@@ -354,43 +373,72 @@ def test_wire6_drains_the_flat_queue_natively(conn: redis.Redis) -> None:
     assert queue.counts()["pending"] == 0
 
 
-def test_wire6_refuses_a_lane_consumer_at_construction(conn: redis.Redis) -> None:
+def test_wire6_refuses_a_lane_consumer_at_construction(make: Make, conn: redis.Redis) -> None:
     queue = Queue(conn, "work", wire=6)
     before = command_calls(conn)
     with pytest.raises(Wire6Unsupported) as refused:
-        Consumer(queue, lambda job: None, lanes=True)
+        make(queue, lambda job: None, lanes=True)
     assert refused.value.name == "gclaim2"
     assert command_calls(conn) == before
 
 
-def test_a_lane_consumer_serves_the_lanes_in_turn(conn: redis.Redis) -> None:
+def test_a_lane_consumer_serves_the_lanes_in_turn(make: Make, conn: redis.Redis) -> None:
     queue = Queue(conn, "work")
     groups = [f"tenant-{g}" for g in range(5)]
     queue.enqueue_many([(f"JOB:{g}-{n}", b"x", g) for g in groups[:1] for n in range(10)])
     queue.enqueue_many([(f"JOB:{g}-{n}", b"x", g) for g in groups[1:] for n in range(3)])
     served: list[str | None] = []
-    assert Consumer(queue, lambda job: served.append(job.lane), lanes=True).beat(
+    assert make(queue, lambda job: served.append(job.lane), lanes=True).beat(
         park=False) == 22
     assert set(served[:5]) == set(groups)  # every lane before any lane twice
     assert served.count("tenant-0") == 10
     assert queue.counts()["lanes"] == 0
 
 
-def test_a_lane_consumer_is_woken_by_a_lane_enqueue(conn: redis.Redis) -> None:
+def test_a_lane_consumer_is_woken_by_a_lane_enqueue(make: Make, conn: redis.Redis) -> None:
     queue = Queue(conn, "work")
     handled = threading.Event()
-    consumer = Consumer(queue, lambda job: handled.set(), lanes=True, park_cap_ms=30_000)
+    consumer = make(queue, lambda job: handled.set(), lanes=True, park_cap_ms=30_000)
     with running(consumer):
         assert parked(conn)
         queue.enqueue("JOB:lane", b"x", lane="tenant-a")
         assert handled.wait(3.0)
 
 
-def test_an_acked_job_is_a_tombstone(queue: Queue) -> None:
+def test_an_acked_job_is_a_tombstone(make: Make, queue: Queue) -> None:
     acked: list[Verdict] = []
     queue.enqueue("JOB:1", b"x")
-    consumer = Consumer(queue, lambda job: None, on_ack=lambda job: acked.append(
+    consumer = make(queue, lambda job: None, on_ack=lambda job: acked.append(
         Verdict.ACKED))
     assert consumer.beat(park=False) == 1
     assert acked == [Verdict.ACKED]
     assert queue.enqueue("JOB:1", b"x") is Verdict.DUPLICATE
+
+
+def test_a_heartbeat_that_fails_once_keeps_the_lease(make: Make, queue: Queue) -> None:
+    started, release = threading.Event(), threading.Event()
+    seen: list[int] = []
+    acked: list[Job] = []
+    consumer = make(queue, long_job(started, release, seen), lease_ms=300,
+                    park_cap_ms=30_000, on_ack=acked.append)
+    inner = consumer if isinstance(consumer, Consumer) else consumer.consumer
+    extend, failures = inner.queue.extend, [0]
+
+    def flaky(job: Job, **options: object) -> object:
+        if not failures[0]:
+            failures[0] += 1
+            raise redis.ConnectionError("connection reset by peer")
+        return extend(job, **options)
+
+    inner.queue.extend = flaky
+    rival = Consumer(queue, lambda job: None, lease_ms=300)
+    queue.enqueue("JOB:long", b"x")
+    with running(consumer):
+        assert started.wait(3.0)
+        for _ in range(4):  # ~1 s, more than three leases
+            time.sleep(0.25)
+            assert rival.beat(park=False) == 0  # its recover finds no expired lease
+        release.set()
+        assert wait_until(lambda: len(acked) == 1)
+    rival.close()
+    assert failures == [1] and seen == [1]

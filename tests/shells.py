@@ -1,0 +1,134 @@
+"""Both consumer shells behind one blocking interface, so every loop test runs against each.
+
+``echomq.Consumer`` is used as it is. ``AsyncShell`` drives an ``echomq.aio.Consumer`` on an event
+loop of its own thread, through an asyncio client to the same server with the same options, and
+offers the blocking one's calls (``run``, ``stop``, ``beat``, ``drain``, ``park_timeout_ms``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+import pytest
+import redis
+import redis.asyncio as aredis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+
+from echomq import Job, Queue, aio
+from echomq.consumer import Consumer
+
+T = TypeVar("T")
+SHELLS = ["sync", "async"]
+
+
+def async_client_like(conn: redis.Redis) -> aredis.Redis:
+    """An asyncio client with the blocking client's address and timeouts."""
+    options = dict(conn.connection_pool.connection_kwargs)
+    keep = {"host", "port", "db", "username", "password", "socket_timeout",
+            "socket_connect_timeout", "path"}
+    chosen = {key: value for key, value in options.items() if key in keep}
+    retry = options.get("retry")
+    if retry is not None:  # the same number of retries, in asyncio's own Retry
+        chosen["retry"] = AsyncRetry(NoBackoff(), int(getattr(retry, "_retries", 0)))
+    if "path" in chosen:
+        return aredis.Redis(unix_socket_path=chosen.pop("path"), **chosen)
+    return aredis.Redis(**chosen)
+
+
+class AsyncShell:
+    """An ``echomq.aio.Consumer`` with the blocking Consumer's interface."""
+
+    def __init__(self, queue: Queue, handler: Callable[[Job], object], **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.sync_queue = queue
+        self.client = async_client_like(queue.conn)
+        async_queue = aio.Queue(self.client, queue.name, wire=queue.wire,
+                                max_attempts=queue.max_attempts)
+        try:
+            self.consumer = self._call(self._make(async_queue, handler, options))
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    async def _make(queue: aio.Queue, handler: Callable[[Job], object],
+                    options: dict[str, Any]) -> aio.Consumer:
+        return aio.Consumer(queue, handler, **options)
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    @property
+    def queue(self) -> Queue:
+        return self.sync_queue
+
+    @property
+    def handler(self) -> Any:
+        return self.consumer.handler
+
+    @handler.setter
+    def handler(self, value: Any) -> None:
+        self.consumer.handler = value
+
+    @property
+    def stopping(self) -> bool:
+        return self.consumer.stopping
+
+    def run(self) -> None:
+        self._call(self.consumer.run())
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self.consumer.stop)
+
+    def beat(self, *, park: bool = True) -> int:
+        return self._call(self.consumer.beat(park=park))
+
+    def drain(self) -> int:
+        return self._call(self.consumer.drain())
+
+    def park_timeout_ms(self) -> int:
+        return self._call(self.consumer.park_timeout_ms())
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        try:
+            self._call(self.client.aclose(), timeout=5)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            self._loop.close()
+
+
+AnyConsumer = Consumer | AsyncShell
+Make = Callable[..., Any]
+
+
+@pytest.fixture(params=SHELLS, name="shell")
+def shell_fixture(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(name="make")
+def make_fixture(shell: str) -> Iterator[Make]:
+    """Builds consumers of the shell under test: ``make(queue, handler, **options)``."""
+    made: list[AnyConsumer] = []
+
+    def build(queue: Queue, handler: Callable[[Job], object], **options: Any) -> Any:
+        consumer: AnyConsumer
+        if shell == "sync":
+            consumer = Consumer(queue, handler, **options)
+        else:
+            consumer = AsyncShell(queue, handler, **options)
+        made.append(consumer)
+        return consumer
+
+    yield build
+    for consumer in made:
+        consumer.close()

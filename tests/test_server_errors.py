@@ -1,0 +1,184 @@
+"""Server errors the loop survives (backing off) and those that stop it, on real servers.
+
+A replica refuses writes (READONLY) until it is promoted; a server that sleeps (DEBUG SLEEP)
+makes every call time out; SCRIPT FLUSH races the scripts' calls (NOSCRIPT): the loop carries on
+and every job is settled. A user without permission (NOPERM), a queue key of the wrong type
+(WRONGTYPE) and a server without trafikey (unknown command) cannot heal: ``run()`` raises
+FatalServerError with one clear message.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from echomq import Job, Queue
+from echomq.embedded import EmbeddedValkey
+from echomq.errors import FatalServerError
+from echomq.loop import Fault, classify
+from tests.conftest import start_server
+from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
+from tests.test_consumer import running, wait_until
+
+NO_RETRY = Retry(NoBackoff(), 0)
+
+
+def warned(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    return any(text in record.getMessage() for record in caplog.records
+               if record.levelno == logging.WARNING)
+
+
+# transient ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[EmbeddedValkey, EmbeddedValkey]]:
+    master, replica = start_server(), start_server()
+    yield master, replica
+    replica.stop()
+    master.stop()
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_a_replica_refusing_writes_is_waited_out_until_it_is_promoted(
+        make: Make, pair: tuple[EmbeddedValkey, EmbeddedValkey], wire: int,
+        caplog: pytest.LogCaptureFixture) -> None:
+    master, replica = pair
+    conn = replica.client()
+    conn.replicaof("127.0.0.1", master.port)  # demoted: every write is READONLY
+    handled = threading.Event()
+    consumer = make(Queue(conn, "failover", wire=wire), lambda job: handled.set(),
+                    park_cap_ms=300)
+    try:
+        with caplog.at_level(logging.WARNING, logger="echomq"), running(consumer) as threads:
+            assert wait_until(lambda: warned(caplog, "READONLY") or warned(caplog, "ReadOnly"))
+            assert all(thread.is_alive() for thread in threads)
+            conn.replicaof("NO", "ONE")  # promoted
+            Queue(conn, "failover", wire=wire).enqueue("JOB:after", b"x")
+            assert handled.wait(5.0)
+    finally:
+        conn.replicaof("NO", "ONE")
+        conn.flushall()
+        conn.close()
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_a_server_that_sleeps_is_waited_out(make: Make, valkey: EmbeddedValkey,
+                                            wire: int) -> None:
+    conn = valkey.client(socket_timeout=0.5, retry=NO_RETRY)
+    conn.flushall()
+    queue = Queue(conn, "sleepy", wire=wire)
+    handled = threading.Event()
+    consumer = make(queue, lambda job: handled.set(), park_cap_ms=300)
+    try:
+        with running(consumer) as threads:
+            valkey.client().execute_command("DEBUG", "SLEEP", "1.2")  # every call times out
+            assert all(thread.is_alive() for thread in threads)
+            queue.enqueue("JOB:after", b"x")
+            assert handled.wait(5.0)
+    finally:
+        conn.flushall()
+        conn.close()
+
+
+def test_script_flushes_racing_the_calls_lose_no_job(make: Make, conn: redis.Redis) -> None:
+    queue = Queue(conn, "flushed", wire=5)
+    count = 300
+    queue.enqueue_many([(f"JOB:{n}", b"x") for n in range(count)])
+    acked: list[Job] = []
+    done = threading.Event()
+    flusher_conn = redis.Redis(connection_pool=conn.connection_pool)
+
+    def flush() -> None:
+        while not done.wait(0.001):
+            flusher_conn.script_flush()
+
+    flusher = threading.Thread(target=flush, daemon=True)
+    consumer = make(queue, lambda job: None, on_ack=acked.append, park_cap_ms=300)
+    flusher.start()
+    try:
+        with running(consumer) as threads:
+            assert wait_until(lambda: len(acked) == count, timeout=20.0)
+            assert all(thread.is_alive() for thread in threads)
+    finally:
+        done.set()
+        flusher.join(5.0)
+    assert sorted(job.id for job in acked) == sorted(f"JOB:{n}" for n in range(count))
+
+
+@pytest.mark.parametrize("message", [
+    "TRYAGAIN Multiple keys request during rehashing of slot",
+    "CLUSTERDOWN The cluster is down",
+    "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+    "LOADING Valkey is loading the dataset in memory",
+    "READONLY You can't write against a read only replica.",
+    "NOSCRIPT No matching script.",
+    "BUSY Valkey is busy running a script.",
+])
+def test_transient_codes_are_retried_whatever_class_redis_py_gives_them(message: str) -> None:
+    assert classify(redis.ResponseError(message)) is Fault.TRANSIENT
+
+
+def test_connection_failures_are_transient_and_refused_logins_fatal() -> None:
+    assert classify(redis.ConnectionError("reset")) is Fault.TRANSIENT
+    assert classify(redis.TimeoutError("slow")) is Fault.TRANSIENT
+    assert classify(redis.exceptions.BusyLoadingError("loading")) is Fault.TRANSIENT
+    assert classify(redis.AuthenticationError("bad password")) is Fault.FATAL
+    assert classify(redis.ResponseError("ERR unknown command 'EMQ.CLAIM'")) is Fault.FATAL
+    assert classify(ValueError("a bug")) is None
+
+
+# fatal -------------------------------------------------------------------------------------
+
+
+def fails_fatally(consumer: object, caplog: pytest.LogCaptureFixture) -> str:
+    """Run ``consumer`` until it stops: the message of the FatalServerError it raised."""
+    with caplog.at_level(logging.ERROR, logger="echomq"), \
+            pytest.raises(FatalServerError) as stopped:
+        consumer.run()  # type: ignore[attr-defined]
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []  # the one message is the error raised, for the caller to report
+    assert "waiting will not help" in str(stopped.value)
+    return str(stopped.value)
+
+
+def test_a_user_without_permission_stops_the_loop(make: Make, valkey: EmbeddedValkey,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    admin = valkey.client()
+    admin.flushall()
+    admin.execute_command("ACL", "SETUSER", "no-park", "reset", "on", ">pw", "~*", "+@all",
+                          "-blpop")
+    conn = valkey.client(username="no-park", password="pw")
+    try:
+        message = fails_fatally(make(Queue(conn, "acl"), lambda job: None), caplog)
+        assert "blpop" in message.lower() and "queue acl" in message
+    finally:
+        admin.execute_command("ACL", "DELUSER", "no-park")
+        conn.close()
+        admin.close()
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_a_queue_key_of_the_wrong_type_stops_the_loop(
+        make: Make, conn: redis.Redis, wire: int, caplog: pytest.LogCaptureFixture) -> None:
+    queue = Queue(conn, "typed", wire=wire)
+    conn.set(queue.key("pending"), "not a sorted set")
+    assert "WRONGTYPE" in fails_fatally(make(queue, lambda job: None), caplog)
+
+
+def test_a_server_without_trafikey_stops_a_wire6_loop(
+        make: Make, caplog: pytest.LogCaptureFixture) -> None:
+    server = start_server(module=False)
+    try:
+        conn = server.client()
+        message = fails_fatally(make(Queue(conn, "plain", wire=6), lambda job: None), caplog)
+        assert "EMQ." in message.upper()
+        conn.close()
+    finally:
+        server.stop()
