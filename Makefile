@@ -37,6 +37,7 @@ test: lint
 	else echo "note: $(DEBIAN_VALKEY) not installed; ran on the wheel's valkey-server only"; fi
 	ECHOMQ_ASAN=1 ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" \
 		$(PY) -m pytest -q -p no:cacheprovider $(ASAN_SUITE)
+	$(MAKE) test-lowest
 
 # The consumer, asyncio and queue tests again on the lowest redis-py (and hiredis) that
 # pyproject.toml allows, in a venv of their own: the range stated there is the range tested.
