@@ -15,9 +15,10 @@ from echomq.errors import (
     Wire6Unsupported,
 )
 from echomq.ids import new_job_id
-from echomq.queue import Job, Queue, Verdict
+from echomq.queue import Ack, Job, Queue, Retry, Verdict
 
 __all__ = [
+    "Ack",
     "ArgumentError",
     "Consumer",
     "EchoMQError",
@@ -26,6 +27,7 @@ __all__ = [
     "KindError",
     "LaneError",
     "Queue",
+    "Retry",
     "StaleLease",
     "Verdict",
     "Wire6Unsupported",
