@@ -499,6 +499,75 @@ static const char *finish_retry(ValkeyModuleCtx *ctx, const RetryKeys *rk, Valke
     return "RETRYING";
 }
 
+/* ---- Claiming: claim's walk and lease, shared with settle --------------------------------------- */
+
+/* The declared keys a claim writes: pending, active, the fence counter (open, and their names). */
+typedef struct {
+    ValkeyModuleKey *pending, *active, *fence;
+    ValkeyModuleString *pending_name, *active_name, *fence_name;
+} ClaimKeys;
+
+/* plan_claims of the prelude: walk pending from its lowest entry for up to count live rows (to
+ * lease) and the ghosts met on the way (to drop), checking every row before anything is written.
+ * NULL, or the error to reply. */
+static const char *plan_claims(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *pending,
+                               long long count, StrList *claims, StrList *ghosts) {
+    const char *err = NULL;
+    if (count == 0 || ValkeyModule_ZsetFirstInScoreRange(pending, VALKEYMODULE_NEGATIVE_INFINITE,
+                                                         VALKEYMODULE_POSITIVE_INFINITE, 0, 0) != VALKEYMODULE_OK)
+        return NULL;
+    while (!ValkeyModule_ZsetRangeEndReached(pending) && (long long)claims->n < count) {
+        double score;
+        ValkeyModuleString *member = ValkeyModule_ZsetRangeCurrentElement(pending, &score);
+        if (member == NULL) break;
+        ValkeyModuleString *name = derived_key(ctx, base, "job:", member);
+        int t = VALKEYMODULE_KEYTYPE_EMPTY;
+        if (!acl_may_access(acl, name)) {
+            err = EMQ_ERR_PERM;
+        } else {
+            ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
+            t = ValkeyModule_KeyType(row);
+            ValkeyModule_CloseKey(row);
+            if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) err = EMQ_ERR_MOVING;
+        }
+        ValkeyModule_FreeString(ctx, name);
+        if (err) {
+            ValkeyModule_FreeString(ctx, member);
+            break;
+        }
+        strlist_push(t == VALKEYMODULE_KEYTYPE_HASH ? claims : ghosts, member);
+        if (!ValkeyModule_ZsetRangeNext(pending)) break;
+    }
+    ValkeyModule_ZsetRangeStop(pending);
+    return err;
+}
+
+/* Lease one planned job as claim does and reply [id, payload, attempt, fence]. */
+static void claim_planned(ValkeyModuleCtx *ctx, Bytes base, const ClaimKeys *ck, ValkeyModuleString *id,
+                          long long *last_fence, long long deadline) {
+    ValkeyModuleString *row_name = derived_key(ctx, base, "job:", id);
+    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    fx_zrem(ctx, ck->pending, ck->pending_name, id);
+    long long attempt, fence;
+    fx_lease(ctx, row, row_name, id, ck->active, ck->active_name, ck->fence, ck->fence_name, *last_fence,
+             deadline, &attempt, &fence);
+    *last_fence = fence;
+    ValkeyModuleString *payload = NULL;
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "payload", &payload, NULL);
+    ValkeyModule_ReplyWithArray(ctx, 4);
+    ValkeyModule_ReplyWithString(ctx, id);
+    if (payload) {
+        ValkeyModule_ReplyWithString(ctx, payload);
+        ValkeyModule_FreeString(ctx, payload);
+    } else {
+        ValkeyModule_ReplyWithStringBuffer(ctx, "", 0);
+    }
+    ValkeyModule_ReplyWithLongLong(ctx, attempt);
+    ValkeyModule_ReplyWithLongLong(ctx, fence);
+    ValkeyModule_CloseKey(row);
+    ValkeyModule_FreeString(ctx, row_name);
+}
+
 /* ---- The commands --------------------------------------------------------------------------------- */
 
 /* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now>
@@ -542,7 +611,8 @@ static int emq_enqueue(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc
 /* EMQ.CLAIM 3 <base>pending <base>active <base>fence <lease_ms> <now>
  * Twin of claim.lua. *4 id payload :attempt :fence | null | EMQARITY EMQKEYS EMQNUM WRONGTYPE
  * EMQFENCE NOPERM TRYAGAIN.
- * Walks pending from its lowest entry; ghosts met on the way are dropped once the walk is over. */
+ * Walks pending from its lowest entry (plan_claims for one job); ghosts met on the way are dropped
+ * once the walk is over. */
 static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
@@ -564,81 +634,25 @@ static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
         return reply_error(ctx, EMQ_ERR_FENCE);
     }
 
-    /* Find the first live job: every derived row is ACL-checked before anything is written. */
+    /* Find the first live job: every derived row is checked before anything is written. */
     Acl acl = {ctx, NULL, 0};
-    StrList ghosts = {0};
-    ValkeyModuleString *id = NULL, *row_name = NULL;
-    ValkeyModuleKey *row = NULL;
-    int denied = 0;
-    if (ValkeyModule_ZsetFirstInScoreRange(pending, VALKEYMODULE_NEGATIVE_INFINITE,
-                                           VALKEYMODULE_POSITIVE_INFINITE, 0, 0) == VALKEYMODULE_OK) {
-        while (!ValkeyModule_ZsetRangeEndReached(pending)) {
-            double score;
-            ValkeyModuleString *member = ValkeyModule_ZsetRangeCurrentElement(pending, &score);
-            if (member == NULL) break;
-            ValkeyModuleString *name = derived_key(ctx, base, "job:", member);
-            if (!acl_may_access(&acl, name)) {
-                ValkeyModule_FreeString(ctx, name);
-                ValkeyModule_FreeString(ctx, member);
-                denied = 1;
-                break;
-            }
-            ValkeyModuleKey *candidate = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-            int candidate_type = ValkeyModule_KeyType(candidate);
-            if (candidate_type == VALKEYMODULE_KEYTYPE_HASH) {
-                id = member;
-                row_name = name;
-                row = candidate;
-                break;
-            }
-            ValkeyModule_CloseKey(candidate);
-            if (candidate_type == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) {
-                ValkeyModule_FreeString(ctx, name);
-                ValkeyModule_FreeString(ctx, member);
-                denied = 2;
-                break;
-            }
-            ValkeyModule_FreeString(ctx, name);
-            strlist_push(&ghosts, member);
-            if (!ValkeyModule_ZsetRangeNext(pending)) break;
-        }
-        ValkeyModule_ZsetRangeStop(pending);
-    }
+    StrList claims = {0}, ghosts = {0};
+    const char *err = plan_claims(ctx, &acl, base, pending, 1, &claims, &ghosts);
     acl_release(&acl);
-    if (denied) {
+    if (err) {
+        strlist_free(ctx, &claims);
         strlist_free(ctx, &ghosts);
         close_keys(k, 3);
-        return reply_error(ctx, denied == 2 ? EMQ_ERR_MOVING : EMQ_ERR_PERM);
+        return reply_error(ctx, err);
     }
-
     for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, call.keys[0], ghosts.v[i]);
+    if (claims.n == 0) ValkeyModule_ReplyWithNull(ctx);
+    else {
+        ClaimKeys ck = {pending, active, fence_key, call.keys[0], call.keys[1], call.keys[2]};
+        claim_planned(ctx, base, &ck, claims.v[0], &last_fence, now + lease_ms);
+    }
+    strlist_free(ctx, &claims);
     strlist_free(ctx, &ghosts);
-    if (id == NULL) {
-        close_keys(k, 3);
-        return ValkeyModule_ReplyWithNull(ctx);
-    }
-
-    fx_zrem(ctx, pending, call.keys[0], id);
-    long long attempt, fence;
-    fx_lease(ctx, row, row_name, id, active, call.keys[1], fence_key, call.keys[2], last_fence,
-             now + lease_ms, &attempt, &fence);
-    ValkeyModuleString *payload = NULL;
-    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "payload", &payload, NULL);
-
-    ValkeyModule_ReplyWithArray(ctx, 4);
-    ValkeyModule_ReplyWithString(ctx, id);
-    if (payload) {
-        ValkeyModule_ReplyWithString(ctx, payload);
-        ValkeyModule_FreeString(ctx, payload);
-    } else {
-        ValkeyModule_ReplyWithStringBuffer(ctx, "", 0);
-    }
-    ValkeyModule_ReplyWithLongLong(ctx, attempt);
-    ValkeyModule_ReplyWithLongLong(ctx, fence);
-
-    ValkeyModule_CloseKey(row);
-    ValkeyModule_FreeString(ctx, row_name);
-    ValkeyModule_FreeString(ctx, id);
     close_keys(k, 3);
     return VALKEYMODULE_OK;
 }
@@ -836,41 +850,6 @@ static const char *check_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *
     return NULL;
 }
 
-/* plan_claims of the prelude: walk pending from its lowest entry for up to count live rows (to
- * lease) and the ghosts met on the way (to drop), checking every row before anything is written.
- * NULL, or the error to reply. */
-static const char *plan_claims(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *pending,
-                               long long count, StrList *claims, StrList *ghosts) {
-    const char *err = NULL;
-    if (count == 0 || ValkeyModule_ZsetFirstInScoreRange(pending, VALKEYMODULE_NEGATIVE_INFINITE,
-                                                         VALKEYMODULE_POSITIVE_INFINITE, 0, 0) != VALKEYMODULE_OK)
-        return NULL;
-    while (!ValkeyModule_ZsetRangeEndReached(pending) && (long long)claims->n < count) {
-        double score;
-        ValkeyModuleString *member = ValkeyModule_ZsetRangeCurrentElement(pending, &score);
-        if (member == NULL) break;
-        ValkeyModuleString *name = derived_key(ctx, base, "job:", member);
-        int t = VALKEYMODULE_KEYTYPE_EMPTY;
-        if (!acl_may_access(acl, name)) {
-            err = EMQ_ERR_PERM;
-        } else {
-            ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
-            t = ValkeyModule_KeyType(row);
-            ValkeyModule_CloseKey(row);
-            if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) err = EMQ_ERR_MOVING;
-        }
-        ValkeyModule_FreeString(ctx, name);
-        if (err) {
-            ValkeyModule_FreeString(ctx, member);
-            break;
-        }
-        strlist_push(t == VALKEYMODULE_KEYTYPE_HASH ? claims : ghosts, member);
-        if (!ValkeyModule_ZsetRangeNext(pending)) break;
-    }
-    ValkeyModule_ZsetRangeStop(pending);
-    return err;
-}
-
 /* Settle one item: its verdict, the effects of ack or retry on a current lease. */
 static const char *settle_item(ValkeyModuleCtx *ctx, const RetryKeys *rk, const Item *it,
                                long long retention_ms, long long now) {
@@ -882,32 +861,6 @@ static const char *settle_item(ValkeyModuleCtx *ctx, const RetryKeys *rk, const 
     else verdict = finish_ack(ctx, rk->active, rk->active_name, row, it->row_name, it->id, retention_ms);
     ValkeyModule_CloseKey(row);
     return verdict;
-}
-
-/* Lease one planned job as claim does and reply [id, payload, attempt, fence]. */
-static void claim_planned(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleKey **k, const Call *call,
-                          ValkeyModuleString *id, long long *last_fence, long long deadline) {
-    ValkeyModuleString *row_name = derived_key(ctx, base, "job:", id);
-    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-    fx_zrem(ctx, k[3], call->keys[3], id);
-    long long attempt, fence;
-    fx_lease(ctx, row, row_name, id, k[0], call->keys[0], k[4], call->keys[4], *last_fence, deadline,
-             &attempt, &fence);
-    *last_fence = fence;
-    ValkeyModuleString *payload = NULL;
-    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "payload", &payload, NULL);
-    ValkeyModule_ReplyWithArray(ctx, 4);
-    ValkeyModule_ReplyWithString(ctx, id);
-    if (payload) {
-        ValkeyModule_ReplyWithString(ctx, payload);
-        ValkeyModule_FreeString(ctx, payload);
-    } else {
-        ValkeyModule_ReplyWithStringBuffer(ctx, "", 0);
-    }
-    ValkeyModule_ReplyWithLongLong(ctx, attempt);
-    ValkeyModule_ReplyWithLongLong(ctx, fence);
-    ValkeyModule_CloseKey(row);
-    ValkeyModule_FreeString(ctx, row_name);
 }
 
 /* EMQ.SETTLE 5 <base>active <base>delayed <base>dead <base>pending <base>fence
@@ -966,9 +919,9 @@ static int emq_settle(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc)
     for (long long i = 0; i < n; i++)
         ValkeyModule_ReplyWithSimpleString(ctx, settle_item(ctx, &rk, &items[i], retention_ms, now));
     for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, k[3], call.keys[3], ghosts.v[i]);
+    ClaimKeys ck = {k[3], k[0], k[4], call.keys[3], call.keys[0], call.keys[4]};
     ValkeyModule_ReplyWithArray(ctx, (long)claims.n);
-    for (size_t i = 0; i < claims.n; i++)
-        claim_planned(ctx, base, k, &call, claims.v[i], &last_fence, now + lease_ms);
+    for (size_t i = 0; i < claims.n; i++) claim_planned(ctx, base, &ck, claims.v[i], &last_fence, now + lease_ms);
 
     strlist_free(ctx, &claims);
     strlist_free(ctx, &ghosts);
