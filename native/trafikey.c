@@ -646,8 +646,9 @@ static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
         return reply_error(ctx, err);
     }
     for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, call.keys[0], ghosts.v[i]);
-    if (claims.n == 0) ValkeyModule_ReplyWithNull(ctx);
-    else {
+    if (claims.n == 0) {
+        ValkeyModule_ReplyWithNull(ctx);
+    } else {
         ClaimKeys ck = {pending, active, fence_key, call.keys[0], call.keys[1], call.keys[2]};
         claim_planned(ctx, base, &ck, claims.v[0], &last_fence, now + lease_ms);
     }
@@ -854,11 +855,14 @@ static const char *check_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *
 static const char *settle_item(ValkeyModuleCtx *ctx, const RetryKeys *rk, const Item *it,
                                long long retention_ms, long long now) {
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    /* Not the current lease (or one settled earlier in this batch): STALE, nothing changes. */
     const char *verdict = "STALE";
-    if (!is_current_lease(ctx, rk->active, row, it->id, it->fence)) verdict = "STALE";
-    else if (it->retry)
-        verdict = finish_retry(ctx, rk, row, it->row_name, it->id, it->error, it->delay_ms, it->max_attempts, now);
-    else verdict = finish_ack(ctx, rk->active, rk->active_name, row, it->row_name, it->id, retention_ms);
+    if (is_current_lease(ctx, rk->active, row, it->id, it->fence)) {
+        verdict = it->retry ? finish_retry(ctx, rk, row, it->row_name, it->id, it->error, it->delay_ms,
+                                           it->max_attempts, now)
+                            : finish_ack(ctx, rk->active, rk->active_name, row, it->row_name, it->id,
+                                         retention_ms);
+    }
     ValkeyModule_CloseKey(row);
     return verdict;
 }
