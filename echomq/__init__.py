@@ -17,9 +17,10 @@ from echomq.errors import (
     Wire6Unsupported,
 )
 from echomq.ids import new_job_id
-from echomq.queue import Job, Queue, Verdict
+from echomq.queue import Ack, Job, Queue, Retry, Verdict
 
 __all__ = [
+    "Ack",
     "ArgumentError",
     "Consumer",
     "EchoMQError",
@@ -29,6 +30,7 @@ __all__ = [
     "KindError",
     "LaneError",
     "Queue",
+    "Retry",
     "StaleLease",
     "TrafikeyMissing",
     "Verdict",

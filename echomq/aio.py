@@ -25,6 +25,7 @@ from echomq.calls import (
     Call,
     Item,
     Job,
+    Outcome,
     QueueCalls,
     Verdict,
     earliest,
@@ -32,6 +33,7 @@ from echomq.calls import (
     eviction_message,
     fenced,
     job_of,
+    settled,
     text,
 )
 from echomq.connection import socket_timeout_of
@@ -220,6 +222,22 @@ class Queue:
     async def extend(self, job: Job, *, lease_ms: int = DEFAULT_LEASE_MS,
                      now: int | None = None) -> Verdict:
         return fenced(job, await self._send(self.calls.extend(job, lease_ms, now)))
+
+    async def settle(self, outcomes: Iterable[Outcome], *, claim: int = 0,
+                     lease_ms: int = DEFAULT_LEASE_MS, retention_ms: int | None = None,
+                     now: int | None = None) -> tuple[list[Verdict], list[Job]]:
+        """As ``echomq.Queue.settle``: outcomes settled in order, then up to ``claim`` leases."""
+        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now)
+        return settled(await self._send(call))
+
+    async def claim_many(self, count: int, lease_ms: int = DEFAULT_LEASE_MS, *,
+                         now: int | None = None) -> list[Job]:
+        return settled(await self._send(self.calls.claim_many(count, lease_ms, now)))[1]
+
+    async def extend_many(self, jobs: Iterable[Job], *, lease_ms: int = DEFAULT_LEASE_MS,
+                          now: int | None = None) -> list[Verdict]:
+        replies = await self._send(self.calls.extend_many(jobs, lease_ms, now))
+        return [Verdict.of(reply) for reply in replies]
 
     async def recover(self, *, now: int | None = None, limit: int = DEFAULT_BATCH_LIMIT,
                       max_attempts: int | None = None) -> int:

@@ -60,6 +60,27 @@ class Job:
     fence: int = 0
 
 
+@dataclass(frozen=True)
+class Ack:
+    """An outcome for ``Queue.settle``: complete ``job``'s lease, as ``Queue.ack``."""
+
+    job: Job
+
+
+@dataclass(frozen=True)
+class Retry:
+    """An outcome for ``Queue.settle``: fail ``job``'s lease, as ``Queue.retry`` — run it again
+    after ``delay_ms``, or dead when its attempts reach ``max_attempts`` (None: the queue's)."""
+
+    job: Job
+    delay_ms: int = 1_000
+    error: Payload = ""
+    max_attempts: int | None = None
+
+
+Outcome = Ack | Retry
+
+
 def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -82,6 +103,14 @@ def job_of(reply: Any) -> Job | None:
         return None
     lane = text(reply[4]) if len(reply) > 4 else None
     return Job(text(reply[0]), payload_bytes(reply[1]), int(reply[2]), lane, int(reply[3]))
+
+
+def settled(reply: Any) -> tuple[list[Verdict], list[Job]]:
+    """A settle's ``[verdicts, jobs]``: a verdict per outcome, in order (STALE included, not
+    raised: the other outcomes of the call stand), and the jobs leased, oldest first."""
+    verdicts, jobs = reply
+    return [Verdict.of(verdict) for verdict in verdicts], [
+        job for job in map(job_of, jobs) if job is not None]
 
 
 def fenced(job: Job, reply: Any) -> Verdict:
@@ -167,6 +196,38 @@ class QueueCalls:
         args = (checked_id(job.id), checked_int("fence", job.fence, 1),
                 checked_int("lease_ms", lease_ms, 1), checked_now(now))
         return self._call(t.EXTEND, args, job.id)
+
+    def settle(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
+               retention_ms: int | None, now: int | None) -> Call:
+        """One call that settles every outcome in order, then leases up to ``claim`` jobs."""
+        keep = self.retention_ms if retention_ms is None else retention_ms
+        args: list[Arg] = [checked_now(now), checked_int("retention_ms", keep, 0),
+                           checked_int("lease_ms", lease_ms, 1), checked_int("count", claim, 0)]
+        for outcome in outcomes:
+            args += self._item(outcome)
+        return self._call(t.SETTLE, args)
+
+    def claim_many(self, count: int, lease_ms: int, now: int | None) -> Call:
+        """A settle with no outcomes: lease up to ``count`` (>= 1) jobs."""
+        checked_int("count", count, 1)
+        return self.settle((), count, lease_ms, None, now)
+
+    def _item(self, outcome: Outcome) -> list[Arg]:
+        if not isinstance(outcome, Ack | Retry):
+            raise TypeError(f"an outcome is Ack or Retry, not {type(outcome).__name__}")
+        job = outcome.job
+        lease: list[Arg] = [checked_id(job.id), checked_int("fence", job.fence, 1)]
+        if isinstance(outcome, Ack):
+            return ["ack", *lease]
+        limit = self.max_attempts if outcome.max_attempts is None else outcome.max_attempts
+        return ["retry", *lease, checked_int("delay_ms", outcome.delay_ms, 0),
+                checked_int("max_attempts", limit, 1), payload_bytes(outcome.error)]
+
+    def extend_many(self, jobs: Iterable[Job], lease_ms: int, now: int | None) -> Call:
+        args: list[Arg] = [checked_int("lease_ms", lease_ms, 1), checked_now(now)]
+        for job in jobs:
+            args += [checked_id(job.id), checked_int("fence", job.fence, 1)]
+        return self._call(t.EXTEND_MANY, args)
 
     def recover(self, now: int | None, limit: int, max_attempts: int | None) -> Call:
         spent = self.max_attempts if max_attempts is None else max_attempts

@@ -15,23 +15,28 @@ from echomq.calls import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETENTION_MS,
     ZSETS,
+    Ack,
     Call,
     Item,
     Job,
+    Outcome,
     Payload,
     QueueCalls,
+    Retry,
     Verdict,
     earliest,
     evicting_policy,
     eviction_message,
     fenced,
     job_of,
+    settled,
     text,
 )
 from echomq.errors import EvictionPolicyWarning
 from echomq.executors import executor_for
 
-__all__ = ["DEFAULT_LEASE_MS", "Job", "Queue", "Verdict", "warn_if_evicting"]
+__all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "Outcome", "Queue", "Retry", "Verdict",
+           "warn_if_evicting"]
 
 log = logging.getLogger("echomq")
 
@@ -136,6 +141,31 @@ class Queue:
                now: int | None = None) -> Verdict:
         """Push ``job``'s lease deadline to now + ``lease_ms``. StaleLease if not current."""
         return fenced(job, self._send(self.calls.extend(job, lease_ms, now)))
+
+    # batches --------------------------------------------------------------------------------
+
+    def settle(self, outcomes: Iterable[Outcome], *, claim: int = 0,
+               lease_ms: int = DEFAULT_LEASE_MS, retention_ms: int | None = None,
+               now: int | None = None) -> tuple[list[Verdict], list[Job]]:
+        """A worker's round in one round trip: settle each outcome (``Ack(job)`` or
+        ``Retry(job, delay_ms, error, max_attempts)``) in order, then lease up to ``claim`` jobs
+        for ``lease_ms``, atomically. Returns a verdict per outcome — STALE for a lease that is
+        not current (not raised, so the others stand) — and the jobs leased, oldest first.
+        Every outcome is checked before anything is sent."""
+        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now)
+        return settled(self._send(call))
+
+    def claim_many(self, count: int, lease_ms: int = DEFAULT_LEASE_MS, *,
+                   now: int | None = None) -> list[Job]:
+        """Lease up to ``count`` (>= 1) pending jobs, oldest first, in one round trip."""
+        return settled(self._send(self.calls.claim_many(count, lease_ms, now)))[1]
+
+    def extend_many(self, jobs: Iterable[Job], *, lease_ms: int = DEFAULT_LEASE_MS,
+                    now: int | None = None) -> list[Verdict]:
+        """Push each job's lease deadline to now + ``lease_ms`` in one round trip: EXTENDED or
+        STALE per job, in order (not raised)."""
+        return [Verdict.of(reply) for reply in self._send(self.calls.extend_many(jobs, lease_ms,
+                                                                                  now))]
 
     # housekeeping ---------------------------------------------------------------------------
 

@@ -21,6 +21,8 @@ class Transition:
     admits: bool = False
     # The name a wire=6 refusal gives (the seed's name for the lane claim is "gclaim2").
     label: str = ""
+    # A transition taking a list after its fixed arguments: how one element of it reads.
+    items: str = ""
 
     @property
     def public_name(self) -> str:
@@ -43,6 +45,16 @@ RETRY = Transition(
     "EMQ.RETRY",
 )
 EXTEND = Transition("extend", ("active", "job"), ("id", "fence", "lease_ms", "now"), "EMQ.EXTEND")
+SETTLE = Transition(
+    "settle",
+    ("active", "delayed", "dead", "pending", "fence"),
+    ("now", "retention_ms", "lease_ms", "count"),
+    "EMQ.SETTLE",
+    items="ack <id> <fence> | retry <id> <fence> <delay_ms> <max_attempts> <error>",
+)
+EXTEND_MANY = Transition(
+    "extend_many", ("active",), ("lease_ms", "now"), "EMQ.EXTEND_MANY", items="<id> <fence>"
+)
 RECOVER = Transition(
     "recover", ("active", "pending", "ring", "wake", "dead"), ("now", "limit", "max_attempts"),
     "EMQ.RECOVER",
@@ -62,7 +74,9 @@ REQUEUE = Transition("requeue", ("dead", "pending", "ring", "wake", "job"), ("id
 PURGE = Transition("purge", ("dead",), ("limit",), None)
 
 # Every transition with a native twin; the conformance suite runs each on both executors.
-TRANSITIONS: tuple[Transition, ...] = (ENQUEUE, CLAIM, ACK, RETRY, EXTEND, RECOVER, PROMOTE)
+TRANSITIONS: tuple[Transition, ...] = (
+    ENQUEUE, CLAIM, ACK, RETRY, EXTEND, SETTLE, EXTEND_MANY, RECOVER, PROMOTE
+)
 # Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
 SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM)
 # An operator's tools over dead jobs: scripts whatever the queue's wire (see echomq.admin).

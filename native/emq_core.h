@@ -24,6 +24,9 @@
 #define EMQ_ERR_MOVING "TRYAGAIN a job's keys are moving between cluster nodes; try again"
 #define EMQ_ERR_NOW "EMQNUM now must be * or an integer from 0 to 999999999999999"
 #define EMQ_ERR_FENCE "EMQFENCE the fence counter must hold an integer from 0 to 999999999999998"
+/* The shapes an EMQITEM error names: an item of EMQ.SETTLE, a pair of EMQ.EXTEND_MANY. */
+#define EMQ_SETTLE_ITEM "ack <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>"
+#define EMQ_EXTEND_ITEM "<id> <fence>"
 #define EMQ_ERR_NUMKEYS_INT "ERR value is not an integer or out of range"
 #define EMQ_ERR_NUMKEYS_NEG "ERR Number of keys can't be negative"
 #define EMQ_ERR_NUMKEYS_BIG "ERR Number of keys can't be greater than number of args"
@@ -50,6 +53,13 @@ int emq_is_base_plus(const char *key, size_t len, const char *base, size_t blen,
 /* Writes "EMQARITY EMQ.<verb> takes <k> keys and <a> arguments" into buf (NUL-terminated);
  * returns the length, as snprintf. */
 int emq_arity_error(char *buf, size_t cap, const char *verb, int nkeys, int nargs);
+
+/* Writes "EMQARITY EMQ.<verb> takes <k> keys and at least <a> arguments" (a transition taking a
+ * list after its fixed arguments) into buf. */
+int emq_variadic_arity_error(char *buf, size_t cap, const char *verb, int nkeys, int nargs);
+
+/* Writes "EMQITEM item <n> must be <shape>" into buf: item n (from 1) of a list is malformed. */
+int emq_item_error(char *buf, size_t cap, long long n, const char *shape);
 
 /* Writes "EMQNUM <name> must be an integer from <min> to 999999999999999" into buf. */
 int emq_number_error(char *buf, size_t cap, const char *name, long long min);

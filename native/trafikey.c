@@ -147,10 +147,9 @@ typedef struct {
     int nargs;
 } Call;
 
-/* numkeys exactly as EVALSHA parses it (the server's own errors), then the shape (EMQARITY).
- * Returns 0 after replying with the error. */
-static int split_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, const char *verb,
-                      int want_keys, int want_args, Call *call) {
+/* numkeys exactly as EVALSHA parses it (the server's own errors); sets call. Returns 0 after
+ * replying with the error. */
+static int split_numkeys(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, Call *call) {
     long long numkeys;
     if (argc < 2) {
         reply_error(ctx, EMQ_ERR_NUMKEYS_BIG); /* unreachable: registered with arity -2 */
@@ -172,9 +171,30 @@ static int split_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc,
     call->nkeys = (int)numkeys;
     call->args = argv + 2 + numkeys;
     call->nargs = argc - 2 - (int)numkeys;
+    return 1;
+}
+
+/* numkeys, then the shape (EMQARITY): exactly want_keys keys and want_args arguments. Returns 0
+ * after replying with the error. */
+static int split_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, const char *verb,
+                      int want_keys, int want_args, Call *call) {
+    if (!split_numkeys(ctx, argv, argc, call)) return 0;
     if (call->nkeys != want_keys || call->nargs != want_args) {
         char buf[128];
         emq_arity_error(buf, sizeof buf, verb, want_keys, want_args);
+        reply_error(ctx, buf);
+        return 0;
+    }
+    return 1;
+}
+
+/* split_call for a transition taking a list after its fixed arguments: at least min_args. */
+static int split_variadic_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc,
+                               const char *verb, int want_keys, int min_args, Call *call) {
+    if (!split_numkeys(ctx, argv, argc, call)) return 0;
+    if (call->nkeys != want_keys || call->nargs < min_args) {
+        char buf[128];
+        emq_variadic_arity_error(buf, sizeof buf, verb, want_keys, min_args);
         reply_error(ctx, buf);
         return 0;
     }
@@ -441,6 +461,113 @@ static void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleStr
     ValkeyModule_FreeString(ctx, fence_str);
 }
 
+/* finish_ack of the prelude, on a current lease: leave active; the row becomes a tombstone for
+ * retention_ms (0: deleted). HDEL may empty the hash (a row of payload only): then it is gone and
+ * PEXPIRE a no-op. */
+static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleString *active_name,
+                              ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
+                              long long retention_ms) {
+    fx_zrem(ctx, active, active_name, id);
+    if (retention_ms == 0) {
+        fx_del(ctx, row, row_name);
+    } else {
+        fx_hdel(ctx, row, row_name, "payload");
+        fx_pexpire(ctx, row, row_name, retention_ms);
+    }
+    return "ACKED";
+}
+
+/* The declared keys retry writes besides the row: active, delayed, dead (open, and their names). */
+typedef struct {
+    ValkeyModuleKey *active, *delayed, *dead;
+    ValkeyModuleString *active_name, *delayed_name, *dead_name;
+} RetryKeys;
+
+/* finish_retry of the prelude, on a current lease: leave active, record the error, go dead when
+ * the row's attempts reach max_attempts, else wait in delayed until now + delay_ms. */
+static const char *finish_retry(ValkeyModuleCtx *ctx, const RetryKeys *rk, ValkeyModuleKey *row,
+                                ValkeyModuleString *row_name, ValkeyModuleString *id,
+                                ValkeyModuleString *error, long long delay_ms, long long max_attempts,
+                                long long now) {
+    fx_zrem(ctx, rk->active, rk->active_name, id);
+    fx_hset1(ctx, row, row_name, "error", error);
+    if (row_int_field(ctx, row, "attempts", 0) >= max_attempts) {
+        fx_zadd(ctx, rk->dead, rk->dead_name, (double)now, id);
+        return "DEAD";
+    }
+    fx_zadd(ctx, rk->delayed, rk->delayed_name, (double)(now + delay_ms), id);
+    return "RETRYING";
+}
+
+/* ---- Claiming: claim's walk and lease, shared with settle --------------------------------------- */
+
+/* The declared keys a claim writes: pending, active, the fence counter (open, and their names). */
+typedef struct {
+    ValkeyModuleKey *pending, *active, *fence;
+    ValkeyModuleString *pending_name, *active_name, *fence_name;
+} ClaimKeys;
+
+/* plan_claims of the prelude: walk pending from its lowest entry for up to count live rows (to
+ * lease) and the ghosts met on the way (to drop), checking every row before anything is written.
+ * NULL, or the error to reply. */
+static const char *plan_claims(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *pending,
+                               long long count, StrList *claims, StrList *ghosts) {
+    const char *err = NULL;
+    if (count == 0 || ValkeyModule_ZsetFirstInScoreRange(pending, VALKEYMODULE_NEGATIVE_INFINITE,
+                                                         VALKEYMODULE_POSITIVE_INFINITE, 0, 0) != VALKEYMODULE_OK)
+        return NULL;
+    while (!ValkeyModule_ZsetRangeEndReached(pending) && (long long)claims->n < count) {
+        double score;
+        ValkeyModuleString *member = ValkeyModule_ZsetRangeCurrentElement(pending, &score);
+        if (member == NULL) break;
+        ValkeyModuleString *name = derived_key(ctx, base, "job:", member);
+        int t = VALKEYMODULE_KEYTYPE_EMPTY;
+        if (!acl_may_access(acl, name)) {
+            err = EMQ_ERR_PERM;
+        } else {
+            ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
+            t = ValkeyModule_KeyType(row);
+            ValkeyModule_CloseKey(row);
+            if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) err = EMQ_ERR_MOVING;
+        }
+        ValkeyModule_FreeString(ctx, name);
+        if (err) {
+            ValkeyModule_FreeString(ctx, member);
+            break;
+        }
+        strlist_push(t == VALKEYMODULE_KEYTYPE_HASH ? claims : ghosts, member);
+        if (!ValkeyModule_ZsetRangeNext(pending)) break;
+    }
+    ValkeyModule_ZsetRangeStop(pending);
+    return err;
+}
+
+/* Lease one planned job as claim does and reply [id, payload, attempt, fence]. */
+static void claim_planned(ValkeyModuleCtx *ctx, Bytes base, const ClaimKeys *ck, ValkeyModuleString *id,
+                          long long *last_fence, long long deadline) {
+    ValkeyModuleString *row_name = derived_key(ctx, base, "job:", id);
+    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    fx_zrem(ctx, ck->pending, ck->pending_name, id);
+    long long attempt, fence;
+    fx_lease(ctx, row, row_name, id, ck->active, ck->active_name, ck->fence, ck->fence_name, *last_fence,
+             deadline, &attempt, &fence);
+    *last_fence = fence;
+    ValkeyModuleString *payload = NULL;
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "payload", &payload, NULL);
+    ValkeyModule_ReplyWithArray(ctx, 4);
+    ValkeyModule_ReplyWithString(ctx, id);
+    if (payload) {
+        ValkeyModule_ReplyWithString(ctx, payload);
+        ValkeyModule_FreeString(ctx, payload);
+    } else {
+        ValkeyModule_ReplyWithStringBuffer(ctx, "", 0);
+    }
+    ValkeyModule_ReplyWithLongLong(ctx, attempt);
+    ValkeyModule_ReplyWithLongLong(ctx, fence);
+    ValkeyModule_CloseKey(row);
+    ValkeyModule_FreeString(ctx, row_name);
+}
+
 /* ---- The commands --------------------------------------------------------------------------------- */
 
 /* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now>
@@ -484,7 +611,8 @@ static int emq_enqueue(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc
 /* EMQ.CLAIM 3 <base>pending <base>active <base>fence <lease_ms> <now>
  * Twin of claim.lua. *4 id payload :attempt :fence | null | EMQARITY EMQKEYS EMQNUM WRONGTYPE
  * EMQFENCE NOPERM TRYAGAIN.
- * Walks pending from its lowest entry; ghosts met on the way are dropped once the walk is over. */
+ * Walks pending from its lowest entry (plan_claims for one job); ghosts met on the way are dropped
+ * once the walk is over. */
 static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
@@ -506,81 +634,26 @@ static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
         return reply_error(ctx, EMQ_ERR_FENCE);
     }
 
-    /* Find the first live job: every derived row is ACL-checked before anything is written. */
+    /* Find the first live job: every derived row is checked before anything is written. */
     Acl acl = {ctx, NULL, 0};
-    StrList ghosts = {0};
-    ValkeyModuleString *id = NULL, *row_name = NULL;
-    ValkeyModuleKey *row = NULL;
-    int denied = 0;
-    if (ValkeyModule_ZsetFirstInScoreRange(pending, VALKEYMODULE_NEGATIVE_INFINITE,
-                                           VALKEYMODULE_POSITIVE_INFINITE, 0, 0) == VALKEYMODULE_OK) {
-        while (!ValkeyModule_ZsetRangeEndReached(pending)) {
-            double score;
-            ValkeyModuleString *member = ValkeyModule_ZsetRangeCurrentElement(pending, &score);
-            if (member == NULL) break;
-            ValkeyModuleString *name = derived_key(ctx, base, "job:", member);
-            if (!acl_may_access(&acl, name)) {
-                ValkeyModule_FreeString(ctx, name);
-                ValkeyModule_FreeString(ctx, member);
-                denied = 1;
-                break;
-            }
-            ValkeyModuleKey *candidate = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-            int candidate_type = ValkeyModule_KeyType(candidate);
-            if (candidate_type == VALKEYMODULE_KEYTYPE_HASH) {
-                id = member;
-                row_name = name;
-                row = candidate;
-                break;
-            }
-            ValkeyModule_CloseKey(candidate);
-            if (candidate_type == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) {
-                ValkeyModule_FreeString(ctx, name);
-                ValkeyModule_FreeString(ctx, member);
-                denied = 2;
-                break;
-            }
-            ValkeyModule_FreeString(ctx, name);
-            strlist_push(&ghosts, member);
-            if (!ValkeyModule_ZsetRangeNext(pending)) break;
-        }
-        ValkeyModule_ZsetRangeStop(pending);
-    }
+    StrList claims = {0}, ghosts = {0};
+    const char *err = plan_claims(ctx, &acl, base, pending, 1, &claims, &ghosts);
     acl_release(&acl);
-    if (denied) {
+    if (err) {
+        strlist_free(ctx, &claims);
         strlist_free(ctx, &ghosts);
         close_keys(k, 3);
-        return reply_error(ctx, denied == 2 ? EMQ_ERR_MOVING : EMQ_ERR_PERM);
+        return reply_error(ctx, err);
     }
-
     for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, call.keys[0], ghosts.v[i]);
-    strlist_free(ctx, &ghosts);
-    if (id == NULL) {
-        close_keys(k, 3);
-        return ValkeyModule_ReplyWithNull(ctx);
-    }
-
-    fx_zrem(ctx, pending, call.keys[0], id);
-    long long attempt, fence;
-    fx_lease(ctx, row, row_name, id, active, call.keys[1], fence_key, call.keys[2], last_fence,
-             now + lease_ms, &attempt, &fence);
-    ValkeyModuleString *payload = NULL;
-    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "payload", &payload, NULL);
-
-    ValkeyModule_ReplyWithArray(ctx, 4);
-    ValkeyModule_ReplyWithString(ctx, id);
-    if (payload) {
-        ValkeyModule_ReplyWithString(ctx, payload);
-        ValkeyModule_FreeString(ctx, payload);
+    if (claims.n == 0) {
+        ValkeyModule_ReplyWithNull(ctx);
     } else {
-        ValkeyModule_ReplyWithStringBuffer(ctx, "", 0);
+        ClaimKeys ck = {pending, active, fence_key, call.keys[0], call.keys[1], call.keys[2]};
+        claim_planned(ctx, base, &ck, claims.v[0], &last_fence, now + lease_ms);
     }
-    ValkeyModule_ReplyWithLongLong(ctx, attempt);
-    ValkeyModule_ReplyWithLongLong(ctx, fence);
-
-    ValkeyModule_CloseKey(row);
-    ValkeyModule_FreeString(ctx, row_name);
-    ValkeyModule_FreeString(ctx, id);
+    strlist_free(ctx, &claims);
+    strlist_free(ctx, &ghosts);
     close_keys(k, 3);
     return VALKEYMODULE_OK;
 }
@@ -608,16 +681,9 @@ static int emq_ack(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
         close_keys(k, 2);
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
     }
-    fx_zrem(ctx, active, call.keys[0], id);
-    if (retention_ms == 0) {
-        fx_del(ctx, row, call.keys[1]);
-    } else {
-        /* HDEL may empty the hash (a row of payload only): then it is gone and PEXPIRE a no-op. */
-        fx_hdel(ctx, row, call.keys[1], "payload");
-        fx_pexpire(ctx, row, call.keys[1], retention_ms);
-    }
+    const char *verdict = finish_ack(ctx, active, call.keys[0], row, call.keys[1], id, retention_ms);
     close_keys(k, 2);
-    return ValkeyModule_ReplyWithSimpleString(ctx, "ACKED");
+    return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
 }
 
 /* EMQ.RETRY 4 <base>active <base>delayed <base>dead <base>job:<id>
@@ -647,16 +713,8 @@ static int emq_retry(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
         close_keys(k, 4);
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
     }
-    fx_zrem(ctx, active, call.keys[0], id);
-    fx_hset1(ctx, row, call.keys[3], "error", error);
-    const char *verdict;
-    if (row_int_field(ctx, row, "attempts", 0) >= max_attempts) {
-        fx_zadd(ctx, dead, call.keys[2], (double)now, id);
-        verdict = "DEAD";
-    } else {
-        fx_zadd(ctx, delayed, call.keys[1], (double)(now + delay_ms), id);
-        verdict = "RETRYING";
-    }
+    RetryKeys rk = {active, delayed, dead, call.keys[0], call.keys[1], call.keys[2]};
+    const char *verdict = finish_retry(ctx, &rk, row, call.keys[3], id, error, delay_ms, max_attempts, now);
     close_keys(k, 4);
     return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
 }
@@ -688,6 +746,239 @@ static int emq_extend(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc)
     fx_zadd(ctx, active, call.keys[0], (double)(now + lease_ms), id);
     close_keys(k, 2);
     return ValkeyModule_ReplyWithSimpleString(ctx, "EXTENDED");
+}
+
+/* ---- Batches: settle and extend_many ------------------------------------------------------------ */
+
+/* One element of a batch: an item of EMQ.SETTLE (ack or retry) or a pair of EMQ.EXTEND_MANY. */
+typedef struct {
+    int retry;
+    ValkeyModuleString *id, *error; /* views into argv */
+    long long fence, delay_ms, max_attempts;
+    ValkeyModuleString *row_name; /* owned, set once the shapes are all checked */
+} Item;
+
+static void items_free(ValkeyModuleCtx *ctx, Item *items, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (items[i].row_name) ValkeyModule_FreeString(ctx, items[i].row_name);
+    ValkeyModule_Free(items);
+}
+
+static int arg_is(const ValkeyModuleString *s, const char *word) {
+    Bytes b = bytes_of(s);
+    return b.n == strlen(word) && memcmp(b.p, word, b.n) == 0;
+}
+
+/* The list of EMQ.SETTLE from args[first], in order: each item's op and width, id, fence,
+ * delay_ms, max_attempts. Returns the count parsed, or -1 with the error written into err. */
+static long long parse_settle_items(const Call *call, int first, Item *items, char *err, size_t cap) {
+    long long n = 0;
+    for (int i = first; i < call->nargs; n++) {
+        ValkeyModuleString **a = call->args + i;
+        int width = arg_is(a[0], "ack") ? 3 : arg_is(a[0], "retry") ? 6 : 0;
+        if (width == 0 || i + width > call->nargs) {
+            emq_item_error(err, cap, n + 1, EMQ_SETTLE_ITEM);
+            return -1;
+        }
+        Item *it = &items[n];
+        *it = (Item){width == 6, a[1], NULL, 0, 0, 0, NULL};
+        Bytes id = bytes_of(a[1]);
+        if (!emq_id_ok(id.p, id.n)) {
+            snprintf(err, cap, "%s", EMQ_ERR_KIND);
+            return -1;
+        }
+        if (!parse_int(a[2], 1, &it->fence)) {
+            emq_number_error(err, cap, "fence", 1);
+            return -1;
+        }
+        if (it->retry) {
+            if (!parse_int(a[3], 0, &it->delay_ms)) {
+                emq_number_error(err, cap, "delay_ms", 0);
+                return -1;
+            }
+            if (!parse_int(a[4], 1, &it->max_attempts)) {
+                emq_number_error(err, cap, "max_attempts", 1);
+                return -1;
+            }
+            it->error = a[5];
+        }
+        i += width;
+    }
+    return n;
+}
+
+/* The pairs of EMQ.EXTEND_MANY from args[first]: each pair's width, id, fence, in order. */
+static long long parse_pairs(const Call *call, int first, Item *items, char *err, size_t cap) {
+    long long n = 0;
+    for (int i = first; i < call->nargs; i += 2, n++) {
+        if (i + 2 > call->nargs) {
+            emq_item_error(err, cap, n + 1, EMQ_EXTEND_ITEM);
+            return -1;
+        }
+        items[n] = (Item){0, call->args[i], NULL, 0, 0, 0, NULL};
+        Bytes id = bytes_of(call->args[i]);
+        if (!emq_id_ok(id.p, id.n)) {
+            snprintf(err, cap, "%s", EMQ_ERR_KIND);
+            return -1;
+        }
+        if (!parse_int(call->args[i + 1], 1, &items[n].fence)) {
+            emq_number_error(err, cap, "fence", 1);
+            return -1;
+        }
+    }
+    return n;
+}
+
+/* check_row of the prelude: an item's row readable and writable by the caller, absent or a hash,
+ * not on another node. NULL, or the error to reply. */
+static const char *check_row(ValkeyModuleCtx *ctx, Acl *acl, ValkeyModuleString *row_name, Bytes base) {
+    if (!acl_may_access(acl, row_name)) return EMQ_ERR_PERM;
+    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
+    int t = ValkeyModule_KeyType(row);
+    ValkeyModule_CloseKey(row);
+    if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, row_name, base)) return EMQ_ERR_MOVING;
+    if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_HASH) return EMQ_ERR_TYPE;
+    return NULL;
+}
+
+/* Every item's row derived and checked, in order, before anything is written. */
+static const char *check_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *items, long long n) {
+    for (long long i = 0; i < n; i++) {
+        items[i].row_name = derived_key(ctx, base, "job:", items[i].id);
+        const char *err = check_row(ctx, acl, items[i].row_name, base);
+        if (err) return err;
+    }
+    return NULL;
+}
+
+/* Settle one item: its verdict, the effects of ack or retry on a current lease. */
+static const char *settle_item(ValkeyModuleCtx *ctx, const RetryKeys *rk, const Item *it,
+                               long long retention_ms, long long now) {
+    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    /* Not the current lease (or one settled earlier in this batch): STALE, nothing changes. */
+    const char *verdict = "STALE";
+    if (is_current_lease(ctx, rk->active, row, it->id, it->fence)) {
+        verdict = it->retry ? finish_retry(ctx, rk, row, it->row_name, it->id, it->error, it->delay_ms,
+                                           it->max_attempts, now)
+                            : finish_ack(ctx, rk->active, rk->active_name, row, it->row_name, it->id,
+                                         retention_ms);
+    }
+    ValkeyModule_CloseKey(row);
+    return verdict;
+}
+
+/* EMQ.SETTLE 5 <base>active <base>delayed <base>dead <base>pending <base>fence
+ *             <now> <retention_ms> <lease_ms> <count> [ack <id> <fence> | retry <id> <fence>
+ *             <delay_ms> <max_attempts> <error>]...
+ * Twin of settle.lua. *2 [+verdict...] [[id payload :attempt :fence]...] | EMQARITY EMQKEYS EMQNUM
+ * EMQITEM EMQKIND WRONGTYPE EMQFENCE NOPERM TRYAGAIN.
+ * Items are applied in order, then up to count jobs leased; everything is checked first. */
+static int emq_settle(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
+    Call call;
+    if (!split_variadic_call(ctx, argv, argc, "SETTLE", 5, 4, &call)) return VALKEYMODULE_OK;
+    static const Bytes sfx[5] = {{"active", 6}, {"delayed", 7}, {"dead", 4}, {"pending", 7}, {"fence", 5}};
+    Bytes base;
+    if (!keys_base(&call, sfx, 5, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
+    long long now, retention_ms, lease_ms, count;
+    if (!parse_now(call.args[0], &now)) return reply_error(ctx, EMQ_ERR_NOW);
+    if (!parse_int(call.args[1], 0, &retention_ms)) return reply_number_error(ctx, "retention_ms", 0);
+    if (!parse_int(call.args[2], 1, &lease_ms)) return reply_number_error(ctx, "lease_ms", 1);
+    if (!parse_int(call.args[3], 0, &count)) return reply_number_error(ctx, "count", 0);
+    char err[256];
+    Item *items = ValkeyModule_Alloc(((size_t)(call.nargs - 4) / 3 + 1) * sizeof *items);
+    long long n = parse_settle_items(&call, 4, items, err, sizeof err);
+    if (n < 0) {
+        items_free(ctx, items, 0);
+        return reply_error(ctx, err);
+    }
+    static const int types[5] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET,
+                                 VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_STRING};
+    ValkeyModuleKey *k[5];
+    if (!open_typed(ctx, &call, types, 5, k)) {
+        items_free(ctx, items, (size_t)n);
+        return reply_error(ctx, EMQ_ERR_TYPE);
+    }
+    long long last_fence = 0;
+    const char *fail = NULL;
+    if (count > 0 && !fence_counter(k[4], &last_fence)) fail = EMQ_ERR_FENCE;
+    Acl acl = {ctx, NULL, 0};
+    StrList claims = {0}, ghosts = {0};
+    if (!fail) fail = check_rows(ctx, &acl, base, items, n);
+    if (!fail) fail = plan_claims(ctx, &acl, base, k[3], count, &claims, &ghosts);
+    /* Each lease takes the next fence: a batch the counter cannot number to its end is refused. */
+    if (!fail && last_fence + (long long)claims.n > EMQ_INT_MAX) fail = EMQ_ERR_FENCE;
+    acl_release(&acl);
+    if (fail) {
+        strlist_free(ctx, &claims);
+        strlist_free(ctx, &ghosts);
+        items_free(ctx, items, (size_t)n);
+        close_keys(k, 5);
+        return reply_error(ctx, fail);
+    }
+
+    RetryKeys rk = {k[0], k[1], k[2], call.keys[0], call.keys[1], call.keys[2]};
+    ValkeyModule_ReplyWithArray(ctx, 2);
+    ValkeyModule_ReplyWithArray(ctx, n);
+    for (long long i = 0; i < n; i++)
+        ValkeyModule_ReplyWithSimpleString(ctx, settle_item(ctx, &rk, &items[i], retention_ms, now));
+    for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, k[3], call.keys[3], ghosts.v[i]);
+    ClaimKeys ck = {k[3], k[0], k[4], call.keys[3], call.keys[0], call.keys[4]};
+    ValkeyModule_ReplyWithArray(ctx, (long)claims.n);
+    for (size_t i = 0; i < claims.n; i++) claim_planned(ctx, base, &ck, claims.v[i], &last_fence, now + lease_ms);
+
+    strlist_free(ctx, &claims);
+    strlist_free(ctx, &ghosts);
+    items_free(ctx, items, (size_t)n);
+    close_keys(k, 5);
+    return VALKEYMODULE_OK;
+}
+
+/* EMQ.EXTEND_MANY 1 <base>active <lease_ms> <now> [<id> <fence>]...
+ * Twin of extend_many.lua. *N +EXTENDED|+STALE | EMQARITY EMQKEYS EMQNUM EMQITEM EMQKIND WRONGTYPE
+ * NOPERM TRYAGAIN. */
+static int emq_extend_many(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
+    Call call;
+    if (!split_variadic_call(ctx, argv, argc, "EXTEND_MANY", 1, 2, &call)) return VALKEYMODULE_OK;
+    static const Bytes sfx[1] = {{"active", 6}};
+    Bytes base;
+    if (!keys_base(&call, sfx, 1, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
+    long long lease_ms, now;
+    if (!parse_int(call.args[0], 1, &lease_ms)) return reply_number_error(ctx, "lease_ms", 1);
+    if (!parse_now(call.args[1], &now)) return reply_error(ctx, EMQ_ERR_NOW);
+    char err[128];
+    Item *items = ValkeyModule_Alloc(((size_t)(call.nargs - 2) / 2 + 1) * sizeof *items);
+    long long n = parse_pairs(&call, 2, items, err, sizeof err);
+    if (n < 0) {
+        items_free(ctx, items, 0);
+        return reply_error(ctx, err);
+    }
+    static const int types[1] = {VALKEYMODULE_KEYTYPE_ZSET};
+    ValkeyModuleKey *k[1];
+    if (!open_typed(ctx, &call, types, 1, k)) {
+        items_free(ctx, items, (size_t)n);
+        return reply_error(ctx, EMQ_ERR_TYPE);
+    }
+    Acl acl = {ctx, NULL, 0};
+    const char *fail = check_rows(ctx, &acl, base, items, n);
+    acl_release(&acl);
+    if (fail) {
+        items_free(ctx, items, (size_t)n);
+        close_keys(k, 1);
+        return reply_error(ctx, fail);
+    }
+    ValkeyModule_ReplyWithArray(ctx, n);
+    for (long long i = 0; i < n; i++) {
+        ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, items[i].row_name, VALKEYMODULE_READ);
+        int current = is_current_lease(ctx, k[0], row, items[i].id, items[i].fence);
+        ValkeyModule_CloseKey(row);
+        if (current) fx_zadd(ctx, k[0], call.keys[0], (double)(now + lease_ms), items[i].id);
+        ValkeyModule_ReplyWithSimpleString(ctx, current ? "EXTENDED" : "STALE");
+    }
+    items_free(ctx, items, (size_t)n);
+    close_keys(k, 1);
+    return VALKEYMODULE_OK;
 }
 
 /* One due entry of recover/promote, and its plan (plan_moves of the prelude). */
@@ -914,6 +1205,11 @@ static const struct {
      "Fail the current lease: delayed or dead (twin of retry.lua).", "O(log N)"},
     {"emq.extend", emq_extend, "write fast getkeys-api",
      "Push the current lease's deadline (twin of extend.lua).", "O(log N)"},
+    {"emq.settle", emq_settle, "write getkeys-api",
+     "Settle many leases, then lease the next jobs, in one call (twin of settle.lua).",
+     "O((I + C + G) log N) with I the items, C the jobs claimed, G the ghosts dropped"},
+    {"emq.extend_many", emq_extend_many, "write getkeys-api",
+     "Push many current leases' deadlines (twin of extend_many.lua).", "O(P log N) with P the pairs"},
     {"emq.recover", emq_recover, "write getkeys-api",
      "Expired leases go back where they came from (twin of recover.lua).",
      "O(M log N) with M the leases taken"},

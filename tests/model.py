@@ -32,7 +32,7 @@ E_TOOMANY = b"ERR Number of keys can't be greater than number of args"
 
 # The minimum of every integer argument; "now" and free-form bytes are absent.
 MINIMUM = {"fence": 1, "lease_ms": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 1,
-           "limit": 1}
+           "limit": 1, "count": 0}
 KEY_TYPE = {"job": b"hash", "pending": b"zset", "active": b"zset", "delayed": b"zset",
             "dead": b"zset", "ring": b"list", "wake": b"list", "fence": b"string"}
 
@@ -119,6 +119,20 @@ def number_error(name: str, minimum: int) -> bytes:
     return error(f"EMQNUM {name} must be an integer from {minimum} to {INT_MAX}".encode())
 
 
+def variadic_arity_error(verb: str, nkeys: int, nargs: int) -> bytes:
+    return error(f"EMQARITY EMQ.{verb} takes {nkeys} keys and at least {nargs} arguments".encode())
+
+
+def item_error(n: int, shape: str) -> bytes:
+    return error(f"EMQITEM item {n} must be {shape}".encode())
+
+
+def array(elements: Sequence[bytes]) -> bytes:
+    return b"*" + dec(len(elements)) + b"\r\n" + b"".join(elements)
+
+
+SETTLE_ITEM = "ack <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>"
+PAIR = "<id> <fence>"
 LOST = b"lease expired during attempt %d: the worker was lost"
 
 
@@ -173,13 +187,70 @@ class Move:
 
 
 @dataclass
+class Item:
+    """One element of a batch: a settle item (ack or retry) or an extend_many pair."""
+
+    op: bytes
+    id: bytes
+    fence: int
+    delay_ms: int = 0
+    max_attempts: int = 0
+    error: bytes = b""
+
+
+@dataclass
 class Call:
-    """A validated call: its keys, its arguments and the parsed numbers."""
+    """A validated call: its keys, its arguments, the parsed numbers and items."""
 
     keys: list[bytes]
     args: list[bytes]
     base: bytes
     numbers: dict[str, int] = field(default_factory=dict)
+    items: list[Item] = field(default_factory=list)
+
+
+def parse_items(words: list[bytes]) -> list[Item] | bytes:
+    """settle's items, in order: op and width, id, fence, delay_ms, max_attempts."""
+    items: list[Item] = []
+    i = 0
+    while i < len(words):
+        width = {b"ack": 3, b"retry": 6}.get(words[i], 0)
+        if width == 0 or i + width > len(words):
+            return item_error(len(items) + 1, SETTLE_ITEM)
+        checked = _item_lease(words[i + 1], words[i + 2])
+        if isinstance(checked, bytes):
+            return checked
+        item = Item(words[i], *checked)
+        if width == 6:
+            for name, word in (("delay_ms", words[i + 3]), ("max_attempts", words[i + 4])):
+                value = int_arg(word, MINIMUM[name])
+                if value is None:
+                    return number_error(name, MINIMUM[name])
+                setattr(item, name, value)
+            item.error = words[i + 5]
+        items.append(item)
+        i += width
+    return items
+
+
+def parse_pairs(words: list[bytes]) -> list[Item] | bytes:
+    """extend_many's pairs, in order: width, id, fence."""
+    items: list[Item] = []
+    for i in range(0, len(words), 2):
+        if i + 2 > len(words):
+            return item_error(len(items) + 1, PAIR)
+        checked = _item_lease(words[i], words[i + 1])
+        if isinstance(checked, bytes):
+            return checked
+        items.append(Item(b"extend", *checked))
+    return items
+
+
+def _item_lease(job_id: bytes, fence: bytes) -> tuple[bytes, int] | bytes:
+    if not id_ok(job_id):
+        return error(E_KIND)
+    value = int_arg(fence, 1)
+    return number_error("fence", 1) if value is None else (job_id, value)
 
 
 class Model:
@@ -283,6 +354,8 @@ class Model:
             return split
         keys, args = split
         verb = transition.name.upper()
+        if transition.items:
+            return self._validate_batch(transition, keys, args)
         if len(keys) != len(transition.keys) or len(args) != len(transition.args):
             return arity_error(verb, len(transition.keys), len(transition.args))
         job_id = args[0] if transition.args[0] == "id" else b""
@@ -298,11 +371,38 @@ class Model:
                 return failure
         return self._typed(transition, call)
 
+    def _validate_batch(self, transition: Transition, keys: list[bytes],
+                        args: list[bytes]) -> Call | bytes:
+        """settle and extend_many: keys, fixed numbers, items, types, then every item's row."""
+        fixed = len(transition.args)
+        if len(keys) != len(transition.keys) or len(args) < fixed:
+            return variadic_arity_error(transition.name.upper(), len(transition.keys), fixed)
+        base = self._base(transition, keys, b"")
+        if base is None:
+            return error(E_KEYS)
+        call = Call(keys, args, base)
+        for name, word in zip(transition.args, args, strict=False):
+            failure = self._number(call, name, word)
+            if failure is not None:
+                return failure
+        items = (parse_items if transition.name == "settle" else parse_pairs)(args[fixed:])
+        if isinstance(items, bytes):
+            return items
+        call.items = items
+        checked = self._typed(transition, call)
+        if isinstance(checked, bytes):
+            return checked
+        if any(self.kind(base + b"job:" + item.id) not in (b"none", b"hash") for item in items):
+            return error(E_TYPE)
+        return checked
+
     def _typed(self, transition: Transition, call: Call) -> Call | bytes:
         for role, key in zip(transition.keys, call.keys, strict=True):
             if self.kind(key) not in (b"none", KEY_TYPE[role]):
                 return error(E_TYPE)
-        if "fence" in transition.keys:
+        if transition.name == "settle" and call.numbers["count"] == 0:
+            call.numbers["last_fence"] = 0  # a settle that claims nothing never reads it
+        elif "fence" in transition.keys:
             counter = self.fence_counter(call.keys[transition.keys.index("fence")])
             if counter is None:
                 return error(E_FENCE)
@@ -399,8 +499,9 @@ class Model:
         attempt = int_field(self.hget(row, b"attempts"), 0) + 1
         fence = call.numbers["last_fence"] + 1
         self.keys[counter] = Value(b"string", dec(fence))
-        self.keys[row].data[b"attempts"] = dec(attempt)
-        self.keys[row].data[b"fence"] = dec(fence)
+        fields = self.keys.setdefault(row, Value(b"hash", {})).data
+        fields[b"attempts"] = dec(attempt)
+        fields[b"fence"] = dec(fence)
         self.zadd(active, call.numbers["now"] + call.numbers["lease_ms"], member)
         return attempt, fence
 
@@ -408,28 +509,87 @@ class Model:
         active, row = call.keys
         if not self.is_current(active, row, call.args[0], call.numbers["fence"]):
             return status("STALE")
-        self.zrem(active, call.args[0])
-        if call.numbers["retention_ms"] == 0:
+        return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"]))
+
+    def finish_ack(self, active: bytes, row: bytes, job_id: bytes, retention_ms: int) -> str:
+        self.zrem(active, job_id)
+        if retention_ms == 0:
             del self.keys[row]
         else:
             value = self.keys[row]
             value.data.pop(b"payload", None)
             value.expires = True
             self._drop_empty(row)
-        return status("ACKED")
+        return "ACKED"
 
     def _retry(self, call: Call) -> bytes:
-        active, delayed, dead, row = call.keys
+        active, row = call.keys[0], call.keys[3]
         job_id, number = call.args[0], call.numbers
         if not self.is_current(active, row, job_id, number["fence"]):
             return status("STALE")
-        self.zrem(active, job_id)
-        self.keys[row].data[b"error"] = call.args[4]
-        if int_field(self.hget(row, b"attempts"), 0) >= number["max_attempts"]:
-            self.zadd(dead, number["now"], job_id)
-            return status("DEAD")
-        self.zadd(delayed, number["now"] + number["delay_ms"], job_id)
-        return status("RETRYING")
+        item = Item(b"retry", job_id, number["fence"], number["delay_ms"],
+                    number["max_attempts"], call.args[4])
+        return status(self.finish_retry(call.keys, row, item, number["now"]))
+
+    def finish_retry(self, keys: list[bytes], row: bytes, item: Item, now: int) -> str:
+        """retry's effects; ``keys`` starts with active, delayed, dead."""
+        active, delayed, dead = keys[:3]
+        self.zrem(active, item.id)
+        self.keys[row].data[b"error"] = item.error
+        if int_field(self.hget(row, b"attempts"), 0) >= item.max_attempts:
+            self.zadd(dead, now, item.id)
+            return "DEAD"
+        self.zadd(delayed, now + item.delay_ms, item.id)
+        return "RETRYING"
+
+    def _settle(self, call: Call) -> bytes:
+        active, pending, counter = call.keys[0], call.keys[3], call.keys[4]
+        claims, ghosts = self.plan_claims(call.base, pending, call.numbers["count"])
+        if call.numbers["last_fence"] + len(claims) > INT_MAX:
+            return error(E_FENCE)
+        verdicts = [status(self.settle_item(call, item)) for item in call.items]
+        for ghost in ghosts:
+            self.zrem(pending, ghost)
+        jobs = []
+        for member in claims:
+            row = call.base + b"job:" + member
+            self.zrem(pending, member)
+            attempt, fence = self.lease(call, row, member, active, counter)
+            call.numbers["last_fence"] = fence
+            payload = self.hget(row, b"payload") or b""
+            jobs.append(b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt)
+                        + integer(fence))
+        return b"*2\r\n" + array(verdicts) + array(jobs)
+
+    def plan_claims(self, base: bytes, pending: bytes, count: int) -> tuple[list[bytes],
+                                                                            list[bytes]]:
+        """claim's walk for up to ``count`` live rows, and the ghosts met on the way."""
+        claims: list[bytes] = []
+        ghosts: list[bytes] = []
+        for member, _score in self.zitems(pending):
+            if len(claims) == count:
+                break
+            live = self.kind(base + b"job:" + member) == b"hash"
+            (claims if live else ghosts).append(member)
+        return claims, ghosts
+
+    def settle_item(self, call: Call, item: Item) -> str:
+        row = call.base + b"job:" + item.id
+        if not self.is_current(call.keys[0], row, item.id, item.fence):
+            return "STALE"
+        if item.op == b"ack":
+            return self.finish_ack(call.keys[0], row, item.id, call.numbers["retention_ms"])
+        return self.finish_retry(call.keys, row, item, call.numbers["now"])
+
+    def _extend_many(self, call: Call) -> bytes:
+        active, deadline = call.keys[0], call.numbers["now"] + call.numbers["lease_ms"]
+        verdicts = []
+        for item in call.items:
+            current = self.is_current(active, call.base + b"job:" + item.id, item.id, item.fence)
+            if current:
+                self.zadd(active, deadline, item.id)
+            verdicts.append(status("EXTENDED" if current else "STALE"))
+        return array(verdicts)
 
     def _extend(self, call: Call) -> bytes:
         active, row = call.keys

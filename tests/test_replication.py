@@ -22,7 +22,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from echomq import Job, Queue, StaleLease
+from echomq import Ack, Job, Queue, Retry, StaleLease
 from echomq.embedded import EmbeddedValkey
 from tests.conformance.harness import snapshot
 from tests.conftest import start_server
@@ -43,6 +43,10 @@ OPS: st.SearchStrategy[Op] = st.one_of(
     st.tuples(st.just("retry"), st.integers(0, 7), st.sampled_from([0, 1, 60_000]),
               st.booleans(), st.binary(max_size=8)),
     st.tuples(st.just("extend"), st.integers(0, 7), st.sampled_from([1, 60_000])),
+    st.tuples(st.just("settle"), st.lists(st.tuples(st.integers(0, 7), st.booleans()),
+                                          max_size=4), st.integers(0, 3),
+              st.sampled_from([0, RETAIN])),
+    st.tuples(st.just("extend_many"), st.lists(st.integers(0, 7), max_size=4)),
     st.tuples(st.just("recover"), st.sampled_from([1, 1_000])),
     st.tuples(st.just("promote"), st.sampled_from([1, 1_000])),
 )
@@ -78,8 +82,22 @@ class Worker:
                 held.append(job)
         elif verb in ("recover", "promote"):
             self.moved += getattr(queue, verb)(limit=args[0])
+        elif verb in ("settle", "extend_many"):
+            self.batch(queue, held, verb, args)
         elif held:
             self.settle(queue, held[args[0] % len(held)], verb, args[1:])
+
+    @staticmethod
+    def batch(queue: Queue, held: list[Job], verb: str, args: list[Any]) -> None:
+        """A batched round: held jobs acked or retried (to delayed), then claims; or a heartbeat.
+        Jobs may repeat within a batch: the second is STALE."""
+        if verb == "extend_many":
+            queue.extend_many([held[i % len(held)] for i in args[0]] if held else [])
+            return
+        outcomes = [Ack(held[i % len(held)]) if ack else Retry(held[i % len(held)], delay_ms=0)
+                    for i, ack in args[0]] if held else []
+        held.extend(queue.settle(outcomes, claim=args[1], lease_ms=60_000,
+                                 retention_ms=args[2])[1])
 
     @staticmethod
     def settle(queue: Queue, job: Job, verb: str, args: list[Any]) -> None:
@@ -198,6 +216,12 @@ def test_replica_sees_every_transition(primary: EmbeddedValkey,
             queue.retry(j2, delay_ms=0, max_attempts=5, error=b"again")
             queue.retry(j3, delay_ms=0, max_attempts=1, error=b"dead")
             queue.extend(j4, lease_ms=600_000)
+            queue.enqueue_many([(f"JOB:b{i}", b"b%d" % i) for i in range(4)])
+            batch = queue.claim_many(4, lease_ms=600_000)
+            verdicts, _ = queue.settle([Ack(batch[0]), Retry(batch[1], delay_ms=600_000),
+                                        Retry(batch[2], max_attempts=1), Ack(batch[0])],
+                                       claim=1, retention_ms=RETAIN)
+            assert len(verdicts) == 4 and queue.extend_many(batch[3:], lease_ms=900_000)
             assert queue.promote() == 1
             expire_leases(conn, queue)
             assert queue.recover() >= 1

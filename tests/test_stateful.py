@@ -1,7 +1,8 @@
 """Random transition sequences on both executors in lockstep, checked against a Python model.
 
-A hypothesis state machine drives one queue through enqueue, claim, ack, retry, extend, recover,
-promote, requeue of dead jobs and bad input, on an explicit clock, while rules also tamper with the
+A hypothesis state machine drives one queue through enqueue, claim, ack, retry, extend, settle and
+extend_many batches mixed with those single verbs, recover, promote, requeue of dead jobs and bad
+input, on an explicit clock, while rules also tamper with the
 keyspace behind the queue's back (deleted rows, expired tombstones, wrong-typed keys, odd row
 fields, lane jobs) and crash workers (a claim whose lease runs out, then recover). Every call runs
 on the Lua db and the native db of a ``Pair`` (requeue, scripts only, runs its script on both);
@@ -33,10 +34,12 @@ from echomq.transitions import (
     CLAIM,
     ENQUEUE,
     EXTEND,
+    EXTEND_MANY,
     PROMOTE,
     RECOVER,
     REQUEUE,
     RETRY,
+    SETTLE,
     TRANSITIONS,
     Transition,
 )
@@ -49,7 +52,8 @@ POOL = [b"JOB:%d" % i for i in range(1, 10)] + [b"JOB:a.b_c-d:e", b"JOB:" + b"z"
 GROUPS = [b"a", b"b", b"g:1"]
 ZSETS = (b"pending", b"active", b"delayed", b"dead")
 START = 1_700_000_000_000
-TRACKED = (ENQUEUE, CLAIM, ACK)  # transitions whose replies the machine's bookkeeping follows
+# transitions whose replies the machine's bookkeeping follows
+TRACKED = (ENQUEUE, CLAIM, ACK, SETTLE)
 
 PAYLOADS = st.one_of(
     st.sampled_from([b"", b"p", b"\x00\xff\r\n$-1\r\n", b"*3\r\n", b"x" * 5000]),
@@ -58,6 +62,7 @@ PAYLOADS = st.one_of(
 LATE = st.sampled_from([0, 0, 1, 1_000, 60_000, 10**6])  # recover/promote often run late
 ERRORS = st.sampled_from([b"", b"boom", b"\x00\r\n-ERR x\r\n", "ошибка".encode()])
 MAX_ATTEMPTS = st.sampled_from([1, 2, 3, 5])
+RETRY_TAIL = st.tuples(st.sampled_from([0, 1, 1_000]), MAX_ATTEMPTS, ERRORS).map(list)
 
 BAD_NUMKEYS = [b"x", b"", b"-1", b"-0", b"01", b"+2", b" 2", b"2 ", b"1.0", b"99",
                b"9223372036854775807", b"9223372036854775808", b"-9223372036854775809"]
@@ -267,6 +272,66 @@ class QueueMachine(RuleBasedStateMachine):
             self.behind_the_back(b"DEL", key(b"job", job_id))
         self.enqueue_id(job_id, payload)
 
+    @rule(data=st.data(), count=st.sampled_from([0, 1, 2, 5]),
+          lease_ms=st.sampled_from([1, 1_000, 30_000]),
+          retention_ms=st.sampled_from([0, 600_000]))
+    def settle(self, data: st.DataObject, count: int, lease_ms: int, retention_ms: int) -> None:
+        """A worker's round: settle a batch of leases (current, stale, repeated), then claim."""
+        items: list[tuple[bytes, bytes, int, Argv]] = []
+        for _ in range(data.draw(st.integers(0, 4) if self.leases else st.just(0), label="n")):
+            job_id, fence = self.pick_lease(data)
+            items.append((b"ack", job_id, fence, []) if data.draw(st.booleans(), label="ack")
+                         else (b"retry", job_id, fence, data.draw(RETRY_TAIL, label="retry")))
+        waiting = [j for j in self.zmembers(b"pending") if j in self.live][:count]
+        holders = set(self.zmembers(b"active"))
+        current = [self.is_current(job_id, fence) for _, job_id, fence, _ in items]
+        argv = [5, key(b"active"), key(b"delayed"), key(b"dead"), key(b"pending"),
+                key(b"fence"), self.now, retention_ms, lease_ms, count,
+                *(word for op, job_id, fence, tail in items for word in (op, job_id, fence,
+                                                                         *tail))]
+        reply, _ = self.execute(SETTLE, argv)
+        if reply.startswith(b"-"):
+            return
+        verdicts, jobs = parsed(reply)
+        self.check_settled(items, current, verdicts)
+        assert [job[0] for job in jobs] == waiting, "settle skipped the oldest live jobs"
+        for job_id, _payload, _attempt, fence in jobs:
+            assert job_id not in holders and job_id not in self.ghosts, job_id
+            self.check_fresh_fence(job_id, fence)
+        if len(items) > 1 and jobs:
+            event("a settle with items and claims")
+
+    def check_settled(self, items: list[tuple[bytes, bytes, int, Argv]], current: list[bool],
+                      verdicts: list[bytes]) -> None:
+        """Each item as its single verb would have fared, in order: a lease not current (or
+        settled earlier in the same batch) is STALE; an acked job is no longer live."""
+        settled: set[bytes] = set()
+        for (op, job_id, fence, _), was_current, verdict in zip(items, current, verdicts,
+                                                                strict=True):
+            latest = self.fences.get(job_id, [None])[-1]
+            if not was_current or job_id in settled or fence != latest:
+                assert verdict == b"STALE", (op, job_id, fence, verdict)
+                if job_id in settled:
+                    event("an id settled twice in one batch")
+                continue
+            assert verdict in ((b"ACKED",) if op == b"ack" else (b"RETRYING", b"DEAD")), verdict
+            settled.add(job_id)
+            if verdict == b"ACKED":
+                self.live.discard(job_id)
+
+    @precondition(lambda self: self.leases)
+    @rule(data=st.data(), lease_ms=st.sampled_from([1, 1_000, 30_000]))
+    def extend_many(self, data: st.DataObject, lease_ms: int) -> None:
+        """A heartbeat for several leases: only current ones are extended."""
+        pairs = [self.pick_lease(data) for _ in range(data.draw(st.integers(0, 4), label="n"))]
+        current = [self.is_current(*lease) for lease in pairs]
+        argv = [1, key(b"active"), lease_ms, self.now,
+                *(word for lease in pairs for word in lease)]
+        reply, _ = self.execute(EXTEND_MANY, argv)
+        if not reply.startswith(b"-"):
+            verdicts = parsed(reply)
+            assert verdicts == [b"EXTENDED" if ok else b"STALE" for ok in current], verdicts
+
     @rule(limit=st.sampled_from([1, 2, 1_000]), late=LATE, max_attempts=MAX_ATTEMPTS)
     def recover(self, limit: int, late: int, max_attempts: int) -> None:
         self.now += late
@@ -389,9 +454,11 @@ class QueueMachine(RuleBasedStateMachine):
     def good_argv(self, transition: Transition, job_id: bytes, base: bytes) -> Argv:
         numbers = {"id": job_id, "payload": b"p", "now": self.now, "lease_ms": 1_000,
                    "fence": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 3,
-                   "error": b"e", "limit": 10}
+                   "error": b"e", "limit": 10, "count": 1}
         keys = [key(role.encode(), job_id, base) for role in transition.keys]
-        return [len(keys), *keys, *(numbers[name] for name in transition.args)]
+        items: Argv = {SETTLE: [b"ack", job_id, 1, b"retry", job_id, 1, 0, 3, b"e"],
+                       EXTEND_MANY: [job_id, 1]}.get(transition, [])
+        return [len(keys), *keys, *(numbers[name] for name in transition.args), *items]
 
     @rule(data=st.data(), transition=st.sampled_from(TRANSITIONS),
           job_id=st.sampled_from(POOL), base=st.sampled_from([BASE, BASE, OTHER, b""]))

@@ -20,6 +20,18 @@ local function arity_error(verb, nkeys, nargs)
     verb, nkeys, nargs))
 end
 
+-- A transition taking a list of items after its fixed arguments.
+local function variadic_arity_error(verb, nkeys, nargs)
+  return redis.error_reply(string.format('EMQARITY EMQ.%s takes %d keys and at least %d arguments',
+    verb, nkeys, nargs))
+end
+
+-- Item n (from 1) of a list is not of the documented shape.
+local function item_error(n, shape)
+  return redis.error_reply(string.format('EMQITEM item %d must be %s', n, shape))
+end
+local SETTLE_ITEM = 'ack <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>'
+
 local function number_error(name, min)
   return redis.error_reply(string.format('EMQNUM %s must be an integer from %d to 999999999999999',
     name, min))
@@ -110,6 +122,16 @@ local function may_access(key)
   return redis.acl_check_cmd('HINCRBY', key, 'attempts', '1')
 end
 
+-- An item's row, derived from its id: readable and writable by the caller, absent or a hash, not
+-- on another node. Nil, or the error reply.
+local function check_row(row)
+  if not may_access(row) then return redis.error_reply(E_PERM) end
+  local t = derived_type(row)
+  if t == nil then return redis.error_reply(E_MOVING) end
+  if t ~= 'none' and t ~= 'hash' then return redis.error_reply(E_TYPE) end
+  return nil
+end
+
 -- The current lease: the id is in active and the row's fence equals the given fence.
 local function is_current_lease(active, row, id, fence)
   if redis.call('ZSCORE', active, id) == false then return false end
@@ -136,6 +158,55 @@ local function lease(row, id, active, fence_key, last_fence, deadline)
   redis.call('HSET', row, 'attempts', dec(attempt), 'fence', dec(fence))
   redis.call('ZADD', active, dec(deadline), id)
   return attempt, fence
+end
+
+-- The walk of claim, for up to count jobs: from pending's lowest entry, live rows to lease and
+-- ghosts (no row, or a row of another type) to drop, every row checked before anything is
+-- written. Returns claims ({id, row} each), ghosts, or nil, nil, the error reply.
+local function plan_claims(base, pending, count)
+  local claims, ghosts = {}, {}
+  local rank = 0
+  while #claims < count do
+    local head = redis.call('ZRANGE', pending, rank, rank)
+    if #head == 0 then break end
+    local row = base .. 'job:' .. head[1]
+    if not may_access(row) then return nil, nil, redis.error_reply(E_PERM) end
+    local row_type = derived_type(row)
+    if row_type == nil then return nil, nil, redis.error_reply(E_MOVING) end
+    if row_type == 'hash' then
+      claims[#claims + 1] = { id = head[1], row = row }
+    else
+      ghosts[#ghosts + 1] = head[1]
+    end
+    rank = rank + 1
+  end
+  return claims, ghosts
+end
+
+-- ack's effect on a current lease: leave active; the row becomes a tombstone for retention_ms
+-- (0: deleted). Returns the verdict.
+local function finish_ack(active, row, id, retention_ms)
+  redis.call('ZREM', active, id)
+  if retention_ms == 0 then
+    redis.call('DEL', row)
+  else
+    redis.call('HDEL', row, 'payload')
+    redis.call('PEXPIRE', row, dec(retention_ms))
+  end
+  return 'ACKED'
+end
+
+-- retry's effect on a current lease: leave active, record the error, go dead when the row's
+-- attempts reach max_attempts, else wait in delayed until now + delay_ms. Returns the verdict.
+local function finish_retry(active, delayed, dead, row, id, error, delay_ms, max_attempts, now)
+  redis.call('ZREM', active, id)
+  redis.call('HSET', row, 'error', error)
+  if int_field(redis.call('HGET', row, 'attempts'), 0) >= max_attempts then
+    redis.call('ZADD', dead, dec(now), id)
+    return 'DEAD'
+  end
+  redis.call('ZADD', delayed, dec(now + delay_ms), id)
+  return 'RETRYING'
 end
 
 -- Leave up to n wake tokens, never more than WAKE_CAP in the list.

@@ -19,11 +19,4 @@ if not types_ok({ 'zset', 'hash' }) then return redis.error_reply(E_TYPE) end
 
 local active, row = KEYS[1], KEYS[2]
 if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
-redis.call('ZREM', active, id)
-if retention_ms == 0 then
-  redis.call('DEL', row)
-else
-  redis.call('HDEL', row, 'payload')
-  redis.call('PEXPIRE', row, dec(retention_ms))
-end
-return redis.status_reply('ACKED')
+return redis.status_reply(finish_ack(active, row, id, retention_ms))

@@ -22,25 +22,12 @@ if not types_ok({ 'zset', 'zset', 'string' }) then return redis.error_reply(E_TY
 local pending, active, fence_key = KEYS[1], KEYS[2], KEYS[3]
 local last_fence = fence_counter(fence_key)
 if last_fence == nil then return redis.error_reply(E_FENCE) end
-local ghosts, id, row = {}, nil, nil
-local rank = 0
-while true do
-  local head = redis.call('ZRANGE', pending, rank, rank)
-  if #head == 0 then break end
-  local candidate = base .. 'job:' .. head[1]
-  if not may_access(candidate) then return redis.error_reply(E_PERM) end
-  local candidate_type = derived_type(candidate)
-  if candidate_type == nil then return redis.error_reply(E_MOVING) end
-  if candidate_type == 'hash' then
-    id, row = head[1], candidate
-    break
-  end
-  ghosts[#ghosts + 1] = head[1]
-  rank = rank + 1
-end
+local claims, ghosts, err = plan_claims(base, pending, 1)
+if claims == nil then return err end
 for i = 1, #ghosts do redis.call('ZREM', pending, ghosts[i]) end
-if id == nil then return false end
+if #claims == 0 then return false end
 
+local id, row = claims[1].id, claims[1].row
 redis.call('ZREM', pending, id)
 local attempt, fence = lease(row, id, active, fence_key, last_fence, now + lease_ms)
 return { id, redis.call('HGET', row, 'payload') or '', attempt, fence }

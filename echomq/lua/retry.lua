@@ -31,11 +31,5 @@ if not types_ok({ 'zset', 'zset', 'zset', 'hash' }) then return redis.error_repl
 
 local active, delayed, dead, row = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
-redis.call('ZREM', active, id)
-redis.call('HSET', row, 'error', ARGV[5])
-if int_field(redis.call('HGET', row, 'attempts'), 0) >= max_attempts then
-  redis.call('ZADD', dead, dec(now), id)
-  return redis.status_reply('DEAD')
-end
-redis.call('ZADD', delayed, dec(now + delay_ms), id)
-return redis.status_reply('RETRYING')
+return redis.status_reply(finish_retry(active, delayed, dead, row, id, ARGV[5], delay_ms,
+  max_attempts, now))

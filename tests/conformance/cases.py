@@ -26,6 +26,7 @@ E_KEYS = b"-EMQKEYS "
 E_NUM = b"-EMQNUM "
 E_TYPE = b"-WRONGTYPE "
 E_FENCE = b"-EMQFENCE the fence counter must hold an integer from 0 to 999999999999998\r\n"
+E_ITEM = b"-EMQITEM item "
 E_NOTINT = b"-ERR value is not an integer or out of range"
 E_NEGATIVE = b"-ERR Number of keys can't be negative"
 E_TOOMANY = b"-ERR Number of keys can't be greater than number of args"
@@ -86,6 +87,9 @@ GOOD: dict[str, list[Arg]] = {
     "retry": [4, key("active"), key("delayed"), key("dead"), key("job"), "JOB:1", 1, 1_000, 3,
               b"boom", NOW],
     "extend": [2, key("active"), key("job"), "JOB:1", 1, 30_000, NOW],
+    "settle": [5, key("active"), key("delayed"), key("dead"), key("pending"), key("fence"), NOW,
+               60_000, 30_000, 1, "ack", "JOB:1", 1, "retry", "JOB:2", 1, 1_000, 3, b"boom"],
+    "extend_many": [1, key("active"), 30_000, NOW, "JOB:1", 1, "JOB:2", 1],
     "recover": [5, key("active"), key("pending"), key("ring"), key("wake"), key("dead"), NOW, 100,
                 3],
     "promote": [4, key("delayed"), key("pending"), key("ring"), key("wake"), NOW, 100],
@@ -98,6 +102,8 @@ READY: dict[str, list[Command]] = {
     "ack": leased("JOB:1"),
     "retry": leased("JOB:1"),
     "extend": leased("JOB:1"),
+    "settle": leased("JOB:1") + leased("JOB:2") + waiting("JOB:3"),
+    "extend_many": leased("JOB:1") + leased("JOB:2"),
     "recover": leased("JOB:1", deadline=NOW - 1),
     "promote": delayed("JOB:1", due=NOW - 1),
 }
@@ -124,7 +130,7 @@ BAD_NUMKEYS: list[tuple[str, Arg, bytes]] = [
     ("huge", "99999999999999999999", E_NOTINT), ("negative", "-1", E_NEGATIVE),
 ]
 MINIMUM = {"lease_ms": 1, "fence": 1, "max_attempts": 1, "limit": 1, "retention_ms": 0,
-           "delay_ms": 0}
+           "delay_ms": 0, "count": 0}
 WRONG_VALUE: dict[str, list[Command]] = {
     "hash": [["SET", "{k}", "x"], ["RPUSH", "{k}", "x"]],
     "zset": [["SET", "{k}", "x"], ["HSET", "{k}", "f", "v"]],
@@ -149,8 +155,9 @@ def shape_cases(t: Transition) -> Iterator[Case]:
     yield Case(t, "numkeys-one-less", _with(good, 0, nkeys - 1), E_ARITY)
     yield Case(t, "numkeys-one-more", _with(good, 0, nkeys + 1), E_ARITY)
     yield Case(t, "numkeys-zero", _with(good, 0, 0), E_ARITY)
-    yield Case(t, "last-arg-missing", good[:-1], E_ARITY)
-    yield Case(t, "extra-arg", [*good, "extra"], E_ARITY)
+    fixed = 1 + nkeys + len(t.args)
+    yield Case(t, "last-arg-missing", good[: fixed - 1] if t.items else good[:-1], E_ARITY)
+    yield Case(t, "extra-arg", [*good, "extra"], E_ITEM if t.items else E_ARITY)
     yield Case(t, "numkeys-only", [0], E_ARITY)
     yield Case(t, "keys-only", good[: nkeys + 1], E_ARITY)
 
@@ -177,7 +184,8 @@ def key_cases(t: Transition) -> Iterator[Case]:
     good = GOOD[t.name]
     for i, role in enumerate(t.keys, start=1):
         other = key(role, base=OTHER)
-        yield Case(t, f"key{i}-other-queue", _with(good, i, other), E_KEYS)
+        if len(t.keys) > 1:  # a lone key of another queue is that queue's whole call
+            yield Case(t, f"key{i}-other-queue", _with(good, i, other), E_KEYS)
         yield Case(t, f"key{i}-empty", _with(good, i, ""), E_KEYS)
         yield Case(t, f"key{i}-suffix-changed", _with(good, i, _raw(good[i]) + b"x"), E_KEYS)
     yield Case(t, "keys-swapped", [good[0], good[2], good[1], *good[3:]], E_KEYS)
@@ -191,7 +199,9 @@ READY_OTHER = {name: [[_raw(p).replace(BASE.encode(), OTHER.encode()) for p in c
 
 def _expect_ok(t: Transition) -> bytes:
     return {"enqueue": b"+ENQUEUED", "claim": b"*4", "ack": b"+ACKED", "retry": b"+RETRYING",
-            "extend": b"+EXTENDED", "recover": b":1", "promote": b":1"}[t.name]
+            "extend": b"+EXTENDED", "recover": b":1", "promote": b":1",
+            "settle": b"*2\r\n*2\r\n+ACKED\r\n+RETRYING\r\n*1\r\n*4\r\n$5\r\nJOB:3\r\n",
+            "extend_many": b"*2\r\n+EXTENDED\r\n+EXTENDED\r\n"}[t.name]
 
 
 def number_cases(t: Transition) -> Iterator[Case]:
@@ -454,8 +464,10 @@ def promote_cases() -> Iterator[Case]:
 
 
 def all_cases() -> list[Case]:
+    from tests.conformance.batch_cases import batch_cases
+
     cases = [*generic_cases(), *enqueue_cases(), *claim_cases(), *ack_cases(), *retry_cases(),
-             *extend_cases(), *recover_cases(), *promote_cases()]
+             *extend_cases(), *recover_cases(), *promote_cases(), *batch_cases()]
     ids = [case.id for case in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
     assert not duplicates, duplicates

@@ -17,7 +17,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster, key_slot
 
-from echomq import Queue, Verdict, admin
+from echomq import Ack, Job, Queue, Verdict, admin
 from echomq.embedded import EmbeddedValkey
 from echomq.scripts import script_for
 from echomq.transitions import ALL_TRANSITIONS, ENQUEUE
@@ -266,15 +266,21 @@ def every_job_kept(queue: Queue) -> None:
     assert admin.purge(queue.conn, queue.name) == 1
 
 
-# The calls a moving slot must refuse; the first three on both executors, the rest scripts only.
+# JOB:leased's lease, the third claim of fill_every_key: its row is where the slot's rows are.
+LEASED = Job("JOB:leased", b"x", 1, fence=3)
+# The calls a moving slot must refuse; those of NATIVE_ACTIONS on both executors, the rest
+# scripts only.
 ACTIONS: dict[str, Callable[[Queue], object]] = {
     "claim": lambda queue: queue.claim(lease_ms=1_000, now=NOW),
+    "claim_many": lambda queue: queue.claim_many(2, lease_ms=1_000, now=NOW),
+    "settle": lambda queue: queue.settle([Ack(LEASED)], now=NOW),
+    "extend_many": lambda queue: queue.extend_many([LEASED], now=NOW),
     "recover": lambda queue: queue.recover(now=NOW),
     "promote": lambda queue: queue.promote(now=NOW),
     "claim_lane": lambda queue: queue.claim_lane(lease_ms=1_000, now=NOW),
     "purge": lambda queue: admin.purge(queue.conn, queue.name),
 }
-NATIVE_ACTIONS = ("claim", "recover", "promote")
+NATIVE_ACTIONS = ("claim", "claim_many", "settle", "extend_many", "recover", "promote")
 
 
 class Captured(Exception):

@@ -1,0 +1,220 @@
+"""Cases of the batched transitions, settle and extend_many: many items in one call, ghosts inside
+a batch, current and stale fences mixed, an id twice, and every kind of malformed item."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from tests.conformance.cases import (
+    BASE,
+    E_FENCE,
+    E_ITEM,
+    E_KIND,
+    E_TYPE,
+    GOOD_IDS,
+    NOW,
+    Case,
+    Command,
+    _case,
+    key,
+    leased,
+    row,
+    waiting,
+)
+from tests.resp import Arg
+
+SETTLE_KEYS: list[Arg] = [5, key("active"), key("delayed"), key("dead"), key("pending"),
+                          key("fence")]
+E_SETTLE_ITEM = (b" must be ack <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> "
+                 b"<error>\r\n")
+NO_ITEMS_NO_JOBS = b"*2\r\n*0\r\n*0\r\n"
+
+
+def settle(*items: Arg, count: Arg = 0, retention: Arg = 60_000) -> list[Arg]:
+    return [*SETTLE_KEYS, NOW, retention, 30_000, count, *items]
+
+
+def extend_many(*pairs: Arg) -> list[Arg]:
+    return [1, key("active"), 30_000, NOW, *pairs]
+
+
+def job(job_id: str, attempt: int, fence: int, payload: bytes = b"p") -> bytes:
+    raw = job_id.encode()
+    return (b"*4\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n:%d\r\n:%d\r\n"
+            % (len(raw), raw, len(payload), payload, attempt, fence))
+
+
+def replied(verdicts: list[bytes], jobs: list[bytes]) -> bytes:
+    head = b"*2\r\n*%d\r\n" % len(verdicts) + b"".join(b"+%s\r\n" % v for v in verdicts)
+    return head + b"*%d\r\n" % len(jobs) + b"".join(jobs)
+
+
+def lane_state() -> list[Command]:
+    """Two lane jobs leased, one waiting in its lane with its group on the ring."""
+    return [*leased("JOB:a1", lane="a"), *leased("JOB:b1", lane="b"),
+            ["RPUSH", key("lane:a"), "JOB:a2"], ["RPUSH", key("ring"), "a"]]
+
+
+def settle_cases() -> Iterator[Case]:
+    yield from settle_claim_cases()
+    yield from settle_item_cases()
+    yield from settle_bad_item_cases()
+
+
+def settle_claim_cases() -> Iterator[Case]:
+    yield _case("settle", "empty-queue", settle(count=5), NO_ITEMS_NO_JOBS)
+    yield _case("settle", "nothing-asked", settle(), NO_ITEMS_NO_JOBS, waiting("JOB:1"))
+    yield _case("settle", "count-zero-leaves-ghosts", settle(), NO_ITEMS_NO_JOBS,
+                [["ZADD", key("pending"), "1", "JOB:g"]])
+    yield _case("settle", "claim-one", settle(count=1), replied([], [job("JOB:1", 1, 1)]),
+                waiting("JOB:1"))
+    yield _case("settle", "claim-oldest-first", settle(count=2),
+                replied([], [job("JOB:b", 1, 1), job("JOB:c", 1, 2)]),
+                waiting("JOB:b", at=5) + waiting("JOB:a", at=7) + waiting("JOB:c", at=5))
+    yield _case("settle", "count-beyond-pending", settle(count=10),
+                replied([], [job("JOB:1", 1, 1), job("JOB:2", 1, 2)]),
+                waiting("JOB:1", at=1) + waiting("JOB:2", at=2))
+    yield _case("settle", "ghosts-inside-a-batch", settle(count=2),
+                replied([], [job("JOB:1", 1, 1), job("JOB:2", 1, 2)]),
+                [["ZADD", key("pending"), "1", "JOB:g1", "3", "JOB:g2", "6", "JOB:g3"],
+                 ["SET", key("job", "JOB:g2"), "x"],
+                 *waiting("JOB:1", at=2), *waiting("JOB:2", at=4), *waiting("JOB:3", at=9)])
+    yield _case("settle", "only-ghosts", settle(count=3), NO_ITEMS_NO_JOBS,
+                [["ZADD", key("pending"), "1", "JOB:g1", "2", "JOB:g2"]])
+    yield _case("settle", "fence-counts-on", settle(count=2),
+                replied([], [job("JOB:1", 3, 42), job("JOB:2", 1, 43)]),
+                [row("JOB:1", "payload", "p", "attempts", "2"), ["ZADD", key("pending"), "1",
+                                                                  "JOB:1"],
+                 *waiting("JOB:2", at=2), ["SET", key("fence"), "41"]])
+    yield _case("settle", "fence-bad-when-claiming", settle(count=1), E_FENCE,
+                [*leased("JOB:1"), *waiting("JOB:2"), ["SET", key("fence"), "x"]])
+    yield _case("settle", "fence-bad-not-claiming", settle("ack", "JOB:1", 1),
+                replied([b"ACKED"], []), [*leased("JOB:1"), ["SET", key("fence"), "x"]])
+    yield _case("settle", "fence-runs-out-inside-a-batch", settle(count=2), E_FENCE,
+                [*waiting("JOB:1"), *waiting("JOB:2"), ["SET", key("fence"), "999999999999998"]])
+    yield _case("settle", "fence-last-one-inside-a-batch", settle(count=2),
+                replied([], [job("JOB:1", 1, 999_999_999_999_999)]),
+                [*waiting("JOB:1"), ["SET", key("fence"), "999999999999998"]])
+    yield _case("settle", "binary-payload", settle(count=1),
+                replied([], [job("JOB:1", 1, 1, b"\x00\r\n*1\r\n")]),
+                waiting("JOB:1", payload=b"\x00\r\n*1\r\n"))
+
+
+def settle_item_cases() -> Iterator[Case]:
+    yield _case("settle", "ack-one-claim-one", settle("ack", "JOB:1", 1, count=1),
+                replied([b"ACKED"], [job("JOB:2", 1, 1)]), leased("JOB:1") + waiting("JOB:2"))
+    yield _case("settle", "no-retention", settle("ack", "JOB:1", 1, retention=0),
+                replied([b"ACKED"], []), leased("JOB:1"))
+    yield _case("settle", "current-and-stale", settle(
+        "ack", "JOB:1", 1, "ack", "JOB:2", 5, "retry", "JOB:3", 9, 0, 3, b"e",
+        "retry", "JOB:4", 1, 0, 3, b"e", "ack", "JOB:9", 1, count=1),
+        replied([b"ACKED", b"STALE", b"RETRYING", b"STALE", b"STALE"], [job("JOB:5", 1, 1)]),
+        leased("JOB:1") + leased("JOB:2", fence=6) + leased("JOB:3", fence=9)
+        + leased("JOB:4", fence=2) + waiting("JOB:5"))
+    yield _case("settle", "same-id-twice", settle("ack", "JOB:1", 1, "ack", "JOB:1", 1),
+                replied([b"ACKED", b"STALE"], []), leased("JOB:1"))
+    yield _case("settle", "retry-then-ack", settle("retry", "JOB:1", 1, 0, 3, b"e",
+                                                   "ack", "JOB:1", 1),
+                replied([b"RETRYING", b"STALE"], []), leased("JOB:1"))
+    yield _case("settle", "ack-then-retry-no-retention",
+                settle("ack", "JOB:1", 1, "retry", "JOB:1", 1, 0, 3, b"e", retention=0),
+                replied([b"ACKED", b"STALE"], []), leased("JOB:1"))
+    yield _case("settle", "retry-to-dead", settle(
+        "retry", "JOB:1", 1, 500, 3, b"last", "retry", "JOB:2", 1, 500, 3, b"again"),
+        replied([b"DEAD", b"RETRYING"], []),
+        leased("JOB:1", attempt=3, fence=1) + leased("JOB:2"))
+    yield _case("settle", "binary-error", settle("retry", "JOB:1", 1, 0, 1, b"\x00\xff\r\n"),
+                replied([b"DEAD"], []), leased("JOB:1"))
+    yield _case("settle", "lanes-untouched", settle(
+        "ack", "JOB:a1", 1, "retry", "JOB:b1", 1, 100, 3, b"e", count=1),
+        replied([b"ACKED", b"RETRYING"], [job("JOB:1", 1, 1)]),
+        lane_state() + waiting("JOB:1"))
+    yield _case("settle", "item-row-absent", settle("ack", "JOB:1", 1), replied([b"STALE"], []))
+    yield _case("settle", "claims-what-it-settled-not", settle("retry", "JOB:1", 1, 0, 3, b"e",
+                                                               count=1),
+                replied([b"RETRYING"], []), leased("JOB:1"))
+    for label, fine in GOOD_IDS:
+        yield _case("settle", f"item-id-{label}", settle("ack", fine, 1), replied([b"STALE"], []))
+    yield _case("settle", "item-row-wrongtype", settle("ack", "JOB:1", 1, "ack", "JOB:2", 1),
+                E_TYPE, [*leased("JOB:1"), ["SET", key("job", "JOB:2"), "x"]])
+    yield _case("settle", "claim-row-of-other-type-is-a-ghost", settle(count=1),
+                replied([], [job("JOB:2", 1, 1)]),
+                [["ZADD", key("pending"), "1", "JOB:s"], ["SET", key("job", "JOB:s"), "x"],
+                 *waiting("JOB:2")])
+    yield _case("settle", "item-rows-of-another-queue-untouched", settle("ack", "JOB:1", 1),
+                replied([b"STALE"], []),
+                [row("JOB:1", "payload", "p", "attempts", "1", "fence", "1",
+                     base="emq:{other}:"), ["ZADD", key("active", base="emq:{other}:"), "1",
+                                            "JOB:1"]])
+
+
+BAD_ITEMS: list[tuple[str, list[Arg], bytes]] = [
+    ("op-upper-case", ["ACK", "JOB:1", 1], b"1"),
+    ("op-unknown", ["nack", "JOB:1", 1], b"1"),
+    ("op-empty", ["", "JOB:1", 1], b"1"),
+    ("op-is-an-id", ["JOB:1", 1, "ack"], b"1"),
+    ("ack-cut-short", ["ack", "JOB:1"], b"1"),
+    ("ack-op-only", ["ack"], b"1"),
+    ("retry-cut-short", ["retry", "JOB:1", 1, 0, 3], b"1"),
+    ("second-item-unknown", ["ack", "JOB:1", 1, "ok", "JOB:1", 1], b"2"),
+    ("third-item-cut-short", ["ack", "JOB:1", 1, "ack", "JOB:2", 1, "retry", "JOB:3"], b"3"),
+    ("ack-with-retry-width", ["ack", "JOB:1", 1, 0, 3, b"e"], b"2"),
+]
+BAD_FIELDS: list[tuple[str, list[Arg], bytes]] = [
+    ("ack-bad-id", ["ack", "job:1", 1], E_KIND),
+    ("ack-empty-id", ["ack", "", 1], E_KIND),
+    ("retry-bad-id", ["retry", "JOB:a b", 1, 0, 3, b"e"], E_KIND),
+    ("ack-fence-zero", ["ack", "JOB:1", 0], b"-EMQNUM fence must be an integer from 1 "),
+    ("ack-fence-word", ["ack", "JOB:1", "one"], b"-EMQNUM fence "),
+    ("retry-fence-negative", ["retry", "JOB:1", -1, 0, 3, b"e"], b"-EMQNUM fence "),
+    ("retry-delay-bad", ["retry", "JOB:1", 1, "1.5", 3, b"e"], b"-EMQNUM delay_ms "),
+    ("retry-max-zero", ["retry", "JOB:1", 1, 0, 0, b"e"],
+     b"-EMQNUM max_attempts must be an integer from 1 "),
+    ("retry-max-sixteen-digits", ["retry", "JOB:1", 1, 0, "1" * 16, b"e"], b"-EMQNUM max_"),
+    ("bad-id-after-good-items", ["ack", "JOB:1", 1, "retry", "JOB:1", 1, 0, 3, b"e",
+                                 "ack", "JOB:\xff", 1], E_KIND),
+    ("bad-fence-before-cut-short", ["ack", "JOB:1", "x", "retry"], b"-EMQNUM fence "),
+]
+
+
+def settle_bad_item_cases() -> Iterator[Case]:
+    """A malformed list is refused whole: nothing settled, nothing claimed."""
+    ready = leased("JOB:1") + waiting("JOB:2")
+    for label, items, n in BAD_ITEMS:
+        yield _case("settle", f"item-{label}", settle(*items, count=1),
+                    E_ITEM + n + E_SETTLE_ITEM, ready)
+    for label, items, expect in BAD_FIELDS:
+        yield _case("settle", f"item-{label}", settle(*items, count=1), expect, ready)
+
+
+def extend_many_cases() -> Iterator[Case]:
+    yield _case("extend_many", "no-pairs", extend_many(), b"*0\r\n", leased("JOB:1"))
+    yield _case("extend_many", "one", extend_many("JOB:1", 1), b"*1\r\n+EXTENDED\r\n",
+                leased("JOB:1"))
+    yield _case("extend_many", "current-and-stale",
+                extend_many("JOB:1", 1, "JOB:2", 1, "JOB:3", 4, "JOB:9", 1),
+                b"*4\r\n+EXTENDED\r\n+STALE\r\n+EXTENDED\r\n+STALE\r\n",
+                leased("JOB:1") + leased("JOB:2", fence=2) + leased("JOB:3", fence=4))
+    yield _case("extend_many", "same-id-twice", extend_many("JOB:1", 1, "JOB:1", 1),
+                b"*2\r\n+EXTENDED\r\n+EXTENDED\r\n", leased("JOB:1"))
+    yield _case("extend_many", "lane-job", extend_many("JOB:a1", 1),
+                b"*1\r\n+EXTENDED\r\n", lane_state())
+    yield _case("extend_many", "expired-but-current", extend_many("JOB:1", 1),
+                b"*1\r\n+EXTENDED\r\n", leased("JOB:1", deadline=1))
+    yield _case("extend_many", "row-wrongtype", extend_many("JOB:1", 1, "JOB:2", 1), E_TYPE,
+                [*leased("JOB:1"), ["SET", key("job", "JOB:2"), "x"]])
+    for label, pairs, expect in [
+        ("pair-cut-short", ["JOB:1", 1, "JOB:2"], E_ITEM + b"2 must be <id> <fence>\r\n"),
+        ("id-only", ["JOB:1"], E_ITEM + b"1 must be <id> <fence>\r\n"),
+        ("bad-id", ["JOB:1", 1, "RUN:2", 1], E_KIND),
+        ("bad-id-before-cut-short", ["job:1", 1, "JOB:2"], E_KIND),
+        ("fence-zero", ["JOB:1", 0], b"-EMQNUM fence must be an integer from 1 "),
+        ("fence-word", ["JOB:1", "x"], b"-EMQNUM fence "),
+    ]:
+        yield _case("extend_many", label, extend_many(*pairs), expect, leased("JOB:1"))
+
+
+def batch_cases() -> Iterator[Case]:
+    assert BASE == "emq:{q}:"
+    yield from settle_cases()
+    yield from extend_many_cases()

@@ -1,0 +1,159 @@
+"""Batched transitions from Python on both wires: a worker's round (settle), a plain batched
+claim, a heartbeat for many leases — and one round trip where single verbs take 2N."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+import redis
+import redis.asyncio as aredis
+
+import echomq.aio
+from echomq import Ack, ArgumentError, Job, KindError, Queue, Retry, Verdict
+from echomq.embedded import EmbeddedValkey
+
+NOW = 1_700_000_000_000
+
+
+@pytest.fixture(params=[5, 6], ids=["wire5", "wire6"])
+def queue(request: pytest.FixtureRequest, conn: redis.Redis) -> Iterator[Queue]:
+    yield Queue(conn, "batch", wire=request.param, max_attempts=3)
+
+
+def fill(queue: Queue, n: int) -> None:
+    queue.enqueue_many([(f"JOB:{i}", f"p{i}") for i in range(n)], now=NOW)
+
+
+def round_trips(conn: redis.Redis) -> dict[str, int]:
+    """Transitions sent since the last CONFIG RESETSTAT, per command: EVALSHA or EMQ.* (the
+    commands a script runs inside are counted apart by the server, and left out here)."""
+    stats = conn.info("commandstats")
+    return {name: int(value["calls"]) for name, value in stats.items()
+            if name == "cmdstat_evalsha" or name.startswith("cmdstat_emq.")}
+
+
+def test_claim_many_leases_oldest_first_each_its_own_fence(queue: Queue) -> None:
+    fill(queue, 5)
+    jobs = queue.claim_many(3, lease_ms=1_000, now=NOW + 1)
+    assert jobs == [Job(f"JOB:{i}", f"p{i}".encode(), 1, fence=i + 1) for i in range(3)]
+    assert [queue.conn.zscore(queue.key("active"), job.id) for job in jobs] == [NOW + 1_001] * 3
+    assert [job.fence for job in queue.claim_many(10, now=NOW + 2)] == [4, 5]
+    assert queue.claim_many(10, now=NOW + 3) == []
+
+
+def test_settle_acks_retries_and_claims_in_one_call(queue: Queue) -> None:
+    fill(queue, 4)
+    first = queue.claim_many(2, now=NOW)
+    verdicts, jobs = queue.settle([Ack(first[0]), Retry(first[1], delay_ms=500, error="boom")],
+                                  claim=2, now=NOW + 10)
+    assert verdicts == [Verdict.ACKED, Verdict.RETRYING]
+    assert [job.id for job in jobs] == ["JOB:2", "JOB:3"]
+    assert queue.conn.zscore(queue.key("delayed"), "JOB:1") == NOW + 510
+    assert queue.conn.hget(queue.key("job", "JOB:1"), "error") == b"boom"
+    assert queue.counts() == {"pending": 0, "active": 2, "delayed": 1, "dead": 0, "lanes": 0}
+
+
+def test_stale_outcomes_are_verdicts_not_errors(queue: Queue) -> None:
+    fill(queue, 2)
+    job, other = queue.claim_many(2, now=NOW)
+    outdated = Job(job.id, job.payload, job.attempt, fence=job.fence + 10)
+    verdicts, jobs = queue.settle([Ack(outdated), Ack(other), Ack(other), Retry(job, error="x")])
+    assert verdicts == [Verdict.STALE, Verdict.ACKED, Verdict.STALE, Verdict.RETRYING]
+    assert jobs == []
+
+
+def test_retry_inside_a_batch_ends_dead_at_max_attempts(queue: Queue) -> None:
+    fill(queue, 1)
+    (job,) = queue.claim_many(1, now=NOW)
+    verdicts, _ = queue.settle([Retry(job, error="spent", max_attempts=1)], now=NOW + 1)
+    assert verdicts == [Verdict.DEAD]
+    assert queue.conn.zscore(queue.key("dead"), "JOB:0") == NOW + 1
+
+
+def test_extend_many_pushes_current_leases_only(queue: Queue) -> None:
+    fill(queue, 2)
+    job, other = queue.claim_many(2, lease_ms=1_000, now=NOW)
+    queue.ack(other)
+    assert queue.extend_many([job, other], lease_ms=5_000, now=NOW + 100) == [
+        Verdict.EXTENDED, Verdict.STALE]
+    assert queue.conn.zscore(queue.key("active"), job.id) == NOW + 5_100
+    assert queue.extend_many([]) == []
+
+
+def test_one_settle_round_trip_replaces_two_per_job(queue: Queue) -> None:
+    """N single claims and N single acks are 2N commands; the batched round is one."""
+    n = 16
+    fill(queue, 2 * n + 1)
+    warm = queue.claim(now=NOW)  # scripts loaded: no NOSCRIPT round trip is counted below
+    assert warm is not None and queue.ack(warm) is Verdict.ACKED
+    jobs = queue.claim_many(n, now=NOW)
+    queue.conn.config_resetstat()
+    for job in jobs:
+        queue.ack(job)
+        queue.claim(now=NOW + 1)
+    singles = round_trips(queue.conn)
+    held = queue_active(queue)
+    queue.conn.config_resetstat()
+    verdicts, claimed = queue.settle([Ack(job) for job in held], claim=n, now=NOW + 2)
+    batched = round_trips(queue.conn)
+    assert sum(singles.values()) == 2 * n
+    assert batched == {"cmdstat_evalsha" if queue.wire == 5 else "cmdstat_emq.settle": 1}
+    assert verdicts == [Verdict.ACKED] * n and claimed == []
+
+
+def queue_active(queue: Queue) -> list[Job]:
+    """The current leases, as a worker that holds them would know them."""
+    ids = [member.decode() for member in queue.conn.zrange(queue.key("active"), 0, -1)]
+    return [Job(job_id, b"", 1, fence=int(queue.conn.hget(queue.key("job", job_id), "fence")))
+            for job_id in ids]
+
+
+def test_bad_outcomes_are_refused_before_sending(queue: Queue) -> None:
+    fill(queue, 1)
+    (job,) = queue.claim_many(1, now=NOW)
+    queue.conn.config_resetstat()
+    for bad, error in [
+        ([Ack(Job("job:1", b"", 1, fence=1))], KindError),
+        ([Ack(job), Ack(Job(job.id, b"", 1, fence=0))], ArgumentError),
+        ([Retry(job, delay_ms=-1)], ArgumentError),
+        ([Retry(job, max_attempts=0)], ArgumentError),
+    ]:
+        with pytest.raises(error):
+            queue.settle(bad)
+    with pytest.raises(TypeError):
+        queue.settle([job])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        queue.settle([Retry(job, error=None)])  # type: ignore[arg-type]
+    with pytest.raises(ArgumentError, match="count"):
+        queue.claim_many(0)
+    with pytest.raises(ArgumentError, match="count"):
+        queue.settle([], claim=-1)
+    with pytest.raises(KindError):
+        queue.extend_many([Job("JOB:", b"", 1, fence=1)])
+    assert round_trips(queue.conn) == {}
+    assert queue.counts()["active"] == 1
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_asyncio_queue_has_the_same_batches(valkey: EmbeddedValkey, wire: int) -> None:
+    async def body() -> tuple[list[Verdict], list[Job], list[Verdict]]:
+        client = aredis.Redis(host="127.0.0.1", port=valkey.port)
+        try:
+            await client.flushall()
+            queue = echomq.aio.Queue(client, "batch", wire=wire)
+            await queue.enqueue_many([("JOB:1", b"a"), ("JOB:2", b"b"), ("JOB:3", b"c")],
+                                     now=NOW)
+            first = await queue.claim_many(2, now=NOW)
+            extended = await queue.extend_many(first, lease_ms=10, now=NOW)
+            verdicts, jobs = await queue.settle([Ack(first[0]), Retry(first[1])], claim=5,
+                                                now=NOW)
+            return verdicts, jobs, extended
+        finally:
+            await client.aclose()
+
+    verdicts, jobs, extended = asyncio.run(body())
+    assert extended == [Verdict.EXTENDED, Verdict.EXTENDED]
+    assert verdicts == [Verdict.ACKED, Verdict.RETRYING]
+    assert jobs == [Job("JOB:3", b"c", 1, fence=3)]
