@@ -144,7 +144,7 @@ def _jsonable(value: Any) -> Any:
 @main.command()
 @click.argument("queue")
 @click.argument("payload")
-@click.option("--id", "job_id", default=None, help="the job id (default: a new JOB:<ULID>)")
+@click.option("--id", "job_id", default=None, help="the job id (default: a new time-sortable id)")
 @click.option("--lane", default=None, help="the group's lane to join")
 @click.option("--wire", type=click.Choice(["5", "6"]), default="5", show_default=True)
 @url_option
