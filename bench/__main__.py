@@ -15,16 +15,19 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench import cost, e2e, report, scaling, throughput
+from bench import cost, e2e, memory, report, scaling, throughput, workers
 from bench.common import load_scripts, server_version, start_server
 from echomq.native import module_path
 
 FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_reps": 2,
         "e2e_jobs": 10_000, "sizes": [10**3, 10**4, 10**5, 10**6], "lanes": [10, 100_000],
-        "scale_calls": 3_000}
+        "scale_calls": 3_000, "worker_jobs": 30_000, "worker_reps": 3,
+        "worker_counts": [1, 2, 4, 8], "latency_samples": 1_000, "memory_jobs": 20_000}
 QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_reps": 1,
-         "e2e_jobs": 300, "sizes": [10**3, 10**4], "lanes": [10, 1_000], "scale_calls": 300}
-PHASES = ("cost", "throughput", "e2e", "scaling")
+         "e2e_jobs": 300, "sizes": [10**3, 10**4], "lanes": [10, 1_000], "scale_calls": 300,
+         "worker_jobs": 2_000, "worker_reps": 1, "worker_counts": [1, 2], "latency_samples": 50,
+         "memory_jobs": 2_000}
+PHASES = ("cost", "throughput", "e2e", "workers", "memory", "scaling")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         if "e2e" in phases:
             results["e2e"] = run_e2e(server.port, config["e2e_jobs"])
             load_scripts(conn)
+        if "workers" in phases:
+            results["workers"] = workers.run(server.port, config["worker_jobs"],
+                                             config["worker_reps"], config["worker_counts"],
+                                             config["latency_samples"])
+        if "memory" in phases:
+            results["memory"] = memory.run(server.port, config["memory_jobs"])
         if "scaling" in phases:
             results["scaling"] = scaling.run(conn, server.port, config["sizes"],
                                              config["lanes"], config["scale_calls"])

@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 
 GUARANTEES = {
     "echomq wire=6": "idempotent enqueue by the caller's id (a tombstone keeps it a duplicate "
@@ -85,12 +86,7 @@ def targets(results: dict[str, Any]) -> list[list[str]]:  # noqa: C901
             rows.append([f"wire=6 round trip ≥ 1.5 × the fastest peer ({best})",
                          f"{ours:,.0f} / {peers[best]['roundtrip']:,.0f} jobs/s = {ratio:.2f}×",
                          _verdict(ratio >= 1.5)])
-            lean = min(peers, key=lambda k: peers[k]["memory_per_job"])
-            mine = min(e2e[k]["memory_per_job"] for k in e2e if k.startswith("echomq"))
-            rows.append([f"memory per pending job ≤ the leanest peer's ({lean})",
-                         f"{mine:.0f} / {peers[lean]['memory_per_job']:.0f} B = "
-                         f"{mine / peers[lean]['memory_per_job']:.2f}×",
-                         _verdict(mine <= peers[lean]["memory_per_job"])])
+    rows += worker_targets(results) + produce_targets(results) + memory_targets(results)
     flat = results.get("scaling", {}).get("flat")
     if flat and len(flat) > 1:
         lo, hi = flat[0], flat[-1]
@@ -111,6 +107,82 @@ def targets(results: dict[str, Any]) -> list[list[str]]:  # noqa: C901
                      f"(≤ {bound:.1f}×)",
                      f"{lo['lane_claim/5']:.2f} → {hi['lane_claim/5']:.2f} µs = {ratio:.2f}×",
                      _verdict(ratio <= bound)])
+    return rows
+
+
+def _ok_e2e(results: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in results.get("e2e", {}).items() if "error" not in v}
+
+
+def _ratio_row(target: str, ours: float, theirs: float, bound: float, unit: str) -> list[str]:
+    ratio = ours / theirs
+    return [target, f"{ours:,.0f} / {theirs:,.0f} {unit} = {ratio:.2f}×",
+            _verdict(ratio >= bound)]
+
+
+def worker_targets(results: dict[str, Any]) -> list[list[str]]:
+    data = results.get("workers")
+    if not data:
+        return []
+    six, five = data["single"]["6"], data["single"]["5"]
+    rows = [
+        ["one consumer process (`Consumer` defaults, no-op, wire=6) ≥ 40,000 jobs/s",
+         f"{six['rate']:,.0f} jobs/s", _verdict(six["rate"] >= 40_000)],
+        _ratio_row("… ≥ 4 × a redis-py GET loop (one round trip each), same run",
+                   six["rate"], data["get_loop"], 4, "/s"),
+    ]
+    dramatiq = _ok_e2e(results).get("dramatiq")
+    if dramatiq:
+        rows.append(_ratio_row("… ≥ 15 × Dramatiq's single process (its e2e consume)",
+                               six["rate"], dramatiq["consume"], 15, "jobs/s"))
+    rows.append(_ratio_row("one consumer: wire=6 ≥ 1.6 × wire=5 jobs/s", six["rate"],
+                           five["rate"], 1.6, "jobs/s"))
+    cpu = six["server_cpu_us_per_job"] / five["server_cpu_us_per_job"]
+    rows.append(["valkey-server CPU per job (claim + ack by the consumer): wire=6 ≤ 0.35 × "
+                 "wire=5", f"{six['server_cpu_us_per_job']:.1f} / "
+                 f"{five['server_cpu_us_per_job']:.1f} µs = {cpu:.2f}×", _verdict(cpu <= 0.35)])
+    for wire in ("6", "5"):
+        lat = data["latency"][wire]
+        rows.append([f"parked worker, enqueue → handler start p99 ≤ 2 ms (wire={wire})",
+                     f"p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms",
+                     _verdict(lat["p99_ms"] <= 2.0)])
+    return rows
+
+
+def produce_targets(results: dict[str, Any]) -> list[list[str]]:
+    e2e = _ok_e2e(results)
+    ours = (e2e.get("echomq wire=6") or {}).get("produce_batch")
+    if not ours:
+        return []
+    from bench.e2e import BATCH
+    rows = [[f"`enqueue_many` ({BATCH} a batch, wire=6) ≥ 150,000 jobs/s",
+             f"{ours:,.0f} jobs/s", _verdict(ours >= 150_000)]]
+    rq = (e2e.get("rq (SimpleWorker)") or {}).get("produce_batch")
+    if rq:
+        rows.append(_ratio_row(f"… ≥ 10 × RQ's `enqueue_many` ({BATCH} a pipeline)", ours, rq,
+                               10, "jobs/s"))
+    return rows
+
+
+def memory_targets(results: dict[str, Any]) -> list[list[str]]:
+    e2e = _ok_e2e(results)
+    mine_rows = [v["memory_per_job"] for k, v in e2e.items() if k.startswith("echomq")]
+    if mine_rows:
+        mine = min(mine_rows)
+    elif "memory" in results:
+        mine = results["memory"]["breakdown"]["pending_job"]
+    else:
+        return []
+    rows = [["memory per pending job ≤ 220 B (default ids, payload `noop`)", f"{mine:.0f} B",
+             _verdict(mine <= 220)],
+            ["… stretch: ≤ 200 B", f"{mine:.0f} B", _verdict(mine <= 200)]]
+    peers = {k: v for k, v in e2e.items() if not k.startswith("echomq")}
+    if peers:
+        lean = min(peers, key=lambda k: peers[k]["memory_per_job"])
+        theirs = peers[lean]["memory_per_job"]
+        rows.append([f"… ≤ the leanest peer's ({lean})",
+                     f"{mine:.0f} / {theirs:.0f} B = {mine / theirs:.2f}×",
+                     _verdict(mine <= theirs)])
     return rows
 
 
@@ -267,6 +339,138 @@ def _plot_memory(data: dict[str, Any], scaling: dict[str, Any] | None, path: str
     plt.close(fig)
 
 
+def workers_section(results: dict[str, Any], out: str) -> str:
+    data = results["workers"]
+    single = [[f"wire={w}", _f(data["single"][w]["rate"]),
+               _f(data["single"][w]["server_cpu_us_per_job"], 1),
+               ", ".join(_f(r["rate"]) for r in data["single_runs"][w])] for w in ("6", "5")]
+    scaling = [[f"wire={r['wire']}", str(r["consumers"]), _f(r["rate"]),
+                _f(r["server_cpu_us_per_job"], 1)] for r in data["scaling"]]
+    latency = [[f"wire={w}", _f(r["p50_ms"]), _f(r["p99_ms"]), _f(r["max_ms"]), _f(r["mean_ms"])]
+               for w, r in data["latency"].items()]
+    dramatiq = _ok_e2e(results).get("dramatiq")
+    _plot_workers(data, os.path.join(out, "workers.png"))
+    return "\n".join([
+        "## Consumers",
+        "",
+        f"`Consumer(queue, handler)` with every default and a no-op handler, each in its own "
+        f"process (started, connected and waiting before the clock starts), drains "
+        f"{data['jobs']:,} jobs queued beforehand with `enqueue_many` (payload `noop`); timed "
+        "from the start signal until `pending` and `active` are both empty (polled every 5 ms). "
+        "**server CPU** = valkey-server's `used_cpu_sys + used_cpu_user` growth over the drain / "
+        "jobs: everything the server did for the consumers (claim, ack, housekeeping, parking, "
+        "the reading and writing of every round trip), not only the commands' own time. One "
+        f"consumer ran {data['reps']} time{'s' if data['reps'] > 1 else ''} per wire, "
+        "interleaved with a redis-py GET loop of the same count on one connection (median "
+        "shown; GET loop "
+        f"{_f(data['get_loop'])} calls/s, runs "
+        + ", ".join(_f(r) for r in data["get_loops"]) + ")"
+        + (f"; Dramatiq's single process (8 threads) drained {_f(dramatiq['consume'])} jobs/s "
+           "in the end-to-end phase" if dramatiq else "") + ".",
+        "",
+        _table(["one consumer", "jobs/s (median)", "server CPU µs/job", "runs, jobs/s"], single),
+        "",
+        "K consumer processes on one queue (one run each; the machine has "
+        f"{results['env']['machine'].split(', ')[-1]} shared by the server, the consumers and "
+        "the bench itself, so K beyond that measures contention, not the server's ceiling):",
+        "",
+        _table(["wire", "K", "jobs/s", "server CPU µs/job"], scaling),
+        "",
+        "![consumers](workers.png)",
+        "",
+        f"Latency a user feels: one consumer parked on the wake key (`INFO clients` shows it "
+        "blocked before each job), one job enqueued at a time, "
+        f"{data['latency']['6']['samples']:,} jobs per wire. The producer reads "
+        "`time.perf_counter()` just before `enqueue`, the "
+        "handler as it starts, in another process: the same clock "
+        f"(`{data['clock']}`, shared by every process on Linux).",
+        "",
+        _table(["wire", "p50 ms", "p99 ms", "max ms", "mean ms"], latency),
+    ])
+
+
+def _plot_workers(data: dict[str, Any], path: str) -> None:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for wire, colour in (("6", "tab:blue"), ("5", "tab:orange")):
+        runs = [r for r in data["scaling"] if str(r["wire"]) == wire]
+        counts = [r["consumers"] for r in runs]
+        left.plot(counts, [r["rate"] for r in runs], marker="o", color=colour,
+                  label=f"wire={wire}")
+        right.plot(counts, [r["server_cpu_us_per_job"] for r in runs], marker="o",
+                   color=colour, label=f"wire={wire}")
+    left.axhline(data["get_loop"], color="grey", linestyle=":", label="redis-py GET loop")
+    for ax, label in ((left, "jobs per second (all consumers)"),
+                      (right, "valkey-server CPU µs per job")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({r["consumers"] for r in data["scaling"]}))
+        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_xlabel("consumer processes (K)")
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+        ax.legend()
+    left.set_title("Consumers draining a queue")
+    right.set_title("Server CPU per job")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def memory_section(results: dict[str, Any], out: str) -> str:
+    data = results["memory"]
+    parts = data["breakdown"]
+    tomb = data["tombstone"]
+    rest = parts["pending_job"] - parts["row"] - parts["pending_entry"]
+    rows = [
+        ["a pending job (enqueue_many, default id)", _f(parts["pending_job"], 1)],
+        ["… its row: key + hash (payload, attempts, enqueued_at)", _f(parts["row"], 1)],
+        ["… its `pending` zset entry (member = the id, score)", _f(parts["pending_entry"], 1)],
+        ["… the rest (wake list, shared structures, rounding)", _f(rest, 1)],
+        ["the row with one-letter field names (p, a, t): a protocol change",
+         _f(parts["row_short_names"], 1)],
+        ["a tombstone (acked job's row: " + ", ".join(tomb["fields"]) + "), with its expiry",
+         _f(tomb["tombstone"], 1)],
+        ["… the same without the expiry (PERSIST)", _f(tomb["without_expiry"], 1)],
+    ]
+    lengths = [[str(r["id_bytes"]), _f(r["pending_job"], 1)] for r in data["id_lengths"]]
+    usage = parts["row_usage"]
+    _plot_id_lengths(data, os.path.join(out, "memory_ids.png"))
+    return "\n".join([
+        "## Memory per job, piece by piece",
+        "",
+        f"used_memory growth / N for N = {data['jobs']:,} on a flushed server (wire=6, queue "
+        f"`{data['queue']}`, payload `{data['payload']}`, allocator `{data['allocator']}`); the "
+        "row and the zset entry are written alone with the same key, fields and score "
+        f"enqueue writes. Default ids are {parts['id_bytes']} bytes. One row by `MEMORY USAGE`: "
+        f"{usage['memory_usage']} B, encoding `{usage['encoding']}`.",
+        "",
+        _table(["what", "B per job"], rows),
+        "",
+        "The same pending job with ids of other lengths (random `A-Za-z0-9`, `JOB:` included; "
+        "30 bytes is the ULID id `new_job_id()` made before): memory moves in steps of 16 B, the "
+        "allocator's size classes, once for the row key and once for the zset member.",
+        "",
+        _table(["id bytes", "B per pending job"], lengths),
+        "",
+        "![memory per pending job vs id length](memory_ids.png)",
+    ])
+
+
+def _plot_id_lengths(data: dict[str, Any], path: str) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    rows = data["id_lengths"]
+    ax.step([r["id_bytes"] for r in rows], [r["pending_job"] for r in rows], where="post",
+            marker="o")
+    ax.axvline(data["breakdown"]["id_bytes"], color="tab:green", linestyle=":",
+               label="new_job_id()")
+    ax.set_xlabel("job id length, bytes (JOB: included)")
+    ax.set_ylabel("bytes per pending job")
+    ax.set_title("Memory per pending job vs id length")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def scaling_section(results: dict[str, Any], out: str) -> str:
     data = results["scaling"]
     rows = [[f"{r['pending']:,}", _f(r["claim/6"]), _f(r["claim/5"]), _f(r["enqueue/6"]),
@@ -345,6 +549,10 @@ def write(results: dict[str, Any], out: str) -> str:
         parts += ["", throughput_section(results)]
     if "e2e" in results:
         parts += ["", e2e_section(results, out)]
+    if "workers" in results:
+        parts += ["", workers_section(results, out)]
+    if "memory" in results:
+        parts += ["", memory_section(results, out)]
     if "scaling" in results:
         parts += ["", scaling_section(results, out)]
     text = "\n".join(parts) + "\n"
@@ -373,4 +581,14 @@ def console(results: dict[str, Any]) -> str:
             lines.append(f"  {name:28} {row['produce']:9.0f} {row['produce_batch'] or 0:10.0f} "
                          f"{row['consume']:10.0f} {row['roundtrip']:12.0f} "
                          f"{row['memory_per_job']:6.0f}")
-    return "\n".join(lines)
+    return "\n".join(lines + _console_workers(results))
+
+
+def _console_workers(results: dict[str, Any]) -> list[str]:
+    if "workers" not in results:
+        return []
+    lines = ["\n  consumers    K  jobs/s  server CPU µs/job"]
+    for row in results["workers"]["scaling"]:
+        lines.append(f"  wire={row['wire']}   {row['consumers']:3d} {row['rate']:8.0f} "
+                     f"{row['server_cpu_us_per_job']:8.1f}")
+    return lines

@@ -1,0 +1,125 @@
+"""What a job costs in memory, piece by piece: the whole pending job (``enqueue_many`` with
+default ids, payload ``noop``), its row alone, its pending-zset entry alone, the row again with
+one-letter field names (what a protocol change would save), the same job with ids of other
+lengths, and the tombstone an acked job leaves for ``retention_ms`` (with and without its
+expiry). Each figure is the used_memory growth over N jobs, divided by N, on an empty server."""
+
+from __future__ import annotations
+
+import random
+import string
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import redis
+
+from bench.common import pipelined, settle_memory
+from echomq import Ack, Queue, new_job_id
+
+QUEUE = "bench"
+PAYLOAD = b"noop"
+BATCH = 500
+ID_CHARS = string.ascii_letters + string.digits
+ID_LENGTHS = (12, 16, 19, 20, 22, 23, 26, 30)  # whole ids, "JOB:" included; 30 = a ULID's
+STAMP = 1_796_000_000_000  # a current ms timestamp: 13 digits, as enqueued_at holds
+
+
+def per_job(conn: redis.Redis, jobs: int, load: Callable[[], object]) -> float:
+    """used_memory growth / ``jobs`` while ``load`` runs on a flushed server."""
+    conn.flushall()
+    before = settle_memory(conn)
+    load()
+    return (settle_memory(conn) - before) / jobs
+
+
+def enqueue_all(queue: Queue, ids: Sequence[str]) -> None:
+    for start in range(0, len(ids), BATCH):
+        queue.enqueue_many([(job_id, PAYLOAD) for job_id in ids[start:start + BATCH]])
+
+
+def rows(conn: redis.Redis, queue: Queue, ids: Iterable[str], fields: Sequence[bytes]) -> None:
+    """Each id's row as enqueue writes it, under the given names for payload, attempts and
+    enqueued_at."""
+    payload, attempts, enqueued_at = fields
+    pipelined(conn, (("HSET", queue.key("job", job_id), payload, PAYLOAD, attempts, 0,
+                      enqueued_at, STAMP) for job_id in ids))
+
+
+def pending_entries(conn: redis.Redis, queue: Queue, ids: Iterable[str]) -> None:
+    pipelined(conn, (("ZADD", queue.key("pending"), STAMP, job_id) for job_id in ids))
+
+
+def ack_all(queue: Queue) -> None:
+    """Claim and ack every pending job through ``settle`` (the row stays as a tombstone)."""
+    _, held = queue.settle([], claim=BATCH)
+    while held:
+        _, held = queue.settle([Ack(job) for job in held], claim=BATCH)
+
+
+def random_ids(length: int, count: int) -> list[str]:
+    draw = random.Random(length)
+    return ["JOB:" + "".join(draw.choices(ID_CHARS, k=length - 4)) for _ in range(count)]
+
+
+def breakdown(conn: redis.Redis, queue: Queue, jobs: int) -> dict[str, Any]:
+    ids = [new_job_id() for _ in range(jobs)]
+    names = (b"payload", b"attempts", b"enqueued_at")
+    return {
+        "pending_job": per_job(conn, jobs, lambda: enqueue_all(queue, ids)),
+        "row": per_job(conn, jobs, lambda: rows(conn, queue, ids, names)),
+        "row_short_names": per_job(conn, jobs, lambda: rows(conn, queue, ids, (b"p", b"a", b"t"))),
+        "pending_entry": per_job(conn, jobs, lambda: pending_entries(conn, queue, ids)),
+        "row_usage": _row_usage(conn, queue, ids[0]),
+        "id_bytes": len(ids[0]),
+    }
+
+
+def _row_usage(conn: redis.Redis, queue: Queue, job_id: str) -> dict[str, Any]:
+    """One row's MEMORY USAGE and encoding, with the fields it holds (after a fresh enqueue)."""
+    conn.flushall()
+    queue.enqueue(job_id, PAYLOAD)
+    key = queue.key("job", job_id)
+    usage = {"memory_usage": conn.memory_usage(key, samples=0),
+             "encoding": _text(conn.object("encoding", key)),
+             "fields": sorted(f.decode() for f in conn.hkeys(key))}
+    conn.flushall()
+    return usage
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def tombstones(conn: redis.Redis, queue: Queue, jobs: int) -> dict[str, Any]:
+    """What an acked job's row costs while it is kept: with its expiry, then without it."""
+    ids = [new_job_id() for _ in range(jobs)]
+    conn.flushall()
+    before = settle_memory(conn)
+    enqueue_all(queue, ids)
+    ack_all(queue)
+    kept = settle_memory(conn)
+    fields = sorted(f.decode() for f in conn.hkeys(queue.key("job", ids[0])))
+    pipelined(conn, (("PERSIST", queue.key("job", job_id)) for job_id in ids))
+    persisted = settle_memory(conn)
+    conn.flushall()
+    return {"tombstone": (kept - before) / jobs, "without_expiry": (persisted - before) / jobs,
+            "fields": fields, "counts_after": jobs}
+
+
+def run(port: int, jobs: int) -> dict[str, Any]:
+    conn = redis.Redis(host="127.0.0.1", port=port)
+    queue = Queue(conn, QUEUE, wire=6, check_policy=False)
+    results: dict[str, Any] = {"jobs": jobs, "queue": QUEUE, "payload": PAYLOAD.decode()}
+    warm = [new_job_id() for _ in range(min(jobs, 1_000))]  # the server's first allocations
+    per_job(conn, len(warm), lambda: enqueue_all(queue, warm))
+    results["breakdown"] = breakdown(conn, queue, jobs)
+    results["id_lengths"] = [
+        {"id_bytes": length,
+         "pending_job": per_job(conn, jobs, lambda n=length: enqueue_all(
+             queue, random_ids(n, jobs)))}
+        for length in ID_LENGTHS]
+    results["tombstone"] = tombstones(conn, queue, jobs)
+    results["allocator"] = conn.info("memory").get("mem_allocator")
+    conn.flushall()
+    conn.close()
+    return results
