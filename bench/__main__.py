@@ -21,7 +21,7 @@ from echomq.native import module_path
 
 FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_reps": 2,
         "e2e_jobs": 10_000, "sizes": [10**3, 10**4, 10**5, 10**6], "lanes": [10, 100_000],
-        "scale_calls": 3_000, "worker_jobs": 30_000, "worker_reps": 3,
+        "scale_calls": 3_000, "worker_jobs": 20_000, "worker_reps": 5,
         "worker_counts": [1, 2, 4, 8], "latency_samples": 1_000, "memory_jobs": 20_000}
 QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_reps": 1,
          "e2e_jobs": 300, "sizes": [10**3, 10**4], "lanes": [10, 1_000], "scale_calls": 300,
@@ -37,10 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="where RESULTS.md and the plots go (default docs/bench; "
                         "with --quick bench/.env/quick, so a smoke test never overwrites the "
                         "published results)")
+    parser.add_argument("--render", action="store_true", help="measure nothing: write RESULTS.md "
+                        "and the plots again from the results.json in --out (after an edit of "
+                        "FINDINGS.md or of the report)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     config = QUICK if args.quick else FULL
     args.out = args.out or ("bench/.env/quick" if args.quick else "docs/bench")
+    if args.render:
+        with open(os.path.join(args.out, "results.json")) as source:
+            print(report.write(json.load(source), args.out))
+        return 0
     phases = args.only or list(PHASES)
     os.makedirs(args.out, exist_ok=True)
     started = time.time()

