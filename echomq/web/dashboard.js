@@ -8,6 +8,7 @@ const COLORS = ["#3864d8", "#d8872c", "#2c9c6a", "#a23bc4", "#c43b52", "#3aa6b9"
 const SVG = "http://www.w3.org/2000/svg";
 const COLUMN = { pending: 1, active: 2, delayed: 3, dead: 4, in_lanes: 5 };
 const colorOf = {};
+let serverSkewMs = 0;  // server clock minus this browser's: ages are told by the server's clock
 
 async function getJSON(path) {
   const response = await fetch(path, { credentials: "same-origin" });
@@ -76,7 +77,7 @@ function clock(ms) {
 // One line per queue over the last hour, with a y axis (depth), a time axis and a legend.
 function drawChart(svg, history, column) {
   svg.replaceChildren();
-  const W = 460, H = 220, left = 46, right = 10, top = 10, bottom = 58;
+  const W = 460, H = 220, left = 46, right = 22, top = 10, bottom = 58;
   const names = Object.keys(history.series).sort();
   const rows = names.flatMap((n) => history.series[n]);
   const end = rows.length ? Math.max(...rows.map((r) => r[0])) : Date.now();
@@ -93,7 +94,8 @@ function drawChart(svg, history, column) {
   for (let i = 0; i <= 4; i++) {
     const t = start + (i * (end - start)) / 4;
     el("line", { x1: x(t), x2: x(t), y1: H - bottom, y2: H - bottom + 4, class: "axis" }, svg);
-    el("text", { x: x(t), y: H - bottom + 16, "text-anchor": "middle" }, svg).textContent =
+    const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
+    el("text", { x: x(t), y: H - bottom + 16, "text-anchor": anchor }, svg).textContent =
       clock(t);
   }
   el("line", { x1: left, x2: left, y1: top, y2: H - bottom, class: "axis" }, svg);
@@ -143,7 +145,7 @@ function renderLanes(queues) {
     title.textContent = `${s.name}: ${entries.length} lane(s)`;
     const table = document.createElement("table");
     const head = table.createTHead().insertRow();
-    cell(head, "lane"); cell(head, "depth");
+    cell(head, "lane", "text"); cell(head, "depth");
     const body = table.createTBody();
     for (const [group, depth] of entries) {
       const row = body.insertRow();
@@ -195,9 +197,10 @@ async function renderDead(queue, total) {
   title.textContent = `${queue}: ${total} dead` + (total > jobs.length ? ` (oldest ${jobs.length} shown)` : "");
   const table = document.createElement("table");
   const head = table.createTHead().insertRow();
-  ["", "job", "attempts", "lane", "died", "last error", ""].forEach((h) => cell(head, h));
+  [["", ""], ["job", "text"], ["attempts", ""], ["lane", "text"], ["died", ""],
+    ["last error", "text"], ["", ""]].forEach(([h, cls]) => cell(head, h, cls));
   const body = table.createTBody();
-  const now = Date.now();
+  const now = Date.now() + serverSkewMs;
   for (const job of jobs) {
     const row = body.insertRow();
     row.dataset.job = job.id;
@@ -260,6 +263,7 @@ async function refresh() {
   try {
     const [queues, history] = await Promise.all([getJSON("api/queues"), getJSON("api/history")]);
     queues.forEach((s) => color(s.name));
+    if (queues.length) serverSkewMs = queues[0].server_time_ms - Date.now();
     renderQueues(queues);
     renderLanes(queues);
     // The backlog counts lanes too: draw pending + in_lanes.
