@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -108,6 +109,36 @@ def test_dashboard_command_stops_on_sigterm(valkey: EmbeddedValkey, conn: redis.
         with urllib.request.urlopen(url + "api/queues", timeout=10) as response:
             (queue,) = json.load(response)
         assert queue["name"] == "mail" and queue["pending"] == 1
+    finally:
+        assert stop(server, signal.SIGTERM) == 0
+
+
+def get(url: str, headers: dict[str, str] | None = None) -> int:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def test_dashboard_command_on_another_address_warns_and_takes_a_token(
+        valkey: EmbeddedValkey, conn: redis.Redis) -> None:
+    env = {**os.environ, "ECHOMQ_URL": valkey.url, "ECHOMQ_DASHBOARD_TOKEN": "s3cret"}
+    server = subprocess.Popen([sys.executable, "-m", "echomq", "dashboard", "--port", "0",
+                               "--host", "0.0.0.0", "--allow-host", "queues.example"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert server.stdout is not None and server.stderr is not None
+        url = server.stdout.readline().split(" at ", 1)[1].split(" ", 1)[0]
+        assert "WARNING" in server.stderr.readline()
+        port = url.rsplit(":", 1)[1].strip("/")
+        local = f"http://127.0.0.1:{port}/api/queues"
+        bearer = {"Authorization": "Bearer s3cret"}
+        assert get(local) == 401
+        assert get(local, bearer) == 200
+        assert get(local, {**bearer, "Host": "queues.example"}) == 200
+        assert get(local, {**bearer, "Host": "rebound.example"}) == 400
     finally:
         assert stop(server, signal.SIGTERM) == 0
 
