@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
@@ -206,3 +208,25 @@ def test_the_history_is_there_when_the_page_opens(conn: redis.Redis, queue: Queu
         assert wait_for(lambda: "mail" in client.get("/api/history").json()["series"])
         (row,) = client.get("/api/history").json()["series"]["mail"]
         assert row[1:] == [0, 0, 0, 2, 0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 20_000), st.integers(0, 50), st.integers(0, 50)),
+                min_size=1, max_size=60),
+       st.integers(2, 20))
+def test_history_bounds_and_rates_hold_for_any_samples(
+        steps: list[tuple[int, int, int]], keep: int) -> None:
+    history = History(None, interval_s=1, keep_s=keep)
+    at = NOW
+    for gap, pending, dead in steps:
+        at += gap
+        history.sample([stats_at(at, pending=pending, dead=dead)])
+    rows = history.series()["mail"]
+    assert len(rows) == min(len(steps), keep + 1)
+    assert [row[0] for row in rows] == sorted(row[0] for row in rows)
+    rates = history.rates("mail")
+    if len(rows) < 2:
+        assert rates == {"backlog_per_min": None, "dead_per_min": None}
+    else:
+        assert rates["dead_per_min"] is not None and rates["dead_per_min"] >= 0
+        assert rates["backlog_per_min"] is not None

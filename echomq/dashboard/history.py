@@ -8,6 +8,7 @@ import logging
 import threading
 from collections import deque
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from echomq import admin
@@ -74,13 +75,12 @@ class History:
         if len(samples) < 2:
             return {"backlog_per_min": None, "dead_per_min": None}
         last = samples[-1]
-        recent = [s for s in samples if s.at_ms >= last.at_ms - window_ms]
-        first = recent[0] if len(recent) > 1 else samples[-2]
-        minutes = max(last.at_ms - first.at_ms, 1) / 60_000
-        pairs = zip(samples[samples.index(first):], samples[samples.index(first) + 1:],
-                    strict=False)
-        died = sum(max(0, later.dead - earlier.dead) for earlier, later in pairs)
-        return {"backlog_per_min": round((last.backlog - first.backlog) / minutes, 2),
+        start = next(n for n, s in enumerate(samples) if s.at_ms >= last.at_ms - window_ms)
+        window = samples[min(start, len(samples) - 2):]  # at least two samples
+        minutes = max(last.at_ms - window[0].at_ms, 1) / 60_000
+        died = sum(max(0, later.dead - earlier.dead)
+                   for earlier, later in pairwise(window))
+        return {"backlog_per_min": round((last.backlog - window[0].backlog) / minutes, 2),
                 "dead_per_min": round(died / minutes, 2)}
 
     def start(self) -> None:
