@@ -136,9 +136,13 @@ def _console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 160, highlight=False)
 
 
+def _print_json(value: Any) -> None:
+    click.echo(json.dumps(value, default=_jsonable))
+
+
 def _emit(as_json: bool, value: Any, lines: Callable[[], Iterable[str]]) -> None:
     if as_json:
-        click.echo(json.dumps(value, default=_jsonable))
+        _print_json(value)
     else:
         for line in lines():
             click.echo(line)
@@ -155,22 +159,21 @@ def one_line(value: Any) -> str:
                         admin.shown(value))
 
 
+_AGE_UNITS = ((86_400, "d", 3600, "h"), (3600, "h", 60, "min"), (60, "min", 1, "s"))
+
+
 def human_age(ms: int | None) -> str:
     """``ms`` as a person reads an age: ``250 ms``, ``4.2 s``, ``3 min 5 s``, ``2 h 10 min``,
-    ``3 d 4 h``; ``-`` for none."""
+    ``3 d 4 h``; ``-`` for none. Rounded down, so an age never reads older than it is."""
     if ms is None:
         return "-"
     if ms < 1000:
         return f"{ms} ms"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    whole = int(seconds)
-    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "min", 60),
-                                      ("min", 60, "s", 1)):
-        if whole >= size:
-            return f"{whole // size} {unit} {(whole % size) // sub_size} {sub}"
-    return f"{whole} s"  # pragma: no cover - every age of a minute or more returned above
+    if ms < 60_000:
+        return f"{ms // 100 / 10:.1f} s"
+    whole = ms // 1000
+    size, unit, sub_size, sub = next(units for units in _AGE_UNITS if whole >= units[0])
+    return f"{whole // size} {unit} {(whole % size) // sub_size} {sub}"
 
 
 def _jsonable(value: Any) -> Any:
@@ -226,7 +229,7 @@ def stats(queue: str | None, rescan: bool, url: str, as_json: bool) -> None:
     if queue and _holds_anything(found[0]):
         admin.register_queue(conn, queue)
     if as_json:
-        _emit(True, [s.as_dict() for s in found], list)
+        _print_json([s.as_dict() for s in found])
         return
     _print_stats(found, lanes=queue is not None)
 
@@ -268,7 +271,7 @@ def inspect(queue: str, job_id: str, url: str, as_json: bool) -> None:
                       f"`echomq stats {queue}` shows what the queue holds; completed jobs are "
                       "kept only for their retention")
     if as_json:
-        _emit(True, found, list)
+        _print_json(found)
         return
     table = _table("field", "value", title=f"{job_id} in {queue}")
     expires = found["expires_in_ms"]
@@ -295,7 +298,7 @@ def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
     conn = _connect(url)
     jobs = admin.dead_jobs(conn, queue, limit)
     if as_json:
-        _emit(True, jobs, list)
+        _print_json(jobs)
         return
     if not jobs:
         _console().print(f"no dead jobs in {queue}")

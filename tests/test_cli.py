@@ -16,7 +16,7 @@ import redis
 from click.testing import CliRunner
 
 from echomq import Queue, Verdict
-from echomq.cli import main
+from echomq.cli import human_age, main
 from echomq.embedded import EmbeddedValkey, free_port
 from tests.conftest import start_server
 
@@ -227,6 +227,14 @@ def test_read_commands_speak_json_and_show_human_ages(valkey: EmbeddedValkey,
         done = echomq(*args, "--json", url=valkey.url)
         assert done.returncode == 0, done.stderr
         json.loads(done.stdout)
+
+
+@pytest.mark.parametrize(("ms", "shown"), [
+    (None, "-"), (0, "0 ms"), (999, "999 ms"), (1000, "1.0 s"), (59_999, "59.9 s"),
+    (60_000, "1 min 0 s"), (3_599_999, "59 min 59 s"), (3_600_000, "1 h 0 min"),
+    (86_399_999, "23 h 59 min"), (90_061_000, "1 d 1 h")])
+def test_human_ages(ms: int | None, shown: str) -> None:
+    assert human_age(ms) == shown
 
 
 def test_version_and_short_help() -> None:

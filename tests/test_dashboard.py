@@ -141,6 +141,9 @@ def test_dashboard_renders_and_requeues(conn: redis.Redis, dashboard: str,
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.on("dialog", lambda dialog: dialog.accept())
+        complaints: list[str] = []  # a script or style the policy blocked would show here
+        page.on("console", lambda message: complaints.append(message.text)
+                if message.type in ("error", "warning") else None)
         page.goto(dashboard)
         page.wait_for_selector('tr[data-job="JOB:poison1"]', timeout=15_000)
         assert page.inner_text('tr[data-queue="mail"]').split("\t")[:6] == [
@@ -172,6 +175,7 @@ def test_dashboard_renders_and_requeues(conn: redis.Redis, dashboard: str,
         page.click('button[data-requeue-all="mail"]')  # confirmed in the dialog
         page.wait_for_selector('tr[data-job="JOB:poison1"]', state="detached", timeout=15_000)
         browser.close()
+    assert complaints == []
     assert conn.zscore(queue.key("pending"), "JOB:poison0") is not None
     assert conn.zscore(queue.key("pending"), "JOB:poison1") is not None
     assert conn.zcard(queue.key("dead")) == 0
