@@ -257,3 +257,19 @@ def test_serve_keeps_a_relative_dir(tmp_path: Path) -> None:
     finally:
         assert stop(serve, signal.SIGTERM) == 0
     assert (tmp_path / "data" / "appendonlydir").is_dir()
+
+
+def test_queues_are_listed_from_the_registry(valkey: EmbeddedValkey, conn: redis.Redis) -> None:
+    def listed() -> list[str]:
+        return [s["name"] for s in json.loads(cli(valkey, "stats", "--json"))]
+
+    assert listed() == []  # the keyspace was searched once: nothing yet
+    cli(valkey, "enqueue", "mail", "x")
+    Queue(conn, "quiet").enqueue("JOB:1", b"")  # a producer that does not register its queue
+    assert listed() == ["mail"]
+    assert [s["name"] for s in json.loads(cli(valkey, "stats", "--rescan", "--json"))] == [
+        "mail", "quiet"]
+    assert cli(valkey, "forget", "quiet") == "forgot quiet\n"
+    assert listed() == ["mail"]
+    result = CliRunner().invoke(main, ["forget", "quiet"], env={"ECHOMQ_URL": valkey.url})
+    assert result.exit_code == 1 and "not a listed queue" in result.output

@@ -8,6 +8,7 @@ const COLORS = ["#3864d8", "#d8872c", "#2c9c6a", "#a23bc4", "#c43b52", "#3aa6b9"
 const SVG = "http://www.w3.org/2000/svg";
 const COLUMN = { pending: 1, active: 2, delayed: 3, dead: 4, in_lanes: 5 };
 const colorOf = {};
+const MAX_LANES_SHOWN = 25;
 let serverSkewMs = 0;  // server clock minus this browser's: ages are told by the server's clock
 
 async function getJSON(path) {
@@ -136,13 +137,15 @@ function renderLanes(queues) {
   const lanes = document.getElementById("lanes");
   lanes.replaceChildren();
   for (const s of queues) {
-    const entries = Object.entries(s.lanes).sort((a, b) => b[1] - a[1]);
-    if (!entries.length) continue;
+    const all = Object.entries(s.lanes).sort((a, b) => b[1] - a[1]);
+    if (!all.length) continue;
+    const entries = all.slice(0, MAX_LANES_SHOWN);
     const card = document.createElement("div");
     card.className = "card";
     card.dataset.queue = s.name;
     const title = document.createElement("strong");
-    title.textContent = `${s.name}: ${entries.length} lane(s)`;
+    title.textContent = `${s.name}: ${all.length} lane(s)` +
+      (all.length > entries.length ? `, the ${entries.length} deepest shown` : "");
     const table = document.createElement("table");
     const head = table.createTHead().insertRow();
     cell(head, "lane", "text"); cell(head, "depth");
