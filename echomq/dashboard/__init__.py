@@ -206,5 +206,6 @@ def _bounded_int(raw: str | None, default: int) -> int:
 
 def _audit(request: Request, action: str, queue: str, what: str) -> None:
     client, user = who(request)
-    log.info("dashboard %s queue=%s %s client=%s user=%s", action, queue, what, client,
-             user or "-")
+    # Names come from the URL and the Authorization header: quoted, so they cannot forge lines.
+    log.info("dashboard %s queue=%s %s client=%s user=%s", action, json.dumps(queue), what,
+             client, json.dumps(user))

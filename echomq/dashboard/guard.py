@@ -125,7 +125,7 @@ def authenticated_user(header: str, token: str) -> str | None:
 def _refuse(request: Request, status: int, reason: str,
             headers: dict[str, str] | None = None) -> Response:
     client, user = who(request)
-    log.warning("dashboard refused %s %s from %s (user %s): %s", request.method,
-                request.url.path, client, user or "-", reason)
+    log.warning("dashboard refused %s %r from %s (user %r): %s", request.method,
+                request.url.path, client, user, reason)
     return JSONResponse({"error": reason}, status, headers={**SECURITY_HEADERS,
                                                             **(headers or {})})
