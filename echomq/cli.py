@@ -100,6 +100,7 @@ def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: st
                       lease_ms=lease_ms, retry_delay_ms=retry_delay_ms,
                       max_attempts=max_attempts, park_cap_ms=park_cap_ms, on_ack=on_ack,
                       log_level=log_level.upper(), time_limit_ms=limit_ms)
+    _connect(url)  # a URL that is not one is bad input (exit 2), like any command's
     try:
         check_spec(spec)
     except (ImportError, AttributeError, ValueError, TypeError, Wire6Unsupported) as exc:

@@ -174,8 +174,10 @@ def assert_one_error(done: subprocess.CompletedProcess[str], code: int, *words: 
 
 
 def test_a_wrong_url_is_one_line_and_exit_2() -> None:
-    assert_one_error(echomq("stats", "--url", "http://127.0.0.1:6379"), 2, "not a Valkey URL",
-                     "redis://")
+    for command in (["stats"], ["dead", "list", "mail"], ["dashboard"],
+                    ["worker", "tests.worker_handlers:serve", "-q", "mail"]):
+        assert_one_error(echomq(*command, "--url", "http://127.0.0.1:6379"), 2,
+                         "not a Valkey URL", "redis://")
 
 
 def test_a_refused_connection_is_one_line_and_exit_3() -> None:
