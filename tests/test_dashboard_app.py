@@ -174,6 +174,7 @@ def test_mounted_in_another_app(conn: redis.Redis, queue: Queue) -> None:
         assert response.json()["requeued"] == ["JOB:dead1"]
     # The outer app ran no lifespan of the dashboard: the first request started its sampler.
     assert wait_for(lambda: "mail" in dashboard.state.history.series())
+    dashboard.state.history.stop()
 
 
 def wait_for(condition: object, timeout: float = 10.0) -> bool:
