@@ -12,6 +12,7 @@ from typing import Any
 
 from echomq.calls import ZSETS, QueueCalls, payload_bytes, text
 from echomq.executors import executor_for
+from echomq.registry import DISCOVERED_KEY, REGISTRY_KEY
 
 _SCRIPTS = executor_for(5)
 _QUEUE_KEY = re.compile(rb"^emq:\{(?P<name>[^{}]+)\}:(pending|active|delayed|dead|ring)$")
@@ -52,15 +53,6 @@ def shown(value: Any) -> str:
 def server_time_ms(conn: Any) -> int:
     seconds, micros = conn.time()
     return int(seconds) * 1000 + int(micros) // 1000
-
-
-# The registry of queue names. It lives outside every queue's hash slot, so it is written by
-# clients (never inside a transition, which on a cluster touches one slot only): whoever first
-# produces into a queue, or looks at one, adds its name. A name stays until it is forgotten, so a
-# drained queue is still listed.
-REGISTRY_KEY = "emq:queues"
-# Set once the keyspace has been searched for queues made before the registry existed.
-DISCOVERED_KEY = "emq:queues:discovered"
 
 
 def register_queue(conn: Any, name: str) -> None:

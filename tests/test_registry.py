@@ -77,3 +77,28 @@ def test_a_drained_queue_stays_listed_until_forgotten(conn: redis.Redis) -> None
     assert admin.forget_queue(conn, "mail")
     assert admin.queue_names(conn) == []
     assert not admin.forget_queue(conn, "mail")
+
+
+def test_a_producing_queue_enters_the_registry_once(conn: redis.Redis) -> None:
+    """The first admission of a Queue adds its name (one SADD per Queue, not per job), so a
+    server whose keyspace was already searched still lists a queue made afterwards."""
+    conn.set("emq:queues:discovered", "1")  # discovery is over: only the registry can list it
+    queue = Queue(conn, "later")
+    conn.config_resetstat()
+    queue.enqueue("JOB:1", b"", now=NOW)
+    queue.enqueue_many([("JOB:2", b""), ("JOB:3", b"")], now=NOW)
+    assert admin.queue_names(conn) == ["later"]
+    assert commands_run(conn).get("sadd") == 1
+
+
+def test_a_user_denied_the_registry_still_produces(valkey: object, conn: redis.Redis) -> None:
+    conn.execute_command("ACL", "SETUSER", "producer", "on", ">pw", "~emq:{only}:*", "+@all")
+    port = conn.connection_pool.connection_kwargs["port"]
+    limited = redis.Redis(port=port, username="producer", password="pw")
+    try:
+        verdict = Queue(limited, "only", check_policy=False).enqueue("JOB:1", b"x", now=NOW)
+        assert verdict.value == "ENQUEUED"
+        assert conn.zcard("emq:{only}:pending") == 1
+    finally:
+        limited.close()
+        conn.execute_command("ACL", "DELUSER", "producer")
