@@ -1,22 +1,38 @@
 """Runs the same raw argument list on both executors and compares what they did.
 
-Each executor gets its own logical database on one server: db 1 runs the Lua twin by EVALSHA,
-db 2 the native EMQ.* command. A call's argument list starts at numkeys, so malformed lists can be
-sent exactly as a client would. Replies are compared as raw RESP bytes; keyspaces by snapshot.
+Both executors work in one database, each in scratch keys of its own: every key a call names is
+prefixed with the executor's scratch prefix (``{emqconf-<token>-lua}`` or ``…-native}``). A
+prefix common to all of a call's keys keeps the call exactly as valid as it was (a queue's keys
+are a base plus fixed suffixes, so the base just grows the prefix), and the cases stay written
+on readable bases (``emq:{q}:``); snapshots strip the prefix again. A call's argument list starts
+at numkeys, so malformed lists are sent exactly as a client would. Replies are compared as raw
+RESP bytes; keyspaces by snapshot of the executor's scratch keys, and nothing else is read,
+written or deleted: the harness runs on servers it did not start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import secrets
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from echomq.conformance.model import numkeys_of, raw
+from echomq.conformance.resp import Address, Arg, RawConnection, parse
 from echomq.scripts import script_for
 from echomq.transitions import TRANSITIONS, Transition
-from tests.resp import Arg, RawConnection
 
-SCRIPT_DB, NATIVE_DB = 1, 2
+EXECUTORS = ("lua", "native")
 BY_NAME = {t.name: t for t in TRANSITIONS}
+Snapshot = dict[bytes, tuple[Any, ...]]
+
+
+class ParityError(AssertionError):
+    """The executors disagreed, or a case's reply was not the one its table expects."""
+
+
+class ScratchNotEmpty(RuntimeError):
+    """Keys under a scratch prefix that this run did not leave there: nothing is touched."""
 
 
 def command_for(executor: str, transition: Transition, argv: Sequence[Arg]) -> list[Arg]:
@@ -27,34 +43,73 @@ def command_for(executor: str, transition: Transition, argv: Sequence[Arg]) -> l
     return [transition.native, *argv]
 
 
-Snapshot = dict[bytes, tuple[Any, ...]]
+class Scratch:
+    """The key prefixes of one run: unique per run (a random token), one per executor."""
+
+    def __init__(self, token: str | None = None) -> None:
+        self.token = token or f"emqconf-{secrets.token_hex(6)}"
+        self.pattern = b"{" + self.token.encode() + b"-*"
+
+    def prefix(self, executor: str) -> bytes:
+        return b"{" + self.token.encode() + b"-" + executor.encode() + b"}"
+
+    def keys_of(self, executor: str, argv: Sequence[Arg]) -> list[Arg]:
+        """``argv`` (numkeys onwards) with its keys in ``executor``'s scratch space. A numkeys the
+        server refuses names no keys, so nothing is changed then."""
+        count = numkeys_of(raw(argv[0])) if argv else None
+        if count is None or not 0 <= count <= len(argv) - 1:
+            return list(argv)
+        prefix = self.prefix(executor)
+        return [argv[0], *(prefix + raw(k) for k in argv[1:1 + count]), *argv[1 + count:]]
+
+    def data_command(self, executor: str, command: Sequence[Arg]) -> list[Arg]:
+        """A raw data command (``HSET key …``, ``ZADD key …``, ``DEL key``) on scratch keys."""
+        return [command[0], self.prefix(executor) + raw(command[1]), *command[2:]]
+
+    def canonical(self, executor: str, key: bytes) -> bytes:
+        prefix = self.prefix(executor)
+        return key[len(prefix):] if key.startswith(prefix) else key
+
+    def clear(self, conn: RawConnection, match: bytes | None = None) -> int:
+        """Deletes this run's keys (all of them, or those matching ``match``); how many."""
+        found = scan(conn, match or self.pattern)
+        for start in range(0, len(found), 500):
+            conn.call("DEL", *found[start:start + 500])
+        return len(found)
 
 
-def snapshot(conn: RawConnection) -> Snapshot:
-    """Every key of the selected db: its type, its contents and whether it expires."""
-    import hiredis
+def scan(conn: RawConnection, match: bytes = b"*") -> list[bytes]:
+    """Every key matching ``match``, by SCAN (never KEYS: the server may be someone's)."""
+    found: list[bytes] = []
+    cursor = b"0"
+    while True:
+        cursor, batch = parse(conn.call("SCAN", cursor, "MATCH", match, "COUNT", 1000))
+        found.extend(batch)
+        if cursor == b"0":
+            return sorted(set(found))
 
-    def parsed(*args: Arg) -> Any:
-        reader = hiredis.Reader()
-        reader.feed(conn.call(*args))
-        return reader.gets()
 
-    state: Snapshot = {}
-    for key in parsed("KEYS", "*"):
-        kind = parsed("TYPE", key)
-        if kind == b"hash":
-            flat = parsed("HGETALL", key)
-            value: Any = sorted(zip(flat[::2], flat[1::2], strict=True))
-        elif kind == b"zset":
-            value = parsed("ZRANGE", key, "0", "-1", "WITHSCORES")
-        elif kind == b"list":
-            value = parsed("LRANGE", key, "0", "-1")
-        elif kind == b"string":
-            value = parsed("GET", key)
-        else:
-            value = parsed("DUMP", key)
-        state[key] = (kind, value, parsed("PTTL", key) > 0)
-    return state
+def snapshot(conn: RawConnection, match: bytes = b"*") -> Snapshot:
+    """Every key matching ``match`` in the selected db: its type, contents and whether it
+    expires."""
+    return {key: describe(conn, key) for key in scan(conn, match)}
+
+
+def describe(conn: RawConnection, key: bytes) -> tuple[Any, ...]:
+    kind = parse(conn.call("TYPE", key))
+    value: Any
+    if kind == b"hash":
+        flat = parse(conn.call("HGETALL", key))
+        value = sorted(zip(flat[::2], flat[1::2], strict=True))
+    elif kind == b"zset":
+        value = parse(conn.call("ZRANGE", key, "0", "-1", "WITHSCORES"))
+    elif kind == b"list":
+        value = parse(conn.call("LRANGE", key, "0", "-1"))
+    elif kind == b"string":
+        value = parse(conn.call("GET", key))
+    else:
+        value = parse(conn.call("DUMP", key))
+    return (kind, value, parse(conn.call("PTTL", key)) > 0)
 
 
 @dataclass
@@ -65,15 +120,18 @@ class Outcome:
 
 
 class Pair:
-    """Both executors side by side on one server, speaking ``protocol`` (2 or 3)."""
+    """Both executors side by side on one server, speaking ``protocol`` (2 or 3), each in its own
+    scratch keys of ``scratch`` (a fresh one by default)."""
 
-    def __init__(self, port: int, protocol: int) -> None:
+    def __init__(self, server: int | Address, protocol: int,
+                 scratch: Scratch | None = None) -> None:
+        address = server if isinstance(server, Address) else Address(port=server)
         self.protocol = protocol
-        self.lua = RawConnection(port, protocol, SCRIPT_DB)
-        self.native = RawConnection(port, protocol, NATIVE_DB)
-        # Snapshots read through RESP2 connections, so both protocols are compared alike.
-        self.inspect = {"lua": RawConnection(port, 2, SCRIPT_DB),
-                        "native": RawConnection(port, 2, NATIVE_DB)}
+        self.scratch = scratch or Scratch()
+        self.lua = RawConnection.to(address, protocol)
+        self.native = RawConnection.to(address, protocol)
+        # Snapshots read through a RESP2 connection, so both protocols are compared alike.
+        self.inspect = RawConnection.to(address, 2)
         for transition in TRANSITIONS:
             self.lua.call("SCRIPT", "LOAD", script_for(transition).source)
 
@@ -81,35 +139,101 @@ class Pair:
         return (("lua", self.lua), ("native", self.native))
 
     def reset(self, setup: Sequence[Sequence[Arg]] = ()) -> None:
-        for _, conn in self.both():
-            conn.call("FLUSHDB")
-            for command in setup:
-                reply = conn.call(*command)
-                assert not reply.startswith(b"-"), (command, reply)
+        """Deletes each executor's scratch keys, checks none is left, applies ``setup``."""
+        for name, _ in self.both():
+            match = self.scratch.prefix(name) + b"*"
+            self.scratch.clear(self.inspect, match)
+            left = scan(self.inspect, match)
+            if left:
+                raise ScratchNotEmpty(f"keys appeared under the scratch prefix: {left[:3]!r}")
+        self.apply(setup)
+
+    def apply(self, commands: Iterable[Sequence[Arg]]) -> None:
+        """Raw data commands (key second) on both executors' scratch keys; each must succeed."""
+        for command in commands:
+            for name, conn in self.both():
+                reply = conn.call(*self.scratch.data_command(name, command))
+                if reply.startswith(b"-"):
+                    raise RuntimeError(f"setup command {command!r} refused: {reply!r}")
 
     def snapshot(self, executor: str) -> Snapshot:
-        """The keyspace of ``executor``'s db ("lua" or "native")."""
-        return snapshot(self.inspect[executor])
+        """The keyspace of ``executor`` ("lua" or "native"), keys without the scratch prefix."""
+        taken = snapshot(self.inspect, self.scratch.prefix(executor) + b"*")
+        return {self.scratch.canonical(executor, key): value for key, value in taken.items()}
 
-    def run(self, transition: Transition, argv: Sequence[Arg]) -> dict[str, Outcome]:
+    def command(self, executor: str, transition: Transition, argv: Sequence[Arg]) -> list[Arg]:
+        """``executor``'s full command for ``argv``, its keys in the executor's scratch space."""
+        return command_for(executor, transition, self.scratch.keys_of(executor, argv))
+
+    def run(self, transition: Transition, argv: Sequence[Arg],
+            scripts_only: bool = False) -> dict[str, Outcome]:
+        """``argv`` on both executors; with ``scripts_only`` the script runs on both (for the
+        transitions without a native twin)."""
         outcomes = {}
         for name, conn in self.both():
             before = self.snapshot(name)
-            reply = conn.call(*command_for(name, transition, argv))
+            executor = "lua" if scripts_only else name
+            reply = conn.call(*command_for(executor, transition,
+                                           self.scratch.keys_of(name, argv)))
             outcomes[name] = Outcome(reply, before, self.snapshot(name))
         return outcomes
 
     def close(self) -> None:
-        for conn in (self.lua, self.native, *self.inspect.values()):
+        for conn in (self.lua, self.native, self.inspect):
             conn.close()
+
+
+WINDOW = 24
+
+
+def reply_difference(lua: bytes, native: bytes) -> str | None:
+    """Where two replies first differ, with a short window of each; None when equal."""
+    if lua == native:
+        return None
+    at = next((i for i, (a, b) in enumerate(zip(lua, native, strict=False)) if a != b),
+              min(len(lua), len(native)))
+    start = max(0, at - 8)
+    return (f"replies differ at byte {at}: lua {lua[start:at + WINDOW]!r} "
+            f"native {native[start:at + WINDOW]!r}")
+
+
+def keyspace_differences(lua: Snapshot, native: Snapshot, limit: int = 5) -> list[str]:
+    """The keys whose presence, type, contents or expiry differ, at most ``limit`` of them."""
+    lines = []
+    for key in sorted(set(lua) | set(native)):
+        if lua.get(key) == native.get(key):
+            continue
+        if key not in native:
+            lines.append(f"key {key!r} only on lua: {_short(lua[key])}")
+        elif key not in lua:
+            lines.append(f"key {key!r} only on native: {_short(native[key])}")
+        else:
+            lines.append(f"key {key!r}: lua {_short(lua[key])} native {_short(native[key])}")
+    return lines[:limit] + ([f"... and {len(lines) - limit} more keys"]
+                            if len(lines) > limit else [])
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def parity_differences(outcomes: dict[str, Outcome]) -> list[str]:
+    """What differs between the executors: the reply bytes, the keyspaces, and whether a
+    refusal changed anything (it must not). Empty when they agree."""
+    lua, native = outcomes["lua"], outcomes["native"]
+    found = [line for line in [reply_difference(lua.reply, native.reply)] if line]
+    found += keyspace_differences(lua.after, native.after)
+    for name, outcome in outcomes.items():
+        if outcome.reply.startswith(b"-") and outcome.after != outcome.before:
+            found.append(f"{name}: a refused call changed the keyspace")
+    return found
 
 
 def assert_parity(outcomes: dict[str, Outcome], context: object = "") -> bytes:
     """Both executors sent the same bytes and left the same keyspace; a refusal changed nothing.
     Returns the common reply."""
-    lua, native = outcomes["lua"], outcomes["native"]
-    assert native.reply == lua.reply, f"{context}: replies differ"
-    assert native.after == lua.after, f"{context}: keyspaces differ"
-    if lua.reply.startswith(b"-"):
-        assert lua.after == lua.before, f"{context}: a refused call changed the keyspace"
-    return lua.reply
+    found = parity_differences(outcomes)
+    if found:
+        raise ParityError(f"{context}: " + "; ".join(found))
+    return outcomes["lua"].reply
