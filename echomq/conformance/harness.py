@@ -12,6 +12,7 @@ written or deleted: the harness runs on servers it did not start.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from echomq.scripts import script_for
 from echomq.transitions import TRANSITIONS, Transition
 
 EXECUTORS = ("lua", "native")
+_LEADING_DIGITS = re.compile(rb"[0-9]+")
 BY_NAME = {t.name: t for t in TRANSITIONS}
 Snapshot = dict[bytes, tuple[Any, ...]]
 
@@ -55,9 +57,17 @@ class Scratch:
 
     def keys_of(self, executor: str, argv: Sequence[Arg]) -> list[Arg]:
         """``argv`` (numkeys onwards) with its keys in ``executor``'s scratch space. A numkeys the
-        server refuses names no keys, so nothing is changed then."""
-        count = numkeys_of(raw(argv[0])) if argv else None
-        if count is None or not 0 <= count <= len(argv) - 1:
+        command refuses names no keys, but the server's ACL check reads its leading digits as a
+        count ("1.5" as 1), so those words move too: a user allowed only scratch keys gets the
+        command's own error, not NOPERM."""
+        if not argv:
+            return []
+        word = raw(argv[0])
+        count = numkeys_of(word)
+        if count is None:
+            digits = _LEADING_DIGITS.match(word)
+            count = int(digits.group()) if digits else 0
+        if not 0 <= count <= len(argv) - 1:
             return list(argv)
         prefix = self.prefix(executor)
         return [argv[0], *(prefix + raw(k) for k in argv[1:1 + count]), *argv[1 + count:]]
@@ -132,6 +142,8 @@ class Pair:
         self.native = RawConnection.to(address, protocol)
         # Snapshots read through a RESP2 connection, so both protocols are compared alike.
         self.inspect = RawConnection.to(address, 2)
+        # Every scratch key seen in a snapshot or written by a setup: what reset may delete.
+        self.seen: dict[str, set[bytes]] = {name: set() for name in EXECUTORS}
         for transition in TRANSITIONS:
             self.lua.call("SCRIPT", "LOAD", script_for(transition).source)
 
@@ -139,26 +151,34 @@ class Pair:
         return (("lua", self.lua), ("native", self.native))
 
     def reset(self, setup: Sequence[Sequence[Arg]] = ()) -> None:
-        """Deletes each executor's scratch keys, checks none is left, applies ``setup``."""
+        """Deletes the scratch keys this pair has seen, checks that none is left under either
+        executor's prefix (a key there it did not make is refused, not deleted), applies
+        ``setup``."""
         for name, _ in self.both():
-            match = self.scratch.prefix(name) + b"*"
-            self.scratch.clear(self.inspect, match)
-            left = scan(self.inspect, match)
+            seen = sorted(self.seen[name])
+            for start in range(0, len(seen), 500):
+                self.inspect.call("DEL", *seen[start:start + 500])
+            self.seen[name].clear()
+            left = scan(self.inspect, self.scratch.prefix(name) + b"*")
             if left:
-                raise ScratchNotEmpty(f"keys appeared under the scratch prefix: {left[:3]!r}")
+                raise ScratchNotEmpty(f"keys this run did not make are under its scratch prefix: "
+                                      f"{left[:3]!r}; they were left alone")
         self.apply(setup)
 
     def apply(self, commands: Iterable[Sequence[Arg]]) -> None:
         """Raw data commands (key second) on both executors' scratch keys; each must succeed."""
         for command in commands:
             for name, conn in self.both():
-                reply = conn.call(*self.scratch.data_command(name, command))
+                scratch_command = self.scratch.data_command(name, command)
+                self.seen[name].add(raw(scratch_command[1]))
+                reply = conn.call(*scratch_command)
                 if reply.startswith(b"-"):
                     raise RuntimeError(f"setup command {command!r} refused: {reply!r}")
 
     def snapshot(self, executor: str) -> Snapshot:
         """The keyspace of ``executor`` ("lua" or "native"), keys without the scratch prefix."""
         taken = snapshot(self.inspect, self.scratch.prefix(executor) + b"*")
+        self.seen[executor].update(taken)
         return {self.scratch.canonical(executor, key): value for key, value in taken.items()}
 
     def command(self, executor: str, transition: Transition, argv: Sequence[Arg]) -> list[Arg]:
