@@ -17,9 +17,10 @@ import redis
 from echomq import Queue
 from echomq.conformance import harness, runner
 from echomq.conformance.harness import Pair, ScratchNotEmpty, snapshot
-from echomq.conformance.resp import RawConnection
+from echomq.conformance.resp import Arg, RawConnection
+from echomq.conformance.walk import Walk
 from echomq.embedded import EmbeddedValkey
-from echomq.transitions import TRANSITIONS
+from echomq.transitions import TRANSITIONS, Transition
 from tests.conftest import start_server
 
 NOW = 1_700_000_000_000
@@ -142,9 +143,9 @@ def test_a_difference_is_reported_with_its_bytes(valkey: EmbeddedValkey,
     """A native reply one byte off: the case, the offset and both windows, exit 1."""
     real_run = Pair.run
 
-    def one_byte_off(self: Pair, transition: object, argv: object,
+    def one_byte_off(self: Pair, transition: Transition, argv: list[Arg],
                      scripts_only: bool = False) -> dict[str, harness.Outcome]:
-        outcomes = real_run(self, transition, argv, scripts_only)  # type: ignore[arg-type]
+        outcomes = real_run(self, transition, argv, scripts_only)
         if outcomes["native"].reply == b"+ACKED\r\n":
             outcomes["native"].reply = b"+ACKEd\r\n"
         return outcomes
@@ -173,3 +174,53 @@ def test_a_key_it_did_not_make_under_its_prefix_is_left_alone(valkey: EmbeddedVa
     finally:
         conn.delete(stranger)
         pair.close()
+
+
+def walked(port: int, seed: int, steps: int, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The calls of the random sequence of ``seed``; it must find no difference."""
+    calls: list[object] = []
+    real_step = Walk.step
+
+    def recorded(self: Walk, transition: Transition, argv: list[Arg]) -> list[str]:
+        calls.append((transition.name, argv))
+        return real_step(self, transition, argv)
+
+    pair = Pair(port, 3)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(Walk, "step", recorded)
+            assert Walk(pair, seed).run(steps).differences == []
+        pair.reset()
+    finally:
+        pair.close()
+    return calls
+
+
+def test_the_random_sequence_is_the_seeds(valkey: EmbeddedValkey,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    first = walked(valkey.port, 9, 150, monkeypatch)
+    assert walked(valkey.port, 9, 150, monkeypatch) == first
+    assert walked(valkey.port, 10, 150, monkeypatch) != first
+    assert {call[0] for call in first} == {t.name for t in TRANSITIONS}  # type: ignore[index]
+
+
+def test_the_random_sequence_stops_at_a_difference(valkey: EmbeddedValkey,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    real_run = Pair.run
+
+    def extended_wrongly(self: Pair, transition: Transition, argv: list[Arg],
+                         scripts_only: bool = False) -> dict[str, harness.Outcome]:
+        outcomes = real_run(self, transition, argv, scripts_only)
+        if outcomes["native"].reply == b"+EXTENDED\r\n":
+            outcomes["native"].reply = b"+STALE\r\n"
+        return outcomes
+
+    monkeypatch.setattr(Pair, "run", extended_wrongly)
+    pair = Pair(valkey.port, 2)
+    try:
+        found = Walk(pair, 9).run(1_000).differences
+        pair.reset()
+    finally:
+        pair.close()
+    assert found[0].startswith("step ") and " extend " in found[0]
+    assert found[1] == "replies differ at byte 1: lua b'+EXTENDED\\r\\n' native b'+STALE\\r\\n'"

@@ -55,6 +55,7 @@ class Walk:
         self.rng = random.Random(seed)
         self.model = Model(pair.protocol)
         self.now = NOW
+        self.known = list(IDS)
         self.malformed = [(case.transition, case.argv) for case in all_cases()
                           if case.expect.startswith(b"-") and not case.setup]
         self.makers: list[Callable[[], Call]] = [
@@ -91,7 +92,19 @@ class Walk:
     # the calls --------------------------------------------------------------------------------
 
     def pick(self) -> bytes:
-        return self.rng.choice(IDS)
+        """Mostly a job under a lease (so acks, retries and extends land), else any id met."""
+        leased = [member for member, _ in self.model.zitems(key(b"active"))]
+        if leased and self.rng.random() < 0.8:
+            return self.rng.choice(leased)
+        return self.rng.choice(self.known)
+
+    def fresh(self) -> bytes:
+        """Mostly an id never admitted (rows outlive acks as tombstones), else one met before."""
+        if self.rng.random() < 0.25:
+            return self.rng.choice(self.known)
+        job_id = b"JOB:w%d" % len(self.known)
+        self.known.append(job_id)
+        return job_id
 
     def fence(self, job_id: bytes) -> int:
         """The row's current fence, or now and then one that is not."""
@@ -99,7 +112,7 @@ class Walk:
         return max(1, current + self.rng.choice([0, 0, 0, 0, 1, -1]))
 
     def enqueue(self) -> Call:
-        job_id = self.pick()
+        job_id = self.fresh()
         return ENQUEUE, [3, key(b"job", job_id), key(b"pending"), key(b"wake"), job_id,
                          self.rng.choice(PAYLOADS), self.now]
 
@@ -136,7 +149,7 @@ class Walk:
 
     def extend_many(self) -> Call:
         pairs: list[Arg] = []
-        for job_id in self.rng.sample(IDS, self.rng.randint(0, 3)):
+        for job_id in [self.pick() for _ in range(self.rng.randint(0, 3))]:
             pairs += [job_id, self.fence(job_id)]
         return EXTEND_MANY, [1, key(b"active"), 30_000, self.now, *pairs]
 
