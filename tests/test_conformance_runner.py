@@ -120,6 +120,17 @@ def test_refused_connection_gets_one_line() -> None:
                     "refused (hint: check --url, and that valkey-server runs there)")
 
 
+def test_a_user_without_script_load_gets_one_line(lived_in: EmbeddedValkey) -> None:
+    lived_in.client().execute_command("ACL", "SETUSER", "checker", "-script")
+    done = conformance(f"redis://checker:pw@127.0.0.1:{lived_in.port}")
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"echomq conformance: error: 127.0.0.1:{lived_in.port}: SCRIPT LOAD "
+                           "refused: -NOPERM"), line
+    assert "(hint: the user needs the EMQ.* commands, EVALSHA, SCRIPT LOAD" in line
+    assert not lived_in.client().keys(SCRATCH)
+
+
 def test_sigterm_removes_the_scratch_keys(lived_in: EmbeddedValkey) -> None:
     before = every_key(lived_in)
     command = [sys.executable, "-m", "echomq", "conformance", "--url",

@@ -80,9 +80,9 @@ class Scratch:
         prefix = self.prefix(executor)
         return key[len(prefix):] if key.startswith(prefix) else key
 
-    def clear(self, conn: RawConnection, match: bytes | None = None) -> int:
-        """Deletes this run's keys (all of them, or those matching ``match``); how many."""
-        found = scan(conn, match or self.pattern)
+    def clear(self, conn: RawConnection) -> int:
+        """Deletes every key of this run (its token is its own); how many there were."""
+        found = scan(conn, self.pattern)
         for start in range(0, len(found), 500):
             conn.call("DEL", *found[start:start + 500])
         return len(found)
@@ -138,14 +138,18 @@ class Pair:
         address = server if isinstance(server, Address) else Address(port=server)
         self.protocol = protocol
         self.scratch = scratch or Scratch()
+        # Every scratch key seen in a snapshot or written by a setup: what reset may delete.
+        self.seen: dict[str, set[bytes]] = {name: set() for name in EXECUTORS}
         self.lua = RawConnection.to(address, protocol)
         self.native = RawConnection.to(address, protocol)
         # Snapshots read through a RESP2 connection, so both protocols are compared alike.
         self.inspect = RawConnection.to(address, 2)
-        # Every scratch key seen in a snapshot or written by a setup: what reset may delete.
-        self.seen: dict[str, set[bytes]] = {name: set() for name in EXECUTORS}
         for transition in TRANSITIONS:
-            self.lua.call("SCRIPT", "LOAD", script_for(transition).source)
+            loaded = self.lua.call("SCRIPT", "LOAD", script_for(transition).source)
+            if loaded.startswith(b"-"):
+                self.close()
+                reason = loaded.decode(errors="replace").strip()
+                raise RuntimeError(f"SCRIPT LOAD refused: {reason}")
 
     def both(self) -> tuple[tuple[str, RawConnection], ...]:
         return (("lua", self.lua), ("native", self.native))
@@ -155,15 +159,19 @@ class Pair:
         executor's prefix (a key there it did not make is refused, not deleted), applies
         ``setup``."""
         for name, _ in self.both():
-            seen = sorted(self.seen[name])
-            for start in range(0, len(seen), 500):
-                self.inspect.call("DEL", *seen[start:start + 500])
-            self.seen[name].clear()
+            self.forget(name)
             left = scan(self.inspect, self.scratch.prefix(name) + b"*")
             if left:
                 raise ScratchNotEmpty(f"keys this run did not make are under its scratch prefix: "
                                       f"{left[:3]!r}; they were left alone")
         self.apply(setup)
+
+    def forget(self, executor: str) -> None:
+        """Deletes the scratch keys of ``executor`` this pair has seen."""
+        seen = sorted(self.seen[executor])
+        for start in range(0, len(seen), 500):
+            self.inspect.call("DEL", *seen[start:start + 500])
+        self.seen[executor].clear()
 
     def apply(self, commands: Iterable[Sequence[Arg]]) -> None:
         """Raw data commands (key second) on both executors' scratch keys; each must succeed."""
@@ -199,8 +207,16 @@ class Pair:
         return outcomes
 
     def close(self) -> None:
-        for conn in (self.lua, self.native, self.inspect):
-            conn.close()
+        """Deletes the scratch keys this pair has seen (when the server still answers), then
+        closes its connections."""
+        try:
+            for name in EXECUTORS:
+                self.forget(name)
+        except OSError:
+            pass
+        finally:
+            for conn in (self.lua, self.native, self.inspect):
+                conn.close()
 
 
 WINDOW = 24

@@ -82,7 +82,7 @@ def run(url: str, seed: int | None = None, random_steps: int = 500, as_json: boo
                      "start valkey-server with --loadmodule <path of trafikey.so>, which "
                      "echomq.native.module_path() gives")
     except (OSError, RuntimeError) as exc:
-        return _fail(_describe(exc, address), "check --url, and that valkey-server runs there")
+        return _fail(_describe(exc, address), _hint(exc))
     say(json.dumps(_jsonable(report)) if as_json else "\n".join(_lines(report)))
     return 0 if report.identical else 1
 
@@ -90,6 +90,15 @@ def run(url: str, seed: int | None = None, random_steps: int = 500, as_json: boo
 def _fail(message: str, hint: str) -> int:
     print(f"{NAME}: error: {message} (hint: {hint})", file=sys.stderr)
     return 2
+
+
+def _hint(exc: Exception) -> str:
+    if isinstance(exc, ScratchNotEmpty):
+        return "something else writes under the run's prefix; run it again"
+    if isinstance(exc, RuntimeError):
+        return ("the user needs the EMQ.* commands, EVALSHA, SCRIPT LOAD, SCAN and DEL, and the "
+                "keys ~{emqconf-*")
+    return "check --url, and that valkey-server runs there"
 
 
 def _describe(exc: Exception, address: Address) -> str:
