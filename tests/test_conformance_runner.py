@@ -131,7 +131,10 @@ def test_a_user_without_script_load_gets_one_line(lived_in: EmbeddedValkey) -> N
     assert not lived_in.client().keys(SCRATCH)
 
 
-def test_sigterm_removes_the_scratch_keys(lived_in: EmbeddedValkey) -> None:
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["sigterm", "ctrl-c"])
+def test_a_stopped_run_removes_its_scratch_keys(lived_in: EmbeddedValkey, signum: int,
+                                               status: int) -> None:
     before = every_key(lived_in)
     command = [sys.executable, "-m", "echomq", "conformance", "--url",
                f"redis://127.0.0.1:{lived_in.port}", "--random-steps", "100000"]
@@ -141,9 +144,9 @@ def test_sigterm_removes_the_scratch_keys(lived_in: EmbeddedValkey) -> None:
     deadline = time.monotonic() + 60
     while not conn.keys(SCRATCH):  # the run is under way once its scratch keys exist
         assert time.monotonic() < deadline and process.poll() is None, "no scratch keys seen"
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)
     _, err = process.communicate(timeout=60)
-    assert process.returncode == 143, err
+    assert process.returncode == status, err
     assert "interrupted; its scratch keys were removed" in err
     assert not conn.keys(SCRATCH)
     assert every_key(lived_in) == before
