@@ -481,3 +481,17 @@ def bench(args: tuple[str, ...]) -> None:
         raise click.ClickException("the benchmark lives in echomq's source checkout (bench/)")
     command = ["make", "-C", str(checkout), "bench", f"BENCH_ARGS={' '.join(args)}"]
     sys.exit(subprocess.call(command))
+
+
+@main.command()
+@click.option("--url", envvar="ECHOMQ_URL", required=True, show_envvar=True,
+              help="the server to check, with trafikey loaded: redis://host:port[/db]")
+@click.option("--seed", default=None, type=int, help="the random sequence's seed  [default: new]")
+@click.option("--random-steps", default=500, show_default=True, type=click.IntRange(0))
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+def conformance(url: str, seed: int | None, random_steps: int, as_json: bool) -> None:
+    """Check that both executors agree on a server: every case, RESP2 and RESP3, and a seeded
+    random sequence, in scratch keys of its own that it removes afterwards."""
+    from echomq.conformance.runner import run
+
+    sys.exit(run(url, seed, random_steps, as_json, click.echo))
