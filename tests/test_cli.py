@@ -267,7 +267,9 @@ def test_queues_are_listed_from_the_registry(valkey: EmbeddedValkey, conn: redis
 
     assert listed() == []  # the keyspace was searched once: nothing yet
     cli(valkey, "enqueue", "mail", "x")
-    Queue(conn, "quiet").enqueue("JOB:1", b"")  # a producer that does not register its queue
+    # A producer that does not register its queue (a raw client): only --rescan finds it.
+    conn.execute_command("EMQ.ENQUEUE", 3, "emq:{quiet}:job:JOB:1", "emq:{quiet}:pending",
+                         "emq:{quiet}:wake", "JOB:1", "", "*")
     assert listed() == ["mail"]
     assert [s["name"] for s in json.loads(cli(valkey, "stats", "--rescan", "--json"))] == [
         "mail", "quiet"]
