@@ -53,6 +53,7 @@ from echomq.loop import (
     fatal_error,
     first_line,
 )
+from echomq.registry import REGISTRY_KEY
 from echomq.scripts import script_for
 from echomq.transitions import Transition
 
@@ -180,6 +181,7 @@ class Queue:
         self.name = name
         self.calls = QueueCalls(name, retention_ms=retention_ms, max_attempts=max_attempts)
         self.executor = async_executor_for(wire)
+        self._registered = False
 
     @property
     def wire(self) -> int:
@@ -196,12 +198,25 @@ class Queue:
 
     async def enqueue(self, job_id: str, payload: bytes | str, *, lane: str | None = None,
                       now: int | None = None) -> Verdict:
-        return Verdict.of(await self._send(self.calls.enqueue(job_id, payload, lane, now)))
+        verdict = Verdict.of(await self._send(self.calls.enqueue(job_id, payload, lane, now)))
+        await self._register()
+        return verdict
 
     async def enqueue_many(self, items: Iterable[Item], *,
                            now: int | None = None) -> list[Verdict]:
         replies = await self.executor.call_many(self.conn, self.calls.enqueue_many(items, now))
+        await self._register()
         return [Verdict.of(reply) for reply in replies]
+
+    async def _register(self) -> None:
+        """As ``echomq.Queue._register``: the registry of queues learns this one, once."""
+        if self._registered:
+            return
+        self._registered = True
+        try:
+            await self.conn.sadd(REGISTRY_KEY, self.name)
+        except ResponseError as exc:
+            log.debug("queue %s not entered in %s: %s", self.name, REGISTRY_KEY, exc)
 
     async def claim(self, lease_ms: int = DEFAULT_LEASE_MS, *,
                     now: int | None = None) -> Job | None:

@@ -5,10 +5,11 @@ extend_many batches mixed with those single verbs, recover, promote, requeue of 
 input, on an explicit clock, while rules also tamper with the
 keyspace behind the queue's back (deleted rows, expired tombstones, wrong-typed keys, odd row
 fields, lane jobs) and crash workers (a claim whose lease runs out, then recover). Every call runs
-on the Lua db and the native db of a ``Pair`` (requeue, scripts only, runs its script on both);
-after every step both keyspaces must equal each other and the model's (tests/model.py), and SPEC
-invariants 1-4, 8 and 10 are checked explicitly: a stale holder is always refused, a fence never
-repeats for an id, a job recovered at its last attempt ends dead.
+on the Lua and the native scratch keys of a ``Pair`` (requeue, scripts only, runs its script on
+both); after every step both keyspaces must equal each other and the model's
+(echomq/conformance/model.py), and SPEC invariants 1-4, 8 and 10 are checked explicitly: a stale
+holder is always refused, a fence never repeats for an id, a job recovered at its last attempt
+ends dead.
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from echomq.conformance.harness import Outcome, Pair, assert_parity
+from echomq.conformance.model import (
+    KEY_TYPE,
+    LOST,
+    Model,
+    int_field,
+    normalise,
+    null,
+    status,
+)
 from echomq.embedded import EmbeddedValkey
 from echomq.scripts import script_for
 from echomq.transitions import (
@@ -43,8 +54,6 @@ from echomq.transitions import (
     TRANSITIONS,
     Transition,
 )
-from tests.conformance.harness import Outcome, Pair, assert_parity
-from tests.model import KEY_TYPE, LOST, Model, int_field, normalise, null, status
 
 BASE = b"emq:{q}:"
 OTHER = b"emq:{r}:"
@@ -122,18 +131,11 @@ class QueueMachine(RuleBasedStateMachine):
 
     def scripted(self, transition: Transition, argv: Argv) -> dict[str, Outcome]:
         """A scripts-only transition, run by its script on both databases."""
-        outcomes = {}
-        for name, conn in self.pair.both():
-            before = self.pair.snapshot(name)
-            reply = conn.call("EVALSHA", script_for(transition).sha, *argv)
-            outcomes[name] = Outcome(reply, before, self.pair.snapshot(name))
-        return outcomes
+        return self.pair.run(transition, argv, scripts_only=True)
 
     def behind_the_back(self, *command: bytes) -> None:
         """A raw data command on both databases and the model."""
-        for _, conn in self.pair.both():
-            reply = conn.call(*command)
-            assert not reply.startswith(b"-"), (command, reply)
+        self.pair.apply([command])
         self.model.apply_setup(command)
 
     def zmembers(self, role: bytes) -> list[bytes]:

@@ -1,4 +1,5 @@
-"""A third executor, in plain Python, over a model keyspace: the oracle of the property tests.
+"""A third executor, in plain Python, over a model keyspace: the oracle of the property tests
+and of the conformance runner's random sequence.
 
 ``Model.call(transition, argv)`` validates ``argv`` (numkeys onwards) in the order
 docs/PROTOCOL.md gives, applies the transition to its keyspace and returns the raw RESP reply the
@@ -13,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from echomq.conformance.resp import Arg
 from echomq.transitions import Transition
-from tests.resp import Arg
 
 INT_MAX = 999_999_999_999_999
 FENCE_MAX = INT_MAX - 1
@@ -296,7 +297,7 @@ class Model:
 
     def hget(self, key: bytes, name: bytes) -> bytes | None:
         value = self.keys.get(key)
-        return None if value is None else value.data.get(name)  # type: ignore[no-any-return]
+        return None if value is None else value.data.get(name)
 
     def _drop_empty(self, key: bytes) -> None:
         value = self.keys.get(key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tests.conformance.cases import (
+from echomq.conformance.cases import (
     BASE,
     E_FENCE,
     E_ITEM,
@@ -21,7 +21,7 @@ from tests.conformance.cases import (
     row,
     waiting,
 )
-from tests.resp import Arg
+from echomq.conformance.resp import Arg
 
 SETTLE_KEYS: list[Arg] = [5, key("active"), key("delayed"), key("dead"), key("pending"),
                           key("fence")]
@@ -187,6 +187,16 @@ def settle_bad_item_cases() -> Iterator[Case]:
         yield _case("settle", f"item-{label}", settle(*items, count=1), expect, ready)
 
 
+BAD_PAIRS: list[tuple[str, list[Arg], bytes]] = [
+    ("pair-cut-short", ["JOB:1", 1, "JOB:2"], E_ITEM + b"2 must be <id> <fence>\r\n"),
+    ("id-only", ["JOB:1"], E_ITEM + b"1 must be <id> <fence>\r\n"),
+    ("bad-id", ["JOB:1", 1, "RUN:2", 1], E_KIND),
+    ("bad-id-before-cut-short", ["job:1", 1, "JOB:2"], E_KIND),
+    ("fence-zero", ["JOB:1", 0], b"-EMQNUM fence must be an integer from 1 "),
+    ("fence-word", ["JOB:1", "x"], b"-EMQNUM fence "),
+]
+
+
 def extend_many_cases() -> Iterator[Case]:
     yield _case("extend_many", "no-pairs", extend_many(), b"*0\r\n", leased("JOB:1"))
     yield _case("extend_many", "one", extend_many("JOB:1", 1), b"*1\r\n+EXTENDED\r\n",
@@ -203,14 +213,7 @@ def extend_many_cases() -> Iterator[Case]:
                 b"*1\r\n+EXTENDED\r\n", leased("JOB:1", deadline=1))
     yield _case("extend_many", "row-wrongtype", extend_many("JOB:1", 1, "JOB:2", 1), E_TYPE,
                 [*leased("JOB:1"), ["SET", key("job", "JOB:2"), "x"]])
-    for label, pairs, expect in [
-        ("pair-cut-short", ["JOB:1", 1, "JOB:2"], E_ITEM + b"2 must be <id> <fence>\r\n"),
-        ("id-only", ["JOB:1"], E_ITEM + b"1 must be <id> <fence>\r\n"),
-        ("bad-id", ["JOB:1", 1, "RUN:2", 1], E_KIND),
-        ("bad-id-before-cut-short", ["job:1", 1, "JOB:2"], E_KIND),
-        ("fence-zero", ["JOB:1", 0], b"-EMQNUM fence must be an integer from 1 "),
-        ("fence-word", ["JOB:1", "x"], b"-EMQNUM fence "),
-    ]:
+    for label, pairs, expect in BAD_PAIRS:
         yield _case("extend_many", label, extend_many(*pairs), expect, leased("JOB:1"))
 
 
