@@ -39,10 +39,13 @@ _PAIRS = [high + low for high in ALPHABET for low in ALPHABET]
 _VALUE = {char: index for index, char in enumerate(ALPHABET)}
 
 
-def _spell(number: int) -> str:
-    if not 0 <= number < 1 << (TIME_BITS + RANDOM_BITS):
+def _spell(n: int) -> str:
+    if not 0 <= n < 1 << (TIME_BITS + RANDOM_BITS):
         raise OverflowError("the clock is past what a job id can hold (the year 3084)")
-    return PREFIX + "".join(_PAIRS[(number >> shift) & 0xFFF] for shift in range(96, -1, -12))
+    p = _PAIRS  # written out, not looped: this runs once per job on the producer's hot path
+    return (f"JOB:{p[n >> 96]}{p[n >> 84 & 0xFFF]}{p[n >> 72 & 0xFFF]}{p[n >> 60 & 0xFFF]}"
+            f"{p[n >> 48 & 0xFFF]}{p[n >> 36 & 0xFFF]}{p[n >> 24 & 0xFFF]}{p[n >> 12 & 0xFFF]}"
+            f"{p[n & 0xFFF]}")
 
 
 def created_ms(job_id: str) -> int:
