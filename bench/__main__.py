@@ -21,7 +21,7 @@ from echomq.native import module_path
 
 FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_reps": 2,
         "e2e_jobs": 10_000, "sizes": [10**3, 10**4, 10**5, 10**6], "lanes": [10, 100_000],
-        "scale_calls": 3_000, "worker_jobs": 20_000, "worker_reps": 5,
+        "scale_calls": 3_000, "worker_jobs": 50_000, "worker_reps": 5,
         "worker_counts": [1, 2, 4, 8], "latency_samples": 1_000, "memory_jobs": 20_000}
 QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_reps": 1,
          "e2e_jobs": 300, "sizes": [10**3, 10**4], "lanes": [10, 1_000], "scale_calls": 300,

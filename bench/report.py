@@ -356,7 +356,7 @@ def workers_section(results: dict[str, Any], out: str) -> str:
         f"`Consumer(queue, handler)` with every default and a no-op handler, each in its own "
         f"process (started, connected and waiting before the clock starts), drains "
         f"{data['jobs']:,} jobs queued beforehand with `enqueue_many` (payload `noop`); timed "
-        "from the start signal until `pending` and `active` are both empty (polled every 5 ms). "
+        "from the start signal until `pending` and `active` are both empty (polled every 2 ms). "
         "**server CPU** = valkey-server's `used_cpu_sys + used_cpu_user` growth over the drain / "
         "jobs: everything the server did for the consumers (claim, ack, housekeeping, parking, "
         "the reading and writing of every round trip), not only the commands' own time. One "

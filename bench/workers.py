@@ -119,7 +119,7 @@ def drain(port: int, wire: int, consumers: int, jobs: int) -> dict[str, float]:
         started = time.perf_counter()
         group.go()
         wait_for(lambda: unsettled(conn, queue) == 0, "the consumers to drain the queue",
-                 poll_s=0.005)
+                 poll_s=0.002)
         elapsed = time.perf_counter() - started
         cpu = server_cpu_s(conn) - cpu_before
     conn.flushall()
