@@ -39,6 +39,7 @@ class Verdict(enum.Enum):
     RETRYING = "RETRYING"
     DEAD = "DEAD"
     EXTENDED = "EXTENDED"
+    RELEASED = "RELEASED"
 
     @classmethod
     def of(cls, reply: Any) -> Verdict:
@@ -78,7 +79,16 @@ class Retry:
     max_attempts: int | None = None
 
 
-Outcome = Ack | Retry
+@dataclass(frozen=True)
+class Release:
+    """An outcome for ``Queue.settle``: hand ``job``'s lease back unrun. The job goes back where
+    an expired lease would (pending at its enqueued_at, or its lane's head) at once, and the
+    attempt its claim counted is uncounted."""
+
+    job: Job
+
+
+Outcome = Ack | Retry | Release
 
 
 def text(value: Any) -> str:
@@ -213,12 +223,14 @@ class QueueCalls:
         return self.settle((), count, lease_ms, None, now)
 
     def _item(self, outcome: Outcome) -> list[Arg]:
-        if not isinstance(outcome, Ack | Retry):
-            raise TypeError(f"an outcome is Ack or Retry, not {type(outcome).__name__}")
+        if not isinstance(outcome, Ack | Retry | Release):
+            raise TypeError(f"an outcome is Ack, Retry or Release, not {type(outcome).__name__}")
         job = outcome.job
         lease: list[Arg] = [checked_id(job.id), checked_int("fence", job.fence, 1)]
         if isinstance(outcome, Ack):
             return ["ack", *lease]
+        if isinstance(outcome, Release):
+            return ["release", *lease]
         limit = self.max_attempts if outcome.max_attempts is None else outcome.max_attempts
         return ["retry", *lease, checked_int("delay_ms", outcome.delay_ms, 0),
                 checked_int("max_attempts", limit, 1), payload_bytes(outcome.error)]

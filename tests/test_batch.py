@@ -11,7 +11,7 @@ import redis
 import redis.asyncio as aredis
 
 import echomq.aio
-from echomq import Ack, ArgumentError, Job, KindError, Queue, Retry, Verdict
+from echomq import Ack, ArgumentError, Job, KindError, Queue, Release, Retry, Verdict
 from echomq.embedded import EmbeddedValkey
 
 NOW = 1_700_000_000_000
@@ -70,6 +70,40 @@ def test_retry_inside_a_batch_ends_dead_at_max_attempts(queue: Queue) -> None:
     verdicts, _ = queue.settle([Retry(job, error="spent", max_attempts=1)], now=NOW + 1)
     assert verdicts == [Verdict.DEAD]
     assert queue.conn.zscore(queue.key("dead"), "JOB:0") == NOW + 1
+
+
+def test_release_hands_leases_back_unrun(queue: Queue) -> None:
+    """A released job is pending again at once where it was, its attempt uncounted; its fence
+    is never handed out again, and its old holder's lease is stale."""
+    fill(queue, 3)
+    jobs = queue.claim_many(3, now=NOW + 5)
+    queue.conn.delete(queue.key("wake"))
+    verdicts, claimed = queue.settle([Release(jobs[0]), Ack(jobs[1]), Release(jobs[0]),
+                                      Release(jobs[2])], claim=3, now=NOW + 10)
+    assert verdicts == [Verdict.RELEASED, Verdict.ACKED, Verdict.STALE, Verdict.RELEASED]
+    assert claimed == []  # what a call releases, it does not claim
+    assert queue.conn.zrange(queue.key("pending"), 0, -1, withscores=True) == [
+        (b"JOB:0", NOW), (b"JOB:2", NOW)]
+    assert queue.conn.zcard(queue.key("active")) == 0
+    assert queue.conn.hget(queue.key("job", "JOB:0"), "attempts") == b"0"
+    assert queue.conn.llen(queue.key("wake")) == 2
+    again = queue.claim_many(3, now=NOW + 20)
+    assert [(job.id, job.attempt, job.fence) for job in again] == [("JOB:0", 1, 4), ("JOB:2", 1, 5)]
+    assert queue.settle([Ack(jobs[0])])[0] == [Verdict.STALE]
+
+
+def test_release_puts_a_lane_job_back_at_its_lanes_head(conn: redis.Redis) -> None:
+    queue = Queue(conn, "batch", wire=5)
+    queue.enqueue("JOB:a1", "1", lane="a", now=NOW)
+    queue.enqueue("JOB:a2", "2", lane="a", now=NOW)
+    job = queue.claim_lane(now=NOW)
+    assert job is not None and job.id == "JOB:a1"
+    for wire in (5, 6):  # released by either executor: the lane's order is kept
+        verdicts, _ = Queue(conn, "batch", wire=wire).settle([Release(job)], now=NOW)
+        assert verdicts == [Verdict.RELEASED]
+        assert conn.lrange(queue.key("lane", lane="a"), 0, -1) == [b"JOB:a1", b"JOB:a2"]
+        job = queue.claim_lane(now=NOW)
+        assert job is not None and (job.id, job.attempt) == ("JOB:a1", 1)
 
 
 def test_extend_many_pushes_current_leases_only(queue: Queue) -> None:
