@@ -74,15 +74,27 @@ class AsyncExecutor(ABC):
             raise_mapped(exc)
 
     async def call_many(self, client: Any, calls: Sequence[Call]) -> list[Any]:
-        """Runs many calls in one pipeline flush; a reply each (see Executor.call_many)."""
+        """Runs many calls in one pipeline flush; a reply each (see Executor.call_many: calls
+        refused with NOSCRIPT are sent again, together, once their scripts are loaded)."""
         for transition in {call[0] for call in calls}:
             await self.prepare(client, transition)
+        replies = await self._flush(client, calls)
+        lost = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if lost:
+            for transition in {calls[n][0] for n in lost}:
+                await self.load(client, transition)
+            again = await self._flush(client, [calls[n] for n in lost])
+            for n, reply in zip(lost, again, strict=True):
+                replies[n] = reply
+        return [await self._settle(client, call, reply)
+                for call, reply in zip(calls, replies, strict=True)]
+
+    async def _flush(self, client: Any, calls: Sequence[Call]) -> list[Any]:
         async with client.pipeline(transaction=False) as pipe:
             for transition, keys, args in calls:
                 self._queue(pipe, transition, keys, args)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
-        return [await self._settle(client, call, reply)
-                for call, reply in zip(calls, replies, strict=True)]
+        return replies
 
     async def _settle(self, client: Any, call: Call, reply: Any) -> Any:
         if isinstance(reply, NoScriptError):
@@ -94,7 +106,12 @@ class AsyncExecutor(ABC):
         return reply
 
     @abstractmethod
-    async def prepare(self, client: Any, transition: Transition) -> None: ...
+    async def prepare(self, client: Any, transition: Transition) -> None:
+        """Refuses ``transition`` before a pipeline is built if this wire cannot run it."""
+
+    @abstractmethod
+    async def load(self, client: Any, transition: Transition) -> None:
+        """Makes ``transition`` runnable again on a server that refused it with NOSCRIPT."""
 
     @abstractmethod
     async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
@@ -111,6 +128,9 @@ class AsyncScriptExecutor(AsyncExecutor):
     wire = 5
 
     async def prepare(self, client: Any, transition: Transition) -> None:
+        """Nothing: a batch is sent as EVALSHA, and only a NOSCRIPT reply loads the script."""
+
+    async def load(self, client: Any, transition: Transition) -> None:
         await client.script_load(script_for(transition).source)
 
     async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
@@ -135,6 +155,9 @@ class AsyncNativeExecutor(AsyncExecutor):
     async def prepare(self, client: Any, transition: Transition) -> None:
         if transition.native is None:
             raise Wire6Unsupported(transition.public_name)
+
+    async def load(self, client: Any, transition: Transition) -> None:
+        """Nothing: a module's commands are never lost as scripts are."""
 
     async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
                     args: Sequence[Arg]) -> Any:

@@ -191,3 +191,48 @@ def test_asyncio_queue_has_the_same_batches(valkey: EmbeddedValkey, wire: int) -
     assert extended == [Verdict.EXTENDED, Verdict.EXTENDED]
     assert verdicts == [Verdict.ACKED, Verdict.RETRYING]
     assert jobs == [Job("JOB:3", b"c", 1, fence=3)]
+
+
+def script_calls(conn: redis.Redis) -> tuple[int, int]:
+    """(SCRIPT LOAD, EVALSHA) calls since the last CONFIG RESETSTAT."""
+    stats = conn.info("commandstats")
+    return (int(stats.get("cmdstat_script|load", {}).get("calls", 0)),
+            int(stats.get("cmdstat_evalsha", {}).get("calls", 0)))
+
+
+def test_enqueue_many_loads_no_script_on_a_warm_server(conn: redis.Redis) -> None:
+    """A batch is EVALSHA only; a server that lost its scripts gets one load and the failed
+    calls sent again, together."""
+    queue = Queue(conn, "batch", wire=5)
+    queue.enqueue_many([("JOB:warm", "w")], now=NOW)
+    conn.config_resetstat()
+    for batch in range(3):
+        queue.enqueue_many([(f"JOB:{batch}.{i}", "p") for i in range(4)], now=NOW)
+    assert script_calls(conn) == (0, 12)
+    conn.script_flush()
+    conn.config_resetstat()
+    verdicts = queue.enqueue_many([(f"JOB:f{i}", "p") for i in range(5)], now=NOW)
+    assert verdicts == [Verdict.ENQUEUED] * 5
+    assert script_calls(conn) == (1, 10)
+    assert queue.counts()["pending"] == 18
+
+
+def test_asyncio_enqueue_many_loads_no_script_on_a_warm_server(valkey: EmbeddedValkey,
+                                                               conn: redis.Redis) -> None:
+    async def body() -> list[Verdict]:
+        client = aredis.Redis(host="127.0.0.1", port=valkey.port)
+        try:
+            queue = echomq.aio.Queue(client, "batch", wire=5)
+            await queue.enqueue_many([("JOB:warm", "w")], now=NOW)
+            await client.config_resetstat()
+            for batch in range(3):
+                await queue.enqueue_many([(f"JOB:{batch}.{i}", "p") for i in range(4)], now=NOW)
+            assert script_calls(conn) == (0, 12)
+            await client.script_flush()
+            await client.config_resetstat()
+            return await queue.enqueue_many([(f"JOB:f{i}", "p") for i in range(5)], now=NOW)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(body()) == [Verdict.ENQUEUED] * 5
+    assert script_calls(conn) == (1, 10)
