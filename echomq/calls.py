@@ -208,14 +208,26 @@ class QueueCalls:
         return self._call(t.EXTEND, args, job.id)
 
     def settle(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
-               retention_ms: int | None, now: int | None) -> Call:
-        """One call that settles every outcome in order, then leases up to ``claim`` jobs."""
+               retention_ms: int | None, now: int | None, *, leased: bool = False) -> Call:
+        """One call that settles every outcome in order, then leases up to ``claim`` jobs.
+        ``leased``: every outcome is ``echomq.loop``'s own, of a job this queue's claim
+        returned (its id and fence are the server's), so only the outcome's own fields are
+        checked — this runs for every job a consumer settles."""
         keep = self.retention_ms if retention_ms is None else retention_ms
         args: list[Arg] = [checked_now(now), checked_int("retention_ms", keep, 0),
                            checked_int("lease_ms", lease_ms, 1), checked_int("count", claim, 0)]
+        item = self._leased_item if leased else self._item
         for outcome in outcomes:
-            args += self._item(outcome)
+            args += item(outcome)
         return self._call(t.SETTLE, args)
+
+    def _leased_item(self, outcome: Outcome) -> list[Arg]:
+        job = outcome.job
+        if type(outcome) is Ack:
+            return ["ack", job.id, str(job.fence)]
+        if type(outcome) is Release:
+            return ["release", job.id, str(job.fence)]
+        return self._item(outcome)
 
     def claim_many(self, count: int, lease_ms: int, now: int | None) -> Call:
         """A settle with no outcomes: lease up to ``count`` (>= 1) jobs."""
