@@ -43,7 +43,12 @@ class Verdict(enum.Enum):
 
     @classmethod
     def of(cls, reply: Any) -> Verdict:
-        return cls(text(reply))
+        verdict = _VERDICT_OF_REPLY.get(reply) if type(reply) is bytes else None
+        return verdict if verdict is not None else cls(text(reply))
+
+
+# A verdict by its reply's bytes: a batch reads one per job, and an Enum lookup by value is slow.
+_VERDICT_OF_REPLY = {verdict.value.encode(): verdict for verdict in Verdict}
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,11 @@ class Job:
     attempt: int
     lane: str | None = None
     fence: int = 0
+
+    def __hash__(self) -> int:
+        # A consumer keeps its leases in hand keyed by job: the lease, (id, fence), is enough
+        # (equal jobs have equal leases) and spares hashing the payload.
+        return hash((self.id, self.fence))
 
 
 @dataclass(frozen=True)
@@ -119,8 +129,17 @@ def settled(reply: Any) -> tuple[list[Verdict], list[Job]]:
     """A settle's ``[verdicts, jobs]``: a verdict per outcome, in order (STALE included, not
     raised: the other outcomes of the call stand), and the jobs leased, oldest first."""
     verdicts, jobs = reply
-    return [Verdict.of(verdict) for verdict in verdicts], [
-        job for job in map(job_of, jobs) if job is not None]
+    return [Verdict.of(verdict) for verdict in verdicts], [leased(job) for job in jobs]
+
+
+def leased(reply: Any) -> Job:
+    """One job of a settle's reply, ``[id, payload, attempt, fence]``; a batch reads one per
+    job, so the usual RESP types are read directly."""
+    job_id, payload, attempt, fence = reply
+    if type(job_id) is bytes and type(payload) is bytes and type(attempt) is int \
+            and type(fence) is int:
+        return Job(job_id.decode(), payload, attempt, None, fence)
+    return Job(text(job_id), payload_bytes(payload), int(attempt), None, int(fence))
 
 
 def fenced(job: Job, reply: Any) -> Verdict:

@@ -139,7 +139,7 @@ class AwaitableRunner:
 
     def call(self, handler: Handler, job: Job) -> None:
         result = handler(job)
-        if not inspect.isawaitable(result):
+        if result is None or not inspect.isawaitable(result):
             return
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
@@ -175,7 +175,10 @@ class Keeper:
 
     def __init__(self, consumer: Consumer) -> None:
         self._consumer = consumer
-        self._cond = threading.Condition()
+        # The lock of the condition, held directly where every job passes (cheaper than the
+        # condition's own enter and exit, which wrap it).
+        self.mutex = threading.RLock()
+        self._cond = threading.Condition(self.mutex)
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -456,10 +459,12 @@ class Consumer:
         """Run the handler on ``job`` (started by ``_next_job``, its lease in hand), then queue
         its ack, or its retry on failure, for the next round."""
         failure = self._run_handler(job)
-        with self._keeper.lock:
+        with self._keeper.mutex:
             mine = self.core.finished(job)
             if mine and self.core.record(job, self.core.settlement(failure), time.monotonic()):
                 self._keeper.wake()  # the first outcome waiting: a new deadline
+        if failure is None and mine:
+            return
         if not mine:
             log.warning("job %s attempt %d returned after its lease was given up (time limit "
                         "or lost lease); its outcome is dropped", job.id, job.attempt)
@@ -480,11 +485,11 @@ class Consumer:
     def _next_job(self) -> Job | None:
         """The next job to run, its lease in hand: a prefetched one, else one of the batch the
         next round claims (sending the outcomes waiting with it)."""
-        with self._keeper.lock:
+        with self._keeper.mutex:
             job = self.core.next_job(time.monotonic())
         if job is None:
             self._claim_round()
-            with self._keeper.lock:
+            with self._keeper.mutex:
                 job = self.core.next_job(time.monotonic())
         if job is not None and self.settings.time_limit_ms is not None:
             with self._keeper.lock:
@@ -599,6 +604,8 @@ class Consumer:
     # internals ----------------------------------------------------------------------------
 
     def _housekeep(self, *, force: bool = False) -> None:
+        if not force and time.monotonic() < self.core.housekeeping_at:
+            return  # not due: checked without the lock first, as it is between every two jobs
         with self._keeper.lock:
             due = self.core.take_housekeeping(time.monotonic(), force=force)
         if due:

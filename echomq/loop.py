@@ -251,6 +251,7 @@ class LoopCore:
 
     def __post_init__(self) -> None:
         self.backoff = Backoff(max(self.settings.park_cap_ms / 1000, BACKOFF_FIRST_S))
+        self._ack = Ack(self.settings.retention_ms)
 
     # housekeeping ---------------------------------------------------------------------------
 
@@ -457,7 +458,7 @@ class LoopCore:
     def settlement(self, failure: BaseException | None) -> Settlement:
         """How to settle an attempt that returned (``failure`` None) or raised ``failure``."""
         if failure is None:
-            return Ack(self.settings.retention_ms)
+            return self._ack
         return Retry(self.settings.retry_delay_ms, error_text(failure), self.settings.max_attempts)
 
     def overrun_settlement(self) -> Retry:

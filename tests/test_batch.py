@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 import redis.asyncio as aredis
+from hypothesis import given
+from hypothesis import strategies as st
 
 import echomq.aio
 from echomq import Ack, ArgumentError, Job, KindError, Queue, Release, Retry, Verdict
@@ -236,3 +238,20 @@ def test_asyncio_enqueue_many_loads_no_script_on_a_warm_server(valkey: EmbeddedV
 
     assert asyncio.run(body()) == [Verdict.ENQUEUED] * 5
     assert script_calls(conn) == (1, 10)
+
+
+@given(value=st.one_of(st.integers(-10, 10**16), st.sampled_from([
+    0, 1, 999_999_999_999_999, 10**15, -1, True, False])), minimum=st.sampled_from([0, 1]))
+def test_checked_int_takes_a_plain_int_exactly_as_the_c_rule_does(value: int,
+                                                                  minimum: int) -> None:
+    """checked_int answers a plain int in range without calling into C: the same answer."""
+    from echomq._core import ffi, lib
+
+    from echomq.native import checked_int
+
+    text = str(value) if type(value) is int else ""
+    accepted = bool(lib.emq_parse_int(text.encode(), len(text), minimum, ffi.new("long long *")))
+    try:
+        assert checked_int("n", value, minimum) == text and accepted
+    except ArgumentError:
+        assert not accepted
