@@ -265,11 +265,6 @@ class LoopCore:
 
     # claims ---------------------------------------------------------------------------------
 
-    def claim_kinds(self) -> tuple[str, ...]:
-        """What to try to claim, in order: the lanes in turn, then flat jobs (so a queue that
-        mixes both is drained whole)."""
-        return ("lane", "flat") if self.settings.lanes else ("flat",)
-
     def room(self) -> int:
         """How many more jobs the shell may take into hand."""
         return max(0, self.settings.capacity - len(self.leases))
@@ -446,7 +441,7 @@ class LoopCore:
         kept = [outcome for outcome in round_.outcomes if not isinstance(outcome, calls.Release)]
         if kept:
             self.outbox[:0] = kept
-            pause = min(BACKOFF_FIRST_S * 2.0 ** (self.unsent_rounds - 1), SETTLE_PAUSE_CAP_S)
+            pause = self.settle_pause(self.unsent_rounds, 0.0) or SETTLE_PAUSE_CAP_S
             self.outbox_since = now + pause - self.settings.settle_delay_ms / 1000
 
     def sent(self) -> None:
