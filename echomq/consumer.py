@@ -320,8 +320,9 @@ class Consumer:
     ``on_overrun(job)`` (on the keeper thread: to end the process, use a signal or ``os._exit``);
     an ``async def`` handler is cancelled, a plain one cannot be and keeps running —
     ``on_overrun`` is where a worker process exits so it is replaced. ``on_ack``:
-    called with each job whose ack returned ACKED. ``clock``: the ms clock for every transition
-    (None: the server's).
+    called with each job whose ack returned ACKED (on the loop's thread, or on the keeper's when
+    it sends outcomes a running handler would otherwise hold back). ``clock``: the ms clock for
+    every transition (None: the server's).
 
     A handler may be ``async def`` (or return an awaitable): it runs to the end on this
     consumer's own event loop. A handler that raises SystemExit or KeyboardInterrupt fails its
