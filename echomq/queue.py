@@ -22,6 +22,7 @@ from echomq.calls import (
     Outcome,
     Payload,
     QueueCalls,
+    Release,
     Retry,
     Verdict,
     earliest,
@@ -36,7 +37,7 @@ from echomq.errors import EvictionPolicyWarning
 from echomq.executors import executor_for
 from echomq.registry import REGISTRY_KEY
 
-__all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "Outcome", "Queue", "Retry", "Verdict",
+__all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "Outcome", "Queue", "Release", "Retry", "Verdict",
            "warn_if_evicting"]
 
 log = logging.getLogger("echomq")
@@ -164,12 +165,20 @@ class Queue:
     def settle(self, outcomes: Iterable[Outcome], *, claim: int = 0,
                lease_ms: int = DEFAULT_LEASE_MS, retention_ms: int | None = None,
                now: int | None = None) -> tuple[list[Verdict], list[Job]]:
-        """A worker's round in one round trip: settle each outcome (``Ack(job)`` or
-        ``Retry(job, delay_ms, error, max_attempts)``) in order, then lease up to ``claim`` jobs
-        for ``lease_ms``, atomically. Returns a verdict per outcome — STALE for a lease that is
-        not current (not raised, so the others stand) — and the jobs leased, oldest first.
-        Every outcome is checked before anything is sent."""
+        """A worker's round in one round trip: settle each outcome (``Ack(job)``,
+        ``Retry(job, delay_ms, error, max_attempts)`` or ``Release(job)``) in order, then lease
+        up to ``claim`` jobs for ``lease_ms``, atomically. Returns a verdict per outcome — STALE
+        for a lease that is not current (not raised, so the others stand) — and the jobs leased,
+        oldest first. Every outcome is checked before anything is sent."""
         call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now)
+        return settled(self._send(call))
+
+    def settle_leased(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
+                      retention_ms: int | None, now: int | None) -> tuple[list[Verdict],
+                                                                         list[Job]]:
+        """``settle`` for a consumer's own round: the outcomes' jobs came from this queue's
+        claims, so their ids and fences are not checked again."""
+        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now, leased=True)
         return settled(self._send(call))
 
     def claim_many(self, count: int, lease_ms: int = DEFAULT_LEASE_MS, *,

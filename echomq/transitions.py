@@ -47,10 +47,11 @@ RETRY = Transition(
 EXTEND = Transition("extend", ("active", "job"), ("id", "fence", "lease_ms", "now"), "EMQ.EXTEND")
 SETTLE = Transition(
     "settle",
-    ("active", "delayed", "dead", "pending", "fence"),
+    ("active", "delayed", "dead", "pending", "fence", "ring", "wake"),
     ("now", "retention_ms", "lease_ms", "count"),
     "EMQ.SETTLE",
-    items="ack <id> <fence> | retry <id> <fence> <delay_ms> <max_attempts> <error>",
+    items="ack <id> <fence> | release <id> <fence> | retry <id> <fence> <delay_ms> <max_attempts> "
+          "<error>",
 )
 EXTEND_MANY = Transition(
     "extend_many", ("active",), ("lease_ms", "now"), "EMQ.EXTEND_MANY", items="<id> <fence>"
