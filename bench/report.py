@@ -129,7 +129,7 @@ def worker_targets(results: dict[str, Any]) -> list[list[str]]:
         ["one consumer process (`Consumer` defaults, no-op, wire=6) ≥ 40,000 jobs/s",
          f"{six['rate']:,.0f} jobs/s", _verdict(six["rate"] >= 40_000)],
         _ratio_row("… ≥ 4 × a redis-py GET loop (one round trip each), same run",
-                   six["rate"], data["get_loop"], 4, "/s"),
+                   six["rate"], data["get_loop"], 4, "per s"),
     ]
     dramatiq = _ok_e2e(results).get("dramatiq")
     if dramatiq:
@@ -345,7 +345,8 @@ def workers_section(results: dict[str, Any], out: str) -> str:
                _f(data["single"][w]["server_cpu_us_per_job"], 1),
                ", ".join(_f(r["rate"]) for r in data["single_runs"][w])] for w in ("6", "5")]
     scaling = [[f"wire={r['wire']}", str(r["consumers"]), _f(r["rate"]),
-                _f(r["server_cpu_us_per_job"], 1)] for r in data["scaling"]]
+                _f(r["server_cpu_us_per_job"], 1),
+                f"{r['rate'] * r['server_cpu_us_per_job'] / 1e4:.0f} %"] for r in data["scaling"]]
     latency = [[f"wire={w}", _f(r["p50_ms"]), _f(r["p99_ms"]), _f(r["max_ms"]), _f(r["mean_ms"])]
                for w, r in data["latency"].items()]
     dramatiq = _ok_e2e(results).get("dramatiq")
@@ -376,7 +377,7 @@ def workers_section(results: dict[str, Any], out: str) -> str:
         f"{results['env']['machine'].split(', ')[-1]} shared by the server, the consumers and "
         "the bench itself, so K beyond that measures contention, not the server's ceiling):",
         "",
-        _table(["wire", "K", "jobs/s", "server CPU µs/job"], scaling),
+        _table(["wire", "K", "jobs/s", "server CPU µs/job", "server core busy"], scaling),
         "",
         "![consumers](workers.png)",
         "",
@@ -426,7 +427,8 @@ def memory_section(results: dict[str, Any], out: str) -> str:
         ["a pending job (enqueue_many, default id)", _f(parts["pending_job"], 1)],
         ["… its row: key + hash (payload, attempts, enqueued_at)", _f(parts["row"], 1)],
         ["… its `pending` zset entry (member = the id, score)", _f(parts["pending_entry"], 1)],
-        ["… the rest (wake list, shared structures, rounding)", _f(rest, 1)],
+        ["… the rest (wake list; parts measured alone can sum to more than the whole)",
+         _f(rest, 1)],
         ["the row with one-letter field names (p, a, t): a protocol change",
          _f(parts["row_short_names"], 1)],
         ["a tombstone (acked job's row: " + ", ".join(tomb["fields"]) + "), with its expiry",
