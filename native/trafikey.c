@@ -21,9 +21,12 @@
  * types -> derived keys (ACL, type, ghosts) -> mutate (each effect replicates itself) -> reply. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "emq_core.h"
+#define EMQ_PROTOCOL_DEFINE
+#include "protocol.h"
 #include "valkeymodule.h"
 
 #define TRAFIKEY_VERSION 1
@@ -49,12 +52,6 @@ static Bytes bytes_of(const ValkeyModuleString *s) {
 static int reply_error(ValkeyModuleCtx *ctx, const char *err) {
     ValkeyModule_ReplyWithError(ctx, err);
     return VALKEYMODULE_OK;
-}
-
-static int reply_number_error(ValkeyModuleCtx *ctx, const char *name, long long min) {
-    char buf[128];
-    emq_number_error(buf, sizeof buf, name, min);
-    return reply_error(ctx, buf);
 }
 
 /* base + mid + tail as a new string (a derived key: a row or a lane). */
@@ -126,29 +123,42 @@ static void strlist_free(ValkeyModuleCtx *ctx, StrList *l) {
 /* The flags every declared key carries, in the key spec and in getkeys answers alike. */
 #define DECLARED_KEY_FLAGS (VALKEYMODULE_CMD_KEY_RW | VALKEYMODULE_CMD_KEY_ACCESS | VALKEYMODULE_CMD_KEY_UPDATE)
 
-/* Answers a getkeys request (cluster redirection, COMMAND GETKEYS): the numkeys keys after
- * argv[1], as EVALSHA declares its own; none when numkeys is not a count of the arguments. The
- * key spec says the same for ACL; the cluster's slot check asks this callback. */
+/* numkeys as the server reads EVALSHA's when it looks for the keys (evalGetKeys: atoi, so leading
+ * blanks, a sign, leading zeros and trailing bytes pass), for ACL, COMMAND GETKEYS and the
+ * cluster's slot check alike: the key spec's strict read refuses " 3" and the server falls back to
+ * this callback. 0 when there are no keys to report: numkeys below 1 or above the arguments. The
+ * handler reads numkeys strictly (split_numkeys), as EVALSHA's handler does. */
+static int declared_key_count(ValkeyModuleString **argv, int argc) {
+    if (argc < 2) return 0;
+    int numkeys = atoi(ValkeyModule_StringPtrLen(argv[1], NULL));
+    return numkeys < 1 || numkeys > argc - 2 ? 0 : numkeys;
+}
+
+/* Answers a getkeys request (cluster redirection, COMMAND GETKEYS, ACL): the numkeys keys after
+ * argv[1], as EVALSHA declares its own. */
 static int report_keys(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
-    long long numkeys;
-    if (argc < 2 || ValkeyModule_StringToLongLong(argv[1], &numkeys) != VALKEYMODULE_OK) return VALKEYMODULE_OK;
-    if (numkeys < 0 || numkeys > argc - 2) return VALKEYMODULE_OK;
-    for (int i = 0; i < (int)numkeys; i++) ValkeyModule_KeyAtPosWithFlags(ctx, 2 + i, DECLARED_KEY_FLAGS);
+    int numkeys = declared_key_count(argv, argc);
+    for (int i = 0; i < numkeys; i++) ValkeyModule_KeyAtPosWithFlags(ctx, 2 + i, DECLARED_KEY_FLAGS);
     return VALKEYMODULE_OK;
 }
 
 /* ---- Validation steps, in the order of docs/PROTOCOL.md -------------------------------------- */
 
-/* The declared keys and the arguments of one call, after numkeys. */
+/* One call after its fixed arguments passed steps 1-4: the declared keys and the arguments (views
+ * into argv), the queue's base (a view into the first key) and the integer and now arguments read,
+ * by position. */
 typedef struct {
+    const EmqCommandSpec *spec;
     ValkeyModuleString **keys;
     int nkeys;
     ValkeyModuleString **args;
     int nargs;
+    Bytes base;
+    long long num[EMQ_ARGS_MAX];
 } Call;
 
-/* numkeys exactly as EVALSHA parses it (the server's own errors); sets call. Returns 0 after
- * replying with the error. */
+/* numkeys exactly as EVALSHA's handler parses it (the server's own errors); sets the keys and the
+ * arguments of call. Returns 0 after replying with the error. */
 static int split_numkeys(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, Call *call) {
     long long numkeys;
     if (argc < 2) {
@@ -174,57 +184,62 @@ static int split_numkeys(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int ar
     return 1;
 }
 
-/* numkeys, then the shape (EMQARITY): exactly want_keys keys and want_args arguments. Returns 0
- * after replying with the error. */
-static int split_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, const char *verb,
-                      int want_keys, int want_args, Call *call) {
-    if (!split_numkeys(ctx, argv, argc, call)) return 0;
-    if (call->nkeys != want_keys || call->nargs != want_args) {
-        char buf[128];
-        emq_arity_error(buf, sizeof buf, verb, want_keys, want_args);
-        reply_error(ctx, buf);
-        return 0;
+/* Step 1, the shape (EMQARITY): the table's keys and arguments (a command taking a list: at least
+ * its fixed arguments). Returns 0 after replying with the error. */
+static int check_shape(ValkeyModuleCtx *ctx, const Call *call) {
+    const EmqCommandSpec *spec = call->spec;
+    int args_ok = spec->nforms ? call->nargs >= spec->nargs : call->nargs == spec->nargs;
+    if (call->nkeys == spec->nkeys && args_ok) return 1;
+    char buf[128];
+    if (spec->nforms) emq_variadic_arity_error(buf, sizeof buf, spec->verb, spec->nkeys, spec->nargs);
+    else emq_arity_error(buf, sizeof buf, spec->verb, spec->nkeys, spec->nargs);
+    reply_error(ctx, buf);
+    return 0;
+}
+
+/* Step 2, the gates: the id argument (EMQKIND), then a group argument (EMQLANE). NULL or the
+ * error. */
+static const char *check_gates(const Call *call) {
+    for (int i = 0; i < call->spec->nargs; i++) {
+        Bytes b = bytes_of(call->args[i]);
+        if (call->spec->args[i].kind == EMQ_ARG_ID && !emq_id_ok(b.p, b.n)) return EMQ_ERR_KIND;
     }
-    return 1;
-}
-
-/* split_call for a transition taking a list after its fixed arguments: at least min_args. */
-static int split_variadic_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc,
-                               const char *verb, int want_keys, int min_args, Call *call) {
-    if (!split_numkeys(ctx, argv, argc, call)) return 0;
-    if (call->nkeys != want_keys || call->nargs < min_args) {
-        char buf[128];
-        emq_variadic_arity_error(buf, sizeof buf, verb, want_keys, min_args);
-        reply_error(ctx, buf);
-        return 0;
+    for (int i = 0; i < call->spec->nargs; i++) {
+        Bytes b = bytes_of(call->args[i]);
+        if (call->spec->args[i].kind == EMQ_ARG_GROUP && !emq_lane_ok(b.p, b.n)) return EMQ_ERR_LANE;
     }
-    return 1;
+    return NULL;
 }
 
-/* The kind gate on the id argument, then "job:<id>" written into suffix (room for 4 + 200 bytes).
- * Returns 0 when the id fails the gate. */
-static int id_row_suffix(const ValkeyModuleString *id, char *suffix, Bytes *out) {
-    Bytes b = bytes_of(id);
-    if (!emq_id_ok(b.p, b.n)) return 0;
-    memcpy(suffix, "job:", 4);
-    memcpy(suffix + 4, b.p, b.n);
-    out->p = suffix;
-    out->n = 4 + b.n;
-    return 1;
+/* A declared key's suffix after the base: the table's, followed by its argument for a derived one
+ * ("job:" + id, written into room of ROW_SUFFIX_MAX bytes). */
+static Bytes key_suffix(const Call *call, int i, char *room) {
+    const EmqKeySpec *key = &call->spec->keys[i];
+    Bytes out = {key->suffix, key->len};
+    if (key->from_arg < 0) return out;
+    Bytes tail = bytes_of(call->args[key->from_arg]);
+    memcpy(room, key->suffix, key->len);
+    memcpy(room + key->len, tail.p, tail.n);
+    out.p = room;
+    out.n = key->len + tail.n;
+    return out;
 }
 
-/* keys_base of the prelude: KEYS[1] ends with suffixes[0] and every other key is exactly base +
- * its suffix. Sets *base (a view into KEYS[1]); 0 when the keys are not one queue's. */
-static int keys_base(const Call *call, const Bytes *suffixes, int n, Bytes *base) {
-    Bytes first = bytes_of(call->keys[0]);
+/* Step 3, keys_base of the prelude: the first key ends with its suffix and every other key is
+ * exactly base + its suffix. Sets call->base (a view into the first key); 0 when the keys are not
+ * one queue's. The gates ran first, so a derived suffix fits its room. */
+static int keys_base(Call *call) {
+    char room[ROW_SUFFIX_MAX];
+    Bytes first = bytes_of(call->keys[0]), suffix = key_suffix(call, 0, room);
     size_t blen;
-    if (!emq_split_base(first.p, first.n, suffixes[0].p, suffixes[0].n, &blen)) return 0;
-    for (int i = 1; i < n; i++) {
+    if (!emq_split_base(first.p, first.n, suffix.p, suffix.n, &blen)) return 0;
+    for (int i = 1; i < call->nkeys; i++) {
         Bytes k = bytes_of(call->keys[i]);
-        if (!emq_is_base_plus(k.p, k.n, first.p, blen, suffixes[i].p, suffixes[i].n)) return 0;
+        suffix = key_suffix(call, i, room);
+        if (!emq_is_base_plus(k.p, k.n, first.p, blen, suffix.p, suffix.n)) return 0;
     }
-    base->p = first.p;
-    base->n = blen;
+    call->base.p = first.p;
+    call->base.n = blen;
     return 1;
 }
 
@@ -241,18 +256,56 @@ static int parse_now(const ValkeyModuleString *s, long long *out) {
     return r != 0;
 }
 
+/* One integer or now argument, of spec: 0 after writing its EMQNUM error into err. */
+static int parse_number(const EmqArgSpec *spec, const ValkeyModuleString *s, long long *out, char *err,
+                        size_t cap) {
+    if (spec->kind == EMQ_ARG_NOW) {
+        if (parse_now(s, out)) return 1;
+        snprintf(err, cap, "%s", EMQ_ERR_NOW);
+        return 0;
+    }
+    if (spec->kind != EMQ_ARG_INT || parse_int(s, spec->min, out)) return 1;
+    emq_number_error(err, cap, spec->name, spec->min);
+    return 0;
+}
+
+/* Steps 1-4 for the fixed arguments of the command spec: numkeys and shape, the gates, the keys,
+ * the integers and now in argument order. Returns 0 after replying with the error. */
+static int check_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, const EmqCommandSpec *spec,
+                      Call *call) {
+    call->spec = spec;
+    if (!split_numkeys(ctx, argv, argc, call) || !check_shape(ctx, call)) return 0;
+    const char *gate = check_gates(call);
+    if (gate) {
+        reply_error(ctx, gate);
+        return 0;
+    }
+    if (!keys_base(call)) {
+        reply_error(ctx, EMQ_ERR_KEYS);
+        return 0;
+    }
+    char err[128];
+    for (int i = 0; i < spec->nargs; i++) {
+        call->num[i] = 0;
+        if (!parse_number(&spec->args[i], call->args[i], &call->num[i], err, sizeof err)) {
+            reply_error(ctx, err);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static void close_keys(ValkeyModuleKey **keys, int n) {
     for (int i = 0; i < n; i++) ValkeyModule_CloseKey(keys[i]);
 }
 
-/* types_ok of the prelude: opens the declared keys in order, each absent or of its type. Stops at
- * the first bad key, as the script does, closing what it opened; returns 0 then. */
-static int open_typed(ValkeyModuleCtx *ctx, const Call *call, const int *types, int n,
-                      ValkeyModuleKey **out) {
-    for (int i = 0; i < n; i++) {
+/* Step 5, types_ok of the prelude: opens the declared keys in order, each absent or of the table's
+ * type. Stops at the first bad key, as the script does, closing what it opened; returns 0 then. */
+static int open_typed(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **out) {
+    for (int i = 0; i < call->nkeys; i++) {
         out[i] = ValkeyModule_OpenKey(ctx, call->keys[i], VALKEYMODULE_READ | VALKEYMODULE_WRITE);
         int t = ValkeyModule_KeyType(out[i]);
-        if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != types[i]) {
+        if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != call->spec->keys[i].type) {
             close_keys(out, i + 1);
             return 0;
         }
@@ -575,18 +628,11 @@ static void claim_planned(ValkeyModuleCtx *ctx, Bytes base, const ClaimKeys *ck,
 static int emq_enqueue(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
-    if (!split_call(ctx, argv, argc, "ENQUEUE", 3, 3, &call)) return VALKEYMODULE_OK;
-    ValkeyModuleString *id = call.args[0], *payload = call.args[1];
-    char row_suffix[ROW_SUFFIX_MAX];
-    Bytes sfx[3] = {{0, 0}, {"pending", 7}, {"wake", 4}}, base;
-    if (!id_row_suffix(id, row_suffix, &sfx[0])) return reply_error(ctx, EMQ_ERR_KIND);
-    if (!keys_base(&call, sfx, 3, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
-    long long now;
-    if (!parse_now(call.args[2], &now)) return reply_error(ctx, EMQ_ERR_NOW);
-    static const int types[3] = {VALKEYMODULE_KEYTYPE_HASH, VALKEYMODULE_KEYTYPE_ZSET,
-                                 VALKEYMODULE_KEYTYPE_LIST};
-    ValkeyModuleKey *k[3];
-    if (!open_typed(ctx, &call, types, 3, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    if (!check_call(ctx, argv, argc, &emq_commands[EMQ_CMD_ENQUEUE], &call)) return VALKEYMODULE_OK;
+    ValkeyModuleString *id = call.args[EMQ_ENQUEUE_ARG_ID], *payload = call.args[EMQ_ENQUEUE_ARG_PAYLOAD];
+    long long now = call.num[EMQ_ENQUEUE_ARG_NOW];
+    ValkeyModuleKey *k[EMQ_ENQUEUE_NUMKEYS];
+    if (!open_typed(ctx, &call, k)) return reply_error(ctx, EMQ_ERR_TYPE);
     ValkeyModuleKey *row = k[0], *pending = k[1], *wake = k[2];
 
     if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_EMPTY) {
@@ -616,17 +662,11 @@ static int emq_enqueue(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc
 static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
-    if (!split_call(ctx, argv, argc, "CLAIM", 3, 2, &call)) return VALKEYMODULE_OK;
-    static const Bytes sfx[3] = {{"pending", 7}, {"active", 6}, {"fence", 5}};
-    Bytes base;
-    if (!keys_base(&call, sfx, 3, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
-    long long lease_ms, now;
-    if (!parse_int(call.args[0], 1, &lease_ms)) return reply_number_error(ctx, "lease_ms", 1);
-    if (!parse_now(call.args[1], &now)) return reply_error(ctx, EMQ_ERR_NOW);
-    static const int types[3] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET,
-                                 VALKEYMODULE_KEYTYPE_STRING};
-    ValkeyModuleKey *k[3];
-    if (!open_typed(ctx, &call, types, 3, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    if (!check_call(ctx, argv, argc, &emq_commands[EMQ_CMD_CLAIM], &call)) return VALKEYMODULE_OK;
+    Bytes base = call.base;
+    long long lease_ms = call.num[EMQ_CLAIM_ARG_LEASE_MS], now = call.num[EMQ_CLAIM_ARG_NOW];
+    ValkeyModuleKey *k[EMQ_CLAIM_NUMKEYS];
+    if (!open_typed(ctx, &call, k)) return reply_error(ctx, EMQ_ERR_TYPE);
     ValkeyModuleKey *pending = k[0], *active = k[1], *fence_key = k[2];
     long long last_fence;
     if (!fence_counter(fence_key, &last_fence)) {
@@ -663,18 +703,11 @@ static int emq_claim(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
 static int emq_ack(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
-    if (!split_call(ctx, argv, argc, "ACK", 2, 3, &call)) return VALKEYMODULE_OK;
-    ValkeyModuleString *id = call.args[0];
-    char row_suffix[ROW_SUFFIX_MAX];
-    Bytes sfx[2] = {{"active", 6}, {0, 0}}, base;
-    if (!id_row_suffix(id, row_suffix, &sfx[1])) return reply_error(ctx, EMQ_ERR_KIND);
-    if (!keys_base(&call, sfx, 2, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
-    long long fence, retention_ms;
-    if (!parse_int(call.args[1], 1, &fence)) return reply_number_error(ctx, "fence", 1);
-    if (!parse_int(call.args[2], 0, &retention_ms)) return reply_number_error(ctx, "retention_ms", 0);
-    static const int types[2] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_HASH};
-    ValkeyModuleKey *k[2];
-    if (!open_typed(ctx, &call, types, 2, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    if (!check_call(ctx, argv, argc, &emq_commands[EMQ_CMD_ACK], &call)) return VALKEYMODULE_OK;
+    ValkeyModuleString *id = call.args[EMQ_ACK_ARG_ID];
+    long long fence = call.num[EMQ_ACK_ARG_FENCE], retention_ms = call.num[EMQ_ACK_ARG_RETENTION_MS];
+    ValkeyModuleKey *k[EMQ_ACK_NUMKEYS];
+    if (!open_typed(ctx, &call, k)) return reply_error(ctx, EMQ_ERR_TYPE);
     ValkeyModuleKey *active = k[0], *row = k[1];
 
     if (!is_current_lease(ctx, active, row, id, fence)) {
@@ -692,21 +725,12 @@ static int emq_ack(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
 static int emq_retry(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
-    if (!split_call(ctx, argv, argc, "RETRY", 4, 6, &call)) return VALKEYMODULE_OK;
-    ValkeyModuleString *id = call.args[0], *error = call.args[4];
-    char row_suffix[ROW_SUFFIX_MAX];
-    Bytes sfx[4] = {{"active", 6}, {"delayed", 7}, {"dead", 4}, {0, 0}}, base;
-    if (!id_row_suffix(id, row_suffix, &sfx[3])) return reply_error(ctx, EMQ_ERR_KIND);
-    if (!keys_base(&call, sfx, 4, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
-    long long fence, delay_ms, max_attempts, now;
-    if (!parse_int(call.args[1], 1, &fence)) return reply_number_error(ctx, "fence", 1);
-    if (!parse_int(call.args[2], 0, &delay_ms)) return reply_number_error(ctx, "delay_ms", 0);
-    if (!parse_int(call.args[3], 1, &max_attempts)) return reply_number_error(ctx, "max_attempts", 1);
-    if (!parse_now(call.args[5], &now)) return reply_error(ctx, EMQ_ERR_NOW);
-    static const int types[4] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET,
-                                 VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_HASH};
-    ValkeyModuleKey *k[4];
-    if (!open_typed(ctx, &call, types, 4, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    if (!check_call(ctx, argv, argc, &emq_commands[EMQ_CMD_RETRY], &call)) return VALKEYMODULE_OK;
+    ValkeyModuleString *id = call.args[EMQ_RETRY_ARG_ID], *error = call.args[EMQ_RETRY_ARG_ERROR];
+    long long fence = call.num[EMQ_RETRY_ARG_FENCE], delay_ms = call.num[EMQ_RETRY_ARG_DELAY_MS],
+              max_attempts = call.num[EMQ_RETRY_ARG_MAX_ATTEMPTS], now = call.num[EMQ_RETRY_ARG_NOW];
+    ValkeyModuleKey *k[EMQ_RETRY_NUMKEYS];
+    if (!open_typed(ctx, &call, k)) return reply_error(ctx, EMQ_ERR_TYPE);
     ValkeyModuleKey *active = k[0], *delayed = k[1], *dead = k[2], *row = k[3];
 
     if (!is_current_lease(ctx, active, row, id, fence)) {
@@ -724,19 +748,12 @@ static int emq_retry(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) 
 static int emq_extend(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
-    if (!split_call(ctx, argv, argc, "EXTEND", 2, 4, &call)) return VALKEYMODULE_OK;
-    ValkeyModuleString *id = call.args[0];
-    char row_suffix[ROW_SUFFIX_MAX];
-    Bytes sfx[2] = {{"active", 6}, {0, 0}}, base;
-    if (!id_row_suffix(id, row_suffix, &sfx[1])) return reply_error(ctx, EMQ_ERR_KIND);
-    if (!keys_base(&call, sfx, 2, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
-    long long fence, lease_ms, now;
-    if (!parse_int(call.args[1], 1, &fence)) return reply_number_error(ctx, "fence", 1);
-    if (!parse_int(call.args[2], 1, &lease_ms)) return reply_number_error(ctx, "lease_ms", 1);
-    if (!parse_now(call.args[3], &now)) return reply_error(ctx, EMQ_ERR_NOW);
-    static const int types[2] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_HASH};
-    ValkeyModuleKey *k[2];
-    if (!open_typed(ctx, &call, types, 2, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    if (!check_call(ctx, argv, argc, &emq_commands[EMQ_CMD_EXTEND], &call)) return VALKEYMODULE_OK;
+    ValkeyModuleString *id = call.args[EMQ_EXTEND_ARG_ID];
+    long long fence = call.num[EMQ_EXTEND_ARG_FENCE], lease_ms = call.num[EMQ_EXTEND_ARG_LEASE_MS],
+              now = call.num[EMQ_EXTEND_ARG_NOW];
+    ValkeyModuleKey *k[EMQ_EXTEND_NUMKEYS];
+    if (!open_typed(ctx, &call, k)) return reply_error(ctx, EMQ_ERR_TYPE);
     ValkeyModuleKey *active = k[0], *row = k[1];
 
     if (!is_current_lease(ctx, active, row, id, fence)) {
@@ -876,15 +893,10 @@ static const char *settle_item(ValkeyModuleCtx *ctx, const RetryKeys *rk, const 
 static int emq_settle(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
-    if (!split_variadic_call(ctx, argv, argc, "SETTLE", 5, 4, &call)) return VALKEYMODULE_OK;
-    static const Bytes sfx[5] = {{"active", 6}, {"delayed", 7}, {"dead", 4}, {"pending", 7}, {"fence", 5}};
-    Bytes base;
-    if (!keys_base(&call, sfx, 5, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
-    long long now, retention_ms, lease_ms, count;
-    if (!parse_now(call.args[0], &now)) return reply_error(ctx, EMQ_ERR_NOW);
-    if (!parse_int(call.args[1], 0, &retention_ms)) return reply_number_error(ctx, "retention_ms", 0);
-    if (!parse_int(call.args[2], 1, &lease_ms)) return reply_number_error(ctx, "lease_ms", 1);
-    if (!parse_int(call.args[3], 0, &count)) return reply_number_error(ctx, "count", 0);
+    if (!check_call(ctx, argv, argc, &emq_commands[EMQ_CMD_SETTLE], &call)) return VALKEYMODULE_OK;
+    Bytes base = call.base;
+    long long now = call.num[EMQ_SETTLE_ARG_NOW], retention_ms = call.num[EMQ_SETTLE_ARG_RETENTION_MS],
+              lease_ms = call.num[EMQ_SETTLE_ARG_LEASE_MS], count = call.num[EMQ_SETTLE_ARG_COUNT];
     char err[256];
     Item *items = ValkeyModule_Alloc(((size_t)(call.nargs - 4) / 3 + 1) * sizeof *items);
     long long n = parse_settle_items(&call, 4, items, err, sizeof err);
@@ -892,10 +904,8 @@ static int emq_settle(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc)
         items_free(ctx, items, 0);
         return reply_error(ctx, err);
     }
-    static const int types[5] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET,
-                                 VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_STRING};
-    ValkeyModuleKey *k[5];
-    if (!open_typed(ctx, &call, types, 5, k)) {
+    ValkeyModuleKey *k[EMQ_SETTLE_NUMKEYS];
+    if (!open_typed(ctx, &call, k)) {
         items_free(ctx, items, (size_t)n);
         return reply_error(ctx, EMQ_ERR_TYPE);
     }
@@ -940,13 +950,9 @@ static int emq_settle(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc)
 static int emq_extend_many(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
-    if (!split_variadic_call(ctx, argv, argc, "EXTEND_MANY", 1, 2, &call)) return VALKEYMODULE_OK;
-    static const Bytes sfx[1] = {{"active", 6}};
-    Bytes base;
-    if (!keys_base(&call, sfx, 1, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
-    long long lease_ms, now;
-    if (!parse_int(call.args[0], 1, &lease_ms)) return reply_number_error(ctx, "lease_ms", 1);
-    if (!parse_now(call.args[1], &now)) return reply_error(ctx, EMQ_ERR_NOW);
+    if (!check_call(ctx, argv, argc, &emq_commands[EMQ_CMD_EXTEND_MANY], &call)) return VALKEYMODULE_OK;
+    Bytes base = call.base;
+    long long lease_ms = call.num[EMQ_EXTEND_MANY_ARG_LEASE_MS], now = call.num[EMQ_EXTEND_MANY_ARG_NOW];
     char err[128];
     Item *items = ValkeyModule_Alloc(((size_t)(call.nargs - 2) / 2 + 1) * sizeof *items);
     long long n = parse_pairs(&call, 2, items, err, sizeof err);
@@ -954,9 +960,8 @@ static int emq_extend_many(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int 
         items_free(ctx, items, 0);
         return reply_error(ctx, err);
     }
-    static const int types[1] = {VALKEYMODULE_KEYTYPE_ZSET};
-    ValkeyModuleKey *k[1];
-    if (!open_typed(ctx, &call, types, 1, k)) {
+    ValkeyModuleKey *k[EMQ_EXTEND_MANY_NUMKEYS];
+    if (!open_typed(ctx, &call, k)) {
         items_free(ctx, items, (size_t)n);
         return reply_error(ctx, EMQ_ERR_TYPE);
     }
@@ -1086,27 +1091,16 @@ static void apply_death(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyM
  * first, at most limit; drop ghosts; move the live ones (recover: a spent one to dead); leave a
  * wake token per job put back to run. Replies the live jobs taken. */
 static int move_due(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, int recover) {
-    const char *verb = recover ? "RECOVER" : "PROMOTE";
-    int nkeys = recover ? 5 : 4;
     Call call;
-    if (!split_call(ctx, argv, argc, verb, nkeys, recover ? 3 : 2, &call)) return VALKEYMODULE_OK;
-    Bytes sfx[5] = {{recover ? "active" : "delayed", recover ? 6 : 7},
-                    {"pending", 7},
-                    {"ring", 4},
-                    {"wake", 4},
-                    {"dead", 4}},
-          base;
-    if (!keys_base(&call, sfx, nkeys, &base)) return reply_error(ctx, EMQ_ERR_KEYS);
-    long long now, limit, max_attempts = 0;
-    if (!parse_now(call.args[0], &now)) return reply_error(ctx, EMQ_ERR_NOW);
-    if (!parse_int(call.args[1], 1, &limit)) return reply_number_error(ctx, "limit", 1);
-    if (recover && !parse_int(call.args[2], 1, &max_attempts))
-        return reply_number_error(ctx, "max_attempts", 1);
-    static const int types[5] = {VALKEYMODULE_KEYTYPE_ZSET, VALKEYMODULE_KEYTYPE_ZSET,
-                                 VALKEYMODULE_KEYTYPE_LIST, VALKEYMODULE_KEYTYPE_LIST,
-                                 VALKEYMODULE_KEYTYPE_ZSET};
-    ValkeyModuleKey *k[5];
-    if (!open_typed(ctx, &call, types, nkeys, k)) return reply_error(ctx, EMQ_ERR_TYPE);
+    if (!check_call(ctx, argv, argc, &emq_commands[recover ? EMQ_CMD_RECOVER : EMQ_CMD_PROMOTE], &call))
+        return VALKEYMODULE_OK;
+    int nkeys = call.nkeys;
+    Bytes base = call.base;
+    /* recover and promote share their leading arguments: now, limit. */
+    long long now = call.num[EMQ_RECOVER_ARG_NOW], limit = call.num[EMQ_RECOVER_ARG_LIMIT];
+    long long max_attempts = recover ? call.num[EMQ_RECOVER_ARG_MAX_ATTEMPTS] : 0;
+    ValkeyModuleKey *k[EMQ_KEYS_MAX];
+    if (!open_typed(ctx, &call, k)) return reply_error(ctx, EMQ_ERR_TYPE);
     ValkeyModuleKey *source = k[0], *wake = k[3];
 
     /* ZRANGEBYSCORE source -inf now WITHSCORES LIMIT 0 limit */
@@ -1184,38 +1178,37 @@ static ValkeyModuleCommandKeySpec keynum_specs[] = {
      .fk.keynum = {.keynumidx = 0, .firstkey = 1, .keystep = 1}},
     {0}};
 
-/* Names are registered lower-case: the server's arity error quotes them as registered. */
-static const struct {
-    const char *name;
-    ValkeyModuleCmdFunc handler;
-    /* "fast" only where the work is O(1) or O(log N). Only admitting work is "deny-oom": a full
-     * server refuses new jobs but can still drain (claim, ack, retry...), as the scripts' shebang
-     * flags in echomq/transitions.py declare. */
-    const char *flags;
-    const char *summary;
-    const char *complexity;
-} commands[] = {
-    {"emq.enqueue", emq_enqueue, "write deny-oom fast getkeys-api", "Admit a job once (twin of enqueue.lua).",
-     "O(log N) with N the pending jobs"},
-    {"emq.claim", emq_claim, "write getkeys-api", "Lease the oldest pending job (twin of claim.lua).",
-     "O(G + log N) with G the ghosts dropped"},
-    {"emq.ack", emq_ack, "write fast getkeys-api", "Complete the current lease (twin of ack.lua).",
-     "O(log N)"},
-    {"emq.retry", emq_retry, "write fast getkeys-api",
-     "Fail the current lease: delayed or dead (twin of retry.lua).", "O(log N)"},
-    {"emq.extend", emq_extend, "write fast getkeys-api",
-     "Push the current lease's deadline (twin of extend.lua).", "O(log N)"},
-    {"emq.settle", emq_settle, "write getkeys-api",
-     "Settle many leases, then lease the next jobs, in one call (twin of settle.lua).",
-     "O((I + C + G) log N) with I the items, C the jobs claimed, G the ghosts dropped"},
-    {"emq.extend_many", emq_extend_many, "write getkeys-api",
-     "Push many current leases' deadlines (twin of extend_many.lua).", "O(P log N) with P the pairs"},
-    {"emq.recover", emq_recover, "write getkeys-api",
-     "Expired leases go back where they came from (twin of recover.lua).",
-     "O(M log N) with M the leases taken"},
-    {"emq.promote", emq_promote, "write getkeys-api", "Due delayed jobs go back to run (twin of promote.lua).",
-     "O(M log N) with M the jobs taken"},
+/* The handler of each command of the table (protocol.h), by its index there. */
+static const ValkeyModuleCmdFunc handlers[EMQ_COMMAND_COUNT] = {
+    [EMQ_CMD_ENQUEUE] = emq_enqueue, [EMQ_CMD_CLAIM] = emq_claim,
+    [EMQ_CMD_ACK] = emq_ack,         [EMQ_CMD_RETRY] = emq_retry,
+    [EMQ_CMD_EXTEND] = emq_extend,   [EMQ_CMD_SETTLE] = emq_settle,
+    [EMQ_CMD_EXTEND_MANY] = emq_extend_many, [EMQ_CMD_RECOVER] = emq_recover,
+    [EMQ_CMD_PROMOTE] = emq_promote,
 };
+
+/* Registers every command of the table: its name (lower-case, as the server's arity error quotes
+ * it), flags ("fast" only where the work is O(1) or O(log N); only admitting work is "deny-oom",
+ * so a full server refuses new jobs but can still drain), summary, complexity and arity. */
+static int register_commands(ValkeyModuleCtx *ctx) {
+    for (int i = 0; i < EMQ_COMMAND_COUNT; i++) {
+        const EmqCommandSpec *spec = &emq_commands[i];
+        if (ValkeyModule_CreateCommand(ctx, spec->name, handlers[i], spec->flags, 0, 0, 0) != VALKEYMODULE_OK)
+            return VALKEYMODULE_ERR;
+        ValkeyModuleCommand *command = ValkeyModule_GetCommand(ctx, spec->name);
+        if (command == NULL) return VALKEYMODULE_ERR;
+        ValkeyModuleCommandInfo info = {
+            .version = VALKEYMODULE_COMMAND_INFO_VERSION,
+            .summary = spec->summary,
+            .complexity = spec->complexity,
+            .since = "1.0.0",
+            .arity = spec->arity,
+            .key_specs = keynum_specs,
+        };
+        if (ValkeyModule_SetCommandInfo(command, &info) != VALKEYMODULE_OK) return VALKEYMODULE_ERR;
+    }
+    return VALKEYMODULE_OK;
+}
 
 int ValkeyModule_OnLoad(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
     (void)argv;
@@ -1229,22 +1222,7 @@ int ValkeyModule_OnLoad(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int arg
     s_one = ValkeyModule_CreateString(NULL, "1", 1);
     s_zero = ValkeyModule_CreateString(NULL, "0", 1);
 
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-        if (ValkeyModule_CreateCommand(ctx, commands[i].name, commands[i].handler, commands[i].flags, 0, 0,
-                                       0) != VALKEYMODULE_OK)
-            return VALKEYMODULE_ERR;
-        ValkeyModuleCommand *command = ValkeyModule_GetCommand(ctx, commands[i].name);
-        if (command == NULL) return VALKEYMODULE_ERR;
-        ValkeyModuleCommandInfo info = {
-            .version = VALKEYMODULE_COMMAND_INFO_VERSION,
-            .summary = commands[i].summary,
-            .complexity = commands[i].complexity,
-            .since = "1.0.0",
-            .arity = -2,
-            .key_specs = keynum_specs,
-        };
-        if (ValkeyModule_SetCommandInfo(command, &info) != VALKEYMODULE_OK) return VALKEYMODULE_ERR;
-    }
+    if (register_commands(ctx) != VALKEYMODULE_OK) return VALKEYMODULE_ERR;
     return VALKEYMODULE_OK;
 }
 
