@@ -79,6 +79,7 @@ typedef struct {
     const EmqArgSpec *args;
     int nforms;
     const EmqItemForm *forms;
+    const char *item_shape; /* EMQITEM item <n> must be <item_shape> */
 } EmqCommandSpec;
 """
 
@@ -169,6 +170,7 @@ def _entry(transition: Transition) -> str:
         f"EMQ_{_ident(transition)}_NUMKEYS", f"emq_{ident}_keys",
         f"EMQ_{_ident(transition)}_NARGS", f"emq_{ident}_args",
         str(len(transition.item_forms)), forms,
+        _c_string(transition.item_shape) if transition.item_forms else "NULL",
     ]
     return "    {" + ",\n     ".join(fields) + "},"
 
@@ -183,7 +185,13 @@ def render() -> str:
     out += ["    EMQ_COMMAND_COUNT", "};", ""]
     out.append(f"#define EMQ_KEYS_MAX {max(len(t.keys) for t in native)}")
     out.append(f"#define EMQ_ARGS_MAX {max(len(t.args) for t in native)}")
+    form_args = [len(f.args) for t in native for f in t.item_forms]
+    out.append(f"#define EMQ_ITEM_ARGS_MAX {max(form_args)}")
     out.append("")
+    out.append("/* X(ID, name) for every command: EMQ_CMD_<ID>, its logic tx_<name>. */")
+    out.append("#define EMQ_FOR_EACH_COMMAND(X) \\")
+    out += [f"    X({_ident(t)}, {t.name}) \\" for t in native]
+    out += ["", ""]
     for transition in native:
         out += [*_macros(transition), ""]
     out.append("extern const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT];")

@@ -112,6 +112,12 @@ class Transition:
         return " | ".join(form.shape for form in self.item_forms)
 
     @property
+    def item_shape(self) -> str:
+        """The shape an EMQITEM error names: the forms, "a, b or c"."""
+        shapes = [form.shape for form in self.item_forms]
+        return " or ".join(filter(None, [", ".join(shapes[:-1]), shapes[-1]])) if shapes else ""
+
+    @property
     def key_types(self) -> tuple[str, ...]:
         return tuple(ROLE_TYPES[role] for role in self.keys)
 

@@ -52,6 +52,7 @@ typedef struct {
     const EmqArgSpec *args;
     int nforms;
     const EmqItemForm *forms;
+    const char *item_shape; /* EMQITEM item <n> must be <item_shape> */
 } EmqCommandSpec;
 
 /* The commands, in the order of emq_commands. */
@@ -70,6 +71,20 @@ enum {
 
 #define EMQ_KEYS_MAX 5
 #define EMQ_ARGS_MAX 6
+#define EMQ_ITEM_ARGS_MAX 5
+
+/* X(ID, name) for every command: EMQ_CMD_<ID>, its logic tx_<name>. */
+#define EMQ_FOR_EACH_COMMAND(X) \
+    X(ENQUEUE, enqueue) \
+    X(CLAIM, claim) \
+    X(ACK, ack) \
+    X(RETRY, retry) \
+    X(EXTEND, extend) \
+    X(SETTLE, settle) \
+    X(EXTEND_MANY, extend_many) \
+    X(RECOVER, recover) \
+    X(PROMOTE, promote) \
+
 
 /* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now> */
 #define EMQ_ENQUEUE_NUMKEYS 3
@@ -309,6 +324,7 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      EMQ_ENQUEUE_NARGS,
      emq_enqueue_args,
      0,
+     NULL,
      NULL},
     {"emq.claim",
      "CLAIM",
@@ -321,6 +337,7 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      EMQ_CLAIM_NARGS,
      emq_claim_args,
      0,
+     NULL,
      NULL},
     {"emq.ack",
      "ACK",
@@ -333,6 +350,7 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      EMQ_ACK_NARGS,
      emq_ack_args,
      0,
+     NULL,
      NULL},
     {"emq.retry",
      "RETRY",
@@ -345,6 +363,7 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      EMQ_RETRY_NARGS,
      emq_retry_args,
      0,
+     NULL,
      NULL},
     {"emq.extend",
      "EXTEND",
@@ -357,6 +376,7 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      EMQ_EXTEND_NARGS,
      emq_extend_args,
      0,
+     NULL,
      NULL},
     {"emq.settle",
      "SETTLE",
@@ -369,7 +389,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      EMQ_SETTLE_NARGS,
      emq_settle_args,
      2,
-     emq_settle_forms},
+     emq_settle_forms,
+     "ack <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>"},
     {"emq.extend_many",
      "EXTEND_MANY",
      "write getkeys-api no-mandatory-keys",
@@ -381,7 +402,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      EMQ_EXTEND_MANY_NARGS,
      emq_extend_many_args,
      1,
-     emq_extend_many_forms},
+     emq_extend_many_forms,
+     "<id> <fence>"},
     {"emq.recover",
      "RECOVER",
      "write getkeys-api no-mandatory-keys",
@@ -393,6 +415,7 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      EMQ_RECOVER_NARGS,
      emq_recover_args,
      0,
+     NULL,
      NULL},
     {"emq.promote",
      "PROMOTE",
@@ -405,6 +428,7 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      EMQ_PROMOTE_NARGS,
      emq_promote_args,
      0,
+     NULL,
      NULL},
 };
 #endif
