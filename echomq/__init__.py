@@ -17,7 +17,7 @@ from echomq.errors import (
     Wire6Unsupported,
 )
 from echomq.ids import new_job_id
-from echomq.queue import Ack, Job, Queue, Retry, Verdict
+from echomq.queue import Ack, Job, Queue, Release, Retry, Verdict
 
 __all__ = [
     "Ack",
@@ -30,6 +30,7 @@ __all__ = [
     "KindError",
     "LaneError",
     "Queue",
+    "Release",
     "Retry",
     "StaleLease",
     "TrafikeyMissing",

@@ -12,6 +12,7 @@ from typing import Any
 
 from echomq.calls import ZSETS, QueueCalls, payload_bytes, text
 from echomq.executors import executor_for
+from echomq.registry import DISCOVERED_KEY, REGISTRY_KEY
 
 _SCRIPTS = executor_for(5)
 _QUEUE_KEY = re.compile(rb"^emq:\{(?P<name>[^{}]+)\}:(pending|active|delayed|dead|ring)$")
@@ -54,14 +55,46 @@ def server_time_ms(conn: Any) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
+def register_queue(conn: Any, name: str) -> None:
+    """Add ``name`` to the registry of queues (idempotent; one SADD)."""
+    conn.sadd(REGISTRY_KEY, name)
+
+
+def forget_queue(conn: Any, name: str) -> bool:
+    """Take ``name`` off the registry (its keys stay); False if it was not registered."""
+    return bool(conn.srem(REGISTRY_KEY, name))
+
+
 def queue_names(conn: Any) -> list[str]:
-    """The names of the queues that hold anything on this server."""
+    """The registered queues of this server, sorted. The first call on a server whose keyspace
+    was never searched discovers the queues made before the registry (one SCAN); every later
+    call costs one SMEMBERS whatever the number of keys."""
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.exists(DISCOVERED_KEY)
+        pipe.smembers(REGISTRY_KEY)
+        discovered, members = pipe.execute()
+    names = {text(member) for member in members}
+    if not discovered:
+        names |= discover_queues(conn)
+    return sorted(names)
+
+
+def discover_queues(conn: Any) -> set[str]:
+    """Search the keyspace once for queues by their fixed key names (``emq:{q}:pending`` and its
+    siblings; job rows never match) and register them. Run again by ``echomq stats --rescan``."""
     names = set()
-    for key in conn.scan_iter(match="emq:{*}:*", count=1000):
+    # One pass; the server filters on the first letter of the five fixed names, so job rows
+    # (``job:``), lanes (``lane:``) and the rest never reach the client.
+    for key in conn.scan_iter(match="emq:{*}:[pdar]*", count=1000):
         found = _QUEUE_KEY.match(key if isinstance(key, bytes) else key.encode())
         if found:
             names.add(found["name"].decode())
-    return sorted(names)
+    with conn.pipeline(transaction=False) as pipe:
+        if names:
+            pipe.sadd(REGISTRY_KEY, *names)
+        pipe.set(DISCOVERED_KEY, "1")
+        pipe.execute()
+    return names
 
 
 def stats(conn: Any, name: str) -> QueueStats:

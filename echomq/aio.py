@@ -15,6 +15,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
+from echomq import calls
 from echomq.calls import (
     DEFAULT_BATCH_LIMIT,
     DEFAULT_LEASE_MS,
@@ -37,22 +38,23 @@ from echomq.calls import (
     text,
 )
 from echomq.connection import socket_timeout_of
-from echomq.consumer import call_hook, log_failure, refuse_unsupported
-from echomq.errors import EvictionPolicyWarning, StaleLease, Wire6Unsupported
+from echomq.consumer import call_hook, refuse_unsupported, report_settled
+from echomq.errors import EvictionPolicyWarning, Wire6Unsupported
 from echomq.executors import raise_mapped
 from echomq.loop import (
     HOUSEKEEPING_MS,
     PARK_FLOOR_MS,
-    Ack,
+    PREFETCH,
+    SETTLE_DELAY_MS,
     Fault,
     LoopCore,
-    Retry,
+    Round,
     Settings,
     classify,
     describe,
     fatal_error,
-    first_line,
 )
+from echomq.registry import REGISTRY_KEY
 from echomq.scripts import script_for
 from echomq.transitions import Transition
 
@@ -74,15 +76,27 @@ class AsyncExecutor(ABC):
             raise_mapped(exc)
 
     async def call_many(self, client: Any, calls: Sequence[Call]) -> list[Any]:
-        """Runs many calls in one pipeline flush; a reply each (see Executor.call_many)."""
+        """Runs many calls in one pipeline flush; a reply each (see Executor.call_many: calls
+        refused with NOSCRIPT are sent again, together, once their scripts are loaded)."""
         for transition in {call[0] for call in calls}:
             await self.prepare(client, transition)
+        replies = await self._flush(client, calls)
+        lost = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if lost:
+            for transition in {calls[n][0] for n in lost}:
+                await self.load(client, transition)
+            again = await self._flush(client, [calls[n] for n in lost])
+            for n, reply in zip(lost, again, strict=True):
+                replies[n] = reply
+        return [await self._settle(client, call, reply)
+                for call, reply in zip(calls, replies, strict=True)]
+
+    async def _flush(self, client: Any, calls: Sequence[Call]) -> list[Any]:
         async with client.pipeline(transaction=False) as pipe:
             for transition, keys, args in calls:
                 self._queue(pipe, transition, keys, args)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
-        return [await self._settle(client, call, reply)
-                for call, reply in zip(calls, replies, strict=True)]
+        return replies
 
     async def _settle(self, client: Any, call: Call, reply: Any) -> Any:
         if isinstance(reply, NoScriptError):
@@ -94,7 +108,12 @@ class AsyncExecutor(ABC):
         return reply
 
     @abstractmethod
-    async def prepare(self, client: Any, transition: Transition) -> None: ...
+    async def prepare(self, client: Any, transition: Transition) -> None:
+        """Refuses ``transition`` before a pipeline is built if this wire cannot run it."""
+
+    @abstractmethod
+    async def load(self, client: Any, transition: Transition) -> None:
+        """Makes ``transition`` runnable again on a server that refused it with NOSCRIPT."""
 
     @abstractmethod
     async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
@@ -111,6 +130,9 @@ class AsyncScriptExecutor(AsyncExecutor):
     wire = 5
 
     async def prepare(self, client: Any, transition: Transition) -> None:
+        """Nothing: a batch is sent as EVALSHA, and only a NOSCRIPT reply loads the script."""
+
+    async def load(self, client: Any, transition: Transition) -> None:
         await client.script_load(script_for(transition).source)
 
     async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
@@ -135,6 +157,9 @@ class AsyncNativeExecutor(AsyncExecutor):
     async def prepare(self, client: Any, transition: Transition) -> None:
         if transition.native is None:
             raise Wire6Unsupported(transition.public_name)
+
+    async def load(self, client: Any, transition: Transition) -> None:
+        """Nothing: a module's commands are never lost as scripts are."""
 
     async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
                     args: Sequence[Arg]) -> Any:
@@ -180,6 +205,7 @@ class Queue:
         self.name = name
         self.calls = QueueCalls(name, retention_ms=retention_ms, max_attempts=max_attempts)
         self.executor = async_executor_for(wire)
+        self._registered = False
 
     @property
     def wire(self) -> int:
@@ -196,12 +222,25 @@ class Queue:
 
     async def enqueue(self, job_id: str, payload: bytes | str, *, lane: str | None = None,
                       now: int | None = None) -> Verdict:
-        return Verdict.of(await self._send(self.calls.enqueue(job_id, payload, lane, now)))
+        verdict = Verdict.of(await self._send(self.calls.enqueue(job_id, payload, lane, now)))
+        await self._register()
+        return verdict
 
     async def enqueue_many(self, items: Iterable[Item], *,
                            now: int | None = None) -> list[Verdict]:
         replies = await self.executor.call_many(self.conn, self.calls.enqueue_many(items, now))
+        await self._register()
         return [Verdict.of(reply) for reply in replies]
+
+    async def _register(self) -> None:
+        """As ``echomq.Queue._register``: the registry of queues learns this one, once."""
+        if self._registered:
+            return
+        self._registered = True
+        try:
+            await self.conn.sadd(REGISTRY_KEY, self.name)
+        except ResponseError as exc:
+            log.debug("queue %s not entered in %s: %s", self.name, REGISTRY_KEY, exc)
 
     async def claim(self, lease_ms: int = DEFAULT_LEASE_MS, *,
                     now: int | None = None) -> Job | None:
@@ -228,6 +267,13 @@ class Queue:
                      now: int | None = None) -> tuple[list[Verdict], list[Job]]:
         """As ``echomq.Queue.settle``: outcomes settled in order, then up to ``claim`` leases."""
         call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now)
+        return settled(await self._send(call))
+
+    async def settle_leased(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
+                            retention_ms: int | None,
+                            now: int | None) -> tuple[list[Verdict], list[Job]]:
+        """As ``echomq.Queue.settle_leased``."""
+        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now, leased=True)
         return settled(await self._send(call))
 
     async def claim_many(self, count: int, lease_ms: int = DEFAULT_LEASE_MS, *,
@@ -290,9 +336,10 @@ class Consumer:
     """The consumer loop for asyncio code; see ``echomq.Consumer``: the same parameters, the
     same decisions (``echomq.loop.LoopCore``), driven by coroutines. ``handler`` may be a
     coroutine function (awaited, and cancelled past ``time_limit_ms``) or a plain function (run
-    in a worker thread, which cannot be cancelled). While a handler runs, a keeper task extends
-    the leases in hand, runs due housekeeping and enforces the time limit. ``stop()`` must be
-    called from the loop's own thread."""
+    in a worker thread, which cannot be cancelled). While anything is in hand, a keeper task
+    extends the leases in hand, sends outcomes that waited ``settle_delay_ms``, runs due
+    housekeeping and enforces the time limit. ``stop()`` must be called from the loop's own
+    thread; the jobs prefetched and not started are then handed back."""
 
     def __init__(self, queue: Queue, handler: AsyncHandler, *, lanes: bool = False,
                  lease_ms: int = DEFAULT_LEASE_MS, retry_delay_ms: int = 1_000,
@@ -301,13 +348,15 @@ class Consumer:
                  retention_ms: int | None = None, clock: Callable[[], int] | None = None,
                  on_ack: Callable[[Job], object] | None = None,
                  housekeeping_ms: int = HOUSEKEEPING_MS, time_limit_ms: int | None = None,
-                 on_overrun: Callable[[Job], object] | None = None) -> None:
+                 on_overrun: Callable[[Job], object] | None = None, prefetch: int = PREFETCH,
+                 settle_delay_ms: int = SETTLE_DELAY_MS) -> None:
         refuse_unsupported(queue.wire, lanes)
         self.core = LoopCore(Settings(
             lease_ms=lease_ms, retry_delay_ms=retry_delay_ms, max_attempts=max_attempts,
             park_cap_ms=park_cap_ms, park_floor_ms=park_floor_ms,
             housekeeping_ms=housekeeping_ms, time_limit_ms=time_limit_ms,
-            retention_ms=retention_ms, heartbeat=heartbeat, lanes=lanes))
+            retention_ms=retention_ms, heartbeat=heartbeat, lanes=lanes, capacity=prefetch,
+            settle_delay_ms=settle_delay_ms))
         self.queue = queue
         self.handler = handler
         self.on_ack = on_ack
@@ -318,6 +367,7 @@ class Consumer:
         self._changed = asyncio.Event()
         self._parking: asyncio.Task[bool] | None = None
         self._handling: dict[Job, asyncio.Future[BaseException | None]] = {}
+        self._keeper: asyncio.Task[None] | None = None
 
     @property
     def settings(self) -> Settings:
@@ -348,16 +398,20 @@ class Consumer:
             while not self._stopping.is_set():
                 await self._guarded_beat()
         finally:
+            await self._hand_back_quietly()
+            await self._keeper_done()
             log.info("async consumer stopped: queue %s", self.queue.name)
 
     def stop(self) -> None:
-        """Stop claiming; a parked consumer returns at once, a running job finishes first."""
+        """Stop claiming; a parked consumer returns at once, a running job finishes first,
+        prefetched jobs not started are handed back."""
         self._stopping.set()
         if self._parking is not None:
             self._parking.cancel()
 
     async def beat(self, *, park: bool = True) -> int:
         """One round: recover, promote, drain, then park; how many jobs were run."""
+        self.core.rested()
         await self._housekeep(force=True)
         handled = await self.drain()
         if park and not self._stopping.is_set():
@@ -366,15 +420,18 @@ class Consumer:
 
     async def drain(self) -> int:
         """Claim and run jobs until none is left or a stop is asked for, with housekeeping in
-        between whenever it is due."""
+        between whenever it is due; every outcome is sent (and, on a stop, the jobs not started
+        handed back) before it returns."""
         handled = 0
         while not self._stopping.is_set():
             await self._housekeep()
-            job = await self._claim()
+            job = await self._next_job()
             if job is None:
                 break
             await self.process(job)
             handled += 1
+        await self._wind_down()
+        await self._keeper_done()
         return handled
 
     async def park(self) -> bool:
@@ -399,27 +456,34 @@ class Consumer:
     # one job ------------------------------------------------------------------------------
 
     async def process(self, job: Job) -> None:
-        """Run the handler on ``job`` under its lease, then ack it, or retry it on failure."""
-        self.core.took(job, time.monotonic())
-        keeper = asyncio.ensure_future(self._keep())
-        handling = asyncio.ensure_future(self._call_handler(job))
-        self._handling[job] = handling
+        """Run the handler on ``job`` (started by ``_next_job``, its lease in hand), then queue
+        its ack, or its retry on failure, for the next round."""
         try:
-            failure = await self._outcome(handling)
+            failure = await self._handled(job)
         finally:
-            self._handling.pop(job, None)
             mine = self.core.finished(job)
-            self._changed.set()
-            await asyncio.gather(keeper, return_exceptions=True)
-        if mine:
-            await self._settle(job, failure)
-        else:
+        if mine and self.core.record(job, self.core.settlement(failure), time.monotonic()):
+            self._changed.set()  # the first outcome waiting: a new deadline for the keeper
+        if not mine:
             log.warning("job %s attempt %d returned after its lease was given up (time limit "
                         "or lost lease); its outcome is dropped", job.id, job.attempt)
         if self.core.stops_loop(failure):
             log.warning("handler raised %s on %s: the consumer stops",
                         describe(failure or BaseException()), job.id)
             self.stop()
+
+    async def _handled(self, job: Job) -> BaseException | None:
+        """The handler's failure on ``job`` (None: it returned). Under a time limit it runs as
+        a task of its own, so the keeper can cancel it."""
+        if self.settings.time_limit_ms is None:
+            return await self._call_handler(job)
+        handling = asyncio.ensure_future(self._call_handler(job))
+        self._handling[job] = handling
+        self._changed.set()  # its time limit is a new deadline
+        try:
+            return await self._outcome(handling)
+        finally:
+            self._handling.pop(job, None)
 
     async def _call_handler(self, job: Job) -> BaseException | None:
         result: object
@@ -447,73 +511,86 @@ class Consumer:
                 raise
             return exc  # the handler was cancelled (its time limit) or cancelled itself
 
-    async def _settle(self, job: Job, failure: BaseException | None) -> None:
-        settlement = self.core.settlement(failure)
-        if isinstance(settlement, Ack):
-            await self._ack(job, settlement)
-        else:
-            await self._retry(job, settlement)
+    # rounds -------------------------------------------------------------------------------
 
-    async def _persistently(self, job: Job,
-                            send: Callable[[], Awaitable[Verdict]]) -> Verdict:
-        """As ``echomq.Consumer._persistently``: a settlement is sent again after a transient
-        error while the lease could still be current."""
-        started, failures = time.monotonic(), 0
-        while True:
-            try:
-                return await send()
-            except Exception as exc:
-                failures += 1
-                pause = self.core.settle_pause(failures, time.monotonic() - started)
-                if classify(exc) is not Fault.TRANSIENT or pause is None:
-                    raise
-                log.warning("settling %s attempt %d failed (%s); sending it again in %.1f s",
-                            job.id, job.attempt, describe(exc), pause)
-                await asyncio.sleep(pause)
+    async def _next_job(self) -> Job | None:
+        """As ``echomq.Consumer._next_job``: a prefetched job, else one of the next batch."""
+        job = self.core.next_job(time.monotonic())
+        if job is None:
+            await self._claim_round()
+            job = self.core.next_job(time.monotonic())
+        return job
 
-    async def _ack(self, job: Job, ack: Ack) -> None:
+    async def _claim_round(self) -> None:
+        if self.lanes:
+            job = await self.queue.claim_lane(self.lease_ms, now=self._now())
+            if job is not None:
+                self._took([job], 1)
+                return
+        await self._send(self.core.take_round(self.core.claim_count()))
+
+    async def _wind_down(self) -> None:
+        await self._send(self.core.take_round(hand_back=self._stopping.is_set()))
+
+    async def _hand_back_quietly(self) -> None:
         try:
-            verdict = await self._persistently(
-                job, lambda: self.queue.ack(job, retention_ms=ack.retention_ms))
-        except StaleLease:
-            log.warning("stale lease: %s attempt %d finished after its lease was lost; "
-                        "the ack was refused", job.id, job.attempt)
-            return
-        if verdict is Verdict.ACKED:
-            call_hook(self.on_ack, job, "on_ack")
+            await self._wind_down()
+        except Exception as exc:
+            log.warning("could not hand back the jobs in hand (%s); their leases will run "
+                        "out and recover will put them back", describe(exc))
 
-    async def _retry(self, job: Job, retry: Retry) -> None:
-        try:
-            verdict = await self._persistently(job, lambda: self.queue.retry(
-                job, delay_ms=retry.delay_ms, error=retry.error,
-                max_attempts=retry.max_attempts, now=self._now()))
-        except StaleLease:
-            log.warning("stale lease: %s attempt %d failed after its lease was lost (%s)",
-                        job.id, job.attempt, first_line(retry.error))
+    async def _send(self, round_: Round) -> None:
+        """As ``echomq.Consumer._send``: one settle call for ``round_``."""
+        if not round_.outcomes and not round_.claim:
             return
-        log_failure(job, verdict, retry.error, retry.delay_ms)
+        try:
+            verdicts, jobs = await self.queue.settle_leased(
+                round_.outcomes, round_.claim, self.lease_ms, self.settings.retention_ms,
+                self._now())
+        except Exception:
+            self.core.unsent(round_, time.monotonic())
+            raise
+        self._took(jobs, round_.claim)
+        report_settled(round_.outcomes, verdicts, self.on_ack)
+
+    def _took(self, jobs: list[Job], asked: int) -> None:
+        self.core.sent()
+        self.core.claimed(jobs, asked, time.monotonic())
+        if jobs and (self._keeper is None or self._keeper.done()):
+            self._keeper = asyncio.ensure_future(self._keep())
 
     # the keeper ---------------------------------------------------------------------------
 
     async def _keep(self) -> None:
-        """While a handler runs: extend due leases, fail overrun attempts, run due
-        housekeeping; ends when no handler runs."""
-        while self.core.busy:
+        """While anything is in hand: extend the leases in hand, fail overrun attempts, send
+        the outcomes that waited long enough, run due housekeeping; ends when nothing is in
+        hand."""
+        while self.core.in_hand:
             now = time.monotonic()
             wait = self.core.next_tick(now)
             if wait > 0:
                 self._changed.clear()
                 await _until(self._changed, wait)
                 continue
-            extends = self.core.extends_due(now)
+            extends = self.core.heartbeat(now)
             overruns = self.core.take_overruns(now)
+            due = self.core.take_round() if self.core.outbox_due(now) else None
             housekeep = self.core.take_housekeeping(now)
-            for job in extends:
-                await self._guarded(self._extend, job)
+            if extends:
+                await self._guarded(self._heartbeat, extends)
             for job in overruns:
                 await self._guarded(self._overrun, job)
+            if due is not None:
+                await self._guarded(self._send, due)
             if housekeep:
                 await self._guarded(self._recover_and_promote)
+
+    async def _keeper_done(self) -> None:
+        """Let the keeper see that nothing is in hand, and wait for it to end."""
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            self._changed.set()
+            await asyncio.gather(keeper, return_exceptions=True)
 
     async def _guarded(self, action: Callable[..., Awaitable[None]], *args: Any) -> None:
         try:
@@ -522,26 +599,30 @@ class Consumer:
             level = logging.WARNING if classify(exc) is Fault.TRANSIENT else logging.ERROR
             log.log(level, "%s failed: %s", action.__name__.strip("_"), describe(exc))
 
-    async def _extend(self, job: Job) -> None:
-        ok = False
+    async def _heartbeat(self, jobs: list[Job]) -> None:
+        verdicts = None
         try:
-            await self.queue.extend(job, lease_ms=self.lease_ms, now=self._now())
-            ok = True
-        except StaleLease:
-            if self.core.release(job):
-                log.warning("stale lease: %s attempt %d was lost before its heartbeat", job.id,
-                            job.attempt)
+            verdicts = await self.queue.extend_many(jobs, lease_ms=self.lease_ms,
+                                                    now=self._now())
         finally:
-            self.core.extended(job, time.monotonic(), ok=ok)
+            lost = self.core.heartbeat_done(jobs, verdicts, time.monotonic())
+        for job in lost:
+            log.warning("stale lease: %s attempt %d was lost before its heartbeat", job.id,
+                        job.attempt)
 
     async def _overrun(self, job: Job) -> None:
+        """As ``echomq.Consumer._overrun``; the handler is cancelled."""
         log.error("job %s attempt %d exceeded its time limit of %d ms", job.id, job.attempt,
                   self.settings.time_limit_ms or 0)
         handling = self._handling.get(job)
         if handling is not None:
             handling.cancel()
+        round_ = self.core.take_round(hand_back=True)
+        retry = self.core.overrun_settlement()
+        round_.outcomes.insert(0, calls.Retry(job, retry.delay_ms, retry.error,
+                                              retry.max_attempts))
         try:
-            await self._retry(job, self.core.overrun_settlement())
+            await self._send(round_)
         finally:
             self._tell_overrun(job)
 
@@ -557,14 +638,6 @@ class Consumer:
     async def _recover_and_promote(self) -> None:
         await self.queue.recover(now=self._now(), max_attempts=self.max_attempts)
         await self.queue.promote(now=self._now())
-
-    async def _claim(self) -> Job | None:
-        for kind in self.core.claim_kinds():
-            claim = self.queue.claim_lane if kind == "lane" else self.queue.claim
-            job = await claim(self.lease_ms, now=self._now())
-            if job is not None:
-                return job
-        return None
 
     async def _guarded_beat(self) -> None:
         """A beat; a transient error waits (stop-aware) with back-off, a fatal one raises."""

@@ -39,10 +39,16 @@ class Verdict(enum.Enum):
     RETRYING = "RETRYING"
     DEAD = "DEAD"
     EXTENDED = "EXTENDED"
+    RELEASED = "RELEASED"
 
     @classmethod
     def of(cls, reply: Any) -> Verdict:
-        return cls(text(reply))
+        verdict = _VERDICT_OF_REPLY.get(reply) if type(reply) is bytes else None
+        return verdict if verdict is not None else cls(text(reply))
+
+
+# A verdict by its reply's bytes: a batch reads one per job, and an Enum lookup by value is slow.
+_VERDICT_OF_REPLY = {verdict.value.encode(): verdict for verdict in Verdict}
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,11 @@ class Job:
     attempt: int
     lane: str | None = None
     fence: int = 0
+
+    def __hash__(self) -> int:
+        # A consumer keeps its leases in hand keyed by job: the lease, (id, fence), is enough
+        # (equal jobs have equal leases) and spares hashing the payload.
+        return hash((self.id, self.fence))
 
 
 @dataclass(frozen=True)
@@ -78,7 +89,16 @@ class Retry:
     max_attempts: int | None = None
 
 
-Outcome = Ack | Retry
+@dataclass(frozen=True)
+class Release:
+    """An outcome for ``Queue.settle``: hand ``job``'s lease back unrun. The job goes back where
+    an expired lease would (pending at its enqueued_at, or its lane's head) at once, and the
+    attempt its claim counted is uncounted."""
+
+    job: Job
+
+
+Outcome = Ack | Retry | Release
 
 
 def text(value: Any) -> str:
@@ -109,8 +129,17 @@ def settled(reply: Any) -> tuple[list[Verdict], list[Job]]:
     """A settle's ``[verdicts, jobs]``: a verdict per outcome, in order (STALE included, not
     raised: the other outcomes of the call stand), and the jobs leased, oldest first."""
     verdicts, jobs = reply
-    return [Verdict.of(verdict) for verdict in verdicts], [
-        job for job in map(job_of, jobs) if job is not None]
+    return [Verdict.of(verdict) for verdict in verdicts], [leased(job) for job in jobs]
+
+
+def leased(reply: Any) -> Job:
+    """One job of a settle's reply, ``[id, payload, attempt, fence]``; a batch reads one per
+    job, so the usual RESP types are read directly."""
+    job_id, payload, attempt, fence = reply
+    if type(job_id) is bytes and type(payload) is bytes and type(attempt) is int \
+            and type(fence) is int:
+        return Job(job_id.decode(), payload, attempt, None, fence)
+    return Job(text(job_id), payload_bytes(payload), int(attempt), None, int(fence))
 
 
 def fenced(job: Job, reply: Any) -> Verdict:
@@ -198,14 +227,26 @@ class QueueCalls:
         return self._call(t.EXTEND, args, job.id)
 
     def settle(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
-               retention_ms: int | None, now: int | None) -> Call:
-        """One call that settles every outcome in order, then leases up to ``claim`` jobs."""
+               retention_ms: int | None, now: int | None, *, leased: bool = False) -> Call:
+        """One call that settles every outcome in order, then leases up to ``claim`` jobs.
+        ``leased``: every outcome is ``echomq.loop``'s own, of a job this queue's claim
+        returned (its id and fence are the server's), so only the outcome's own fields are
+        checked — this runs for every job a consumer settles."""
         keep = self.retention_ms if retention_ms is None else retention_ms
         args: list[Arg] = [checked_now(now), checked_int("retention_ms", keep, 0),
                            checked_int("lease_ms", lease_ms, 1), checked_int("count", claim, 0)]
+        item = self._leased_item if leased else self._item
         for outcome in outcomes:
-            args += self._item(outcome)
+            args += item(outcome)
         return self._call(t.SETTLE, args)
+
+    def _leased_item(self, outcome: Outcome) -> list[Arg]:
+        job = outcome.job
+        if type(outcome) is Ack:
+            return ["ack", job.id, str(job.fence)]
+        if type(outcome) is Release:
+            return ["release", job.id, str(job.fence)]
+        return self._item(outcome)
 
     def claim_many(self, count: int, lease_ms: int, now: int | None) -> Call:
         """A settle with no outcomes: lease up to ``count`` (>= 1) jobs."""
@@ -213,12 +254,14 @@ class QueueCalls:
         return self.settle((), count, lease_ms, None, now)
 
     def _item(self, outcome: Outcome) -> list[Arg]:
-        if not isinstance(outcome, Ack | Retry):
-            raise TypeError(f"an outcome is Ack or Retry, not {type(outcome).__name__}")
+        if not isinstance(outcome, Ack | Retry | Release):
+            raise TypeError(f"an outcome is Ack, Retry or Release, not {type(outcome).__name__}")
         job = outcome.job
         lease: list[Arg] = [checked_id(job.id), checked_int("fence", job.fence, 1)]
         if isinstance(outcome, Ack):
             return ["ack", *lease]
+        if isinstance(outcome, Release):
+            return ["release", *lease]
         limit = self.max_attempts if outcome.max_attempts is None else outcome.max_attempts
         return ["retry", *lease, checked_int("delay_ms", outcome.delay_ms, 0),
                 checked_int("max_attempts", limit, 1), payload_bytes(outcome.error)]

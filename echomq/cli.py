@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -17,8 +18,12 @@ from typing import Any
 
 import click
 import redis
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from echomq import admin
+from echomq.clierrors import URL_META, ErrorReportingGroup, Failure, bad_url
 from echomq.demo import run_demo
 from echomq.embedded import EmbeddedValkey
 from echomq.errors import EchoMQError, Wire6Unsupported
@@ -26,9 +31,16 @@ from echomq.ids import new_job_id
 from echomq.queue import Queue
 
 
-@click.group()
-def main() -> None:
-    """echomq: a reliable, fair job queue on Valkey."""
+@click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="echomq", message="echomq %(version)s")
+@click.option("--debug", is_flag=True, envvar="ECHOMQ_DEBUG",
+              help="show the traceback of an error instead of one line and a hint")
+def main(debug: bool) -> None:
+    """echomq: a reliable, fair job queue on Valkey.
+
+    Exit codes: 0 done; 1 failed (no such job, a job that is not dead, ...); 2 bad usage or
+    input (a wrong URL, a bad job id); 3 the server cannot be reached; 4 the server refused
+    (trafikey not loaded, NOPERM, wrong password)."""
 
 
 @main.command()
@@ -88,6 +100,7 @@ def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: st
                       lease_ms=lease_ms, retry_delay_ms=retry_delay_ms,
                       max_attempts=max_attempts, park_cap_ms=park_cap_ms, on_ack=on_ack,
                       log_level=log_level.upper(), time_limit_ms=limit_ms)
+    _connect(url)  # a URL that is not one is bad input (exit 2), like any command's
     try:
         check_spec(spec)
     except (ImportError, AttributeError, ValueError, TypeError, Wire6Unsupported) as exc:
@@ -111,12 +124,26 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print JSON, 
 
 
 def _connect(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url)
+    click.get_current_context().meta[URL_META] = url
+    try:
+        conn = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+    except ValueError as exc:
+        raise bad_url(url, exc) from exc
+    return conn
+
+
+def _console() -> Console:
+    """Rich output on stdout: as wide as the terminal, or 160 columns when piped."""
+    return Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+
+
+def _print_json(value: Any) -> None:
+    click.echo(json.dumps(value, default=_jsonable))
 
 
 def _emit(as_json: bool, value: Any, lines: Callable[[], Iterable[str]]) -> None:
     if as_json:
-        click.echo(json.dumps(value, default=_jsonable))
+        _print_json(value)
     else:
         for line in lines():
             click.echo(line)
@@ -133,12 +160,40 @@ def one_line(value: Any) -> str:
                         admin.shown(value))
 
 
+_AGE_UNITS = ((86_400, "d", 3600, "h"), (3600, "h", 60, "min"), (60, "min", 1, "s"))
+
+
+def human_age(ms: int | None) -> str:
+    """``ms`` as a person reads an age: ``250 ms``, ``4.2 s``, ``3 min 5 s``, ``2 h 10 min``,
+    ``3 d 4 h``; ``-`` for none. Rounded down, so an age never reads older than it is."""
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms // 100 / 10:.1f} s"
+    whole = ms // 1000
+    size, unit, sub_size, sub = next(units for units in _AGE_UNITS if whole >= units[0])
+    return f"{whole // size} {unit} {(whole % size) // sub_size} {sub}"
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
         return admin.shown(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _table(*columns: str, title: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for n, column in enumerate(columns):
+        table.add_column(column, justify="left" if n == 0 or column in _TEXT_COLUMNS
+                         else "right", overflow="fold")
+    return table
+
+
+_TEXT_COLUMNS = {"lane", "error", "field", "value", "job", "state"}
 
 
 @main.command()
@@ -153,30 +208,55 @@ def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, wire
             as_json: bool) -> None:
     """Admit one job with PAYLOAD into QUEUE."""
     job_id = job_id or new_job_id()
-    verdict = Queue(_connect(url), queue, wire=int(wire)).enqueue(job_id, payload.encode(),
-                                                                  lane=lane)
+    conn = _connect(url)
+    verdict = Queue(conn, queue, wire=int(wire)).enqueue(job_id, payload.encode(), lane=lane)
+    admin.register_queue(conn, queue)
     _emit(as_json, {"id": job_id, "verdict": verdict.value},
           lambda: [f"{verdict.value} {job_id}"])
 
 
 @main.command()
 @click.argument("queue", required=False)
+@click.option("--rescan", is_flag=True,
+              help="search the keyspace again for queues missing from the registry")
 @url_option
 @json_option
-def stats(queue: str | None, url: str, as_json: bool) -> None:
+def stats(queue: str | None, rescan: bool, url: str, as_json: bool) -> None:
     """Depths of QUEUE (or of every queue): pending, active, delayed, dead, lanes, oldest."""
     conn = _connect(url)
+    if rescan:
+        admin.discover_queues(conn)
     found = [admin.stats(conn, name) for name in ([queue] if queue else admin.queue_names(conn))]
-    _emit(as_json, [s.as_dict() for s in found], lambda: _stats_lines(found))
+    if queue and _holds_anything(found[0]):
+        admin.register_queue(conn, queue)
+    if as_json:
+        _print_json([s.as_dict() for s in found])
+        return
+    _print_stats(found, lanes=queue is not None)
 
 
-def _stats_lines(found: list[admin.QueueStats]) -> Iterable[str]:
+def _holds_anything(s: admin.QueueStats) -> bool:
+    return bool(s.pending or s.active or s.delayed or s.dead or s.lanes)
+
+
+def _print_stats(found: list[admin.QueueStats], lanes: bool) -> None:
+    console = _console()
+    if not found:
+        console.print("no queues yet")
+        return
+    table = _table("queue", "pending", "active", "delayed", "dead", "lanes", "in lanes",
+                   "oldest pending")
     for s in found:
-        age = "-" if s.oldest_pending_age_ms is None else f"{s.oldest_pending_age_ms} ms"
-        yield (f"{s.name}: pending {s.pending}, active {s.active}, delayed {s.delayed}, "
-               f"dead {s.dead}, in lanes {sum(s.lanes.values())}, oldest pending {age}")
-        for group, depth in s.lanes.items():
-            yield f"  lane {group}: {depth}"
+        table.add_row(Text(s.name), str(s.pending), str(s.active), str(s.delayed), str(s.dead),
+                      str(len(s.lanes)), str(sum(s.lanes.values())),
+                      human_age(s.oldest_pending_age_ms))
+    console.print(table)
+    for s in found if lanes else []:
+        if s.lanes:
+            depths = _table("lane", "depth", title=f"lanes of {s.name}")
+            for group, depth in sorted(s.lanes.items(), key=lambda item: -item[1]):
+                depths.add_row(Text(group), str(depth))
+            console.print(depths)
 
 
 @main.command()
@@ -188,9 +268,20 @@ def inspect(queue: str, job_id: str, url: str, as_json: bool) -> None:
     """Show the row of job ID in QUEUE and where the job is."""
     found = admin.inspect(_connect(url), queue, job_id)
     if found is None:
-        raise click.ClickException(f"no job {job_id} in queue {queue}")
-    _emit(as_json, found, lambda: [f"{k}: {v}" for k, v in found.items() if k != "fields"]
-          + [f"  {k}: {one_line(v)}" for k, v in found["fields"].items()])
+        raise Failure(f"no job {job_id} in queue {queue}",
+                      f"`echomq stats {queue}` shows what the queue holds; completed jobs are "
+                      "kept only for their retention")
+    if as_json:
+        _print_json(found)
+        return
+    table = _table("field", "value", title=f"{job_id} in {queue}")
+    expires = found["expires_in_ms"]
+    table.add_row("state", Text(one_line(found["state"])))
+    table.add_row("score", "-" if found["score"] is None else str(found["score"]))
+    table.add_row("expires in", "never" if expires is None else human_age(expires))
+    for key, value in found["fields"].items():
+        table.add_row(Text(one_line(key)), Text(one_line(value)))
+    _console().print(table)
 
 
 @main.group()
@@ -205,9 +296,20 @@ def dead() -> None:
 @json_option
 def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
     """The dead jobs of QUEUE, oldest death first, with their last errors."""
-    jobs = admin.dead_jobs(_connect(url), queue, limit)
-    _emit(as_json, jobs, lambda: [f"{j.id} attempts={j.attempts} lane={j.lane or '-'} "
-                                  f"error={one_line(j.error)}" for j in jobs] or ["no dead jobs"])
+    conn = _connect(url)
+    jobs = admin.dead_jobs(conn, queue, limit)
+    if as_json:
+        _print_json(jobs)
+        return
+    if not jobs:
+        _console().print(f"no dead jobs in {queue}")
+        return
+    now = admin.server_time_ms(conn)
+    table = _table("job", "attempts", "lane", "died", "error")
+    for j in jobs:
+        table.add_row(Text(j.id), str(j.attempts), Text(j.lane or "-"),
+                      f"{human_age(max(0, now - j.died_at_ms))} ago", Text(one_line(j.error)))
+    _console().print(table)
 
 
 @dead.command("requeue")
@@ -216,11 +318,16 @@ def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
 @url_option
 @json_option
 def dead_requeue(queue: str, job_ids: tuple[str, ...], url: str, as_json: bool) -> None:
-    """Run dead jobs ID... of QUEUE again, with fresh attempts."""
+    """Run dead jobs ID... of QUEUE again, with fresh attempts. Exits 1 if any of them was not
+    dead (the others are requeued all the same)."""
     conn = _connect(url)
     done = {job_id: admin.requeue(conn, queue, job_id) for job_id in job_ids}
     _emit(as_json, done, lambda: [f"{'REQUEUED' if ok else 'NOT_DEAD'} {job_id}"
                                   for job_id, ok in done.items()])
+    missing = [job_id for job_id, ok in done.items() if not ok]
+    if missing:
+        raise Failure(f"{len(missing)} of {len(done)} not dead in {queue}: {' '.join(missing)}",
+                      f"`echomq dead list {queue}` shows its dead jobs")
 
 
 @dead.command("purge")
@@ -232,6 +339,16 @@ def dead_purge(queue: str, limit: int, url: str, as_json: bool) -> None:
     """Forget up to LIMIT dead jobs of QUEUE (oldest first), deleting their rows."""
     purged = admin.purge(_connect(url), queue, limit=limit)
     _emit(as_json, {"purged": purged}, lambda: [f"purged {purged}"])
+
+
+@main.command()
+@click.argument("queue")
+@url_option
+def forget(queue: str, url: str) -> None:
+    """Take QUEUE off the list of queues (its jobs stay; producing into it lists it again)."""
+    if not admin.forget_queue(_connect(url), queue):
+        raise Failure(f"{queue} is not a listed queue", "`echomq stats` lists them")
+    click.echo(f"forgot {queue}")
 
 
 @main.command()
@@ -256,6 +373,7 @@ def serve(directory: str | None, port: int | None, unix_socket: bool) -> None:
     """Run a valkey-server with trafikey loaded in the foreground, for development."""
     stop = _stop_on_signals()  # before anything starts: a stop during start-up is kept
     if directory:
+        directory = os.path.abspath(directory)  # the server runs in its own directory
         os.makedirs(directory, exist_ok=True)
     server = EmbeddedValkey(directory=directory, port=port, persist=directory is not None,
                             unix_socket=unix_socket)
@@ -289,22 +407,69 @@ def _wait_for(stop: threading.Event, server: EmbeddedValkey) -> None:
             raise click.ClickException(f"valkey-server exited:\n{server.log()[-2000:]}")
 
 
-@main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8042, show_default=True, type=click.IntRange(0, 65535))
-@url_option
-def dashboard(host: str, port: int, url: str) -> None:
-    """Serve the web dashboard: queues, lanes, depths over time, dead jobs and requeue."""
-    from echomq.dashboard import DashboardServer
+LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
 
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="the address to listen on; anything but loopback is reachable by others")
+@click.option("--port", default=8042, show_default=True, type=click.IntRange(0, 65535),
+              help="0: a free one")
+@click.option("--token", envvar="ECHOMQ_DASHBOARD_TOKEN", show_envvar=True, default=None,
+              help="require it: as a bearer token, or as the basic-auth password")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME[:PORT]",
+              help="a Host header to serve besides localhost, 127.0.0.1 and [::1] on this "
+                   "port (the name people reach it by); repeatable")
+@url_option
+def dashboard(host: str, port: int, token: str | None, allow_hosts: tuple[str, ...],
+              url: str) -> None:
+    """Serve the web dashboard: queues, lanes, depths over the last hour, rates, dead jobs with
+    their errors, requeue and purge. State changes need the page's CSRF token and its origin."""
+    import uvicorn
+
+    from echomq.dashboard import LOOPBACK_HOSTS, create_app
+
+    conn = _connect(url)
+    conn.ping()  # one clear error now rather than a page of them later
+    listener = _listen(host, port)
+    bound = listener.getsockname()[1]
+    allowed = [f"{name}:{bound}" for name in LOOPBACK_HOSTS] + list(allow_hosts)
+    if host not in LOOPBACK_ADDRESSES:
+        _warn_exposed(host, token)
+    app = create_app(conn, allowed_hosts=allowed, token=token)
+    shown_host = f"[{host}]" if ":" in host else host
+    click.echo(f"echomq dashboard at http://{shown_host}:{bound}/ (Ctrl-C or SIGTERM stops it)")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     stop = _stop_on_signals()
-    server = DashboardServer(_connect(url), host, port)
-    click.echo(f"echomq dashboard at {server.url} (Ctrl-C or SIGTERM stops it)")
-    server.start_background()
-    while not stop.wait(0.5):
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]},
+                              name="echomq-dashboard", daemon=True)
+    thread.start()  # off the main thread, so the signals stay ours
+    while not stop.wait(0.5) and thread.is_alive():
         pass
-    server.shutdown()
-    server.server_close()
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as exc:
+        listener.close()
+        raise Failure(f"cannot listen on {host}:{port}: {exc.strerror}",
+                      "choose another --port (0 picks a free one)") from exc
+    listener.listen(128)
+    return listener
+
+
+def _warn_exposed(host: str, token: str | None) -> None:
+    click.secho(f"WARNING: the dashboard listens on {host}, not loopback: anyone who can reach "
+                "this address can see your queues" + ("" if token else " and requeue or purge "
+                "dead jobs, since no --token is set") + ".", err=True, fg="red", bold=True)
+    click.secho("WARNING: serve it behind TLS, set --token (or ECHOMQ_DASHBOARD_TOKEN), and "
+                "--allow-host the name it is reached by.", err=True, fg="red", bold=True)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -316,3 +481,17 @@ def bench(args: tuple[str, ...]) -> None:
         raise click.ClickException("the benchmark lives in echomq's source checkout (bench/)")
     command = ["make", "-C", str(checkout), "bench", f"BENCH_ARGS={' '.join(args)}"]
     sys.exit(subprocess.call(command))
+
+
+@main.command()
+@click.option("--url", envvar="ECHOMQ_URL", required=True, show_envvar=True,
+              help="the server to check, with trafikey loaded: redis://host:port[/db]")
+@click.option("--seed", default=None, type=int, help="the random sequence's seed  [default: new]")
+@click.option("--random-steps", default=500, show_default=True, type=click.IntRange(0))
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+def conformance(url: str, seed: int | None, random_steps: int, as_json: bool) -> None:
+    """Check that both executors agree on a server: every case, RESP2 and RESP3, and a seeded
+    random sequence, in scratch keys of its own that it removes afterwards."""
+    from echomq.conformance.runner import run
+
+    sys.exit(run(url, seed, random_steps, as_json, click.echo))

@@ -3,15 +3,17 @@
 The loop's decisions live in ``echomq.loop.LoopCore`` (no I/O); this module is its blocking
 shell, and ``echomq.aio.Consumer`` its asyncio one. Each beat runs recover + promote, then claims
 and runs jobs until none is left (or a stop is asked for), then parks on the queue's wake key with
-``BLPOP`` — never polls. Recover + promote also run every ``housekeeping_ms`` while the queue stays
-busy, between jobs and, from the keeper thread, while a handler runs: an expired lease or a due
-retry is back in play within ``housekeeping_ms`` of falling due, whatever the queue's depth.
+``BLPOP`` — never polls. Jobs are claimed in batches of up to ``prefetch`` and run one at a time;
+their outcomes go out with the next claim, in one ``settle`` call per batch. Recover + promote
+also run every ``housekeeping_ms`` while the queue stays busy, between jobs and, from the keeper
+thread, while a handler runs: an expired lease or a due retry is back in play within
+``housekeeping_ms`` of falling due, whatever the queue's depth.
 
-The keeper thread also extends every lease in hand every ``lease_ms / 3`` (the heartbeat) and
-fails an attempt that runs past ``time_limit_ms``. A handler that raises makes the job retry after
-``retry_delay_ms`` (dead after max_attempts, its error and last frames kept); the loop carries on.
-Transient server errors are retried with back-off; errors that cannot heal raise
-``FatalServerError`` out of ``run()``.
+The keeper thread also extends every lease in hand every ``lease_ms / 3`` (the heartbeat, one
+``extend_many``), sends outcomes that waited ``settle_delay_ms`` and fails an attempt that runs
+past ``time_limit_ms``. A handler that raises makes the job retry after ``retry_delay_ms`` (dead
+after max_attempts, its error and last frames kept); the loop carries on. Transient server errors
+are retried with back-off; errors that cannot heal raise ``FatalServerError`` out of ``run()``.
 """
 
 from __future__ import annotations
@@ -22,22 +24,24 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from typing import Any
 
 import redis
 
+from echomq import calls
 from echomq.connection import socket_timeout_of
-from echomq.errors import StaleLease, Wire6Unsupported
+from echomq.errors import Wire6Unsupported
 from echomq.loop import (
     HOUSEKEEPING_MS,
     PARK_FLOOR_MS,
-    Ack,
+    PREFETCH,
+    SETTLE_DELAY_MS,
     Clock,
     Fault,
     LoopCore,
-    Retry,
+    Round,
     Settings,
     classify,
     describe,
@@ -46,7 +50,7 @@ from echomq.loop import (
     first_line,
     park_window,
 )
-from echomq.queue import DEFAULT_LEASE_MS, Job, Queue, Verdict
+from echomq.queue import DEFAULT_LEASE_MS, Job, Outcome, Queue, Verdict
 from echomq.transitions import LANE_CLAIM
 
 __all__ = ["Consumer", "error_text", "park_window", "refuse_unsupported", "server_ms"]
@@ -93,6 +97,28 @@ def log_failure(job: Job, verdict: Verdict, error: str, retry_delay_ms: int) -> 
                     job.attempt, retry_delay_ms, first_line(error))
 
 
+def report_settled(outcomes: Sequence[Outcome], verdicts: Sequence[Verdict],
+                   on_ack: Callable[[Job], object] | None) -> None:
+    """What each outcome of a round came to: ``on_ack`` for an ack that went through, a log line
+    for a failure, a warning for an outcome its lease no longer took (STALE)."""
+    for outcome, verdict in zip(outcomes, verdicts, strict=True):
+        job = outcome.job
+        if isinstance(outcome, calls.Ack):
+            if verdict is Verdict.ACKED:
+                if on_ack is not None:
+                    call_hook(on_ack, job, "on_ack")
+            else:
+                log.warning("stale lease: %s attempt %d finished after its lease was lost; "
+                            "the ack was refused", job.id, job.attempt)
+        elif isinstance(outcome, calls.Retry):
+            error = str(outcome.error)
+            if verdict is Verdict.STALE:
+                log.warning("stale lease: %s attempt %d failed after its lease was lost (%s)",
+                            job.id, job.attempt, first_line(error))
+            else:
+                log_failure(job, verdict, error, outcome.delay_ms)
+
+
 def call_hook(hook: Callable[[Job], object] | None, job: Job, name: str) -> None:
     """Call a user's hook with ``job``; what it raises is logged, never the loop's end."""
     if hook is None:
@@ -113,7 +139,7 @@ class AwaitableRunner:
 
     def call(self, handler: Handler, job: Job) -> None:
         result = handler(job)
-        if not inspect.isawaitable(result):
+        if result is None or not inspect.isawaitable(result):
             return
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
@@ -142,13 +168,17 @@ async def _awaited(result: Awaitable[object]) -> object:
 
 
 class Keeper:
-    """One thread that, while a handler runs, extends the leases in hand when due, runs
-    housekeeping when due, and fails any attempt past its time limit (then goes on with
-    housekeeping while that handler still runs). It idles while no handler runs."""
+    """One thread that, while anything is in hand, extends the leases in hand when due, sends
+    outcomes that waited ``settle_delay_ms``, runs housekeeping when due, and fails any attempt
+    past its time limit (then goes on with housekeeping while that handler still runs). It
+    idles while nothing is in hand."""
 
     def __init__(self, consumer: Consumer) -> None:
         self._consumer = consumer
-        self._cond = threading.Condition()
+        # The lock of the condition, held directly where every job passes (cheaper than the
+        # condition's own enter and exit, which wrap it).
+        self.mutex = threading.RLock()
+        self._cond = threading.Condition(self.mutex)
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -177,16 +207,17 @@ class Keeper:
         with self._cond:
             while not self._closed:
                 now = time.monotonic()
-                wait = core.next_tick(now) if core.busy else None
+                wait = core.next_tick(now) if core.in_hand else None
                 if wait is None or wait > 0:
                     self._cond.wait(wait)
                     continue
-                extends = core.extends_due(now)
+                extends = core.heartbeat(now)
                 overruns = core.take_overruns(now)
+                due = core.take_round() if core.outbox_due(now) else None
                 housekeep = core.take_housekeeping(now)
                 self._cond.release()
                 try:
-                    self._consumer.keep(extends, overruns, housekeep)
+                    self._consumer.keep(extends, overruns, due, housekeep)
                 finally:
                     self._cond.acquire()
 
@@ -275,21 +306,31 @@ class Parker:
 class Consumer:
     """The supervised loop of one worker on ``queue``, running ``handler(job)`` per job.
 
-    ``lanes``: claim through the lanes in turn, then flat jobs (scripts only: a ``wire=6``
-    queue raises Wire6Unsupported("gclaim2") here). ``heartbeat``: extend a running job's lease
+    ``prefetch``: the most jobs in hand at once — claimed in one batch, run one at a time in
+    claim order, their outcomes sent with the next claim in one ``settle`` call. An outcome
+    waits at most ``settle_delay_ms`` for that call (the keeper sends it otherwise). 1 claims,
+    runs and settles one job at a time.
+
+    ``lanes``: claim through the lanes in turn, then flat jobs, one job at a time (scripts
+    only: a ``wire=6`` queue raises Wire6Unsupported("gclaim2") here); outcomes still go out in
+    batches. ``heartbeat``: extend a running job's lease
     every ``lease_ms / 3``. ``max_attempts``: None means the queue's own. ``housekeeping_ms``:
     the most time between two rounds of recover + promote while the loop runs (also the longest
     park). ``time_limit_ms``: fail an attempt that runs longer (retried or dead) and call
     ``on_overrun(job)`` (on the keeper thread: to end the process, use a signal or ``os._exit``);
     an ``async def`` handler is cancelled, a plain one cannot be and keeps running —
     ``on_overrun`` is where a worker process exits so it is replaced. ``on_ack``:
-    called with each job whose ack returned ACKED. ``clock``: the ms clock for every transition
-    (None: the server's).
+    called with each job whose ack returned ACKED (on the loop's thread, or on the keeper's when
+    it sends outcomes a running handler would otherwise hold back). ``clock``: the ms clock for
+    every transition (None: the server's).
 
     A handler may be ``async def`` (or return an awaitable): it runs to the end on this
     consumer's own event loop. A handler that raises SystemExit or KeyboardInterrupt fails its
     attempt like any other exception, then the loop stops as ``stop()`` would (``run()``
     returns); any other BaseException only fails the attempt.
+
+    A stop hands the prefetched jobs not started back at once (pending again, their attempt
+    uncounted) and sends every outcome waiting before ``run()`` returns.
     """
 
     def __init__(self, queue: Queue, handler: Handler, *, lanes: bool = False,
@@ -299,13 +340,15 @@ class Consumer:
                  on_ack: Callable[[Job], object] | None = None, clock: Clock | None = None,
                  park_floor_ms: int = PARK_FLOOR_MS, housekeeping_ms: int = HOUSEKEEPING_MS,
                  time_limit_ms: int | None = None,
-                 on_overrun: Callable[[Job], object] | None = None) -> None:
+                 on_overrun: Callable[[Job], object] | None = None, prefetch: int = PREFETCH,
+                 settle_delay_ms: int = SETTLE_DELAY_MS) -> None:
         refuse_unsupported(queue.wire, lanes)
         self.core = LoopCore(Settings(
             lease_ms=lease_ms, retry_delay_ms=retry_delay_ms, max_attempts=max_attempts,
             park_cap_ms=park_cap_ms, park_floor_ms=park_floor_ms,
             housekeeping_ms=housekeeping_ms, time_limit_ms=time_limit_ms,
-            retention_ms=retention_ms, heartbeat=heartbeat, lanes=lanes))
+            retention_ms=retention_ms, heartbeat=heartbeat, lanes=lanes, capacity=prefetch,
+            settle_delay_ms=settle_delay_ms))
         self.queue = queue
         self.handler = handler
         self.on_ack = on_ack
@@ -347,12 +390,13 @@ class Consumer:
             while not self._stopping.is_set():
                 self._guarded_beat()
         finally:
+            self._hand_back_quietly()
             self.close()
             log.info("consumer stopped: queue %s", self.queue.name)
 
     def stop(self) -> None:
-        """Stop claiming; a parked consumer returns at once, a running job finishes first.
-        Safe from any thread."""
+        """Stop claiming; a parked consumer returns at once, a running job finishes first,
+        prefetched jobs not started are handed back. Safe from any thread."""
         self._stopping.set()
         self._parker.interrupt()
 
@@ -371,6 +415,8 @@ class Consumer:
     def beat(self, *, park: bool = True) -> int:
         """One round: recover, promote, drain, then park (unless ``park`` is False or a stop
         was asked for). Returns how many jobs were run."""
+        with self._keeper.lock:
+            self.core.rested()
         self._housekeep(force=True)
         handled = self.drain()
         if park and not self._stopping.is_set():
@@ -378,16 +424,19 @@ class Consumer:
         return handled
 
     def drain(self) -> int:
-        """Claim and run jobs until none is left or a stop is asked for; how many ran.
-        Housekeeping runs in between whenever it is due, so a busy queue never starves it."""
+        """Claim and run jobs until none is left or a stop is asked for; how many ran. Every
+        outcome is sent before it returns (and, on a stop, the jobs not started are handed
+        back). Housekeeping runs in between whenever it is due, so a busy queue never starves
+        it."""
         handled = 0
         while not self._stopping.is_set():
             self._housekeep()
-            job = self._claim()
+            job = self._next_job()
             if job is None:
                 break
             self.process(job)
             handled += 1
+        self._wind_down()
         return handled
 
     def park(self) -> bool:
@@ -408,17 +457,16 @@ class Consumer:
     # one job ------------------------------------------------------------------------------
 
     def process(self, job: Job) -> None:
-        """Run the handler on ``job`` under its lease, then ack it, or retry it on failure."""
-        with self._keeper.lock:
-            self.core.took(job, time.monotonic())
-            self._keeper.wake()
+        """Run the handler on ``job`` (started by ``_next_job``, its lease in hand), then queue
+        its ack, or its retry on failure, for the next round."""
         failure = self._run_handler(job)
-        with self._keeper.lock:
+        with self._keeper.mutex:
             mine = self.core.finished(job)
-            self._keeper.wake()
-        if mine:
-            self._settle(job, failure)
-        else:
+            if mine and self.core.record(job, self.core.settlement(failure), time.monotonic()):
+                self._keeper.wake()  # the first outcome waiting: a new deadline
+        if failure is None and mine:
+            return
+        if not mine:
             log.warning("job %s attempt %d returned after its lease was given up (time limit "
                         "or lost lease); its outcome is dropped", job.id, job.attempt)
         if self.core.stops_loop(failure):
@@ -433,60 +481,86 @@ class Consumer:
             return exc
         return None
 
-    def _settle(self, job: Job, failure: BaseException | None) -> None:
-        settlement = self.core.settlement(failure)
-        if isinstance(settlement, Ack):
-            self._ack(job, settlement)
-        else:
-            self._retry(job, settlement)
+    # rounds -------------------------------------------------------------------------------
 
-    def _persistently(self, job: Job, send: Callable[[], Verdict]) -> Verdict:
-        """``send()`` a settlement, sent again after a transient error while the lease could
-        still be current (an outcome is not dropped for a passing failover or NOSCRIPT)."""
-        started, failures = time.monotonic(), 0
-        while True:
-            try:
-                return send()
-            except Exception as exc:
-                failures += 1
-                pause = self.core.settle_pause(failures, time.monotonic() - started)
-                if classify(exc) is not Fault.TRANSIENT or pause is None:
-                    raise
-                log.warning("settling %s attempt %d failed (%s); sending it again in %.1f s",
-                            job.id, job.attempt, describe(exc), pause)
-                time.sleep(pause)
+    def _next_job(self) -> Job | None:
+        """The next job to run, its lease in hand: a prefetched one, else one of the batch the
+        next round claims (sending the outcomes waiting with it)."""
+        with self._keeper.mutex:
+            job = self.core.next_job(time.monotonic())
+        if job is None:
+            self._claim_round()
+            with self._keeper.mutex:
+                job = self.core.next_job(time.monotonic())
+        if job is not None and self.settings.time_limit_ms is not None:
+            with self._keeper.lock:
+                self._keeper.wake()  # its time limit is a new deadline
+        return job
 
-    def _ack(self, job: Job, ack: Ack) -> None:
+    def _claim_round(self) -> None:
+        """A lane consumer tries the lanes first (one job); otherwise one settle call sends
+        the outcomes waiting and claims the next batch of flat jobs."""
+        if self.lanes:
+            job = self.queue.claim_lane(self.lease_ms, now=self._now())
+            if job is not None:
+                self._took([job], 1)
+                return
+        with self._keeper.lock:
+            round_ = self.core.take_round(self.core.claim_count())
+        self._send(round_)
+
+    def _wind_down(self) -> None:
+        """Send the outcomes waiting; on a stop, hand back the jobs not started with them."""
+        with self._keeper.lock:
+            round_ = self.core.take_round(hand_back=self._stopping.is_set())
+        self._send(round_)
+
+    def _hand_back_quietly(self) -> None:
+        """The last round of a loop that ends: what it cannot send is logged; those leases run
+        out and recover puts their jobs back."""
         try:
-            verdict = self._persistently(
-                job, lambda: self.queue.ack(job, retention_ms=ack.retention_ms))
-        except StaleLease:
-            log.warning("stale lease: %s attempt %d finished after its lease was lost; "
-                        "the ack was refused", job.id, job.attempt)
-            return
-        if verdict is Verdict.ACKED:
-            call_hook(self.on_ack, job, "on_ack")
+            self._wind_down()
+        except Exception as exc:
+            log.warning("could not hand back the jobs in hand (%s); their leases will run "
+                        "out and recover will put them back", describe(exc))
 
-    def _retry(self, job: Job, retry: Retry) -> None:
-        try:
-            verdict = self._persistently(job, lambda: self.queue.retry(
-                job, delay_ms=retry.delay_ms, error=retry.error,
-                max_attempts=retry.max_attempts, now=self._now()))
-        except StaleLease:
-            log.warning("stale lease: %s attempt %d failed after its lease was lost (%s)",
-                        job.id, job.attempt, first_line(retry.error))
+    def _send(self, round_: Round) -> None:
+        """One settle call for ``round_``; what it claimed goes into hand. If it fails, its
+        outcomes wait for the next round."""
+        if not round_.outcomes and not round_.claim:
             return
-        log_failure(job, verdict, retry.error, retry.delay_ms)
+        try:
+            verdicts, jobs = self.queue.settle_leased(
+                round_.outcomes, round_.claim, self.lease_ms, self.settings.retention_ms,
+                self._now())
+        except Exception:
+            with self._keeper.lock:
+                self.core.unsent(round_, time.monotonic())
+            raise
+        self._took(jobs, round_.claim)
+        report_settled(round_.outcomes, verdicts, self.on_ack)
+
+    def _took(self, jobs: list[Job], asked: int) -> None:
+        with self._keeper.lock:
+            self.core.sent()
+            idle = not self.core.in_hand
+            self.core.claimed(jobs, asked, time.monotonic())
+            if idle and jobs:
+                self._keeper.wake()
 
     # the keeper's work (on its thread) ------------------------------------------------------
 
-    def keep(self, extends: list[Job], overruns: list[Job], housekeep: bool) -> None:
-        """Extend due leases, fail overrun attempts, run due housekeeping; errors are logged
-        (the loop itself meets them on its next call)."""
-        for job in extends:
-            self._guarded(self._extend, job)
+    def keep(self, extends: list[Job], overruns: list[Job], due: Round | None,
+             housekeep: bool) -> None:
+        """Extend the leases in hand, fail overrun attempts, send the outcomes that waited
+        long enough, run due housekeeping; errors are logged (the loop itself meets them on its
+        next call)."""
+        if extends:
+            self._guarded(self._heartbeat, extends)
         for job in overruns:
             self._guarded(self._overrun, job)
+        if due is not None:
+            self._guarded(self._send, due)
         if housekeep:
             self._guarded(self._recover_and_promote)
 
@@ -497,28 +571,31 @@ class Consumer:
             level = logging.WARNING if classify(exc) is Fault.TRANSIENT else logging.ERROR
             log.log(level, "%s failed: %s", action.__name__.strip("_"), describe(exc))
 
-    def _extend(self, job: Job) -> None:
-        ok = False
+    def _heartbeat(self, jobs: list[Job]) -> None:
+        """Extend every lease in hand in one call; a lease found lost is let go of."""
+        verdicts = None
         try:
-            self.queue.extend(job, lease_ms=self.lease_ms, now=self._now())
-            ok = True
-        except StaleLease:
-            with self._keeper.lock:
-                held = self.core.release(job)
-            if held:
-                log.warning("stale lease: %s attempt %d was lost before its heartbeat", job.id,
-                            job.attempt)
+            verdicts = self.queue.extend_many(jobs, lease_ms=self.lease_ms, now=self._now())
         finally:
             with self._keeper.lock:
-                self.core.extended(job, time.monotonic(), ok=ok)
+                lost = self.core.heartbeat_done(jobs, verdicts, time.monotonic())
+        for job in lost:
+            log.warning("stale lease: %s attempt %d was lost before its heartbeat", job.id,
+                        job.attempt)
 
     def _overrun(self, job: Job) -> None:
-        retry = self.core.overrun_settlement()
+        """Fail an attempt past its time limit, and hand back the jobs prefetched behind it
+        (its handler may never return), in one round; then tell ``on_overrun``."""
         log.error("job %s attempt %d exceeded its time limit of %d ms", job.id, job.attempt,
                   self.settings.time_limit_ms or 0)
         self._runner.cancel(job)
+        with self._keeper.lock:
+            round_ = self.core.take_round(hand_back=True)
+        retry = self.core.overrun_settlement()
+        round_.outcomes.insert(0, calls.Retry(job, retry.delay_ms, retry.error,
+                                              retry.max_attempts))
         try:
-            self._retry(job, retry)
+            self._send(round_)
         finally:
             self._tell_overrun(job)
 
@@ -528,6 +605,8 @@ class Consumer:
     # internals ----------------------------------------------------------------------------
 
     def _housekeep(self, *, force: bool = False) -> None:
+        if not force and time.monotonic() < self.core.housekeeping_at:
+            return  # not due: checked without the lock first, as it is between every two jobs
         with self._keeper.lock:
             due = self.core.take_housekeeping(time.monotonic(), force=force)
         if due:
@@ -536,15 +615,6 @@ class Consumer:
     def _recover_and_promote(self) -> None:
         self.queue.recover(now=self._now(), max_attempts=self.max_attempts)
         self.queue.promote(now=self._now())
-
-    def _claim(self) -> Job | None:
-        """The next job: a lane consumer serves the lanes in turn, then any flat job."""
-        for kind in self.core.claim_kinds():
-            claim = self.queue.claim_lane if kind == "lane" else self.queue.claim
-            job = claim(self.lease_ms, now=self._now())
-            if job is not None:
-                return job
-        return None
 
     def _now(self) -> int | None:
         return self.clock() if self.clock is not None else None

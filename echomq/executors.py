@@ -48,15 +48,26 @@ class Executor(ABC):
 
     def call_many(self, client: Any, calls: Sequence[Call]) -> list[Any]:
         """Runs many calls in one pipeline flush; a reply each. Every transition is prepared (and
-        a refused one raises) before anything is sent."""
+        a refused one raises) before anything is sent. Calls refused with NOSCRIPT (a server that
+        lost its scripts) have their scripts loaded once and are sent again in one more flush."""
         for transition in {call[0] for call in calls}:
             self.prepare(client, transition)
+        replies = self._flush(client, calls)
+        lost = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if lost:
+            for transition in {calls[n][0] for n in lost}:
+                self.load(client, transition)
+            for n, reply in zip(lost, self._flush(client, [calls[n] for n in lost]), strict=True):
+                replies[n] = reply
+        return [self._settle(client, call, reply) for call, reply in zip(calls, replies,
+                                                                         strict=True)]
+
+    def _flush(self, client: Any, calls: Sequence[Call]) -> list[Any]:
         with client.pipeline(transaction=False) as pipe:
             for transition, keys, args in calls:
                 self._send(pipe, transition, keys, args)
             replies: list[Any] = pipe.execute(raise_on_error=False)
-        return [self._settle(client, call, reply) for call, reply in zip(calls, replies,
-                                                                         strict=True)]
+        return replies
 
     def _settle(self, client: Any, call: Call, reply: Any) -> Any:
         if isinstance(reply, NoScriptError):
@@ -70,7 +81,11 @@ class Executor(ABC):
 
     @abstractmethod
     def prepare(self, client: Any, transition: Transition) -> None:
-        """Makes ``transition`` runnable on ``client`` before a pipeline is built."""
+        """Refuses ``transition`` before a pipeline is built if this wire cannot run it."""
+
+    @abstractmethod
+    def load(self, client: Any, transition: Transition) -> None:
+        """Makes ``transition`` runnable again on a server that refused it with NOSCRIPT."""
 
     @abstractmethod
     def _send(self, client: Any, transition: Transition, keys: Sequence[str],
@@ -92,6 +107,9 @@ class ScriptExecutor(Executor):
             return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
     def prepare(self, client: Any, transition: Transition) -> None:
+        """Nothing: a batch is sent as EVALSHA, and only a NOSCRIPT reply loads the script."""
+
+    def load(self, client: Any, transition: Transition) -> None:
         client.script_load(script_for(transition).source)
 
 
@@ -108,6 +126,9 @@ class NativeExecutor(Executor):
     def prepare(self, client: Any, transition: Transition) -> None:
         if transition.native is None:
             raise Wire6Unsupported(transition.public_name)
+
+    def load(self, client: Any, transition: Transition) -> None:
+        """Nothing: a module's commands are never lost as scripts are."""
 
 
 _EXECUTORS: dict[int, Executor] = {5: ScriptExecutor(), 6: NativeExecutor()}

@@ -7,27 +7,37 @@ which attempt ran past its time limit, how an outcome is settled, how long to pa
 back off on an error. Times given to the core are the shell's monotonic seconds; nothing here
 reads a clock, a socket or a thread.
 
-The core holds a *set* of leases in hand: the heartbeat extends every one of them, and the time
-limit applies to each. A shell takes one job at a time today (``capacity`` 1); one that takes a
-batch needs no other logic.
+The core holds a *set* of leases in hand: jobs prefetched (claimed, not started), the job whose
+handler runs, and outcomes waiting to be sent. A round is one ``settle`` call: the outcomes
+waiting, then a claim of the next batch (``Round``). Handlers run one at a time, in claim order;
+an outcome waits for the next round, at most ``settle_delay_ms`` (the keeper sends it otherwise,
+so a slow handler holds no earlier ack back). The heartbeat extends every lease in hand in one
+call, and the time limit applies to each running attempt. A consumer that just started or woke
+claims one job, then doubles its batch while whole batches come back, up to ``capacity`` (the
+consumer's ``prefetch``): a parked crowd woken by a small burst shares it rather than one
+consumer taking it all.
 """
 
 from __future__ import annotations
 
 import enum
 import traceback
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import redis
 
-from echomq.calls import Job
+from echomq import calls
+from echomq.calls import Job, Outcome, Verdict
 from echomq.errors import EchoMQError, FatalServerError, StaleLease
 
 Clock = Callable[[], int]
 
 HOUSEKEEPING_MS = 1_000
 PARK_FLOOR_MS = 10
+PREFETCH = 64
+SETTLE_DELAY_MS = 5
 BACKOFF_FIRST_S = 0.1
 SETTLE_PAUSE_CAP_S = 1.0
 # How far below a client's socket timeout a park stays, so BLPOP always answers before it trips.
@@ -145,13 +155,15 @@ class Settings:
     retention_ms: int | None
     heartbeat: bool
     lanes: bool
-    capacity: int = 1
+    capacity: int = 1  # the consumer's prefetch: most jobs in hand at once
+    settle_delay_ms: int = SETTLE_DELAY_MS
 
     def __post_init__(self) -> None:
         positive = (self.lease_ms, self.park_cap_ms, self.housekeeping_ms, self.capacity)
-        if min(positive) < 1 or self.retry_delay_ms < 0 or self.park_floor_ms < 0:
-            raise ValueError("lease_ms, park_cap_ms, housekeeping_ms must be positive, "
-                             "retry_delay_ms and park_floor_ms non-negative")
+        if min(positive) < 1 or self.retry_delay_ms < 0 or self.park_floor_ms < 0 \
+                or self.settle_delay_ms < 0:
+            raise ValueError("lease_ms, park_cap_ms, housekeeping_ms, prefetch must be positive, "
+                             "retry_delay_ms, park_floor_ms, settle_delay_ms non-negative")
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError("max_attempts must be positive (or None: the queue's)")
         if self.time_limit_ms is not None and self.time_limit_ms < 1:
@@ -160,6 +172,12 @@ class Settings:
     @property
     def extend_every_s(self) -> float:
         return max(self.lease_ms / 3, 1) / 1000
+
+    @property
+    def batch_claims(self) -> bool:
+        """Whether claims take batches: a lane consumer takes one job at a time, lanes first,
+        so every lane gets its turn."""
+        return not self.lanes
 
 
 @dataclass(frozen=True)
@@ -190,6 +208,14 @@ class Lease:
     extend_at: float
 
 
+@dataclass(frozen=True)
+class Round:
+    """One settle call: the outcomes to send, in order, and how many jobs to claim with them."""
+
+    outcomes: list[Outcome]
+    claim: int
+
+
 @dataclass
 class Backoff:
     """The pause after consecutive transient errors: 0.1 s, doubling, up to ``cap_s``."""
@@ -214,9 +240,18 @@ class LoopCore:
     running: set[Job] = field(default_factory=set)
     housekeeping_at: float = 0.0  # due at once
     backoff: Backoff = field(init=False)
+    # Jobs claimed and not started, in claim order (each also in ``leases``).
+    prefetched: deque[Job] = field(default_factory=deque)
+    # Outcomes of finished attempts not sent yet, and since when the oldest waits.
+    outbox: list[Outcome] = field(default_factory=list)
+    outbox_since: float | None = None
+    unsent_rounds: int = 0  # consecutive rounds that could not be sent
+    # How many jobs the next claim asks for: 1 after a start or a park, doubling up to capacity.
+    ramp: int = 1
 
     def __post_init__(self) -> None:
         self.backoff = Backoff(max(self.settings.park_cap_ms / 1000, BACKOFF_FIRST_S))
+        self._ack = Ack(self.settings.retention_ms)
 
     # housekeeping ---------------------------------------------------------------------------
 
@@ -230,11 +265,6 @@ class LoopCore:
 
     # claims ---------------------------------------------------------------------------------
 
-    def claim_kinds(self) -> tuple[str, ...]:
-        """What to try to claim, in order: the lanes in turn, then flat jobs (so a queue that
-        mixes both is drained whole)."""
-        return ("lane", "flat") if self.settings.lanes else ("flat",)
-
     def room(self) -> int:
         """How many more jobs the shell may take into hand."""
         return max(0, self.settings.capacity - len(self.leases))
@@ -243,6 +273,49 @@ class LoopCore:
         """``job`` was claimed at ``now`` and its handler starts: its lease is in hand."""
         self.leases[job] = Lease(job, now, now + self.settings.extend_every_s)
         self.running.add(job)
+
+    def claim_count(self) -> int:
+        """How many jobs the next claim asks for: the ramp, within the room left."""
+        if not self.settings.batch_claims:
+            return 1 if not self.leases else 0
+        return min(self.ramp, self.room())
+
+    def claimed(self, jobs: Sequence[Job], asked: int, now: float) -> None:
+        """A claim for ``asked`` jobs returned ``jobs`` at ``now``: their leases are in hand,
+        queued to run in claim order. A whole batch doubles the next one."""
+        every = now + self.settings.extend_every_s
+        for job in jobs:
+            self.leases[job] = Lease(job, now, every)
+        self.prefetched.extend(jobs)
+        if asked and len(jobs) == asked:
+            self.ramp = min(self.ramp * 2, self.settings.capacity)
+
+    def rested(self) -> None:
+        """The consumer parks (or starts a beat): its next claim takes one job again."""
+        self.ramp = 1
+
+    def next_job(self, now: float) -> Job | None:
+        """The next prefetched job still in hand, its handler starting at ``now``; None when
+        none is left (a lease lost at its heartbeat, or handed back, is skipped)."""
+        while self.prefetched:
+            job = self.prefetched.popleft()
+            lease = self.leases.get(job)
+            if lease is not None:
+                lease.started = now
+                self.running.add(job)
+                return job
+        return None
+
+    def take_prefetched(self) -> list[Job]:
+        """Let go of the jobs prefetched and not started: the caller hands them back."""
+        jobs = [job for job in self.prefetched if self.leases.pop(job, None) is not None]
+        self.prefetched.clear()
+        return jobs
+
+    @property
+    def in_hand(self) -> bool:
+        """A lease is held or an outcome waits to be sent: the keeper stays awake."""
+        return bool(self.leases or self.outbox or self.running)
 
     def finished(self, job: Job) -> bool:
         """``job``'s handler returned: let go of its lease; True if it was still in hand, so the
@@ -272,6 +345,26 @@ class LoopCore:
             return []
         return [lease.job for lease in self.leases.values() if now >= lease.extend_at]
 
+    def heartbeat(self, now: float) -> list[Job]:
+        """Every lease in hand — prefetched, running, and finished with its outcome not sent —
+        when any of them is due an extend (one call for all); else none."""
+        if not self.extends_due(now):
+            return []
+        return [*self.leases, *(outcome.job for outcome in self.outbox)]
+
+    def heartbeat_done(self, jobs: Iterable[Job], verdicts: Sequence[Verdict] | None,
+                       now: float) -> list[Job]:
+        """The heartbeat of ``jobs`` replied ``verdicts`` (None: it failed). Schedules the next
+        extends; returns the jobs whose lease was found lost, let go of here."""
+        lost: list[Job] = []
+        for n, job in enumerate(jobs):
+            stale = verdicts is not None and verdicts[n] is Verdict.STALE
+            if stale and self.release(job):
+                lost.append(job)
+            else:
+                self.extended(job, now, ok=verdicts is not None)
+        return lost
+
     def extended(self, job: Job, now: float, *, ok: bool) -> None:
         """An extend of ``job`` returned (``ok``) or failed; schedule the next one — sooner
         after a failure, so a passing error does not cost the lease."""
@@ -281,12 +374,12 @@ class LoopCore:
             lease.extend_at = now + (every if ok else max(every / 4, 0.01))
 
     def overruns(self, now: float) -> list[Job]:
-        """Leases in hand whose attempt has run past the time limit."""
+        """Running attempts in hand that have run past the time limit."""
         limit = self.settings.time_limit_ms
         if limit is None:
             return []
-        return [lease.job for lease in self.leases.values()
-                if now - lease.started >= limit / 1000]
+        return [job for job in self.running
+                if (lease := self.leases.get(job)) and now - lease.started >= limit / 1000]
 
     def take_overruns(self, now: float) -> list[Job]:
         """Release and return the leases that ran past the time limit: the caller settles them
@@ -297,21 +390,70 @@ class LoopCore:
         return over
 
     def next_tick(self, now: float) -> float:
-        """Seconds until the keeper (heartbeat, housekeeping, time limit) has work to do."""
+        """Seconds until the keeper (heartbeat, housekeeping, time limit, an outcome waiting)
+        has work to do."""
         due = [self.housekeeping_at]
         if self.settings.heartbeat:
             due.extend(lease.extend_at for lease in self.leases.values())
         if self.settings.time_limit_ms is not None:
-            due.extend(lease.started + self.settings.time_limit_ms / 1000
-                       for lease in self.leases.values())
+            due.extend(self.leases[job].started + self.settings.time_limit_ms / 1000
+                       for job in self.running if job in self.leases)
+        if self.outbox_since is not None:
+            due.append(self.outbox_since + self.settings.settle_delay_ms / 1000)
         return max(0.0, min(due) - now)
+
+    # rounds ---------------------------------------------------------------------------------
+
+    def record(self, job: Job, settlement: Settlement, now: float) -> bool:
+        """Queue ``job``'s outcome for the next round; True when it is the first waiting (the
+        keeper then has a new deadline)."""
+        outcome: Outcome
+        if isinstance(settlement, Ack):
+            outcome = calls.Ack(job)
+        else:
+            outcome = calls.Retry(job, settlement.delay_ms, settlement.error,
+                                  settlement.max_attempts)
+        self.outbox.append(outcome)
+        if self.outbox_since is None:
+            self.outbox_since = now
+            return True
+        return False
+
+    def outbox_due(self, now: float) -> bool:
+        """Whether the oldest outcome waiting has waited ``settle_delay_ms``."""
+        since = self.outbox_since
+        return since is not None and now - since >= self.settings.settle_delay_ms / 1000
+
+    def take_round(self, claim: int = 0, hand_back: bool = False) -> Round:
+        """The next settle call: every outcome waiting (and, when ``hand_back``, a release of
+        each job prefetched and not started), with a claim of ``claim`` jobs."""
+        outcomes = self.outbox
+        self.outbox, self.outbox_since = [], None
+        if hand_back:
+            outcomes += [calls.Release(job) for job in self.take_prefetched()]
+        return Round(outcomes, claim)
+
+    def unsent(self, round_: Round, now: float) -> None:
+        """``round_`` could not be sent: its outcomes wait again, ahead of newer ones, and go
+        out after a pause that grows with each failure in a row (its releases are dropped: those
+        leases run out and recover puts the jobs back)."""
+        self.unsent_rounds += 1
+        kept = [outcome for outcome in round_.outcomes if not isinstance(outcome, calls.Release)]
+        if kept:
+            self.outbox[:0] = kept
+            pause = self.settle_pause(self.unsent_rounds, 0.0) or SETTLE_PAUSE_CAP_S
+            self.outbox_since = now + pause - self.settings.settle_delay_ms / 1000
+
+    def sent(self) -> None:
+        """A round went out."""
+        self.unsent_rounds = 0
 
     # settling -------------------------------------------------------------------------------
 
     def settlement(self, failure: BaseException | None) -> Settlement:
         """How to settle an attempt that returned (``failure`` None) or raised ``failure``."""
         if failure is None:
-            return Ack(self.settings.retention_ms)
+            return self._ack
         return Retry(self.settings.retry_delay_ms, error_text(failure), self.settings.max_attempts)
 
     def overrun_settlement(self) -> Retry:

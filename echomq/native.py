@@ -48,7 +48,12 @@ def checked_lane(group: str) -> str:
 
 
 def checked_int(name: str, value: int, minimum: int) -> str:
-    """``value`` as the decimal argument the protocol takes; ArgumentError if out of range."""
+    """``value`` as the decimal argument the protocol takes; ArgumentError if out of range.
+
+    A plain int from ``minimum`` to INT_MAX is its own decimal, which the C rule always accepts:
+    it is returned without the call into C (this runs for every item of every batch)."""
+    if type(value) is int and minimum <= value <= INT_MAX and minimum >= 0:
+        return str(value)
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else ""
     raw = text.encode()
     out = ffi.new("long long *")

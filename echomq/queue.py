@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from echomq.calls import (
     DEFAULT_BATCH_LIMIT,
@@ -22,6 +22,7 @@ from echomq.calls import (
     Outcome,
     Payload,
     QueueCalls,
+    Release,
     Retry,
     Verdict,
     earliest,
@@ -34,8 +35,9 @@ from echomq.calls import (
 )
 from echomq.errors import EvictionPolicyWarning
 from echomq.executors import executor_for
+from echomq.registry import REGISTRY_KEY
 
-__all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "Outcome", "Queue", "Retry", "Verdict",
+__all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "Outcome", "Queue", "Release", "Retry", "Verdict",
            "warn_if_evicting"]
 
 log = logging.getLogger("echomq")
@@ -69,6 +71,7 @@ class Queue:
         self.name = name
         self.calls = QueueCalls(name, retention_ms=retention_ms, max_attempts=max_attempts)
         self.executor = executor_for(wire)
+        self._registered = False
         if check_policy:
             warn_if_evicting(conn)
 
@@ -105,14 +108,29 @@ class Queue:
 
         With ``lane``, the job joins its group's lane and is served by ``claim_lane`` in turn
         with the other groups (scripts only: a ``wire=6`` queue raises Wire6Unsupported)."""
-        return Verdict.of(self._send(self.calls.enqueue(job_id, payload, lane, now)))
+        verdict = Verdict.of(self._send(self.calls.enqueue(job_id, payload, lane, now)))
+        self._register()
+        return verdict
 
     def enqueue_many(self, items: Iterable[Item], *, now: int | None = None) -> list[Verdict]:
         """Admit many jobs in one wire flush; a verdict per item, in order. Items are
         ``(id, payload)`` or ``(id, payload, lane)``; every one is checked before anything is
         sent."""
         replies = self.executor.call_many(self.conn, self.calls.enqueue_many(items, now))
+        self._register()
         return [Verdict.of(reply) for reply in replies]
+
+    def _register(self) -> None:
+        """Enter this queue in the server's registry of queues after its first admission (once
+        per Queue), so operators' tools list it without scanning the keyspace. A user whose ACL
+        denies the registry key still produces: the queue is then found by ``stats --rescan``."""
+        if self._registered:
+            return
+        self._registered = True
+        try:
+            self.conn.sadd(REGISTRY_KEY, self.name)
+        except ResponseError as exc:
+            log.debug("queue %s not entered in %s: %s", self.name, REGISTRY_KEY, exc)
 
     # worker ---------------------------------------------------------------------------------
 
@@ -147,12 +165,20 @@ class Queue:
     def settle(self, outcomes: Iterable[Outcome], *, claim: int = 0,
                lease_ms: int = DEFAULT_LEASE_MS, retention_ms: int | None = None,
                now: int | None = None) -> tuple[list[Verdict], list[Job]]:
-        """A worker's round in one round trip: settle each outcome (``Ack(job)`` or
-        ``Retry(job, delay_ms, error, max_attempts)``) in order, then lease up to ``claim`` jobs
-        for ``lease_ms``, atomically. Returns a verdict per outcome — STALE for a lease that is
-        not current (not raised, so the others stand) — and the jobs leased, oldest first.
-        Every outcome is checked before anything is sent."""
+        """A worker's round in one round trip: settle each outcome (``Ack(job)``,
+        ``Retry(job, delay_ms, error, max_attempts)`` or ``Release(job)``) in order, then lease
+        up to ``claim`` jobs for ``lease_ms``, atomically. Returns a verdict per outcome — STALE
+        for a lease that is not current (not raised, so the others stand) — and the jobs leased,
+        oldest first. Every outcome is checked before anything is sent."""
         call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now)
+        return settled(self._send(call))
+
+    def settle_leased(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
+                      retention_ms: int | None, now: int | None) -> tuple[list[Verdict],
+                                                                         list[Job]]:
+        """``settle`` for a consumer's own round: the outcomes' jobs came from this queue's
+        claims, so their ids and fences are not checked again."""
+        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now, leased=True)
         return settled(self._send(call))
 
     def claim_many(self, count: int, lease_ms: int = DEFAULT_LEASE_MS, *,

@@ -192,11 +192,12 @@ EXTEND = Transition(
 )
 SETTLE = Transition(
     "settle",
-    ("active", "delayed", "dead", "pending", "fence"),
+    ("active", "delayed", "dead", "pending", "fence", "ring", "wake"),
     ("now", "retention_ms", "lease_ms", "count"),
     "EMQ.SETTLE",
     item_forms=(
         ItemForm("ack", ("id", "fence")),
+        ItemForm("release", ("id", "fence")),
         ItemForm("retry", ("id", "fence", "delay_ms", "max_attempts", "error")),
     ),
     summary="Settle many leases, then lease the next jobs, in one call (twin of settle.lua).",

@@ -69,7 +69,7 @@ enum {
     EMQ_COMMAND_COUNT
 };
 
-#define EMQ_KEYS_MAX 5
+#define EMQ_KEYS_MAX 7
 #define EMQ_ARGS_MAX 6
 #define EMQ_ITEM_ARGS_MAX 5
 
@@ -138,14 +138,16 @@ enum {
 #define EMQ_EXTEND_ARG_LEASE_MS 2
 #define EMQ_EXTEND_ARG_NOW 3
 
-/* EMQ.SETTLE 5 <base>active <base>delayed <base>dead <base>pending <base>fence <now> <retention_ms:0> <lease_ms:1> <count:0> [item ...] */
-#define EMQ_SETTLE_NUMKEYS 5
+/* EMQ.SETTLE 7 <base>active <base>delayed <base>dead <base>pending <base>fence <base>ring <base>wake <now> <retention_ms:0> <lease_ms:1> <count:0> [item ...] */
+#define EMQ_SETTLE_NUMKEYS 7
 #define EMQ_SETTLE_NARGS 4
 #define EMQ_SETTLE_KEY_ACTIVE 0
 #define EMQ_SETTLE_KEY_DELAYED 1
 #define EMQ_SETTLE_KEY_DEAD 2
 #define EMQ_SETTLE_KEY_PENDING 3
 #define EMQ_SETTLE_KEY_FENCE 4
+#define EMQ_SETTLE_KEY_RING 5
+#define EMQ_SETTLE_KEY_WAKE 6
 #define EMQ_SETTLE_ARG_NOW 0
 #define EMQ_SETTLE_ARG_RETENTION_MS 1
 #define EMQ_SETTLE_ARG_LEASE_MS 2
@@ -153,7 +155,10 @@ enum {
 #define EMQ_SETTLE_FORM_ACK 0
 #define EMQ_SETTLE_ACK_ARG_ID 0
 #define EMQ_SETTLE_ACK_ARG_FENCE 1
-#define EMQ_SETTLE_FORM_RETRY 1
+#define EMQ_SETTLE_FORM_RELEASE 1
+#define EMQ_SETTLE_RELEASE_ARG_ID 0
+#define EMQ_SETTLE_RELEASE_ARG_FENCE 1
+#define EMQ_SETTLE_FORM_RETRY 2
 #define EMQ_SETTLE_RETRY_ARG_ID 0
 #define EMQ_SETTLE_RETRY_ARG_FENCE 1
 #define EMQ_SETTLE_RETRY_ARG_DELAY_MS 2
@@ -254,6 +259,8 @@ static const EmqKeySpec emq_settle_keys[] = {
     {"dead", 4, -1, VALKEYMODULE_KEYTYPE_ZSET},
     {"pending", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
     {"fence", 5, -1, VALKEYMODULE_KEYTYPE_STRING},
+    {"ring", 4, -1, VALKEYMODULE_KEYTYPE_LIST},
+    {"wake", 4, -1, VALKEYMODULE_KEYTYPE_LIST},
 };
 static const EmqArgSpec emq_settle_args[] = {
     {"now", EMQ_ARG_NOW, 0},
@@ -268,13 +275,18 @@ static const EmqArgSpec emq_settle_form0_args[] = {
 static const EmqArgSpec emq_settle_form1_args[] = {
     {"id", EMQ_ARG_ID, 0},
     {"fence", EMQ_ARG_INT, 1},
+};
+static const EmqArgSpec emq_settle_form2_args[] = {
+    {"id", EMQ_ARG_ID, 0},
+    {"fence", EMQ_ARG_INT, 1},
     {"delay_ms", EMQ_ARG_INT, 0},
     {"max_attempts", EMQ_ARG_INT, 1},
     {"error", EMQ_ARG_BYTES, 0},
 };
 static const EmqItemForm emq_settle_forms[] = {
     {"ack", 2, emq_settle_form0_args},
-    {"retry", 5, emq_settle_form1_args},
+    {"release", 2, emq_settle_form1_args},
+    {"retry", 5, emq_settle_form2_args},
 };
 static const EmqKeySpec emq_extend_many_keys[] = {
     {"active", 6, -1, VALKEYMODULE_KEYTYPE_ZSET},
@@ -388,9 +400,9 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_settle_keys,
      EMQ_SETTLE_NARGS,
      emq_settle_args,
-     2,
+     3,
      emq_settle_forms,
-     "ack <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>"},
+     "ack <id> <fence>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>"},
     {"emq.extend_many",
      "EXTEND_MANY",
      "write getkeys-api no-mandatory-keys",

@@ -767,17 +767,26 @@ static int emq_extend(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc)
 
 /* ---- Batches: settle and extend_many ------------------------------------------------------------ */
 
-/* One element of a batch: an item of EMQ.SETTLE (ack or retry) or a pair of EMQ.EXTEND_MANY. */
+/* What an item of EMQ.SETTLE does to its lease (a pair of EMQ.EXTEND_MANY is an OP_ACK-shaped
+ * id and fence). */
+enum { OP_ACK, OP_RETRY, OP_RELEASE };
+
+/* One element of a batch: an item of EMQ.SETTLE (ack, retry or release) or a pair of
+ * EMQ.EXTEND_MANY. */
 typedef struct {
-    int retry;
+    int op;
     ValkeyModuleString *id, *error; /* views into argv */
     long long fence, delay_ms, max_attempts;
     ValkeyModuleString *row_name; /* owned, set once the shapes are all checked */
+    ValkeyModuleString *lane, *lane_key; /* owned: a release item's lane, when its row has one */
 } Item;
 
 static void items_free(ValkeyModuleCtx *ctx, Item *items, size_t n) {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (items[i].row_name) ValkeyModule_FreeString(ctx, items[i].row_name);
+        if (items[i].lane) ValkeyModule_FreeString(ctx, items[i].lane);
+        if (items[i].lane_key) ValkeyModule_FreeString(ctx, items[i].lane_key);
+    }
     ValkeyModule_Free(items);
 }
 
@@ -792,13 +801,15 @@ static long long parse_settle_items(const Call *call, int first, Item *items, ch
     long long n = 0;
     for (int i = first; i < call->nargs; n++) {
         ValkeyModuleString **a = call->args + i;
-        int width = arg_is(a[0], "ack") ? 3 : arg_is(a[0], "retry") ? 6 : 0;
-        if (width == 0 || i + width > call->nargs) {
+        int op = arg_is(a[0], "ack") ? OP_ACK : arg_is(a[0], "retry") ? OP_RETRY
+                                                : arg_is(a[0], "release") ? OP_RELEASE : -1;
+        int width = op == OP_RETRY ? 6 : 3;
+        if (op < 0 || i + width > call->nargs) {
             emq_item_error(err, cap, n + 1, EMQ_SETTLE_ITEM);
             return -1;
         }
         Item *it = &items[n];
-        *it = (Item){width == 6, a[1], NULL, 0, 0, 0, NULL};
+        *it = (Item){op, a[1], NULL, 0, 0, 0, NULL, NULL, NULL};
         Bytes id = bytes_of(a[1]);
         if (!emq_id_ok(id.p, id.n)) {
             snprintf(err, cap, "%s", EMQ_ERR_KIND);
@@ -808,7 +819,7 @@ static long long parse_settle_items(const Call *call, int first, Item *items, ch
             emq_number_error(err, cap, "fence", 1);
             return -1;
         }
-        if (it->retry) {
+        if (op == OP_RETRY) {
             if (!parse_int(a[3], 0, &it->delay_ms)) {
                 emq_number_error(err, cap, "delay_ms", 0);
                 return -1;
@@ -832,7 +843,7 @@ static long long parse_pairs(const Call *call, int first, Item *items, char *err
             emq_item_error(err, cap, n + 1, EMQ_EXTEND_ITEM);
             return -1;
         }
-        items[n] = (Item){0, call->args[i], NULL, 0, 0, 0, NULL};
+        items[n] = (Item){OP_ACK, call->args[i], NULL, 0, 0, 0, NULL, NULL, NULL};
         Bytes id = bytes_of(call->args[i]);
         if (!emq_id_ok(id.p, id.n)) {
             snprintf(err, cap, "%s", EMQ_ERR_KIND);
@@ -868,25 +879,88 @@ static const char *check_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *
     return NULL;
 }
 
-/* Settle one item: its verdict, the effects of ack or retry on a current lease. */
-static const char *settle_item(ValkeyModuleCtx *ctx, const RetryKeys *rk, const Item *it,
+static const char *check_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *lane_key);
+
+/* plan_release_lane of settle.lua: a release item's row that has a lane gets its lane key
+ * checked as recover checks it. NULL, or the error to reply. */
+static const char *plan_release_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *it) {
+    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ);
+    if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH)
+        ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &it->lane, NULL);
+    ValkeyModule_CloseKey(row);
+    if (it->lane == NULL) return NULL;
+    it->lane_key = derived_key(ctx, base, "lane:", it->lane);
+    return check_lane(ctx, acl, base, it->lane_key);
+}
+
+/* check_rows for EMQ.SETTLE: each item's row, and a release item's lane, in item order. */
+static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *items, long long n) {
+    for (long long i = 0; i < n; i++) {
+        items[i].row_name = derived_key(ctx, base, "job:", items[i].id);
+        const char *err = check_row(ctx, acl, items[i].row_name, base);
+        if (!err && items[i].op == OP_RELEASE) err = plan_release_lane(ctx, acl, base, &items[i]);
+        if (err) return err;
+    }
+    return NULL;
+}
+
+/* The declared keys of EMQ.SETTLE, open, and their names, in protocol order. */
+typedef struct {
+    ValkeyModuleKey **k;
+    ValkeyModuleString **names;
+} SettleKeys;
+
+enum { SK_ACTIVE, SK_DELAYED, SK_DEAD, SK_PENDING, SK_FENCE, SK_RING, SK_WAKE, SK_COUNT };
+
+/* finish_release of settle.lua, on a current lease: leave active, uncount the attempt (never
+ * below 0), back where recover puts an expired lease (a flat job to pending at its enqueued_at, a
+ * lane job to its lane's head, the group joining the ring if the lane was empty), a wake token. */
+static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, ValkeyModuleKey *row,
+                                  const Item *it, long long now) {
+    fx_zrem(ctx, sk->k[SK_ACTIVE], sk->names[SK_ACTIVE], it->id);
+    long long attempts = row_int_field(ctx, row, "attempts", 0);
+    char num[24];
+    ValkeyModuleString *uncounted = ValkeyModule_CreateString(ctx, num, decimal(attempts > 0 ? attempts - 1 : 0, num));
+    fx_hset1(ctx, row, it->row_name, "attempts", uncounted);
+    ValkeyModule_FreeString(ctx, uncounted);
+    if (it->lane) {
+        ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, it->lane_key, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+        if (ValkeyModule_ValueLength(lane) == 0)
+            fx_push(ctx, sk->k[SK_RING], sk->names[SK_RING], VALKEYMODULE_LIST_TAIL, it->lane);
+        fx_push(ctx, lane, it->lane_key, VALKEYMODULE_LIST_HEAD, it->id);
+        ValkeyModule_CloseKey(lane);
+    } else {
+        double at = (double)row_int_field(ctx, row, "enqueued_at", now);
+        fx_zadd(ctx, sk->k[SK_PENDING], sk->names[SK_PENDING], at, it->id);
+    }
+    fx_wake(ctx, sk->k[SK_WAKE], sk->names[SK_WAKE], 1);
+    return "RELEASED";
+}
+
+/* Settle one item: its verdict, the effects of ack, retry or release on a current lease. */
+static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const Item *it,
                                long long retention_ms, long long now) {
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    RetryKeys rk = {sk->k[SK_ACTIVE], sk->k[SK_DELAYED], sk->k[SK_DEAD],
+                    sk->names[SK_ACTIVE], sk->names[SK_DELAYED], sk->names[SK_DEAD]};
     /* Not the current lease (or one settled earlier in this batch): STALE, nothing changes. */
     const char *verdict = "STALE";
-    if (is_current_lease(ctx, rk->active, row, it->id, it->fence)) {
-        verdict = it->retry ? finish_retry(ctx, rk, row, it->row_name, it->id, it->error, it->delay_ms,
-                                           it->max_attempts, now)
-                            : finish_ack(ctx, rk->active, rk->active_name, row, it->row_name, it->id,
-                                         retention_ms);
+    if (is_current_lease(ctx, rk.active, row, it->id, it->fence)) {
+        if (it->op == OP_RETRY)
+            verdict = finish_retry(ctx, &rk, row, it->row_name, it->id, it->error, it->delay_ms,
+                                   it->max_attempts, now);
+        else if (it->op == OP_RELEASE)
+            verdict = finish_release(ctx, sk, row, it, now);
+        else
+            verdict = finish_ack(ctx, rk.active, rk.active_name, row, it->row_name, it->id, retention_ms);
     }
     ValkeyModule_CloseKey(row);
     return verdict;
 }
 
-/* EMQ.SETTLE 5 <base>active <base>delayed <base>dead <base>pending <base>fence
- *             <now> <retention_ms> <lease_ms> <count> [ack <id> <fence> | retry <id> <fence>
- *             <delay_ms> <max_attempts> <error>]...
+/* EMQ.SETTLE 7 <base>active <base>delayed <base>dead <base>pending <base>fence <base>ring <base>wake
+ *             <now> <retention_ms> <lease_ms> <count> [ack <id> <fence> | release <id> <fence> |
+ *             retry <id> <fence> <delay_ms> <max_attempts> <error>]...
  * Twin of settle.lua. *2 [+verdict...] [[id payload :attempt :fence]...] | EMQARITY EMQKEYS EMQNUM
  * EMQITEM EMQKIND WRONGTYPE EMQFENCE NOPERM TRYAGAIN.
  * Items are applied in order, then up to count jobs leased; everything is checked first. */
@@ -914,7 +988,7 @@ static int emq_settle(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc)
     if (count > 0 && !fence_counter(k[4], &last_fence)) fail = EMQ_ERR_FENCE;
     Acl acl = {ctx, NULL, 0};
     StrList claims = {0}, ghosts = {0};
-    if (!fail) fail = check_rows(ctx, &acl, base, items, n);
+    if (!fail) fail = check_settle_rows(ctx, &acl, base, items, n);
     if (!fail) fail = plan_claims(ctx, &acl, base, k[3], count, &claims, &ghosts);
     /* Each lease takes the next fence: a batch the counter cannot number to its end is refused. */
     if (!fail && last_fence + (long long)claims.n > EMQ_INT_MAX) fail = EMQ_ERR_FENCE;
@@ -923,15 +997,15 @@ static int emq_settle(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc)
         strlist_free(ctx, &claims);
         strlist_free(ctx, &ghosts);
         items_free(ctx, items, (size_t)n);
-        close_keys(k, 5);
+        close_keys(k, SK_COUNT);
         return reply_error(ctx, fail);
     }
 
-    RetryKeys rk = {k[0], k[1], k[2], call.keys[0], call.keys[1], call.keys[2]};
+    SettleKeys sk = {k, call.keys};
     ValkeyModule_ReplyWithArray(ctx, 2);
     ValkeyModule_ReplyWithArray(ctx, n);
     for (long long i = 0; i < n; i++)
-        ValkeyModule_ReplyWithSimpleString(ctx, settle_item(ctx, &rk, &items[i], retention_ms, now));
+        ValkeyModule_ReplyWithSimpleString(ctx, settle_item(ctx, &sk, &items[i], retention_ms, now));
     for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, k[3], call.keys[3], ghosts.v[i]);
     ClaimKeys ck = {k[3], k[0], k[4], call.keys[3], call.keys[0], call.keys[4]};
     ValkeyModule_ReplyWithArray(ctx, (long)claims.n);
@@ -940,7 +1014,7 @@ static int emq_settle(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc)
     strlist_free(ctx, &claims);
     strlist_free(ctx, &ghosts);
     items_free(ctx, items, (size_t)n);
-    close_keys(k, 5);
+    close_keys(k, SK_COUNT);
     return VALKEYMODULE_OK;
 }
 
@@ -1005,16 +1079,21 @@ static void moves_free(ValkeyModuleCtx *ctx, Move *moves, size_t n) {
     ValkeyModule_Free(moves);
 }
 
-/* The lane of a live job to be put back: its key checked (ACL, slot, type). NULL or the error. */
-static const char *plan_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Move *m) {
-    m->lane_key = derived_key(ctx, base, "lane:", m->lane);
-    if (!acl_may_access(acl, m->lane_key)) return EMQ_ERR_PERM;
-    ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, m->lane_key, VALKEYMODULE_READ);
+/* A lane key a job goes back to: checked (ACL, slot, type). NULL or the error. */
+static const char *check_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *lane_key) {
+    if (!acl_may_access(acl, lane_key)) return EMQ_ERR_PERM;
+    ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, lane_key, VALKEYMODULE_READ);
     int t = ValkeyModule_KeyType(lane);
     ValkeyModule_CloseKey(lane);
-    if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, m->lane_key, base)) return EMQ_ERR_MOVING;
+    if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, lane_key, base)) return EMQ_ERR_MOVING;
     if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_LIST) return EMQ_ERR_TYPE;
     return NULL;
+}
+
+/* The lane of a live job to be put back: its key checked. NULL or the error. */
+static const char *plan_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Move *m) {
+    m->lane_key = derived_key(ctx, base, "lane:", m->lane);
+    return check_lane(ctx, acl, base, m->lane_key);
 }
 
 /* First pass: sort the due entries into live moves and ghosts, checking every derived key (ACL,

@@ -12,9 +12,9 @@ import redis.asyncio as aredis
 
 from echomq import Job, KindError, StaleLease, Verdict, Wire6Unsupported
 from echomq.aio import Queue, async_executor_for
+from echomq.conformance.cases import Case, all_cases
 from echomq.embedded import EmbeddedValkey
 from echomq.executors import executor_for
-from tests.conformance.cases import Case, all_cases
 
 NOW = 1_700_000_000_000
 T = TypeVar("T")

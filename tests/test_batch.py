@@ -9,9 +9,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 import redis.asyncio as aredis
+from hypothesis import given
+from hypothesis import strategies as st
 
 import echomq.aio
-from echomq import Ack, ArgumentError, Job, KindError, Queue, Retry, Verdict
+from echomq import Ack, ArgumentError, Job, KindError, Queue, Release, Retry, Verdict
 from echomq.embedded import EmbeddedValkey
 
 NOW = 1_700_000_000_000
@@ -70,6 +72,40 @@ def test_retry_inside_a_batch_ends_dead_at_max_attempts(queue: Queue) -> None:
     verdicts, _ = queue.settle([Retry(job, error="spent", max_attempts=1)], now=NOW + 1)
     assert verdicts == [Verdict.DEAD]
     assert queue.conn.zscore(queue.key("dead"), "JOB:0") == NOW + 1
+
+
+def test_release_hands_leases_back_unrun(queue: Queue) -> None:
+    """A released job is pending again at once where it was, its attempt uncounted; its fence
+    is never handed out again, and its old holder's lease is stale."""
+    fill(queue, 3)
+    jobs = queue.claim_many(3, now=NOW + 5)
+    queue.conn.delete(queue.key("wake"))
+    verdicts, claimed = queue.settle([Release(jobs[0]), Ack(jobs[1]), Release(jobs[0]),
+                                      Release(jobs[2])], claim=3, now=NOW + 10)
+    assert verdicts == [Verdict.RELEASED, Verdict.ACKED, Verdict.STALE, Verdict.RELEASED]
+    assert claimed == []  # what a call releases, it does not claim
+    assert queue.conn.zrange(queue.key("pending"), 0, -1, withscores=True) == [
+        (b"JOB:0", NOW), (b"JOB:2", NOW)]
+    assert queue.conn.zcard(queue.key("active")) == 0
+    assert queue.conn.hget(queue.key("job", "JOB:0"), "attempts") == b"0"
+    assert queue.conn.llen(queue.key("wake")) == 2
+    again = queue.claim_many(3, now=NOW + 20)
+    assert [(job.id, job.attempt, job.fence) for job in again] == [("JOB:0", 1, 4), ("JOB:2", 1, 5)]
+    assert queue.settle([Ack(jobs[0])])[0] == [Verdict.STALE]
+
+
+def test_release_puts_a_lane_job_back_at_its_lanes_head(conn: redis.Redis) -> None:
+    queue = Queue(conn, "batch", wire=5)
+    queue.enqueue("JOB:a1", "1", lane="a", now=NOW)
+    queue.enqueue("JOB:a2", "2", lane="a", now=NOW)
+    job = queue.claim_lane(now=NOW)
+    assert job is not None and job.id == "JOB:a1"
+    for wire in (5, 6):  # released by either executor: the lane's order is kept
+        verdicts, _ = Queue(conn, "batch", wire=wire).settle([Release(job)], now=NOW)
+        assert verdicts == [Verdict.RELEASED]
+        assert conn.lrange(queue.key("lane", lane="a"), 0, -1) == [b"JOB:a1", b"JOB:a2"]
+        job = queue.claim_lane(now=NOW)
+        assert job is not None and (job.id, job.attempt) == ("JOB:a1", 1)
 
 
 def test_extend_many_pushes_current_leases_only(queue: Queue) -> None:
@@ -157,3 +193,65 @@ def test_asyncio_queue_has_the_same_batches(valkey: EmbeddedValkey, wire: int) -
     assert extended == [Verdict.EXTENDED, Verdict.EXTENDED]
     assert verdicts == [Verdict.ACKED, Verdict.RETRYING]
     assert jobs == [Job("JOB:3", b"c", 1, fence=3)]
+
+
+def script_calls(conn: redis.Redis) -> tuple[int, int]:
+    """(SCRIPT LOAD, EVALSHA) calls since the last CONFIG RESETSTAT."""
+    stats = conn.info("commandstats")
+    return (int(stats.get("cmdstat_script|load", {}).get("calls", 0)),
+            int(stats.get("cmdstat_evalsha", {}).get("calls", 0)))
+
+
+def test_enqueue_many_loads_no_script_on_a_warm_server(conn: redis.Redis) -> None:
+    """A batch is EVALSHA only; a server that lost its scripts gets one load and the failed
+    calls sent again, together."""
+    queue = Queue(conn, "batch", wire=5)
+    queue.enqueue_many([("JOB:warm", "w")], now=NOW)
+    conn.config_resetstat()
+    for batch in range(3):
+        queue.enqueue_many([(f"JOB:{batch}.{i}", "p") for i in range(4)], now=NOW)
+    assert script_calls(conn) == (0, 12)
+    conn.script_flush()
+    conn.config_resetstat()
+    verdicts = queue.enqueue_many([(f"JOB:f{i}", "p") for i in range(5)], now=NOW)
+    assert verdicts == [Verdict.ENQUEUED] * 5
+    assert script_calls(conn) == (1, 10)
+    assert queue.counts()["pending"] == 18
+
+
+def test_asyncio_enqueue_many_loads_no_script_on_a_warm_server(valkey: EmbeddedValkey,
+                                                               conn: redis.Redis) -> None:
+    async def body() -> list[Verdict]:
+        client = aredis.Redis(host="127.0.0.1", port=valkey.port)
+        try:
+            queue = echomq.aio.Queue(client, "batch", wire=5)
+            await queue.enqueue_many([("JOB:warm", "w")], now=NOW)
+            await client.config_resetstat()
+            for batch in range(3):
+                await queue.enqueue_many([(f"JOB:{batch}.{i}", "p") for i in range(4)], now=NOW)
+            assert script_calls(conn) == (0, 12)
+            await client.script_flush()
+            await client.config_resetstat()
+            return await queue.enqueue_many([(f"JOB:f{i}", "p") for i in range(5)], now=NOW)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(body()) == [Verdict.ENQUEUED] * 5
+    assert script_calls(conn) == (1, 10)
+
+
+@given(value=st.one_of(st.integers(-10, 10**16), st.sampled_from([
+    0, 1, 999_999_999_999_999, 10**15, -1, True, False])), minimum=st.sampled_from([0, 1]))
+def test_checked_int_takes_a_plain_int_exactly_as_the_c_rule_does(value: int,
+                                                                  minimum: int) -> None:
+    """checked_int answers a plain int in range without calling into C: the same answer."""
+    from echomq._core import ffi, lib
+
+    from echomq.native import checked_int
+
+    text = str(value) if type(value) is int else ""
+    accepted = bool(lib.emq_parse_int(text.encode(), len(text), minimum, ffi.new("long long *")))
+    try:
+        assert checked_int("n", value, minimum) == text and accepted
+    except ArgumentError:
+        assert not accepted

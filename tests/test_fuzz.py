@@ -2,8 +2,8 @@
 
 Whatever the list — numkeys of any shape, keys mixing the queue's and junk, binary, empty and
 huge strings, numbers at their edges — both executors must send the same bytes, leave the same
-keyspace (an error changes nothing), agree with the model (tests/model.py), and the server must
-still answer PING afterwards.
+keyspace (an error changes nothing), agree with the model (echomq/conformance/model.py), and the
+server must still answer PING afterwards.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from echomq.conformance.harness import Pair, assert_parity
+from echomq.conformance.model import Model, normalise
+from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey
 from echomq.transitions import TRANSITIONS, Transition
-from tests.conformance.harness import Pair, assert_parity
-from tests.model import Model, normalise
-from tests.resp import RawConnection
 
 BASE = b"emq:{q}:"
 NOW = 1_700_000_000_000

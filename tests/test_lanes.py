@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echomq import Job, LaneError, Queue, Verdict, Wire6Unsupported
+from echomq.conformance.harness import snapshot
+from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey
-from tests.conformance.harness import snapshot
-from tests.resp import RawConnection
 
 NOW = 1_700_000_000_000
 

@@ -158,3 +158,171 @@ class CoreMachine(RuleBasedStateMachine):
 
 
 TestCoreMachine = CoreMachine.TestCase
+
+
+# batches ------------------------------------------------------------------------------------
+
+
+def test_claims_ramp_from_one_to_the_prefetch_and_start_over_after_a_rest() -> None:
+    core = LoopCore(settings(capacity=8))
+    asked = []
+    for _ in range(5):
+        count = core.claim_count()
+        asked.append(count)
+        core.claimed([job(100 * len(asked) + n) for n in range(count)], count, 0.0)
+        while (started := core.next_job(0.0)) is not None:
+            assert core.finished(started)
+    assert asked == [1, 2, 4, 8, 8]
+    core.claimed([job(1)], 8, 0.0)  # a short batch: the queue ran dry, the ramp stays
+    assert core.ramp == 8
+    core.rested()
+    assert core.claim_count() == 1
+
+
+def test_a_lane_consumer_claims_one_job_at_a_time() -> None:
+    core = LoopCore(settings(lanes=True, capacity=8))
+    assert core.claim_count() == 1
+    core.claimed([job(1)], 1, 0.0)
+    assert core.claim_count() == 0
+
+
+def test_a_round_sends_every_outcome_waiting_and_a_stop_hands_back_the_rest() -> None:
+    core = LoopCore(settings(capacity=4, settle_delay_ms=5))
+    core.take_housekeeping(1.0)
+    core.claimed([job(1), job(2), job(3)], 3, 1.0)
+    first = core.next_job(1.0)
+    assert first == job(1) and core.finished(first)
+    assert core.record(first, core.settlement(None), 1.0) is True  # the first waiting
+    assert core.record(job(9), core.settlement(None), 1.001) is False
+    core.outbox.pop()
+    assert not core.outbox_due(1.004) and core.outbox_due(1.006)
+    assert core.next_tick(1.0) == pytest.approx(0.005)  # before the heartbeat (1.1)
+    assert core.heartbeat(1.0) == []
+    assert set(core.heartbeat(1.1)) == {job(1), job(2), job(3)}  # in hand and waiting: all
+    round_ = core.take_round(hand_back=True)
+    assert round_.claim == 0
+    assert [type(o).__name__ for o in round_.outcomes] == ["Ack", "Release", "Release"]
+    assert [o.job for o in round_.outcomes] == [job(1), job(2), job(3)]
+    assert not core.in_hand and core.next_job(2.0) is None
+
+
+def test_an_unsent_round_waits_again_ahead_of_newer_outcomes_after_a_pause() -> None:
+    core = LoopCore(settings(capacity=4, settle_delay_ms=5))
+    core.claimed([job(1), job(2), job(3)], 3, 0.0)
+    for _ in (1, 2):
+        started = core.next_job(0.0)
+        assert started is not None and core.finished(started)
+        core.record(started, core.settlement(None), 0.0)
+    round_ = core.take_round(hand_back=True)
+    core.unsent(round_, 10.0)
+    assert [o.job for o in core.outbox] == [job(1), job(2)]  # the releases are dropped
+    assert not core.outbox_due(10.05) and core.outbox_due(10.1)  # a pause, not at once
+    core.sent()
+    assert core.unsent_rounds == 0
+
+
+def test_a_lease_lost_at_the_heartbeat_is_skipped_not_run() -> None:
+    from echomq.calls import Verdict
+
+    core = LoopCore(settings(capacity=4))
+    core.claimed([job(1), job(2)], 2, 0.0)
+    beat = core.heartbeat(0.1)
+    assert core.heartbeat_done(beat, [Verdict.STALE, Verdict.EXTENDED], 0.1) == [job(1)]
+    assert core.next_job(0.2) == job(2)
+    assert core.next_job(0.2) is None
+    assert core.extends_due(0.15) == []  # extended: due again a third of a lease later
+
+
+class BatchMachine(RuleBasedStateMachine):
+    """Any order of claims, handler returns, keeper flushes, heartbeats (some leases lost),
+    failed rounds and stops: every job claimed ends exactly once — sent as one outcome,
+    handed back, or lost — runs in claim order, and the hand never holds more than the
+    prefetch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.core = LoopCore(settings(capacity=5, settle_delay_ms=5))
+        self.next_id = 0
+        self.claimed: list[Job] = []
+        self.ran: list[Job] = []
+        self.ended: dict[Job, str] = {}
+        self.current: Job | None = None
+
+    @precondition(lambda self: self.current is None)
+    @rule(available=st.integers(0, 8))
+    def claim_round(self, available: int) -> None:
+        round_ = self.core.take_round(self.core.claim_count())
+        self.sent(round_.outcomes)
+        jobs = []
+        for _ in range(min(round_.claim, available)):
+            self.next_id += 1
+            jobs.append(job(self.next_id))
+        self.claimed += jobs
+        self.core.claimed(jobs, round_.claim, 0.0)
+
+    @precondition(lambda self: self.current is None)
+    @rule()
+    def start(self) -> None:
+        self.current = self.core.next_job(0.0)
+        if self.current is not None:
+            self.ran.append(self.current)
+
+    @precondition(lambda self: self.current is not None)
+    @rule(fails=st.booleans())
+    def handler_returns(self, fails: bool) -> None:
+        assert self.current is not None
+        if self.core.finished(self.current):
+            failure = ValueError("x") if fails else None
+            self.core.record(self.current, self.core.settlement(failure), 0.0)
+        else:
+            assert self.ended[self.current] == "lost"
+        self.current = None
+
+    @rule()
+    def keeper_flush(self) -> None:
+        self.sent(self.core.take_round().outcomes)
+
+    @rule(data=st.data())
+    def heartbeat(self, data: st.DataObject) -> None:
+        from echomq.calls import Verdict
+
+        beat = self.core.heartbeat(1_000.0)
+        verdicts = [data.draw(st.sampled_from([Verdict.EXTENDED, Verdict.STALE]))
+                    for _ in beat]
+        for lost in self.core.heartbeat_done(beat, verdicts, 1_000.0):
+            assert lost not in self.ended
+            self.ended[lost] = "lost"
+
+    @rule()
+    def round_fails(self) -> None:
+        round_ = self.core.take_round()
+        self.core.unsent(round_, 0.0)
+
+    @precondition(lambda self: self.current is None)
+    @rule()
+    def stop(self) -> None:
+        self.sent(self.core.take_round(hand_back=True).outcomes)
+
+    def sent(self, outcomes: list[Any]) -> None:
+        for outcome in outcomes:
+            kind = type(outcome).__name__
+            if outcome.job in self.ended:  # a lost lease's outcome goes out STALE, no more
+                assert self.ended[outcome.job] == "lost" and kind != "Release"
+                continue
+            self.ended[outcome.job] = kind
+
+    @invariant()
+    def books(self) -> None:
+        core = self.core
+        assert len(core.leases) <= 5
+        assert self.ran == [j for j in self.claimed if j in self.ran]  # claim order
+        waiting = {outcome.job for outcome in core.outbox}
+        for claimed in self.claimed:
+            places = [claimed in core.prefetched and claimed in core.leases,
+                      claimed == self.current and claimed in core.leases,
+                      claimed in waiting, claimed in self.ended and claimed not in waiting]
+            assert sum(places) >= 1, claimed
+        assert set(core.leases) <= set(core.prefetched) | {self.current}
+
+
+TestBatchMachine = BatchMachine.TestCase

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from echomq.conformance.resp import Arg, RawConnection
 from echomq.embedded import EmbeddedValkey
 from echomq.scripts import script_for
 from echomq.transitions import ARGUMENTS, TRANSITIONS, Transition, keys_for, queue_base
 from tests.conftest import start_server
-from tests.resp import Arg, RawConnection
 
 PASSWORD = "pw"
 USER = "one-queue"

@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from echomq import Ack, Job, Queue, Retry, StaleLease
+from echomq.conformance.harness import snapshot
+from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey
-from tests.conformance.harness import snapshot
 from tests.conftest import start_server
-from tests.resp import RawConnection
 
 QUEUES = ("a", "b")
 IDS = [f"JOB:{i}" for i in range(12)]

@@ -1,14 +1,15 @@
 """Random transition sequences on both executors in lockstep, checked against a Python model.
 
-A hypothesis state machine drives one queue through enqueue, claim, ack, retry, extend, settle and
-extend_many batches mixed with those single verbs, recover, promote, requeue of dead jobs and bad
-input, on an explicit clock, while rules also tamper with the
+A hypothesis state machine drives one queue through enqueue, claim, ack, retry, extend, settle
+(ack, retry and release items) and extend_many batches mixed with those single verbs, recover,
+promote, requeue of dead jobs and bad input, on an explicit clock, while rules also tamper with the
 keyspace behind the queue's back (deleted rows, expired tombstones, wrong-typed keys, odd row
 fields, lane jobs) and crash workers (a claim whose lease runs out, then recover). Every call runs
-on the Lua db and the native db of a ``Pair`` (requeue, scripts only, runs its script on both);
-after every step both keyspaces must equal each other and the model's (tests/model.py), and SPEC
-invariants 1-4, 8 and 10 are checked explicitly: a stale holder is always refused, a fence never
-repeats for an id, a job recovered at its last attempt ends dead.
+on the Lua and the native scratch keys of a ``Pair`` (requeue, scripts only, runs its script on
+both); after every step both keyspaces must equal each other and the model's
+(echomq/conformance/model.py), and SPEC invariants 1-4, 8 and 10 are checked explicitly: a stale
+holder is always refused, a fence never repeats for an id, a job recovered at its last attempt
+ends dead.
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from echomq.conformance.harness import Outcome, Pair, assert_parity
+from echomq.conformance.model import (
+    KEY_TYPE,
+    LOST,
+    Model,
+    int_field,
+    normalise,
+    null,
+    status,
+)
 from echomq.embedded import EmbeddedValkey
 from echomq.scripts import script_for
 from echomq.transitions import (
@@ -43,8 +54,6 @@ from echomq.transitions import (
     TRANSITIONS,
     Transition,
 )
-from tests.conformance.harness import Outcome, Pair, assert_parity
-from tests.model import KEY_TYPE, LOST, Model, int_field, normalise, null, status
 
 BASE = b"emq:{q}:"
 OTHER = b"emq:{r}:"
@@ -122,18 +131,11 @@ class QueueMachine(RuleBasedStateMachine):
 
     def scripted(self, transition: Transition, argv: Argv) -> dict[str, Outcome]:
         """A scripts-only transition, run by its script on both databases."""
-        outcomes = {}
-        for name, conn in self.pair.both():
-            before = self.pair.snapshot(name)
-            reply = conn.call("EVALSHA", script_for(transition).sha, *argv)
-            outcomes[name] = Outcome(reply, before, self.pair.snapshot(name))
-        return outcomes
+        return self.pair.run(transition, argv, scripts_only=True)
 
     def behind_the_back(self, *command: bytes) -> None:
         """A raw data command on both databases and the model."""
-        for _, conn in self.pair.both():
-            reply = conn.call(*command)
-            assert not reply.startswith(b"-"), (command, reply)
+        self.pair.apply([command])
         self.model.apply_setup(command)
 
     def zmembers(self, role: bytes) -> list[bytes]:
@@ -280,13 +282,17 @@ class QueueMachine(RuleBasedStateMachine):
         items: list[tuple[bytes, bytes, int, Argv]] = []
         for _ in range(data.draw(st.integers(0, 4) if self.leases else st.just(0), label="n")):
             job_id, fence = self.pick_lease(data)
-            items.append((b"ack", job_id, fence, []) if data.draw(st.booleans(), label="ack")
-                         else (b"retry", job_id, fence, data.draw(RETRY_TAIL, label="retry")))
+            op = data.draw(st.sampled_from([b"ack", b"retry", b"release"]), label="op")
+            tail = data.draw(RETRY_TAIL, label="retry") if op == b"retry" else []
+            items.append((op, job_id, fence, tail))
         waiting = [j for j in self.zmembers(b"pending") if j in self.live][:count]
         holders = set(self.zmembers(b"active"))
         current = [self.is_current(job_id, fence) for _, job_id, fence, _ in items]
-        argv = [5, key(b"active"), key(b"delayed"), key(b"dead"), key(b"pending"),
-                key(b"fence"), self.now, retention_ms, lease_ms, count,
+        attempts = {job_id: int_field(self.model.hget(key(b"job", job_id), b"attempts"), 0)
+                    for _, job_id, _, _ in items if self.model.kind(key(b"job", job_id)) == b"hash"}
+        argv = [7, key(b"active"), key(b"delayed"), key(b"dead"), key(b"pending"),
+                key(b"fence"), key(b"ring"), key(b"wake"), self.now, retention_ms, lease_ms,
+                count,
                 *(word for op, job_id, fence, tail in items for word in (op, job_id, fence,
                                                                          *tail))]
         reply, _ = self.execute(SETTLE, argv)
@@ -294,6 +300,7 @@ class QueueMachine(RuleBasedStateMachine):
             return
         verdicts, jobs = parsed(reply)
         self.check_settled(items, current, verdicts)
+        self.check_released(items, verdicts, attempts, [job[0] for job in jobs])
         assert [job[0] for job in jobs] == waiting, "settle skipped the oldest live jobs"
         for job_id, _payload, _attempt, fence in jobs:
             assert job_id not in holders and job_id not in self.ghosts, job_id
@@ -314,10 +321,29 @@ class QueueMachine(RuleBasedStateMachine):
                 if job_id in settled:
                     event("an id settled twice in one batch")
                 continue
-            assert verdict in ((b"ACKED",) if op == b"ack" else (b"RETRYING", b"DEAD")), verdict
+            assert verdict in {b"ack": (b"ACKED",), b"release": (b"RELEASED",)}.get(
+                op, (b"RETRYING", b"DEAD")), verdict
             settled.add(job_id)
             if verdict == b"ACKED":
                 self.live.discard(job_id)
+
+    def check_released(self, items: list[tuple[bytes, bytes, int, Argv]], verdicts: list[bytes],
+                       attempts: dict[bytes, int], claimed: list[bytes]) -> None:
+        """A released job runs again at once: out of active, back in pending or its lane (not
+        claimed by the call that released it), its claim's attempt uncounted."""
+        for (_, job_id, _, _), verdict in zip(items, verdicts, strict=True):
+            if verdict != b"RELEASED":
+                continue
+            event("a lease released")
+            row = key(b"job", job_id)
+            assert job_id not in self.zmembers(b"active") and job_id not in claimed, job_id
+            lane = self.model.hget(row, b"lane")
+            if lane is None:
+                assert job_id in self.zmembers(b"pending"), job_id
+            else:
+                assert job_id in self.model.keys[key(b"lane:" + lane)].data, job_id
+            uncounted = int_field(self.model.hget(row, b"attempts"), 0)
+            assert uncounted == max(attempts[job_id] - 1, 0), (job_id, uncounted)
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data(), lease_ms=st.sampled_from([1, 1_000, 30_000]))

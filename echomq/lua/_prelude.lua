@@ -30,7 +30,8 @@ end
 local function item_error(n, shape)
   return redis.error_reply(string.format('EMQITEM item %d must be %s', n, shape))
 end
-local SETTLE_ITEM = 'ack <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>'
+local SETTLE_ITEM =
+  'ack <id> <fence>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>'
 
 local function number_error(name, min)
   return redis.error_reply(string.format('EMQNUM %s must be an integer from %d to 999999999999999',

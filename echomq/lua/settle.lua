@@ -1,27 +1,33 @@
 --[[
-  settle: a consumer's round in one call. Settle many leases (ack or retry each), then lease up to
-  count pending jobs, atomically.
+  settle: a consumer's round in one call. Settle many leases (ack, retry or release each), then
+  lease up to count pending jobs, atomically.
     KEYS[1] <base>active     leased jobs (zset)
     KEYS[2] <base>delayed    jobs waiting to run again (zset)
     KEYS[3] <base>dead       jobs that used up their attempts (zset)
     KEYS[4] <base>pending    flat jobs ready to run (zset)
     KEYS[5] <base>fence      the queue's fence counter (string)
+    KEYS[6] <base>ring       groups with waiting lane jobs (list)
+    KEYS[7] <base>wake       wake tokens (list)
     ARGV[1] now              ms, or * for the server clock
     ARGV[2] retention_ms     integer >= 0, an acked row's tombstone time (0: deleted)
     ARGV[3] lease_ms         integer >= 1, the lease of each job claimed
     ARGV[4] count            integer >= 0, how many jobs to claim at most
-    ARGV[5..] items          each `ack <id> <fence>` or
+    ARGV[5..] items          each `ack <id> <fence>`, `release <id> <fence>` or
                              `retry <id> <fence> <delay_ms> <max_attempts> <error>`
-  Derived: <base>job:<id> of every item's id and of each pending id walked.
+  Derived: <base>job:<id> of every item's id and of each pending id walked; <base>lane:<lane> of
+  a release item's row that has a lane.
   Items are applied in order with ack's and retry's semantics (an id settled twice: the second is
-  STALE); then jobs are leased as claim leases them, ghosts on the way dropped. The claim walk is
-  planned before anything is written.
-  Replies: a pair: the verdicts (+ACKED, +RETRYING, +DEAD or +STALE per item, in order) and the
-  jobs leased (each id, payload, attempt, fence) | EMQARITY, EMQKEYS, EMQNUM, EMQITEM, EMQKIND,
-  WRONGTYPE, EMQFENCE, NOPERM, TRYAGAIN errors.
+  STALE); release hands a lease back unrun: the job goes where recover would put it (a flat job to
+  pending at its enqueued_at, a lane job to its lane's head), its attempt is uncounted (never below
+  0; the fence counter is not rewound) and a wake token is left. Then jobs are leased as claim
+  leases them, ghosts on the way dropped. The claim walk is planned before anything is written, so
+  a job released by this call is not claimed by it.
+  Replies: a pair: the verdicts (+ACKED, +RETRYING, +DEAD, +RELEASED or +STALE per item, in order)
+  and the jobs leased (each id, payload, attempt, fence) | EMQARITY, EMQKEYS, EMQNUM, EMQITEM,
+  EMQKIND, WRONGTYPE, EMQFENCE, NOPERM, TRYAGAIN errors.
 ]]
-if #KEYS ~= 5 or #ARGV < 4 then return variadic_arity_error('SETTLE', 5, 4) end
-local base = keys_base({ 'active', 'delayed', 'dead', 'pending', 'fence' })
+if #KEYS ~= 7 or #ARGV < 4 then return variadic_arity_error('SETTLE', 7, 4) end
+local base = keys_base({ 'active', 'delayed', 'dead', 'pending', 'fence', 'ring', 'wake' })
 if base == nil then return redis.error_reply(E_KEYS) end
 local now = now_arg(ARGV[1])
 if now == nil then return redis.error_reply(E_NOW) end
@@ -38,7 +44,7 @@ local i = 5
 while i <= #ARGV do
   local n = #items + 1
   local op = ARGV[i]
-  local width = (op == 'ack' and 3) or (op == 'retry' and 6) or nil
+  local width = ((op == 'ack' or op == 'release') and 3) or (op == 'retry' and 6) or nil
   if width == nil or i + width - 1 > #ARGV then return item_error(n, SETTLE_ITEM) end
   local id = ARGV[i + 1]
   if not id_ok(id) then return redis.error_reply(E_KIND) end
@@ -54,11 +60,42 @@ while i <= #ARGV do
   items[n] = item
   i = i + width
 end
-if not types_ok({ 'zset', 'zset', 'zset', 'zset', 'string' }) then
+if not types_ok({ 'zset', 'zset', 'zset', 'zset', 'string', 'list', 'list' }) then
   return redis.error_reply(E_TYPE)
 end
 
 local active, delayed, dead, pending, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local ring, wake_key = KEYS[6], KEYS[7]
+
+-- A release item's lane, when its row has one: the lane key checked as recover checks it.
+-- Nil, or the error reply.
+local function plan_release_lane(item)
+  local lane = redis.call('HGET', item.row, 'lane')
+  if not lane then return nil end
+  local lane_key = base .. 'lane:' .. lane
+  if not may_access(lane_key) then return redis.error_reply(E_PERM) end
+  local t = derived_type(lane_key)
+  if t == nil then return redis.error_reply(E_MOVING) end
+  if t ~= 'none' and t ~= 'list' then return redis.error_reply(E_TYPE) end
+  item.lane, item.lane_key = lane, lane_key
+  return nil
+end
+
+-- release's effect on a current lease: leave active, uncount the attempt, go back where recover
+-- puts an expired lease, leave a wake token. Returns the verdict.
+local function finish_release(item)
+  redis.call('ZREM', active, item.id)
+  local attempts = int_field(redis.call('HGET', item.row, 'attempts'), 0)
+  redis.call('HSET', item.row, 'attempts', dec(math.max(attempts - 1, 0)))
+  if item.lane then
+    push_lane(ring, item, 'LPUSH')
+  else
+    local at = int_field(redis.call('HGET', item.row, 'enqueued_at'), now)
+    redis.call('ZADD', pending, dec(at), item.id)
+  end
+  wake(wake_key, 1)
+  return 'RELEASED'
+end
 local last_fence = 0
 if count > 0 then
   last_fence = fence_counter(fence_key)
@@ -67,6 +104,7 @@ end
 for n = 1, #items do
   items[n].row = base .. 'job:' .. items[n].id
   local err = check_row(items[n].row)
+  if err == nil and items[n].op == 'release' then err = plan_release_lane(items[n]) end
   if err then return err end
 end
 local claims, ghosts, err = plan_claims(base, pending, count)
@@ -82,6 +120,8 @@ for n = 1, #items do
     verdict = 'STALE'
   elseif item.op == 'ack' then
     verdict = finish_ack(active, item.row, item.id, retention_ms)
+  elseif item.op == 'release' then
+    verdict = finish_release(item)
   else
     verdict = finish_retry(active, delayed, dead, item.row, item.id, item.error, item.delay_ms,
       item.max_attempts, now)

@@ -11,15 +11,16 @@ import pytest
 import redis
 
 from echomq import Queue, Verdict
+from echomq.conformance.cases import BASE, GOOD, READY, leased
+from echomq.conformance.harness import command_for, snapshot
+from echomq.conformance.resp import Arg, RawConnection
 from echomq.embedded import EmbeddedValkey
 from echomq.scripts import script_for
 from echomq.transitions import ALL_TRANSITIONS, LANE_CLAIM, LANE_ENQUEUE, TRANSITIONS, Transition
-from tests.conformance.cases import BASE, GOOD, READY, leased
-from tests.conformance.harness import NATIVE_DB, SCRIPT_DB, command_for, snapshot
 from tests.conftest import start_server
-from tests.resp import Arg, RawConnection
 
 PASSWORD = "pw"
+SCRIPT_DB, NATIVE_DB = 1, 2  # each executor in a database of its own
 NOPERM_KEY = b"-NOPERM No permissions to access a key\r\n"
 # What the Lua executor runs (docs/PROTOCOL.md, ACL), HINCRBY for the derived-key check.
 DATA_COMMANDS = [
@@ -142,7 +143,7 @@ def test_tenant_runs_its_queue_and_is_refused_the_others(server: EmbeddedValkey,
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_derived_keys_are_checked_alike(server: EmbeddedValkey, user: str, transition: str,
                                         setup: list[list[Arg]], protocol: int) -> None:
-    from tests.conformance.harness import BY_NAME
+    from echomq.conformance.harness import BY_NAME
 
     tenant = Tenant(server.port, user, protocol)
     try:

@@ -18,6 +18,7 @@ import redis
 from redis.cluster import RedisCluster, key_slot
 
 from echomq import Ack, Job, Queue, Verdict, admin
+from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey
 from echomq.scripts import script_for
 from echomq.transitions import ALL_TRANSITIONS, ENQUEUE
@@ -26,7 +27,6 @@ from tests.reliability.servers import Cluster, cli, server_version, wait_until
 from tests.reliability.servers import cluster as fresh_cluster
 from tests.reliability.test_crash_restart import run_every_transition
 from tests.reliability.workload import Crew, Plan, drain
-from tests.resp import RawConnection
 
 
 @pytest.fixture(scope="module")

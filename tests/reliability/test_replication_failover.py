@@ -20,12 +20,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from echomq import Job, Queue, StaleLease, TrafikeyMissing
+from echomq.conformance.harness import snapshot
+from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey
-from tests.conformance.harness import snapshot
 from tests.reliability.ledger import Ledger, assert_nothing_lost, reckon
 from tests.reliability.servers import node, server_version, wait_until
 from tests.reliability.workload import LATEST, LEASE_MS, Crew, Plan, drain, transient
-from tests.resp import RawConnection
 from tests.test_replication import wait_for_link
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tests.conformance.cases import (
+from echomq.conformance.cases import (
     BASE,
     E_FENCE,
     E_ITEM,
@@ -21,12 +21,12 @@ from tests.conformance.cases import (
     row,
     waiting,
 )
-from tests.resp import Arg
+from echomq.conformance.resp import Arg
 
-SETTLE_KEYS: list[Arg] = [5, key("active"), key("delayed"), key("dead"), key("pending"),
-                          key("fence")]
-E_SETTLE_ITEM = (b" must be ack <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> "
-                 b"<error>\r\n")
+SETTLE_KEYS: list[Arg] = [7, key("active"), key("delayed"), key("dead"), key("pending"),
+                          key("fence"), key("ring"), key("wake")]
+E_SETTLE_ITEM = (b" must be ack <id> <fence>, release <id> <fence> or retry <id> <fence> "
+                 b"<delay_ms> <max_attempts> <error>\r\n")
 NO_ITEMS_NO_JOBS = b"*2\r\n*0\r\n*0\r\n"
 
 
@@ -58,6 +58,7 @@ def lane_state() -> list[Command]:
 def settle_cases() -> Iterator[Case]:
     yield from settle_claim_cases()
     yield from settle_item_cases()
+    yield from settle_release_cases()
     yield from settle_bad_item_cases()
 
 
@@ -148,6 +149,59 @@ def settle_item_cases() -> Iterator[Case]:
                                             "JOB:1"]])
 
 
+def settle_release_cases() -> Iterator[Case]:
+    """release hands a current lease back unrun: where recover would put it, its attempt
+    uncounted, the fence counter left alone, a wake token."""
+    yield _case("settle", "release-current", settle("release", "JOB:1", 1),
+                replied([b"RELEASED"], []), [*leased("JOB:1"), ["SET", key("fence"), "1"]])
+    yield _case("settle", "release-stale", settle("release", "JOB:1", 5),
+                replied([b"STALE"], []), leased("JOB:1", fence=6))
+    yield _case("settle", "release-absent-row", settle("release", "JOB:1", 1),
+                replied([b"STALE"], []))
+    yield _case("settle", "release-twice", settle("release", "JOB:1", 1, "release", "JOB:1", 1),
+                replied([b"RELEASED", b"STALE"], []), leased("JOB:1"))
+    yield _case("settle", "release-then-ack", settle("release", "JOB:1", 1, "ack", "JOB:1", 1),
+                replied([b"RELEASED", b"STALE"], []), leased("JOB:1"))
+    yield _case("settle", "release-attempts-never-below-zero", settle("release", "JOB:1", 3),
+                replied([b"RELEASED"], []), leased("JOB:1", attempt=0, fence=3))
+    yield _case("settle", "release-attempts-unreadable", settle("release", "JOB:1", 1),
+                replied([b"RELEASED"], []),
+                [row("JOB:1", "payload", "p", "attempts", "x", "fence", "1"),
+                 ["ZADD", key("active"), "1", "JOB:1"]])
+    yield _case("settle", "release-without-enqueued-at-goes-to-now",
+                settle("release", "JOB:1", 1), replied([b"RELEASED"], []),
+                [row("JOB:1", "payload", "p", "attempts", "2", "fence", "1"),
+                 ["ZADD", key("active"), "1", "JOB:1"], *waiting("JOB:2", at=NOW + 1)])
+    yield _case("settle", "release-lane-jobs", settle(
+        "release", "JOB:a1", 1, "release", "JOB:b1", 1), replied([b"RELEASED", b"RELEASED"], []),
+        lane_state())
+    yield _case("settle", "release-wake-full", settle("release", "JOB:1", 1),
+                replied([b"RELEASED"], []),
+                [*leased("JOB:1"), ["RPUSH", key("wake"), *["1"] * 64]])
+    yield _case("settle", "release-not-claimed-by-its-own-call",
+                settle("release", "JOB:1", 1, count=5), replied([b"RELEASED"], []),
+                leased("JOB:1"))
+    yield _case("settle", "release-mixed", settle(
+        "ack", "JOB:1", 1, "release", "JOB:2", 2, "retry", "JOB:3", 3, 0, 3, b"e",
+        "release", "JOB:4", 9, count=2),
+        replied([b"ACKED", b"RELEASED", b"RETRYING", b"STALE"],
+                [job("JOB:5", 1, 8), job("JOB:6", 1, 9)]),
+        [*leased("JOB:1"), *leased("JOB:2", fence=2), *leased("JOB:3", fence=3),
+         *leased("JOB:4", fence=4), *waiting("JOB:5", at=NOW - 9),
+         *waiting("JOB:6", at=NOW - 8), ["SET", key("fence"), "7"]])
+    yield _case("settle", "release-lane-wrongtype", settle("release", "JOB:a1", 1), E_TYPE,
+                [*leased("JOB:a1", lane="a"), ["SET", key("lane:a"), "x"]])
+    yield _case("settle", "release-stale-lane-wrongtype", settle("release", "JOB:a1", 9), E_TYPE,
+                [*leased("JOB:a1", lane="a"), ["SET", key("lane:a"), "x"]])
+    yield _case("settle", "ack-lane-wrongtype-not-looked-at", settle("ack", "JOB:a1", 1),
+                replied([b"ACKED"], []),
+                [*leased("JOB:a1", lane="a"), ["SET", key("lane:a"), "x"]])
+    yield _case("settle", "ring-wrongtype", settle("ack", "JOB:1", 1), E_TYPE,
+                [*leased("JOB:1"), ["SET", key("ring"), "x"]])
+    yield _case("settle", "wake-wrongtype", settle(count=1), E_TYPE,
+                [*waiting("JOB:1"), ["SET", key("wake"), "x"]])
+
+
 BAD_ITEMS: list[tuple[str, list[Arg], bytes]] = [
     ("op-upper-case", ["ACK", "JOB:1", 1], b"1"),
     ("op-unknown", ["nack", "JOB:1", 1], b"1"),
@@ -159,6 +213,10 @@ BAD_ITEMS: list[tuple[str, list[Arg], bytes]] = [
     ("second-item-unknown", ["ack", "JOB:1", 1, "ok", "JOB:1", 1], b"2"),
     ("third-item-cut-short", ["ack", "JOB:1", 1, "ack", "JOB:2", 1, "retry", "JOB:3"], b"3"),
     ("ack-with-retry-width", ["ack", "JOB:1", 1, 0, 3, b"e"], b"2"),
+    ("release-upper-case", ["RELEASE", "JOB:1", 1], b"1"),
+    ("release-cut-short", ["release", "JOB:1"], b"1"),
+    ("release-op-only", ["ack", "JOB:1", 1, "release"], b"2"),
+    ("release-with-retry-width", ["release", "JOB:1", 1, 0, 3, b"e"], b"2"),
 ]
 BAD_FIELDS: list[tuple[str, list[Arg], bytes]] = [
     ("ack-bad-id", ["ack", "job:1", 1], E_KIND),
@@ -174,6 +232,9 @@ BAD_FIELDS: list[tuple[str, list[Arg], bytes]] = [
     ("bad-id-after-good-items", ["ack", "JOB:1", 1, "retry", "JOB:1", 1, 0, 3, b"e",
                                  "ack", "JOB:\xff", 1], E_KIND),
     ("bad-fence-before-cut-short", ["ack", "JOB:1", "x", "retry"], b"-EMQNUM fence "),
+    ("release-bad-id", ["release", "JOB:", 1], E_KIND),
+    ("release-fence-zero", ["release", "JOB:1", 0], b"-EMQNUM fence must be an integer from 1 "),
+    ("release-fence-word", ["ack", "JOB:1", 1, "release", "JOB:1", "x"], b"-EMQNUM fence "),
 ]
 
 
@@ -185,6 +246,16 @@ def settle_bad_item_cases() -> Iterator[Case]:
                     E_ITEM + n + E_SETTLE_ITEM, ready)
     for label, items, expect in BAD_FIELDS:
         yield _case("settle", f"item-{label}", settle(*items, count=1), expect, ready)
+
+
+BAD_PAIRS: list[tuple[str, list[Arg], bytes]] = [
+    ("pair-cut-short", ["JOB:1", 1, "JOB:2"], E_ITEM + b"2 must be <id> <fence>\r\n"),
+    ("id-only", ["JOB:1"], E_ITEM + b"1 must be <id> <fence>\r\n"),
+    ("bad-id", ["JOB:1", 1, "RUN:2", 1], E_KIND),
+    ("bad-id-before-cut-short", ["job:1", 1, "JOB:2"], E_KIND),
+    ("fence-zero", ["JOB:1", 0], b"-EMQNUM fence must be an integer from 1 "),
+    ("fence-word", ["JOB:1", "x"], b"-EMQNUM fence "),
+]
 
 
 def extend_many_cases() -> Iterator[Case]:
@@ -203,14 +274,7 @@ def extend_many_cases() -> Iterator[Case]:
                 b"*1\r\n+EXTENDED\r\n", leased("JOB:1", deadline=1))
     yield _case("extend_many", "row-wrongtype", extend_many("JOB:1", 1, "JOB:2", 1), E_TYPE,
                 [*leased("JOB:1"), ["SET", key("job", "JOB:2"), "x"]])
-    for label, pairs, expect in [
-        ("pair-cut-short", ["JOB:1", 1, "JOB:2"], E_ITEM + b"2 must be <id> <fence>\r\n"),
-        ("id-only", ["JOB:1"], E_ITEM + b"1 must be <id> <fence>\r\n"),
-        ("bad-id", ["JOB:1", 1, "RUN:2", 1], E_KIND),
-        ("bad-id-before-cut-short", ["job:1", 1, "JOB:2"], E_KIND),
-        ("fence-zero", ["JOB:1", 0], b"-EMQNUM fence must be an integer from 1 "),
-        ("fence-word", ["JOB:1", "x"], b"-EMQNUM fence "),
-    ]:
+    for label, pairs, expect in BAD_PAIRS:
         yield _case("extend_many", label, extend_many(*pairs), expect, leased("JOB:1"))
 
 

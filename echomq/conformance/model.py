@@ -1,4 +1,5 @@
-"""A third executor, in plain Python, over a model keyspace: the oracle of the property tests.
+"""A third executor, in plain Python, over a model keyspace: the oracle of the property tests
+and of the conformance runner's random sequence.
 
 ``Model.call(transition, argv)`` validates ``argv`` (numkeys onwards) in the order
 docs/PROTOCOL.md gives, applies the transition to its keyspace and returns the raw RESP reply the
@@ -13,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from echomq.conformance.resp import Arg
 from echomq.transitions import Transition
-from tests.resp import Arg
 
 INT_MAX = 999_999_999_999_999
 FENCE_MAX = INT_MAX - 1
@@ -131,7 +132,8 @@ def array(elements: Sequence[bytes]) -> bytes:
     return b"*" + dec(len(elements)) + b"\r\n" + b"".join(elements)
 
 
-SETTLE_ITEM = "ack <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>"
+SETTLE_ITEM = ("ack <id> <fence>, release <id> <fence> or retry <id> <fence> <delay_ms> "
+               "<max_attempts> <error>")
 PAIR = "<id> <fence>"
 LOST = b"lease expired during attempt %d: the worker was lost"
 
@@ -188,7 +190,7 @@ class Move:
 
 @dataclass
 class Item:
-    """One element of a batch: a settle item (ack or retry) or an extend_many pair."""
+    """One element of a batch: a settle item (ack, retry or release) or an extend_many pair."""
 
     op: bytes
     id: bytes
@@ -214,7 +216,7 @@ def parse_items(words: list[bytes]) -> list[Item] | bytes:
     items: list[Item] = []
     i = 0
     while i < len(words):
-        width = {b"ack": 3, b"retry": 6}.get(words[i], 0)
+        width = {b"ack": 3, b"release": 3, b"retry": 6}.get(words[i], 0)
         if width == 0 or i + width > len(words):
             return item_error(len(items) + 1, SETTLE_ITEM)
         checked = _item_lease(words[i + 1], words[i + 2])
@@ -296,7 +298,7 @@ class Model:
 
     def hget(self, key: bytes, name: bytes) -> bytes | None:
         value = self.keys.get(key)
-        return None if value is None else value.data.get(name)  # type: ignore[no-any-return]
+        return None if value is None else value.data.get(name)
 
     def _drop_empty(self, key: bytes) -> None:
         value = self.keys.get(key)
@@ -392,9 +394,19 @@ class Model:
         checked = self._typed(transition, call)
         if isinstance(checked, bytes):
             return checked
-        if any(self.kind(base + b"job:" + item.id) not in (b"none", b"hash") for item in items):
+        if any(self.kind(base + b"job:" + item.id) not in (b"none", b"hash")
+               or self.kind(self.release_lane(base, item)) not in (b"none", b"list")
+               for item in items):
             return error(E_TYPE)
         return checked
+
+    def release_lane(self, base: bytes, item: Item) -> bytes:
+        """The lane key a release item's job would go back to; b"" when it has none."""
+        row = base + b"job:" + item.id
+        if item.op != b"release" or self.kind(row) != b"hash":
+            return b""
+        lane = self.hget(row, b"lane")
+        return b"" if lane is None else base + b"lane:" + lane
 
     def _typed(self, transition: Transition, call: Call) -> Call | bytes:
         for role, key in zip(transition.keys, call.keys, strict=True):
@@ -579,7 +591,22 @@ class Model:
             return "STALE"
         if item.op == b"ack":
             return self.finish_ack(call.keys[0], row, item.id, call.numbers["retention_ms"])
+        if item.op == b"release":
+            return self.finish_release(call, row, item.id)
         return self.finish_retry(call.keys, row, item, call.numbers["now"])
+
+    def finish_release(self, call: Call, row: bytes, job_id: bytes) -> str:
+        """Hand a lease back unrun: out of active, its attempt uncounted (never below 0), back
+        where recover puts it, a wake token."""
+        active, pending, ring, wake_key = call.keys[0], call.keys[3], call.keys[5], call.keys[6]
+        self.zrem(active, job_id)
+        attempts = int_field(self.hget(row, b"attempts"), 0)
+        self.keys[row].data[b"attempts"] = dec(max(attempts - 1, 0))
+        score = int_field(self.hget(row, b"enqueued_at"), call.numbers["now"])
+        self.put_back(call.base, ring, pending, Move(job_id, row, score, self.hget(row, b"lane")),
+                      head=True)
+        self.wake(wake_key, 1)
+        return "RELEASED"
 
     def _extend_many(self, call: Call) -> bytes:
         active, deadline = call.keys[0], call.numbers["now"] + call.numbers["lease_ms"]

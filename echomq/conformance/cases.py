@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from echomq.conformance.harness import BY_NAME, Pair, parity_differences
+from echomq.conformance.resp import Arg
 from echomq.transitions import TRANSITIONS, Transition
-from tests.conformance.harness import BY_NAME
-from tests.resp import Arg
 
 BASE = "emq:{q}:"
 OTHER = "emq:{other}:"
@@ -31,6 +31,7 @@ E_NOTINT = b"-ERR value is not an integer or out of range"
 E_NEGATIVE = b"-ERR Number of keys can't be negative"
 E_TOOMANY = b"-ERR Number of keys can't be greater than number of args"
 NULL = b"<null>"  # $-1 under RESP2, _ under RESP3
+NULLS = {2: b"$-1\r\n", 3: b"_\r\n"}
 
 Command = Sequence[Arg]
 
@@ -87,8 +88,9 @@ GOOD: dict[str, list[Arg]] = {
     "retry": [4, key("active"), key("delayed"), key("dead"), key("job"), "JOB:1", 1, 1_000, 3,
               b"boom", NOW],
     "extend": [2, key("active"), key("job"), "JOB:1", 1, 30_000, NOW],
-    "settle": [5, key("active"), key("delayed"), key("dead"), key("pending"), key("fence"), NOW,
-               60_000, 30_000, 1, "ack", "JOB:1", 1, "retry", "JOB:2", 1, 1_000, 3, b"boom"],
+    "settle": [7, key("active"), key("delayed"), key("dead"), key("pending"), key("fence"),
+               key("ring"), key("wake"), NOW, 60_000, 30_000, 1, "ack", "JOB:1", 1,
+               "retry", "JOB:2", 1, 1_000, 3, b"boom"],
     "extend_many": [1, key("active"), 30_000, NOW, "JOB:1", 1, "JOB:2", 1],
     "recover": [5, key("active"), key("pending"), key("ring"), key("wake"), key("dead"), NOW, 100,
                 3],
@@ -193,8 +195,9 @@ def key_cases(t: Transition) -> Iterator[Case]:
     yield Case(t, "all-keys-other-queue", whole_other, _expect_ok(t), READY_OTHER[t.name])
 
 
-READY_OTHER = {name: [[_raw(p).replace(BASE.encode(), OTHER.encode()) for p in cmd]
-                      for cmd in cmds] for name, cmds in READY.items()}
+READY_OTHER: dict[str, list[Command]] = {
+    name: [[_raw(p).replace(BASE.encode(), OTHER.encode()) for p in cmd] for cmd in cmds]
+    for name, cmds in READY.items()}
 
 
 def _expect_ok(t: Transition) -> bytes:
@@ -307,6 +310,11 @@ def claimed(fence: int) -> bytes:
     return b":" + str(fence).encode() + b"\r\n"
 
 
+BAD_FENCE_COUNTERS: list[tuple[str, Arg]] = [
+    ("past-its-end", MAXINT), ("word", "x"), ("empty", ""), ("negative", "-1"), ("float", "1.5"),
+    ("sixteen-digits", "1" * 16), ("space", " 1"), ("nul", b"1\x00")]
+
+
 def fence_counter_cases(name: str, argv: list[Arg], ready: list[Command],
                         reply: bytes) -> Iterator[Case]:
     """The queue's fence counter in every state: absent, counting, at its end, not a counter."""
@@ -322,9 +330,7 @@ def fence_counter_cases(name: str, argv: list[Arg], ready: list[Command],
     yield _case(name, "fence-counter-with-ttl", argv, reply + claimed(6),
                 [*ready, ["SET", counter, "5"], ["PEXPIRE", counter, "100000"]])
     yield _case(name, "fence-untouched-when-empty", argv, NULL, [["SET", counter, "5"]])
-    for label, bad in [("past-its-end", MAXINT), ("word", "x"), ("empty", ""), ("negative", "-1"),
-                       ("float", "1.5"), ("sixteen-digits", "1" * 16), ("space", " 1"),
-                       ("nul", b"1\x00")]:
+    for label, bad in BAD_FENCE_COUNTERS:
         yield _case(name, f"fence-{label}", argv, E_FENCE, [*ready, ["SET", counter, bad]])
     yield _case(name, "fence-bad-on-an-empty-queue", argv, E_FENCE, [["SET", counter, "x"]])
 
@@ -464,7 +470,7 @@ def promote_cases() -> Iterator[Case]:
 
 
 def all_cases() -> list[Case]:
-    from tests.conformance.batch_cases import batch_cases
+    from echomq.conformance.batch_cases import batch_cases
 
     cases = [*generic_cases(), *enqueue_cases(), *claim_cases(), *ack_cases(), *retry_cases(),
              *extend_cases(), *recover_cases(), *promote_cases(), *batch_cases()]
@@ -472,3 +478,19 @@ def all_cases() -> list[Case]:
     duplicates = {i for i in ids if ids.count(i) > 1}
     assert not duplicates, duplicates
     return cases
+
+
+def case_differences(pair: Pair, case: Case) -> list[str]:
+    """Runs ``case`` on both executors of ``pair``: what differs between them, and whether
+    their reply is the one the table expects. Empty when the case passes."""
+    pair.reset(case.setup)
+    outcomes = pair.run(case.transition, case.argv)
+    found = parity_differences(outcomes)
+    reply = outcomes["lua"].reply
+    if case.expect == NULL:
+        expected, met = NULLS[pair.protocol], reply == NULLS[pair.protocol]
+    else:
+        expected, met = case.expect, reply.startswith(case.expect)
+    if not met:
+        found.append(f"reply {reply[:60]!r} is not the expected {expected[:60]!r}")
+    return found

@@ -1,0 +1,168 @@
+"""A seeded random sequence of transitions on both executors, checked step by step.
+
+One queue is driven through enqueue, claim, ack, retry, extend, settle, extend_many, recover and
+promote on an explicit clock that jumps forward, with current and stale fences, and now and then
+a malformed call from the case table. After every step both executors' replies must be the same
+bytes and their keyspaces equal, and both must agree with the model (echomq.conformance.model).
+The same seed gives the same sequence, so a difference found on one server can be replayed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from echomq.conformance.cases import NOW, all_cases
+from echomq.conformance.harness import Pair, parity_differences
+from echomq.conformance.model import Model, int_field, normalise
+from echomq.conformance.resp import Arg
+from echomq.transitions import (
+    ACK,
+    CLAIM,
+    ENQUEUE,
+    EXTEND,
+    EXTEND_MANY,
+    PROMOTE,
+    RECOVER,
+    RETRY,
+    SETTLE,
+    Transition,
+)
+
+BASE = b"emq:{q}:"
+IDS = [b"JOB:%d" % i for i in range(1, 9)]
+PAYLOADS = [b"", b"p", b"\x00\xff\r\n$-1\r\n", b"*3\r\n", b"x" * 300]
+TICKS = [0, 0, 1, 7, 1_000, 30_000, 600_000]
+Call = tuple[Transition, list[Arg]]
+
+
+def key(role: bytes, job_id: bytes = b"") -> bytes:
+    return BASE + (b"job:" + job_id if role == b"job" else role)
+
+
+@dataclass
+class WalkResult:
+    steps: dict[str, int] = field(default_factory=dict)
+    differences: list[str] = field(default_factory=list)
+
+
+class Walk:
+    """The random sequence of ``seed`` on ``pair``'s executors, with the model alongside."""
+
+    def __init__(self, pair: Pair, seed: int) -> None:
+        self.pair = pair
+        self.rng = random.Random(seed)
+        self.model = Model(pair.protocol)
+        self.now = NOW
+        self.known = list(IDS)
+        self.malformed = [(case.transition, case.argv) for case in all_cases()
+                          if case.expect.startswith(b"-") and not case.setup]
+        self.makers: list[Callable[[], Call]] = [
+            self.enqueue, self.enqueue, self.claim, self.claim, self.ack, self.retry,
+            self.extend, self.settle, self.settle, self.extend_many, self.recover, self.promote,
+            self.bad]
+
+    def run(self, steps: int) -> WalkResult:
+        """Up to ``steps`` steps; stops at the first difference (the states part there)."""
+        result = WalkResult()
+        self.pair.reset()
+        for index in range(1, steps + 1):
+            self.now += self.rng.choice(TICKS)
+            transition, argv = self.rng.choice(self.makers)()
+            result.steps[transition.name] = result.steps.get(transition.name, 0) + 1
+            found = self.step(transition, argv)
+            if found:
+                result.differences = [f"step {index}: {transition.name} {argv!r}"[:300], *found]
+                break
+        return result
+
+    def step(self, transition: Transition, argv: list[Arg]) -> list[str]:
+        """One call on both executors and the model: what differs (empty when nothing does)."""
+        expected = self.model.call(transition, argv)
+        outcomes = self.pair.run(transition, argv)
+        found = parity_differences(outcomes)
+        reply = outcomes["lua"].reply
+        if reply != expected:
+            found.append(f"the model expects {expected[:80]!r}, the server sent {reply[:80]!r}")
+        elif normalise(outcomes["lua"].after) != self.model.render():
+            found.append("the keyspace differs from the model's")
+        return found
+
+    # the calls --------------------------------------------------------------------------------
+
+    def pick(self) -> bytes:
+        """Mostly a job under a lease (so acks, retries and extends land), else any id met."""
+        leased = [member for member, _ in self.model.zitems(key(b"active"))]
+        if leased and self.rng.random() < 0.8:
+            return self.rng.choice(leased)
+        return self.rng.choice(self.known)
+
+    def fresh(self) -> bytes:
+        """Mostly an id never admitted (rows outlive acks as tombstones), else one met before."""
+        if self.rng.random() < 0.25:
+            return self.rng.choice(self.known)
+        job_id = b"JOB:w%d" % len(self.known)
+        self.known.append(job_id)
+        return job_id
+
+    def fence(self, job_id: bytes) -> int:
+        """The row's current fence, or now and then one that is not."""
+        current = int_field(self.model.hget(key(b"job", job_id), b"fence"), 1)
+        return max(1, current + self.rng.choice([0, 0, 0, 0, 1, -1]))
+
+    def enqueue(self) -> Call:
+        job_id = self.fresh()
+        return ENQUEUE, [3, key(b"job", job_id), key(b"pending"), key(b"wake"), job_id,
+                         self.rng.choice(PAYLOADS), self.now]
+
+    def claim(self) -> Call:
+        return CLAIM, [3, key(b"pending"), key(b"active"), key(b"fence"),
+                       self.rng.choice([1, 1_000, 30_000]), self.now]
+
+    def ack(self) -> Call:
+        job_id = self.pick()
+        return ACK, [2, key(b"active"), key(b"job", job_id), job_id, self.fence(job_id),
+                     self.rng.choice([0, 60_000])]
+
+    def retry(self) -> Call:
+        job_id = self.pick()
+        return RETRY, [4, key(b"active"), key(b"delayed"), key(b"dead"), key(b"job", job_id),
+                       job_id, self.fence(job_id), self.rng.choice([0, 1_000]),
+                       self.rng.choice([1, 2, 3]), b"boom", self.now]
+
+    def extend(self) -> Call:
+        job_id = self.pick()
+        return EXTEND, [2, key(b"active"), key(b"job", job_id), job_id, self.fence(job_id),
+                        self.rng.choice([1, 30_000]), self.now]
+
+    def settle(self) -> Call:
+        items: list[Arg] = []
+        for _ in range(self.rng.randint(0, 3)):
+            job_id = self.pick()
+            items += [b"ack", job_id, self.fence(job_id)] if self.rng.random() < 0.5 else [
+                b"retry", job_id, self.fence(job_id), self.rng.choice([0, 500]),
+                self.rng.choice([1, 3]), b"e"]
+        return SETTLE, [5, key(b"active"), key(b"delayed"), key(b"dead"), key(b"pending"),
+                        key(b"fence"), self.now, self.rng.choice([0, 60_000]), 30_000,
+                        self.rng.randint(0, 3), *items]
+
+    def extend_many(self) -> Call:
+        pairs: list[Arg] = []
+        for job_id in [self.pick() for _ in range(self.rng.randint(0, 3))]:
+            pairs += [job_id, self.fence(job_id)]
+        return EXTEND_MANY, [1, key(b"active"), 30_000, self.now, *pairs]
+
+    def recover(self) -> Call:
+        return RECOVER, [5, key(b"active"), key(b"pending"), key(b"ring"), key(b"wake"),
+                         key(b"dead"), self.now, self.rng.choice([1, 100]),
+                         self.rng.choice([1, 3])]
+
+    def promote(self) -> Call:
+        return PROMOTE, [4, key(b"delayed"), key(b"pending"), key(b"ring"), key(b"wake"),
+                         self.now, self.rng.choice([1, 100])]
+
+    def bad(self) -> Call:
+        """A malformed call of the case table, on the walk's state: refused alike, no change."""
+        transition, argv = self.rng.choice(self.malformed)
+        return transition, list(argv)

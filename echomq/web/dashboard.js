@@ -1,0 +1,294 @@
+"use strict";
+// The echomq dashboard page: polls the app's JSON API (relative paths, so the app can be
+// mounted anywhere) and draws its charts as inline SVG. State changes carry the page's CSRF
+// token in a header, which a page from another site cannot send.
+
+const CSRF = document.querySelector('meta[name="echomq-csrf"]').content;
+const COLORS = ["#3864d8", "#d8872c", "#2c9c6a", "#a23bc4", "#c43b52", "#3aa6b9", "#7a6a2e"];
+const SVG = "http://www.w3.org/2000/svg";
+const COLUMN = { pending: 1, active: 2, delayed: 3, dead: 4, in_lanes: 5 };
+const colorOf = {};
+const MAX_LANES_SHOWN = 25;
+let serverSkewMs = 0;  // server clock minus this browser's: ages are told by the server's clock
+
+async function getJSON(path) {
+  const response = await fetch(path, { credentials: "same-origin" });
+  if (!response.ok) throw new Error(`${path}: ${response.status}`);
+  return response.json();
+}
+
+async function post(path, body) {
+  const response = await fetch(path, {
+    method: "POST", credentials: "same-origin",
+    headers: { "Content-Type": "application/json", "X-EchoMQ-CSRF": CSRF },
+    body: JSON.stringify(body),
+  });
+  const answer = await response.json();
+  if (!response.ok) throw new Error(answer.error || response.status);
+  return answer;
+}
+
+function q(name) { return encodeURIComponent(name); }
+
+function color(name) {
+  if (!(name in colorOf)) colorOf[name] = COLORS[Object.keys(colorOf).length % COLORS.length];
+  return colorOf[name];
+}
+
+function age(ms) {
+  if (ms === null || ms === undefined) return "—";
+  const s = ms / 1000;
+  if (s < 1) return `${ms} ms`;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.floor(s % 60)} s`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+}
+
+function rate(value) {
+  if (value === null || value === undefined) return "—";
+  return (value > 0 ? "+" : "") + value;
+}
+
+function cell(row, text, cls) {
+  const td = row.insertCell();
+  td.textContent = text;
+  if (cls) td.className = cls;
+  return td;
+}
+
+function el(tag, attrs, parent) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+function niceMax(value) {
+  if (value <= 4) return 4;
+  const step = Math.pow(10, Math.floor(Math.log10(value)));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * step >= value) return m * step;
+  return 10 * step;
+}
+
+function clock(ms) {
+  return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+// One line per queue over the last hour, with a y axis (depth), a time axis and a legend.
+function drawChart(svg, history, column) {
+  svg.replaceChildren();
+  const W = 460, H = 220, left = 46, right = 22, top = 10, bottom = 58;
+  const names = Object.keys(history.series).sort();
+  const rows = names.flatMap((n) => history.series[n]);
+  const end = rows.length ? Math.max(...rows.map((r) => r[0])) : Date.now();
+  const start = end - 3600 * 1000;
+  const peak = niceMax(Math.max(0, ...rows.map((r) => r[column])));
+  const x = (t) => left + ((t - start) / (end - start)) * (W - left - right);
+  const y = (v) => H - bottom - (v / peak) * (H - top - bottom);
+  for (let i = 0; i <= 4; i++) {
+    const v = (peak / 4) * i;
+    el("line", { x1: left, x2: W - right, y1: y(v), y2: y(v), class: "grid" }, svg);
+    el("text", { x: left - 6, y: y(v) + 4, "text-anchor": "end" }, svg).textContent =
+      Number.isInteger(v) ? v : v.toFixed(1);
+  }
+  for (let i = 0; i <= 4; i++) {
+    const t = start + (i * (end - start)) / 4;
+    el("line", { x1: x(t), x2: x(t), y1: H - bottom, y2: H - bottom + 4, class: "axis" }, svg);
+    const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
+    el("text", { x: x(t), y: H - bottom + 16, "text-anchor": anchor }, svg).textContent =
+      clock(t);
+  }
+  el("line", { x1: left, x2: left, y1: top, y2: H - bottom, class: "axis" }, svg);
+  el("line", { x1: left, x2: W - right, y1: H - bottom, y2: H - bottom, class: "axis" }, svg);
+  el("text", { x: 12, y: (H - bottom + top) / 2, transform: `rotate(-90 12 ${(H - bottom + top) / 2})`,
+    "text-anchor": "middle" }, svg).textContent = "jobs";
+  names.forEach((name, i) => {
+    const points = history.series[name].map((r) => `${x(r[0]).toFixed(1)},${y(r[column]).toFixed(1)}`);
+    const line = el("polyline", { fill: "none", stroke: color(name), "stroke-width": 2,
+      points: points.join(" ") }, svg);
+    line.dataset.queue = name;
+    const last = history.series[name][history.series[name].length - 1];
+    if (last) el("circle", { cx: x(last[0]), cy: y(last[column]), r: 3, fill: color(name) }, svg);
+    const lx = left + (i % 4) * 100, ly = H - 22 + Math.floor(i / 4) * 14;
+    el("rect", { x: lx, y: ly - 8, width: 10, height: 10, fill: color(name) }, svg);
+    const label = el("text", { x: lx + 14, y: ly + 1, class: "legend" }, svg);
+    label.textContent = name.length > 12 ? name.slice(0, 11) + "…" : name;
+  });
+  if (!names.length) {
+    el("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, svg).textContent = "no samples yet";
+  }
+}
+
+function renderQueues(queues) {
+  const body = document.querySelector("#queues tbody");
+  body.replaceChildren();
+  for (const s of queues) {
+    const inLanes = Object.values(s.lanes).reduce((a, b) => a + b, 0);
+    const row = body.insertRow();
+    row.dataset.queue = s.name;
+    [s.name, s.pending, s.active, s.delayed, s.dead, inLanes, age(s.oldest_pending_age_ms),
+      rate(s.rates.backlog_per_min), rate(s.rates.dead_per_min)].forEach((v) => cell(row, v));
+  }
+  if (!queues.length) cell(body.insertRow(), "no queues yet", "empty").colSpan = 9;
+}
+
+function renderLanes(queues) {
+  const lanes = document.getElementById("lanes");
+  lanes.replaceChildren();
+  for (const s of queues) {
+    const all = Object.entries(s.lanes).sort((a, b) => b[1] - a[1]);
+    if (!all.length) continue;
+    const entries = all.slice(0, MAX_LANES_SHOWN);
+    const card = document.createElement("div");
+    card.className = "card";
+    card.dataset.queue = s.name;
+    const title = document.createElement("strong");
+    title.textContent = `${s.name}: ${all.length} lane(s)` +
+      (all.length > entries.length ? `, the ${entries.length} deepest shown` : "");
+    const table = document.createElement("table");
+    const head = table.createTHead().insertRow();
+    cell(head, "lane", "text"); cell(head, "depth");
+    const body = table.createTBody();
+    for (const [group, depth] of entries) {
+      const row = body.insertRow();
+      row.dataset.lane = group;
+      cell(row, group); cell(row, depth);
+    }
+    card.append(title, table);
+    lanes.appendChild(card);
+  }
+  if (!lanes.children.length) lanes.textContent = "no lanes in use";
+}
+
+async function act(what, run) {
+  try {
+    const answer = await run();
+    document.getElementById("status").textContent = `${what}: ${JSON.stringify(answer)}`;
+  } catch (error) {
+    document.getElementById("status").textContent = `${what} failed: ${error.message}`;
+  }
+  await refresh();
+}
+
+function requeue(queue, ids, ask) {
+  if (ask && !confirm(`Requeue ${ids.length} dead job(s) of ${queue}?`)) return;
+  act("requeue", () => post(`api/queues/${q(queue)}/dead/requeue`, { ids }));
+}
+
+function purge(queue, count) {
+  if (!confirm(`Purge (delete) ${count} dead job(s) of ${queue}? This cannot be undone.`)) return;
+  act("purge", () => post(`api/queues/${q(queue)}/dead/purge`, { limit: count }));
+}
+
+function button(text, onclick, cls) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.textContent = text;
+  b.onclick = onclick;
+  if (cls) b.className = cls;
+  return b;
+}
+
+async function renderDead(queue, total) {
+  const jobs = await getJSON(`api/queues/${q(queue)}/dead?limit=100`);
+  if (!jobs.length) return null;
+  const card = document.createElement("div");
+  card.className = "card";
+  card.dataset.queue = queue;
+  const title = document.createElement("strong");
+  title.textContent = `${queue}: ${total} dead` + (total > jobs.length ? ` (oldest ${jobs.length} shown)` : "");
+  const table = document.createElement("table");
+  const head = table.createTHead().insertRow();
+  [["", ""], ["job", "text"], ["attempts", ""], ["lane", "text"], ["died", ""],
+    ["last error", "text"], ["", ""]].forEach(([h, cls]) => cell(head, h, cls));
+  const body = table.createTBody();
+  const now = Date.now() + serverSkewMs;
+  for (const job of jobs) {
+    const row = body.insertRow();
+    row.dataset.job = job.id;
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.value = job.id;
+    row.insertCell().appendChild(box);
+    const link = document.createElement("a");
+    link.className = "job";
+    link.textContent = job.id;
+    link.onclick = () => showJob(queue, job.id);
+    const idCell = row.insertCell();
+    idCell.className = "text";
+    idCell.appendChild(link);
+    cell(row, job.attempts);
+    cell(row, job.lane || "—", "text");
+    cell(row, age(Math.max(0, now - job.died_at_ms)) + " ago");
+    cell(row, job.error.split("\n")[0], "error");
+    const one = button("requeue", () => requeue(queue, [job.id], false));
+    one.dataset.requeue = job.id;
+    row.insertCell().appendChild(one);
+  }
+  const actions = document.createElement("div");
+  actions.className = "actions";
+  const selected = () => [...body.querySelectorAll("input:checked")].map((b) => b.value);
+  actions.append(
+    button("requeue selected", () => { const ids = selected(); if (ids.length) requeue(queue, ids, true); }),
+    button(`requeue all ${jobs.length} shown`, () => requeue(queue, jobs.map((j) => j.id), true)),
+    button(`purge all ${total} dead`, () => purge(queue, total), "danger"));
+  actions.lastChild.dataset.purge = queue;
+  actions.children[1].dataset.requeueAll = queue;
+  card.append(title, actions, table);
+  return card;
+}
+
+async function showJob(queue, id) {
+  const job = await getJSON(`api/queues/${q(queue)}/jobs/${q(id)}`);
+  document.getElementById("job-id").textContent = `${id} (${queue})`;
+  const fields = document.getElementById("job-fields");
+  fields.replaceChildren();
+  const shown = { state: job.state, score: job.score, expires_in_ms: job.expires_in_ms, ...job.fields };
+  for (const [key, value] of Object.entries(shown)) {
+    const dt = document.createElement("dt");
+    dt.textContent = key;
+    const dd = document.createElement("dd");
+    dd.textContent = value === null ? "—" : value;
+    fields.append(dt, dd);
+  }
+  document.getElementById("job-error").textContent = job.error || "—";
+  document.getElementById("job-traceback").textContent = job.traceback || "—";
+  document.getElementById("job-payload-size").textContent =
+    `(${job.payload_size} bytes${job.payload_truncated ? ", preview" : ""})`;
+  document.getElementById("job-payload").textContent = job.payload_preview;
+  const panel = document.getElementById("job");
+  panel.hidden = false;
+  panel.scrollIntoView();
+}
+
+async function refresh() {
+  try {
+    const [queues, history] = await Promise.all([getJSON("api/queues"), getJSON("api/history")]);
+    queues.forEach((s) => color(s.name));
+    if (queues.length) serverSkewMs = queues[0].server_time_ms - Date.now();
+    renderQueues(queues);
+    renderLanes(queues);
+    // The backlog counts lanes too: draw pending + in_lanes.
+    const backlog = { series: {} };
+    for (const [name, rows] of Object.entries(history.series)) {
+      backlog.series[name] = rows.map((r) => [r[0], r[1] + r[5]]);
+    }
+    drawChart(document.getElementById("chart-backlog"), backlog, 1);
+    drawChart(document.getElementById("chart-active"), history, COLUMN.active);
+    drawChart(document.getElementById("chart-dead"), history, COLUMN.dead);
+    const cards = await Promise.all(queues.filter((s) => s.dead).map((s) => renderDead(s.name, s.dead)));
+    const dead = document.getElementById("dead");
+    dead.replaceChildren(...cards.filter(Boolean));
+    if (!dead.children.length) dead.textContent = "none";
+    document.getElementById("status").dataset.updated = "1";
+    document.getElementById("status").textContent =
+      `${queues.length} queue(s), updated ${new Date().toLocaleTimeString()}`;
+  } catch (error) {
+    document.getElementById("status").textContent = `cannot load: ${error.message}`;
+  }
+}
+
+document.getElementById("job-close").onclick = () => { document.getElementById("job").hidden = true; };
+refresh();
+setInterval(refresh, 5000);
