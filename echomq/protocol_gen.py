@@ -146,6 +146,8 @@ def _form_tables(transition: Transition) -> list[str]:
 
 
 def _form(ident: str, n: int, form: ItemForm) -> str:
+    if form.args[:2] != ("id", "fence"):
+        raise ValueError(f"an item form starts with the lease it names, <id> <fence>: {form.shape}")
     word = _c_string(form.word) if form.word else "NULL"
     return f"{{{word}, {len(form.args)}, emq_{ident}_form{n}_args}}"
 

@@ -14,6 +14,8 @@ from echomq.transitions import (
     ALL_TRANSITIONS,
     ARGUMENTS,
     DERIVED_ROLES,
+    EXTEND_MANY,
+    SETTLE,
     TRANSITIONS,
     Transition,
     item_layouts,
@@ -109,6 +111,14 @@ def test_script_reads_each_fixed_number_as_the_table_states(transition: Transiti
 def test_script_number_errors_name_the_tables_minimums(transition: Transition) -> None:
     for name, minimum in re.findall(r"number_error\('(\w+)', (\d+)\)", script(transition)):
         assert ARGUMENTS[name].kind == "int" and ARGUMENTS[name].min == int(minimum), name
+
+
+def test_scripts_name_each_lists_shape_as_the_table() -> None:
+    """The EMQITEM shapes: the prelude's SETTLE_ITEM, extend_many's pair."""
+    prelude = (LUA / "_prelude.lua").read_text()
+    found = re.findall(r"^local SETTLE_ITEM =\s*'([^']*)'", prelude, re.M)
+    assert found == [SETTLE.item_shape]
+    assert f"item_error(n, '{EXTEND_MANY.item_shape}')" in script(EXTEND_MANY)
 
 
 # ---- docs/PROTOCOL.md -----------------------------------------------------------------------

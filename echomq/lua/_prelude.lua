@@ -1,7 +1,7 @@
 --[[
   Shared prelude, prepended to every transition script by echomq/scripts.py before it is loaded.
   It defines local helpers only; each transition file uses them and defines nothing global.
-  Every helper mirrors a function of native/emq_core.c or native/trafikey.c: the two executors
+  Every helper mirrors a function of native/emq_core.c or of the trafikey module: the two executors
   validate in the same order and reply with the same bytes (see docs/PROTOCOL.md).
 ]]
 local WAKE_CAP = 64
