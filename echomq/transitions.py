@@ -1,13 +1,74 @@
-"""The spine: one row per transition, read by both executors, the client and the tests.
+"""The protocol table: one row per transition, the single source both executors, the client and
+the tests read.
 
 Each transition names its key roles (built from the queue's base and, for ``job``, the job id;
-``fence`` is the queue's lease counter, a string every claim increments),
-its arguments, its Lua file in ``echomq/lua/`` and its native twin in trafikey (or none).
+``fence`` is the queue's lease counter, a string every claim increments), its arguments, its Lua
+file in ``echomq/lua/`` and its native twin in trafikey (or none), its flags, summary and
+complexity. A key role has one type wherever it appears (``ROLE_TYPES``) and an argument name one
+kind and minimum (``ARGUMENTS``), so a row lists names and the grammar gives the rest.
+
+The C side reads this table through ``native/protocol.h``, which ``python -m echomq.protocol_gen``
+writes from it (a test fails when the checked-in header is stale); the Lua side and
+docs/PROTOCOL.md are checked against it by tests/test_protocol_table.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# The type of each key role: a declared key must be absent or of this type (WRONGTYPE otherwise).
+ROLE_TYPES: dict[str, str] = {
+    "job": "hash",  # the row of the id argument: <base>job:<id>
+    "pending": "zset",
+    "active": "zset",
+    "delayed": "zset",
+    "dead": "zset",
+    "wake": "list",
+    "ring": "list",
+    "lane": "list",  # the lane of the group argument: <base>lane:<group>
+    "fence": "string",
+}
+# Roles whose key is derived from an argument rather than a fixed suffix: role -> (prefix, arg).
+DERIVED_ROLES: dict[str, tuple[str, str]] = {"job": ("job:", "id"), "lane": ("lane:", "group")}
+
+
+@dataclass(frozen=True)
+class Argument:
+    """How one argument reads: ``id`` (the kind gate), ``group`` (the lane gate), ``int`` (1 to 15
+    digits, at least ``min``), ``now`` (``*`` or an integer from 0) or ``bytes`` (anything)."""
+
+    kind: str
+    min: int = 0
+
+
+ARGUMENTS: dict[str, Argument] = {
+    "id": Argument("id"),
+    "group": Argument("group"),
+    "payload": Argument("bytes"),
+    "error": Argument("bytes"),
+    "now": Argument("now"),
+    "fence": Argument("int", 1),
+    "lease_ms": Argument("int", 1),
+    "retention_ms": Argument("int", 0),
+    "delay_ms": Argument("int", 0),
+    "max_attempts": Argument("int", 1),
+    "limit": Argument("int", 1),
+    "count": Argument("int", 0),
+}
+
+
+@dataclass(frozen=True)
+class ItemForm:
+    """One form an element of a variadic tail takes: its op word (none for extend_many's pairs)
+    and its arguments after the word."""
+
+    word: str | None
+    args: tuple[str, ...]
+
+    @property
+    def shape(self) -> str:
+        words = ([self.word] if self.word else []) + [f"<{a}>" for a in self.args]
+        return " ".join(words)
 
 
 @dataclass(frozen=True)
@@ -21,8 +82,12 @@ class Transition:
     admits: bool = False
     # The name a wire=6 refusal gives (the seed's name for the lane claim is "gclaim2").
     label: str = ""
-    # A transition taking a list after its fixed arguments: how one element of it reads.
-    items: str = ""
+    # A transition taking a list after its fixed arguments: the forms one element of it takes.
+    item_forms: tuple[ItemForm, ...] = ()
+    # O(1) or O(log N) work: the module flags the command "fast".
+    fast: bool = False
+    summary: str = ""
+    complexity: str = ""
 
     @property
     def public_name(self) -> str:
@@ -32,47 +97,144 @@ class Transition:
     def script_file(self) -> str:
         return f"{self.name}.lua"
 
+    @property
+    def verb(self) -> str:
+        """The name in EMQARITY errors (``EMQ.<verb>``), on both executors."""
+        return self.name.upper()
+
+    @property
+    def variadic(self) -> bool:
+        return bool(self.item_forms)
+
+    @property
+    def items(self) -> str:
+        """How one element of the list after the fixed arguments reads ("" when there is none)."""
+        return " | ".join(form.shape for form in self.item_forms)
+
+    @property
+    def item_shape(self) -> str:
+        """The shape an EMQITEM error names: the forms, "a, b or c"."""
+        shapes = [form.shape for form in self.item_forms]
+        return " or ".join(filter(None, [", ".join(shapes[:-1]), shapes[-1]])) if shapes else ""
+
+    @property
+    def key_types(self) -> tuple[str, ...]:
+        return tuple(ROLE_TYPES[role] for role in self.keys)
+
+    @property
+    def arguments(self) -> tuple[Argument, ...]:
+        return tuple(ARGUMENTS[name] for name in self.args)
+
+    @property
+    def flags(self) -> str:
+        """The native command's flags: every transition writes; admitting work is deny-oom; the
+        keys are reported like EVALSHA's (getkeys-api), and none is mandatory, as for EVALSHA."""
+        words = ["write"] + (["deny-oom"] if self.admits else []) + (["fast"] if self.fast else [])
+        return " ".join([*words, "getkeys-api", "no-mandatory-keys"])
+
+    def layout(self) -> str:
+        """The call as docs/PROTOCOL.md writes it; integers carry their minimum: <lease_ms:1>."""
+        head = self.native or "EVALSHA <sha>"
+        keys = [_key_text(role) for role in self.keys]
+        args = [_arg_text(name) for name in self.args]
+        tail = [_tail_text(self.item_forms)] if self.item_forms else []
+        return " ".join([head, str(len(self.keys)), *keys, *args, *tail])
+
+
+def _key_text(role: str) -> str:
+    if role in DERIVED_ROLES:
+        prefix, arg = DERIVED_ROLES[role]
+        return f"<base>{prefix}<{arg}>"
+    return f"<base>{role}"
+
+
+def _arg_text(name: str) -> str:
+    argument = ARGUMENTS[name]
+    return f"<{name}:{argument.min}>" if argument.kind == "int" else f"<{name}>"
+
+
+def _tail_text(forms: tuple[ItemForm, ...]) -> str:
+    if len(forms) == 1 and forms[0].word is None:
+        return "[" + " ".join(_arg_text(a) for a in forms[0].args) + " ...]"
+    return "[item ...]"
+
+
+def item_layouts(transition: Transition) -> list[str]:
+    """The forms of a settle-like list as docs/PROTOCOL.md writes them, one per form."""
+    return [" ".join(([form.word] if form.word else []) + [_arg_text(a) for a in form.args])
+            for form in transition.item_forms]
+
 
 ENQUEUE = Transition(
-    "enqueue", ("job", "pending", "wake"), ("id", "payload", "now"), "EMQ.ENQUEUE", admits=True
+    "enqueue", ("job", "pending", "wake"), ("id", "payload", "now"), "EMQ.ENQUEUE", admits=True,
+    fast=True, summary="Admit a job once (twin of enqueue.lua).",
+    complexity="O(log N) with N the pending jobs",
 )
-CLAIM = Transition("claim", ("pending", "active", "fence"), ("lease_ms", "now"), "EMQ.CLAIM")
-ACK = Transition("ack", ("active", "job"), ("id", "fence", "retention_ms"), "EMQ.ACK")
+CLAIM = Transition(
+    "claim", ("pending", "active", "fence"), ("lease_ms", "now"), "EMQ.CLAIM",
+    summary="Lease the oldest pending job (twin of claim.lua).",
+    complexity="O(G + log N) with G the ghosts dropped",
+)
+ACK = Transition(
+    "ack", ("active", "job"), ("id", "fence", "retention_ms"), "EMQ.ACK", fast=True,
+    summary="Complete the current lease (twin of ack.lua).", complexity="O(log N)",
+)
 RETRY = Transition(
     "retry",
     ("active", "delayed", "dead", "job"),
     ("id", "fence", "delay_ms", "max_attempts", "error", "now"),
-    "EMQ.RETRY",
+    "EMQ.RETRY", fast=True,
+    summary="Fail the current lease: delayed or dead (twin of retry.lua).", complexity="O(log N)",
 )
-EXTEND = Transition("extend", ("active", "job"), ("id", "fence", "lease_ms", "now"), "EMQ.EXTEND")
+EXTEND = Transition(
+    "extend", ("active", "job"), ("id", "fence", "lease_ms", "now"), "EMQ.EXTEND", fast=True,
+    summary="Push the current lease's deadline (twin of extend.lua).", complexity="O(log N)",
+)
 SETTLE = Transition(
     "settle",
     ("active", "delayed", "dead", "pending", "fence", "ring", "wake"),
     ("now", "retention_ms", "lease_ms", "count"),
     "EMQ.SETTLE",
-    items="ack <id> <fence> | release <id> <fence> | retry <id> <fence> <delay_ms> <max_attempts> "
-          "<error>",
+    item_forms=(
+        ItemForm("ack", ("id", "fence")),
+        ItemForm("release", ("id", "fence")),
+        ItemForm("retry", ("id", "fence", "delay_ms", "max_attempts", "error")),
+    ),
+    summary="Settle many leases, then lease the next jobs, in one call (twin of settle.lua).",
+    complexity="O((I + C + G) log N) with I the items, C the jobs claimed, G the ghosts dropped",
 )
 EXTEND_MANY = Transition(
-    "extend_many", ("active",), ("lease_ms", "now"), "EMQ.EXTEND_MANY", items="<id> <fence>"
+    "extend_many", ("active",), ("lease_ms", "now"), "EMQ.EXTEND_MANY",
+    item_forms=(ItemForm(None, ("id", "fence")),),
+    summary="Push many current leases' deadlines (twin of extend_many.lua).",
+    complexity="O(P log N) with P the pairs",
 )
 RECOVER = Transition(
     "recover", ("active", "pending", "ring", "wake", "dead"), ("now", "limit", "max_attempts"),
     "EMQ.RECOVER",
+    summary="Expired leases go back where they came from (twin of recover.lua).",
+    complexity="O(M log N) with M the leases taken",
 )
 PROMOTE = Transition(
-    "promote", ("delayed", "pending", "ring", "wake"), ("now", "limit"), "EMQ.PROMOTE"
+    "promote", ("delayed", "pending", "ring", "wake"), ("now", "limit"), "EMQ.PROMOTE",
+    summary="Due delayed jobs go back to run (twin of promote.lua).",
+    complexity="O(M log N) with M the jobs taken",
 )
 
 LANE_ENQUEUE = Transition(
     "lane_enqueue", ("job", "lane", "ring", "wake"), ("id", "payload", "group", "now"), None,
-    admits=True,
+    admits=True, summary="Admit a job once into its group's lane.",
 )
-LANE_CLAIM = Transition("lane_claim", ("ring", "active", "fence"), ("lease_ms", "now"), None,
-                        label="gclaim2")
+LANE_CLAIM = Transition(
+    "lane_claim", ("ring", "active", "fence"), ("lease_ms", "now"), None, label="gclaim2",
+    summary="Lease the head job of the next lane in the ring.",
+)
 
-REQUEUE = Transition("requeue", ("dead", "pending", "ring", "wake", "job"), ("id", "now"), None)
-PURGE = Transition("purge", ("dead",), ("limit",), None)
+REQUEUE = Transition(
+    "requeue", ("dead", "pending", "ring", "wake", "job"), ("id", "now"), None,
+    summary="A dead job runs again with a fresh count of attempts.",
+)
+PURGE = Transition("purge", ("dead",), ("limit",), None, summary="Forget the oldest dead jobs.")
 
 # Every transition with a native twin; the conformance suite runs each on both executors.
 TRANSITIONS: tuple[Transition, ...] = (

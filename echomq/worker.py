@@ -43,6 +43,7 @@ from echomq.consumer import Consumer, error_text, refuse_unsupported
 from echomq.embedded import die_with_parent
 from echomq.errors import EchoMQError, TrafikeyMissing
 from echomq.executors import executor_for
+from echomq.loop import PREFETCH
 from echomq.queue import DEFAULT_LEASE_MS, Job, Queue
 from echomq.transitions import CLAIM
 
@@ -84,6 +85,7 @@ class WorkerSpec:
     on_ack: str | None = None
     log_level: str = "INFO"
     time_limit_ms: int | None = None
+    prefetch: int = PREFETCH
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -152,7 +154,8 @@ def build_consumer(spec: WorkerSpec,
     on_ack = load_callable(spec.on_ack) if spec.on_ack else None
     return Consumer(queue, handler, lanes=spec.lanes, lease_ms=spec.lease_ms,
                     retry_delay_ms=spec.retry_delay_ms, park_cap_ms=spec.park_cap_ms,
-                    on_ack=on_ack, time_limit_ms=spec.time_limit_ms, on_overrun=on_overrun)
+                    on_ack=on_ack, time_limit_ms=spec.time_limit_ms, on_overrun=on_overrun,
+                    prefetch=spec.prefetch)
 
 
 def configure_logging(level: str) -> None:

@@ -24,10 +24,6 @@
 #define EMQ_ERR_MOVING "TRYAGAIN a job's keys are moving between cluster nodes; try again"
 #define EMQ_ERR_NOW "EMQNUM now must be * or an integer from 0 to 999999999999999"
 #define EMQ_ERR_FENCE "EMQFENCE the fence counter must hold an integer from 0 to 999999999999998"
-/* The shapes an EMQITEM error names: an item of EMQ.SETTLE, a pair of EMQ.EXTEND_MANY. */
-#define EMQ_SETTLE_ITEM \
-    "ack <id> <fence>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>"
-#define EMQ_EXTEND_ITEM "<id> <fence>"
 #define EMQ_ERR_NUMKEYS_INT "ERR value is not an integer or out of range"
 #define EMQ_ERR_NUMKEYS_NEG "ERR Number of keys can't be negative"
 #define EMQ_ERR_NUMKEYS_BIG "ERR Number of keys can't be greater than number of args"

@@ -6,7 +6,9 @@
  * pointer below (Valkey also exports every name as "RedisModule_<name>" for old modules).
  * TRAFIKEY_API lists each function once; the pointers and ValkeyModule_Init are generated from it.
  *
- * Include this header from exactly one translation unit: the pointers are file-local (static). */
+ * Every file of the module includes this header; exactly one (commands.c) defines TRAFIKEY_API_DEFINE
+ * before it, and so holds the pointers and ValkeyModule_Init. The pointers are hidden from the
+ * shared object's exported symbols. */
 #ifndef TRAFIKEY_VALKEYMODULE_H
 #define TRAFIKEY_VALKEYMODULE_H
 
@@ -260,10 +262,15 @@ typedef struct {
                                       ...))                                                        \
     X(void, FreeCallReply, (ValkeyModuleCallReply * reply))
 
-#define TRAFIKEY_API_POINTER(ret, name, params) static ret(*ValkeyModule_##name) params;
+#ifdef TRAFIKEY_API_DEFINE
+#define TRAFIKEY_API_POINTER(ret, name, params) __attribute__((visibility("hidden"))) ret(*ValkeyModule_##name) params;
+#else
+#define TRAFIKEY_API_POINTER(ret, name, params) extern __attribute__((visibility("hidden"))) ret(*ValkeyModule_##name) params;
+#endif
 TRAFIKEY_API(TRAFIKEY_API_POINTER)
 #undef TRAFIKEY_API_POINTER
 
+#ifdef TRAFIKEY_API_DEFINE
 static int (*ValkeyModule_GetApi)(const char *name, void *funcptr);
 
 /* Fills every pointer above; VALKEYMODULE_ERR when the server lacks one of them or the name is
@@ -280,5 +287,6 @@ static int ValkeyModule_Init(ValkeyModuleCtx *ctx, const char *name, int ver, in
     ValkeyModule_SetModuleAttribs(ctx, name, ver, apiver);
     return VALKEYMODULE_OK;
 }
+#endif
 
 #endif

@@ -23,7 +23,14 @@ from click.testing import CliRunner
 from echomq import Queue, admin
 from echomq.cli import main
 from echomq.embedded import EmbeddedValkey, free_port
-from echomq.worker import QUICK_DEATH_S, START_TRIES, WorkerSpec, check_spec, load_callable
+from echomq.worker import (
+    QUICK_DEATH_S,
+    START_TRIES,
+    WorkerSpec,
+    build_consumer,
+    check_spec,
+    load_callable,
+)
 from tests.conftest import start_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -345,3 +352,18 @@ def test_specs_load_their_handlers() -> None:
                       on_ack="tests.handlers:acked")
     check_spec(spec)
     assert load_callable("tests.handlers:work").__name__ == "work"
+
+
+def test_the_command_passes_prefetch_and_max_attempts_on(valkey: EmbeddedValkey) -> None:
+    """--prefetch reaches the consumer; --max-attempts becomes the queue's own limit, so the
+    crash path (recover) and the failure path (retry) count against the same number."""
+    spec = WorkerSpec(handler="tests.handlers:work", queue="q", url=valkey.url, prefetch=3,
+                      max_attempts=2)
+    consumer = build_consumer(spec)
+    try:
+        assert consumer.settings.capacity == 3
+        assert consumer.queue.max_attempts == 2
+        assert consumer.max_attempts is None
+    finally:
+        consumer.close()
+        consumer.queue.conn.close()

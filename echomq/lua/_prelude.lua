@@ -1,7 +1,7 @@
 --[[
   Shared prelude, prepended to every transition script by echomq/scripts.py before it is loaded.
   It defines local helpers only; each transition file uses them and defines nothing global.
-  Every helper mirrors a function of native/emq_core.c or native/trafikey.c: the two executors
+  Every helper mirrors a function of native/emq_core.c or of the trafikey module: the two executors
   validate in the same order and reply with the same bytes (see docs/PROTOCOL.md).
 ]]
 local WAKE_CAP = 64
@@ -260,31 +260,14 @@ local function push_lane(ring, move, command)
   redis.call(command, move.lane_key, move.id)
 end
 
--- recover and promote: the entries of KEYS[1] due by now (at most limit) go back to run; ghosts
--- are dropped from KEYS[1]. recover returns flat jobs to pending at their enqueued_at and lane
--- jobs to their lane's head, latest deadline first so the lane keeps their order, and sends a job
--- whose attempts are used up (KEYS[5], ARGV[3]) to dead; promote returns flat jobs with their due
--- time as score and lane jobs to their lane's tail, in due order. Replies the jobs taken (back to
--- run or dead); wake tokens only for those back to run.
-local function move_due(verb, source, recover)
-  local nkeys, nargs = 4, 2
-  if recover then nkeys, nargs = 5, 3 end
-  if #KEYS ~= nkeys or #ARGV ~= nargs then return arity_error(verb, nkeys, nargs) end
-  local base = keys_base({ source, 'pending', 'ring', 'wake', recover and 'dead' or nil })
-  if base == nil then return redis.error_reply(E_KEYS) end
-  local now = now_arg(ARGV[1])
-  if now == nil then return redis.error_reply(E_NOW) end
-  local limit = int_arg(ARGV[2], 1)
-  if limit == nil then return number_error('limit', 1) end
-  local max_attempts = nil
-  if recover then
-    max_attempts = int_arg(ARGV[3], 1)
-    if max_attempts == nil then return number_error('max_attempts', 1) end
-  end
-  local types = { 'zset', 'zset', 'list', 'list' }
-  if recover then types[5] = 'zset' end
-  if not types_ok(types) then return redis.error_reply(E_TYPE) end
-
+-- recover and promote, once their call is checked: the entries of KEYS[1] due by now (at most
+-- limit) go back to run; ghosts are dropped from KEYS[1]. recover (max_attempts given) returns flat
+-- jobs to pending at their enqueued_at and lane jobs to their lane's head, latest deadline first so
+-- the lane keeps their order, and sends a job whose attempts are used up to dead (KEYS[5]);
+-- promote returns flat jobs with their due time as score and lane jobs to their lane's tail, in
+-- due order. Replies the jobs taken (back to run or dead); wake tokens only for those back to run.
+local function move_due(base, now, limit, max_attempts)
+  local recover = max_attempts ~= nil
   local from, pending, ring, wake_key, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
   local due = redis.call('ZRANGEBYSCORE', from, '-inf', dec(now), 'WITHSCORES', 'LIMIT', '0',
     dec(limit))

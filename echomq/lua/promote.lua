@@ -11,4 +11,13 @@
   Ghosts are dropped from delayed.
   Replies: :<jobs moved> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
-return move_due('PROMOTE', 'delayed', false)
+if #KEYS ~= 4 or #ARGV ~= 2 then return arity_error('PROMOTE', 4, 2) end
+local base = keys_base({ 'delayed', 'pending', 'ring', 'wake' })
+if base == nil then return redis.error_reply(E_KEYS) end
+local now = now_arg(ARGV[1])
+if now == nil then return redis.error_reply(E_NOW) end
+local limit = int_arg(ARGV[2], 1)
+if limit == nil then return number_error('limit', 1) end
+if not types_ok({ 'zset', 'zset', 'list', 'list' }) then return redis.error_reply(E_TYPE) end
+
+return move_due(base, now, limit)

@@ -17,4 +17,15 @@
   Replies: :<jobs taken: back to run or dead> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM,
   TRYAGAIN errors.
 ]]
-return move_due('RECOVER', 'active', true)
+if #KEYS ~= 5 or #ARGV ~= 3 then return arity_error('RECOVER', 5, 3) end
+local base = keys_base({ 'active', 'pending', 'ring', 'wake', 'dead' })
+if base == nil then return redis.error_reply(E_KEYS) end
+local now = now_arg(ARGV[1])
+if now == nil then return redis.error_reply(E_NOW) end
+local limit = int_arg(ARGV[2], 1)
+if limit == nil then return number_error('limit', 1) end
+local max_attempts = int_arg(ARGV[3], 1)
+if max_attempts == nil then return number_error('max_attempts', 1) end
+if not types_ok({ 'zset', 'zset', 'list', 'list', 'zset' }) then return redis.error_reply(E_TYPE) end
+
+return move_due(base, now, limit, max_attempts)

@@ -1,0 +1,126 @@
+/* derived.c: the keys a transition derives itself (a job row read off a zset or named by an
+ * item, a lane named by a row). The server checks the declared keys before the command runs; these
+ * it cannot see, so each is checked here as the prelude checks it: the caller's ACL, a slot moving
+ * between cluster nodes, the key's type. Also the reads of a row and of the fence counter. */
+#include <string.h>
+
+#include "trafikey.h"
+
+/* base + mid + tail as a new string (a derived key: a row or a lane). */
+ValkeyModuleString *derived_key(ValkeyModuleCtx *ctx, Bytes base, const char *mid,
+                                const ValkeyModuleString *tail) {
+    size_t mlen = strlen(mid);
+    Bytes t = bytes_of(tail);
+    char *buf = ValkeyModule_Alloc(base.n + mlen + t.n + 1);
+    memcpy(buf, base.p, base.n);
+    memcpy(buf + base.n, mid, mlen);
+    memcpy(buf + base.n + mlen, t.p, t.n);
+    ValkeyModuleString *key = ValkeyModule_CreateString(ctx, buf, base.n + mlen + t.n);
+    ValkeyModule_Free(buf);
+    return key;
+}
+
+/* ---- The caller's ACL ------------------------------------------------------------------------ */
+
+/* may_access of the prelude is redis.acl_check_cmd('HINCRBY', key, 'attempts', '1'): the caller's
+ * user must be allowed the command HINCRBY and read+write on the key. The same check runs here
+ * through ACLCheckCommandPermissions on the same argument list. The user is fetched on first use,
+ * so a call that touches no derived key pays nothing; a call without a user (the primary link, the
+ * AOF) may access everything, as the script engine lets a user-less client. */
+int acl_may_access(Acl *acl, ValkeyModuleString *key) {
+    if (!acl->resolved) {
+        acl->resolved = 1;
+        int flags = ValkeyModule_GetContextFlags(acl->ctx);
+        int userless = (flags & (VALKEYMODULE_CTX_FLAGS_REPLICATED | VALKEYMODULE_CTX_FLAGS_LOADING)) ||
+                       ValkeyModule_GetClientId(acl->ctx) == VALKEYMODULE_AOF_CLIENT_ID;
+        if (!userless) {
+            ValkeyModuleString *name = ValkeyModule_GetCurrentUserName(acl->ctx);
+            acl->user = ValkeyModule_GetModuleUserFromUserName(name);
+            ValkeyModule_FreeString(acl->ctx, name);
+        }
+    }
+    if (acl->user == NULL) return 1;
+    ValkeyModuleString *probe[4] = {s_hincrby, key, s_attempts, s_one};
+    return ValkeyModule_ACLCheckCommandPermissions(acl->user, probe, 4) == VALKEYMODULE_OK;
+}
+
+void acl_release(Acl *acl) {
+    if (acl->user) ValkeyModule_FreeModuleUser(acl->user);
+    acl->user = NULL;
+}
+
+/* ---- The cluster's slot ---------------------------------------------------------------------- */
+
+/* In a cluster, a derived key that is absent here may be on another node while its slot moves:
+ * gone with the keys already migrated (this node MIGRATING), or not migrated yet (IMPORTING, the
+ * caller sent ASKING). The module then refuses the call rather than take the job for a ghost. The
+ * server answers that question: ValkeyModule_Call runs its cluster check (the caller's ASKING
+ * copied), which refuses a command naming several keys of a moving slot unless all are present.
+ * So the probe names the absent key and a second key of the queue's slot, the base (the script
+ * names KEYS[1]). Asked only of absent keys, only in cluster mode. */
+int moved_away(ValkeyModuleCtx *ctx, ValkeyModuleString *key, Bytes base) {
+    if (!(ValkeyModule_GetContextFlags(ctx) & VALKEYMODULE_CTX_FLAGS_CLUSTER)) return 0;
+    ValkeyModuleCallReply *reply = ValkeyModule_Call(ctx, "EXISTS", "sb", key, base.p, base.n);
+    if (reply == NULL) return 1;
+    ValkeyModule_FreeCallReply(reply);
+    return 0;
+}
+
+/* ---- Checking a derived key ------------------------------------------------------------------ */
+
+/* check_row of the prelude: an item's row readable and writable by the caller, absent or a hash,
+ * not on another node. NULL, or the error to reply. */
+const char *check_row(ValkeyModuleCtx *ctx, Acl *acl, ValkeyModuleString *row_name, Bytes base) {
+    if (!acl_may_access(acl, row_name)) return EMQ_ERR_PERM;
+    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
+    int t = ValkeyModule_KeyType(row);
+    ValkeyModule_CloseKey(row);
+    if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, row_name, base)) return EMQ_ERR_MOVING;
+    if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_HASH) return EMQ_ERR_TYPE;
+    return NULL;
+}
+
+/* A lane key a job goes back to: checked (ACL, slot, type). NULL or the error. */
+const char *check_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *lane_key) {
+    if (!acl_may_access(acl, lane_key)) return EMQ_ERR_PERM;
+    ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, lane_key, VALKEYMODULE_READ);
+    int t = ValkeyModule_KeyType(lane);
+    ValkeyModule_CloseKey(lane);
+    if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, lane_key, base)) return EMQ_ERR_MOVING;
+    if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_LIST) return EMQ_ERR_TYPE;
+    return NULL;
+}
+
+/* ---- Reading a row and the fence counter ----------------------------------------------------- */
+
+/* int_field of the prelude: an absent or non-integer field counts as the fallback. */
+long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field,
+                        long long fallback) {
+    ValkeyModuleString *v = NULL;
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, field, &v, NULL);
+    if (v == NULL) return fallback;
+    long long out;
+    Bytes b = bytes_of(v);
+    int ok = emq_parse_int(b.p, b.n, 0, &out);
+    ValkeyModule_FreeString(ctx, v);
+    return ok ? out : fallback;
+}
+
+/* is_current_lease of the prelude: id in active, the row exists, its fence equals fence. */
+int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleKey *row,
+                     ValkeyModuleString *id, long long fence) {
+    double score;
+    if (ValkeyModule_ZsetScore(active, id, &score) != VALKEYMODULE_OK) return 0;
+    if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_EMPTY) return 0;
+    return row_int_field(ctx, row, "fence", 0) == fence;
+}
+
+/* fence_counter of the prelude: the value of the queue's fence counter (absent: 0); 0 when it
+ * holds anything but an integer from 0 to EMQ_FENCE_MAX. The key is open and a string. */
+int fence_counter(ValkeyModuleKey *key, long long *out) {
+    *out = 0;
+    if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_EMPTY) return 1;
+    size_t len;
+    const char *p = ValkeyModule_StringDMA(key, &len, VALKEYMODULE_READ);
+    return p != NULL && emq_parse_int(p, len, 0, out) && *out <= EMQ_FENCE_MAX;
+}

@@ -1,0 +1,159 @@
+/* effects.c: every write a transition makes, one function per command its Lua twin runs.
+ *
+ * Replication style, for every command: EFFECTS. Each write is replicated with
+ * ValkeyModule_Replicate as the plain command the Lua twin would have run (HSET, HDEL, DEL,
+ * PEXPIREAT with the absolute expiry, ZADD, ZREM, RPUSH, LPUSH, SET) with literal values, and only
+ * when it changed something; the server wraps one call's effects in MULTI/EXEC. A replica or an
+ * AOF without the module reaches the same keyspace. Never ReplicateVerbatim: `now = *` reads a
+ * clock. The fence counter a claim takes is replicated as `SET <base>fence <value>`, the value the
+ * lease was given, never as INCR: replaying it cannot count twice or drift from the rows' fences.
+ *
+ * Every effect also fires the keyspace event the twin's command fires, and signals the key as
+ * modified only when it was (the module opts out of the implicit signal on CloseKey), so WATCH
+ * and client-side caching see what they would see with the scripts. */
+#include <math.h>
+#include <stdio.h>
+
+#include "trafikey.h"
+
+/* A non-negative or negative integer in canonical decimal, without snprintf (it is on every
+ * write path). buf must hold 21 bytes; returns the length. */
+size_t decimal(long long v, char *buf) {
+    char tmp[24];
+    size_t n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    size_t len = 0;
+    if (v < 0) buf[len++] = '-';
+    while (n) buf[len++] = tmp[--n];
+    return len;
+}
+
+/* A zset score as text ZADD parses back to the same double: integers in canonical decimal. */
+static size_t score_text(double score, char *buf, size_t cap) {
+    int n;
+    if (score > -1e17 && score < 1e17 && score == (double)(long long)score) {
+        return decimal((long long)score, buf);
+    } else if (isinf(score)) {
+        n = snprintf(buf, cap, score > 0 ? "inf" : "-inf");
+    } else {
+        n = snprintf(buf, cap, "%.17g", score);
+    }
+    return (size_t)n;
+}
+
+void touched(ValkeyModuleCtx *ctx, int type, const char *event, ValkeyModuleString *keyname) {
+    ValkeyModule_NotifyKeyspaceEvent(ctx, type, event, keyname);
+    ValkeyModule_SignalModifiedKey(ctx, keyname);
+}
+
+/* ZADD key score member: an event and a replica command only when the member was added or its
+ * score changed, as zaddCommand. */
+void fx_zadd(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+             double score, ValkeyModuleString *member) {
+    int flags = 0;
+    ValkeyModule_ZsetAdd(key, score, member, &flags);
+    if (!(flags & (VALKEYMODULE_ZADD_ADDED | VALKEYMODULE_ZADD_UPDATED))) return;
+    touched(ctx, VALKEYMODULE_NOTIFY_ZSET, "zadd", keyname);
+    char buf[64];
+    size_t n = score_text(score, buf, sizeof buf);
+    ValkeyModule_Replicate(ctx, "ZADD", "sbs", keyname, buf, n, member);
+}
+
+/* ZREM key member: "zrem", then "del" when the zset is gone (the module API deletes it). */
+void fx_zrem(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+             ValkeyModuleString *member) {
+    int deleted = 0;
+    ValkeyModule_ZsetRem(key, member, &deleted);
+    if (!deleted) return;
+    ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_ZSET, "zrem", keyname);
+    if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_EMPTY)
+        ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_GENERIC, "del", keyname);
+    ValkeyModule_SignalModifiedKey(ctx, keyname);
+    ValkeyModule_Replicate(ctx, "ZREM", "ss", keyname, member);
+}
+
+/* LPUSH / RPUSH key element. */
+void fx_push(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+             int where, ValkeyModuleString *element) {
+    ValkeyModule_ListPush(key, where, element);
+    int head = where == VALKEYMODULE_LIST_HEAD;
+    touched(ctx, VALKEYMODULE_NOTIFY_LIST, head ? "lpush" : "rpush", keyname);
+    ValkeyModule_Replicate(ctx, head ? "LPUSH" : "RPUSH", "ss", keyname, element);
+}
+
+/* HSET key field value (one field). HSET always fires, changed or not. */
+void fx_hset1(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+              const char *field, ValkeyModuleString *value) {
+    ValkeyModule_HashSet(key, VALKEYMODULE_HASH_CFIELDS, field, value, NULL);
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", keyname);
+    ValkeyModule_Replicate(ctx, "HSET", "scs", keyname, field, value);
+}
+
+/* SET key value (a string, its TTL dropped as SET drops it). */
+void fx_set(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+            ValkeyModuleString *value) {
+    ValkeyModule_StringSet(key, value);
+    touched(ctx, VALKEYMODULE_NOTIFY_STRING, "set", keyname);
+    ValkeyModule_Replicate(ctx, "SET", "ss", keyname, value);
+}
+
+/* DEL key (the caller knows it exists). */
+void fx_del(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname) {
+    ValkeyModule_DeleteKey(key);
+    touched(ctx, VALKEYMODULE_NOTIFY_GENERIC, "del", keyname);
+    ValkeyModule_Replicate(ctx, "DEL", "s", keyname);
+}
+
+/* HDEL key field: "hdel" when the field was there, then "del" when the hash is gone. */
+void fx_hdel(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+             const char *field) {
+    int deleted = ValkeyModule_HashSet(key, VALKEYMODULE_HASH_CFIELDS, field, VALKEYMODULE_HASH_DELETE,
+                                       NULL);
+    if (deleted <= 0) return;
+    ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_HASH, "hdel", keyname);
+    if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_EMPTY)
+        ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_GENERIC, "del", keyname);
+    ValkeyModule_SignalModifiedKey(ctx, keyname);
+    ValkeyModule_Replicate(ctx, "HDEL", "sc", keyname, field);
+}
+
+/* PEXPIRE key ms (ms >= 1): a no-op on a missing key; replicated as PEXPIREAT, as the server does. */
+void fx_pexpire(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+                long long ms) {
+    if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_EMPTY) return;
+    ValkeyModule_SetExpire(key, ms);
+    touched(ctx, VALKEYMODULE_NOTIFY_GENERIC, "expire", keyname);
+    ValkeyModule_Replicate(ctx, "PEXPIREAT", "sl", keyname, (long long)ValkeyModule_GetAbsExpire(key));
+}
+
+/* wake of the prelude: up to n tokens, never more than EMQ_WAKE_CAP in the list; one RPUSH each. */
+void fx_wake(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+             long long n) {
+    long long room = EMQ_WAKE_CAP - (long long)ValkeyModule_ValueLength(key);
+    if (n > room) n = room;
+    for (long long i = 0; i < n; i++) fx_push(ctx, key, keyname, VALKEYMODULE_LIST_TAIL, s_one);
+}
+
+/* lease of the prelude: count the attempt, take the next fence (SET fence), write both to the row
+ * in one HSET, put the id in active until deadline. */
+void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
+              ValkeyModuleString *id, ValkeyModuleKey *active, ValkeyModuleString *active_name,
+              ValkeyModuleKey *fence_key, ValkeyModuleString *fence_name, long long last_fence,
+              long long deadline, long long *attempt, long long *fence) {
+    *attempt = row_int_field(ctx, row, "attempts", 0) + 1;
+    *fence = last_fence + 1;
+    char num[24];
+    ValkeyModuleString *attempt_str = ValkeyModule_CreateString(ctx, num, decimal(*attempt, num));
+    ValkeyModuleString *fence_str = ValkeyModule_CreateString(ctx, num, decimal(*fence, num));
+    fx_set(ctx, fence_key, fence_name, fence_str);
+    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "attempts", attempt_str, "fence", fence_str, NULL);
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
+    ValkeyModule_Replicate(ctx, "HSET", "scscs", row_name, "attempts", attempt_str, "fence", fence_str);
+    fx_zadd(ctx, active, active_name, (double)deadline, id);
+    ValkeyModule_FreeString(ctx, attempt_str);
+    ValkeyModule_FreeString(ctx, fence_str);
+}

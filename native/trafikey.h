@@ -1,0 +1,110 @@
+/* trafikey.h: what the files of the trafikey module share. Not a public API.
+ *
+ *   commands.c     the module's face: registration from the protocol table, key positions,
+ *                  numkeys, validation steps 1-5 (shape, gates, keys, numbers, items, key types)
+ *   transitions.c  each transition's logic on its opened keys: derived keys, effects, reply
+ *   effects.c      each write as the command the Lua twin runs: event, signal, replication
+ *   derived.c      keys a transition derives itself: ACL, a moving slot, rows, the fence counter
+ *   protocol.h     generated from echomq/transitions.py: the table all of the above read */
+#ifndef TRAFIKEY_H
+#define TRAFIKEY_H
+
+#include <stddef.h>
+
+#include "emq_core.h"
+#include "protocol.h"
+#include "valkeymodule.h"
+
+/* "job:" + the longest id the kind gate admits. */
+#define ROW_SUFFIX_MAX (4 + EMQ_ID_KIND_LEN + EMQ_ID_REST_MAX)
+
+/* Strings made once at load (commands.c): the arguments of the ACL probe and the wake token. */
+extern ValkeyModuleString *s_hincrby, *s_attempts, *s_one, *s_zero;
+
+typedef struct {
+    const char *p;
+    size_t n;
+} Bytes;
+
+static inline Bytes bytes_of(const ValkeyModuleString *s) {
+    Bytes b;
+    b.p = ValkeyModule_StringPtrLen(s, &b.n);
+    return b;
+}
+
+/* One element of a command's list (an item of EMQ.SETTLE, a pair of EMQ.EXTEND_MANY): its form
+ * in the table, its arguments after the form's word (views into argv), its integers by position.
+ * Every form starts with the lease it names, <id> <fence> (echomq.protocol_gen checks it). */
+typedef struct {
+    int form;
+    ValkeyModuleString **args;
+    long long num[EMQ_ITEM_ARGS_MAX];
+    ValkeyModuleString *row_name, *lane, *lane_key; /* owned, set by the transition; freed with the call */
+} Item;
+
+#define ITEM_ID(it) ((it)->args[0])
+#define ITEM_FENCE(it) ((it)->num[1])
+
+/* One call once steps 1-4 passed: the declared keys and the arguments (views into argv), the
+ * queue's base (a view into the first key), the integer and now arguments read, by position, and
+ * the list after the fixed arguments, parsed. */
+typedef struct {
+    const EmqCommandSpec *spec;
+    ValkeyModuleString **keys;
+    int nkeys;
+    ValkeyModuleString **args;
+    int nargs;
+    Bytes base;
+    long long num[EMQ_ARGS_MAX];
+    Item *items;
+    long long nitems;
+} Call;
+
+/* commands.c */
+int reply_error(ValkeyModuleCtx *ctx, const char *err);
+
+/* The logic of each command (transitions.c): runs on the call's declared keys, open and of their
+ * types, replies, and returns VALKEYMODULE_OK. The caller closes the keys and frees the items. */
+#define EMQ_DECLARE_TRANSITION(ID, name) int tx_##name(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k);
+EMQ_FOR_EACH_COMMAND(EMQ_DECLARE_TRANSITION)
+#undef EMQ_DECLARE_TRANSITION
+
+/* derived.c: keys a transition derives itself. */
+typedef struct {
+    ValkeyModuleCtx *ctx;
+    ValkeyModuleUser *user;
+    int resolved;
+} Acl;
+
+ValkeyModuleString *derived_key(ValkeyModuleCtx *ctx, Bytes base, const char *mid, const ValkeyModuleString *tail);
+int acl_may_access(Acl *acl, ValkeyModuleString *key);
+void acl_release(Acl *acl);
+int moved_away(ValkeyModuleCtx *ctx, ValkeyModuleString *key, Bytes base);
+const char *check_row(ValkeyModuleCtx *ctx, Acl *acl, ValkeyModuleString *row_name, Bytes base);
+const char *check_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *lane_key);
+long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field, long long fallback);
+int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleKey *row, ValkeyModuleString *id,
+                     long long fence);
+int fence_counter(ValkeyModuleKey *key, long long *out);
+
+/* effects.c: each write with its keyspace event, modified-key signal and replication. */
+size_t decimal(long long v, char *buf);
+void touched(ValkeyModuleCtx *ctx, int type, const char *event, ValkeyModuleString *keyname);
+void fx_zadd(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, double score,
+             ValkeyModuleString *member);
+void fx_zrem(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString *member);
+void fx_push(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, int where,
+             ValkeyModuleString *element);
+void fx_hset1(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *field,
+              ValkeyModuleString *value);
+void fx_set(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString *value);
+void fx_del(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname);
+void fx_hdel(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *field);
+void fx_pexpire(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, long long ms);
+void fx_wake(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, long long n);
+void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
+              ValkeyModuleKey *active, ValkeyModuleString *active_name, ValkeyModuleKey *fence_key,
+              ValkeyModuleString *fence_name, long long last_fence, long long deadline, long long *attempt,
+              long long *fence);
+
+#endif

@@ -1,0 +1,568 @@
+/* transitions.c: what each EMQ.* command does once commands.c has checked its call (steps 1-5 of
+ * docs/PROTOCOL.md) and opened its declared keys: step 6 (the keys it derives: ACL, slot, type,
+ * ghosts), then its effects (effects.c, each replicating itself) and its reply.
+ *
+ * Each command is the twin of one script in echomq/lua/ and follows docs/PROTOCOL.md: the same keys
+ * and arguments, the same validation order, byte-identical replies under RESP2 and RESP3, and the
+ * same resulting keyspace for every argument list. Where this file and the Lua differ, the Lua is
+ * the reference. A usage line heads each command's function, tx_<name>. */
+#include <stdio.h>
+#include <string.h>
+
+#include "trafikey.h"
+
+/* A growable array of strings the handler owns (ids read off a zset). */
+typedef struct {
+    ValkeyModuleString **v;
+    size_t n, cap;
+} StrList;
+
+static void strlist_push(StrList *l, ValkeyModuleString *s) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 8;
+        l->v = ValkeyModule_Realloc(l->v, l->cap * sizeof *l->v);
+    }
+    l->v[l->n++] = s;
+}
+
+static void strlist_free(ValkeyModuleCtx *ctx, StrList *l) {
+    for (size_t i = 0; i < l->n; i++) ValkeyModule_FreeString(ctx, l->v[i]);
+    ValkeyModule_Free(l->v);
+    l->v = NULL;
+    l->n = l->cap = 0;
+}
+
+/* ---- Finishing a lease: shared by ack, retry and settle -------------------------------------- */
+
+/* finish_ack of the prelude, on a current lease: leave active; the row becomes a tombstone for
+ * retention_ms (0: deleted). HDEL may empty the hash (a row of payload only): then it is gone and
+ * PEXPIRE a no-op. */
+static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleString *active_name,
+                              ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
+                              long long retention_ms) {
+    fx_zrem(ctx, active, active_name, id);
+    if (retention_ms == 0) {
+        fx_del(ctx, row, row_name);
+    } else {
+        fx_hdel(ctx, row, row_name, "payload");
+        fx_pexpire(ctx, row, row_name, retention_ms);
+    }
+    return "ACKED";
+}
+
+/* The declared keys retry writes besides the row: active, delayed, dead (open, and their names). */
+typedef struct {
+    ValkeyModuleKey *active, *delayed, *dead;
+    ValkeyModuleString *active_name, *delayed_name, *dead_name;
+} RetryKeys;
+
+/* finish_retry of the prelude, on a current lease: leave active, record the error, go dead when
+ * the row's attempts reach max_attempts, else wait in delayed until now + delay_ms. */
+static const char *finish_retry(ValkeyModuleCtx *ctx, const RetryKeys *rk, ValkeyModuleKey *row,
+                                ValkeyModuleString *row_name, ValkeyModuleString *id,
+                                ValkeyModuleString *error, long long delay_ms, long long max_attempts,
+                                long long now) {
+    fx_zrem(ctx, rk->active, rk->active_name, id);
+    fx_hset1(ctx, row, row_name, "error", error);
+    if (row_int_field(ctx, row, "attempts", 0) >= max_attempts) {
+        fx_zadd(ctx, rk->dead, rk->dead_name, (double)now, id);
+        return "DEAD";
+    }
+    fx_zadd(ctx, rk->delayed, rk->delayed_name, (double)(now + delay_ms), id);
+    return "RETRYING";
+}
+
+/* ---- Claiming: claim's walk and lease, shared with settle ------------------------------------ */
+
+/* The declared keys a claim writes: pending, active, the fence counter (open, and their names). */
+typedef struct {
+    ValkeyModuleKey *pending, *active, *fence;
+    ValkeyModuleString *pending_name, *active_name, *fence_name;
+} ClaimKeys;
+
+/* plan_claims of the prelude: walk pending from its lowest entry for up to count live rows (to
+ * lease) and the ghosts met on the way (to drop), checking every row before anything is written.
+ * NULL, or the error to reply. */
+static const char *plan_claims(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *pending,
+                               long long count, StrList *claims, StrList *ghosts) {
+    const char *err = NULL;
+    if (count == 0 || ValkeyModule_ZsetFirstInScoreRange(pending, VALKEYMODULE_NEGATIVE_INFINITE,
+                                                         VALKEYMODULE_POSITIVE_INFINITE, 0, 0) != VALKEYMODULE_OK)
+        return NULL;
+    while (!ValkeyModule_ZsetRangeEndReached(pending) && (long long)claims->n < count) {
+        double score;
+        ValkeyModuleString *member = ValkeyModule_ZsetRangeCurrentElement(pending, &score);
+        if (member == NULL) break;
+        ValkeyModuleString *name = derived_key(ctx, base, "job:", member);
+        int t = VALKEYMODULE_KEYTYPE_EMPTY;
+        if (!acl_may_access(acl, name)) {
+            err = EMQ_ERR_PERM;
+        } else {
+            ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
+            t = ValkeyModule_KeyType(row);
+            ValkeyModule_CloseKey(row);
+            if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) err = EMQ_ERR_MOVING;
+        }
+        ValkeyModule_FreeString(ctx, name);
+        if (err) {
+            ValkeyModule_FreeString(ctx, member);
+            break;
+        }
+        strlist_push(t == VALKEYMODULE_KEYTYPE_HASH ? claims : ghosts, member);
+        if (!ValkeyModule_ZsetRangeNext(pending)) break;
+    }
+    ValkeyModule_ZsetRangeStop(pending);
+    return err;
+}
+
+/* Lease one planned job as claim does and reply [id, payload, attempt, fence]. */
+static void claim_planned(ValkeyModuleCtx *ctx, Bytes base, const ClaimKeys *ck, ValkeyModuleString *id,
+                          long long *last_fence, long long deadline) {
+    ValkeyModuleString *row_name = derived_key(ctx, base, "job:", id);
+    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    fx_zrem(ctx, ck->pending, ck->pending_name, id);
+    long long attempt, fence;
+    fx_lease(ctx, row, row_name, id, ck->active, ck->active_name, ck->fence, ck->fence_name, *last_fence,
+             deadline, &attempt, &fence);
+    *last_fence = fence;
+    ValkeyModuleString *payload = NULL;
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "payload", &payload, NULL);
+    ValkeyModule_ReplyWithArray(ctx, 4);
+    ValkeyModule_ReplyWithString(ctx, id);
+    if (payload) {
+        ValkeyModule_ReplyWithString(ctx, payload);
+        ValkeyModule_FreeString(ctx, payload);
+    } else {
+        ValkeyModule_ReplyWithStringBuffer(ctx, "", 0);
+    }
+    ValkeyModule_ReplyWithLongLong(ctx, attempt);
+    ValkeyModule_ReplyWithLongLong(ctx, fence);
+    ValkeyModule_CloseKey(row);
+    ValkeyModule_FreeString(ctx, row_name);
+}
+
+/* ---- One job at a time ----------------------------------------------------------------------- */
+
+/* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now>
+ * Twin of enqueue.lua. +ENQUEUED | +DUPLICATE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
+int tx_enqueue(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    ValkeyModuleString *id = call->args[EMQ_ENQUEUE_ARG_ID], *payload = call->args[EMQ_ENQUEUE_ARG_PAYLOAD];
+    ValkeyModuleString **names = call->keys;
+    ValkeyModuleKey *row = k[EMQ_ENQUEUE_KEY_JOB];
+    long long now = call->num[EMQ_ENQUEUE_ARG_NOW];
+    if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_EMPTY)
+        return ValkeyModule_ReplyWithSimpleString(ctx, "DUPLICATE");
+
+    char num[32];
+    ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, decimal(now, num));
+    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
+                         enqueued_at, NULL);
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", names[EMQ_ENQUEUE_KEY_JOB]);
+    ValkeyModule_Replicate(ctx, "HSET", "scscscs", names[EMQ_ENQUEUE_KEY_JOB], "payload", payload, "attempts", s_zero,
+                           "enqueued_at", enqueued_at);
+    fx_zadd(ctx, k[EMQ_ENQUEUE_KEY_PENDING], names[EMQ_ENQUEUE_KEY_PENDING], (double)now, id);
+    fx_wake(ctx, k[EMQ_ENQUEUE_KEY_WAKE], names[EMQ_ENQUEUE_KEY_WAKE], 1);
+    ValkeyModule_FreeString(ctx, enqueued_at);
+    return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
+}
+
+/* EMQ.CLAIM 3 <base>pending <base>active <base>fence <lease_ms:1> <now>
+ * Twin of claim.lua. *4 id payload :attempt :fence | null | EMQARITY EMQKEYS EMQNUM WRONGTYPE
+ * EMQFENCE NOPERM TRYAGAIN.
+ * Walks pending from its lowest entry (plan_claims for one job); ghosts met on the way are dropped
+ * once the walk is over. */
+int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    ValkeyModuleKey *pending = k[EMQ_CLAIM_KEY_PENDING], *active = k[EMQ_CLAIM_KEY_ACTIVE],
+                    *fence_key = k[EMQ_CLAIM_KEY_FENCE];
+    long long lease_ms = call->num[EMQ_CLAIM_ARG_LEASE_MS], now = call->num[EMQ_CLAIM_ARG_NOW];
+    long long last_fence;
+    if (!fence_counter(fence_key, &last_fence)) return reply_error(ctx, EMQ_ERR_FENCE);
+
+    /* Find the first live job: every derived row is checked before anything is written. */
+    Acl acl = {ctx, NULL, 0};
+    StrList claims = {0}, ghosts = {0};
+    const char *err = plan_claims(ctx, &acl, call->base, pending, 1, &claims, &ghosts);
+    acl_release(&acl);
+    if (!err) {
+        ValkeyModuleString **names = call->keys;
+        for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, names[EMQ_CLAIM_KEY_PENDING], ghosts.v[i]);
+        ClaimKeys ck = {pending,
+                        active,
+                        fence_key,
+                        names[EMQ_CLAIM_KEY_PENDING],
+                        names[EMQ_CLAIM_KEY_ACTIVE],
+                        names[EMQ_CLAIM_KEY_FENCE]};
+        if (claims.n == 0) ValkeyModule_ReplyWithNull(ctx);
+        else claim_planned(ctx, call->base, &ck, claims.v[0], &last_fence, now + lease_ms);
+    }
+    strlist_free(ctx, &claims);
+    strlist_free(ctx, &ghosts);
+    return err ? reply_error(ctx, err) : VALKEYMODULE_OK;
+}
+
+/* EMQ.ACK 2 <base>active <base>job:<id> <id> <fence:1> <retention_ms:0>
+ * Twin of ack.lua. +ACKED | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
+int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    ValkeyModuleString *id = call->args[EMQ_ACK_ARG_ID];
+    ValkeyModuleKey *active = k[EMQ_ACK_KEY_ACTIVE], *row = k[EMQ_ACK_KEY_JOB];
+    if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_ARG_FENCE]))
+        return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    const char *verdict = finish_ack(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row, call->keys[EMQ_ACK_KEY_JOB], id,
+                                     call->num[EMQ_ACK_ARG_RETENTION_MS]);
+    return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
+}
+
+/* EMQ.RETRY 4 <base>active <base>delayed <base>dead <base>job:<id>
+ *            <id> <fence:1> <delay_ms:0> <max_attempts:1> <error> <now>
+ * Twin of retry.lua. +RETRYING | +DEAD | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
+int tx_retry(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    ValkeyModuleString *id = call->args[EMQ_RETRY_ARG_ID], **names = call->keys;
+    ValkeyModuleKey *row = k[EMQ_RETRY_KEY_JOB];
+    if (!is_current_lease(ctx, k[EMQ_RETRY_KEY_ACTIVE], row, id, call->num[EMQ_RETRY_ARG_FENCE]))
+        return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    RetryKeys rk = {k[EMQ_RETRY_KEY_ACTIVE],     k[EMQ_RETRY_KEY_DELAYED],     k[EMQ_RETRY_KEY_DEAD],
+                    names[EMQ_RETRY_KEY_ACTIVE], names[EMQ_RETRY_KEY_DELAYED], names[EMQ_RETRY_KEY_DEAD]};
+    const char *verdict = finish_retry(ctx, &rk, row, names[EMQ_RETRY_KEY_JOB], id, call->args[EMQ_RETRY_ARG_ERROR],
+                                       call->num[EMQ_RETRY_ARG_DELAY_MS], call->num[EMQ_RETRY_ARG_MAX_ATTEMPTS],
+                                       call->num[EMQ_RETRY_ARG_NOW]);
+    return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
+}
+
+/* EMQ.EXTEND 2 <base>active <base>job:<id> <id> <fence:1> <lease_ms:1> <now>
+ * Twin of extend.lua. +EXTENDED | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
+int tx_extend(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    ValkeyModuleString *id = call->args[EMQ_EXTEND_ARG_ID];
+    ValkeyModuleKey *active = k[EMQ_EXTEND_KEY_ACTIVE];
+    if (!is_current_lease(ctx, active, k[EMQ_EXTEND_KEY_JOB], id, call->num[EMQ_EXTEND_ARG_FENCE]))
+        return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    long long deadline = call->num[EMQ_EXTEND_ARG_NOW] + call->num[EMQ_EXTEND_ARG_LEASE_MS];
+    fx_zadd(ctx, active, call->keys[EMQ_EXTEND_KEY_ACTIVE], (double)deadline, id);
+    return ValkeyModule_ReplyWithSimpleString(ctx, "EXTENDED");
+}
+
+/* ---- Batches: settle and extend_many --------------------------------------------------------- */
+
+/* The declared keys of EMQ.SETTLE, open, and their names, in protocol order. */
+typedef struct {
+    ValkeyModuleKey **k;
+    ValkeyModuleString **names;
+} SettleKeys;
+
+/* plan_release_lane of settle.lua: a release item's row that has a lane gets its lane key
+ * checked as recover checks it. NULL, or the error to reply. */
+static const char *plan_release_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *it) {
+    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ);
+    if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH)
+        ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &it->lane, NULL);
+    ValkeyModule_CloseKey(row);
+    if (it->lane == NULL) return NULL;
+    it->lane_key = derived_key(ctx, base, "lane:", it->lane);
+    return check_lane(ctx, acl, base, it->lane_key);
+}
+
+/* check_rows for EMQ.SETTLE: each item's row, and a release item's lane, in item order. */
+static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *items, long long n) {
+    for (long long i = 0; i < n; i++) {
+        items[i].row_name = derived_key(ctx, base, "job:", ITEM_ID(&items[i]));
+        const char *err = check_row(ctx, acl, items[i].row_name, base);
+        if (!err && items[i].form == EMQ_SETTLE_FORM_RELEASE) err = plan_release_lane(ctx, acl, base, &items[i]);
+        if (err) return err;
+    }
+    return NULL;
+}
+
+/* finish_release of settle.lua, on a current lease: leave active, uncount the attempt (never
+ * below 0), back where recover puts an expired lease (a flat job to pending at its enqueued_at, a
+ * lane job to its lane's head, the group joining the ring if the lane was empty), a wake token. */
+static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, ValkeyModuleKey *row,
+                                  const Item *it, long long now) {
+    fx_zrem(ctx, sk->k[EMQ_SETTLE_KEY_ACTIVE], sk->names[EMQ_SETTLE_KEY_ACTIVE], ITEM_ID(it));
+    long long attempts = row_int_field(ctx, row, "attempts", 0);
+    char num[24];
+    ValkeyModuleString *uncounted = ValkeyModule_CreateString(ctx, num, decimal(attempts > 0 ? attempts - 1 : 0, num));
+    fx_hset1(ctx, row, it->row_name, "attempts", uncounted);
+    ValkeyModule_FreeString(ctx, uncounted);
+    if (it->lane) {
+        ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, it->lane_key, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+        if (ValkeyModule_ValueLength(lane) == 0)
+            fx_push(ctx, sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING], VALKEYMODULE_LIST_TAIL, it->lane);
+        fx_push(ctx, lane, it->lane_key, VALKEYMODULE_LIST_HEAD, ITEM_ID(it));
+        ValkeyModule_CloseKey(lane);
+    } else {
+        double at = (double)row_int_field(ctx, row, "enqueued_at", now);
+        fx_zadd(ctx, sk->k[EMQ_SETTLE_KEY_PENDING], sk->names[EMQ_SETTLE_KEY_PENDING], at, ITEM_ID(it));
+    }
+    fx_wake(ctx, sk->k[EMQ_SETTLE_KEY_WAKE], sk->names[EMQ_SETTLE_KEY_WAKE], 1);
+    return "RELEASED";
+}
+
+/* Settle one item: its verdict, the effects of ack, retry or release on a current lease. */
+static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const Item *it,
+                               long long retention_ms, long long now) {
+    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    RetryKeys rk = {sk->k[EMQ_SETTLE_KEY_ACTIVE], sk->k[EMQ_SETTLE_KEY_DELAYED], sk->k[EMQ_SETTLE_KEY_DEAD],
+                    sk->names[EMQ_SETTLE_KEY_ACTIVE], sk->names[EMQ_SETTLE_KEY_DELAYED],
+                    sk->names[EMQ_SETTLE_KEY_DEAD]};
+    /* Not the current lease (or one settled earlier in this batch): STALE, nothing changes. */
+    const char *verdict = "STALE";
+    if (is_current_lease(ctx, rk.active, row, ITEM_ID(it), ITEM_FENCE(it))) {
+        if (it->form == EMQ_SETTLE_FORM_RETRY)
+            verdict = finish_retry(ctx, &rk, row, it->row_name, ITEM_ID(it), it->args[EMQ_SETTLE_RETRY_ARG_ERROR],
+                                   it->num[EMQ_SETTLE_RETRY_ARG_DELAY_MS], it->num[EMQ_SETTLE_RETRY_ARG_MAX_ATTEMPTS],
+                                   now);
+        else if (it->form == EMQ_SETTLE_FORM_RELEASE)
+            verdict = finish_release(ctx, sk, row, it, now);
+        else
+            verdict = finish_ack(ctx, rk.active, rk.active_name, row, it->row_name, ITEM_ID(it), retention_ms);
+    }
+    ValkeyModule_CloseKey(row);
+    return verdict;
+}
+
+/* EMQ.SETTLE 7 <base>active <base>delayed <base>dead <base>pending <base>fence <base>ring <base>wake
+ *             <now> <retention_ms:0> <lease_ms:1> <count:0> [ack <id> <fence:1> | release <id> <fence:1> |
+ *             retry <id> <fence:1> <delay_ms:0> <max_attempts:1> <error>]...
+ * Twin of settle.lua. *2 [+verdict...] [[id payload :attempt :fence]...] | EMQARITY EMQKEYS EMQNUM
+ * EMQITEM EMQKIND WRONGTYPE EMQFENCE NOPERM TRYAGAIN.
+ * Items are applied in order, then up to count jobs leased; everything is checked first. */
+int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    long long now = call->num[EMQ_SETTLE_ARG_NOW], retention_ms = call->num[EMQ_SETTLE_ARG_RETENTION_MS],
+              lease_ms = call->num[EMQ_SETTLE_ARG_LEASE_MS], count = call->num[EMQ_SETTLE_ARG_COUNT];
+    ValkeyModuleKey *pending = k[EMQ_SETTLE_KEY_PENDING];
+    long long last_fence = 0;
+    const char *fail = NULL;
+    if (count > 0 && !fence_counter(k[EMQ_SETTLE_KEY_FENCE], &last_fence)) fail = EMQ_ERR_FENCE;
+    Acl acl = {ctx, NULL, 0};
+    StrList claims = {0}, ghosts = {0};
+    if (!fail) fail = check_settle_rows(ctx, &acl, call->base, call->items, call->nitems);
+    if (!fail) fail = plan_claims(ctx, &acl, call->base, pending, count, &claims, &ghosts);
+    /* Each lease takes the next fence: a batch the counter cannot number to its end is refused. */
+    if (!fail && last_fence + (long long)claims.n > EMQ_INT_MAX) fail = EMQ_ERR_FENCE;
+    acl_release(&acl);
+    if (!fail) {
+        ValkeyModuleString **names = call->keys;
+        SettleKeys sk = {k, names};
+        ValkeyModule_ReplyWithArray(ctx, 2);
+        ValkeyModule_ReplyWithArray(ctx, call->nitems);
+        for (long long i = 0; i < call->nitems; i++)
+            ValkeyModule_ReplyWithSimpleString(ctx, settle_item(ctx, &sk, &call->items[i], retention_ms, now));
+        for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, names[EMQ_SETTLE_KEY_PENDING], ghosts.v[i]);
+        ClaimKeys ck = {pending,
+                        k[EMQ_SETTLE_KEY_ACTIVE],
+                        k[EMQ_SETTLE_KEY_FENCE],
+                        names[EMQ_SETTLE_KEY_PENDING],
+                        names[EMQ_SETTLE_KEY_ACTIVE],
+                        names[EMQ_SETTLE_KEY_FENCE]};
+        ValkeyModule_ReplyWithArray(ctx, (long)claims.n);
+        for (size_t i = 0; i < claims.n; i++)
+            claim_planned(ctx, call->base, &ck, claims.v[i], &last_fence, now + lease_ms);
+    }
+    strlist_free(ctx, &claims);
+    strlist_free(ctx, &ghosts);
+    return fail ? reply_error(ctx, fail) : VALKEYMODULE_OK;
+}
+
+/* Every item's row derived and checked, in order, before anything is written. */
+static const char *check_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *items, long long n) {
+    for (long long i = 0; i < n; i++) {
+        items[i].row_name = derived_key(ctx, base, "job:", ITEM_ID(&items[i]));
+        const char *err = check_row(ctx, acl, items[i].row_name, base);
+        if (err) return err;
+    }
+    return NULL;
+}
+
+/* EMQ.EXTEND_MANY 1 <base>active <lease_ms:1> <now> [<id> <fence:1> ...]
+ * Twin of extend_many.lua. *N +EXTENDED|+STALE | EMQARITY EMQKEYS EMQNUM EMQITEM EMQKIND WRONGTYPE
+ * NOPERM TRYAGAIN. */
+int tx_extend_many(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    ValkeyModuleKey *active = k[EMQ_EXTEND_MANY_KEY_ACTIVE];
+    long long deadline = call->num[EMQ_EXTEND_MANY_ARG_NOW] + call->num[EMQ_EXTEND_MANY_ARG_LEASE_MS];
+    Acl acl = {ctx, NULL, 0};
+    const char *fail = check_rows(ctx, &acl, call->base, call->items, call->nitems);
+    acl_release(&acl);
+    if (fail) return reply_error(ctx, fail);
+    ValkeyModule_ReplyWithArray(ctx, call->nitems);
+    for (long long i = 0; i < call->nitems; i++) {
+        const Item *it = &call->items[i];
+        ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ);
+        int current = is_current_lease(ctx, active, row, ITEM_ID(it), ITEM_FENCE(it));
+        ValkeyModule_CloseKey(row);
+        if (current) fx_zadd(ctx, active, call->keys[EMQ_EXTEND_MANY_KEY_ACTIVE], (double)deadline, ITEM_ID(it));
+        ValkeyModule_ReplyWithSimpleString(ctx, current ? "EXTENDED" : "STALE");
+    }
+    return VALKEYMODULE_OK;
+}
+
+/* ---- Moving due jobs: recover and promote ---------------------------------------------------- */
+
+/* One due entry of recover/promote, and its plan (plan_moves of the prelude). */
+typedef struct {
+    ValkeyModuleString *id;
+    double score;                /* where a flat job lands in pending */
+    int live;                    /* 0: a ghost, dropped from the source zset */
+    long long spent;             /* recover: > 0, the attempts of a job that goes dead */
+    ValkeyModuleString *lane;    /* the row's lane field, or NULL for a flat job (or a spent one) */
+    ValkeyModuleString *lane_key;
+} Move;
+
+static void moves_free(ValkeyModuleCtx *ctx, Move *moves, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        ValkeyModule_FreeString(ctx, moves[i].id);
+        if (moves[i].lane) ValkeyModule_FreeString(ctx, moves[i].lane);
+        if (moves[i].lane_key) ValkeyModule_FreeString(ctx, moves[i].lane_key);
+    }
+    ValkeyModule_Free(moves);
+}
+
+/* The lane of a live job to be put back: its key checked. NULL or the error. */
+static const char *plan_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Move *m) {
+    m->lane_key = derived_key(ctx, base, "lane:", m->lane);
+    return check_lane(ctx, acl, base, m->lane_key);
+}
+
+/* First pass: sort the due entries into live moves and ghosts, checking every derived key (ACL,
+ * the lane's type) before anything is written. recover: a job whose attempts reach max_attempts
+ * is spent (it goes dead; its lane is not looked at), a flat job's score is its enqueued_at, or
+ * now; promote (max_attempts 0): its due time. Returns NULL on success, else the error to reply. */
+static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, size_t n, int recover,
+                              long long now, long long max_attempts) {
+    Acl acl = {ctx, NULL, 0};
+    const char *err = NULL;
+    for (size_t i = 0; i < n && err == NULL; i++) {
+        Move *m = &moves[i];
+        ValkeyModuleString *row_name = derived_key(ctx, base, "job:", m->id);
+        if (!acl_may_access(&acl, row_name)) {
+            err = EMQ_ERR_PERM;
+        } else {
+            ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
+            int row_type = ValkeyModule_KeyType(row);
+            if (row_type == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, row_name, base)) {
+                err = EMQ_ERR_MOVING;
+            } else if (row_type == VALKEYMODULE_KEYTYPE_HASH) {
+                m->live = 1;
+                long long attempts = max_attempts > 0 ? row_int_field(ctx, row, "attempts", 0) : 0;
+                if (max_attempts > 0 && attempts >= max_attempts) {
+                    m->spent = attempts;
+                } else {
+                    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &m->lane, NULL);
+                    if (m->lane) err = plan_lane(ctx, &acl, base, m);
+                    else if (recover) m->score = (double)row_int_field(ctx, row, "enqueued_at", now);
+                }
+            }
+            ValkeyModule_CloseKey(row);
+        }
+        ValkeyModule_FreeString(ctx, row_name);
+    }
+    acl_release(&acl);
+    return err;
+}
+
+/* Second pass, one live move: leave the source zset, then pending or the lane (the group joins
+ * the ring's tail when its lane was empty: push_lane of the prelude). */
+static void apply_move(ValkeyModuleCtx *ctx, const Move *m, ValkeyModuleKey **k, const Call *call,
+                       int lane_end) {
+    fx_zrem(ctx, k[0], call->keys[0], m->id);
+    if (m->lane) {
+        ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, m->lane_key, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+        if (ValkeyModule_ValueLength(lane) == 0)
+            fx_push(ctx, k[2], call->keys[2], VALKEYMODULE_LIST_TAIL, m->lane);
+        fx_push(ctx, lane, m->lane_key, lane_end, m->id);
+        ValkeyModule_CloseKey(lane);
+    } else {
+        fx_zadd(ctx, k[1], call->keys[1], m->score, m->id);
+    }
+}
+
+/* recover, a spent job: leave active, record why, go dead at now (retry's dead path; the lane, if
+ * any, is left as it is). */
+static void apply_death(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyModuleKey **k,
+                        const Call *call, long long now) {
+    fx_zrem(ctx, k[0], call->keys[0], m->id);
+    ValkeyModuleString *row_name = derived_key(ctx, base, "job:", m->id);
+    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    char text[96];
+    int len = snprintf(text, sizeof text, "lease expired during attempt %lld: the worker was lost", m->spent);
+    ValkeyModuleString *error = ValkeyModule_CreateString(ctx, text, (size_t)len);
+    fx_hset1(ctx, row, row_name, "error", error);
+    ValkeyModule_FreeString(ctx, error);
+    ValkeyModule_CloseKey(row);
+    ValkeyModule_FreeString(ctx, row_name);
+    fx_zadd(ctx, k[4], call->keys[4], (double)now, m->id);
+}
+
+/* recover and promote share their layout: the source zset, pending, ring, wake (recover: dead),
+ * then now and limit (recover: max_attempts). */
+_Static_assert(EMQ_PROMOTE_KEY_DELAYED == EMQ_RECOVER_KEY_ACTIVE &&
+                   EMQ_PROMOTE_KEY_PENDING == EMQ_RECOVER_KEY_PENDING &&
+                   EMQ_PROMOTE_KEY_RING == EMQ_RECOVER_KEY_RING && EMQ_PROMOTE_KEY_WAKE == EMQ_RECOVER_KEY_WAKE &&
+                   EMQ_PROMOTE_ARG_NOW == EMQ_RECOVER_ARG_NOW && EMQ_PROMOTE_ARG_LIMIT == EMQ_RECOVER_ARG_LIMIT,
+               "recover and promote must share their keys and leading arguments");
+
+/* recover and promote share their shape: take the source zset's entries with score <= now, lowest
+ * first, at most limit; drop ghosts; move the live ones (recover: a spent one to dead); leave a
+ * wake token per job put back to run. Replies the live jobs taken. */
+static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int recover) {
+    Bytes base = call->base;
+    long long now = call->num[EMQ_RECOVER_ARG_NOW], limit = call->num[EMQ_RECOVER_ARG_LIMIT];
+    long long max_attempts = recover ? call->num[EMQ_RECOVER_ARG_MAX_ATTEMPTS] : 0;
+    ValkeyModuleKey *source = k[0], *wake = k[3];
+
+    /* ZRANGEBYSCORE source -inf now WITHSCORES LIMIT 0 limit */
+    Move *moves = NULL;
+    size_t n = 0, cap = 0;
+    if (ValkeyModule_ZsetFirstInScoreRange(source, VALKEYMODULE_NEGATIVE_INFINITE, (double)now, 0, 0) ==
+        VALKEYMODULE_OK) {
+        while (!ValkeyModule_ZsetRangeEndReached(source) && (long long)n < limit) {
+            double score;
+            ValkeyModuleString *member = ValkeyModule_ZsetRangeCurrentElement(source, &score);
+            if (member == NULL) break;
+            if (n == cap) {
+                cap = cap ? cap * 2 : 16;
+                moves = ValkeyModule_Realloc(moves, cap * sizeof *moves);
+            }
+            moves[n++] = (Move){member, score, 0, 0, NULL, NULL};
+            if (!ValkeyModule_ZsetRangeNext(source)) break;
+        }
+        ValkeyModule_ZsetRangeStop(source);
+    }
+
+    const char *err = plan_moves(ctx, base, moves, n, recover, now, max_attempts);
+    if (err) {
+        moves_free(ctx, moves, n);
+        return reply_error(ctx, err);
+    }
+
+    long long taken = 0, back = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!moves[i].live) fx_zrem(ctx, source, call->keys[0], moves[i].id);
+        else taken++;
+    }
+    /* recover pushes lane jobs at the head, latest deadline first, so a lane keeps their order. */
+    for (size_t j = 0; j < n; j++) {
+        const Move *m = &moves[recover ? n - 1 - j : j];
+        if (!m->live) continue;
+        if (m->spent) {
+            apply_death(ctx, base, m, k, call, now);
+        } else {
+            apply_move(ctx, m, k, call, recover ? VALKEYMODULE_LIST_HEAD : VALKEYMODULE_LIST_TAIL);
+            back++;
+        }
+    }
+    fx_wake(ctx, wake, call->keys[3], back);
+
+    moves_free(ctx, moves, n);
+    return ValkeyModule_ReplyWithLongLong(ctx, taken);
+}
+
+/* EMQ.RECOVER 5 <base>active <base>pending <base>ring <base>wake <base>dead <now> <limit:1> <max_attempts:1>
+ * Twin of recover.lua. :taken (back to run or dead) | EMQARITY EMQKEYS EMQNUM WRONGTYPE NOPERM TRYAGAIN. */
+int tx_recover(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    return move_due(ctx, call, k, 1);
+}
+
+/* EMQ.PROMOTE 4 <base>delayed <base>pending <base>ring <base>wake <now> <limit:1>
+ * Twin of promote.lua. :moved | EMQARITY EMQKEYS EMQNUM WRONGTYPE NOPERM TRYAGAIN. */
+int tx_promote(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    return move_due(ctx, call, k, 0);
+}
