@@ -16,7 +16,7 @@ from typing import Any
 from tqdm import tqdm
 
 from bench import cost, e2e, memory, report, scaling, throughput, workers
-from bench.common import load_scripts, server_version, start_server
+from bench.common import load_scripts, running_server, server_version
 from echomq.native import module_path
 
 FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_reps": 2,
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     started = time.time()
     results: dict[str, Any] = {"mode": "quick" if args.quick else "full", "config": config}
-    with start_server() as server:
+    with running_server() as server:
         conn = server.client()
         load_scripts(conn)
         results["env"] = {

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import hiredis
@@ -31,6 +32,17 @@ def start_server(attempts: int = 3) -> EmbeddedValkey:
             if attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+@contextmanager
+def running_server() -> Iterator[EmbeddedValkey]:
+    """``start_server()`` for a with-block, stopped at its end (``with start_server()`` would
+    start a second server: EmbeddedValkey's own ``__enter__`` starts one)."""
+    server = start_server()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def server_version(conn: redis.Redis) -> str:

@@ -14,7 +14,7 @@ import pstats
 import sys
 import time
 
-from bench.common import start_server
+from bench.common import running_server
 from bench.workers import QUEUE, fill, unsettled
 from echomq import Consumer, Job, Queue
 
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
-    with start_server() as server:
+    with running_server() as server:
         conn = server.client()
         queue = Queue(conn, QUEUE, wire=args.wire, check_policy=False)
         fill(queue, args.jobs)

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-from bench.common import claim_cmd, enqueue_cmd, ids, resp, start_server
+from bench.common import claim_cmd, enqueue_cmd, ids, resp, running_server
 
 N = int(os.environ.get("PROFILE_JOBS", "400000"))
 
@@ -44,7 +44,7 @@ def record(pid: int, port: int, commands: list[list[object]], workdir: str, name
 
 
 def main() -> int:
-    with start_server() as server, tempfile.TemporaryDirectory(prefix="emq-prof-") as workdir:
+    with running_server() as server, tempfile.TemporaryDirectory(prefix="emq-prof-") as workdir:
         pid = 0  # perf records the whole machine; the report keeps valkey-server
         base = "emq:{prof}:"
         jobs = ids("prof", N)
