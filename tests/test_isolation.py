@@ -13,6 +13,9 @@ queue — so its next batch holds them all again. The clock is the server's plus
 each job's handler moves on by 10 ms (every job "takes" that long), so a lease runs out
 after a known amount of work as well as of time. Waits are bounded and on conditions; each
 restarted consumer's housekeeping recovers the crashed one's leases.
+
+In process, on both shells and wires: a job claimed before runs as the only lease held, the jobs
+behind it handed back uncounted; a consumer with ``max_attempts=1`` claims one job at a time.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from echomq import Queue
+from echomq import Job, Queue, Release
 from echomq.embedded import EmbeddedValkey
-from tests.shells import shell_fixture  # noqa: F401
-from tests.test_consumer import wait_until
+from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
+from tests.test_consumer import command_calls, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 POISON = "JOB:040"  # in the sixth batch of a fresh consumer (32 jobs), at index 9
@@ -118,3 +121,41 @@ def test_a_job_that_kills_its_worker_takes_no_neighbour_dead_with_it(
     ledger = Counter(acked(queue))
     assert set(ledger) <= set(others) and set(ledger.values()) == {1}, ledger
     assert queue.counts() == {"pending": 0, "active": 0, "delayed": 0, "dead": 1, "lanes": 0}
+
+
+def test_a_job_claimed_before_runs_with_nothing_else_in_hand(make: Make, queue: Queue) -> None:
+    """JOB:001 lost a lease once (attempt 2 next). The consumer's second batch is JOB:001 and
+    JOB:002: JOB:002 is handed back, uncounted, before JOB:001's handler starts, so while it
+    runs it is the only lease in the queue; the ramp then starts over at one job."""
+    ids = [f"JOB:{i:03d}" for i in range(6)]
+    queue.enqueue_many([(job_id, b"x") for job_id in ids], now=1_000)
+    leased = queue.claim_many(6, lease_ms=10, now=2_000)
+    queue.settle([Release(job) for job in leased if job.id != ids[1]], now=2_000)
+    assert queue.recover(now=2_010) == 1  # JOB:001 is back at its place, one attempt counted
+    ran: list[tuple[str, int]] = []
+    in_hand_while_it_ran: list[bytes] = []
+
+    def handler(job: Job) -> None:
+        ran.append((job.id, job.attempt))
+        if job.id == ids[1]:
+            in_hand_while_it_ran.extend(queue.conn.zrange(queue.key("active"), 0, -1))
+
+    consumer = make(queue, handler, prefetch=8, settle_delay_ms=60_000)
+    assert consumer.beat(park=False) == 6
+    assert ran == [(ids[0], 1), (ids[1], 2)] + [(job_id, 1) for job_id in ids[2:]]
+    assert in_hand_while_it_ran == [ids[1].encode()]
+    for job_id in ids[2:]:  # handed back uncounted, then run once
+        assert queue.conn.hget(queue.key("job", job_id), "attempts") == b"1"
+    assert queue.counts()["active"] == 0
+
+
+def test_a_consumer_with_one_attempt_per_job_claims_one_job_at_a_time(
+        make: Make, conn: redis.Redis) -> None:
+    """With max_attempts=1 a crash would take the only attempt of every job prefetched with
+    the one that caused it: each settle claims one job (and acks the one before)."""
+    queue = Queue(conn, "single", wire=6)
+    queue.enqueue_many([(f"JOB:{i}", b"x") for i in range(5)])
+    consumer = make(queue, lambda job: None, prefetch=64, max_attempts=1)
+    before = command_calls(conn)
+    assert consumer.beat(park=False) == 5
+    assert command_calls(conn)["emq.settle"] - before.get("emq.settle", 0) == 6
