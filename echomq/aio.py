@@ -519,7 +519,16 @@ class Consumer:
         if job is None:
             await self._claim_round()
             job = self.core.next_job(time.monotonic())
+        if self.core.isolation is not None:
+            await self._isolate()
         return job
+
+    async def _isolate(self) -> None:
+        """As ``echomq.Consumer._isolate``: the round that leaves the job about to start alone
+        in hand."""
+        round_ = self.core.take_isolation()
+        if round_ is not None:
+            await self._guarded(self._send, round_)
 
     async def _claim_round(self) -> None:
         if self.lanes:

@@ -80,7 +80,8 @@ def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
               help="longest park on the wake key")
 @click.option("--prefetch", default=PREFETCH, show_default=True, type=click.IntRange(1),
               help="most jobs a process holds leased at once (claimed in one batch, run one at "
-              "a time); 1 claims one job at a time")
+              "a time; a job claimed before runs alone); 1 claims one job at a time, as "
+              "--max-attempts 1 wants")
 @click.option("--on-ack", metavar="MODULE:FUNC", default=None,
               help="called with each job once its ack returned ACKED")
 @click.option("--log-level", default="INFO", show_default=True,

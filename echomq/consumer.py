@@ -330,7 +330,10 @@ class Consumer:
     returns); any other BaseException only fails the attempt.
 
     A stop hands the prefetched jobs not started back at once (pending again, their attempt
-    uncounted) and sends every outcome waiting before ``run()`` returns.
+    uncounted) and sends every outcome waiting before ``run()`` returns. A job claimed before
+    (``job.attempt > 1``) runs alone: the jobs prefetched behind it are handed back the same way
+    and the outcomes waiting sent before its handler starts, so a job that kills its worker
+    costs the others one attempt at most. ``max_attempts=1`` claims one job at a time.
     """
 
     def __init__(self, queue: Queue, handler: Handler, *, lanes: bool = False,
@@ -492,10 +495,21 @@ class Consumer:
             self._claim_round()
             with self._keeper.mutex:
                 job = self.core.next_job(time.monotonic())
+        if self.core.isolation is not None:
+            self._isolate()
         if job is not None and self.settings.time_limit_ms is not None:
             with self._keeper.lock:
                 self._keeper.wake()  # its time limit is a new deadline
         return job
+
+    def _isolate(self) -> None:
+        """Send the round that leaves the job about to start alone in hand (the core's
+        ``isolate``). If it fails, the job runs all the same: its outcomes wait again, and the
+        jobs it handed back come back when their leases run out."""
+        with self._keeper.mutex:
+            round_ = self.core.take_isolation()
+        if round_ is not None:
+            self._guarded(self._send, round_)
 
     def _claim_round(self) -> None:
         """A lane consumer tries the lanes first (one job); otherwise one settle call sends

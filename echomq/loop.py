@@ -15,7 +15,9 @@ so a slow handler holds no earlier ack back). The heartbeat extends every lease 
 call, and the time limit applies to each running attempt. A consumer that just started or woke
 claims one job, then doubles its batch while whole batches come back, up to ``capacity`` (the
 consumer's ``prefetch``): a parked crowd woken by a small burst shares it rather than one
-consumer taking it all.
+consumer taking it all. A job claimed before (a retry, or a lease that ran out: perhaps its
+handler killed the worker) runs with nothing else in hand, so a worker it takes down charges no
+other job an attempt: see ``LoopCore.isolate``.
 """
 
 from __future__ import annotations
@@ -174,6 +176,13 @@ class Settings:
         return max(self.lease_ms / 3, 1) / 1000
 
     @property
+    def batch_cap(self) -> int:
+        """The largest batch a claim takes: ``capacity``, but one job when this consumer gives
+        each job a single attempt (``max_attempts=1``): a job that kills its worker would take
+        the only attempt of every job prefetched with it."""
+        return 1 if self.max_attempts == 1 else self.capacity
+
+    @property
     def batch_claims(self) -> bool:
         """Whether claims take batches: a lane consumer takes one job at a time, lanes first,
         so every lane gets its turn."""
@@ -248,6 +257,8 @@ class LoopCore:
     unsent_rounds: int = 0  # consecutive rounds that could not be sent
     # How many jobs the next claim asks for: 1 after a start or a park, doubling up to capacity.
     ramp: int = 1
+    # A round to send before the job just started runs: see ``isolate``.
+    isolation: Round | None = None
 
     def __post_init__(self) -> None:
         self.backoff = Backoff(max(self.settings.park_cap_ms / 1000, BACKOFF_FIRST_S))
@@ -288,7 +299,7 @@ class LoopCore:
             self.leases[job] = Lease(job, now, every)
         self.prefetched.extend(jobs)
         if asked and len(jobs) == asked:
-            self.ramp = min(self.ramp * 2, self.settings.capacity)
+            self.ramp = min(self.ramp * 2, self.settings.batch_cap)
 
     def rested(self) -> None:
         """The consumer parks (or starts a beat): its next claim takes one job again."""
@@ -296,15 +307,33 @@ class LoopCore:
 
     def next_job(self, now: float) -> Job | None:
         """The next prefetched job still in hand, its handler starting at ``now``; None when
-        none is left (a lease lost at its heartbeat, or handed back, is skipped)."""
+        none is left (a lease lost at its heartbeat, or handed back, is skipped). A job
+        claimed before (a suspect) is isolated first: see ``isolate``."""
         while self.prefetched:
             job = self.prefetched.popleft()
             lease = self.leases.get(job)
             if lease is not None:
                 lease.started = now
                 self.running.add(job)
+                if job.attempt > 1:
+                    self.isolate()
                 return job
         return None
+
+    def isolate(self) -> None:
+        """The job about to start was claimed before (a retry, or a lease that ran out: perhaps
+        its handler killed the worker), so it runs with nothing else in hand. The jobs
+        prefetched behind it are handed back (their attempt uncounted) and the outcomes waiting
+        go out, in ``isolation``: a round the shell sends before the handler starts. A worker
+        lost to it then charges no other job an attempt. The ramp starts over at 1."""
+        self.ramp = 1
+        if self.prefetched or self.outbox:
+            self.isolation = self.take_round(hand_back=True)
+
+    def take_isolation(self) -> Round | None:
+        """The round to send before the job just started runs (see ``isolate``), if any."""
+        round_, self.isolation = self.isolation, None
+        return round_
 
     def take_prefetched(self) -> list[Job]:
         """Let go of the jobs prefetched and not started: the caller hands them back."""

@@ -233,6 +233,65 @@ def test_a_lease_lost_at_the_heartbeat_is_skipped_not_run() -> None:
     assert core.extends_due(0.15) == []  # extended: due again a third of a lease later
 
 
+def suspect(n: int) -> Job:
+    """A job claimed before: a retry, or one whose lease ran out (its worker may have died)."""
+    return Job(f"JOB:{n}", b"", 2)
+
+
+def kinds(round_: Any) -> list[tuple[str, Job]]:
+    return [(type(outcome).__name__, outcome.job) for outcome in round_.outcomes]
+
+
+def test_a_suspect_first_in_its_batch_runs_alone_and_its_neighbours_go_back() -> None:
+    core = LoopCore(settings(capacity=8))
+    core.ramp = 4
+    core.claimed([suspect(1), job(2), job(3), job(4)], 4, 0.0)
+    assert core.next_job(0.0) == suspect(1)
+    round_ = core.take_isolation()
+    assert round_ is not None and round_.claim == 0
+    assert kinds(round_) == [("Release", job(2)), ("Release", job(3)), ("Release", job(4))]
+    assert set(core.leases) == {suspect(1)} and not core.outbox and not core.prefetched
+    assert core.take_isolation() is None
+    assert core.finished(suspect(1))
+    assert core.claim_count() == 1  # the ramp starts over
+
+
+def test_a_suspect_inside_a_batch_runs_after_those_before_it_with_their_outcomes_sent() -> None:
+    core = LoopCore(settings(capacity=8))
+    core.claimed([job(1), suspect(2), job(3)], 4, 0.0)
+    first = core.next_job(0.0)
+    assert first == job(1) and core.take_isolation() is None
+    assert core.finished(job(1))
+    core.record(job(1), core.settlement(None), 0.0)
+    assert core.next_job(0.0) == suspect(2)
+    round_ = core.take_isolation()
+    assert round_ is not None
+    assert kinds(round_) == [("Ack", job(1)), ("Release", job(3))]
+    assert set(core.leases) == {suspect(2)} and not core.outbox
+
+
+def test_a_suspect_alone_in_hand_costs_no_round_and_first_attempts_never_do() -> None:
+    core = LoopCore(settings(capacity=8))
+    core.claimed([job(1), job(2)], 2, 0.0)
+    for n in (1, 2):
+        assert core.next_job(0.0) == job(n) and core.take_isolation() is None
+        assert core.finished(job(n))
+    assert core.ramp == 2
+    core.claimed([suspect(3)], 4, 0.0)
+    assert core.next_job(0.0) == suspect(3)
+    assert core.take_isolation() is None and core.ramp == 1
+
+
+def test_a_consumer_with_a_single_attempt_per_job_claims_one_at_a_time() -> None:
+    core = LoopCore(settings(capacity=8, max_attempts=1))
+    for n in range(4):
+        assert core.claim_count() == 1
+        core.claimed([job(n)], 1, 0.0)
+        started = core.next_job(0.0)
+        assert started is not None and core.finished(started)
+    assert LoopCore(settings(capacity=8, max_attempts=2)).settings.batch_cap == 8
+
+
 class BatchMachine(RuleBasedStateMachine):
     """Any order of claims, handler returns, keeper flushes, heartbeats (some leases lost),
     failed rounds and stops: every job claimed ends exactly once — sent as one outcome,
@@ -249,14 +308,15 @@ class BatchMachine(RuleBasedStateMachine):
         self.current: Job | None = None
 
     @precondition(lambda self: self.current is None)
-    @rule(available=st.integers(0, 8))
-    def claim_round(self, available: int) -> None:
+    @rule(available=st.integers(0, 8), data=st.data())
+    def claim_round(self, available: int, data: st.DataObject) -> None:
         round_ = self.core.take_round(self.core.claim_count())
         self.sent(round_.outcomes)
         jobs = []
         for _ in range(min(round_.claim, available)):
             self.next_id += 1
-            jobs.append(job(self.next_id))
+            attempt = data.draw(st.sampled_from([1, 1, 1, 2, 5]))
+            jobs.append(Job(f"JOB:{self.next_id}", b"", attempt))
         self.claimed += jobs
         self.core.claimed(jobs, round_.claim, 0.0)
 
@@ -264,8 +324,14 @@ class BatchMachine(RuleBasedStateMachine):
     @rule()
     def start(self) -> None:
         self.current = self.core.next_job(0.0)
+        isolation = self.core.take_isolation()
+        if isolation is not None:
+            self.sent(isolation.outcomes)
         if self.current is not None:
             self.ran.append(self.current)
+            if self.current.attempt > 1:  # a suspect starts with nothing else in hand
+                assert set(self.core.leases) == {self.current} and not self.core.outbox
+                assert self.core.ramp == 1
 
     @precondition(lambda self: self.current is not None)
     @rule(fails=st.booleans())
