@@ -30,6 +30,7 @@ from echomq.errors import EchoMQError, Wire6Unsupported
 from echomq.ids import new_job_id
 from echomq.loop import PREFETCH
 from echomq.queue import Queue
+from echomq.workers import EXPIRY_MS, WorkerInfo, counts_by_queue, live_workers
 
 
 @click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -228,34 +229,45 @@ def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, wire
 @url_option
 @json_option
 def stats(queue: str | None, rescan: bool, url: str, as_json: bool) -> None:
-    """Depths of QUEUE (or of every queue): pending, active, delayed, dead, lanes, oldest."""
+    """Depths of QUEUE (or of every queue): pending, active, delayed, dead, lanes, oldest, and
+    its live workers."""
     conn = _connect(url)
     if rescan:
         admin.discover_queues(conn)
     found = [admin.stats(conn, name) for name in ([queue] if queue else admin.queue_names(conn))]
     if queue and _holds_anything(found[0]):
         admin.register_queue(conn, queue)
+    workers = counts_by_queue(_workers_or_none(conn))
     if as_json:
-        _print_json([s.as_dict() for s in found])
+        _print_json([{**s.as_dict(), "workers": workers.get(s.name, 0)} for s in found])
         return
-    _print_stats(found, lanes=queue is not None)
+    _print_stats(found, workers, lanes=queue is not None)
+
+
+def _workers_or_none(conn: redis.Redis) -> list[WorkerInfo]:
+    """The live workers; none when the server refuses to show the registry (an ACL), so the
+    depths still show."""
+    try:
+        return live_workers(conn)
+    except redis.ResponseError:
+        return []
 
 
 def _holds_anything(s: admin.QueueStats) -> bool:
     return bool(s.pending or s.active or s.delayed or s.dead or s.lanes)
 
 
-def _print_stats(found: list[admin.QueueStats], lanes: bool) -> None:
+def _print_stats(found: list[admin.QueueStats], workers: dict[str, int], lanes: bool) -> None:
     console = _console()
     if not found:
         console.print("no queues yet")
         return
     table = _table("queue", "pending", "active", "delayed", "dead", "lanes", "in lanes",
-                   "oldest pending")
+                   "oldest pending", "workers")
     for s in found:
         table.add_row(Text(s.name), str(s.pending), str(s.active), str(s.delayed), str(s.dead),
                       str(len(s.lanes)), str(sum(s.lanes.values())),
-                      human_age(s.oldest_pending_age_ms))
+                      human_age(s.oldest_pending_age_ms), str(workers.get(s.name, 0)))
     console.print(table)
     for s in found if lanes else []:
         if s.lanes:
@@ -263,6 +275,37 @@ def _print_stats(found: list[admin.QueueStats], lanes: bool) -> None:
             for group, depth in sorted(s.lanes.items(), key=lambda item: -item[1]):
                 depths.add_row(Text(group), str(depth))
             console.print(depths)
+
+
+@main.command()
+@url_option
+@json_option
+def workers(url: str, as_json: bool) -> None:
+    """The live worker processes: host, pid, queue, wire, the job in hand and since when, jobs
+    done and failed, last beat. A worker that dies unannounced drops out within its expiry."""
+    conn = _connect(url)
+    found = live_workers(conn)
+    if as_json:
+        _print_json([w.as_dict() for w in found])
+        return
+    _print_workers(found, admin.server_time_ms(conn))
+
+
+def _print_workers(found: list[WorkerInfo], now_ms: int) -> None:
+    console = _console()
+    if not found:
+        console.print(f"no live workers (a worker drops out {EXPIRY_MS // 1000} s after its "
+                      "last beat)")
+        return
+    table = _table("host", "pid", "queue", "wire", "up", "job", "running", "done", "failed",
+                   "last beat")
+    for w in found:
+        running = None if w.job_since_ms is None else max(0, now_ms - w.job_since_ms)
+        table.add_row(Text(w.host), str(w.pid), Text(w.queue), str(w.wire),
+                      human_age(max(0, now_ms - w.started_ms)), Text(w.job or "idle"),
+                      human_age(running), str(w.done), str(w.failed),
+                      human_age(max(0, now_ms - w.beat_ms)) + " ago")
+    console.print(table)
 
 
 @main.command()

@@ -46,6 +46,7 @@ from echomq.executors import executor_for
 from echomq.loop import PREFETCH
 from echomq.queue import DEFAULT_LEASE_MS, Job, Queue
 from echomq.transitions import CLAIM
+from echomq.workers import Announcer
 
 log = logging.getLogger("echomq")
 
@@ -141,16 +142,19 @@ def probe_server(spec: WorkerSpec) -> None:
         conn.close()
 
 
-def build_consumer(spec: WorkerSpec,
-                   on_overrun: Callable[[Job], object] | None = None) -> Consumer:
+def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None = None,
+                   announcer: Announcer | None = None) -> Consumer:
     """The consumer ``spec`` describes; ``on_overrun(job)`` runs after a job overran its time
-    limit (and its attempt was failed). ``--max-attempts`` sets the queue's own limit, so the
-    crash path (recover) and the failure path (retry) count against the same number."""
+    limit (and its attempt was failed); ``announcer`` (the worker registry's record) is told of
+    each job the handler runs. ``--max-attempts`` sets the queue's own limit, so the crash path
+    (recover) and the failure path (retry) count against the same number."""
     options: dict[str, Any] = {}
     if spec.max_attempts is not None:
         options["max_attempts"] = spec.max_attempts
     queue = Queue(redis_from_url(spec.url), spec.queue, wire=spec.wire, **options)
     handler: Callable[[Job], object] = load_callable(spec.handler)
+    if announcer is not None:
+        handler = announcer.track(handler)
     on_ack = load_callable(spec.on_ack) if spec.on_ack else None
     return Consumer(queue, handler, lanes=spec.lanes, lease_ms=spec.lease_ms,
                     retry_delay_ms=spec.retry_delay_ms, park_cap_ms=spec.park_cap_ms,
@@ -195,17 +199,19 @@ def child_main(spec_json: str, status_fd: int) -> None:
     spec = WorkerSpec.from_json(spec_json)
     configure_logging(spec.log_level)
     try:
-        consumer = build_consumer(spec, on_overrun=_ask_for_replacement)
+        announcer = Announcer(redis_from_url(spec.url), spec.queue, spec.wire)
+        consumer = build_consumer(spec, on_overrun=_ask_for_replacement, announcer=announcer)
         check_server(consumer.queue.conn, spec.wire)
     except Exception as exc:
         log.error("worker could not start: %s", error_text(exc))
         status.failed(exc)
         sys.exit(1)
     status.ready()
-    sys.exit(_serve(consumer, status))
+    announcer.start()
+    sys.exit(_serve(consumer, status, announcer))
 
 
-def _serve(consumer: Consumer, status: _StatusPipe) -> int:
+def _serve(consumer: Consumer, status: _StatusPipe, announcer: Announcer) -> int:
     failed: list[BaseException] = []
     thread = threading.Thread(target=_run_loop, args=(consumer, failed), name="echomq-consumer")
     thread.start()
@@ -215,9 +221,11 @@ def _serve(consumer: Consumer, status: _StatusPipe) -> int:
         # The job's thread may never return: exit without it, to be replaced.
         log.warning("exiting after a job overran its time limit; the supervisor replaces this "
                     "worker")
+        announcer.stop()
         logging.shutdown()
         os._exit(EXIT_OVERRUN)
     thread.join()
+    announcer.stop()
     if failed:
         status.failed(failed[0])
     return 1 if received == _ENDED or failed else 0

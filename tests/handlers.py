@@ -2,7 +2,8 @@
 
 They talk to the test's server through ``ECHOMQ_URL`` and leave their traces under ``test:*``.
 The payload says what a job does: ``b""`` nothing; ``b"sleep:<ms>"`` sleep; ``b"started:<ms>"``
-note the job in ``test:started``, then sleep; ``b"victim"`` on its first attempt note the
+note the job in ``test:started``, then sleep; ``b"spin:<ms>"`` keep the CPU busy in Python code;
+``b"victim"`` on its first attempt note the
 process in ``test:victim`` and block until the test kills it.
 """
 
@@ -33,6 +34,10 @@ def work(job: Job) -> None:
     elif kind == "started":
         conn().rpush("test:started", job.id)
         time.sleep(int(argument) / 1000)
+    elif kind == "spin":
+        deadline = time.monotonic() + int(argument) / 1000
+        while time.monotonic() < deadline:
+            sum(range(1000))
     elif kind == "victim" and job.attempt == 1:
         conn().set("test:victim", os.getpid())
         threading.Event().wait(60)

@@ -8,6 +8,7 @@ Django ASGI router); ``echomq dashboard`` serves it with uvicorn on 127.0.0.1. W
 with the client's address and user.
 
 API (paths relative to where the app is mounted): ``GET api/queues``, ``GET api/history``,
+``GET api/workers`` (the live workers, read-only: ``{"server_time_ms", "workers": [...]}``),
 ``GET api/queues/{name}/dead``, ``GET api/queues/{name}/jobs/{id}``,
 ``POST api/queues/{name}/dead/requeue`` (JSON ``{"ids": [...]}``),
 ``POST api/queues/{name}/dead/purge`` (JSON ``{"limit": n}``).
@@ -38,6 +39,7 @@ from echomq import admin
 from echomq.dashboard.guard import LOOPBACK_HOSTS, SECURITY_HEADERS, Policy, refusal, who
 from echomq.dashboard.history import History
 from echomq.errors import EchoMQError
+from echomq.workers import live_workers
 
 __all__ = ["LOOPBACK_HOSTS", "History", "Policy", "create_app"]
 
@@ -105,6 +107,7 @@ class _Views:
         return [
             Route("/", self.page), Route("/static/{name}", self.static),
             Route("/api/queues", self.queues), Route("/api/history", self.series),
+            Route("/api/workers", self.workers),
             Route("/api/queues/{name}/dead", self.dead),
             Route("/api/queues/{name}/jobs/{job_id}", self.job),
             Route("/api/queues/{name}/dead/requeue", self.requeue, methods=["POST"]),
@@ -127,6 +130,10 @@ class _Views:
         found = [admin.stats(self.conn, name) for name in admin.queue_names(self.conn)]
         return JSONResponse([{**s.as_dict(), "rates": self.history.rates(s.name)}
                              for s in found])
+
+    def workers(self, request: Request) -> Response:
+        return JSONResponse({"server_time_ms": admin.server_time_ms(self.conn),
+                             "workers": [w.as_dict() for w in live_workers(self.conn)]})
 
     def series(self, request: Request) -> Response:
         return JSONResponse({"interval_s": self.history.interval_s,

@@ -133,6 +133,22 @@ function renderQueues(queues) {
   if (!queues.length) cell(body.insertRow(), "no queues yet", "empty").colSpan = 9;
 }
 
+// What each live worker runs and since when, by the server's clock.
+function renderWorkers(answer) {
+  const body = document.querySelector("#workers tbody");
+  body.replaceChildren();
+  const now = answer.server_time_ms;
+  for (const w of answer.workers) {
+    const row = body.insertRow();
+    row.dataset.worker = w.key;
+    const running = w.job_since_ms === null ? null : Math.max(0, now - w.job_since_ms);
+    [w.host, w.pid, w.queue, w.wire, age(Math.max(0, now - w.started_ms)), w.job || "idle",
+      age(running), w.done, w.failed, `${age(Math.max(0, now - w.beat_ms))} ago`]
+      .forEach((v) => cell(row, v));
+  }
+  if (!answer.workers.length) cell(body.insertRow(), "no live workers", "empty").colSpan = 10;
+}
+
 function renderLanes(queues) {
   const lanes = document.getElementById("lanes");
   lanes.replaceChildren();
@@ -264,11 +280,13 @@ async function showJob(queue, id) {
 
 async function refresh() {
   try {
-    const [queues, history] = await Promise.all([getJSON("api/queues"), getJSON("api/history")]);
+    const [queues, history, workers] = await Promise.all(
+      [getJSON("api/queues"), getJSON("api/history"), getJSON("api/workers")]);
     queues.forEach((s) => color(s.name));
     if (queues.length) serverSkewMs = queues[0].server_time_ms - Date.now();
     renderQueues(queues);
     renderLanes(queues);
+    renderWorkers(workers);
     // The backlog counts lanes too: draw pending + in_lanes.
     const backlog = { series: {} };
     for (const [name, rows] of Object.entries(history.series)) {

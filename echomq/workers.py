@@ -1,0 +1,222 @@
+"""The registry of live workers, read by the operator's tools (``echomq workers``, ``stats``, the
+dashboard).
+
+Each worker process keeps a hash ``emq:worker:<host>:<pid>:<started ms>`` (host, pid, queue, wire,
+started, the job in hand and since when, jobs done and failed, last beat) and its key in the set
+``emq:workers``. A thread of its own rewrites the hash every ``BEAT_S`` and sets it to expire
+``EXPIRY_BEATS`` beats later, so it keeps beating while a handler runs long, and a process that
+dies without a word (SIGKILL) drops out within ``EXPIRY_MS``; a clean stop deletes it at once. The
+set is pruned of expired members when read. Like the registry of queues, these keys lie outside
+every queue's hash slot and are written by the client, never inside a transition.
+
+Times are the server's clock (ms), so ages read on any host agree. A server that refuses these
+writes (an ACL without ``emq:worker*``) is logged once; the worker runs on without its record.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis
+
+from echomq.calls import text
+from echomq.queue import Job
+
+log = logging.getLogger("echomq")
+
+WORKERS_KEY = "emq:workers"
+WORKER_PREFIX = "emq:worker:"
+BEAT_S = 2.0
+EXPIRY_BEATS = 3
+EXPIRY_MS = int(BEAT_S * 1000 * EXPIRY_BEATS)
+
+
+@dataclass
+class WorkerInfo:
+    """One live worker as its record says; ``job`` is None when it is idle."""
+
+    key: str
+    host: str
+    pid: int
+    queue: str
+    wire: int
+    started_ms: int
+    job: str | None
+    job_since_ms: int | None
+    done: int
+    failed: int
+    beat_ms: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Announcer:
+    """A worker process's record in the registry, refreshed by a thread every ``beat_s``."""
+
+    def __init__(self, conn: Any, queue: str, wire: int, *, beat_s: float = BEAT_S) -> None:
+        self.conn = conn
+        self.beat_s = beat_s
+        self.expiry_ms = int(beat_s * 1000 * EXPIRY_BEATS)
+        self.queue = queue
+        self.wire = wire
+        self._born = time.monotonic()
+        self.key = f"{WORKER_PREFIX}{socket.gethostname()}:{os.getpid()}:{int(time.time() * 1000)}"
+        self._lock = threading.Lock()
+        self._job: tuple[str, float] | None = None  # id, since (monotonic s)
+        self._done = 0
+        self._failed = 0
+        self._refused = False
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # what the worker does -----------------------------------------------------------------
+
+    def began(self, job: Job) -> None:
+        with self._lock:
+            self._job = (job.id, time.monotonic())
+
+    def ended(self, *, failed: bool) -> None:
+        with self._lock:
+            self._job = None
+            if failed:
+                self._failed += 1
+            else:
+                self._done += 1
+
+    def track(self, handler: Callable[[Job], object]) -> Callable[[Job], object]:
+        """``handler`` noting each job it runs here: in hand while it runs (an ``async def``
+        handler's until its awaitable ends), then done or failed."""
+
+        def tracked(job: Job) -> object:
+            self.began(job)
+            try:
+                result = handler(job)
+            except BaseException:
+                self.ended(failed=True)
+                raise
+            if result is not None and inspect.isawaitable(result):
+                return self._finish(result)
+            self.ended(failed=False)
+            return result
+
+        return tracked
+
+    async def _finish(self, result: Awaitable[object]) -> object:
+        try:
+            value = await result
+        except BaseException:
+            self.ended(failed=True)
+            raise
+        self.ended(failed=False)
+        return value
+
+    # the beat -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Write the record now, then every ``beat_s`` on a daemon thread (it dies with the
+        process)."""
+        self.beat()
+        self._thread = threading.Thread(target=self._run, name="echomq-announcer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating and delete the record (a clean stop)."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._write(self._remove)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.beat_s):
+            self.beat()
+
+    def beat(self) -> bool:
+        """Write the record with a fresh expiry; False if the server refused."""
+        return self._write(self._refresh)
+
+    def fields(self, server_ms: int) -> dict[str, str | int]:
+        """The record's fields, its times on the server's clock ``server_ms`` (now)."""
+        with self._lock:
+            job, done, failed = self._job, self._done, self._failed
+        now = time.monotonic()
+        since = "" if job is None else server_ms - int((now - job[1]) * 1000)
+        return {"host": socket.gethostname(), "pid": os.getpid(), "queue": self.queue,
+                "wire": self.wire, "started_ms": server_ms - int((now - self._born) * 1000),
+                "job": "" if job is None else job[0], "job_since_ms": since,
+                "done": done, "failed": failed, "beat_ms": server_ms}
+
+    def _refresh(self) -> None:
+        seconds, micros = self.conn.time()
+        fields = self.fields(int(seconds) * 1000 + int(micros) // 1000)
+        with self.conn.pipeline(transaction=False) as pipe:
+            pipe.hset(self.key, mapping=fields)
+            pipe.pexpire(self.key, self.expiry_ms)
+            pipe.sadd(WORKERS_KEY, self.key)
+            pipe.execute()
+
+    def _remove(self) -> None:
+        with self.conn.pipeline(transaction=False) as pipe:
+            pipe.delete(self.key)
+            pipe.srem(WORKERS_KEY, self.key)
+            pipe.execute()
+
+    def _write(self, action: Callable[[], None]) -> bool:
+        try:
+            action()
+        except redis.RedisError as exc:
+            if not self._refused:
+                log.warning("the worker registry could not be written (%s); this worker runs "
+                            "on without its record", exc)
+            self._refused = True
+            return False
+        self._refused = False
+        return True
+
+
+def live_workers(conn: Any) -> list[WorkerInfo]:
+    """The workers whose records have not expired, by queue, host and pid; the members of
+    ``emq:workers`` whose record is gone are taken off it."""
+    keys = sorted(text(member) for member in conn.smembers(WORKERS_KEY))
+    with conn.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.hgetall(key)
+        records = pipe.execute()
+    gone = [key for key, record in zip(keys, records, strict=True) if not record]
+    if gone:
+        conn.srem(WORKERS_KEY, *gone)
+    found = [_info(key, record) for key, record in zip(keys, records, strict=True) if record]
+    return sorted(found, key=lambda w: (w.queue, w.host, w.pid, w.started_ms))
+
+
+def counts_by_queue(workers: list[WorkerInfo]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for worker in workers:
+        counts[worker.queue] = counts.get(worker.queue, 0) + 1
+    return counts
+
+
+def _info(key: str, record: dict[Any, Any]) -> WorkerInfo:
+    fields = {text(name): text(value) for name, value in record.items()}
+
+    def number(name: str) -> int:
+        try:
+            return int(fields.get(name, "0"))
+        except ValueError:
+            return 0
+
+    job = fields.get("job") or None
+    return WorkerInfo(key=key, host=fields.get("host", ""), pid=number("pid"),
+                      queue=fields.get("queue", ""), wire=number("wire"),
+                      started_ms=number("started_ms"), job=job,
+                      job_since_ms=number("job_since_ms") if job else None,
+                      done=number("done"), failed=number("failed"), beat_ms=number("beat_ms"))

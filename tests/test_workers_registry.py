@@ -1,0 +1,228 @@
+"""The registry of live workers: real ``echomq worker`` processes announce themselves, show the job
+in hand, drop out within their expiry when killed and at once on a clean stop; the operator reads
+them through ``echomq workers``, ``echomq stats`` and the dashboard's ``api/workers``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+from click.testing import CliRunner
+from starlette.testclient import TestClient
+
+from echomq import Job, Queue, admin
+from echomq.cli import main
+from echomq.dashboard import create_app
+from echomq.embedded import EmbeddedValkey
+from echomq.workers import (
+    EXPIRY_MS,
+    WORKERS_KEY,
+    Announcer,
+    WorkerInfo,
+    live_workers,
+)
+from tests.test_worker import Workers, as_text, wait_until, workers  # noqa: F401
+
+QUEUE = "mailq"
+# A record read after its expiry is gone at once (lazy expiry on access); this covers the polling
+# step and the time between two reads.
+READ_SLACK_MS = 500
+
+
+def children(supervisor: Workers) -> set[int]:
+    return set(supervisor.group()) - {supervisor.process.pid}
+
+
+def announced(conn: redis.Redis, count: int) -> list[WorkerInfo]:
+    found: list[WorkerInfo] = []
+
+    def enough() -> bool:
+        found[:] = live_workers(conn)
+        return len(found) == count
+
+    assert wait_until(enough, timeout=20), found
+    return found
+
+
+def cli(valkey: EmbeddedValkey, *args: str) -> str:
+    result = CliRunner().invoke(main, [*args, "--url", valkey.url])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_each_worker_process_announces_itself_and_its_job_in_hand(
+        workers: Callable[..., Workers], conn: redis.Redis) -> None:  # noqa: F811
+    supervisor = workers(QUEUE, "--concurrency", "2")
+    found = announced(conn, 2)
+    assert {w.pid for w in found} == children(supervisor)
+    assert {(w.queue, w.wire, w.job) for w in found} == {(QUEUE, 5, None)}
+    assert all(w.host and w.beat_ms >= w.started_ms for w in found)
+
+    queue = Queue(conn, QUEUE, wire=5)
+    queue.enqueue("JOB:blocks", b"victim")
+    assert wait_until(lambda: conn.get("test:victim") is not None, timeout=20)
+    victim = int(as_text(conn.get("test:victim") or b""))
+
+    def in_hand(job_id: str) -> WorkerInfo | None:
+        return next((w for w in live_workers(conn) if w.job == job_id), None)
+
+    assert wait_until(lambda: in_hand("JOB:blocks") is not None, timeout=10)
+    holder = in_hand("JOB:blocks")
+    assert holder is not None and holder.pid == victim
+    assert holder.job_since_ms is not None
+    assert holder.job_since_ms <= admin.server_time_ms(conn)
+
+    # A handler that keeps the CPU busy in Python for longer than the expiry: its worker beats
+    # on, so its record never lapses while the job runs.
+    queue.enqueue("JOB:spins", b"spin:%d" % (EXPIRY_MS * 2))
+    assert wait_until(lambda: in_hand("JOB:spins") is not None, timeout=10)
+
+    def beat_past_expiry() -> bool:
+        spinner = in_hand("JOB:spins")
+        assert spinner is not None and spinner.job_since_ms is not None, live_workers(conn)
+        return spinner.beat_ms - spinner.job_since_ms > EXPIRY_MS
+
+    assert wait_until(beat_past_expiry, timeout=EXPIRY_MS / 1000 + 10)
+
+
+def test_a_killed_worker_drops_out_within_its_expiry(
+        workers: Callable[..., Workers], conn: redis.Redis) -> None:  # noqa: F811
+    workers(QUEUE, "--concurrency", "2")
+    victim = announced(conn, 2)[0]
+    os.kill(victim.pid, signal.SIGKILL)
+    last_beat = [victim.beat_ms]
+
+    def gone() -> bool:
+        record = {w.key: w for w in live_workers(conn)}.get(victim.key)
+        if record is not None:
+            last_beat[0] = record.beat_ms
+        return record is None
+
+    assert wait_until(gone, timeout=EXPIRY_MS / 1000 + 10)
+    assert admin.server_time_ms(conn) - last_beat[0] <= EXPIRY_MS + READ_SLACK_MS
+    assert victim.key.encode() not in conn.smembers(WORKERS_KEY)  # pruned on read
+
+
+def test_the_operator_lists_workers_and_a_clean_stop_removes_them_all(
+        workers: Callable[..., Workers], valkey: EmbeddedValkey,  # noqa: F811
+        conn: redis.Redis) -> None:
+    Queue(conn, QUEUE).enqueue("JOB:one", b"")
+    admin.register_queue(conn, QUEUE)
+    supervisor = workers(QUEUE, "--concurrency", "2")
+    found = announced(conn, 2)
+
+    listed = json.loads(cli(valkey, "workers", "--json"))
+    assert {(w["pid"], w["queue"]) for w in listed} == {(w.pid, QUEUE) for w in found}
+    assert set(listed[0]) >= {"host", "pid", "queue", "wire", "started_ms", "job",
+                              "job_since_ms", "done", "failed", "beat_ms"}
+    table = cli(valkey, "workers")
+    assert all(str(w.pid) in table for w in found) and "idle" in table
+    (stats,) = json.loads(cli(valkey, "stats", "--json"))
+    assert (stats["name"], stats["workers"]) == (QUEUE, 2)
+    assert "workers" in cli(valkey, "stats")
+
+    assert supervisor.terminate(within=20) == 0
+    assert live_workers(conn) == []
+    assert conn.smembers(WORKERS_KEY) == set()
+    assert not any(conn.exists(w.key) for w in found)  # deleted, not left to expire
+    assert "no live workers" in cli(valkey, "workers")
+
+
+@pytest.fixture
+def no_registry_url(valkey: EmbeddedValkey, conn: redis.Redis) -> Iterator[str]:
+    """A user who may run a queue's transitions but not touch the worker registry."""
+    conn.acl_setuser("noregistry", enabled=True, passwords=["+secret"],
+                     keys=["emq:{*", "emq:queues*", "test:*"], channels=["*"],
+                     commands=["+@all"])
+    yield f"redis://noregistry:secret@127.0.0.1:{valkey.port}"
+    conn.acl_deluser("noregistry")
+
+
+def test_a_worker_denied_the_registry_logs_once_and_serves(
+        workers: Callable[..., Workers], conn: redis.Redis,  # noqa: F811
+        no_registry_url: str) -> None:
+    supervisor = workers(QUEUE, url=no_registry_url)
+    queue = Queue(conn, QUEUE)
+    for n in range(3):
+        queue.enqueue(f"JOB:{n}", b"")
+    assert wait_until(lambda: conn.hlen("test:acked") == 3, timeout=20), supervisor.log()
+    assert supervisor.log().count("worker registry could not be written") == 1
+    assert live_workers(conn) == []
+    assert supervisor.terminate(within=20) == 0
+
+
+# in process ----------------------------------------------------------------------------------
+
+
+def test_the_dashboard_lists_live_workers(conn: redis.Redis) -> None:
+    announcer = Announcer(conn, "mail", 6)
+    release = threading.Event()
+    handler = announcer.track(lambda job: release.wait(10))
+    running = threading.Thread(target=handler, args=(Job("JOB:1", b"", 1),))
+    site = "http://127.0.0.1:8042"
+    with TestClient(create_app(conn, csrf_token="page"), base_url=site) as client:
+        announcer.start()
+        running.start()
+        try:
+            assert wait_until(lambda: announcer.beat() and bool(
+                client.get("/api/workers").json()["workers"][0]["job"]), timeout=5)
+            answer = client.get("/api/workers").json()
+            (shown,) = answer["workers"]
+            assert (shown["pid"], shown["queue"], shown["wire"], shown["job"]) == (
+                os.getpid(), "mail", 6, "JOB:1")
+            assert shown["job_since_ms"] <= answer["server_time_ms"]
+        finally:
+            release.set()
+            running.join()
+            announcer.stop()
+        assert client.get("/api/workers").json()["workers"] == []
+        # Read-only: even a same-origin POST with the page's token changes nothing here.
+        posted = client.post("/api/workers", headers={"Origin": site, "X-EchoMQ-CSRF": "page"})
+        assert posted.status_code == 405
+
+
+def test_the_record_counts_jobs_done_and_failed_async_ones_when_they_end(
+        conn: redis.Redis) -> None:
+    announcer = Announcer(conn, "mail", 5)
+
+    async def later(job: Job) -> None:
+        assert announcer.fields(0)["job"] == job.id  # still in hand while awaited
+        if job.payload == b"fail":
+            raise ValueError("no")
+
+    def plain(job: Job) -> None:
+        if job.payload == b"fail":
+            raise KeyError("no")
+
+    for handler in (announcer.track(plain), announcer.track(later)):
+        for payload in (b"", b"fail"):
+            with pytest.raises((KeyError, ValueError)) if payload else _nothing():
+                result = handler(Job("JOB:x", payload, 1))
+                if asyncio.iscoroutine(result):
+                    asyncio.run(result)
+    fields = announcer.fields(1_000)
+    assert (fields["done"], fields["failed"], fields["job"], fields["job_since_ms"]) == (
+        2, 2, "", "")
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_reading_prunes_members_whose_record_expired(conn: redis.Redis) -> None:
+    conn.sadd(WORKERS_KEY, "emq:worker:gone:1:1")
+    announcer = Announcer(conn, "mail", 5)
+    assert announcer.beat()
+    assert [w.key for w in live_workers(conn)] == [announcer.key]
+    assert conn.smembers(WORKERS_KEY) == {announcer.key.encode()}
+    assert 0 < conn.pttl(announcer.key) <= EXPIRY_MS
