@@ -146,7 +146,7 @@ def test_dashboard_command_on_another_address_warns_and_takes_a_token(
 def test_help_lists_every_command() -> None:
     output = CliRunner().invoke(main, ["--help"]).output
     for command in ("enqueue", "worker", "stats", "inspect", "dead", "recover", "serve", "demo",
-                    "bench", "dashboard", "forget"):
+                    "bench", "dashboard", "forget", "workers"):
         assert f"  {command}" in output
 
 
@@ -174,7 +174,7 @@ def assert_one_error(done: subprocess.CompletedProcess[str], code: int, *words: 
 
 
 def test_a_wrong_url_is_one_line_and_exit_2() -> None:
-    for command in (["stats"], ["dead", "list", "mail"], ["dashboard"],
+    for command in (["stats"], ["workers"], ["dead", "list", "mail"], ["dashboard"],
                     ["worker", "tests.worker_handlers:serve", "-q", "mail"]):
         assert_one_error(echomq(*command, "--url", "http://127.0.0.1:6379"), 2,
                          "not a Valkey URL", "redis://")
@@ -185,6 +185,7 @@ def test_a_refused_connection_is_one_line_and_exit_3() -> None:
     assert_one_error(echomq("stats", url=closed), 3, "cannot reach Valkey at " + closed,
                      "echomq serve")
     assert_one_error(echomq("dead", "list", "mail", url=closed), 3)
+    assert_one_error(echomq("workers", url=closed), 3)
 
 
 def test_debug_shows_the_traceback() -> None:
@@ -225,7 +226,7 @@ def test_read_commands_speak_json_and_show_human_ages(valkey: EmbeddedValkey,
     table = echomq("stats", url=valkey.url)
     assert table.returncode == 0 and "3 h 5 min" in table.stdout, table.stdout
     for args in (["stats"], ["stats", "mail"], ["inspect", "mail", "JOB:old"],
-                 ["dead", "list", "mail"]):
+                 ["dead", "list", "mail"], ["workers"]):
         done = echomq(*args, "--json", url=valkey.url)
         assert done.returncode == 0, done.stderr
         json.loads(done.stdout)
