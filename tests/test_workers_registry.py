@@ -154,6 +154,10 @@ def test_a_worker_denied_the_registry_logs_once_and_serves(
     assert wait_until(lambda: conn.hlen("test:acked") == 3, timeout=20), supervisor.log()
     assert supervisor.log().count("worker registry could not be written") == 1
     assert live_workers(conn) == []
+    # The same user still reads depths: stats shows no workers rather than failing.
+    shown = CliRunner().invoke(main, ["stats", "--json", "--url", no_registry_url])
+    assert shown.exit_code == 0, shown.output
+    assert [(s["name"], s["workers"]) for s in json.loads(shown.output)] == [(QUEUE, 0)]
     assert supervisor.terminate(within=20) == 0
 
 
