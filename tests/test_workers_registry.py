@@ -14,6 +14,15 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 from click.testing import CliRunner
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 from starlette.testclient import TestClient
 
 from echomq import Job, Queue, admin
@@ -230,3 +239,59 @@ def test_reading_prunes_members_whose_record_expired(conn: redis.Redis) -> None:
     assert [w.key for w in live_workers(conn)] == [announcer.key]
     assert conn.smembers(WORKERS_KEY) == {announcer.key.encode()}
     assert 0 < conn.pttl(announcer.key) <= EXPIRY_MS
+
+
+class RecordMachine(RuleBasedStateMachine):
+    """Jobs begin and end, beats write the record, a clean stop removes it: what the registry
+    shows after each beat is the model's job in hand and counts."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__()
+        self.conn = redis.Redis(port=port)
+        self.conn.delete(WORKERS_KEY)
+        self.announcer = Announcer(self.conn, "mail", 5)
+        self.job: str | None = None
+        self.done = self.failed = 0
+        self.written = False
+
+    @rule(n=st.integers(0, 9))
+    def begin(self, n: int) -> None:
+        self.announcer.began(Job(f"JOB:{n}", b"", 1))
+        self.job = f"JOB:{n}"
+
+    @precondition(lambda self: self.job is not None)
+    @rule(failed=st.booleans())
+    def end(self, failed: bool) -> None:
+        self.announcer.ended(failed=failed)
+        self.job = None
+        self.failed += failed
+        self.done += not failed
+
+    @rule()
+    def beat(self) -> None:
+        assert self.announcer.beat()
+        self.written = True
+        (shown,) = live_workers(self.conn)
+        assert (shown.job, shown.done, shown.failed) == (self.job, self.done, self.failed)
+        assert (shown.job_since_ms is None) == (self.job is None)
+        assert shown.job_since_ms is None or shown.job_since_ms <= shown.beat_ms
+
+    @rule()
+    def stop(self) -> None:
+        self.announcer.stop()
+        self.written = False
+        assert live_workers(self.conn) == []
+
+    @invariant()
+    def listed_only_once_written(self) -> None:
+        assert len(self.conn.smembers(WORKERS_KEY)) == int(self.written)
+
+    def teardown(self) -> None:
+        self.conn.delete(self.announcer.key, WORKERS_KEY)
+        self.conn.close()
+
+
+def test_the_record_follows_its_worker(valkey: EmbeddedValkey) -> None:
+    run_state_machine_as_test(lambda: RecordMachine(valkey.port),
+                              settings=settings(max_examples=40, stateful_step_count=30,
+                                                deadline=None))
