@@ -20,8 +20,9 @@ import pytest
 import redis
 import uvicorn
 
-from echomq import Queue, Verdict, admin
+from echomq import Job, Queue, Verdict, admin
 from echomq.dashboard import History, create_app
+from echomq.workers import Announcer
 
 NOW = 1_700_000_000_000
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -137,6 +138,9 @@ def fill(conn: redis.Redis) -> Queue:
 def test_dashboard_renders_and_requeues(conn: redis.Redis, dashboard: str,
                                         tmp_path: Path) -> None:
     queue = fill(conn)
+    worker = Announcer(conn, "mail", 6)
+    worker.began(Job("JOB:t9", b"", 1))
+    assert worker.beat()
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -152,6 +156,8 @@ def test_dashboard_renders_and_requeues(conn: redis.Redis, dashboard: str,
             "reports", "0", "0", "0", "0"]
         assert "ValueError: bad input" in page.inner_text("#dead")
         assert page.inner_text('#lanes tr[data-lane="tenant-a"]').split("\t") == ["tenant-a", "2"]
+        shown = page.inner_text(f'#workers tr[data-worker="{worker.key}"]').split("\t")
+        assert shown[1:4] == [str(os.getpid()), "mail", "6"] and shown[5] == "JOB:t9"
         for chart in ("backlog", "active", "dead"):
             svg = f"#chart-{chart}"
             assert page.locator(f'{svg} polyline[data-queue="mail"]').count() == 1
@@ -203,6 +209,9 @@ ATTACKS = """async (target) => {
 def test_a_page_on_another_port_cannot_change_anything(conn: redis.Redis, dashboard: str,
                                                        elsewhere: str) -> None:
     queue = fill(conn)
+    worker = Announcer(conn, "mail", 6)
+    worker.began(Job("JOB:t9", b"", 1))
+    assert worker.beat()
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page()
