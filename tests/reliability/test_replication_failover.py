@@ -116,7 +116,7 @@ class FailoverCrew:
         self.endpoint, self.jobs = endpoint, jobs
         self.confirmed = Ledger()  # WAIT-confirmed enqueues and acks
         self.unconfirmed: set[str] = set()  # told ENQUEUED/DUPLICATE, no replica confirmed yet
-        self.unconfirmed_acks: list[tuple[str, int]] = []
+        self.unconfirmed_acks: list[Job] = []
         self.stop = threading.Event()
         self.failed_over = False
         self.deadline = time.monotonic() + deadline_s
@@ -174,14 +174,17 @@ class FailoverCrew:
             self.attempt(wire, state, step)
 
     def ack(self, conn: redis.Redis, queue: Queue, job: Job) -> None:
+        # In doubt until WAIT says otherwise — from before the call: an ack whose reply the dying
+        # primary never sent may still have reached the replica.
+        self.unconfirmed_acks.append(job)
         try:
             queue.ack(job)
         except StaleLease:
+            self.unconfirmed_acks.remove(job)
             self.confirmed.note("ack:stale")
             return
-        self.unconfirmed_acks.append((job.id, job.attempt))  # until WAIT says otherwise
         if self.replicated(conn):
-            self.unconfirmed_acks.remove((job.id, job.attempt))
+            self.unconfirmed_acks.remove(job)
             self.confirmed.acked(job)
 
     def replicated(self, conn: redis.Redis) -> bool:
@@ -225,13 +228,13 @@ def test_failover_loses_no_confirmed_job(primary: EmbeddedValkey) -> None:
         conn = replica.client()
         queues = [Queue(conn, "fo", wire=wire, check_policy=False) for wire in (5, 6)]
         ledger = crew.confirmed
-        # An ack told ACKED whose WAIT did not answer (the primary died in between) may or may
-        # not have reached the replica: it did if the replica holds the tombstone.
+        # An ack whose reply or WAIT did not come (the primary died in between) may or may not
+        # have reached the replica: it did if the replica holds that lease's tombstone.
         redelivered = 0
-        for job_id, attempt in crew.unconfirmed_acks:
-            row = conn.hgetall(queues[0].key("job", job_id))
-            if row and b"payload" not in row and row.get(b"attempts") == str(attempt).encode():
-                ledger.acks_in_doubt.append((job_id, attempt))
+        for job in crew.unconfirmed_acks:
+            row = conn.hgetall(queues[0].key("job", job.id))
+            if row and b"payload" not in row and row.get(b"fence") == str(job.fence).encode():
+                ledger.acked(job, in_doubt=True)
             else:
                 redelivered += 1  # still leased on the replica: run again (at least once)
         # Counted: enqueues and acks WAIT confirmed before the failover, and all those the
