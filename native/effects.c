@@ -50,6 +50,16 @@ void touched(ValkeyModuleCtx *ctx, int type, const char *event, ValkeyModuleStri
     ValkeyModule_SignalModifiedKey(ctx, keyname);
 }
 
+/* An element removed from key: its event, then "del" when the key is gone (the module API deletes
+ * an emptied zset or hash, as the server does), and the modified-key signal. */
+static void removed_from(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, int type, const char *event,
+                         ValkeyModuleString *keyname) {
+    ValkeyModule_NotifyKeyspaceEvent(ctx, type, event, keyname);
+    if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_EMPTY)
+        ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_GENERIC, "del", keyname);
+    ValkeyModule_SignalModifiedKey(ctx, keyname);
+}
+
 /* ZADD key score member: an event and a replica command only when the member was added or its
  * score changed, as zaddCommand. */
 void fx_zadd(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
@@ -69,10 +79,7 @@ void fx_zrem(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *key
     int deleted = 0;
     ValkeyModule_ZsetRem(key, member, &deleted);
     if (!deleted) return;
-    ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_ZSET, "zrem", keyname);
-    if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_EMPTY)
-        ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_GENERIC, "del", keyname);
-    ValkeyModule_SignalModifiedKey(ctx, keyname);
+    removed_from(ctx, key, VALKEYMODULE_NOTIFY_ZSET, "zrem", keyname);
     ValkeyModule_Replicate(ctx, "ZREM", "ss", keyname, member);
 }
 
@@ -114,10 +121,7 @@ void fx_hdel(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *key
     int deleted = ValkeyModule_HashSet(key, VALKEYMODULE_HASH_CFIELDS, field, VALKEYMODULE_HASH_DELETE,
                                        NULL);
     if (deleted <= 0) return;
-    ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_HASH, "hdel", keyname);
-    if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_EMPTY)
-        ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_GENERIC, "del", keyname);
-    ValkeyModule_SignalModifiedKey(ctx, keyname);
+    removed_from(ctx, key, VALKEYMODULE_NOTIFY_HASH, "hdel", keyname);
     ValkeyModule_Replicate(ctx, "HDEL", "sc", keyname, field);
 }
 

@@ -367,11 +367,18 @@ class Model:
         if base is None:
             return error(E_KEYS)
         call = Call(keys, args, base)
-        for name, word in zip(transition.args, args, strict=True):
+        failure = self._numbers(call, transition.args, args)
+        if failure is not None:
+            return failure
+        return self._typed(transition, call)
+
+    def _numbers(self, call: Call, names: Sequence[str], words: Sequence[bytes]) -> bytes | None:
+        """The first number error among the fixed arguments, in order; None when all parse."""
+        for name, word in zip(names, words, strict=True):
             failure = self._number(call, name, word)
             if failure is not None:
                 return failure
-        return self._typed(transition, call)
+        return None
 
     def _validate_batch(self, transition: Transition, keys: list[bytes],
                         args: list[bytes]) -> Call | bytes:
@@ -383,10 +390,9 @@ class Model:
         if base is None:
             return error(E_KEYS)
         call = Call(keys, args, base)
-        for name, word in zip(transition.args, args, strict=False):
-            failure = self._number(call, name, word)
-            if failure is not None:
-                return failure
+        failure = self._numbers(call, transition.args, args[:fixed])
+        if failure is not None:
+            return failure
         items = (parse_items if transition.name == "settle" else parse_pairs)(args[fixed:])
         if isinstance(items, bytes):
             return items
