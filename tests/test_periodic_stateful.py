@@ -1,0 +1,225 @@
+"""Schedulers with skewed clocks pass, stall in the middle of a pass while others pass (between
+reading the mark and admitting, or inside an admission), die in the middle of a pass and come
+back, while a worker runs the ticks' jobs and their tombstones vanish: a hypothesis state machine
+on an explicit clock.
+
+What must hold, whatever the sequence:
+- no tick is ever admitted twice (ENQUEUED once per job id), though a tombstone is deleted as
+  soon as the schedule's mark is past its tick (and no stalled pass still holds it);
+- the mark only grows, also under a pass overtaken inside its admission, and every tick after
+  the schedule's start up to the mark was admitted (with a catch-up wide enough that nothing is
+  coalesced), each a tick of the cron expression;
+- a pass that completes leaves the mark at the latest tick its clock has reached, and admits at
+  most ``catch_up`` ticks; a stalled pass admits nothing the mark has passed meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from echomq import Queue, Verdict
+from echomq.embedded import EmbeddedValkey
+from echomq.periodic import Periodic, Schedule
+
+START = 1_796_000_000_000
+SCHEDULERS = 3
+SKEW = st.integers(-90_000, 90_000)
+ALL = 10**6  # a catch-up no test run outgrows: nothing is coalesced
+STEP = st.one_of(st.sampled_from([1, 999, 1_000, 60_000, 300_000]), st.integers(1, 300_000))
+
+
+class Killed(Exception):
+    """The scheduler's process died right after this admission reached the server."""
+
+
+class SchedulerFleet(RuleBasedStateMachine):
+    def __init__(self, port: int) -> None:
+        super().__init__()
+        self.conn = redis.Redis(port=port)
+        self.conn.flushall()
+        self.queue = Queue(self.conn, "cron", check_policy=False)
+        self.time = START
+        self.alive = [True] * SCHEDULERS
+        self.plans: list[list[int]] = [[] for _ in range(SCHEDULERS)]
+        self.enqueued: Counter[str] = Counter()
+        self.last_mark: int | None = None
+        self.first_mark: int | None = None
+        self.marks_seen: list[int | None] = []
+        self.schedule = Schedule("s", "* * * * *")
+        self.skews = [0] * SCHEDULERS
+
+    @initialize(cron=st.sampled_from(["* * * * *", "*/5 * * * *", "*/2 * * * * *",
+                                      "17 * * * *"]),
+                catch_up=st.sampled_from([1, 3, ALL]),
+                skews=st.lists(SKEW, min_size=SCHEDULERS, max_size=SCHEDULERS))
+    def setup(self, cron: str, catch_up: int, skews: list[int]) -> None:
+        self.schedule = Schedule("s", cron, catch_up=catch_up)
+        self.skews = skews
+
+    # the world ---------------------------------------------------------------------------------
+
+    def entry(self, die: bool = False, overtaken_by: int | None = None) -> Periodic:
+        def admit(job_id: str, tick_ms: int) -> object:
+            if overtaken_by is not None:
+                self.entry().run_due(self.clock(overtaken_by))
+                self.marks_seen.append(self.mark())
+            verdict = self.queue.enqueue(job_id, b"")
+            if verdict is Verdict.ENQUEUED:
+                self.enqueued[job_id] += 1
+            if die:
+                raise Killed(job_id)
+            return verdict
+
+        return Periodic(self.schedule, self.queue, admit)
+
+    def clock(self, index: int) -> int:
+        return self.time + self.skews[index]
+
+    def mark(self) -> int | None:
+        return self.entry().mark()
+
+    # rules -------------------------------------------------------------------------------------
+
+    @rule(step=STEP)
+    def time_passes(self, step: int) -> None:
+        self.time += step
+
+    def idle(self) -> list[int]:
+        """The live schedulers with no pass under way."""
+        return [i for i in range(SCHEDULERS) if self.alive[i] and not self.plans[i]]
+
+    def stalled(self) -> list[int]:
+        return [i for i in range(SCHEDULERS) if self.plans[i]]
+
+    @precondition(lambda self: self.idle())
+    @rule(data=st.data())
+    def a_pass(self, data: st.DataObject) -> None:
+        """A whole pass, its mark read and its ticks admitted with nothing in between."""
+        index = data.draw(st.sampled_from(self.idle()))
+        now = self.clock(index)
+        admitted = self.entry().run_due(now)
+        assert len(admitted) <= self.schedule.catch_up
+        mark = self.mark()
+        assert mark is not None
+        latest = Schedule("latest", self.schedule.cron).due(START - 10**9, now)[0]
+        assert not latest or mark >= latest[-1], "a completed pass leaves the mark at its tick"
+
+    @precondition(lambda self: self.idle())
+    @rule(data=st.data())
+    def a_pass_reads_the_mark(self, data: st.DataObject) -> None:
+        """A pass that stalls after reading the mark: others may pass before it admits."""
+        index = data.draw(st.sampled_from(self.idle()))
+        self.plans[index] = self.entry().plan(self.clock(index))
+        assert len(self.plans[index]) <= self.schedule.catch_up
+
+    @precondition(lambda self: self.stalled())
+    @rule(data=st.data())
+    def a_stalled_pass_admits_its_next_tick(self, data: st.DataObject) -> None:
+        """It finds the mark again first: a tick others admitted meanwhile is left alone."""
+        index = data.draw(st.sampled_from(self.stalled()))
+        tick = self.plans[index].pop(0)
+        mark = self.mark()
+        admitted = self.entry().admit_tick(tick)
+        assert (admitted is None) == (mark is not None and mark >= tick)
+
+    @precondition(lambda self: self.idle())
+    @rule(data=st.data(), other=st.integers(0, SCHEDULERS - 1))
+    def a_pass_overtaken_in_its_admission(self, data: st.DataObject, other: int) -> None:
+        """Between a pass's last look at the mark and its enqueue, another whole pass runs (on
+        its own clock): the row makes the late enqueue a DUPLICATE, and the mark stays up."""
+        index = data.draw(st.sampled_from(self.idle()))
+        self.marks_seen = []
+        self.entry(overtaken_by=other).run_due(self.clock(index))
+        mark = self.mark()
+        assert all(seen is not None and mark is not None and mark >= seen
+                   for seen in self.marks_seen), "the late admission moved the mark down"
+
+    @precondition(lambda self: any(self.alive))
+    @rule(data=st.data())
+    def dies_right_after_an_admission(self, data: st.DataObject) -> None:
+        """Dies between a tick's admission and its mark (mid-pass), or idle when its pass has
+        nothing left to admit."""
+        index = data.draw(st.sampled_from([i for i in range(SCHEDULERS) if self.alive[i]]))
+        self.alive[index] = False
+        plan = self.plans[index] or self.entry().plan(self.clock(index))
+        self.plans[index] = []
+        mark = self.mark()
+        plan = [tick for tick in plan if mark is None or tick > mark]
+        if plan:
+            with pytest.raises(Killed):
+                self.entry(die=True).admit_tick(plan[0])
+
+    @precondition(lambda self: not all(self.alive))
+    @rule(data=st.data())
+    def comes_back(self, data: st.DataObject) -> None:
+        index = data.draw(st.sampled_from([i for i in range(SCHEDULERS) if not self.alive[i]]))
+        self.alive[index] = True
+
+    @rule()
+    def a_worker_runs_the_jobs(self) -> None:
+        """Runs what is pending. A done job's tombstone vanishes once the mark is past its tick
+        and no stalled pass still means to admit it: the shortest retention the design allows
+        (the row is what guards a death before the mark, and a stall after reading it)."""
+        mark = self.mark() or 0
+        while (job := self.queue.claim(now=self.time)) is not None:
+            self.queue.ack(job)
+        planned = {self.schedule.job_id(tick) for plan in self.plans for tick in plan}
+        for job_id in self.enqueued:
+            # ids of one schedule sort as their ticks do
+            if job_id <= self.schedule.job_id(mark) and job_id not in planned:
+                self.conn.delete(self.queue.key("job", job_id))
+
+    # invariants --------------------------------------------------------------------------------
+
+    @invariant()
+    def no_tick_admitted_twice(self) -> None:
+        assert all(n == 1 for n in self.enqueued.values()), self.enqueued
+
+    @invariant()
+    def the_mark_only_grows(self) -> None:
+        mark = self.mark()
+        if self.last_mark is not None:
+            assert mark is not None and mark >= self.last_mark
+        self.last_mark = mark
+
+    @invariant()
+    def every_tick_up_to_the_mark_was_admitted(self) -> None:
+        mark = self.mark()
+        if mark is None:
+            return
+        if self.first_mark is None:
+            self.first_mark = mark
+        ticks = self.schedule.ticks(self.first_mark)
+        upto = []
+        for tick in ticks:
+            if tick > mark:
+                break
+            upto.append(self.schedule.job_id(tick))
+        assert set(self.enqueued) <= set(upto) | self.beyond_mark(mark)
+        if self.schedule.catch_up == ALL:
+            assert set(upto) <= set(self.enqueued)
+
+    def beyond_mark(self, mark: int) -> set[str]:
+        """Ticks admitted by a pass that died before its mark moved past them."""
+        return {job_id for job_id in self.enqueued if job_id > self.schedule.job_id(mark)}
+
+
+STATEFUL = settings(max_examples=200, stateful_step_count=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_skewed_schedulers_dying_mid_pass_admit_each_tick_once(valkey: EmbeddedValkey) -> None:
+    run_state_machine_as_test(lambda: SchedulerFleet(valkey.port), settings=STATEFUL)
