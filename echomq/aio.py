@@ -221,8 +221,11 @@ class Queue:
         return await self.executor.call(self.conn, *call)
 
     async def enqueue(self, job_id: str, payload: bytes | str, *, lane: str | None = None,
+                      delay_ms: int = 0, at_ms: int | None = None,
                       now: int | None = None) -> Verdict:
-        verdict = Verdict.of(await self._send(self.calls.enqueue(job_id, payload, lane, now)))
+        """As ``echomq.Queue.enqueue``: at once, or delayed with ``delay_ms`` / ``at_ms``."""
+        call = self.calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms)
+        verdict = Verdict.of(await self._send(call))
         await self._register()
         return verdict
 
@@ -250,8 +253,10 @@ class Queue:
                          now: int | None = None) -> Job | None:
         return job_of(await self._send(self.calls.claim_lane(lease_ms, now)))
 
-    async def ack(self, job: Job, *, retention_ms: int | None = None) -> Verdict:
-        return fenced(job, await self._send(self.calls.ack(job, retention_ms)))
+    async def ack(self, job: Job, *, retention_ms: int | None = None,
+                  result: bytes | str | None = None) -> Verdict:
+        """As ``echomq.Queue.ack``: with ``result``, the tombstone keeps it."""
+        return fenced(job, await self._send(self.calls.ack(job, retention_ms, result)))
 
     async def retry(self, job: Job, *, delay_ms: int = 1_000, error: str | bytes = "",
                     max_attempts: int | None = None, now: int | None = None) -> Verdict:

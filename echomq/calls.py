@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from echomq import transitions as t
-from echomq.errors import StaleLease
+from echomq.errors import ArgumentError, StaleLease
 from echomq.native import checked_id, checked_int, checked_lane, checked_now
 
 Arg = str | bytes
@@ -27,6 +27,8 @@ DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BATCH_LIMIT = 1000
 ZSETS = ("pending", "active", "delayed", "dead")
+MAX_RESULT_BYTES = t.MAX_RESULT_BYTES
+RESULT_ERROR = f"EMQSIZE result must be at most {MAX_RESULT_BYTES} bytes"
 
 
 def checked_arg(name: str, value: int) -> str:
@@ -79,9 +81,11 @@ class Job:
 
 @dataclass(frozen=True)
 class Ack:
-    """An outcome for ``Queue.settle``: complete ``job``'s lease, as ``Queue.ack``."""
+    """An outcome for ``Queue.settle``: complete ``job``'s lease, as ``Queue.ack``; with
+    ``result``, the job's tombstone keeps it (at most ``MAX_RESULT_BYTES``) in the same step."""
 
     job: Job
+    result: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,15 @@ def payload_bytes(value: Payload) -> bytes:
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     raise TypeError(f"a payload must be str or bytes-like, not {type(value).__name__}")
+
+
+def checked_result(result: Payload) -> bytes:
+    """A result to keep, as its bytes: at most MAX_RESULT_BYTES (ArgumentError with the server's
+    words otherwise, before anything is sent)."""
+    raw = payload_bytes(result)
+    if len(raw) > MAX_RESULT_BYTES:
+        raise ArgumentError(RESULT_ERROR)
+    return raw
 
 
 def job_of(reply: Any) -> Job | None:
@@ -191,8 +204,22 @@ class QueueCalls:
         return transition, t.keys_for(self.base, transition, job_id, lane), args
 
     def enqueue(self, job_id: str, payload: Payload, lane: str | None,
-                now: int | None) -> Call:
-        return self._admission(job_id, payload, lane, checked_now(now))
+                now: int | None, delay_ms: int = 0, at_ms: int | None = None) -> Call:
+        """An admission: to run at once, or (a delay or an absolute due time given) to run at
+        the later of now + ``delay_ms`` and ``at_ms``."""
+        if delay_ms == 0 and at_ms is None:
+            return self._admission(job_id, payload, lane, checked_now(now))
+        return self._delayed_admission(job_id, payload, lane, checked_now(now), delay_ms, at_ms)
+
+    def _delayed_admission(self, job_id: str, payload: Payload, lane: str | None, stamp: str,
+                           delay_ms: int, at_ms: int | None) -> Call:
+        checked_id(job_id)
+        body = payload_bytes(payload)
+        due = [checked_arg("delay_ms", delay_ms), checked_arg("at_ms", at_ms or 0)]
+        if lane is None:
+            return self._call(t.ENQUEUE_DELAYED, (job_id, body, stamp, *due), job_id)
+        args: tuple[Arg, ...] = (job_id, body, checked_lane(lane), stamp, *due)
+        return self._call(t.LANE_ENQUEUE_DELAYED, args, job_id)
 
     def enqueue_many(self, items: Iterable[Item], now: int | None) -> list[Call]:
         stamp = checked_now(now)
@@ -213,11 +240,13 @@ class QueueCalls:
     def claim_lane(self, lease_ms: int, now: int | None) -> Call:
         return self._call(t.LANE_CLAIM, (checked_arg("lease_ms", lease_ms), checked_now(now)))
 
-    def ack(self, job: Job, retention_ms: int | None) -> Call:
+    def ack(self, job: Job, retention_ms: int | None, result: Payload | None = None) -> Call:
         keep = self.retention_ms if retention_ms is None else retention_ms
         args = (checked_id(job.id), checked_arg("fence", job.fence),
                 checked_arg("retention_ms", keep))
-        return self._call(t.ACK, args, job.id)
+        if result is None:
+            return self._call(t.ACK, args, job.id)
+        return self._call(t.ACK_RESULT, (*args, checked_result(result)), job.id)
 
     def retry(self, job: Job, delay_ms: int, error: Payload, max_attempts: int | None,
               now: int | None) -> Call:
@@ -249,6 +278,8 @@ class QueueCalls:
     def _leased_item(self, outcome: Outcome) -> list[Arg]:
         job = outcome.job
         if type(outcome) is Ack:
+            if outcome.result is not None:
+                return ["done", job.id, str(job.fence), checked_result(outcome.result)]
             return ["ack", job.id, str(job.fence)]
         if type(outcome) is Release:
             return ["release", job.id, str(job.fence)]
@@ -265,6 +296,8 @@ class QueueCalls:
         job = outcome.job
         lease: list[Arg] = [checked_id(job.id), checked_arg("fence", job.fence)]
         if isinstance(outcome, Ack):
+            if outcome.result is not None:
+                return ["done", *lease, checked_result(outcome.result)]
             return ["ack", *lease]
         if isinstance(outcome, Release):
             return ["release", *lease]

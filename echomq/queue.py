@@ -102,13 +102,19 @@ class Queue:
     # producer -------------------------------------------------------------------------------
 
     def enqueue(self, job_id: str, payload: Payload, *, lane: str | None = None,
+                delay_ms: int = 0, at_ms: int | None = None,
                 now: int | None = None) -> Verdict:
         """Admit a job once: ENQUEUED, or DUPLICATE when its row exists. KindError on a bad id;
         TypeError, before anything is sent, for a payload that is not str or bytes-like.
 
         With ``lane``, the job joins its group's lane and is served by ``claim_lane`` in turn
-        with the other groups (scripts only: a ``wire=6`` queue raises Wire6Unsupported)."""
-        verdict = Verdict.of(self._send(self.calls.enqueue(job_id, payload, lane, now)))
+        with the other groups (scripts only: a ``wire=6`` queue raises Wire6Unsupported).
+
+        With ``delay_ms`` or ``at_ms`` (an absolute time in ms on the server's clock), the job
+        waits in the delayed set until the later of now + ``delay_ms`` and ``at_ms``; promote
+        then moves it to pending (a lane job to its lane)."""
+        call = self.calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms)
+        verdict = Verdict.of(self._send(call))
         self._register()
         return verdict
 
@@ -144,10 +150,13 @@ class Queue:
         or None when every lane is empty. Scripts only (``wire=6`` raises Wire6Unsupported)."""
         return job_of(self._send(self.calls.claim_lane(lease_ms, now)))
 
-    def ack(self, job: Job, *, retention_ms: int | None = None) -> Verdict:
+    def ack(self, job: Job, *, retention_ms: int | None = None,
+            result: Payload | None = None) -> Verdict:
         """Complete ``job``'s lease. The row stays as a tombstone for ``retention_ms`` so a
-        re-enqueue of the id is still a duplicate. StaleLease if the lease is not current."""
-        return fenced(job, self._send(self.calls.ack(job, retention_ms)))
+        re-enqueue of the id is still a duplicate; with ``result`` (at most MAX_RESULT_BYTES,
+        ArgumentError before sending otherwise) the tombstone keeps it, in the same step.
+        StaleLease if the lease is not current."""
+        return fenced(job, self._send(self.calls.ack(job, retention_ms, result)))
 
     def retry(self, job: Job, *, delay_ms: int = 1_000, error: Payload = "",
               max_attempts: int | None = None, now: int | None = None) -> Verdict:

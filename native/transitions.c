@@ -35,15 +35,16 @@ static void strlist_free(ValkeyModuleCtx *ctx, StrList *l) {
 /* ---- Finishing a lease: shared by ack, retry and settle -------------------------------------- */
 
 /* finish_ack of the prelude, on a current lease: leave active; the row becomes a tombstone for
- * retention_ms (0: deleted). HDEL may empty the hash (a row of payload only): then it is gone and
- * PEXPIRE a no-op. */
+ * retention_ms (0: deleted), holding result when one is given (not NULL). HDEL may empty the hash
+ * (a row of payload only): then it is gone and PEXPIRE a no-op. */
 static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleString *active_name,
                               ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
-                              long long retention_ms) {
+                              long long retention_ms, ValkeyModuleString *result) {
     fx_zrem(ctx, active, active_name, id);
     if (retention_ms == 0) {
         fx_del(ctx, row, row_name);
     } else {
+        if (result) fx_hset1(ctx, row, row_name, "result", result);
         fx_hdel(ctx, row, row_name, "payload");
         fx_pexpire(ctx, row, row_name, retention_ms);
     }
@@ -143,6 +144,20 @@ static void claim_planned(ValkeyModuleCtx *ctx, Bytes base, const ClaimKeys *ck,
 
 /* ---- One job at a time ----------------------------------------------------------------------- */
 
+/* The row of a new job: payload, attempts 0, enqueued_at now (and lane when not NULL), as one
+ * HSET, the enqueue scripts' own. */
+static void write_new_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
+                          ValkeyModuleString *payload, long long now) {
+    char num[32];
+    ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, decimal(now, num));
+    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
+                         enqueued_at, NULL);
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
+    ValkeyModule_Replicate(ctx, "HSET", "scscscs", row_name, "payload", payload, "attempts", s_zero, "enqueued_at",
+                           enqueued_at);
+    ValkeyModule_FreeString(ctx, enqueued_at);
+}
+
 /* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now>
  * Twin of enqueue.lua. +ENQUEUED | +DUPLICATE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 int tx_enqueue(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
@@ -153,16 +168,27 @@ int tx_enqueue(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_EMPTY)
         return ValkeyModule_ReplyWithSimpleString(ctx, "DUPLICATE");
 
-    char num[32];
-    ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, decimal(now, num));
-    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
-                         enqueued_at, NULL);
-    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", names[EMQ_ENQUEUE_KEY_JOB]);
-    ValkeyModule_Replicate(ctx, "HSET", "scscscs", names[EMQ_ENQUEUE_KEY_JOB], "payload", payload, "attempts", s_zero,
-                           "enqueued_at", enqueued_at);
+    write_new_row(ctx, row, names[EMQ_ENQUEUE_KEY_JOB], payload, now);
     fx_zadd(ctx, k[EMQ_ENQUEUE_KEY_PENDING], names[EMQ_ENQUEUE_KEY_PENDING], (double)now, id);
     fx_wake(ctx, k[EMQ_ENQUEUE_KEY_WAKE], names[EMQ_ENQUEUE_KEY_WAKE], 1);
-    ValkeyModule_FreeString(ctx, enqueued_at);
+    return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
+}
+
+/* EMQ.ENQUEUE_DELAYED 3 <base>job:<id> <base>delayed <base>wake <id> <payload> <now> <delay_ms:0> <at_ms:0>
+ * Twin of enqueue_delayed.lua. +ENQUEUED | +DUPLICATE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE.
+ * As EMQ.ENQUEUE, into delayed at the later of now + delay_ms and at_ms; one wake token so a
+ * parked consumer looks again at when the next job falls due. */
+int tx_enqueue_delayed(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    ValkeyModuleString **names = call->keys;
+    ValkeyModuleKey *row = k[EMQ_ENQUEUE_DELAYED_KEY_JOB];
+    long long now = call->num[EMQ_ENQUEUE_DELAYED_ARG_NOW], at = call->num[EMQ_ENQUEUE_DELAYED_ARG_AT_MS];
+    long long due = now + call->num[EMQ_ENQUEUE_DELAYED_ARG_DELAY_MS];
+    if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_EMPTY)
+        return ValkeyModule_ReplyWithSimpleString(ctx, "DUPLICATE");
+    write_new_row(ctx, row, names[EMQ_ENQUEUE_DELAYED_KEY_JOB], call->args[EMQ_ENQUEUE_DELAYED_ARG_PAYLOAD], now);
+    fx_zadd(ctx, k[EMQ_ENQUEUE_DELAYED_KEY_DELAYED], names[EMQ_ENQUEUE_DELAYED_KEY_DELAYED],
+            (double)(at > due ? at : due), call->args[EMQ_ENQUEUE_DELAYED_ARG_ID]);
+    fx_wake(ctx, k[EMQ_ENQUEUE_DELAYED_KEY_WAKE], names[EMQ_ENQUEUE_DELAYED_KEY_WAKE], 1);
     return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
 }
 
@@ -208,7 +234,21 @@ int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_ARG_FENCE]))
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
     const char *verdict = finish_ack(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row, call->keys[EMQ_ACK_KEY_JOB], id,
-                                     call->num[EMQ_ACK_ARG_RETENTION_MS]);
+                                     call->num[EMQ_ACK_ARG_RETENTION_MS], NULL);
+    return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
+}
+
+/* EMQ.ACK_RESULT 2 <base>active <base>job:<id> <id> <fence:1> <retention_ms:0> <result>
+ * Twin of ack_result.lua. +ACKED | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM EMQSIZE WRONGTYPE.
+ * As EMQ.ACK, the tombstone keeping result (at most EMQ_RESULT_MAX bytes, checked in step 4). */
+int tx_ack_result(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    ValkeyModuleString *id = call->args[EMQ_ACK_RESULT_ARG_ID];
+    ValkeyModuleKey *active = k[EMQ_ACK_RESULT_KEY_ACTIVE], *row = k[EMQ_ACK_RESULT_KEY_JOB];
+    if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_RESULT_ARG_FENCE]))
+        return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    const char *verdict =
+        finish_ack(ctx, active, call->keys[EMQ_ACK_RESULT_KEY_ACTIVE], row, call->keys[EMQ_ACK_RESULT_KEY_JOB], id,
+                   call->num[EMQ_ACK_RESULT_ARG_RETENTION_MS], call->args[EMQ_ACK_RESULT_ARG_RESULT]);
     return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
 }
 
@@ -313,7 +353,8 @@ static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const
         else if (it->form == EMQ_SETTLE_FORM_RELEASE)
             verdict = finish_release(ctx, sk, row, it, now);
         else
-            verdict = finish_ack(ctx, rk.active, rk.active_name, row, it->row_name, ITEM_ID(it), retention_ms);
+            verdict = finish_ack(ctx, rk.active, rk.active_name, row, it->row_name, ITEM_ID(it), retention_ms,
+                                 it->form == EMQ_SETTLE_FORM_DONE ? it->args[EMQ_SETTLE_DONE_ARG_RESULT] : NULL);
     }
     ValkeyModule_CloseKey(row);
     return verdict;

@@ -65,7 +65,8 @@ KEYS = st.lists(st.one_of(st.sampled_from(VALID_KEYS), st.sampled_from(JUNK_KEYS
 ARGS = st.lists(
     st.one_of(st.sampled_from(NUMBERS), st.sampled_from(IDS), st.binary(max_size=24),
               st.sampled_from([b"JOB:" + b"a" * 200, b"JOB:" + b"a" * 201, b"\x00" * 64,
-                               b"9" * 100_000, b"JOB:1\r\n"])),
+                               b"9" * 100_000, b"JOB:1\r\n", b"done", b"ack",
+                               b"r" * 524_289])),
     max_size=8,
 ).filter(lambda args: b"*" not in args)  # the server clock would make the two runs differ
 

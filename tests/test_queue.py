@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aredis
 
 from echomq import (
+    Ack,
     ArgumentError,
     Job,
     KindError,
@@ -17,6 +21,9 @@ from echomq import (
     Wire6Unsupported,
     new_job_id,
 )
+from echomq.aio import Queue as AsyncQueue
+from echomq.calls import MAX_RESULT_BYTES
+from echomq.embedded import EmbeddedValkey
 from echomq.executors import NativeExecutor, executor_for
 from echomq.native import id_ok
 from echomq.transitions import Transition
@@ -295,3 +302,145 @@ def test_async_recover_takes_max_attempts_too(queue: Queue) -> None:
     poison = Queue(queue.conn, "poison")
     assert poison.counts() == {"pending": 1, "active": 0, "delayed": 0, "dead": 1, "lanes": 0}
     assert queue.conn.zrange(poison.key("dead"), 0, -1) == [b"JOB:2"]
+
+
+# ---- results kept by the ack ------------------------------------------------------------------
+
+
+def test_ack_with_a_result_keeps_it_in_the_tombstone(queue: Queue) -> None:
+    queue.enqueue("JOB:1", b"payload", now=NOW)
+    job = queue.claim(now=NOW)
+    assert job is not None
+    assert queue.ack(job, result=b"\x00forty-two\r\n", retention_ms=60_000) is Verdict.ACKED
+    row = queue.key("job", "JOB:1")
+    assert queue.conn.hget(row, "result") == b"\x00forty-two\r\n"
+    assert queue.conn.hget(row, "payload") is None
+    assert 0 < queue.conn.pttl(row) <= 60_000
+    assert queue.counts()["active"] == 0
+    with pytest.raises(StaleLease):
+        queue.ack(job, result=b"again")
+
+
+def test_ack_without_a_result_sends_the_plain_ack(queue: Queue) -> None:
+    queue.enqueue("JOB:1", b"payload", now=NOW)
+    job = queue.claim(now=NOW)
+    assert job is not None
+    transition, _keys, args = queue.calls.ack(job, None)
+    assert transition.name == "ack" and len(args) == 3
+    assert queue.ack(job) is Verdict.ACKED
+    assert queue.conn.hget(queue.key("job", "JOB:1"), "result") is None
+
+
+def test_settle_keeps_the_results_of_its_acks(queue: Queue) -> None:
+    for n in (1, 2, 3):
+        queue.enqueue(f"JOB:{n}", b"p", now=NOW + n)
+    one, two, three = queue.claim_many(3, now=NOW)
+    verdicts, _ = queue.settle([Ack(one, result=b"first"), Ack(two), Ack(three, result=b"")])
+    assert verdicts == [Verdict.ACKED] * 3
+    results = [queue.conn.hget(queue.key("job", f"JOB:{n}"), "result") for n in (1, 2, 3)]
+    assert results == [b"first", None, b""]
+
+
+def test_a_result_over_the_cap_is_refused_before_sending(queue: Queue) -> None:
+    queue.enqueue("JOB:1", b"p", now=NOW)
+    job = queue.claim(now=NOW)
+    assert job is not None
+    before = commands_sent(queue.conn)
+    too_long = b"r" * (MAX_RESULT_BYTES + 1)
+    with pytest.raises(ArgumentError) as client_side:
+        queue.ack(job, result=too_long)
+    with pytest.raises(ArgumentError):
+        queue.settle([Ack(job), Ack(job, result=too_long)])
+    with pytest.raises(ArgumentError):
+        queue.settle_leased([Ack(job, result=too_long)], 0, 30_000, None, None)
+    assert commands_sent(queue.conn) == before
+    keys = [queue.key("active"), queue.key("job", "JOB:1")]
+    with pytest.raises(ArgumentError) as server_side:
+        queue.executor.call(queue.conn, executor_transition("ack_result"), keys,
+                            ["JOB:1", str(job.fence), "1000", too_long])
+    assert str(client_side.value) == str(server_side.value)
+    assert queue.ack(job, result=b"r" * MAX_RESULT_BYTES) is Verdict.ACKED
+
+
+# ---- delayed admission ------------------------------------------------------------------------
+
+
+def test_enqueue_with_a_delay_waits_in_delayed_until_promoted(queue: Queue) -> None:
+    assert queue.enqueue("JOB:1", b"later", delay_ms=5_000, now=NOW) is Verdict.ENQUEUED
+    assert queue.conn.zscore(queue.key("delayed"), "JOB:1") == NOW + 5_000
+    assert queue.claim(now=NOW + 10_000) is None
+    assert queue.promote(now=NOW + 4_999) == 0
+    assert queue.promote(now=NOW + 5_000) == 1
+    job = queue.claim(now=NOW + 5_000)
+    assert job is not None and (job.id, job.payload, job.attempt) == ("JOB:1", b"later", 1)
+
+
+def test_delayed_enqueue_is_idempotent(queue: Queue) -> None:
+    assert queue.enqueue("JOB:1", b"a", delay_ms=5_000, now=NOW) is Verdict.ENQUEUED
+    assert queue.enqueue("JOB:1", b"b", delay_ms=1, now=NOW) is Verdict.DUPLICATE
+    assert queue.enqueue("JOB:1", b"c", now=NOW) is Verdict.DUPLICATE
+    queue.enqueue("JOB:2", b"now", now=NOW)
+    assert queue.enqueue("JOB:2", b"later", at_ms=NOW + 9, now=NOW) is Verdict.DUPLICATE
+    assert queue.conn.zscore(queue.key("delayed"), "JOB:1") == NOW + 5_000
+    assert queue.counts() == {"pending": 1, "active": 0, "delayed": 1, "dead": 0, "lanes": 0}
+
+
+def test_enqueue_at_runs_at_the_later_of_the_delay_and_the_time(queue: Queue) -> None:
+    queue.enqueue("JOB:at", b"p", at_ms=NOW + 60_000, now=NOW)
+    queue.enqueue("JOB:past", b"p", at_ms=NOW - 60_000, now=NOW)
+    queue.enqueue("JOB:both", b"p", delay_ms=10, at_ms=NOW + 5, now=NOW)
+    delayed = dict(queue.conn.zrange(queue.key("delayed"), 0, -1, withscores=True))
+    assert delayed == {b"JOB:past": NOW, b"JOB:both": NOW + 10, b"JOB:at": NOW + 60_000}
+
+
+def test_enqueue_at_on_the_servers_clock(queue: Queue) -> None:
+    seconds, micros = queue.conn.time()
+    server_now = seconds * 1000 + micros // 1000
+    queue.enqueue("JOB:1", b"p", delay_ms=3_600_000)
+    due = queue.conn.zscore(queue.key("delayed"), "JOB:1")
+    assert due is not None and server_now + 3_600_000 <= due < server_now + 3_660_000
+
+
+def test_a_bad_delay_is_refused_before_sending(queue: Queue) -> None:
+    before = commands_sent(queue.conn)
+    with pytest.raises(ArgumentError, match=r"^EMQNUM delay_ms "):
+        queue.enqueue("JOB:1", b"p", delay_ms=-1)
+    with pytest.raises(ArgumentError, match=r"^EMQNUM at_ms "):
+        queue.enqueue("JOB:1", b"p", at_ms=-5)
+    assert commands_sent(queue.conn) == before
+
+
+def test_a_delayed_lane_job_is_promoted_to_its_lane(conn: redis.Redis) -> None:
+    queue = Queue(conn, "emails", wire=5)
+    assert queue.enqueue("JOB:a1", b"p", lane="a", delay_ms=100, now=NOW) is Verdict.ENQUEUED
+    assert queue.enqueue("JOB:a1", b"p", lane="a", now=NOW) is Verdict.DUPLICATE
+    assert queue.lane_depths() == {}
+    assert queue.promote(now=NOW + 100) == 1
+    assert queue.lane_depths() == {"a": 1}
+    job = queue.claim_lane(now=NOW + 100)
+    assert job is not None and (job.id, job.lane) == ("JOB:a1", "a")
+
+
+def test_a_delayed_lane_job_is_refused_on_wire6(conn: redis.Redis) -> None:
+    with pytest.raises(Wire6Unsupported):
+        Queue(conn, "emails", wire=6).enqueue("JOB:a1", b"p", lane="a", delay_ms=100)
+    assert conn.dbsize() == 0
+
+
+def test_the_async_queue_delays_and_keeps_results(conn: redis.Redis,
+                                                   valkey: EmbeddedValkey) -> None:
+    async def main() -> tuple[Any, Any]:
+        client = aredis.Redis(port=valkey.port)
+        try:
+            queue = AsyncQueue(client, "emails", wire=6)
+            await queue.enqueue("JOB:1", b"p", delay_ms=50, now=NOW)
+            await queue.promote(now=NOW + 50)
+            job = await queue.claim(now=NOW + 50)
+            assert job is not None
+            await queue.ack(job, result=b"ok")
+            return (await client.hget(queue.key("job", "JOB:1"), "result"),
+                    await client.zscore(queue.key("pending"), "JOB:1"))
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) == (b"ok", None)

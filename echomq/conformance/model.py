@@ -27,13 +27,15 @@ E_KEYS = b"EMQKEYS keys must be one queue's keys in the documented order"
 E_TYPE = b"WRONGTYPE Operation against a key holding the wrong kind of value"
 E_NOW = b"EMQNUM now must be * or an integer from 0 to 999999999999999"
 E_FENCE = b"EMQFENCE the fence counter must hold an integer from 0 to 999999999999998"
+E_RESULT = b"EMQSIZE result must be at most 524288 bytes"
+RESULT_MAX = 524288
 E_NOTINT = b"ERR value is not an integer or out of range"
 E_NEGATIVE = b"ERR Number of keys can't be negative"
 E_TOOMANY = b"ERR Number of keys can't be greater than number of args"
 
 # The minimum of every integer argument; "now" and free-form bytes are absent.
 MINIMUM = {"fence": 1, "lease_ms": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 1,
-           "limit": 1, "count": 0}
+           "limit": 1, "count": 0, "at_ms": 0}
 KEY_TYPE = {"job": b"hash", "pending": b"zset", "active": b"zset", "delayed": b"zset",
             "dead": b"zset", "ring": b"list", "wake": b"list", "fence": b"string"}
 
@@ -132,8 +134,8 @@ def array(elements: Sequence[bytes]) -> bytes:
     return b"*" + dec(len(elements)) + b"\r\n" + b"".join(elements)
 
 
-SETTLE_ITEM = ("ack <id> <fence>, release <id> <fence> or retry <id> <fence> <delay_ms> "
-               "<max_attempts> <error>")
+SETTLE_ITEM = ("ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> or retry "
+               "<id> <fence> <delay_ms> <max_attempts> <error>")
 PAIR = "<id> <fence>"
 LOST = b"lease expired during attempt %d: the worker was lost"
 
@@ -198,6 +200,7 @@ class Item:
     delay_ms: int = 0
     max_attempts: int = 0
     error: bytes = b""
+    result: bytes | None = None  # done: the result its tombstone keeps
 
 
 @dataclass
@@ -212,27 +215,41 @@ class Call:
 
 
 def parse_items(words: list[bytes]) -> list[Item] | bytes:
-    """settle's items, in order: op and width, id, fence, delay_ms, max_attempts."""
+    """settle's items, in order: op and width, id, fence, delay_ms, max_attempts (retry) or the
+    result's size (done)."""
     items: list[Item] = []
     i = 0
     while i < len(words):
-        width = {b"ack": 3, b"release": 3, b"retry": 6}.get(words[i], 0)
+        width = {b"ack": 3, b"done": 4, b"release": 3, b"retry": 6}.get(words[i], 0)
         if width == 0 or i + width > len(words):
             return item_error(len(items) + 1, SETTLE_ITEM)
         checked = _item_lease(words[i + 1], words[i + 2])
         if isinstance(checked, bytes):
             return checked
         item = Item(words[i], *checked)
-        if width == 6:
-            for name, word in (("delay_ms", words[i + 3]), ("max_attempts", words[i + 4])):
-                value = int_arg(word, MINIMUM[name])
-                if value is None:
-                    return number_error(name, MINIMUM[name])
-                setattr(item, name, value)
-            item.error = words[i + 5]
+        failure = _item_tail(item, words[i + 3:i + width])
+        if failure is not None:
+            return failure
         items.append(item)
         i += width
     return items
+
+
+def _item_tail(item: Item, tail: list[bytes]) -> bytes | None:
+    """The words after an item's lease: done's result, retry's delay_ms, max_attempts and
+    error. The error reply of the first bad one, or None."""
+    if item.op == b"done":
+        if len(tail[0]) > RESULT_MAX:
+            return error(E_RESULT)
+        item.result = tail[0]
+    elif item.op == b"retry":
+        for name, word in (("delay_ms", tail[0]), ("max_attempts", tail[1])):
+            value = int_arg(word, MINIMUM[name])
+            if value is None:
+                return number_error(name, MINIMUM[name])
+            setattr(item, name, value)
+        item.error = tail[2]
+    return None
 
 
 def parse_pairs(words: list[bytes]) -> list[Item] | bytes:
@@ -449,6 +466,8 @@ class Model:
 
     @staticmethod
     def _number(call: Call, name: str, word: bytes) -> bytes | None:
+        if name == "result":
+            return error(E_RESULT) if len(word) > RESULT_MAX else None
         if name == "now":
             if word == b"*":
                 raise ValueError("the model runs on an explicit clock only")
@@ -498,6 +517,18 @@ class Model:
         self.wake(wake_key, 1)
         return status("ENQUEUED")
 
+    def _enqueue_delayed(self, call: Call) -> bytes:
+        row, delayed, wake_key = call.keys
+        job_id, payload = call.args[0], call.args[1]
+        if row in self.keys:
+            return status("DUPLICATE")
+        now = call.numbers["now"]
+        self.keys[row] = Value(b"hash", {b"payload": payload, b"attempts": b"0",
+                                         b"enqueued_at": dec(now)})
+        self.zadd(delayed, max(now + call.numbers["delay_ms"], call.numbers["at_ms"]), job_id)
+        self.wake(wake_key, 1)
+        return status("ENQUEUED")
+
     def _claim(self, call: Call) -> bytes:
         pending, active, counter = call.keys
         for member, _score in self.zitems(pending):
@@ -529,12 +560,22 @@ class Model:
             return status("STALE")
         return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"]))
 
-    def finish_ack(self, active: bytes, row: bytes, job_id: bytes, retention_ms: int) -> str:
+    def _ack_result(self, call: Call) -> bytes:
+        active, row = call.keys
+        if not self.is_current(active, row, call.args[0], call.numbers["fence"]):
+            return status("STALE")
+        return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"],
+                                      call.args[3]))
+
+    def finish_ack(self, active: bytes, row: bytes, job_id: bytes, retention_ms: int,
+                   result: bytes | None = None) -> str:
         self.zrem(active, job_id)
         if retention_ms == 0:
             del self.keys[row]
         else:
             value = self.keys[row]
+            if result is not None:
+                value.data[b"result"] = result
             value.data.pop(b"payload", None)
             value.expires = True
             self._drop_empty(row)
@@ -595,8 +636,9 @@ class Model:
         row = call.base + b"job:" + item.id
         if not self.is_current(call.keys[0], row, item.id, item.fence):
             return "STALE"
-        if item.op == b"ack":
-            return self.finish_ack(call.keys[0], row, item.id, call.numbers["retention_ms"])
+        if item.op in (b"ack", b"done"):
+            return self.finish_ack(call.keys[0], row, item.id, call.numbers["retention_ms"],
+                                   item.result)
         if item.op == b"release":
             return self.finish_release(call, row, item.id)
         return self.finish_retry(call.keys, row, item, call.numbers["now"])

@@ -14,6 +14,8 @@ local E_MOVING = "TRYAGAIN a job's keys are moving between cluster nodes; try ag
 local E_LANE = 'EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -'
 local E_FENCE = 'EMQFENCE the fence counter must hold an integer from 0 to 999999999999998'
 local FENCE_MAX = 999999999999998
+local RESULT_MAX = 524288
+local E_RESULT = 'EMQSIZE result must be at most 524288 bytes'
 
 local function arity_error(verb, nkeys, nargs)
   return redis.error_reply(string.format('EMQARITY EMQ.%s takes %d keys and %d arguments',
@@ -31,7 +33,7 @@ local function item_error(n, shape)
   return redis.error_reply(string.format('EMQITEM item %d must be %s', n, shape))
 end
 local SETTLE_ITEM =
-  'ack <id> <fence>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>'
+  'ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>'
 
 local function number_error(name, min)
   return redis.error_reply(string.format('EMQNUM %s must be an integer from %d to 999999999999999',
@@ -184,13 +186,19 @@ local function plan_claims(base, pending, count)
   return claims, ghosts
 end
 
+-- A result an ack keeps: any bytes, at most RESULT_MAX of them.
+local function result_ok(result)
+  return #result <= RESULT_MAX
+end
+
 -- ack's effect on a current lease: leave active; the row becomes a tombstone for retention_ms
--- (0: deleted). Returns the verdict.
-local function finish_ack(active, row, id, retention_ms)
+-- (0: deleted), holding result when one is given. Returns the verdict.
+local function finish_ack(active, row, id, retention_ms, result)
   redis.call('ZREM', active, id)
   if retention_ms == 0 then
     redis.call('DEL', row)
   else
+    if result ~= nil then redis.call('HSET', row, 'result', result) end
     redis.call('HDEL', row, 'payload')
     redis.call('PEXPIRE', row, dec(retention_ms))
   end
