@@ -110,6 +110,33 @@ class Release:
 
 Outcome = Ack | Retry | Release
 
+# The states a job ends in: a waiter stops there.
+ENDED_STATES = ("done", "dead")
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """Where a job stands, as ``Queue.outcome`` and ``Queue.wait`` read it: ``state`` is
+    "pending" (waiting to run, in pending or its lane), "delayed", "active", "done" (acked; the
+    tombstone keeps ``result`` when the ack stored one), "dead" or "unknown" (no row: never
+    admitted, or its tombstone expired). ``error`` is the last error recorded (a dead job's
+    reason), ``attempts`` the runs counted."""
+
+    state: str
+    result: bytes | None
+    error: str | None
+    attempts: int
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+
+UNKNOWN = JobOutcome("unknown", None, None, 0)
+# The reads behind an outcome, in this order, each after the job id's keys are named: the row's
+# type and fields, whether it still holds its payload (an ack removes it), then the zsets.
+_PLACES = ("dead", "active", "delayed", "pending")
+
 
 def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -134,6 +161,28 @@ def checked_result(result: Payload) -> bytes:
     if len(raw) > MAX_RESULT_BYTES:
         raise ArgumentError(RESULT_ERROR)
     return raw
+
+
+def outcome_of(replies: Sequence[Any]) -> JobOutcome:
+    """The JobOutcome of the replies to ``QueueCalls.outcome_reads``. A row that is not a hash
+    is no job's (unknown); dead wins over everything (a dead job keeps its payload); a row
+    without its payload was acked (done); else the zset that holds the id, or pending (a lane
+    job waiting in its lane is in no zset)."""
+    kind, fields, has_payload, *scores = replies
+    if text(kind) != "hash":
+        return UNKNOWN
+    attempts, result, error = fields
+    places = [place for place, score in zip(_PLACES, scores, strict=True) if score is not None]
+    if "dead" in places:
+        state = "dead"
+    elif not has_payload:
+        state = "done"
+    else:
+        state = places[0] if places else "pending"
+    count = int(attempts) if attempts is not None and text(attempts).isdigit() else 0
+    return JobOutcome(state, None if result is None else payload_bytes(result),
+                      None if error is None else payload_bytes(error).decode(errors="replace"),
+                      count)
 
 
 def job_of(reply: Any) -> Job | None:
@@ -318,6 +367,13 @@ class QueueCalls:
 
     def promote(self, now: int | None, limit: int) -> Call:
         return self._call(t.PROMOTE, (checked_now(now), checked_arg("limit", limit)))
+
+    def outcome_reads(self, job_id: str) -> list[tuple[str, ...]]:
+        """The read-only commands behind ``outcome_of``, to send in one pipeline."""
+        row = self.key("job", checked_id(job_id))
+        return [("TYPE", row), ("HMGET", row, "attempts", "result", "error"),
+                ("HEXISTS", row, "payload"),
+                *(("ZSCORE", self.key(place), job_id) for place in _PLACES)]
 
     def requeue(self, job_id: str, now: int | None) -> Call:
         return self._call(t.REQUEUE, (checked_id(job_id), checked_now(now)), job_id)

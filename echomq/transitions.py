@@ -279,10 +279,10 @@ def queue_base(name: str) -> str:
 
 
 def key_of(base: str, role: str, job_id: str | None = None, lane: str | None = None) -> str:
-    """The key of ``role`` (pending, active, ...; ``job``: the row of ``job_id``; ``lane``: the
-    lane of group ``lane``)."""
-    if role == "job":
-        return f"{base}job:{job_id}"
+    """The key of ``role`` (pending, active, ...; ``job``: the row of ``job_id``; ``ended``: the
+    token that wakes the waiters of ``job_id``; ``lane``: the lane of group ``lane``)."""
+    if role in ("job", "ended"):
+        return f"{base}{role}:{job_id}"
     if role == "lane":
         return f"{base}lane:{lane}"
     return base + role

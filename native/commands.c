@@ -262,6 +262,7 @@ static void items_free(ValkeyModuleCtx *ctx, Call *call) {
         if (it->row_name) ValkeyModule_FreeString(ctx, it->row_name);
         if (it->lane) ValkeyModule_FreeString(ctx, it->lane);
         if (it->lane_key) ValkeyModule_FreeString(ctx, it->lane_key);
+        if (it->ended) ValkeyModule_FreeString(ctx, it->ended);
     }
     ValkeyModule_Free(call->items);
     call->items = NULL;

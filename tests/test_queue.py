@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -14,11 +16,14 @@ from echomq import (
     Ack,
     ArgumentError,
     Job,
+    JobOutcome,
     KindError,
     Queue,
+    Retry,
     StaleLease,
     Verdict,
     Wire6Unsupported,
+    admin,
     new_job_id,
 )
 from echomq.aio import Queue as AsyncQueue
@@ -444,3 +449,168 @@ def test_the_async_queue_delays_and_keeps_results(conn: redis.Redis,
             await client.aclose()
 
     assert asyncio.run(main()) == (b"ok", None)
+
+
+# ---- outcomes and waiting ---------------------------------------------------------------------
+
+
+def lease(queue: Queue, job_id: str, *, now: int = NOW) -> Job:
+    queue.enqueue(job_id, b"p", now=now)
+    job = queue.claim(now=now)
+    assert job is not None and job.id == job_id
+    return job
+
+
+def test_outcome_names_every_state(queue: Queue) -> None:
+    assert queue.outcome("JOB:none") == JobOutcome("unknown", None, None, 0)
+    queue.enqueue("JOB:later", b"p", delay_ms=1_000, now=NOW)
+    assert queue.outcome("JOB:later").state == "delayed"
+    ran = lease(queue, "JOB:ran")
+    assert queue.outcome("JOB:ran") == JobOutcome("active", None, None, 1)
+    queue.ack(ran, result=b"\x00out")
+    assert queue.outcome("JOB:ran") == JobOutcome("done", b"\x00out", None, 1)
+    failed = lease(queue, "JOB:failed")
+    queue.retry(failed, error="boom \xe9", max_attempts=1, now=NOW)
+    assert queue.outcome("JOB:failed") == JobOutcome("dead", None, "boom \xe9", 1)
+    plain = lease(queue, "JOB:plain")
+    queue.ack(plain)
+    assert queue.outcome("JOB:plain") == JobOutcome("done", None, None, 1)
+    queue.enqueue("JOB:waiting", b"p", now=NOW + 5)
+    assert queue.outcome("JOB:waiting") == JobOutcome("pending", None, None, 0)
+    queue.conn.set(queue.key("job", "JOB:odd"), "x")
+    assert queue.outcome("JOB:odd").state == "unknown"
+    with pytest.raises(KindError):
+        queue.outcome("job:1")
+
+
+def test_outcome_of_a_lane_job_waiting_in_its_lane(conn: redis.Redis) -> None:
+    queue = Queue(conn, "emails", wire=5)
+    queue.enqueue("JOB:a1", b"p", lane="a", now=NOW)
+    assert queue.outcome("JOB:a1") == JobOutcome("pending", None, None, 0)
+
+
+def blocked_clients(conn: redis.Redis) -> int:
+    return int(conn.info("clients")["blocked_clients"])
+
+
+def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Returns once ``condition`` holds; fails the test when it does not within the bound."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
+def waiting_for(queue: Queue, job_id: str, waiters: int = 1) -> list[Future[JobOutcome]]:
+    """``waiters`` threads blocked in ``queue.wait(job_id, 30)``, each on its own connection."""
+    pool = ThreadPoolExecutor(waiters)
+    conns = [redis.Redis(port=queue.conn.connection_pool.connection_kwargs["port"])
+             for _ in range(waiters)]
+    futures = [pool.submit(Queue(c, queue.name, wire=queue.wire, check_policy=False).wait,
+                           job_id, 30.0) for c in conns]
+    pool.shutdown(wait=False)
+    until(lambda: blocked_clients(queue.conn) >= waiters)
+    return futures
+
+
+def test_wait_returns_at_once_when_the_job_has_ended(queue: Queue) -> None:
+    queue.ack(lease(queue, "JOB:1"), result=b"r")
+    started = time.monotonic()
+    assert queue.wait("JOB:1", 30.0) == JobOutcome("done", b"r", None, 1)
+    assert time.monotonic() - started < 5
+
+
+def test_an_ack_keeping_a_result_wakes_every_waiter(queue: Queue) -> None:
+    job = lease(queue, "JOB:1")
+    futures = waiting_for(queue, "JOB:1", waiters=3)
+    started = time.monotonic()
+    queue.ack(job, result=b"42")
+    outcomes = [future.result(timeout=10) for future in futures]
+    assert outcomes == [JobOutcome("done", b"42", None, 1)] * 3
+    assert time.monotonic() - started < 10
+    ended = queue.key("ended", "JOB:1")
+    assert queue.conn.lrange(ended, 0, -1) == [b"1"]
+    assert 0 < queue.conn.pttl(ended) <= queue.retention_ms
+
+
+def test_settle_wakes_the_waiters_of_its_done_and_dead_items(queue: Queue) -> None:
+    one, two = lease(queue, "JOB:1"), lease(queue, "JOB:2")
+    done, dead = waiting_for(queue, "JOB:1"), waiting_for(queue, "JOB:2", waiters=2)
+    queue.settle([Ack(one, result=b"r"), Retry(two, error="gone", max_attempts=1)], now=NOW)
+    assert done[0].result(timeout=10) == JobOutcome("done", b"r", None, 1)
+    assert [f.result(timeout=10) for f in dead] == [JobOutcome("dead", None, "gone", 1)] * 2
+
+
+def test_a_retry_to_dead_wakes_the_waiter(queue: Queue) -> None:
+    job = lease(queue, "JOB:1")
+    (future,) = waiting_for(queue, "JOB:1")
+    queue.retry(job, error="no more", max_attempts=1, now=NOW)
+    assert future.result(timeout=10) == JobOutcome("dead", None, "no more", 1)
+
+
+def test_a_retry_that_runs_again_wakes_no_one(queue: Queue) -> None:
+    job = lease(queue, "JOB:1")
+    assert queue.retry(job, delay_ms=5, max_attempts=3, now=NOW) is Verdict.RETRYING
+    assert queue.conn.exists(queue.key("ended", "JOB:1")) == 0
+
+
+def test_recover_of_a_spent_lease_wakes_the_waiter(queue: Queue) -> None:
+    lease(queue, "JOB:1")
+    (future,) = waiting_for(queue, "JOB:1")
+    assert queue.recover(now=NOW + 60_000, max_attempts=1) == 1
+    outcome = future.result(timeout=10)
+    assert (outcome.state, outcome.error) == (
+        "dead", "lease expired during attempt 1: the worker was lost")
+
+
+def test_wait_does_not_poll(queue: Queue) -> None:
+    lease(queue, "JOB:1")
+    before = commands_sent(queue.conn)
+    started = time.monotonic()
+    assert queue.wait("JOB:1", 0.5).state == "active"
+    assert time.monotonic() - started >= 0.5
+    # two outcome reads of seven commands, one BLMOVE (and the INFO of commands_sent)
+    assert commands_sent(queue.conn) - before <= 16
+
+
+def test_a_token_left_by_an_earlier_life_of_the_id_does_not_spin_the_waiter(
+        queue: Queue) -> None:
+    queue.conn.rpush(queue.key("ended", "JOB:1"), "1")
+    queue.enqueue("JOB:1", b"p", now=NOW)
+    before = commands_sent(queue.conn)
+    assert queue.wait("JOB:1", 0.3).state == "pending"
+    # woken once by the stale token (two reads, the BLMOVE, its DEL), then blocked to the end
+    # (a read, the BLMOVE, the last read), and the INFO of commands_sent
+    assert commands_sent(queue.conn) - before <= 32
+    assert queue.conn.exists(queue.key("ended", "JOB:1")) == 0
+
+
+def test_requeue_and_purge_take_the_token_with_the_dead_job(queue: Queue) -> None:
+    for job_id in ("JOB:1", "JOB:2"):
+        queue.retry(lease(queue, job_id), max_attempts=1, now=NOW)
+        assert queue.conn.exists(queue.key("ended", job_id)) == 1
+    assert admin.requeue(queue.conn, queue.name, "JOB:1", now=NOW)
+    assert admin.purge(queue.conn, queue.name) == 1
+    assert queue.conn.exists(queue.key("ended", "JOB:1"), queue.key("ended", "JOB:2")) == 0
+    assert queue.outcome("JOB:1").state == "pending"
+
+
+def test_the_async_queue_waits_for_an_outcome(conn: redis.Redis,
+                                              valkey: EmbeddedValkey) -> None:
+    sync = Queue(conn, "emails", wire=6)
+    job = lease(sync, "JOB:1")
+
+    async def main() -> tuple[JobOutcome, JobOutcome]:
+        client = aredis.Redis(port=valkey.port)
+        try:
+            queue = AsyncQueue(client, "emails", wire=6)
+            waiter = asyncio.create_task(queue.wait("JOB:1", 30.0))
+            while blocked_clients(conn) < 1:
+                await asyncio.sleep(0.005)
+            await queue.ack(job, result=b"async")
+            return await asyncio.wait_for(waiter, 10), await queue.outcome("JOB:2")
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) == (JobOutcome("done", b"async", None, 1), JobOutcome(
+        "unknown", None, None, 0))

@@ -471,9 +471,13 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.tombstones())
     @rule(data=st.data())
     def expire(self, data: st.DataObject) -> None:
-        """An acked job's tombstone expires: its id may be admitted again."""
+        """An acked job's tombstone expires (with its ended key, which the ack gave the same
+        expiry): its id may be admitted again."""
         job_id = data.draw(st.sampled_from(self.tombstones()), label="expired")
         self.behind_the_back(b"DEL", key(b"job", job_id))
+        ended = self.model.keys.get(key(b"ended:" + job_id))
+        if ended is not None and ended.expires:
+            self.behind_the_back(b"DEL", key(b"ended:" + job_id))
 
     def tombstones(self) -> list[bytes]:
         return [job_id for job_id in POOL if job_id not in self.live | self.ghosts
@@ -514,7 +518,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: not self.foreign)
     @rule(role=st.sampled_from([*ZSETS, b"wake", b"ring", b"lane:a", b"lane:g:1",
-                                b"job:JOB:1", b"job:JOB:5", b"fence"]),
+                                b"job:JOB:1", b"job:JOB:5", b"fence", b"ended:JOB:1"]),
           pick=st.integers(0, 2))
     def plant(self, role: bytes, pick: int) -> None:
         """A key of the queue holds the wrong type (only where nothing lives)."""
@@ -567,6 +571,19 @@ class QueueMachine(RuleBasedStateMachine):
         assert normalise(self.pair.snapshot("native")) == lua, "executors' keyspaces differ"
         assert lua == self.model.render(), "keyspace differs from the model"
         self.check_conservation(lua)
+        self.check_ended(lua)
+
+    def check_ended(self, state: dict[bytes, tuple[Any, ...]]) -> None:
+        """A dead job's waiters are woken: its ended key holds its one token (and keeps it while
+        the job stays dead); a job acked keeping its result holds one too, expiring with it."""
+        kind, members, _ = state.get(key(b"dead"), (b"zset", [], False))
+        for job_id, _score in members if kind == b"zset" else []:
+            assert state[key(b"ended:" + job_id)] == (b"list", [b"1"], False), job_id
+            event("a dead job's waiters woken")
+        for name, (kind, value, expires) in state.items():
+            if name.startswith(BASE + b"ended:") and kind == b"list" and expires:
+                row = state.get(key(b"job", name[len(BASE) + 6:]))
+                assert row is not None and row[2] and value == [b"1"], name
 
     def check_conservation(self, state: dict[bytes, tuple[Any, ...]]) -> None:
         """Invariant 1: a live id sits in exactly one place; nothing unknown sits anywhere."""

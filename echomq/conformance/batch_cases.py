@@ -263,6 +263,18 @@ def settle_done_cases() -> Iterator[Case]:
                 leased("JOB:1") + leased("JOB:2") + waiting("JOB:3"))
     yield _case("settle", "done-cut-short", settle("done", "JOB:1", 1, count=1),
                 E_ITEM + b"1" + E_SETTLE_ITEM, leased("JOB:1") + waiting("JOB:2"))
+    ended = key("ended:JOB:2")
+    yield _case("settle", "done-ended-wrongtype",
+                settle("ack", "JOB:1", 1, "done", "JOB:2", 1, b"r", count=1), E_TYPE,
+                leased("JOB:1") + leased("JOB:2") + waiting("JOB:3") + [["SET", ended, "x"]])
+    yield _case("settle", "retry-ended-wrongtype",
+                settle("retry", "JOB:2", 1, 0, 3, b"e"), E_TYPE,
+                [*leased("JOB:2"), ["HSET", ended, "f", "v"]])
+    yield _case("settle", "ack-ended-not-looked-at", settle("ack", "JOB:2", 1),
+                replied([b"ACKED"], []), [*leased("JOB:2"), ["SET", ended, "x"]])
+    yield _case("settle", "done-and-dead-wake-waiters",
+                settle("done", "JOB:1", 1, b"r", "retry", "JOB:2", 1, 0, 1, b"e"),
+                replied([b"ACKED", b"DEAD"], []), leased("JOB:1") + leased("JOB:2"))
     yield _case("settle", "done-bad-fence-before-the-size",
                 settle("done", "JOB:1", 0, b"r" * 524_289), b"-EMQNUM fence ", leased("JOB:1"))
 

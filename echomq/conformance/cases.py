@@ -329,11 +329,32 @@ def ack_result_cases() -> Iterator[Case]:
                 _argv(name, retention_ms="x", result=RESULT_OVER_CAP), E_NUM, leased("JOB:1"))
     yield _case(name, "size-before-types", _argv(name, result=RESULT_OVER_CAP), E_SIZE,
                 [["SET", key("active"), "x"]])
+    yield from ended_cases(name, b"+ACKED")
+    yield _case(name, "no-token-without-a-tombstone", _argv(name, retention_ms=0), b"+ACKED",
+                leased("JOB:1"))
     yield _case(name, "result-replaced", _argv(name), b"+ACKED",
                 [*leased("JOB:1"), ["HSET", key("job"), "result", "old"]])
     yield _case(name, "row-without-payload", _argv(name), b"+ACKED",
                 [row("JOB:1", "attempts", "1", "fence", "1"),
                  ["ZADD", key("active"), "1", "JOB:1"]])
+
+
+ENDED = key("ended:JOB:1")
+
+
+def ended_cases(name: str, ok: bytes) -> Iterator[Case]:
+    """The job's ended key, derived from its id (step 6): absent or a list, checked whatever the
+    lease; a token already there is not pushed twice."""
+    ready = leased("JOB:1", attempt=3, fence=1)
+    yield _case(name, "ended-token-already-there", _argv(name), ok,
+                [*ready, ["RPUSH", ENDED, "1"]])
+    yield _case(name, "ended-wrongtype", _argv(name), E_TYPE, [*ready, ["SET", ENDED, "x"]])
+    yield _case(name, "ended-wrongtype-zset", _argv(name), E_TYPE,
+                [*ready, ["ZADD", ENDED, "1", "x"]])
+    yield _case(name, "ended-wrongtype-when-stale", _argv(name, fence=9), E_TYPE,
+                [*ready, ["HSET", ENDED, "f", "v"]])
+    yield _case(name, "ended-of-another-job-wrongtype", _argv(name), ok,
+                [*ready, ["SET", key("ended:JOB:2"), "x"]])
 
 
 def claim_cases() -> Iterator[Case]:
@@ -444,6 +465,12 @@ def retry_cases() -> Iterator[Case]:
     yield _case("retry", "empty-error", _argv("retry", error=b""), b"+RETRYING", leased("JOB:1"))
     yield _case("retry", "error-replaced", _argv("retry"), b"+RETRYING",
                 [*leased("JOB:1"), ["HSET", key("job"), "error", "old"]])
+    yield from ended_cases("retry", b"+DEAD")
+    yield _case("retry", "ended-wrongtype-while-retrying", _argv("retry"), E_TYPE,
+                [*leased("JOB:1"), ["SET", ENDED, "x"]])
+    yield _case("retry", "ended-token-of-an-earlier-life-kept", _argv("retry"), b"+DEAD",
+                [*leased("JOB:1", attempt=3, fence=1), ["RPUSH", ENDED, "1"],
+                 ["PEXPIRE", ENDED, "100000"]])
 
 
 def extend_cases() -> Iterator[Case]:
@@ -520,6 +547,12 @@ def spent_cases() -> Iterator[Case]:
                 [*leased("JOB:1", attempt=3, deadline=1), ["ZADD", key("dead"), "5", "JOB:0"]])
     yield _case("recover", "spent-limit", _argv("recover", limit=1), b":1",
                 leased("JOB:1", attempt=3, deadline=1) + leased("JOB:2", attempt=3, deadline=2))
+    yield _case("recover", "spent-ended-wrongtype", _argv("recover"), E_TYPE,
+                [*leased("JOB:1", attempt=3, deadline=1), ["SET", ENDED, "x"]])
+    yield _case("recover", "spent-ended-token-there", _argv("recover"), b":1",
+                [*leased("JOB:1", attempt=3, deadline=1), ["RPUSH", ENDED, "1"]])
+    yield _case("recover", "back-to-run-ended-not-looked-at", _argv("recover"), b":1",
+                [*leased("JOB:1", attempt=1, deadline=1), ["SET", ENDED, "x"]])
 
 
 def promote_cases() -> Iterator[Case]:

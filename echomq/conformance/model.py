@@ -33,6 +33,8 @@ E_NOTINT = b"ERR value is not an integer or out of range"
 E_NEGATIVE = b"ERR Number of keys can't be negative"
 E_TOOMANY = b"ERR Number of keys can't be greater than number of args"
 
+# The single verbs that may end a job (done keeping a result, or dead): they check its ended key.
+ENDING = ("ack_result", "retry")
 # The minimum of every integer argument; "now" and free-form bytes are absent.
 MINIMUM = {"fence": 1, "lease_ms": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 1,
            "limit": 1, "count": 0, "at_ms": 0}
@@ -387,7 +389,14 @@ class Model:
         failure = self._numbers(call, transition.args, args)
         if failure is not None:
             return failure
-        return self._typed(transition, call)
+        checked = self._typed(transition, call)
+        if transition.name in ENDING and not isinstance(checked, bytes) \
+                and not self.list_or_none(base + b"ended:" + job_id):
+            return error(E_TYPE)
+        return checked
+
+    def list_or_none(self, key: bytes) -> bool:
+        return self.kind(key) in (b"none", b"list")
 
     def _numbers(self, call: Call, names: Sequence[str], words: Sequence[bytes]) -> bytes | None:
         """The first number error among the fixed arguments, in order; None when all parse."""
@@ -418,7 +427,9 @@ class Model:
         if isinstance(checked, bytes):
             return checked
         if any(self.kind(base + b"job:" + item.id) not in (b"none", b"hash")
-               or self.kind(self.release_lane(base, item)) not in (b"none", b"list")
+               or not self.list_or_none(self.release_lane(base, item))
+               or (item.op in (b"done", b"retry")
+                   and not self.list_or_none(base + b"ended:" + item.id))
                for item in items):
             return error(E_TYPE)
         return checked
@@ -501,6 +512,14 @@ class Model:
             return False
         return int_field(self.hget(row, b"fence"), 0) == fence
 
+    def mark_ended(self, row: bytes, job_id: bytes, retention_ms: int | None) -> None:
+        """The job's ended key (beside its row) holds one token; with retention_ms it expires."""
+        key = row[:len(row) - len(job_id) - 4] + b"ended:" + job_id
+        if self.llen(key) == 0:
+            self.push(key, b"1")
+        if retention_ms:
+            self.keys[key].expires = True
+
     def wake(self, key: bytes, count: int) -> None:
         for _ in range(max(0, min(count, WAKE_CAP - self.llen(key)))):
             self.push(key, b"1")
@@ -579,6 +598,8 @@ class Model:
             value.data.pop(b"payload", None)
             value.expires = True
             self._drop_empty(row)
+            if result is not None:
+                self.mark_ended(row, job_id, retention_ms)
         return "ACKED"
 
     def _retry(self, call: Call) -> bytes:
@@ -597,6 +618,7 @@ class Model:
         self.keys[row].data[b"error"] = item.error
         if int_field(self.hget(row, b"attempts"), 0) >= item.max_attempts:
             self.zadd(dead, now, item.id)
+            self.mark_ended(row, item.id, None)
             return "DEAD"
         self.zadd(delayed, now + item.delay_ms, item.id)
         return "RETRYING"
@@ -685,6 +707,8 @@ class Model:
                 continue
             attempts = int_field(self.hget(row, b"attempts"), 0)
             if max_attempts is not None and attempts >= max_attempts:
+                if not self.list_or_none(base + b"ended:" + member):
+                    return error(E_TYPE)
                 moves.append(Move(member, row, score, spent=attempts))
                 continue
             move = Move(member, row, score, self.hget(row, b"lane"))
@@ -712,6 +736,7 @@ class Model:
             if move.spent:
                 self.keys[move.row].data[b"error"] = LOST % move.spent
                 self.zadd(call.keys[4], now, move.member)
+                self.mark_ended(move.row, move.member, None)
             else:
                 self.put_back(call.base, ring, pending, move, head)
                 back += 1
@@ -737,8 +762,11 @@ class Model:
         plan = self._plan(call.base, [(job_id, call.numbers["now"])], None)
         if isinstance(plan, bytes):
             return plan
+        if not self.list_or_none(call.base + b"ended:" + job_id):
+            return error(E_TYPE)
         self.zrem(dead, job_id)
         self.keys[row].data[b"attempts"] = b"0"
+        self.keys.pop(call.base + b"ended:" + job_id, None)
         self.put_back(call.base, ring, pending, plan[0][0], head=False)
         self.wake(wake_key, 1)
         return status("REQUEUED")

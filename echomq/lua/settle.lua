@@ -16,7 +16,7 @@
                              `release <id> <fence>` or
                              `retry <id> <fence> <delay_ms> <max_attempts> <error>`
   Derived: <base>job:<id> of every item's id and of each pending id walked; <base>lane:<lane> of
-  a release item's row that has a lane.
+  a release item's row that has a lane; <base>ended:<id> of a done or retry item.
   Items are applied in order with ack's, ack_result's (done) and retry's semantics (an id settled twice: the second is
   STALE); release hands a lease back unrun: the job goes where recover would put it (a flat job to
   pending at its enqueued_at, a lane job to its lane's head), its attempt is uncounted (never below
@@ -107,9 +107,14 @@ if count > 0 then
   if last_fence == nil then return redis.error_reply(E_FENCE) end
 end
 for n = 1, #items do
-  items[n].row = base .. 'job:' .. items[n].id
-  local err = check_row(items[n].row)
-  if err == nil and items[n].op == 'release' then err = plan_release_lane(items[n]) end
+  local item = items[n]
+  item.row = base .. 'job:' .. item.id
+  local err = check_row(item.row)
+  if err == nil and item.op == 'release' then err = plan_release_lane(item) end
+  if err == nil and (item.op == 'done' or item.op == 'retry') then
+    item.ended = base .. 'ended:' .. item.id
+    err = check_ended(item.ended)
+  end
   if err then return err end
 end
 local claims, ghosts, err = plan_claims(base, pending, count)
@@ -124,12 +129,12 @@ for n = 1, #items do
   if not is_current_lease(active, item.row, item.id, item.fence) then
     verdict = 'STALE'
   elseif item.op == 'ack' or item.op == 'done' then
-    verdict = finish_ack(active, item.row, item.id, retention_ms, item.result)
+    verdict = finish_ack(active, item.row, item.id, retention_ms, item.result, item.ended)
   elseif item.op == 'release' then
     verdict = finish_release(item)
   else
     verdict = finish_retry(active, delayed, dead, item.row, item.id, item.error, item.delay_ms,
-      item.max_attempts, now)
+      item.max_attempts, now, item.ended)
   end
   verdicts[n] = redis.status_reply(verdict)
 end
