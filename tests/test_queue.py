@@ -321,6 +321,10 @@ def test_ack_with_a_result_keeps_it_in_the_tombstone(queue: Queue) -> None:
     assert queue.conn.hget(row, "result") == b"\x00forty-two\r\n"
     assert queue.conn.hget(row, "payload") is None
     assert 0 < queue.conn.pttl(row) <= 60_000
+    ended = queue.key("ended", "JOB:1")  # its waiters' token expires with the tombstone
+    assert queue.conn.lrange(ended, 0, -1) == [b"1"]
+    expiry = [queue.conn.execute_command("PEXPIRETIME", key) for key in (row, ended)]
+    assert expiry[0] == expiry[1] > 0
     assert queue.counts()["active"] == 0
     with pytest.raises(StaleLease):
         queue.ack(job, result=b"again")
