@@ -18,6 +18,7 @@ from echomq import (
     Job,
     JobOutcome,
     KindError,
+    LaneError,
     Queue,
     Retry,
     StaleLease,
@@ -31,7 +32,7 @@ from echomq.calls import MAX_RESULT_BYTES
 from echomq.embedded import EmbeddedValkey
 from echomq.executors import NativeExecutor, executor_for
 from echomq.native import id_ok
-from echomq.transitions import Transition
+from echomq.transitions import SCRIPT_ONLY, Transition
 
 NOW = 1_700_000_000_000
 
@@ -618,3 +619,19 @@ def test_the_async_queue_waits_for_an_outcome(conn: redis.Redis,
 
     assert asyncio.run(main()) == (JobOutcome("done", b"async", None, 1), JobOutcome(
         "unknown", None, None, 0))
+
+
+def test_a_delayed_lane_job_with_a_bad_group_is_refused_alike(conn: redis.Redis) -> None:
+    queue = Queue(conn, "emails", wire=5)
+    before = commands_sent(conn)
+    with pytest.raises(LaneError) as client_side:
+        queue.enqueue("JOB:a1", b"p", lane="a b", delay_ms=100)
+    assert commands_sent(conn) == before
+    transition = next(t for t in SCRIPT_ONLY if t.name == "lane_enqueue_delayed")
+    keys = [queue.key("job", "JOB:a1"), queue.key("delayed"), queue.key("wake")]
+    with pytest.raises(LaneError) as server_side:
+        queue.executor.call(conn, transition, keys, ["JOB:a1", b"p", "a b", "*", "100", "0"])
+    assert str(client_side.value) == str(server_side.value)
+    with pytest.raises(ArgumentError, match=r"^EMQARITY EMQ\.LANE_ENQUEUE_DELAYED takes 3 keys "):
+        queue.executor.call(conn, transition, keys, ["JOB:a1", b"p", "a", "*", "100"])
+    assert conn.dbsize() == 0
