@@ -1,0 +1,103 @@
+"""The Starlette lifespan, run by Starlette's own TestClient against a real server: the App's
+connection is checked at startup and closed at shutdown, and with ``consume=True`` an asyncio
+consumer in the web process runs the jobs an endpoint enqueues."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from echomq import Job, Queue, new_job_id
+from echomq.contrib.starlette import async_twin, lifespan
+from echomq.embedded import EmbeddedValkey
+
+
+class JobsApp:
+    """The part of an echomq App the lifespan uses: its connection, queue and async handler."""
+
+    def __init__(self, conn: redis.Redis) -> None:
+        self.conn = conn
+        self.queue = Queue(conn, "web", check_policy=False)
+        self.ran: list[str] = []
+        self.ran_one = threading.Event()
+
+    async def async_handler(self, job: Job) -> None:
+        self.ran.append(job.payload.decode())
+        self.ran_one.set()
+
+
+def web_app(jobs: JobsApp, **options: Any) -> Starlette:
+    def enqueue(request: Request) -> JSONResponse:
+        job_id = new_job_id()
+        jobs.queue.enqueue(job_id, request.query_params["text"])
+        return JSONResponse({"id": job_id})
+
+    return Starlette(routes=[Route("/enqueue", enqueue, methods=["POST"])],
+                     lifespan=lifespan(jobs, **options))
+
+
+def clients_of(observer: redis.Redis) -> int:
+    """Connections the server holds, the observer's own not counted."""
+    return len(observer.client_list()) - 1
+
+
+@pytest.fixture
+def observer(conn: redis.Redis) -> redis.Redis:
+    return conn
+
+
+def test_the_connection_opens_at_startup_and_closes_at_shutdown(
+        valkey: EmbeddedValkey, observer: redis.Redis) -> None:
+    jobs = JobsApp(valkey.client())
+    assert clients_of(observer) == 0
+    with TestClient(web_app(jobs)) as client:
+        assert clients_of(observer) == 1  # pinged at startup, before any request
+        job_id = client.post("/enqueue", params={"text": "hi"}).json()["id"]
+        assert jobs.queue.outcome(job_id).state == "pending"  # no consumer asked for
+    assert clients_of(observer) == 0
+
+
+def test_an_unreachable_server_fails_the_startup() -> None:
+    down = redis.Redis(port=1, socket_connect_timeout=0.5, retry=None)
+    with pytest.raises(redis.ConnectionError), TestClient(web_app(JobsApp(down))):
+        pass
+
+
+def test_the_consumer_in_the_web_process_runs_what_an_endpoint_enqueues(
+        valkey: EmbeddedValkey, observer: redis.Redis) -> None:
+    jobs = JobsApp(valkey.client())
+    with TestClient(web_app(jobs, consume=True, park_cap_ms=200)) as client:
+        job_id = client.post("/enqueue", params={"text": "hello"}).json()["id"]
+        assert jobs.ran_one.wait(10)
+    assert clients_of(observer) == 0  # the consumer's asyncio client is closed too
+    assert jobs.ran == ["hello"]
+    assert jobs.queue.outcome(job_id).state == "done"  # acked before the shutdown ended
+
+
+def test_the_async_twin_talks_to_the_same_server_and_database(valkey: EmbeddedValkey) -> None:
+    import asyncio
+
+    conn = redis.Redis(port=valkey.port, db=3, socket_timeout=7)
+    conn.set("k", "v")
+    twin = async_twin(conn)
+
+    async def read() -> Any:
+        try:
+            return await twin.get("k")
+        finally:
+            await twin.aclose(close_connection_pool=True)
+
+    assert asyncio.run(read()) == b"v"
+    assert twin.connection_pool.connection_kwargs["socket_timeout"] == 7
+    conn.flushall()
+    conn.close()
+    with pytest.raises(TypeError, match="cluster"):
+        async_twin(object())
