@@ -35,6 +35,7 @@ from echomq.calls import (
 )
 from echomq.errors import EvictionPolicyWarning
 from echomq.executors import executor_for
+from echomq.lanes import LaneControls
 from echomq.registry import REGISTRY_KEY
 
 __all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "Outcome", "Queue", "Release", "Retry", "Verdict",
@@ -57,7 +58,7 @@ def warn_if_evicting(conn: Any) -> str | None:
     return policy
 
 
-class Queue:
+class Queue(LaneControls):
     """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``).
 
     ``conn`` is a ``redis.Redis`` or ``redis.cluster.RedisCluster``. Every time-dependent call
@@ -209,10 +210,12 @@ class Queue:
     # parking --------------------------------------------------------------------------------
 
     def next_due(self) -> int | None:
-        """The earliest time (ms) at which a delayed job falls due or a lease expires, if any."""
+        """The earliest time (ms) at which a delayed job falls due, a lease expires or a lane's
+        rate window opens, if any."""
         with self.conn.pipeline(transaction=False) as pipe:
             pipe.zrange(self.key("delayed"), 0, 0, withscores=True)
             pipe.zrange(self.key("active"), 0, 0, withscores=True)
+            pipe.zrange(self.key("throttled"), 0, 0, withscores=True)
             return earliest(pipe.execute())
 
     def park(self, timeout_s: float) -> bool:

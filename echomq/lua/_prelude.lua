@@ -184,10 +184,140 @@ local function plan_claims(base, pending, count)
   return claims, ghosts
 end
 
+-- Lanes' limits. A group whose lane is non-empty is in the ring exactly once unless it is parked:
+-- <base>parked holds, per group, why it is out of the ring (bits: at its concurrency limit, over
+-- its rate until its window opens, paused). Knobs live in <base>laneconf: `<knob>` is the queue's
+-- default, `<knob>:<group>` a group's override. <base>leased counts each group's leases held,
+-- <base>windows each rate-limited group's window ('<start> <claims>'), <base>throttled when each
+-- window over its rate opens, <base>turn how often the ring's head was served in its turn.
+local PARKED_FULL, PARKED_RATE, PARKED_PAUSED = 1, 2, 4
+local DEFAULT_WINDOW_MS = 1000
+
+-- A group's knob: its override, else the queue's default, else fallback.
+local function lane_knob(base, group, knob, fallback)
+  local conf = base .. 'laneconf'
+  local v = redis.call('HGET', conf, knob .. ':' .. group)
+  if v == false then v = redis.call('HGET', conf, knob) end
+  if v == false then return fallback end
+  return int_arg(v, 1) or fallback
+end
+
+local function parked_mask(base, group)
+  return int_field(redis.call('HGET', base .. 'parked', group), 0)
+end
+
+-- A group's rate window at now: its start and the claims counted in it (a new window when the
+-- last one has passed).
+local function lane_window(base, group, now, window_ms)
+  local v = redis.call('HGET', base .. 'windows', group)
+  if v then
+    local start, count = string.match(v, '^(%d+) (%d+)$')
+    if start and now < tonumber(start) + window_ms then return tonumber(start), tonumber(count) end
+  end
+  return now, 0
+end
+
+-- Why a group may not be served now: PARKED_FULL at its concurrency limit, PARKED_RATE when its
+-- window's claims reached its rate (then also when the window opens), 0 when it may.
+local function lane_over(base, group, now)
+  local bits, opens = 0, nil
+  local limit = lane_knob(base, group, 'concurrency', nil)
+  if limit and int_field(redis.call('HGET', base .. 'leased', group), 0) >= limit then
+    bits = PARKED_FULL
+  end
+  local rate = lane_knob(base, group, 'rate', nil)
+  if rate then
+    local window_ms = lane_knob(base, group, 'window_ms', DEFAULT_WINDOW_MS)
+    local start, count = lane_window(base, group, now, window_ms)
+    if count >= rate then bits, opens = bits + PARKED_RATE, start + window_ms end
+  end
+  return bits, opens
+end
+
+local function lane_nonempty(base, group)
+  return redis.call('LLEN', base .. 'lane:' .. group) > 0
+end
+
+-- The ring's head group leaves the ring; its turn ends.
+local function ring_drop_head(base)
+  redis.call('LPOP', base .. 'ring')
+  redis.call('DEL', base .. 'turn')
+end
+
+-- Set a group's parked bits (0: not parked) and keep the ring true to them: a non-empty lane
+-- joins the ring's tail when it is no longer parked, and leaves it (LREM) when it becomes
+-- parked unless leave_ring is false (the caller popped it from the head already).
+local function set_parked(base, group, mask, opens, leave_ring)
+  local was = parked_mask(base, group)
+  if mask == 0 then
+    redis.call('HDEL', base .. 'parked', group)
+  else
+    redis.call('HSET', base .. 'parked', group, dec(mask))
+  end
+  if bit.band(mask, PARKED_RATE) ~= 0 and opens then
+    redis.call('ZADD', base .. 'throttled', dec(opens), group)
+  elseif bit.band(mask, PARKED_RATE) == 0 and bit.band(was, PARKED_RATE) ~= 0 then
+    redis.call('ZREM', base .. 'throttled', group)
+  end
+  if not lane_nonempty(base, group) then return end
+  if was ~= 0 and mask == 0 then
+    redis.call('RPUSH', base .. 'ring', group)
+  elseif was == 0 and mask ~= 0 and leave_ring ~= false then
+    redis.call('LREM', base .. 'ring', 0, group)
+    local turn = redis.call('GET', base .. 'turn')
+    if turn and string.match(turn, '^%d+ (.*)$') == group then redis.call('DEL', base .. 'turn') end
+  end
+end
+
+-- Recompute a group's limit bits (its pause bit kept) from its knobs and state at now.
+local function lane_refresh(base, group, now)
+  local paused = bit.band(parked_mask(base, group), PARKED_PAUSED)
+  local bits, opens = lane_over(base, group, now)
+  set_parked(base, group, paused + bits, opens)
+end
+
+-- A lease of a lane job leaves active (acked, retried, dead, recovered, released): its group
+-- holds one lease less, and comes back from its concurrency limit when below it.
+local function release_lane_slot(base, row)
+  local group = redis.call('HGET', row, 'lane')
+  if not group then return end
+  local held = int_field(redis.call('HGET', base .. 'leased', group), 0) - 1
+  if held <= 0 then
+    redis.call('HDEL', base .. 'leased', group)
+  else
+    redis.call('HSET', base .. 'leased', group, dec(held))
+  end
+  local mask = parked_mask(base, group)
+  if bit.band(mask, PARKED_FULL) == 0 then return end
+  local limit = lane_knob(base, group, 'concurrency', nil)
+  if limit == nil or held < limit then set_parked(base, group, mask - PARKED_FULL) end
+end
+
+-- Groups whose rate window has opened by now (at most limit) come back; how many. Each lane key
+-- is checked before anything is written: nil and the error reply when one cannot be touched.
+local function reopen_lanes(base, now, limit)
+  local due = redis.call('ZRANGEBYSCORE', base .. 'throttled', '-inf', dec(now), 'LIMIT', '0',
+    dec(limit))
+  for i = 1, #due do
+    local lane_key = base .. 'lane:' .. due[i]
+    if not may_access(lane_key) then return nil, redis.error_reply(E_PERM) end
+    local t = derived_type(lane_key)
+    if t == nil then return nil, redis.error_reply(E_MOVING) end
+    if t ~= 'none' and t ~= 'list' then return nil, redis.error_reply(E_TYPE) end
+  end
+  for i = 1, #due do
+    redis.call('ZREM', base .. 'throttled', due[i])
+    local mask = parked_mask(base, due[i])
+    if bit.band(mask, PARKED_RATE) ~= 0 then set_parked(base, due[i], mask - PARKED_RATE) end
+  end
+  return #due
+end
+
 -- ack's effect on a current lease: leave active; the row becomes a tombstone for retention_ms
 -- (0: deleted). Returns the verdict.
 local function finish_ack(active, row, id, retention_ms)
   redis.call('ZREM', active, id)
+  release_lane_slot(string.sub(active, 1, -7), row)
   if retention_ms == 0 then
     redis.call('DEL', row)
   else
@@ -201,6 +331,7 @@ end
 -- attempts reach max_attempts, else wait in delayed until now + delay_ms. Returns the verdict.
 local function finish_retry(active, delayed, dead, row, id, error, delay_ms, max_attempts, now)
   redis.call('ZREM', active, id)
+  release_lane_slot(string.sub(active, 1, -7), row)
   redis.call('HSET', row, 'error', error)
   if int_field(redis.call('HGET', row, 'attempts'), 0) >= max_attempts then
     redis.call('ZADD', dead, dec(now), id)
@@ -254,9 +385,14 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
 end
 
 -- Put a job back into its lane (at the head or the tail), the group joining the ring if the lane
--- was empty.
+-- was empty and the group is not parked.
 local function push_lane(ring, move, command)
-  if redis.call('LLEN', move.lane_key) == 0 then redis.call('RPUSH', ring, move.lane) end
+  if redis.call('LLEN', move.lane_key) == 0 then
+    local base = string.sub(ring, 1, -5)
+    if redis.call('HEXISTS', base .. 'parked', move.lane) == 0 then
+      redis.call('RPUSH', ring, move.lane)
+    end
+  end
   redis.call(command, move.lane_key, move.id)
 end
 
@@ -280,6 +416,7 @@ local function move_due(base, now, limit, max_attempts)
   for i = first, last, step do
     local move = moves[i]
     redis.call('ZREM', from, move.id)
+    if recover then release_lane_slot(base, move.row) end
     if move.spent then
       redis.call('HSET', move.row, 'error',
         'lease expired during attempt ' .. dec(move.spent) .. ': the worker was lost')

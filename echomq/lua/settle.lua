@@ -21,7 +21,8 @@
   pending at its enqueued_at, a lane job to its lane's head), its attempt is uncounted (never below
   0; the fence counter is not rewound) and a wake token is left. Then jobs are leased as claim
   leases them, ghosts on the way dropped. The claim walk is planned before anything is written, so
-  a job released by this call is not claimed by it.
+  a job released by this call is not claimed by it. While the queue is paused (<base>paused
+  present) no job is leased. A lease of a lane job that leaves active gives its group's slot back.
   Replies: a pair: the verdicts (+ACKED, +RETRYING, +DEAD, +RELEASED or +STALE per item, in order)
   and the jobs leased (each id, payload, attempt, fence) | EMQARITY, EMQKEYS, EMQNUM, EMQITEM,
   EMQKIND, WRONGTYPE, EMQFENCE, NOPERM, TRYAGAIN errors.
@@ -85,6 +86,7 @@ end
 -- puts an expired lease, leave a wake token. Returns the verdict.
 local function finish_release(item)
   redis.call('ZREM', active, item.id)
+  release_lane_slot(base, item.row)
   local attempts = int_field(redis.call('HGET', item.row, 'attempts'), 0)
   redis.call('HSET', item.row, 'attempts', dec(math.max(attempts - 1, 0)))
   if item.lane then
@@ -96,6 +98,7 @@ local function finish_release(item)
   wake(wake_key, 1)
   return 'RELEASED'
 end
+if count > 0 and redis.call('EXISTS', base .. 'paused') == 1 then count = 0 end
 local last_fence = 0
 if count > 0 then
   last_fence = fence_counter(fence_key)

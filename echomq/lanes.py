@@ -1,0 +1,126 @@
+"""Lane controls: each group's knobs (concurrency, rate, window, weight), the queue's defaults, and
+pausing a lane or the whole queue. Scripts only, like the lanes themselves.
+
+A group's lane leaves the ring while it holds ``concurrency`` leases, or has had ``rate`` claims
+in its current ``window_ms``, or is paused; it comes back when a lease of it leaves active (acked,
+retried, dead, recovered, released), when its window opens (promote, or the next lane claim), or
+on resume. A group of weight ``w`` is served ``w`` times in a row per turn of the ring, so a
+group that may be served waits at most ``W`` lane claims, ``W`` the total weight of the groups
+in the ring (``k`` claims for ``k`` groups of weight 1).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Protocol
+
+from echomq import transitions as t
+from echomq.calls import Arg, Call, text
+from echomq.native import checked_int, checked_lane, checked_now
+
+KNOBS = ("concurrency", "rate", "window_ms", "weight")
+ALL = "*"
+# A knob passed as ``...`` keeps its value; None clears it (a group then follows the default).
+Knob = int | None | types.EllipsisType
+PARKED_PAUSED = 4
+
+
+def knob_arg(name: str, value: Knob) -> str:
+    """A knob as lane_set takes it: ``=`` keep, ``-`` clear, or the integer (>= 1)."""
+    if value is Ellipsis:
+        return "="
+    if value is None:
+        return "-"
+    return checked_int(name, value, 1)
+
+
+def lane_set_call(base: str, group: str | None, knobs: dict[str, Knob],
+                  now: int | None) -> Call:
+    """The lane_set call for ``group`` (None: the queue's defaults)."""
+    scope = ALL if group is None else checked_lane(group)
+    args: list[Arg] = [scope, *(knob_arg(name, knobs[name]) for name in KNOBS), checked_now(now)]
+    return t.LANE_SET, t.keys_for(base, t.LANE_SET), args
+
+
+def lane_pause_call(base: str, group: str | None, paused: bool) -> Call:
+    """The lane_pause call for ``group`` (None: the whole queue)."""
+    scope = ALL if group is None else checked_lane(group)
+    return t.LANE_PAUSE, t.keys_for(base, t.LANE_PAUSE), [scope, "1" if paused else "0"]
+
+
+def settings_of(conf: dict[Any, Any], group: str | None) -> dict[str, int | None]:
+    """A group's knobs as they apply (its override, else the default; None: no limit, weight 1
+    and window 1000 ms when unset), from the laneconf hash."""
+    fields = {text(k): int(v) for k, v in conf.items()}
+    found: dict[str, int | None] = {}
+    for name in KNOBS:
+        own = fields.get(f"{name}:{group}") if group is not None else None
+        found[name] = own if own is not None else fields.get(name)
+    found["window_ms"] = found["window_ms"] or 1000
+    found["weight"] = found["weight"] or 1
+    return found
+
+
+def paused_lanes(parked: dict[Any, Any]) -> list[str]:
+    """The groups whose parked bits include paused, sorted."""
+    return sorted(text(group) for group, bits in parked.items() if int(bits) & PARKED_PAUSED)
+
+
+class _Queue(Protocol):
+    """What the lane controls use of the queue they are mixed into."""
+
+    conn: Any
+
+    @property
+    def base(self) -> str: ...
+
+    def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str: ...
+
+    def _send(self, call: Call) -> Any: ...
+
+
+class LaneControls:
+    """The lane controls of ``echomq.Queue`` (mixed in)."""
+
+    def set_lane(self: _Queue, group: str, *, concurrency: Knob = ..., rate: Knob = ...,
+                 window_ms: Knob = ..., weight: Knob = ..., now: int | None = None) -> None:
+        """Set ``group``'s knobs (``...`` keeps one, None clears it so the queue's default
+        applies); the group moves in or out of the ring at once as its new limits say."""
+        knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
+                 "weight": weight}
+        self._send(lane_set_call(self.base, group, knobs, now))
+
+    def set_lane_defaults(self: _Queue, *, concurrency: Knob = ..., rate: Knob = ...,
+                          window_ms: Knob = ..., weight: Knob = ...,
+                          now: int | None = None) -> None:
+        """Set the queue's default knobs (None: no limit). Parked groups whose limits were
+        raised come back at once; a group in the ring over a lowered default is parked by the
+        lane claim that reaches it."""
+        knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
+                 "weight": weight}
+        self._send(lane_set_call(self.base, None, knobs, now))
+
+    def lane_settings(self: _Queue, group: str | None = None) -> dict[str, int | None]:
+        """``group``'s knobs as they apply (None: the queue's defaults)."""
+        return settings_of(self.conn.hgetall(self.key("laneconf")), group)
+
+    def pause(self: _Queue, lane: str | None = None) -> None:
+        """Pause ``lane`` (its jobs wait, out of the ring) or, with None, the whole queue (no
+        job is leased, flat or lane). Leases in hand run on."""
+        self._send(lane_pause_call(self.base, lane, True))
+
+    def resume(self: _Queue, lane: str | None = None) -> None:
+        """Undo ``pause``; parked consumers are woken."""
+        self._send(lane_pause_call(self.base, lane, False))
+
+    def paused(self: _Queue) -> tuple[bool, list[str]]:
+        """Whether the whole queue is paused, and the paused lanes."""
+        with self.conn.pipeline(transaction=False) as pipe:
+            pipe.exists(self.key("paused"))
+            pipe.hgetall(self.key("parked"))
+            whole, parked = pipe.execute()
+        return bool(whole), paused_lanes(parked)
+
+    def leased_by_lane(self: _Queue) -> dict[str, int]:
+        """How many leases each group holds."""
+        return {text(g): int(n) for g, n in self.conn.hgetall(self.key("leased")).items()}
