@@ -124,3 +124,34 @@ class LaneControls:
     def leased_by_lane(self: _Queue) -> dict[str, int]:
         """How many leases each group holds."""
         return {text(g): int(n) for g, n in self.conn.hgetall(self.key("leased")).items()}
+
+
+PARKED_WHY = ((1, "limit"), (2, "rate"), (PARKED_PAUSED, "paused"))
+
+
+def lane_report(queue: Any) -> list[dict[str, Any]]:
+    """One row per known group (in the ring, parked, holding leases, or with knobs of its
+    own): its knobs as they apply, jobs waiting, leases held and whether it is in the ring or
+    why it is parked. Sorted by group."""
+    conn = queue.conn
+    with conn.pipeline(transaction=False) as pipe:
+        for role in ("laneconf", "parked", "leased"):
+            pipe.hgetall(queue.key(role))
+        pipe.lrange(queue.key("ring"), 0, -1)
+        conf, parked, leased, ring = pipe.execute()
+    own = {text(f).split(":", 1)[1] for f in conf if ":" in text(f)}
+    parked = {text(g): int(bits) for g, bits in parked.items()}
+    held = {text(g): int(n) for g, n in leased.items()}
+    groups = sorted(own | set(parked) | set(held) | {text(g) for g in ring})
+    with conn.pipeline(transaction=False) as pipe:
+        for group in groups:
+            pipe.llen(queue.key("lane", lane=group))
+        depths = pipe.execute()
+    return [{"group": group, **settings_of(conf, group), "waiting": int(depth),
+             "leased": held.get(group, 0), "state": _state(parked.get(group, 0))}
+            for group, depth in zip(groups, depths, strict=True)]
+
+
+def _state(bits: int) -> str:
+    why = [name for bit, name in PARKED_WHY if bits & bit]
+    return "parked: " + ", ".join(why) if why else "ready"
