@@ -41,6 +41,7 @@ from echomq.connection import socket_timeout_of
 from echomq.consumer import call_hook, refuse_unsupported, report_settled
 from echomq.errors import EvictionPolicyWarning, Wire6Unsupported
 from echomq.executors import raise_mapped
+from echomq.lanes import AsyncLaneControls
 from echomq.loop import (
     HOUSEKEEPING_MS,
     PARK_FLOOR_MS,
@@ -194,7 +195,7 @@ async def warn_if_evicting(conn: Any) -> str | None:
     return policy
 
 
-class Queue:
+class Queue(AsyncLaneControls):
     """One queue on a Valkey server, for asyncio code; see ``echomq.Queue``. Creating it does no
     I/O: ``await queue.check_policy()`` warns about an evicting server."""
 
@@ -297,6 +298,7 @@ class Queue:
         async with self.conn.pipeline(transaction=False) as pipe:
             pipe.zrange(self.key("delayed"), 0, 0, withscores=True)
             pipe.zrange(self.key("active"), 0, 0, withscores=True)
+            pipe.zrange(self.key("throttled"), 0, 0, withscores=True)
             return earliest(await pipe.execute())
 
     async def park(self, timeout_s: float) -> bool:

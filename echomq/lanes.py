@@ -126,6 +126,54 @@ class LaneControls:
         return {text(g): int(n) for g, n in self.conn.hgetall(self.key("leased")).items()}
 
 
+
+class _AsyncQueue(Protocol):
+    """What the asyncio lane controls use of ``echomq.aio.Queue``."""
+
+    conn: Any
+    calls: Any
+
+    def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str: ...
+
+    async def _send(self, call: Call) -> Any: ...
+
+
+class AsyncLaneControls:
+    """The lane controls of ``echomq.aio.Queue``: as ``LaneControls``, awaited."""
+
+    async def set_lane(self: _AsyncQueue, group: str, *, concurrency: Knob = ...,
+                       rate: Knob = ..., window_ms: Knob = ..., weight: Knob = ...,
+                       now: int | None = None) -> None:
+        """As ``echomq.Queue.set_lane``."""
+        knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
+                 "weight": weight}
+        await self._send(lane_set_call(self.calls.base, group, knobs, now))
+
+    async def set_lane_defaults(self: _AsyncQueue, *, concurrency: Knob = ..., rate: Knob = ...,
+                                window_ms: Knob = ..., weight: Knob = ...,
+                                now: int | None = None) -> None:
+        """As ``echomq.Queue.set_lane_defaults``."""
+        knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
+                 "weight": weight}
+        await self._send(lane_set_call(self.calls.base, None, knobs, now))
+
+    async def lane_settings(self: _AsyncQueue,
+                            group: str | None = None) -> dict[str, int | None]:
+        return settings_of(await self.conn.hgetall(self.key("laneconf")), group)
+
+    async def pause(self: _AsyncQueue, lane: str | None = None) -> None:
+        await self._send(lane_pause_call(self.calls.base, lane, True))
+
+    async def resume(self: _AsyncQueue, lane: str | None = None) -> None:
+        await self._send(lane_pause_call(self.calls.base, lane, False))
+
+    async def paused(self: _AsyncQueue) -> tuple[bool, list[str]]:
+        async with self.conn.pipeline(transaction=False) as pipe:
+            pipe.exists(self.key("paused"))
+            pipe.hgetall(self.key("parked"))
+            whole, parked = await pipe.execute()
+        return bool(whole), paused_lanes(parked)
+
 PARKED_WHY = ((1, "limit"), (2, "rate"), (PARKED_PAUSED, "paused"))
 
 

@@ -4,10 +4,15 @@ scan, and never holds another group up."""
 
 from __future__ import annotations
 
+import asyncio
+
 import redis
+import redis.asyncio
 
 from echomq import Queue, Verdict
+from echomq.aio import Queue as AsyncQueue
 from echomq.calls import Ack, Release, Retry
+from echomq.embedded import EmbeddedValkey
 
 NOW = 1_700_000_000_000
 
@@ -174,3 +179,25 @@ def test_a_paused_queue_leases_nothing_flat_or_lane(conn: redis.Redis) -> None:
     queue.resume()
     assert conn.llen(queue.key("wake")) > 0
     assert queue.claim(now=NOW) is not None and queue.claim_lane(now=NOW) is not None
+
+
+def test_the_asyncio_queue_has_the_same_controls(valkey: EmbeddedValkey) -> None:
+    async def scenario() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=valkey.port)
+        queue = AsyncQueue(client, "tenants")
+        await queue.set_lane_defaults(concurrency=1, now=NOW)
+        await queue.set_lane("a", rate=1, window_ms=100, now=NOW)
+        await queue.enqueue_many([("JOB:a1", b"", "a"), ("JOB:a2", b"", "a")], now=NOW)
+        assert await queue.lane_settings("a") == {"concurrency": 1, "rate": 1,
+                                                  "window_ms": 100, "weight": 1}
+        assert (await queue.claim_lane(now=NOW)) is not None
+        assert await queue.next_due() == NOW + 100
+        await queue.pause("a")
+        await queue.pause()
+        assert await queue.paused() == (True, ["a"])
+        await queue.resume()
+        await queue.resume("a")
+        assert await queue.paused() == (False, [])
+        await client.aclose()
+
+    asyncio.run(scenario())
