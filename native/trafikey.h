@@ -107,4 +107,18 @@ void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *ro
               ValkeyModuleString *fence_name, long long last_fence, long long deadline, long long *attempt,
               long long *fence);
 
+/* lanes.c: the lane bookkeeping of the flat transitions (the lane part of the prelude). ring is
+ * the call's own open <base>ring when it declares it (a second handle must not write it), else
+ * NULL: the ring is opened when needed. */
+typedef struct {
+    ValkeyModuleKey *key;
+    ValkeyModuleString *name;
+} LaneRing;
+
+void release_lane_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, ValkeyModuleKey *row);
+int lane_parked(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group);
+int queue_paused(ValkeyModuleCtx *ctx, Bytes base);
+const char *reopen_lanes(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, long long now, long long limit,
+                         long long *reopened);
+
 #endif

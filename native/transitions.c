@@ -34,13 +34,21 @@ static void strlist_free(ValkeyModuleCtx *ctx, StrList *l) {
 
 /* ---- Finishing a lease: shared by ack, retry and settle -------------------------------------- */
 
+/* The queue's base, from its active key's name (the call's keys passed keys_base). */
+static Bytes base_of_active(ValkeyModuleString *active_name) {
+    Bytes b = bytes_of(active_name);
+    b.n -= strlen("active");
+    return b;
+}
+
 /* finish_ack of the prelude, on a current lease: leave active; the row becomes a tombstone for
  * retention_ms (0: deleted). HDEL may empty the hash (a row of payload only): then it is gone and
  * PEXPIRE a no-op. */
 static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleString *active_name,
                               ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
-                              long long retention_ms) {
+                              long long retention_ms, const LaneRing *ring) {
     fx_zrem(ctx, active, active_name, id);
+    release_lane_slot(ctx, base_of_active(active_name), ring, row);
     if (retention_ms == 0) {
         fx_del(ctx, row, row_name);
     } else {
@@ -54,6 +62,7 @@ static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, Val
 typedef struct {
     ValkeyModuleKey *active, *delayed, *dead;
     ValkeyModuleString *active_name, *delayed_name, *dead_name;
+    const LaneRing *ring; /* the call's ring when it declares one (settle), else NULL */
 } RetryKeys;
 
 /* finish_retry of the prelude, on a current lease: leave active, record the error, go dead when
@@ -63,6 +72,7 @@ static const char *finish_retry(ValkeyModuleCtx *ctx, const RetryKeys *rk, Valke
                                 ValkeyModuleString *error, long long delay_ms, long long max_attempts,
                                 long long now) {
     fx_zrem(ctx, rk->active, rk->active_name, id);
+    release_lane_slot(ctx, base_of_active(rk->active_name), rk->ring, row);
     fx_hset1(ctx, row, row_name, "error", error);
     if (row_int_field(ctx, row, "attempts", 0) >= max_attempts) {
         fx_zadd(ctx, rk->dead, rk->dead_name, (double)now, id);
@@ -177,6 +187,7 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     long long lease_ms = call->num[EMQ_CLAIM_ARG_LEASE_MS], now = call->num[EMQ_CLAIM_ARG_NOW];
     long long last_fence;
     if (!fence_counter(fence_key, &last_fence)) return reply_error(ctx, EMQ_ERR_FENCE);
+    if (queue_paused(ctx, call->base)) return ValkeyModule_ReplyWithNull(ctx);
 
     /* Find the first live job: every derived row is checked before anything is written. */
     Acl acl = {ctx, NULL, 0};
@@ -208,7 +219,7 @@ int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_ARG_FENCE]))
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
     const char *verdict = finish_ack(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row, call->keys[EMQ_ACK_KEY_JOB], id,
-                                     call->num[EMQ_ACK_ARG_RETENTION_MS]);
+                                     call->num[EMQ_ACK_ARG_RETENTION_MS], NULL);
     return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
 }
 
@@ -221,7 +232,8 @@ int tx_retry(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (!is_current_lease(ctx, k[EMQ_RETRY_KEY_ACTIVE], row, id, call->num[EMQ_RETRY_ARG_FENCE]))
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
     RetryKeys rk = {k[EMQ_RETRY_KEY_ACTIVE],     k[EMQ_RETRY_KEY_DELAYED],     k[EMQ_RETRY_KEY_DEAD],
-                    names[EMQ_RETRY_KEY_ACTIVE], names[EMQ_RETRY_KEY_DELAYED], names[EMQ_RETRY_KEY_DEAD]};
+                    names[EMQ_RETRY_KEY_ACTIVE], names[EMQ_RETRY_KEY_DELAYED], names[EMQ_RETRY_KEY_DEAD],
+                    NULL};
     const char *verdict = finish_retry(ctx, &rk, row, names[EMQ_RETRY_KEY_JOB], id, call->args[EMQ_RETRY_ARG_ERROR],
                                        call->num[EMQ_RETRY_ARG_DELAY_MS], call->num[EMQ_RETRY_ARG_MAX_ATTEMPTS],
                                        call->num[EMQ_RETRY_ARG_NOW]);
@@ -276,7 +288,10 @@ static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
  * lane job to its lane's head, the group joining the ring if the lane was empty), a wake token. */
 static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, ValkeyModuleKey *row,
                                   const Item *it, long long now) {
+    Bytes base = base_of_active(sk->names[EMQ_SETTLE_KEY_ACTIVE]);
+    LaneRing ring = {sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING]};
     fx_zrem(ctx, sk->k[EMQ_SETTLE_KEY_ACTIVE], sk->names[EMQ_SETTLE_KEY_ACTIVE], ITEM_ID(it));
+    release_lane_slot(ctx, base, &ring, row);
     long long attempts = row_int_field(ctx, row, "attempts", 0);
     char num[24];
     ValkeyModuleString *uncounted = ValkeyModule_CreateString(ctx, num, decimal(attempts > 0 ? attempts - 1 : 0, num));
@@ -284,7 +299,7 @@ static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, Va
     ValkeyModule_FreeString(ctx, uncounted);
     if (it->lane) {
         ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, it->lane_key, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-        if (ValkeyModule_ValueLength(lane) == 0)
+        if (ValkeyModule_ValueLength(lane) == 0 && !lane_parked(ctx, base, it->lane))
             fx_push(ctx, sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING], VALKEYMODULE_LIST_TAIL, it->lane);
         fx_push(ctx, lane, it->lane_key, VALKEYMODULE_LIST_HEAD, ITEM_ID(it));
         ValkeyModule_CloseKey(lane);
@@ -300,9 +315,10 @@ static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, Va
 static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const Item *it,
                                long long retention_ms, long long now) {
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    LaneRing ring = {sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING]};
     RetryKeys rk = {sk->k[EMQ_SETTLE_KEY_ACTIVE], sk->k[EMQ_SETTLE_KEY_DELAYED], sk->k[EMQ_SETTLE_KEY_DEAD],
                     sk->names[EMQ_SETTLE_KEY_ACTIVE], sk->names[EMQ_SETTLE_KEY_DELAYED],
-                    sk->names[EMQ_SETTLE_KEY_DEAD]};
+                    sk->names[EMQ_SETTLE_KEY_DEAD], &ring};
     /* Not the current lease (or one settled earlier in this batch): STALE, nothing changes. */
     const char *verdict = "STALE";
     if (is_current_lease(ctx, rk.active, row, ITEM_ID(it), ITEM_FENCE(it))) {
@@ -313,7 +329,7 @@ static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const
         else if (it->form == EMQ_SETTLE_FORM_RELEASE)
             verdict = finish_release(ctx, sk, row, it, now);
         else
-            verdict = finish_ack(ctx, rk.active, rk.active_name, row, it->row_name, ITEM_ID(it), retention_ms);
+            verdict = finish_ack(ctx, rk.active, rk.active_name, row, it->row_name, ITEM_ID(it), retention_ms, &ring);
     }
     ValkeyModule_CloseKey(row);
     return verdict;
@@ -331,6 +347,7 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleKey *pending = k[EMQ_SETTLE_KEY_PENDING];
     long long last_fence = 0;
     const char *fail = NULL;
+    if (count > 0 && queue_paused(ctx, call->base)) count = 0;
     if (count > 0 && !fence_counter(k[EMQ_SETTLE_KEY_FENCE], &last_fence)) fail = EMQ_ERR_FENCE;
     Acl acl = {ctx, NULL, 0};
     StrList claims = {0}, ghosts = {0};
@@ -463,9 +480,17 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
 static void apply_move(ValkeyModuleCtx *ctx, const Move *m, ValkeyModuleKey **k, const Call *call,
                        int lane_end) {
     fx_zrem(ctx, k[0], call->keys[0], m->id);
+    if (lane_end == VALKEYMODULE_LIST_HEAD) { /* recover: the lease leaves active */
+        LaneRing ring = {k[2], call->keys[2]};
+        ValkeyModuleString *row_name = derived_key(ctx, call->base, "job:", m->id);
+        ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
+        release_lane_slot(ctx, call->base, &ring, row);
+        ValkeyModule_CloseKey(row);
+        ValkeyModule_FreeString(ctx, row_name);
+    }
     if (m->lane) {
         ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, m->lane_key, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-        if (ValkeyModule_ValueLength(lane) == 0)
+        if (ValkeyModule_ValueLength(lane) == 0 && !lane_parked(ctx, call->base, m->lane))
             fx_push(ctx, k[2], call->keys[2], VALKEYMODULE_LIST_TAIL, m->lane);
         fx_push(ctx, lane, m->lane_key, lane_end, m->id);
         ValkeyModule_CloseKey(lane);
@@ -481,6 +506,8 @@ static void apply_death(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyM
     fx_zrem(ctx, k[0], call->keys[0], m->id);
     ValkeyModuleString *row_name = derived_key(ctx, base, "job:", m->id);
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    LaneRing ring = {k[2], call->keys[2]};
+    release_lane_slot(ctx, base, &ring, row);
     char text[96];
     int len = snprintf(text, sizeof text, "lease expired during attempt %lld: the worker was lost", m->spent);
     ValkeyModuleString *error = ValkeyModule_CreateString(ctx, text, (size_t)len);
@@ -550,8 +577,14 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
         }
     }
     fx_wake(ctx, wake, call->keys[3], back);
-
     moves_free(ctx, moves, n);
+    if (!recover) { /* promote: then the groups whose rate window has opened come back */
+        LaneRing ring = {k[2], call->keys[2]};
+        long long reopened;
+        err = reopen_lanes(ctx, base, &ring, now, limit, &reopened);
+        if (err) return reply_error(ctx, err);
+        fx_wake(ctx, wake, call->keys[3], reopened);
+    }
     return ValkeyModule_ReplyWithLongLong(ctx, taken);
 }
 
