@@ -12,6 +12,7 @@ in the ring (``k`` claims for ``k`` groups of weight 1).
 from __future__ import annotations
 
 import types
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from echomq import transitions as t
@@ -203,3 +204,30 @@ def lane_report(queue: Any) -> list[dict[str, Any]]:
 def _state(bits: int) -> str:
     why = [name for bit, name in PARKED_WHY if bits & bit]
     return "parked: " + ", ".join(why) if why else "ready"
+
+
+def lane_groups(ring: Iterable[Any], parked: Iterable[Any]) -> list[str]:
+    """The groups whose lanes may hold jobs: the ring's, in serving order, then the parked ones
+    (out of the ring at a limit, over their rate or paused), by name."""
+    names = [text(group) for group in ring]
+    seen = set(names)
+    return names + sorted({text(group) for group in parked} - seen)
+
+
+def lane_depths_of(conn: Any, key: Any, ring: Iterable[Any],
+                   parked: Iterable[Any]) -> dict[str, int]:
+    """How many jobs wait in each lane of ``lane_groups`` (a parked group's empty lane left
+    out); ``key(group)`` names a group's lane."""
+    names = lane_groups(ring, parked)
+    with conn.pipeline(transaction=False) as pipe:
+        for group in names:
+            pipe.llen(key(group))
+        return shown_depths(names, pipe.execute(), ring)
+
+
+def shown_depths(names: list[str], depths: Iterable[Any],
+                 ring: Iterable[Any]) -> dict[str, int]:
+    """Each group's depth; a parked group whose lane is empty is left out."""
+    in_ring = {text(group) for group in ring}
+    return {group: n for group, n in zip(names, map(int, depths), strict=True)
+            if n or group in in_ring}

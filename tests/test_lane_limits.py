@@ -9,7 +9,7 @@ import asyncio
 import redis
 import redis.asyncio
 
-from echomq import Queue, Verdict
+from echomq import Queue, Verdict, admin
 from echomq.aio import Queue as AsyncQueue
 from echomq.calls import Ack, Release, Retry
 from echomq.embedded import EmbeddedValkey
@@ -201,3 +201,32 @@ def test_the_asyncio_queue_has_the_same_controls(valkey: EmbeddedValkey) -> None
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_the_counts_include_the_jobs_of_parked_lanes(conn: redis.Redis) -> None:
+    queue = tenants(conn)
+    queue.set_lane("capped", concurrency=1)
+    fill(queue, "capped", 3)
+    fill(queue, "held", 2)
+    fill(queue, "open", 1)
+    queue.pause("held")
+    assert queue.claim_lane(now=NOW) is not None  # capped: parked at its limit, 2 waiting
+    assert queue.counts()["lanes"] == 5
+    assert queue.lane_depths() == {"open": 1, "capped": 2, "held": 2}
+    assert admin.stats(conn, "tenants").lanes == {"open": 1, "capped": 2, "held": 2}
+
+
+def test_the_asyncio_counts_include_parked_lanes_too(valkey: EmbeddedValkey,
+                                                     conn: redis.Redis) -> None:
+    queue = tenants(conn)
+    fill(queue, "held", 2)
+    fill(queue, "open", 1)
+    queue.pause("held")
+
+    async def scenario() -> dict[str, int]:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=valkey.port)
+        counts = await AsyncQueue(client, "tenants").counts()
+        await client.aclose()
+        return counts
+
+    assert asyncio.run(scenario())["lanes"] == 3
