@@ -227,3 +227,36 @@ const char *reopen_lanes(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring,
     close_of(ctx, &throttled);
     return err;
 }
+
+/* check_lane_bookkeeping of the prelude: the ring, the knobs, the leases held and the parked
+ * groups of a lane job's lease, checked as derived keys (ACL, slot, type) before anything is
+ * written. NULL (also for a flat job), or the error to reply. */
+const char *check_lane_bookkeeping(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *row) {
+    static const struct {
+        const char *suffix;
+        int type;
+    } keys[] = {{"ring", VALKEYMODULE_KEYTYPE_LIST},
+                {"laneconf", VALKEYMODULE_KEYTYPE_HASH},
+                {"leased", VALKEYMODULE_KEYTYPE_HASH},
+                {"parked", VALKEYMODULE_KEYTYPE_HASH}};
+    ValkeyModuleString *group = NULL;
+    if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH)
+        ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &group, NULL);
+    if (group == NULL) return NULL;
+    const char *err = NULL;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && err == NULL; i++) {
+        ValkeyModuleString *name = lane_key(ctx, base, keys[i].suffix, NULL);
+        if (!acl_may_access(acl, name)) {
+            err = EMQ_ERR_PERM;
+        } else {
+            ValkeyModuleKey *key = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
+            int t = ValkeyModule_KeyType(key);
+            ValkeyModule_CloseKey(key);
+            if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) err = EMQ_ERR_MOVING;
+            else if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != keys[i].type) err = EMQ_ERR_TYPE;
+        }
+        ValkeyModule_FreeString(ctx, name);
+    }
+    ValkeyModule_FreeString(ctx, group);
+    return err;
+}

@@ -218,6 +218,10 @@ int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleKey *active = k[EMQ_ACK_KEY_ACTIVE], *row = k[EMQ_ACK_KEY_JOB];
     if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_ARG_FENCE]))
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    Acl acl = {ctx, NULL, 0};
+    const char *err = check_lane_bookkeeping(ctx, &acl, call->base, row);
+    acl_release(&acl);
+    if (err) return reply_error(ctx, err);
     const char *verdict = finish_ack(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row, call->keys[EMQ_ACK_KEY_JOB], id,
                                      call->num[EMQ_ACK_ARG_RETENTION_MS], NULL);
     return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
@@ -231,6 +235,10 @@ int tx_retry(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleKey *row = k[EMQ_RETRY_KEY_JOB];
     if (!is_current_lease(ctx, k[EMQ_RETRY_KEY_ACTIVE], row, id, call->num[EMQ_RETRY_ARG_FENCE]))
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    Acl acl = {ctx, NULL, 0};
+    const char *err = check_lane_bookkeeping(ctx, &acl, call->base, row);
+    acl_release(&acl);
+    if (err) return reply_error(ctx, err);
     RetryKeys rk = {k[EMQ_RETRY_KEY_ACTIVE],     k[EMQ_RETRY_KEY_DELAYED],     k[EMQ_RETRY_KEY_DEAD],
                     names[EMQ_RETRY_KEY_ACTIVE], names[EMQ_RETRY_KEY_DELAYED], names[EMQ_RETRY_KEY_DEAD],
                     NULL};
@@ -278,6 +286,11 @@ static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
         items[i].row_name = derived_key(ctx, base, "job:", ITEM_ID(&items[i]));
         const char *err = check_row(ctx, acl, items[i].row_name, base);
         if (!err && items[i].form == EMQ_SETTLE_FORM_RELEASE) err = plan_release_lane(ctx, acl, base, &items[i]);
+        if (!err) {
+            ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, items[i].row_name, VALKEYMODULE_READ);
+            err = check_lane_bookkeeping(ctx, acl, base, row);
+            ValkeyModule_CloseKey(row);
+        }
         if (err) return err;
     }
     return NULL;
@@ -456,6 +469,9 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
             int row_type = ValkeyModule_KeyType(row);
             if (row_type == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, row_name, base)) {
                 err = EMQ_ERR_MOVING;
+            } else if (row_type == VALKEYMODULE_KEYTYPE_HASH && recover &&
+                       (err = check_lane_bookkeeping(ctx, &acl, base, row)) != NULL) {
+                /* a lane lease whose bookkeeping keys cannot be written: refused */
             } else if (row_type == VALKEYMODULE_KEYTYPE_HASH) {
                 m->live = 1;
                 long long attempts = max_attempts > 0 ? row_int_field(ctx, row, "attempts", 0) : 0;

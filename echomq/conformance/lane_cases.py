@@ -116,5 +116,32 @@ def reopen_cases() -> Iterator[Case]:
                 [*rated, ["SET", key("lane:a"), "x"]])
 
 
+def bookkeeping_cases() -> Iterator[Case]:
+    """A lane lease whose bookkeeping keys are of another type: refused before anything is
+    written, on each transition a lane lease leaves active by; a flat lease does not look."""
+    for suffix, value in (("leased", ["SET", key("leased"), "x"]),
+                          ("parked", ["RPUSH", key("parked"), "x"]),
+                          ("laneconf", ["SADD", key("laneconf"), "x"]),
+                          ("ring", ["SET", key("ring"), "x"])):
+        broken: list[Command] = [value]
+        yield _case("ack", f"lane-{suffix}-wrongtype", _argv("ack"), b"-WRONGTYPE",
+                    lane_lease() + broken)
+        yield _case("retry", f"lane-{suffix}-wrongtype", _argv("retry"), b"-WRONGTYPE",
+                    lane_lease() + broken)
+        yield _case("recover", f"lane-{suffix}-wrongtype", _argv("recover"), b"-WRONGTYPE",
+                    lane_lease(deadline=1) + broken)
+        if suffix != "ring":  # settle declares the ring: the server's own type check
+            yield _case("settle", f"lane-{suffix}-wrongtype", settle_argv("ack", "JOB:1", 1),
+                        b"-WRONGTYPE", lane_lease() + broken)
+        yield _case("ack", f"flat-{suffix}-wrongtype", _argv("ack"), b"+ACKED",
+                    leased("JOB:1") + broken)
+    yield _case("recover", "lane-spent-leased-wrongtype", _argv("recover"), b"-WRONGTYPE",
+                [*lane_lease(attempt=3, deadline=1), ["SET", key("leased"), "x"]])
+    yield _case("ack", "lane-full-lane-of-other-type", _argv("ack"), b"+ACKED",
+                [*lane_lease(), *parked("a", 1, 1, waiting_ids=()), ["SET", key("lane:a"), "x"]])
+    yield _case("settle", "lane-stale-leased-wrongtype", settle_argv("ack", "JOB:1", 7),
+                b"-WRONGTYPE", [*lane_lease(), ["SET", key("leased"), "x"]])
+
+
 def lane_cases() -> list[Case]:
-    return [*release_cases(), *pause_cases(), *reopen_cases()]
+    return [*release_cases(), *pause_cases(), *reopen_cases(), *bookkeeping_cases()]

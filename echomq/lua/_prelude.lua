@@ -234,8 +234,10 @@ local function lane_over(base, group, now)
   return bits, opens
 end
 
+-- A group's lane holds jobs (a lane key of another type holds none: it is not touched).
 local function lane_nonempty(base, group)
-  return redis.call('LLEN', base .. 'lane:' .. group) > 0
+  local lane_key = base .. 'lane:' .. group
+  return key_type(lane_key) == 'list' and redis.call('LLEN', lane_key) > 0
 end
 
 -- The ring's head group leaves the ring; its turn ends.
@@ -274,6 +276,24 @@ local function lane_refresh(base, group, now)
   local paused = bit.band(parked_mask(base, group), PARKED_PAUSED)
   local bits, opens = lane_over(base, group, now)
   set_parked(base, group, paused + bits, opens)
+end
+
+-- The keys a lane job's lease touches when it leaves active (the ring, the knobs, the leases
+-- held, the parked groups), checked as derived keys before anything is written: nil, or the
+-- error reply. Nothing is checked for a flat job; the lane is read only if it is a list.
+local LANE_BOOKKEEPING = { { 'ring', 'list' }, { 'laneconf', 'hash' }, { 'leased', 'hash' },
+  { 'parked', 'hash' } }
+local function check_lane_bookkeeping(base, row)
+  local group = redis.call('HGET', row, 'lane')
+  if not group then return nil end
+  for i = 1, #LANE_BOOKKEEPING do
+    local key = base .. LANE_BOOKKEEPING[i][1]
+    if not may_access(key) then return redis.error_reply(E_PERM) end
+    local t = derived_type(key)
+    if t == nil then return redis.error_reply(E_MOVING) end
+    if t ~= 'none' and t ~= LANE_BOOKKEEPING[i][2] then return redis.error_reply(E_TYPE) end
+  end
+  return nil
 end
 
 -- A lease of a lane job leaves active (acked, retried, dead, recovered, released): its group
@@ -361,6 +381,10 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
     local row_type = derived_type(row)
     if row_type == nil then return nil, redis.error_reply(E_MOVING) end
     if row_type == 'hash' then
+      if max_attempts then
+        local failure = check_lane_bookkeeping(base, row)
+        if failure then return nil, failure end
+      end
       local move = { id = id, row = row, score = score }
       local lane = redis.call('HGET', row, 'lane')
       local attempts = max_attempts and int_field(redis.call('HGET', row, 'attempts'), 0)

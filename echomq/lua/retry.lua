@@ -31,5 +31,7 @@ if not types_ok({ 'zset', 'zset', 'zset', 'hash' }) then return redis.error_repl
 
 local active, delayed, dead, row = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
+local failure = check_lane_bookkeeping(string.sub(active, 1, -7), row)
+if failure then return failure end
 return redis.status_reply(finish_retry(active, delayed, dead, row, id, ARGV[5], delay_ms,
   max_attempts, now))

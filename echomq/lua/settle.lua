@@ -108,6 +108,7 @@ for n = 1, #items do
   items[n].row = base .. 'job:' .. items[n].id
   local err = check_row(items[n].row)
   if err == nil and items[n].op == 'release' then err = plan_release_lane(items[n]) end
+  if err == nil then err = check_lane_bookkeeping(base, items[n].row) end
   if err then return err end
 end
 local claims, ghosts, err = plan_claims(base, pending, count)
