@@ -193,13 +193,24 @@ end
 local PARKED_FULL, PARKED_RATE, PARKED_PAUSED = 1, 2, 4
 local DEFAULT_WINDOW_MS = 1000
 
--- A group's knob: its override, else the queue's default, else fallback.
-local function lane_knob(base, group, knob, fallback)
-  local conf = base .. 'laneconf'
-  local v = redis.call('HGET', conf, knob .. ':' .. group)
-  if v == false then v = redis.call('HGET', conf, knob) end
-  if v == false then return fallback end
-  return int_arg(v, 1) or fallback
+local KNOBS = { 'concurrency', 'rate', 'window_ms', 'weight' }
+local KNOB_FALLBACK = { window_ms = DEFAULT_WINDOW_MS, weight = 1 }
+
+-- A group's knobs as they apply, in one HMGET: its own, else the queue's default; absent (or not
+-- an integer from 1): no limit (nil), a window of 1000 ms, a weight of 1.
+local function lane_knobs(base, group)
+  local fields = {}
+  for i = 1, #KNOBS do
+    fields[2 * i - 1], fields[2 * i] = KNOBS[i] .. ':' .. group, KNOBS[i]
+  end
+  local values = redis.call('HMGET', base .. 'laneconf', unpack(fields))
+  local knobs = {}
+  for i = 1, #KNOBS do
+    local v = values[2 * i - 1]
+    if v == false then v = values[2 * i] end
+    knobs[KNOBS[i]] = (v and int_arg(v, 1)) or KNOB_FALLBACK[KNOBS[i]]
+  end
+  return knobs
 end
 
 local function parked_mask(base, group)
@@ -219,17 +230,16 @@ end
 
 -- Why a group may not be served now: PARKED_FULL at its concurrency limit, PARKED_RATE when its
 -- window's claims reached its rate (then also when the window opens), 0 when it may.
-local function lane_over(base, group, now)
+local function lane_over(base, group, now, knobs)
+  knobs = knobs or lane_knobs(base, group)
   local bits, opens = 0, nil
-  local limit = lane_knob(base, group, 'concurrency', nil)
+  local limit = knobs.concurrency
   if limit and int_field(redis.call('HGET', base .. 'leased', group), 0) >= limit then
     bits = PARKED_FULL
   end
-  local rate = lane_knob(base, group, 'rate', nil)
-  if rate then
-    local window_ms = lane_knob(base, group, 'window_ms', DEFAULT_WINDOW_MS)
-    local start, count = lane_window(base, group, now, window_ms)
-    if count >= rate then bits, opens = bits + PARKED_RATE, start + window_ms end
+  if knobs.rate then
+    local start, count = lane_window(base, group, now, knobs.window_ms)
+    if count >= knobs.rate then bits, opens = bits + PARKED_RATE, start + knobs.window_ms end
   end
   return bits, opens
 end
@@ -309,7 +319,7 @@ local function release_lane_slot(base, row)
   end
   local mask = parked_mask(base, group)
   if bit.band(mask, PARKED_FULL) == 0 then return end
-  local limit = lane_knob(base, group, 'concurrency', nil)
+  local limit = lane_knobs(base, group).concurrency
   if limit == nil or held < limit then set_parked(base, group, mask - PARKED_FULL) end
 end
 

@@ -65,7 +65,10 @@ for position = 0, redis.call('LLEN', ring) - 1 do
     end
   end
   local bits, opens = 0, nil
-  if live then bits, opens = lane_over(base, group, now) end
+  if live then
+    live.knobs = lane_knobs(base, group)
+    bits, opens = lane_over(base, group, now, live.knobs)
+  end
   if live and bits == 0 then
     found = live
     break
@@ -89,13 +92,12 @@ local group, lane_key = found.group, found.lane_key
 for _ = 1, found.ghosts do redis.call('LPOP', lane_key) end
 redis.call('LPOP', lane_key)
 redis.call('HINCRBY', KEYS[5], group, 1)
-local rate = lane_knob(base, group, 'rate', nil)
-if rate then
-  local start, count = lane_window(base, group, now,
-    lane_knob(base, group, 'window_ms', DEFAULT_WINDOW_MS))
+local knobs = found.knobs
+if knobs.rate then
+  local start, count = lane_window(base, group, now, knobs.window_ms)
   redis.call('HSET', KEYS[8], group, dec(start) .. ' ' .. dec(count + 1))
 end
-local bits, opens = lane_over(base, group, now)
+local bits, opens = lane_over(base, group, now, knobs)
 local turn = redis.call('GET', KEYS[9])
 local served = 1
 if turn then
@@ -107,7 +109,7 @@ if bits ~= 0 or redis.call('LLEN', lane_key) == 0 then
   if bits ~= 0 then
     set_parked(base, group, bit.bor(parked_mask(base, group), bits), opens, false)
   end
-elseif served >= lane_knob(base, group, 'weight', 1) then
+elseif served >= knobs.weight then
   redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
   redis.call('DEL', KEYS[9])
 else
