@@ -1,5 +1,6 @@
 """Lane controls: each group's knobs (concurrency, rate, window, weight), the queue's defaults, and
-pausing a lane or the whole queue. Scripts only, like the lanes themselves.
+pausing a lane or the whole queue. An operator's tools: they run as scripts whatever the queue's
+wire (a paused queue stops the native claims too).
 
 A group's lane leaves the ring while it holds ``concurrency`` leases, or has had ``rate`` claims
 in its current ``window_ms``, or is paused; it comes back when a lease of it leaves active (acked,
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 
 from echomq import transitions as t
 from echomq.calls import Arg, Call, text
+from echomq.executors import executor_for
 from echomq.native import checked_int, checked_lane, checked_now
 
 KNOBS = ("concurrency", "rate", "window_ms", "weight")
@@ -67,6 +69,16 @@ def paused_lanes(parked: dict[Any, Any]) -> list[str]:
     return sorted(text(group) for group, bits in parked.items() if int(bits) & PARKED_PAUSED)
 
 
+def _scripted(conn: Any, call: Call) -> Any:
+    return executor_for(5).call(conn, *call)
+
+
+async def _scripted_async(conn: Any, call: Call) -> Any:
+    from echomq.aio import async_executor_for  # echomq.aio imports this module
+
+    return await async_executor_for(5).call(conn, *call)
+
+
 class _Queue(Protocol):
     """What the lane controls use of the queue they are mixed into."""
 
@@ -76,8 +88,6 @@ class _Queue(Protocol):
     def base(self) -> str: ...
 
     def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str: ...
-
-    def _send(self, call: Call) -> Any: ...
 
 
 class LaneControls:
@@ -89,7 +99,7 @@ class LaneControls:
         applies); the group moves in or out of the ring at once as its new limits say."""
         knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
                  "weight": weight}
-        self._send(lane_set_call(self.base, group, knobs, now))
+        _scripted(self.conn, lane_set_call(self.base, group, knobs, now))
 
     def set_lane_defaults(self: _Queue, *, concurrency: Knob = ..., rate: Knob = ...,
                           window_ms: Knob = ..., weight: Knob = ...,
@@ -99,7 +109,7 @@ class LaneControls:
         lane claim that reaches it."""
         knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
                  "weight": weight}
-        self._send(lane_set_call(self.base, None, knobs, now))
+        _scripted(self.conn, lane_set_call(self.base, None, knobs, now))
 
     def lane_settings(self: _Queue, group: str | None = None) -> dict[str, int | None]:
         """``group``'s knobs as they apply (None: the queue's defaults)."""
@@ -108,11 +118,11 @@ class LaneControls:
     def pause(self: _Queue, lane: str | None = None) -> None:
         """Pause ``lane`` (its jobs wait, out of the ring) or, with None, the whole queue (no
         job is leased, flat or lane). Leases in hand run on."""
-        self._send(lane_pause_call(self.base, lane, True))
+        _scripted(self.conn, lane_pause_call(self.base, lane, True))
 
     def resume(self: _Queue, lane: str | None = None) -> None:
         """Undo ``pause``; parked consumers are woken."""
-        self._send(lane_pause_call(self.base, lane, False))
+        _scripted(self.conn, lane_pause_call(self.base, lane, False))
 
     def paused(self: _Queue) -> tuple[bool, list[str]]:
         """Whether the whole queue is paused, and the paused lanes."""
@@ -136,8 +146,6 @@ class _AsyncQueue(Protocol):
 
     def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str: ...
 
-    async def _send(self, call: Call) -> Any: ...
-
 
 class AsyncLaneControls:
     """The lane controls of ``echomq.aio.Queue``: as ``LaneControls``, awaited."""
@@ -148,7 +156,7 @@ class AsyncLaneControls:
         """As ``echomq.Queue.set_lane``."""
         knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
                  "weight": weight}
-        await self._send(lane_set_call(self.calls.base, group, knobs, now))
+        await _scripted_async(self.conn, lane_set_call(self.calls.base, group, knobs, now))
 
     async def set_lane_defaults(self: _AsyncQueue, *, concurrency: Knob = ..., rate: Knob = ...,
                                 window_ms: Knob = ..., weight: Knob = ...,
@@ -156,17 +164,17 @@ class AsyncLaneControls:
         """As ``echomq.Queue.set_lane_defaults``."""
         knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
                  "weight": weight}
-        await self._send(lane_set_call(self.calls.base, None, knobs, now))
+        await _scripted_async(self.conn, lane_set_call(self.calls.base, None, knobs, now))
 
     async def lane_settings(self: _AsyncQueue,
                             group: str | None = None) -> dict[str, int | None]:
         return settings_of(await self.conn.hgetall(self.key("laneconf")), group)
 
     async def pause(self: _AsyncQueue, lane: str | None = None) -> None:
-        await self._send(lane_pause_call(self.calls.base, lane, True))
+        await _scripted_async(self.conn, lane_pause_call(self.calls.base, lane, True))
 
     async def resume(self: _AsyncQueue, lane: str | None = None) -> None:
-        await self._send(lane_pause_call(self.calls.base, lane, False))
+        await _scripted_async(self.conn, lane_pause_call(self.calls.base, lane, False))
 
     async def paused(self: _AsyncQueue) -> tuple[bool, list[str]]:
         async with self.conn.pipeline(transaction=False) as pipe:

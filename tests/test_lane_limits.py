@@ -5,13 +5,16 @@ scan, and never holds another group up."""
 from __future__ import annotations
 
 import asyncio
+import time
 
+import pytest
 import redis
 import redis.asyncio
 
 from echomq import Queue, Verdict, admin
 from echomq.aio import Queue as AsyncQueue
 from echomq.calls import Ack, Release, Retry
+from echomq.consumer import Consumer
 from echomq.embedded import EmbeddedValkey
 
 NOW = 1_700_000_000_000
@@ -198,6 +201,12 @@ def test_the_asyncio_queue_has_the_same_controls(valkey: EmbeddedValkey) -> None
         await queue.resume()
         await queue.resume("a")
         assert await queue.paused() == (False, [])
+        native = AsyncQueue(client, "native", wire=6)
+        await native.enqueue("JOB:n", b"", now=NOW)
+        await native.pause()
+        assert await native.claim(now=NOW) is None
+        await native.resume()
+        assert await native.claim(now=NOW) is not None
         await client.aclose()
 
     asyncio.run(scenario())
@@ -230,3 +239,23 @@ def test_the_asyncio_counts_include_parked_lanes_too(valkey: EmbeddedValkey,
         return counts
 
     assert asyncio.run(scenario())["lanes"] == 3
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_a_consumer_of_a_paused_queue_runs_nothing_and_the_resume_wakes_it(
+        conn: redis.Redis, wire: int) -> None:
+    queue = Queue(conn, "work", wire=wire)
+    ran: list[str] = []
+    consumer = Consumer(queue, lambda job: ran.append(job.id), park_cap_ms=60_000)
+    try:
+        queue.pause()
+        queue.enqueue("JOB:1", b"", now=NOW)
+        conn.delete(queue.key("wake"))
+        assert consumer.drain() == 0 and ran == []
+        queue.resume()
+        started = time.monotonic()
+        assert consumer.park()  # woken by the resume, not the park cap
+        assert time.monotonic() - started < 5
+        assert consumer.drain() == 1 and ran == ["JOB:1"]
+    finally:
+        consumer.close()
