@@ -172,11 +172,21 @@ int lane_parked(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group) {
     return 1;
 }
 
-int queue_paused(ValkeyModuleCtx *ctx, Bytes base) {
-    Opened paused = open_of(ctx, base, "paused", NULL);
-    int is = ValkeyModule_KeyType(paused.key) != VALKEYMODULE_KEYTYPE_EMPTY;
-    close_of(ctx, &paused);
-    return is;
+/* queue_paused of the prelude: whether <base>paused exists, the flag checked as a derived key
+ * (the caller's ACL). NULL and *paused set, or the error to reply. */
+const char *queue_paused(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, int *paused) {
+    *paused = 0;
+    ValkeyModuleString *name = lane_key(ctx, base, "paused", NULL);
+    const char *err = NULL;
+    if (!acl_may_access(acl, name)) {
+        err = EMQ_ERR_PERM;
+    } else {
+        ValkeyModuleKey *key = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
+        *paused = ValkeyModule_KeyType(key) != VALKEYMODULE_KEYTYPE_EMPTY;
+        ValkeyModule_CloseKey(key);
+    }
+    ValkeyModule_FreeString(ctx, name);
+    return err;
 }
 
 /* reopen_lanes of the prelude: the groups of throttled due by now (at most limit), their lane

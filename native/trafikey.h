@@ -118,7 +118,7 @@ typedef struct {
 void release_lane_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, ValkeyModuleKey *row);
 int lane_parked(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group);
 const char *check_lane_bookkeeping(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *row);
-int queue_paused(ValkeyModuleCtx *ctx, Bytes base);
+const char *queue_paused(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, int *paused);
 const char *reopen_lanes(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, long long now, long long limit,
                          long long *reopened);
 

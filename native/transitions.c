@@ -187,12 +187,17 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     long long lease_ms = call->num[EMQ_CLAIM_ARG_LEASE_MS], now = call->num[EMQ_CLAIM_ARG_NOW];
     long long last_fence;
     if (!fence_counter(fence_key, &last_fence)) return reply_error(ctx, EMQ_ERR_FENCE);
-    if (queue_paused(ctx, call->base)) return ValkeyModule_ReplyWithNull(ctx);
+    Acl acl = {ctx, NULL, 0};
+    int paused;
+    const char *err = queue_paused(ctx, &acl, call->base, &paused);
+    if (err || paused) {
+        acl_release(&acl);
+        return err ? reply_error(ctx, err) : ValkeyModule_ReplyWithNull(ctx);
+    }
 
     /* Find the first live job: every derived row is checked before anything is written. */
-    Acl acl = {ctx, NULL, 0};
     StrList claims = {0}, ghosts = {0};
-    const char *err = plan_claims(ctx, &acl, call->base, pending, 1, &claims, &ghosts);
+    err = plan_claims(ctx, &acl, call->base, pending, 1, &claims, &ghosts);
     acl_release(&acl);
     if (!err) {
         ValkeyModuleString **names = call->keys;
@@ -360,9 +365,11 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleKey *pending = k[EMQ_SETTLE_KEY_PENDING];
     long long last_fence = 0;
     const char *fail = NULL;
-    if (count > 0 && queue_paused(ctx, call->base)) count = 0;
-    if (count > 0 && !fence_counter(k[EMQ_SETTLE_KEY_FENCE], &last_fence)) fail = EMQ_ERR_FENCE;
     Acl acl = {ctx, NULL, 0};
+    int paused = 0;
+    if (count > 0) fail = queue_paused(ctx, &acl, call->base, &paused);
+    if (paused) count = 0;
+    if (!fail && count > 0 && !fence_counter(k[EMQ_SETTLE_KEY_FENCE], &last_fence)) fail = EMQ_ERR_FENCE;
     StrList claims = {0}, ghosts = {0};
     if (!fail) fail = check_settle_rows(ctx, &acl, call->base, call->items, call->nitems);
     if (!fail) fail = plan_claims(ctx, &acl, call->base, pending, count, &claims, &ghosts);

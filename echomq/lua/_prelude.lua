@@ -196,21 +196,25 @@ local DEFAULT_WINDOW_MS = 1000
 local KNOBS = { 'concurrency', 'rate', 'window_ms', 'weight' }
 local KNOB_FALLBACK = { window_ms = DEFAULT_WINDOW_MS, weight = 1 }
 
--- A group's knobs as they apply, in one HMGET: its own, else the queue's default; absent (or not
--- an integer from 1): no limit (nil), a window of 1000 ms, a weight of 1.
+-- A group's knobs as they apply: its own, else the queue's default; absent (or not an integer
+-- from 1): no limit (nil), a window of 1000 ms, a weight of 1. (HGET, not HMGET: the commands a
+-- script runs must be allowed to its user, and HGET already is.)
 local function lane_knobs(base, group)
-  local fields = {}
+  local conf, knobs = base .. 'laneconf', {}
   for i = 1, #KNOBS do
-    fields[2 * i - 1], fields[2 * i] = KNOBS[i] .. ':' .. group, KNOBS[i]
-  end
-  local values = redis.call('HMGET', base .. 'laneconf', unpack(fields))
-  local knobs = {}
-  for i = 1, #KNOBS do
-    local v = values[2 * i - 1]
-    if v == false then v = values[2 * i] end
+    local v = redis.call('HGET', conf, KNOBS[i] .. ':' .. group)
+    if v == false then v = redis.call('HGET', conf, KNOBS[i]) end
     knobs[KNOBS[i]] = (v and int_arg(v, 1)) or KNOB_FALLBACK[KNOBS[i]]
   end
   return knobs
+end
+
+-- Whether the whole queue is paused (<base>paused exists), the flag checked as a derived key:
+-- true or false, or nil and the error reply.
+local function queue_paused(base)
+  local key = base .. 'paused'
+  if not may_access(key) then return nil, redis.error_reply(E_PERM) end
+  return redis.call('EXISTS', key) == 1
 end
 
 local function parked_mask(base, group)
@@ -423,7 +427,7 @@ end
 local function push_lane(ring, move, command)
   if redis.call('LLEN', move.lane_key) == 0 then
     local base = string.sub(ring, 1, -5)
-    if redis.call('HEXISTS', base .. 'parked', move.lane) == 0 then
+    if redis.call('HGET', base .. 'parked', move.lane) == false then
       redis.call('RPUSH', ring, move.lane)
     end
   end

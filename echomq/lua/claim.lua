@@ -23,7 +23,9 @@ if not types_ok({ 'zset', 'zset', 'string' }) then return redis.error_reply(E_TY
 local pending, active, fence_key = KEYS[1], KEYS[2], KEYS[3]
 local last_fence = fence_counter(fence_key)
 if last_fence == nil then return redis.error_reply(E_FENCE) end
-if redis.call('EXISTS', base .. 'paused') == 1 then return false end
+local paused, failure = queue_paused(base)
+if paused == nil then return failure end
+if paused then return false end
 local claims, ghosts, err = plan_claims(base, pending, 1)
 if claims == nil then return err end
 for i = 1, #ghosts do redis.call('ZREM', pending, ghosts[i]) end

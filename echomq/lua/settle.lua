@@ -98,7 +98,11 @@ local function finish_release(item)
   wake(wake_key, 1)
   return 'RELEASED'
 end
-if count > 0 and redis.call('EXISTS', base .. 'paused') == 1 then count = 0 end
+if count > 0 then
+  local paused, failure = queue_paused(base)
+  if paused == nil then return failure end
+  if paused then count = 0 end
+end
 local last_fence = 0
 if count > 0 then
   last_fence = fence_counter(fence_key)
