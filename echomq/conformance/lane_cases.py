@@ -63,6 +63,10 @@ def release_cases() -> Iterator[Case]:
                 lane_lease() + parked("a", 3, 4, limit=None) + [["ZADD", key("throttled"), "9",
                                                                  "a"]])
     yield _case("ack", "lane-held-not-counted", _argv("ack"), b"+ACKED", lane_lease())
+    yield _case("ack_result", "lane-slot-back", _argv("ack_result"), b"+ACKED",
+                lane_lease() + full)
+    yield _case("settle", "lane-done-slot-back", settle_argv("done", "JOB:1", 1, b"r"), b"*2",
+                lane_lease() + full)
     yield _case("retry", "lane-slot-back", _argv("retry"), b"+RETRYING", lane_lease() + full)
     yield _case("retry", "lane-dead-slot-back", _argv("retry", max_attempts=1), b"+DEAD",
                 lane_lease() + full)
@@ -127,6 +131,8 @@ def bookkeeping_cases() -> Iterator[Case]:
         yield _case("ack", f"lane-{suffix}-wrongtype", _argv("ack"), b"-WRONGTYPE",
                     lane_lease() + broken)
         yield _case("retry", f"lane-{suffix}-wrongtype", _argv("retry"), b"-WRONGTYPE",
+                    lane_lease() + broken)
+        yield _case("ack_result", f"lane-{suffix}-wrongtype", _argv("ack_result"), b"-WRONGTYPE",
                     lane_lease() + broken)
         yield _case("recover", f"lane-{suffix}-wrongtype", _argv("recover"), b"-WRONGTYPE",
                     lane_lease(deadline=1) + broken)
