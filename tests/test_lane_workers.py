@@ -22,6 +22,7 @@ CAPPED, CAP = "capped", 2
 RATED, RATE, WINDOW_MS = "rated", 5, 400
 HEAVY, WEIGHT = "heavy", 3
 JOBS = {CAPPED: 40, RATED: 20, HEAVY: 40, "plain-0": 20, "plain-1": 20}
+START_SLACK_MS = 50
 RUN_MS = {CAPPED: 25, RATED: 5, HEAVY: 5, "plain-0": 5, "plain-1": 5}
 
 
@@ -67,7 +68,9 @@ def test_limits_hold_across_worker_processes(conn: redis.Redis, supervisor: Work
     assert starts == dict.fromkeys(starts, 1) and len(starts) == total  # each ran once
     assert len({pid for *_, pid, _ in lines}) > 1  # served by more than one process
     assert most_at_once(lines, CAPPED) <= CAP
+    # The rated lane's claims span at least the windows its rate needs after the first; its
+    # first start line comes a moment after its claim opened the first window (the slack).
     rated = sorted(at for what, lane, _, _, at in lines if what == "start" and lane == RATED)
     windows = math.ceil(JOBS[RATED] / RATE)
-    assert rated[-1] - rated[0] >= (windows - 1) * WINDOW_MS
+    assert rated[-1] - rated[0] >= (windows - 1) * WINDOW_MS - START_SLACK_MS
     assert queue.leased_by_lane() == {}
