@@ -189,53 +189,66 @@ const char *queue_paused(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, int *paused
     return err;
 }
 
-/* reopen_lanes of the prelude: the groups of throttled due by now (at most limit), their lane
- * keys checked first; each leaves throttled, loses its rate bit and, with no bit left and jobs in
- * its lane, joins the ring's tail. Sets *reopened; NULL or the error to reply. */
-const char *reopen_lanes(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, long long now, long long limit,
-                         long long *reopened) {
-    *reopened = 0;
+/* due_lanes of the prelude: the groups of throttled due by now (at most limit), their lane keys
+ * checked. Promote calls it before it writes anything. Fills *due (reopen_lanes frees it); NULL
+ * or the error to reply. */
+const char *due_lanes(ValkeyModuleCtx *ctx, Bytes base, long long now, long long limit, DueLanes *due) {
+    *due = (DueLanes){NULL, 0};
     Opened throttled = open_of(ctx, base, "throttled", NULL);
-    ValkeyModuleString **due = NULL;
-    size_t n = 0;
+    size_t cap = 0;
     if (ValkeyModule_KeyType(throttled.key) == VALKEYMODULE_KEYTYPE_ZSET &&
         ValkeyModule_ZsetFirstInScoreRange(throttled.key, VALKEYMODULE_NEGATIVE_INFINITE, (double)now, 0, 0) ==
             VALKEYMODULE_OK) {
-        due = ValkeyModule_Alloc(sizeof *due * (size_t)(limit < 1024 ? limit : 1024));
-        size_t cap = (size_t)(limit < 1024 ? limit : 1024);
-        while (!ValkeyModule_ZsetRangeEndReached(throttled.key) && (long long)n < limit) {
+        while (!ValkeyModule_ZsetRangeEndReached(throttled.key) && (long long)due->n < limit) {
             double score;
             ValkeyModuleString *member = ValkeyModule_ZsetRangeCurrentElement(throttled.key, &score);
             if (member == NULL) break;
-            if (n == cap) {
-                cap *= 2;
-                due = ValkeyModule_Realloc(due, cap * sizeof *due);
+            if (due->n == cap) {
+                cap = cap ? cap * 2 : 16;
+                due->groups = ValkeyModule_Realloc(due->groups, cap * sizeof *due->groups);
             }
-            due[n++] = member;
+            due->groups[due->n++] = member;
             if (!ValkeyModule_ZsetRangeNext(throttled.key)) break;
         }
         ValkeyModule_ZsetRangeStop(throttled.key);
     }
+    close_of(ctx, &throttled);
     const char *err = NULL;
     Acl acl = {ctx, NULL, 0};
-    for (size_t i = 0; i < n && err == NULL; i++) {
-        ValkeyModuleString *name = derived_key(ctx, base, "lane:", due[i]);
+    for (size_t i = 0; i < due->n && err == NULL; i++) {
+        ValkeyModuleString *name = derived_key(ctx, base, "lane:", due->groups[i]);
         err = check_lane(ctx, &acl, base, name);
         ValkeyModule_FreeString(ctx, name);
     }
     acl_release(&acl);
-    Opened parked = open_of(ctx, base, "parked", NULL);
-    for (size_t i = 0; i < n && err == NULL; i++) {
-        fx_zrem(ctx, throttled.key, throttled.name, due[i]);
-        long long mask = hash_int(ctx, parked.key, due[i], 0, 0);
-        if (mask & PARKED_RATE) lower_parked(ctx, base, ring, &parked, due[i], mask, mask - PARKED_RATE);
-    }
-    if (err == NULL) *reopened = (long long)n;
-    close_of(ctx, &parked);
-    for (size_t i = 0; i < n; i++) ValkeyModule_FreeString(ctx, due[i]);
-    ValkeyModule_Free(due);
-    close_of(ctx, &throttled);
+    if (err) due_lanes_free(ctx, due);
     return err;
+}
+
+void due_lanes_free(ValkeyModuleCtx *ctx, DueLanes *due) {
+    for (size_t i = 0; i < due->n; i++) ValkeyModule_FreeString(ctx, due->groups[i]);
+    ValkeyModule_Free(due->groups);
+    *due = (DueLanes){NULL, 0};
+}
+
+/* reopen_lanes of the prelude: the groups of due_lanes come back: each leaves throttled, loses
+ * its rate bit and, with no bit left and jobs in its lane, joins the ring's tail. Frees *due;
+ * returns how many. */
+long long reopen_lanes(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, DueLanes *due) {
+    long long n = (long long)due->n;
+    if (n > 0) {
+        Opened throttled = open_of(ctx, base, "throttled", NULL);
+        Opened parked = open_of(ctx, base, "parked", NULL);
+        for (size_t i = 0; i < due->n; i++) {
+            fx_zrem(ctx, throttled.key, throttled.name, due->groups[i]);
+            long long mask = hash_int(ctx, parked.key, due->groups[i], 0, 0);
+            if (mask & PARKED_RATE) lower_parked(ctx, base, ring, &parked, due->groups[i], mask, mask - PARKED_RATE);
+        }
+        close_of(ctx, &parked);
+        close_of(ctx, &throttled);
+    }
+    due_lanes_free(ctx, due);
+    return n;
 }
 
 /* check_lane_bookkeeping of the prelude: the ring, the knobs, the leases held and the parked

@@ -122,7 +122,14 @@ void release_lane_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, V
 int lane_parked(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group);
 const char *check_lane_bookkeeping(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *row);
 const char *queue_paused(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, int *paused);
-const char *reopen_lanes(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, long long now, long long limit,
-                         long long *reopened);
+/* The groups whose rate window has opened, checked before promote writes (due_lanes), then
+ * brought back (reopen_lanes, which frees them). */
+typedef struct {
+    ValkeyModuleString **groups;
+    size_t n;
+} DueLanes;
+const char *due_lanes(ValkeyModuleCtx *ctx, Bytes base, long long now, long long limit, DueLanes *due);
+void due_lanes_free(ValkeyModuleCtx *ctx, DueLanes *due);
+long long reopen_lanes(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, DueLanes *due);
 
 #endif

@@ -671,8 +671,12 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
         ValkeyModule_ZsetRangeStop(source);
     }
 
-    const char *err = plan_moves(ctx, base, moves, n, recover, now, max_attempts);
+    /* promote: the groups whose rate window has opened, checked before anything is written */
+    DueLanes due = {NULL, 0};
+    const char *err = recover ? NULL : due_lanes(ctx, base, now, limit, &due);
+    if (err == NULL) err = plan_moves(ctx, base, moves, n, recover, now, max_attempts);
     if (err) {
+        due_lanes_free(ctx, &due);
         moves_free(ctx, moves, n);
         return reply_error(ctx, err);
     }
@@ -697,10 +701,7 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
     moves_free(ctx, moves, n);
     if (!recover) { /* promote: then the groups whose rate window has opened come back */
         LaneRing ring = {k[2], call->keys[2]};
-        long long reopened;
-        err = reopen_lanes(ctx, base, &ring, now, limit, &reopened);
-        if (err) return reply_error(ctx, err);
-        fx_wake(ctx, wake, call->keys[3], reopened);
+        fx_wake(ctx, wake, call->keys[3], reopen_lanes(ctx, base, &ring, &due));
     }
     return ValkeyModule_ReplyWithLongLong(ctx, taken);
 }

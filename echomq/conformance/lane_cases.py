@@ -118,6 +118,9 @@ def reopen_cases() -> Iterator[Case]:
                 [*delayed("JOB:a1", 3, "a"), ["HSET", key("parked"), "a", "1"]])
     yield _case("promote", "lane-window-lane-wrongtype", _argv("promote"), b"-WRONGTYPE",
                 [*rated, ["SET", key("lane:a"), "x"]])
+    # A due job and a reopening group whose lane cannot be touched: nothing moves.
+    yield _case("promote", "lane-window-lane-wrongtype-job-due", _argv("promote"), b"-WRONGTYPE",
+                [*rated, ["SET", key("lane:a"), "x"], *delayed("JOB:f1", 3)])
 
 
 def bookkeeping_cases() -> Iterator[Case]:

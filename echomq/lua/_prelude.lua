@@ -347,9 +347,9 @@ local function release_lane_slot(base, row)
   if limit == nil or held < limit then set_parked(base, group, mask - PARKED_FULL) end
 end
 
--- Groups whose rate window has opened by now (at most limit) come back; how many. Each lane key
--- is checked before anything is written: nil and the error reply when one cannot be touched.
-local function reopen_lanes(base, now, limit)
+-- The groups whose rate window has opened by now (at most limit), each lane key checked; nil and
+-- the error reply when one cannot be touched. Promote calls it before it writes anything.
+local function due_lanes(base, now, limit)
   local due = redis.call('ZRANGEBYSCORE', base .. 'throttled', '-inf', dec(now), 'LIMIT', '0',
     dec(limit))
   for i = 1, #due do
@@ -359,6 +359,11 @@ local function reopen_lanes(base, now, limit)
     if t == nil then return nil, redis.error_reply(E_MOVING) end
     if t ~= 'none' and t ~= 'list' then return nil, redis.error_reply(E_TYPE) end
   end
+  return due
+end
+
+-- The groups of due_lanes come back: each leaves throttled and loses its rate bit. How many.
+local function reopen_lanes(base, due)
   for i = 1, #due do
     redis.call('ZREM', base .. 'throttled', due[i])
     local mask = parked_mask(base, due[i])

@@ -39,8 +39,9 @@ local ring, active, fence_key = KEYS[1], KEYS[2], KEYS[3]
 local last_fence = fence_counter(fence_key)
 if last_fence == nil then return redis.error_reply(E_FENCE) end
 if redis.call('EXISTS', KEYS[10]) == 1 then return false end
-local reopened, failure = reopen_lanes(base, now, 1000)
-if reopened == nil then return failure end
+local due, failure = due_lanes(base, now, 1000)
+if due == nil then return failure end
+reopen_lanes(base, due)
 
 -- First pass: find the first group (from the ring's head) whose lane holds a live job and that
 -- is within its limits; the groups before it are dropped (stale) or parked (over a limit).
