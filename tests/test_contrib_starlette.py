@@ -44,9 +44,17 @@ def web_app(jobs: JobsApp, **options: Any) -> Starlette:
                      lifespan=lifespan(jobs, **options))
 
 
+NAME = "web-app"
+
+
 def clients_of(observer: redis.Redis) -> int:
-    """Connections the server holds, the observer's own not counted."""
-    return len(observer.client_list()) - 1
+    """Connections the server holds for the web app (its clients carry its name; the async twin
+    takes the App client's options, the name among them)."""
+    return sum(1 for client in observer.client_list() if client["name"] == NAME)
+
+
+def app_client(server: EmbeddedValkey) -> redis.Redis:
+    return redis.Redis(port=server.port, client_name=NAME)
 
 
 @pytest.fixture
@@ -56,7 +64,7 @@ def observer(conn: redis.Redis) -> redis.Redis:
 
 def test_the_connection_opens_at_startup_and_closes_at_shutdown(
         valkey: EmbeddedValkey, observer: redis.Redis) -> None:
-    jobs = JobsApp(valkey.client())
+    jobs = JobsApp(app_client(valkey))
     assert clients_of(observer) == 0
     with TestClient(web_app(jobs)) as client:
         assert clients_of(observer) == 1  # pinged at startup, before any request
@@ -73,7 +81,7 @@ def test_an_unreachable_server_fails_the_startup() -> None:
 
 def test_the_consumer_in_the_web_process_runs_what_an_endpoint_enqueues(
         valkey: EmbeddedValkey, observer: redis.Redis) -> None:
-    jobs = JobsApp(valkey.client())
+    jobs = JobsApp(app_client(valkey))
     with TestClient(web_app(jobs, consume=True, park_cap_ms=200)) as client:
         job_id = client.post("/enqueue", params={"text": "hello"}).json()["id"]
         assert jobs.ran_one.wait(10)

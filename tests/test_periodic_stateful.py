@@ -69,6 +69,9 @@ class SchedulerFleet(RuleBasedStateMachine):
         self.schedule = Schedule("s", cron, catch_up=catch_up)
         self.skews = skews
 
+    def teardown(self) -> None:
+        self.conn.close()
+
     # the world ---------------------------------------------------------------------------------
 
     def entry(self, die: bool = False, overtaken_by: int | None = None) -> Periodic:
