@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEBIAN_VALKEY ?= /usr/bin/valkey-server
 
-.PHONY: demo test lint install clean bench test-lowest
+.PHONY: demo test lint install clean bench test-lowest test-django
 
 $(VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -38,6 +38,7 @@ test: lint
 	ECHOMQ_ASAN=1 ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" \
 		$(PY) -m pytest -q -p no:cacheprovider $(ASAN_SUITE)
 	$(MAKE) test-lowest
+	$(MAKE) test-django
 
 # The consumer, asyncio and queue tests again on the lowest redis-py (and hiredis) that
 # pyproject.toml allows, in a venv of their own: the range stated there is the range tested.
@@ -57,9 +58,25 @@ test-lowest: $(LOWEST_VENV)/.installed
 	$(LOWEST_VENV)/bin/python -c 'import redis, hiredis; print("redis", redis.__version__, "hiredis", hiredis.__version__)'
 	$(LOWEST_VENV)/bin/python -m pytest -q -p no:cacheprovider $(LOWEST_SUITE)
 
+# The Django backend's tests (echomq.contrib.django) on Django 6, which needs Python 3.12 or
+# newer: a venv of their own on the first such Python found (the suite's venv skips them).
+DJANGO_VENV ?= .venv-django
+DJANGO_PYTHON ?= $(firstword $(foreach p,python3.13 python3.12 $(wildcard /root/.pyenv/versions/3.1[2-9]*/bin/python3),\
+	$(shell $(p) -c 'import sys; assert sys.version_info >= (3, 12); print("$(p)")' 2>/dev/null)))
+
+$(DJANGO_VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
+	test -n "$(DJANGO_PYTHON)" || { echo "no Python 3.12 or newer for Django 6"; exit 1; }
+	test -x $(DJANGO_VENV)/bin/python || $(DJANGO_PYTHON) -m venv $(DJANGO_VENV)
+	$(DJANGO_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DJANGO_VENV)/bin/python -m pip install -q -e ".[test,django]"
+	touch $@
+
+test-django: $(DJANGO_VENV)/.installed
+	$(DJANGO_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_contrib_django.py
+
 clean:
 	$(MAKE) -C native clean
-	rm -rf $(VENV) $(LOWEST_VENV) build *.egg-info echomq/*.so echomq/_core.c
+	rm -rf $(VENV) $(LOWEST_VENV) $(DJANGO_VENV) build *.egg-info echomq/*.so echomq/_core.c
 
 # The benchmark (bench/): its own venv bench/.env with the peers (RQ, arq, Celery, Dramatiq,
 # bullmq), its own valkey-server with trafikey; writes docs/bench/RESULTS.md and the plots.
