@@ -5,6 +5,7 @@ and the trafikey module's native ``EMQ.*`` commands (``wire=6``).
 """
 
 from echomq.consumer import Consumer
+from echomq.directives import Done, Reject, RetryIn
 from echomq.errors import (
     ArgumentError,
     EchoMQError,
@@ -23,6 +24,7 @@ __all__ = [
     "Ack",
     "ArgumentError",
     "Consumer",
+    "Done",
     "EchoMQError",
     "EvictionPolicyWarning",
     "FatalServerError",
@@ -30,8 +32,10 @@ __all__ = [
     "KindError",
     "LaneError",
     "Queue",
+    "Reject",
     "Release",
     "Retry",
+    "RetryIn",
     "StaleLease",
     "TrafikeyMissing",
     "Verdict",

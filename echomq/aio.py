@@ -324,6 +324,8 @@ class Queue:
 
 
 AsyncHandler = Callable[[Job], Awaitable[object] | object]
+# What a handler came to: the value it returned, or the exception it raised.
+Handled = tuple[object, BaseException | None]
 
 
 async def _until(event: asyncio.Event, timeout_s: float) -> None:
@@ -366,7 +368,7 @@ class Consumer:
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
         self._parking: asyncio.Task[bool] | None = None
-        self._handling: dict[Job, asyncio.Future[BaseException | None]] = {}
+        self._handling: dict[Job, asyncio.Future[Handled]] = {}
         self._keeper: asyncio.Task[None] | None = None
 
     @property
@@ -459,10 +461,11 @@ class Consumer:
         """Run the handler on ``job`` (started by ``_next_job``, its lease in hand), then queue
         its ack, or its retry on failure, for the next round."""
         try:
-            failure = await self._handled(job)
+            returned, failure = await self._handled(job)
         finally:
             mine = self.core.finished(job)
-        if mine and self.core.record(job, self.core.settlement(failure), time.monotonic()):
+        settlement = self.core.settlement(failure, returned, job.attempt)
+        if mine and self.core.record(job, settlement, time.monotonic()):
             self._changed.set()  # the first outcome waiting: a new deadline for the keeper
         if not mine:
             log.warning("job %s attempt %d returned after its lease was given up (time limit "
@@ -472,8 +475,8 @@ class Consumer:
                         describe(failure or BaseException()), job.id)
             self.stop()
 
-    async def _handled(self, job: Job) -> BaseException | None:
-        """The handler's failure on ``job`` (None: it returned). Under a time limit it runs as
+    async def _handled(self, job: Job) -> Handled:
+        """What the handler returned on ``job``, or its failure. Under a time limit it runs as
         a task of its own, so the keeper can cancel it."""
         if self.settings.time_limit_ms is None:
             return await self._call_handler(job)
@@ -485,7 +488,7 @@ class Consumer:
         finally:
             self._handling.pop(job, None)
 
-    async def _call_handler(self, job: Job) -> BaseException | None:
+    async def _call_handler(self, job: Job) -> Handled:
         result: object
         try:
             if inspect.iscoroutinefunction(self.handler):
@@ -493,23 +496,23 @@ class Consumer:
             else:
                 result = await asyncio.to_thread(self.handler, job)
             if inspect.isawaitable(result):
-                await result
+                result = await result
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # the loop survives every handler outcome
-            return exc
-        return None
+            return None, exc
+        return result, None
 
     @staticmethod
-    async def _outcome(handling: asyncio.Future[BaseException | None]) -> BaseException | None:
-        """The handler's failure (None: it returned); a cancel of this task itself goes on."""
+    async def _outcome(handling: asyncio.Future[Handled]) -> Handled:
+        """What the handler returned, or its failure; a cancel of this task itself goes on."""
         try:
             return await handling
         except asyncio.CancelledError as exc:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
-            return exc  # the handler was cancelled (its time limit) or cancelled itself
+            return None, exc  # the handler was cancelled (its time limit) or cancelled itself
 
     # rounds -------------------------------------------------------------------------------
 

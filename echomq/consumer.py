@@ -137,16 +137,17 @@ class AwaitableRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: tuple[Job, asyncio.Future[object]] | None = None
 
-    def call(self, handler: Handler, job: Job) -> None:
+    def call(self, handler: Handler, job: Job) -> object:
+        """What ``handler(job)`` returned (awaited to the end when awaitable)."""
         result = handler(job)
         if result is None or not inspect.isawaitable(result):
-            return
+            return result
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
         task = asyncio.ensure_future(_awaited(result), loop=self._loop)
         self._running = (job, task)
         try:
-            self._loop.run_until_complete(task)
+            return self._loop.run_until_complete(task)
         finally:
             self._running = None
 
@@ -462,10 +463,11 @@ class Consumer:
     def process(self, job: Job) -> None:
         """Run the handler on ``job`` (started by ``_next_job``, its lease in hand), then queue
         its ack, or its retry on failure, for the next round."""
-        failure = self._run_handler(job)
+        returned, failure = self._run_handler(job)
         with self._keeper.mutex:
             mine = self.core.finished(job)
-            if mine and self.core.record(job, self.core.settlement(failure), time.monotonic()):
+            settlement = self.core.settlement(failure, returned, job.attempt)
+            if mine and self.core.record(job, settlement, time.monotonic()):
                 self._keeper.wake()  # the first outcome waiting: a new deadline
         if failure is None and mine:
             return
@@ -477,12 +479,12 @@ class Consumer:
                         BaseException()), job.id)
             self.stop()
 
-    def _run_handler(self, job: Job) -> BaseException | None:
+    def _run_handler(self, job: Job) -> tuple[object, BaseException | None]:
+        """What the handler returned, or what it raised."""
         try:
-            self._runner.call(self.handler, job)
+            return self._runner.call(self.handler, job), None
         except BaseException as exc:  # the loop survives every handler outcome
-            return exc
-        return None
+            return None, exc
 
     # rounds -------------------------------------------------------------------------------
 

@@ -26,12 +26,13 @@ import enum
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import redis
 
 from echomq import calls
 from echomq.calls import Job, Outcome, Verdict
+from echomq.directives import Done, Reject, RetryIn
 from echomq.errors import EchoMQError, FatalServerError, StaleLease
 
 Clock = Callable[[], int]
@@ -47,6 +48,8 @@ PARK_TIMEOUT_MARGIN_S = 1.0
 ERROR_TEXT_CAP = 4_096
 MESSAGE_CAP = 1_024
 TRACE_FRAMES = 8
+# The largest result a ``Done`` may keep with its tombstone (the server's cap on an ack's result).
+MAX_RESULT_BYTES = 512 * 1024
 
 # Server error codes that heal by themselves: a failover (READONLY, MASTERDOWN), a resharding or a
 # cluster still forming (TRYAGAIN, CLUSTERDOWN), a restart loading its data (LOADING), a script
@@ -113,6 +116,26 @@ def error_text(exc: BaseException) -> str:
     if len(trace) > room:
         trace = trace[len(trace) - room:]
     return f"{head}\n{trace}" if room > 0 else head[:ERROR_TEXT_CAP]
+
+
+class ResultTooLarge(ValueError):
+    """A handler's ``Done(result)`` was over MAX_RESULT_BYTES; its attempt fails."""
+
+
+def directive_error(error: object) -> str:
+    """A ``RetryIn``/``Reject`` error as recorded: text, escaped, at most ERROR_TEXT_CAP."""
+    return safe_text(str(error))[:ERROR_TEXT_CAP]
+
+
+# Whether this client's ack can carry a result (a server that keeps results with tombstones).
+ACK_KEEPS_RESULT = "result" in {f.name for f in fields(calls.Ack)}
+
+
+def ack_outcome(job: Job, result: bytes | None) -> Outcome:
+    """The ack of ``job``, keeping ``result`` when there is one (and the ack can carry it)."""
+    if result is None or not ACK_KEEPS_RESULT:
+        return calls.Ack(job)
+    return calls.Ack(job, result=result)  # type: ignore[call-arg]
 
 
 def first_line(text: str) -> str:
@@ -191,9 +214,11 @@ class Settings:
 
 @dataclass(frozen=True)
 class Ack:
-    """Settle by ack (a tombstone kept ``retention_ms``; None: the queue's)."""
+    """Settle by ack (a tombstone kept ``retention_ms``; None: the queue's), keeping ``result``
+    with it when there is one."""
 
     retention_ms: int | None
+    result: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -438,7 +463,7 @@ class LoopCore:
         keeper then has a new deadline)."""
         outcome: Outcome
         if isinstance(settlement, Ack):
-            outcome = calls.Ack(job)
+            outcome = ack_outcome(job, settlement.result)
         else:
             outcome = calls.Retry(job, settlement.delay_ms, settlement.error,
                                   settlement.max_attempts)
@@ -479,11 +504,36 @@ class LoopCore:
 
     # settling -------------------------------------------------------------------------------
 
-    def settlement(self, failure: BaseException | None) -> Settlement:
-        """How to settle an attempt that returned (``failure`` None) or raised ``failure``."""
-        if failure is None:
-            return self._ack
+    def settlement(self, failure: BaseException | None, returned: object = None,
+                   attempt: int = 1) -> Settlement:
+        """How to settle attempt number ``attempt`` whose handler returned ``returned``
+        (``failure`` None) or raised ``failure``: a directive (``Done``, ``RetryIn``,
+        ``Reject``) as it says, any other value by ack, an exception by retry."""
+        if failure is not None:
+            return self.failed(failure)
+        if isinstance(returned, Done):
+            return self.done(returned)
+        if isinstance(returned, RetryIn):
+            limit = self.settings.max_attempts if returned.max_attempts is None \
+                else returned.max_attempts
+            return Retry(returned.delay_ms, directive_error(returned.error), limit)
+        if isinstance(returned, Reject):
+            return Retry(0, directive_error(returned.error), max(attempt, 1))
+        return self._ack
+
+    def failed(self, failure: BaseException) -> Retry:
+        """How to settle an attempt that raised ``failure``."""
         return Retry(self.settings.retry_delay_ms, error_text(failure), self.settings.max_attempts)
+
+    def done(self, done: Done) -> Settlement:
+        """An ack keeping ``done.result``; a result over MAX_RESULT_BYTES fails the attempt
+        instead (the server would refuse the whole round that carried it)."""
+        if done.result is None:
+            return self._ack
+        if len(done.result) > MAX_RESULT_BYTES:
+            return self.failed(ResultTooLarge(f"the result is {len(done.result)} bytes, over "
+                                              f"the cap of {MAX_RESULT_BYTES}"))
+        return Ack(self.settings.retention_ms, done.result)
 
     def overrun_settlement(self) -> Retry:
         """How to settle an attempt that ran past its time limit."""

@@ -28,6 +28,7 @@ from typing import Any
 import redis
 
 from echomq.calls import text
+from echomq.directives import Reject, RetryIn
 from echomq.queue import Job
 
 log = logging.getLogger("echomq")
@@ -94,7 +95,8 @@ class Announcer:
 
     def track(self, handler: Callable[[Job], object]) -> Callable[[Job], object]:
         """``handler`` noting each job it runs here: in hand while it runs (an ``async def``
-        handler's until its awaitable ends), then done or failed."""
+        handler's until its awaitable ends), then done, or failed (it raised, or asked for a
+        retry or a rejection)."""
 
         def tracked(job: Job) -> object:
             self.began(job)
@@ -105,7 +107,7 @@ class Announcer:
                 raise
             if result is not None and inspect.isawaitable(result):
                 return self._finish(result)
-            self.ended(failed=False)
+            self.ended(failed=isinstance(result, RetryIn | Reject))
             return result
 
         return tracked
@@ -116,7 +118,7 @@ class Announcer:
         except BaseException:
             self.ended(failed=True)
             raise
-        self.ended(failed=False)
+        self.ended(failed=isinstance(value, RetryIn | Reject))
         return value
 
     # the beat -----------------------------------------------------------------------------
