@@ -280,8 +280,6 @@ class LoopCore:
     outbox: list[Outcome] = field(default_factory=list)
     outbox_since: float | None = None
     unsent_rounds: int = 0  # consecutive rounds that could not be sent
-    # How many jobs the next claim asks for: 1 after a start or a park, doubling up to capacity.
-    ramp: int = 1
     # A round to send before the job just started runs: see ``isolate``.
     isolation: Round | None = None
 
@@ -310,25 +308,13 @@ class LoopCore:
         self.leases[job] = Lease(job, now, now + self.settings.extend_every_s)
         self.running.add(job)
 
-    def claim_count(self) -> int:
-        """How many jobs the next claim asks for: the ramp, within the room left."""
-        if not self.settings.batch_claims:
-            return 1 if not self.leases else 0
-        return min(self.ramp, self.room())
-
-    def claimed(self, jobs: Sequence[Job], asked: int, now: float) -> None:
-        """A claim for ``asked`` jobs returned ``jobs`` at ``now``: their leases are in hand,
-        queued to run in claim order. A whole batch doubles the next one."""
+    def claimed(self, jobs: Sequence[Job], now: float) -> None:
+        """A claim returned ``jobs`` at ``now``: their leases are in hand, queued to run in
+        claim order."""
         every = now + self.settings.extend_every_s
         for job in jobs:
             self.leases[job] = Lease(job, now, every)
         self.prefetched.extend(jobs)
-        if asked and len(jobs) == asked:
-            self.ramp = min(self.ramp * 2, self.settings.batch_cap)
-
-    def rested(self) -> None:
-        """The consumer parks (or starts a beat): its next claim takes one job again."""
-        self.ramp = 1
 
     def next_job(self, now: float) -> Job | None:
         """The next prefetched job still in hand, its handler starting at ``now``; None when
@@ -350,8 +336,7 @@ class LoopCore:
         its handler killed the worker), so it runs with nothing else in hand. The jobs
         prefetched behind it are handed back (their attempt uncounted) and the outcomes waiting
         go out, in ``isolation``: a round the shell sends before the handler starts. A worker
-        lost to it then charges no other job an attempt. The ramp starts over at 1."""
-        self.ramp = 1
+        lost to it then charges no other job an attempt."""
         if self.prefetched or self.outbox:
             self.isolation = self.take_round(hand_back=True)
 
@@ -359,6 +344,12 @@ class LoopCore:
         """The round to send before the job just started runs (see ``isolate``), if any."""
         round_, self.isolation = self.isolation, None
         return round_
+
+    def restarted(self, job: Job, now: float) -> None:
+        """``job``'s handler starts at ``now`` after all (it waited for others to finish)."""
+        lease = self.leases.get(job)
+        if lease is not None:
+            lease.started = now
 
     def take_prefetched(self) -> list[Job]:
         """Let go of the jobs prefetched and not started: the caller hands them back."""
@@ -570,3 +561,94 @@ class LoopCore:
         if due is None or now is None:
             return cap
         return park_window(due, now, min(self.settings.park_floor_ms, cap), cap)
+
+
+@dataclass
+class Lineup:
+    """A consumer's queues in strict priority order, a core for each: which job in hand runs
+    next, and how many jobs a round claims of which queue. One queue is a lineup of one.
+
+    A prefetched job of an earlier queue always runs before a later one's. A round asks the
+    first queue for the whole batch, and each next queue only for what the queues before it
+    left unfilled (they returned fewer jobs than asked: they had no more ready). So a batch
+    holds a later queue's jobs only when no earlier queue had more ready jobs than the round
+    takes, and a job that reaches an earlier queue while a batch runs waits for at most the
+    rest of that batch (``prefetch`` 1: every job is a fresh choice). The batch size ramps
+    from 1 after a start or a park, doubling while whole batches come back, up to the
+    prefetch; the prefetch bounds the jobs in hand over all the queues together. A lane
+    consumer takes one job at a time: the first queue's lanes, then its flat jobs, then the
+    next queue's."""
+
+    cores: list[LoopCore]
+    # How many jobs the next round claims: 1 after a start or a park, doubling up to capacity.
+    ramp: int = 1
+
+    @classmethod
+    def of(cls, settings: Settings, queues: int) -> Lineup:
+        if queues < 1:
+            raise ValueError("a consumer needs at least one queue")
+        return cls([LoopCore(settings) for _ in range(queues)])
+
+    @property
+    def settings(self) -> Settings:
+        return self.cores[0].settings
+
+    @property
+    def in_hand(self) -> bool:
+        return any(core.in_hand for core in self.cores)
+
+    def held(self) -> int:
+        """Leases in hand over every queue."""
+        return sum(len(core.leases) for core in self.cores)
+
+    def room(self) -> int:
+        """How many more jobs the consumer may take into hand, over every queue."""
+        return max(0, self.settings.capacity - self.held())
+
+    def round_size(self) -> int:
+        """How many jobs the next round claims over all the queues: the ramp within the room
+        left (a lane consumer: one, when nothing is in hand)."""
+        if not self.settings.batch_claims:
+            return 1 if not self.held() else 0
+        return min(self.ramp, self.room())
+
+    @staticmethod
+    def ask(wanted: int, taken: int) -> int:
+        """What a round wanting ``wanted`` jobs asks the next queue for, the earlier queues
+        having given ``taken``: only what they left unfilled."""
+        return max(0, wanted - taken)
+
+    def round_claimed(self, wanted: int, taken: int) -> None:
+        """A round wanting ``wanted`` jobs took ``taken``: a whole batch doubles the next."""
+        if wanted and taken >= wanted:
+            self.ramp = min(self.ramp * 2, self.settings.batch_cap)
+
+    def rested(self) -> None:
+        """The consumer parks (or starts a beat): its next round claims one job again."""
+        self.ramp = 1
+
+    def next_job(self, now: float) -> tuple[int, Job] | None:
+        """The next job to run, with its queue's index: the earliest queue's first prefetched
+        job. A job claimed before runs with nothing else in hand: every queue's jobs not
+        started go back and their outcomes out (each core's ``isolation``), and the ramp starts
+        over."""
+        for index, core in enumerate(self.cores):
+            job = core.next_job(now)
+            if job is None:
+                continue
+            if job.attempt > 1:
+                self.ramp = 1
+                for other in self.cores:
+                    if other is not core:
+                        other.isolate()
+            return index, job
+        return None
+
+    def take_isolations(self) -> list[tuple[int, Round]]:
+        """The rounds to send before a job claimed before starts (see ``next_job``)."""
+        return [(index, round_) for index, core in enumerate(self.cores)
+                if (round_ := core.take_isolation()) is not None]
+
+    def next_tick(self, now: float) -> float:
+        """Seconds until any queue's keeper work is due."""
+        return min(core.next_tick(now) for core in self.cores)
