@@ -1,7 +1,8 @@
 """The registry of live workers, read by the operator's tools (``echomq workers``, ``stats``, the
 dashboard).
 
-Each worker process keeps a hash ``emq:worker:<host>:<pid>:<started ms>`` (host, pid, queue, wire,
+Each worker process keeps a hash ``emq:worker:<host>:<pid>:<started ms>`` (host, pid, queue and
+queues — the first and every queue it serves, in priority order, as a JSON list —, wire,
 started, the job in hand and since when, jobs done and failed, last beat) and its key in the set
 ``emq:workers``. A thread of its own rewrites the hash every ``BEAT_S`` and sets it to expire
 ``EXPIRY_BEATS`` beats later, so it keeps beating while a handler runs long, and a process that
@@ -16,13 +17,14 @@ writes (an ACL without ``emq:worker*``) is logged once; the worker runs on witho
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import redis
@@ -42,7 +44,8 @@ EXPIRY_MS = int(BEAT_S * 1000 * EXPIRY_BEATS)
 
 @dataclass
 class WorkerInfo:
-    """One live worker as its record says; ``job`` is None when it is idle."""
+    """One live worker as its record says; ``job`` is None when it is idle. ``queue`` is the
+    first of the ``queues`` it serves, in priority order."""
 
     key: str
     host: str
@@ -55,6 +58,7 @@ class WorkerInfo:
     done: int
     failed: int
     beat_ms: int
+    queues: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,11 +67,13 @@ class WorkerInfo:
 class Announcer:
     """A worker process's record in the registry, refreshed by a thread every ``beat_s``."""
 
-    def __init__(self, conn: Any, queue: str, wire: int, *, beat_s: float = BEAT_S) -> None:
+    def __init__(self, conn: Any, queue: str | Sequence[str], wire: int, *,
+                 beat_s: float = BEAT_S) -> None:
         self.conn = conn
         self.beat_s = beat_s
         self.expiry_ms = int(beat_s * 1000 * EXPIRY_BEATS)
-        self.queue = queue
+        self.queues = [queue] if isinstance(queue, str) else list(queue)
+        self.queue = self.queues[0]
         self.wire = wire
         self._born = time.monotonic()
         self.key = f"{WORKER_PREFIX}{socket.gethostname()}:{os.getpid()}:{int(time.time() * 1000)}"
@@ -153,7 +159,8 @@ class Announcer:
         now = time.monotonic()
         since = "" if job is None else server_ms - int((now - job[1]) * 1000)
         return {"host": socket.gethostname(), "pid": os.getpid(), "queue": self.queue,
-                "wire": self.wire, "started_ms": server_ms - int((now - self._born) * 1000),
+                "queues": json.dumps(self.queues), "wire": self.wire,
+                "started_ms": server_ms - int((now - self._born) * 1000),
                 "job": "" if job is None else job[0], "job_since_ms": since,
                 "done": done, "failed": failed, "beat_ms": server_ms}
 
@@ -201,10 +208,23 @@ def live_workers(conn: Any) -> list[WorkerInfo]:
 
 
 def counts_by_queue(workers: list[WorkerInfo]) -> dict[str, int]:
+    """How many workers serve each queue (a worker of several queues counts for each)."""
     counts: dict[str, int] = {}
     for worker in workers:
-        counts[worker.queue] = counts.get(worker.queue, 0) + 1
+        for queue in worker.queues or [worker.queue]:
+            counts[queue] = counts.get(queue, 0) + 1
     return counts
+
+
+def queues_field(raw: str | None, first: str) -> list[str]:
+    """A record's ``queues`` (a JSON list); a record without one serves ``first`` alone."""
+    try:
+        found = json.loads(raw) if raw else None
+    except ValueError:
+        found = None
+    if isinstance(found, list) and found and all(isinstance(name, str) for name in found):
+        return found
+    return [first] if first else []
 
 
 def _info(key: str, record: dict[Any, Any]) -> WorkerInfo:
@@ -221,4 +241,5 @@ def _info(key: str, record: dict[Any, Any]) -> WorkerInfo:
                       queue=fields.get("queue", ""), wire=number("wire"),
                       started_ms=number("started_ms"), job=job,
                       job_since_ms=number("job_since_ms") if job else None,
-                      done=number("done"), failed=number("failed"), beat_ms=number("beat_ms"))
+                      done=number("done"), failed=number("failed"), beat_ms=number("beat_ms"),
+                      queues=queues_field(fields.get("queues"), fields.get("queue", "")))
