@@ -1,7 +1,9 @@
 """``Consumer``: the supervised loop of one worker — housekeeping, claim, run, settle, park.
 
-The loop's decisions live in ``echomq.loop.LoopCore`` (no I/O); this module is its blocking
-shell, and ``echomq.aio.Consumer`` its asyncio one. Each beat runs recover + promote, then claims
+The loop's decisions live in ``echomq.loop`` (no I/O: a ``LoopCore`` per queue, and a ``Lineup``
+ordering several queues by priority); this module is its blocking shell, and
+``echomq.aio.Consumer`` its asyncio one. A consumer of several queues parks on all their wake
+keys at once and runs each one's housekeeping. Each beat runs recover + promote, then claims
 and runs jobs until none is left (or a stop is asked for), then parks on the queue's wake key with
 ``BLPOP`` — never polls. Jobs are claimed in batches of up to ``prefetch`` and run one at a time;
 their outcomes go out with the next claim, in one ``settle`` call per batch. Recover + promote
@@ -95,7 +97,18 @@ def queue_list(queue_or_queues: Any) -> list[Any]:
         raise ValueError(f"a queue is listed twice: {names}")
     if len({queue.wire for queue in queues}) != 1:
         raise ValueError("the queues of one consumer must share a wire")
+    if len(queues) > 1 and any(is_cluster(queue.conn) for queue in queues):
+        raise ValueError("a consumer of several queues parks on all their wake keys with one "
+                         "BLPOP, which a cluster refuses across slots: on a cluster, run a "
+                         "consumer per queue")
     return queues
+
+
+def is_cluster(conn: Any) -> bool:
+    """Whether ``conn`` is a cluster client (blocking or asyncio)."""
+    import redis.asyncio.cluster
+
+    return isinstance(conn, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
 
 
 def wake_keys(queues: Iterable[Any]) -> list[str]:

@@ -202,3 +202,13 @@ def test_a_bad_list_of_queues_is_refused(conn: redis.Redis, bad: object) -> None
         queues = [Queue(conn, "a", wire=5), Queue(conn, "b", wire=6)]
     with pytest.raises(ValueError):
         Consumer(queues, lambda job: None)
+
+
+def test_several_queues_on_a_cluster_client_are_refused_with_the_reason() -> None:
+    from unittest import mock
+
+    from redis.cluster import RedisCluster
+
+    cluster = mock.Mock(spec=RedisCluster)
+    with pytest.raises(ValueError, match="consumer per queue"):
+        Consumer([Queue(cluster, "a"), Queue(cluster, "b")], lambda job: None)
