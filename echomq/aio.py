@@ -483,6 +483,7 @@ class Consumer:
         """Start ``job``'s handler as a task of its own; a job claimed before waits for the
         handlers in flight to finish, then runs alone to its end."""
         if job.attempt > 1 and self.concurrency > 1:
+            self.lineup.cores[index].held_back(job)
             await self._settle_in_flight()
             self.lineup.cores[index].restarted(job, time.monotonic())
             await self.process(index, job)

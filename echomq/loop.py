@@ -345,9 +345,15 @@ class LoopCore:
         round_, self.isolation = self.isolation, None
         return round_
 
+    def held_back(self, job: Job) -> None:
+        """``job``, taken to start, waits for the handlers running to finish first (it runs
+        alone): its time limit does not run meanwhile; its lease is still extended."""
+        self.running.discard(job)
+
     def restarted(self, job: Job, now: float) -> None:
-        """``job``'s handler starts at ``now`` after all (it waited for others to finish)."""
+        """``job``'s handler starts at ``now`` after all (``held_back`` until then)."""
         lease = self.leases.get(job)
+        self.running.add(job)
         if lease is not None:
             lease.started = now
 

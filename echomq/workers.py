@@ -78,7 +78,8 @@ class Announcer:
         self._born = time.monotonic()
         self.key = f"{WORKER_PREFIX}{socket.gethostname()}:{os.getpid()}:{int(time.time() * 1000)}"
         self._lock = threading.Lock()
-        self._job: tuple[str, float] | None = None  # id, since (monotonic s)
+        # The jobs in hand, by id: since when (monotonic s), in the order they began.
+        self._jobs: dict[str, float] = {}
         self._done = 0
         self._failed = 0
         self._refused = False
@@ -89,42 +90,63 @@ class Announcer:
 
     def began(self, job: Job) -> None:
         with self._lock:
-            self._job = (job.id, time.monotonic())
+            self._jobs.pop(job.id, None)
+            self._jobs[job.id] = time.monotonic()
 
-    def ended(self, *, failed: bool) -> None:
+    def ended(self, job: Job | None = None, *, failed: bool) -> None:
+        """``job`` ended (None: every job in hand); the record shows the latest job still in
+        hand, if any (several run at once on the asyncio consumer)."""
         with self._lock:
-            self._job = None
+            if job is None:
+                self._jobs.clear()
+            else:
+                self._jobs.pop(job.id, None)
             if failed:
                 self._failed += 1
             else:
                 self._done += 1
+
+    @property
+    def _job(self) -> tuple[str, float] | None:
+        """The latest job in hand (id, since), shown as the worker's job."""
+        if not self._jobs:
+            return None
+        job_id = next(reversed(self._jobs))
+        return job_id, self._jobs[job_id]
 
     def track(self, handler: Callable[[Job], object]) -> Callable[[Job], object]:
         """``handler`` noting each job it runs here: in hand while it runs (an ``async def``
         handler's until its awaitable ends), then done, or failed (it raised, or asked for a
         retry or a rejection)."""
 
+        if inspect.iscoroutinefunction(handler):
+            async def tracked_async(job: Job) -> object:
+                self.began(job)
+                return await self._finish(job, handler(job))
+
+            return tracked_async
+
         def tracked(job: Job) -> object:
             self.began(job)
             try:
                 result = handler(job)
             except BaseException:
-                self.ended(failed=True)
+                self.ended(job, failed=True)
                 raise
             if result is not None and inspect.isawaitable(result):
-                return self._finish(result)
-            self.ended(failed=isinstance(result, RetryIn | Reject))
+                return self._finish(job, result)
+            self.ended(job, failed=isinstance(result, RetryIn | Reject))
             return result
 
         return tracked
 
-    async def _finish(self, result: Awaitable[object]) -> object:
+    async def _finish(self, job: Job, result: Awaitable[object]) -> object:
         try:
             value = await result
         except BaseException:
-            self.ended(failed=True)
+            self.ended(job, failed=True)
             raise
-        self.ended(failed=isinstance(value, RetryIn | Reject))
+        self.ended(job, failed=isinstance(value, RetryIn | Reject))
         return value
 
     # the beat -----------------------------------------------------------------------------

@@ -245,3 +245,36 @@ def test_concurrency_must_be_positive(valkey: EmbeddedValkey) -> None:
                 aio.Consumer(queue, lambda job: None, concurrency=bad)  # type: ignore[arg-type]
 
     run(valkey, 5, body)
+
+
+def test_the_registry_shows_a_job_in_hand_while_any_runs(conn: redis.Redis) -> None:
+    from echomq.workers import Announcer
+
+    announcer = Announcer(conn, "work", 5)
+    first, second = Job("JOB:a", b"", 1), Job("JOB:b", b"", 1)
+    announcer.began(first)
+    announcer.began(second)
+    announcer.ended(first, failed=False)
+    assert announcer.fields(NOW)["job"] == "JOB:b"
+    announcer.ended(second, failed=True)
+    fields = announcer.fields(NOW)
+    assert (fields["job"], fields["done"], fields["failed"]) == ("", 1, 1)
+
+
+def test_two_queues_start_in_priority_order_with_jobs_in_flight(valkey: EmbeddedValkey,
+                                                                wire: int) -> None:
+    async def body(queue: aio.Queue, conn: redis.Redis) -> None:
+        low = aio.Queue(queue.conn, "low", wire=wire)
+        for n in range(8):
+            await low.enqueue(f"JOB:l{n}", b"low")
+            await queue.enqueue(f"JOB:h{n}", b"high")
+        started: list[bytes] = []
+
+        async def handler(job: Job) -> None:
+            started.append(job.payload)
+            await asyncio.sleep(0)
+
+        await aio.Consumer([queue, low], handler, concurrency=3).beat(park=False)
+        assert started == [b"high"] * 8 + [b"low"] * 8
+
+    run(valkey, wire, body)

@@ -420,3 +420,13 @@ class BatchMachine(RuleBasedStateMachine):
 
 
 TestBatchMachine = BatchMachine.TestCase
+
+
+def test_a_job_held_back_for_the_others_to_finish_starts_its_time_limit_when_it_runs() -> None:
+    core = LoopCore(settings(time_limit_ms=400))
+    core.claimed([suspect(1)], 0.0)
+    assert core.next_job(0.0) == suspect(1)
+    core.held_back(suspect(1))
+    assert core.overruns(10.0) == [] and core.heartbeat(10.0) == [suspect(1)]
+    core.restarted(suspect(1), 10.0)
+    assert core.overruns(10.3) == [] and core.overruns(10.4) == [suspect(1)]
