@@ -558,7 +558,8 @@ class Consumer:
             self._claim_round()
             with self._keeper.mutex:
                 picked = self.lineup.next_job(time.monotonic())
-        self._isolate()
+        if self.lineup.isolating:
+            self._isolate()
         if picked is not None and self.settings.time_limit_ms is not None:
             with self._keeper.lock:
                 self._keeper.wake()  # its time limit is a new deadline
@@ -711,8 +712,9 @@ class Consumer:
 
     def _housekeep(self, *, force: bool = False) -> None:
         """Recover + promote each queue whose round is due (``force``: every queue)."""
+        now = time.monotonic()
         for index, core in enumerate(self.lineup.cores):
-            if not force and time.monotonic() < core.housekeeping_at:
+            if not force and now < core.housekeeping_at:
                 continue  # not due: checked without the lock first, as between every two jobs
             with self._keeper.lock:
                 due = core.take_housekeeping(time.monotonic(), force=force)

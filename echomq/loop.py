@@ -459,7 +459,9 @@ class LoopCore:
         """Queue ``job``'s outcome for the next round; True when it is the first waiting (the
         keeper then has a new deadline)."""
         outcome: Outcome
-        if isinstance(settlement, Ack):
+        if settlement is self._ack:
+            outcome = calls.Ack(job)
+        elif isinstance(settlement, Ack):
             outcome = ack_outcome(job, settlement.result)
         else:
             outcome = calls.Retry(job, settlement.delay_ms, settlement.error,
@@ -508,6 +510,8 @@ class LoopCore:
         ``Reject``) as it says, any other value by ack, an exception by retry."""
         if failure is not None:
             return self.failed(failure)
+        if returned is None:
+            return self._ack  # the common case, first
         if isinstance(returned, Done):
             return self.done(returned)
         if isinstance(returned, RetryIn):
@@ -588,6 +592,8 @@ class Lineup:
     cores: list[LoopCore]
     # How many jobs the next round claims: 1 after a start or a park, doubling up to capacity.
     ramp: int = 1
+    # A job claimed before was taken to start: rounds may wait in ``take_isolations``.
+    isolating: bool = False
 
     @classmethod
     def of(cls, settings: Settings, queues: int) -> Lineup:
@@ -643,7 +649,7 @@ class Lineup:
             if job is None:
                 continue
             if job.attempt > 1:
-                self.ramp = 1
+                self.ramp, self.isolating = 1, True
                 for other in self.cores:
                     if other is not core:
                         other.isolate()
@@ -652,6 +658,7 @@ class Lineup:
 
     def take_isolations(self) -> list[tuple[int, Round]]:
         """The rounds to send before a job claimed before starts (see ``next_job``)."""
+        self.isolating = False
         return [(index, round_) for index, core in enumerate(self.cores)
                 if (round_ := core.take_isolation()) is not None]
 
