@@ -420,8 +420,8 @@ class Consumer:
 
     @property
     def in_flight(self) -> int:
-        """How many handlers are running now."""
-        return len(self._in_flight)
+        """How many handlers are running now (one past its time limit until it returns)."""
+        return sum(len(core.running) for core in self.lineup.cores)
 
     async def run(self) -> None:
         """Beat until ``stop()``. Transient server errors are retried with a growing pause;

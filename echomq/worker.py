@@ -231,10 +231,25 @@ def consumer_options(spec: WorkerSpec, on_overrun: Callable[[Job], object] | Non
             "prefetch": spec.prefetch}
 
 
-def queue_options(spec: WorkerSpec) -> dict[str, Any]:
-    """``--max-attempts`` sets each queue's own limit, so the crash path (recover) and the
-    failure path (retry) count against the same number."""
-    return {} if spec.max_attempts is None else {"max_attempts": spec.max_attempts}
+def queue_options(spec: WorkerSpec, target: Any, name: str) -> dict[str, Any]:
+    """The options of the worker's queue ``name``: an App's own queue of that name lends its
+    retention (how long results stay) and attempt limit; ``--max-attempts`` sets the limit,
+    so the crash path (recover) and the failure path (retry) count against the same number."""
+    options: dict[str, Any] = {}
+    own = app_queue(target, name)
+    for option in ("retention_ms", "max_attempts"):
+        value = getattr(own, option, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            options[option] = value
+    if spec.max_attempts is not None:
+        options["max_attempts"] = spec.max_attempts
+    return options
+
+
+def app_queue(target: Any, name: str) -> Any:
+    """The App's own queue called ``name``, if ``target`` is an App that has one."""
+    queues = getattr(target, "queues", None) if is_app(target) else None
+    return queues.get(name) if isinstance(queues, dict) else None
 
 
 def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None = None,
@@ -243,8 +258,10 @@ def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None 
     its time limit (and its attempt was failed); ``announcer`` (the worker registry's record)
     is told of each job the handler runs; ``target``: the App or handler (None: loaded)."""
     conn = redis_from_url(spec.url)
-    queues = [Queue(conn, name, wire=spec.wire, **queue_options(spec)) for name in spec.queues]
-    handler = handler_of(load_target(spec.handler) if target is None else target, spec)
+    target = load_target(spec.handler) if target is None else target
+    queues = [Queue(conn, name, wire=spec.wire, **queue_options(spec, target, name))
+              for name in spec.queues]
+    handler = handler_of(target, spec)
     if announcer is not None:
         handler = announcer.track(handler)
     return Consumer(queues if len(queues) > 1 else queues[0], handler,
@@ -257,8 +274,9 @@ class AsyncWorkerLoop:
     client of its own; ``stop`` is safe from any thread."""
 
     def __init__(self, spec: WorkerSpec, handler: Callable[[Job], object],
-                 on_overrun: Callable[[Job], object] | None = None) -> None:
+                 on_overrun: Callable[[Job], object] | None = None, target: Any = None) -> None:
         self.spec = spec
+        self.target = target
         self.handler = handler
         self.on_overrun = on_overrun
         self.queue = Queue(redis_from_url(spec.url), spec.queues[0], wire=spec.wire)
@@ -279,7 +297,8 @@ class AsyncWorkerLoop:
 
         client = aredis.Redis.from_url(self.spec.url)
         try:
-            queues = [aio.Queue(client, name, wire=self.spec.wire, **queue_options(self.spec))
+            queues = [aio.Queue(client, name, wire=self.spec.wire,
+                                **queue_options(self.spec, self.target, name))
                       for name in self.spec.queues]
             self._consumer = aio.Consumer(queues, self.handler,
                                           concurrency=self.spec.async_concurrency or 1,
@@ -318,7 +337,7 @@ def build_worker_loop(spec: WorkerSpec, target: Any,
         handler = announcer.track(handler)
     # An async handler past its time limit is cancelled: the process, with the other jobs in
     # flight, goes on rather than being replaced.
-    return AsyncWorkerLoop(spec, handler, None)
+    return AsyncWorkerLoop(spec, handler, None, target)
 
 
 def call_app(target: Any, name: str, *args: Any) -> None:

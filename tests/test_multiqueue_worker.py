@@ -82,3 +82,25 @@ def test_the_registry_lists_every_queue_a_worker_serves(conn: redis.Redis) -> No
     mine = next(worker for host, worker in found.items() if host != "old")
     assert mine.queue == "high" and mine.queues == ["high", "low"]
     assert counts_by_queue(list(found.values())) == {"high": 1, "low": 2}
+
+
+def test_an_apps_queues_lend_the_worker_their_retention_and_attempts(valkey: object) -> None:
+    from echomq.embedded import EmbeddedValkey
+    from echomq.worker import WorkerSpec, build_consumer
+    from tests.worker_apps import SyncApp
+
+    assert isinstance(valkey, EmbeddedValkey)
+    app = SyncApp()
+    app.queues = {"high": Queue(valkey.client(), "high", retention_ms=1_234, max_attempts=2),
+                  "low": Queue(valkey.client(), "low")}
+    for limit, expected in ((None, 2), (7, 7)):
+        spec = WorkerSpec(handler="tests.worker_apps:sync_app", queue=("high", "low"),
+                          url=valkey.url, max_attempts=limit)
+        consumer = build_consumer(spec, target=app)
+        try:
+            high = consumer.queues[0]
+            assert (high.retention_ms, high.max_attempts) == (1_234, expected)
+            assert consumer.queues[1].name == "low"
+        finally:
+            consumer.close()
+            consumer.queue.conn.close()
