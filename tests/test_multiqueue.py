@@ -212,3 +212,40 @@ def test_several_queues_on_a_cluster_client_are_refused_with_the_reason() -> Non
     cluster = mock.Mock(spec=RedisCluster)
     with pytest.raises(ValueError, match="consumer per queue"):
         Consumer([Queue(cluster, "a"), Queue(cluster, "b")], lambda job: None)
+
+
+def test_the_heartbeat_extends_the_leases_in_hand_of_every_queue(make: Make, conn: redis.Redis,
+                                                                 high: Queue,
+                                                                 low: Queue) -> None:
+    """One job of the high queue runs while three of the low one wait in hand: every lease,
+    of both queues, is extended until they run (none expires, none runs twice)."""
+    from tests.test_consumer import wait_until
+
+    # Rounds of 1, 2, then 4 jobs: the third takes JOB:h and fills the rest from the low queue.
+    for job_id in ("JOB:a", "JOB:b", "JOB:c", "JOB:h"):
+        high.enqueue(job_id, b"high")
+    for n in range(3):
+        low.enqueue(f"JOB:l{n}", b"low")
+    ran: list[tuple[str, int]] = []
+
+    def leases() -> dict[bytes, float]:
+        return {**dict(conn.zrange(high.key("active"), 0, -1, withscores=True)),
+                **dict(conn.zrange(low.key("active"), 0, -1, withscores=True))}
+
+    def handler(job: Job) -> None:
+        ran.append((job.id, job.attempt))
+        if job.id != "JOB:h":
+            return
+        first = leases()
+        assert len(first) == 4  # its own lease and the three prefetched
+        for _ in range(2):
+            seen = leases()
+            assert wait_until(lambda seen=seen: all(  # type: ignore[misc]
+                score > seen[job_id] for job_id, score in leases().items()), 5)
+
+    make([high, low], handler, lease_ms=150, prefetch=8).beat(park=False)
+    assert ran == [("JOB:a", 1), ("JOB:b", 1), ("JOB:c", 1), ("JOB:h", 1), ("JOB:l0", 1),
+                   ("JOB:l1", 1), ("JOB:l2", 1)]
+    for target in (high, low):
+        counts = target.counts()
+        assert counts["active"] == counts["pending"] == counts["delayed"] == 0
