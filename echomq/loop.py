@@ -1,15 +1,17 @@
 """The consumer loop's decisions, with no I/O: what to do next, and how to settle what happened.
 
 ``echomq.consumer.Consumer`` (threads, blocking redis-py) and ``echomq.aio.Consumer`` (asyncio)
-are two shells around one ``LoopCore``: each shell performs the calls, the core decides them — when
-housekeeping (recover + promote) is due, which claims to try, which leases in hand to extend,
-which attempt ran past its time limit, how an outcome is settled, how long to park, and how to
-back off on an error. Times given to the core are the shell's monotonic seconds; nothing here
+are two shells around one ``Lineup`` of ``LoopCore``s, a core per queue served: each shell
+performs the calls, the core decides them — when housekeeping (recover + promote) is due, which
+claims to try (of which queue: ``Lineup``), which leases in hand to extend, which attempt ran
+past its time limit, how an outcome (or a handler's directive) is settled, how long to park, and
+how to back off on an error. Times given to the core are the shell's monotonic seconds; nothing here
 reads a clock, a socket or a thread.
 
 The core holds a *set* of leases in hand: jobs prefetched (claimed, not started), the job whose
 handler runs, and outcomes waiting to be sent. A round is one ``settle`` call: the outcomes
-waiting, then a claim of the next batch (``Round``). Handlers run one at a time, in claim order;
+waiting, then a claim of the next batch (``Round``). Handlers run in claim order, one at a time
+(the asyncio shell may run several at once, each under its own lease and time limit);
 an outcome waits for the next round, at most ``settle_delay_ms`` (the keeper sends it otherwise,
 so a slow handler holds no earlier ack back). The heartbeat extends every lease in hand in one
 call, and the time limit applies to each running attempt. A consumer that just started or woke
