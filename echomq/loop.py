@@ -28,7 +28,7 @@ import enum
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import redis
 
@@ -51,7 +51,7 @@ ERROR_TEXT_CAP = 4_096
 MESSAGE_CAP = 1_024
 TRACE_FRAMES = 8
 # The largest result a ``Done`` may keep with its tombstone (the server's cap on an ack's result).
-MAX_RESULT_BYTES = 512 * 1024
+MAX_RESULT_BYTES = calls.MAX_RESULT_BYTES
 
 # Server error codes that heal by themselves: a failover (READONLY, MASTERDOWN), a resharding or a
 # cluster still forming (TRYAGAIN, CLUSTERDOWN), a restart loading its data (LOADING), a script
@@ -127,17 +127,6 @@ class ResultTooLarge(ValueError):
 def directive_error(error: object) -> str:
     """A ``RetryIn``/``Reject`` error as recorded: text, escaped, at most ERROR_TEXT_CAP."""
     return safe_text(str(error))[:ERROR_TEXT_CAP]
-
-
-# Whether this client's ack can carry a result (a server that keeps results with tombstones).
-ACK_KEEPS_RESULT = "result" in {f.name for f in fields(calls.Ack)}
-
-
-def ack_outcome(job: Job, result: bytes | None) -> Outcome:
-    """The ack of ``job``, keeping ``result`` when there is one (and the ack can carry it)."""
-    if result is None or not ACK_KEEPS_RESULT:
-        return calls.Ack(job)
-    return calls.Ack(job, result=result)  # type: ignore[call-arg]
 
 
 def first_line(text: str) -> str:
@@ -464,7 +453,7 @@ class LoopCore:
         if settlement is self._ack:
             outcome = calls.Ack(job)
         elif isinstance(settlement, Ack):
-            outcome = ack_outcome(job, settlement.result)
+            outcome = calls.Ack(job, result=settlement.result)
         else:
             outcome = calls.Retry(job, settlement.delay_ms, settlement.error,
                                   settlement.max_attempts)

@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from echomq import Done, Job, Queue, Reject, RetryIn
-from echomq.loop import ACK_KEEPS_RESULT, MAX_RESULT_BYTES, Ack, LoopCore, Retry, Settings
+from echomq.loop import MAX_RESULT_BYTES, Ack, LoopCore, Retry, Settings
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 
 NOW = 1_700_000_000_000
@@ -99,11 +99,13 @@ def test_an_oversized_result_retries_and_the_worker_goes_on(make: Make, queue: Q
     assert b"error" not in row(queue, "JOB:b")
 
 
-@pytest.mark.skipif(not ACK_KEEPS_RESULT, reason="this server's ack keeps no result yet")
 def test_done_keeps_its_result_with_the_tombstone(make: Make, queue: Queue) -> None:
-    queue.enqueue("JOB:a", b"p", now=NOW)
-    run_one(make, queue, lambda job: Done(b"the answer"))
-    assert queue.outcome("JOB:a").result == b"the answer"  # type: ignore[attr-defined]
+    queue.enqueue("JOB:a", b"p")
+    queue.enqueue("JOB:b", b"p")
+    run_one(make, queue, lambda job: Done(b"the answer") if job.id == "JOB:a" else Done())
+    kept = queue.outcome("JOB:a")
+    assert (kept.state, kept.result, kept.attempts) == ("done", b"the answer", 1)
+    assert queue.outcome("JOB:b").state == "done" and queue.outcome("JOB:b").result is None
 
 
 def test_async_handlers_return_directives_too(make: Make, queue: Queue) -> None:

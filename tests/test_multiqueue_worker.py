@@ -37,6 +37,7 @@ def test_an_app_serves_its_own_queues_and_hears_its_workers_start_and_stop(
     assert wait_until(lambda: conn.llen("test:order") == 6, 20), supervisor.log()
     assert conn.lrange("test:order", 0, -1) == [b"high"] * 3 + [b"low"] * 3
     assert wait_until(lambda: conn.hlen("test:acked") == 6, 5), supervisor.log()
+    assert high.outcome("JOB:h0").result == low.outcome("JOB:l2").result == b"kept"
     assert supervisor.terminate(within=6) == 0
     hooks = [entry.decode().split(" ") for entry in conn.lrange("test:hooks", 0, -1)]
     assert [hook[0] for hook in hooks] == ["started", "stopping"]
