@@ -13,15 +13,19 @@ from echomq.errors import (
     KindError,
     LaneError,
     StaleLease,
+    TaskFailed,
     TrafikeyMissing,
     Wire6Unsupported,
 )
 from echomq.ids import new_job_id
 from echomq.queue import Ack, Job, Queue, Release, Retry, Verdict
+from echomq.tasks import App, Backoff, RetryAfter, Task, TaskHandle
 
 __all__ = [
     "Ack",
+    "App",
     "ArgumentError",
+    "Backoff",
     "Consumer",
     "EchoMQError",
     "EvictionPolicyWarning",
@@ -32,7 +36,11 @@ __all__ = [
     "Queue",
     "Release",
     "Retry",
+    "RetryAfter",
     "StaleLease",
+    "Task",
+    "TaskFailed",
+    "TaskHandle",
     "TrafikeyMissing",
     "Verdict",
     "Wire6Unsupported",

@@ -37,7 +37,9 @@ class TaskHooks(Protocol):
 
     def running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
                 enqueued_ms: int) -> AbstractContextManager[RunRecord]:
-        """Around one attempt; yields the RunRecord the App fills in."""
+        """Around one attempt; yields the RunRecord the App fills in. The block exits with an
+        exception when the task raised one that stops the worker (KeyboardInterrupt,
+        SystemExit; the record says "retried"): read the record in a ``finally``."""
         ...
 
 

@@ -59,13 +59,16 @@ class Backoff:
         return round(ceiling * (1 - self.jitter * draw()))
 
 
+DEFAULT_BACKOFF = Backoff()
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """``max_attempts`` runs at most; ``backoff`` between them; an exception that is an instance
     of one of ``no_retry`` sends the job dead at once."""
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    backoff: Backoff = Backoff()
+    backoff: Backoff = DEFAULT_BACKOFF
     no_retry: tuple[type[BaseException], ...] = ()
 
     def __post_init__(self) -> None:

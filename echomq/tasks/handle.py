@@ -1,0 +1,67 @@
+"""``TaskHandle``: what ``enqueue`` returns — the job's id, and a way to wait for its result."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from echomq.errors import TaskFailed
+from echomq.tasks.envelope import decode_result, is_json
+from echomq.tasks.signature import Signature
+
+if TYPE_CHECKING:
+    from echomq.queue import JobOutcome, Queue, Verdict
+
+R = TypeVar("R")
+
+# With no timeout, result() waits in slices this long (each one a blocking wait on the server).
+WAIT_SLICE_S = 60.0
+WAITING = frozenset({"pending", "delayed", "active"})
+
+
+class TaskHandle(Generic[R]):
+    """One enqueued run of a task: ``id`` (its job id), ``verdict`` (ENQUEUED, or DUPLICATE
+    when that id was admitted before), ``queue`` (the Queue it went to)."""
+
+    def __init__(self, job_id: str, queue: Queue, signature: Signature, verdict: Verdict) -> None:
+        self.id = job_id
+        self.queue = queue
+        self.verdict = verdict
+        self._signature = signature
+
+    def __repr__(self) -> str:
+        return f"<TaskHandle {self.id} on {self.queue.name}: {self.verdict.value}>"
+
+    def outcome(self) -> JobOutcome:
+        """Where the job is now (``Queue.outcome``)."""
+        return self.queue.outcome(self.id)
+
+    def result(self, timeout: float | None = None) -> R | None:
+        """The task's return value once the job is done, waiting up to ``timeout`` seconds
+        (None: as long as it takes) without polling — ``Queue.wait`` blocks on the server.
+        None when the task does not keep its result. TaskFailed, with the job's last error, when
+        it is dead; TimeoutError when it is not done in time; LookupError when there is no such
+        job (never admitted, or its tombstone expired)."""
+        outcome = self._wait(timeout)
+        if outcome.state == "done":
+            return self._value(outcome.result)
+        if outcome.state == "dead":
+            raise TaskFailed(self.id, outcome.error or "", outcome.attempts)
+        if outcome.state in WAITING:
+            raise TimeoutError(f"{self.id} is still {outcome.state} after {timeout} s")
+        raise LookupError(f"no job {self.id} on queue {self.queue.name}: never admitted, or "
+                          "its tombstone expired")
+
+    def _wait(self, timeout: float | None) -> JobOutcome:
+        if timeout is not None:
+            return self.queue.wait(self.id, timeout)
+        outcome = self.queue.wait(self.id, WAIT_SLICE_S)
+        while outcome.state in WAITING:
+            outcome = self.queue.wait(self.id, WAIT_SLICE_S)
+        return outcome
+
+    def _value(self, kept: bytes | None) -> R | None:
+        if kept is None:
+            return None
+        value: Any = decode_result(kept).value
+        converted: R = self._signature.converted_result(value, from_json=is_json(kept))
+        return converted
