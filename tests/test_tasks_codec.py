@@ -249,3 +249,30 @@ def test_draws_in_a_window_are_fair() -> None:
     backoff = Backoff(first_ms=1_000, jitter=0.5)
     delays = {backoff.delay_ms(1) for _ in itertools.repeat(None, 200)}
     assert min(delays) >= 500 and max(delays) <= 1_000 and len(delays) > 50
+
+
+def defaults(a: int, b: datetime.date = datetime.date(2026, 1, 1), c=None):  # type: ignore[no-untyped-def]
+    return a, b, c
+
+
+@pytest.mark.parametrize(("args", "converted"), [
+    ([1], [1]),
+    ([1, "2026-02-03"], [1, datetime.date(2026, 2, 3)]),
+    ([1, "2026-02-03", {"any": "thing"}], [1, datetime.date(2026, 2, 3), {"any": "thing"}]),
+])
+def test_positional_calls_convert_in_one_step_and_leave_defaults_to_the_function(
+        args: list[Any], converted: list[Any]) -> None:
+    assert Signature(defaults).convert(args, {}, from_json=True) == (converted, {})
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["x"], "argument 'a'"), ([1, "someday"], "argument 'b'"), ([], "missing"),
+    ([1, 2, 3, 4], "too many"),
+])
+def test_a_positional_call_that_cannot_fit_still_names_the_parameter(args: list[Any],
+                                                                      named: str) -> None:
+    with pytest.raises(ArgumentsRejected, match=named):
+        Signature(defaults).convert(args, {}, from_json=True)
+    if named in ("missing", "too many"):
+        with pytest.raises(TypeError):
+            Signature(defaults).bind(args, {})

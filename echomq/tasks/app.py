@@ -38,7 +38,15 @@ from echomq.tasks.envelope import (
     is_json,
 )
 from echomq.tasks.handle import TaskHandle
-from echomq.tasks.hooks import DEAD, RETRIED, SUCCEEDED, RunRecord, TaskHooks, combined
+from echomq.tasks.hooks import (
+    DEAD,
+    RETRIED,
+    SUCCEEDED,
+    NoHooks,
+    RunRecord,
+    TaskHooks,
+    combined,
+)
 from echomq.tasks.retry import DEFAULT_BACKOFF, Backoff, Draw, RetryPolicy
 from echomq.tasks.signature import ArgumentsRejected, Signature
 
@@ -47,6 +55,7 @@ __all__ = ["App", "Task", "TaskCall"]
 P = ParamSpec("P")
 R = TypeVar("R")
 Directive = Done | RetryIn | Reject
+DONE = Done()
 
 
 def now_ms() -> int:
@@ -78,6 +87,7 @@ class App:
         self.policy = RetryPolicy(max_attempts=max_attempts, backoff=backoff)
         self.retention_ms = retention_ms
         self.hooks = combined(hooks)
+        self.observed = not isinstance(self.hooks, NoHooks)
         self.draw = draw
         self.check_policy = check_policy
         self.tasks: dict[str, Task[Any, Any]] = {}
@@ -141,6 +151,8 @@ class App:
         if isinstance(opened, Reject):
             return opened
         task, envelope = opened
+        if not self.observed:
+            return self._attempt_sync(task, envelope, job)
         with self._running(task, envelope, job) as record:
             return record.settled(self._attempt_sync(task, envelope, job))
 
@@ -151,6 +163,8 @@ class App:
         if isinstance(opened, Reject):
             return opened
         task, envelope = opened
+        if not self.observed:
+            return await self._attempt_async(task, envelope, job)
         with self._running(task, envelope, job) as record:
             return record.settled(await self._attempt_async(task, envelope, job))
 
@@ -282,7 +296,7 @@ class Task(Generic[P, R]):
 
     def done(self, value: Any) -> Directive:
         if not self.keep_result:
-            return Done()
+            return DONE
         try:
             return Done(encode(Result(value), self.app.serializer))
         except TypeError as exc:

@@ -37,21 +37,42 @@ class Signature:
         self.hints = {name: hints.get(name, Any) for name in self.signature.parameters}
         self.returns: Any = hints.get("return", Any)
         self._checks = any(hint is not Any for hint in self.hints.values())
+        self._positional = self._positional_types()
+
+    def _positional_types(self) -> dict[int, Any]:
+        """For a signature of plain parameters only (no ``*args``, ``**kwargs`` or keyword-only
+        ones): the tuple type of each count of positional arguments it takes, so a call made
+        with positional arguments only is checked and converted in one msgspec call."""
+        parameters = list(self.signature.parameters.values())
+        plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        if any(parameter.kind not in plain for parameter in parameters):
+            return {}
+        required = sum(parameter.default is NO_HINT for parameter in parameters)
+        hints = [self.hints[parameter.name] for parameter in parameters]
+        return {count: tuple[tuple(hints[:count])] if count else tuple[()]  # type: ignore[misc]
+                for count in range(required, len(parameters) + 1)}
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """TypeError when the call does not fit the signature's arity and names."""
-        self.signature.bind(*args, **kwargs)
+        if kwargs or len(args) not in self._positional:
+            self.signature.bind(*args, **kwargs)
 
     def convert(self, args: Sequence[Any], kwargs: Mapping[str, Any], *,
                 from_json: bool) -> tuple[list[Any], dict[str, Any]]:
         """The decoded ``args`` and ``kwargs``, each converted to its parameter's hint;
         ArgumentsRejected, naming the parameter, for a missing, extra or ill-typed one."""
+        builtin = () if from_json else MSGPACK_NATIVE
+        positional = None if kwargs else self._positional.get(len(args))
+        if positional is not None:
+            try:
+                return list(msgspec.convert(args, positional, builtin_types=builtin)), {}
+            except msgspec.ValidationError:
+                pass  # the way below names the parameter
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise ArgumentsRejected(f"{self.name}: {exc}") from None
         if self._checks:
-            builtin = () if from_json else MSGPACK_NATIVE
             for name, value in bound.arguments.items():
                 bound.arguments[name] = self._converted(name, value, builtin)
         return list(bound.args), dict(bound.kwargs)
