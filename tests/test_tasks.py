@@ -308,3 +308,10 @@ def test_a_stopping_exception_is_recorded_as_retried_and_propagates(app: App,
         app.handler(job)
     assert hooks.ran[-1][4] == "retried"
     assert hooks.ran[-1][5] is not None and hooks.ran[-1][5].startswith("KeyboardInterrupt")
+
+
+def test_a_task_max_attempts_is_its_own_and_must_be_positive(app: App) -> None:
+    assert app.task(name="once", max_attempts=1)(lambda: None).policy.max_attempts == 1
+    assert app.tasks["add"].policy.max_attempts == 3  # the app's
+    with pytest.raises(ValueError, match="max_attempts"):
+        app.task(name="never", max_attempts=0)(lambda: None)

@@ -128,8 +128,9 @@ class App:
         ``queue``, ``max_attempts`` and ``backoff`` (default the app's), ``no_retry``
         (exception types that send the job dead at once) and ``keep_result`` (keep the return
         value with the job's tombstone for ``handle.result()``)."""
-        policy = RetryPolicy(max_attempts=max_attempts or self.policy.max_attempts,
-                             backoff=backoff or self.policy.backoff, no_retry=tuple(no_retry))
+        policy = RetryPolicy(
+            max_attempts=self.policy.max_attempts if max_attempts is None else max_attempts,
+            backoff=backoff or self.policy.backoff, no_retry=tuple(no_retry))
 
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
             made = Task(self, function, name=name, queue=queue or self.queue.name,
@@ -268,7 +269,8 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Task {self.name} on {self.queue}>"
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Run the function here, now (an ``async def`` task returns its coroutine)."""
         return self.function(*args, **kwargs)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
