@@ -73,8 +73,11 @@ class App:
     """Tasks on one Valkey connection. ``queue``: the queue tasks go to unless they name their
     own; ``wire``: 5 (scripts) or 6 (trafikey) for every queue of the app; ``serializer``:
     "json" or "msgpack" for what this app enqueues (its workers read both); ``max_attempts`` and
-    ``backoff``: the retry policy of tasks that do not set their own; ``hooks``: observers of
-    each enqueue and attempt (``echomq.tasks.hooks.TaskHooks``)."""
+    ``backoff``: the retry policy of tasks that do not set their own; ``retention_ms``: how
+    long an acked job's tombstone (and its kept result) stays; ``hooks``: observers of each
+    enqueue and attempt (``echomq.tasks.hooks.TaskHooks``); ``draw``: the jitter's random
+    numbers in [0, 1) (a fixed one makes delays exact in tests); ``check_policy``: warn once
+    when the server may evict keys (a CONFIG GET when the first queue is made)."""
 
     def __init__(self, conn: Any, queue: str = "default", *, wire: int = 5,
                  serializer: str = "json", max_attempts: int = DEFAULT_MAX_ATTEMPTS,
