@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from echomq.calls import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION_MS, Job
+from echomq.calls import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION_MS, MAX_RESULT_BYTES, Job
 from echomq.directives import Done, Reject, RetryIn
 from echomq.ids import new_job_id
 from echomq.loop import error_text
@@ -303,10 +303,14 @@ class Task(Generic[P, R]):
         if not self.keep_result:
             return DONE
         try:
-            return Done(encode(Result(value), self.app.serializer))
+            kept = encode(Result(value), self.app.serializer)
         except TypeError as exc:
             return Reject(f"{self.name} returned a value that cannot be kept as its result: "
                           f"{exc}")
+        if len(kept) > MAX_RESULT_BYTES:
+            return Reject(f"{self.name} returned a result of {len(kept)} bytes encoded; at most "
+                          f"{MAX_RESULT_BYTES} are kept")
+        return Done(kept)
 
     def failed(self, exc: Exception, attempt: int) -> Directive:
         if not self.policy.retries(exc):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from echomq.connection import socket_timeout_of
 from echomq.errors import TaskFailed
+from echomq.loop import park_cap_for
 from echomq.tasks.envelope import decode_result, is_json
 from echomq.tasks.signature import Signature
 
@@ -13,8 +16,8 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 
-# With no timeout, result() waits in slices this long (each one a blocking wait on the server).
-WAIT_SLICE_S = 60.0
+# result() waits in slices at most this long (each one a blocking wait on the server).
+WAIT_SLICE_MS = 60_000
 WAITING = frozenset({"pending", "delayed", "active"})
 
 
@@ -52,12 +55,15 @@ class TaskHandle(Generic[R]):
                           "its tombstone expired")
 
     def _wait(self, timeout: float | None) -> JobOutcome:
-        if timeout is not None:
-            return self.queue.wait(self.id, timeout)
-        outcome = self.queue.wait(self.id, WAIT_SLICE_S)
-        while outcome.state in WAITING:
-            outcome = self.queue.wait(self.id, WAIT_SLICE_S)
-        return outcome
+        """``Queue.wait`` in slices that each end before the connection's socket timeout
+        would trip, until the job ends or ``timeout`` passes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        longest = park_cap_for(socket_timeout_of(self.queue.conn), WAIT_SLICE_MS) / 1000
+        while True:
+            left = longest if deadline is None else min(longest, deadline - time.monotonic())
+            outcome = self.queue.wait(self.id, max(0.0, left))
+            if outcome.state not in WAITING or left < longest:
+                return outcome
 
     def _value(self, kept: bytes | None) -> R | None:
         if kept is None:
