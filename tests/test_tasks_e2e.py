@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from echomq import App, Backoff, Consumer, RetryAfter, TaskFailed, aio
 from echomq.calls import MAX_RESULT_BYTES
 from echomq.embedded import EmbeddedValkey
+from tests.test_readme import fenced_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = 1_700_000_000_000
@@ -248,3 +249,13 @@ def test_result_waits_past_the_connections_socket_timeout(app: App,
     drain(app)
     waiter.join(10)
     assert finished == [3]
+
+
+def test_the_readmes_queue_underneath_example_runs_too(tmp_path: Path) -> None:
+    # tests/test_readme.py runs the quickstart's first block (the tasks); this one runs the
+    # second, the raw Queue example it used to lead with.
+    underneath = fenced_blocks("python")[1]
+    assert "q.enqueue(job_id, b\"hello\")" in underneath
+    script = tmp_path / "underneath.py"
+    script.write_text(underneath.replace("...", "pass"))
+    subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path, timeout=120)
