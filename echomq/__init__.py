@@ -18,7 +18,7 @@ from echomq.errors import (
     Wire6Unsupported,
 )
 from echomq.ids import new_job_id
-from echomq.queue import Ack, Job, Queue, Release, Retry, Verdict
+from echomq.queue import Ack, Job, JobOutcome, Queue, Release, Retry, Verdict
 from echomq.tasks import App, Backoff, RetryAfter, Task, TaskHandle
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "EvictionPolicyWarning",
     "FatalServerError",
     "Job",
+    "JobOutcome",
     "KindError",
     "LaneError",
     "Queue",
