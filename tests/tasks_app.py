@@ -28,7 +28,7 @@ def pid() -> int:
     return os.getpid()
 
 
-@app.task(name="broken")
+@app.task(name="broken", keep_result=True)
 def broken(reason: str) -> None:
     raise RuntimeError(reason)
 

@@ -40,7 +40,7 @@ def app(request: pytest.FixtureRequest, conn: redis.Redis) -> App:
     def when(day: datetime.date) -> datetime.date:
         return day + datetime.timedelta(days=1)
 
-    @app.task(name="broken")
+    @app.task(name="broken", keep_result=True)
     def broken(reason: str) -> None:
         raise RuntimeError(reason)
 
@@ -72,10 +72,12 @@ def test_a_kept_result_comes_back_typed(app: App) -> None:
     assert handle.outcome().state == "done"
 
 
-def test_a_task_that_keeps_no_result_returns_none(app: App) -> None:
+def test_a_task_that_keeps_no_result_says_so_at_once(app: App) -> None:
     handle = app.tasks["forget"].enqueue()
     drain(app)
-    assert handle.result(timeout=5) is None
+    with pytest.raises(ValueError, match="keeps no result"):
+        handle.result(timeout=60)
+    assert handle.outcome().state == "done"
 
 
 def test_result_waits_for_a_worker_without_polling(app: App) -> None:

@@ -341,7 +341,7 @@ class TaskCall(Generic[P, R]):
             payload = encode(Envelope(task.name, list(args), kwargs, headers, now_ms(),
                                       queue.name), app.serializer)
             verdict = queue.enqueue(job_id, payload, lane=self.lane, **self._timing())
-        return TaskHandle(job_id, queue, task.signature, verdict)
+        return TaskHandle(job_id, queue, task, verdict)
 
     def _timing(self) -> dict[str, int]:
         """The delay options for ``Queue.enqueue``: none at all for a job due now."""

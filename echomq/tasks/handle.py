@@ -9,10 +9,10 @@ from echomq.connection import socket_timeout_of
 from echomq.errors import TaskFailed
 from echomq.loop import park_cap_for
 from echomq.tasks.envelope import decode_result, is_json
-from echomq.tasks.signature import Signature
 
 if TYPE_CHECKING:
     from echomq.queue import JobOutcome, Queue, Verdict
+    from echomq.tasks.app import Task
 
 R = TypeVar("R")
 
@@ -25,11 +25,11 @@ class TaskHandle(Generic[R]):
     """One enqueued run of a task: ``id`` (its job id), ``verdict`` (ENQUEUED, or DUPLICATE
     when that id was admitted before), ``queue`` (the Queue it went to)."""
 
-    def __init__(self, job_id: str, queue: Queue, signature: Signature, verdict: Verdict) -> None:
+    def __init__(self, job_id: str, queue: Queue, task: Task[Any, R], verdict: Verdict) -> None:
         self.id = job_id
         self.queue = queue
+        self.task = task
         self.verdict = verdict
-        self._signature = signature
 
     def __repr__(self) -> str:
         return f"<TaskHandle {self.id} on {self.queue.name}: {self.verdict.value}>"
@@ -41,9 +41,13 @@ class TaskHandle(Generic[R]):
     def result(self, timeout: float | None = None) -> R | None:
         """The task's return value once the job is done, waiting up to ``timeout`` seconds
         (None: as long as it takes) without polling — ``Queue.wait`` blocks on the server.
-        None when the task does not keep its result. TaskFailed, with the job's last error, when
-        it is dead; TimeoutError when it is not done in time; LookupError when there is no such
-        job (never admitted, or its tombstone expired)."""
+        TaskFailed, with the job's last error, when it is dead; TimeoutError when it is not done
+        in time; LookupError when there is no such job (never admitted, or its tombstone
+        expired). A task that keeps no result leaves nothing to wait on (``outcome()`` says
+        where its job is): ValueError at once."""
+        if not self.task.keep_result:
+            raise ValueError(f"task {self.task.name} keeps no result: declare it with "
+                             "@app.task(keep_result=True), or read handle.outcome()")
         outcome = self._wait(timeout)
         if outcome.state == "done":
             return self._value(outcome.result)
@@ -66,8 +70,8 @@ class TaskHandle(Generic[R]):
                 return outcome
 
     def _value(self, kept: bytes | None) -> R | None:
-        if kept is None:
+        if kept is None:  # kept from a run before the task kept its result
             return None
         value: Any = decode_result(kept).value
-        converted: R = self._signature.converted_result(value, from_json=is_json(kept))
+        converted: R = self.task.signature.converted_result(value, from_json=is_json(kept))
         return converted
