@@ -18,8 +18,8 @@ import inspect
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from echomq.calls import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION_MS, MAX_RESULT_BYTES, Job
@@ -329,14 +329,13 @@ class TaskCall(Generic[P, R]):
     at_ms: int | None = None
     lane: str | None = None
     queue: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         task, app = self.task, self.task.app
         task.signature.bind(args, kwargs)
         queue = app.queue_named(self.queue or task.queue)
         job_id = self.job_id or new_job_id()
-        headers = dict(self.headers)
+        headers: dict[str, str] = {}
         with app.hooks.enqueuing(queue.name, task.name, headers):
             payload = encode(Envelope(task.name, list(args), kwargs, headers, now_ms(),
                                       queue.name), app.serializer)
