@@ -156,8 +156,9 @@ def test_a_delayed_enqueue_is_idempotent_too(app: App) -> None:
 
 # worker processes ------------------------------------------------------------------------------
 
-def run_worker(valkey: EmbeddedValkey, tmp_path: Path, *options: str) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "echomq", "worker", "tests.tasks_app:app", *options]
+def run_worker(valkey: EmbeddedValkey, tmp_path: Path, *options: str,
+               target: str = "tests.tasks_app:app") -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "echomq", "worker", target, *options]
     env = {**os.environ, "ECHOMQ_URL": valkey.url}
     with (tmp_path / "worker.log").open("wb") as sink:
         return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
@@ -261,3 +262,18 @@ def test_the_readmes_queue_underneath_example_runs_too(tmp_path: Path) -> None:
     script = tmp_path / "underneath.py"
     script.write_text(underneath.replace("...", "pass"))
     subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path, timeout=120)
+
+
+def test_a_worker_runs_an_all_async_app_with_jobs_in_flight_together(
+        valkey: EmbeddedValkey, conn: redis.Redis, tmp_path: Path) -> None:
+    from tests import tasks_app
+    producer = App(conn, tasks_app.async_app.queue.name)
+    producer.task(name="rendezvous", keep_result=True)(tasks_app.rendezvous.function)
+    process = run_worker(valkey, tmp_path, "--concurrency", "1", "--async-concurrency", "4",
+                         target="tests.tasks_app:async_app")
+    try:
+        handles = [producer.tasks["rendezvous"].enqueue("four", 4) for _ in range(4)]
+        assert [handle.result(timeout=30) for handle in handles] == [1, 1, 1, 1]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(15)
