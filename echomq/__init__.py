@@ -14,15 +14,19 @@ from echomq.errors import (
     KindError,
     LaneError,
     StaleLease,
+    TaskFailed,
     TrafikeyMissing,
     Wire6Unsupported,
 )
 from echomq.ids import new_job_id
 from echomq.queue import Ack, Job, JobOutcome, Queue, Release, Retry, Verdict
+from echomq.tasks import App, Backoff, RetryAfter, Task, TaskHandle
 
 __all__ = [
     "Ack",
+    "App",
     "ArgumentError",
+    "Backoff",
     "Consumer",
     "Done",
     "EchoMQError",
@@ -36,8 +40,12 @@ __all__ = [
     "Reject",
     "Release",
     "Retry",
+    "RetryAfter",
     "RetryIn",
     "StaleLease",
+    "Task",
+    "TaskFailed",
+    "TaskHandle",
     "TrafikeyMissing",
     "Verdict",
     "Wire6Unsupported",
