@@ -1,12 +1,20 @@
 """The Django 6 ``django.tasks`` backend against the real framework and a real server: Django's
-own ``task.enqueue`` and ``get_result`` over the jobs it admits. Needs Django 6 (Python 3.12+):
+own ``task.enqueue`` and ``get_result``, the handler that runs task functions, and real
+``echomq worker echomq.contrib.django:handler`` processes. Needs Django 6 (Python 3.12+):
 ``make test-django``."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import redis
@@ -18,10 +26,9 @@ from django.conf import settings
 from django.tasks import TaskResultStatus, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from echomq import Queue
-from echomq.contrib.django import Call, error_text
+from echomq.directives import Done, Reject, RetryIn
 from echomq.embedded import EmbeddedValkey
 from tests.django_settings import settings_for
 
@@ -43,23 +50,23 @@ def queue(conn: redis.Redis, name: str = "default") -> Queue:
     return Queue(conn, name, max_attempts=1, check_policy=False)
 
 
-def run_once(conn: redis.Redis, name: str = "default") -> None:
-    """What a worker does with the next job: claim it, run the task function, and settle, keeping
-    the call's result or the exception."""
+def run_once(conn: redis.Redis, name: str = "default") -> Any:
+    """What a worker does with the next job: claim it, run the handler, settle its directive."""
+    from echomq.contrib.django import handler
+
     q = queue(conn, name)
     job = q.claim()
     assert job is not None
-    call = Call.decode(job.payload)
-    task = import_string(call.task)
-    started = timezone.now()
-    try:
-        value = task.call(*call.args, **call.kwargs)
-    except Exception as exc:
-        q.retry(job, delay_ms=0, error=error_text(exc), max_attempts=1)
-        return
-    call.ran = {"started_at": started.isoformat(), "finished_at": timezone.now().isoformat(),
-                "worker_id": "test", "return_value": value}
-    q.ack(job, result=call.encode())
+    directive = handler(job)
+    if isinstance(directive, Done):
+        q.ack(job, result=directive.result)
+    elif isinstance(directive, RetryIn):
+        q.retry(job, delay_ms=directive.delay_ms, error=directive.error,
+                max_attempts=directive.max_attempts)
+    else:
+        assert isinstance(directive, Reject)
+        q.retry(job, delay_ms=0, error=directive.error, max_attempts=job.attempt)
+    return directive
 
 
 def test_enqueue_admits_a_job_and_get_result_reads_it(tasks: ModuleType,
@@ -83,7 +90,7 @@ def test_enqueue_admits_a_job_and_get_result_reads_it(tasks: ModuleType,
 def test_a_task_that_raises_fails_with_its_class_and_traceback(tasks: ModuleType,
                                                                conn: redis.Redis) -> None:
     result = tasks.explode.enqueue("no luck")
-    run_once(conn)
+    assert isinstance(run_once(conn), RetryIn)
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     (error,) = result.errors
@@ -91,6 +98,15 @@ def test_a_task_that_raises_fails_with_its_class_and_traceback(tasks: ModuleType
     assert "ValueError: no luck" in error.traceback
     with pytest.raises(ValueError, match="Task failed"):
         result.return_value  # noqa: B018
+
+
+def test_async_and_context_tasks_run(tasks: ModuleType, conn: redis.Redis) -> None:
+    greeting = tasks.greet.enqueue("ada")
+    attempt = tasks.attempt.enqueue()
+    run_once(conn)
+    run_once(conn)
+    assert tasks.greet.get_result(greeting.id).return_value == "hello ada"
+    assert tasks.attempt.get_result(attempt.id).return_value == 1
 
 
 def test_run_after_waits_in_the_delayed_set(tasks: ModuleType, conn: redis.Redis) -> None:
@@ -109,3 +125,63 @@ def test_other_queues_and_unknown_ids(tasks: ModuleType, conn: redis.Redis) -> N
         task_backends["default"].get_result("JOB:never-admitted")
 
 
+def test_a_job_that_is_no_django_call_is_rejected(tasks: ModuleType, conn: redis.Redis) -> None:
+    queue(conn).enqueue("JOB:junk", b"not json")
+    directive = run_once(conn)
+    assert isinstance(directive, Reject)
+    assert "not a Django task call" in directive.error
+    assert queue(conn).outcome("JOB:junk").state == "dead"
+
+
+def ended(q: Queue, job_id: str, within_s: float) -> bool:
+    """Whether the job ends within ``within_s``: waits of 4 s, under the client's 5 s socket
+    timeout (``Queue.wait`` blocks on the job's ended key, no polling)."""
+    return any(q.wait(job_id, timeout_s=4).ended for _ in range(int(within_s // 4) + 1))
+
+
+# real workers --------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def worker(server: EmbeddedValkey, tmp_path: Path, *queues: str) -> Iterator[Path]:
+    """``echomq worker echomq.contrib.django:handler`` serving ``queues``, with the tests'
+    Django settings as its DJANGO_SETTINGS_MODULE."""
+    log = tmp_path / "worker.log"
+    argv = [sys.executable, "-m", "echomq", "worker", "echomq.contrib.django:handler",
+            "--url", server.url]
+    for name in queues:
+        argv += ["--queue", name]
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.django_settings",
+           "ECHOMQ_DJANGO_URL": server.url, "PYTHONPATH": str(ROOT)}
+    with log.open("wb") as sink:
+        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                   stdout=sink, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    try:
+        yield log
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_a_real_worker_runs_django_tasks(tasks: ModuleType, valkey: EmbeddedValkey,
+                                         conn: redis.Redis, tmp_path: Path) -> None:
+    with worker(valkey, tmp_path, "default", "patient") as log:
+        ok = tasks.add.enqueue(20, 22)
+        bad = tasks.explode.enqueue("boom")
+        flaky = tasks.flaky.enqueue("runs", valkey.url)
+        for job_id, name in ((ok.id, "default"), (bad.id, "default"), (flaky.id, "patient")):
+            assert ended(queue(conn, name), job_id, within_s=30), log.read_text(errors="replace")
+    ok.refresh()
+    bad.refresh()
+    flaky.refresh()
+    assert (ok.status, ok.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+    assert bad.status == TaskResultStatus.FAILED
+    assert bad.errors[0].exception_class_path == "builtins.ValueError"
+    # the "patient" backend retries: two failed runs, then a third that succeeds
+    assert (flaky.status, flaky.return_value, flaky.attempts) == (
+        TaskResultStatus.SUCCESSFUL, 3, 3)

@@ -1,5 +1,6 @@
 """A Django 6 ``django.tasks`` backend: ``task.enqueue()`` admits an echomq job and
-``get_result()`` reads the job's outcome (``Queue.outcome``).
+``get_result()`` reads the job's outcome (``Queue.outcome``); ``handler`` runs the task functions
+in an echomq worker.
 
     TASKS = {"default": {
         "BACKEND": "echomq.contrib.django.EchoMQBackend",
@@ -14,31 +15,41 @@ job's tombstone is the same call with what its run gave (the return value, when 
 finished, which worker ran it), and a failed run's error is the exception's class and traceback
 (``error_text``). ``run_after`` admits the job into the delayed set (``supports_defer``);
 priorities are not supported (a queue runs in order).
+
+Workers: ``DJANGO_SETTINGS_MODULE=mysite.settings echomq worker echomq.contrib.django:handler
+--queue default``. A task that raises is retried after the backend's ``RETRY_DELAY_MS`` until its
+attempts reach ``MAX_ATTEMPTS`` (1 by default: failed at once, as Django's own backends do).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from django.tasks import Task, TaskResult, TaskResultStatus
+import django
+from django.apps import apps
+from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
 from django.tasks.exceptions import TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
+from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
+from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from echomq.calls import JobOutcome
 from echomq.connection import redis_from_url
+from echomq.directives import Directive, Done, Reject, RetryIn
 from echomq.ids import new_job_id
-from echomq.queue import Queue
+from echomq.queue import Job, Queue
 
-__all__ = ["Call", "EchoMQBackend", "error_text"]
+__all__ = ["Call", "EchoMQBackend", "error_text", "handler"]
 
 STATUS_OF_STATE = {
     "pending": TaskResultStatus.READY,
@@ -175,3 +186,46 @@ class EchoMQBackend(BaseTaskBackend):
                           last_attempted_at=started_at, args=list(args), kwargs=dict(kwargs),
                           backend=self.alias, errors=errors or [],
                           worker_ids=worker_ids or [])
+
+
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def handler(job: Job) -> Directive:
+    """The handler an echomq worker runs for Django tasks: decodes the call, runs the task
+    function (``Task.call``: a coroutine function too), and settles: ``Done`` keeping the
+    result, ``RetryIn`` with the exception (dead at the backend's ``MAX_ATTEMPTS``), or
+    ``Reject`` for a job that can never run (not a call, an unknown task or backend)."""
+    if not apps.ready:
+        django.setup()
+    try:
+        call = Call.decode(job.payload)
+        task: Task = import_string(call.task)
+        backend: EchoMQBackend = task_backends[call.backend]
+    except Exception as exc:
+        return Reject(error_text(exc))
+    return _run(task, backend, call, job)
+
+
+def _run(task: Task, backend: EchoMQBackend, call: Call, job: Job) -> Directive:
+    started = timezone.now()
+    running = backend._result(task, job.id, TaskResultStatus.RUNNING, call.args, call.kwargs,
+                              enqueued_at=moment(call.enqueued_at), started_at=started,
+                              worker_ids=[WORKER_ID] * job.attempt)
+    task_started.send(type(backend), task_result=running)
+    try:
+        context = (TaskContext(task_result=running),) if task.takes_context else ()
+        value = normalize_json(task.call(*context, *call.args, **call.kwargs))
+    except Exception as exc:
+        _finished(backend, running, TaskResultStatus.FAILED)
+        return RetryIn(backend.retry_delay_ms, error_text(exc), backend.max_attempts)
+    _finished(backend, running, TaskResultStatus.SUCCESSFUL)
+    call.ran = {"started_at": started.isoformat(), "finished_at": timezone.now().isoformat(),
+                "worker_id": WORKER_ID, "return_value": value}
+    return Done(call.encode())
+
+
+def _finished(backend: EchoMQBackend, result: TaskResult, status: TaskResultStatus) -> None:
+    object.__setattr__(result, "status", status)
+    object.__setattr__(result, "finished_at", timezone.now())
+    task_finished.send(type(backend), task_result=result)
