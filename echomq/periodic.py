@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from functools import cached_property
@@ -165,6 +165,17 @@ class Periodic:
         def admit(job_id: str, tick_ms: int) -> object:
             return queue.enqueue(job_id, payload, lane=lane)
         return cls(schedule, queue, admit)
+
+    @classmethod
+    def of_task(cls, schedule: Schedule, task: Any, args: Sequence[Any] = (),
+                kwargs: Mapping[str, Any] | None = None) -> Periodic:
+        """Each tick enqueues ``task(*args, **kwargs)`` (an ``echomq.App`` task) under the
+        tick's id, to the task's queue, where the mark lives too."""
+        fixed_kwargs = dict(kwargs or {})
+
+        def admit(job_id: str, tick_ms: int) -> object:
+            return task.with_options(job_id=job_id).enqueue(*args, **fixed_kwargs)
+        return cls(schedule, task.app.queue_named(task.queue), admit)
 
     @property
     def mark_key(self) -> str:

@@ -26,6 +26,7 @@ from echomq.calls import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION_MS, MAX_RESULT_
 from echomq.directives import Done, Reject, RetryIn
 from echomq.ids import new_job_id
 from echomq.loop import error_text
+from echomq.periodic import Periodic, Schedule, Scheduler
 from echomq.queue import Queue
 from echomq.tasks.envelope import (
     Envelope,
@@ -96,6 +97,7 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.queues: dict[str, Queue] = {}
         self.queue = self.queue_named(queue)
+        self.scheduler = Scheduler()
         self._runners = threading.local()
 
     def queue_named(self, name: str) -> Queue:
@@ -145,6 +147,31 @@ class App:
             return made
 
         return register if function is None else register(function)
+
+    # periodic tasks (echomq.periodic) -------------------------------------------------------
+
+    def periodic(self, cron: str, *, args: Sequence[Any] = (),
+                 kwargs: dict[str, Any] | None = None, name: str | None = None,
+                 tz: str = "UTC", catch_up: int = 1) -> Callable[[Any], Task[Any, Any]]:
+        """Enqueue the decorated task (or function, made a task) with ``args`` and ``kwargs`` at
+        each tick of ``cron`` in ``tz``: one job per tick, however many of the app's workers run
+        the schedule (``name``, default the task's). Checked here: the arguments against the
+        task's signature, the schedule's name, cron and zone."""
+        def schedule(target: Any) -> Task[Any, Any]:
+            task = target if isinstance(target, Task) else self.task(target)
+            task.signature.bind(tuple(args), dict(kwargs or {}))
+            when = Schedule(name or task.name, cron, tz=tz, catch_up=catch_up)
+            self.scheduler.add(Periodic.of_task(when, task, args, kwargs))
+            return task
+        return schedule
+
+    def worker_started(self, spec: Any) -> None:
+        """In each worker process: run the app's periodic schedules (a thread), if it has any."""
+        if self.scheduler.entries:
+            self.scheduler.start()
+
+    def worker_stopping(self) -> None:
+        self.scheduler.stop()
 
     # the worker side ----------------------------------------------------------------------------
 
