@@ -4,7 +4,6 @@ consumer in the web process runs the jobs an endpoint enqueues."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -15,33 +14,30 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from echomq import Job, Queue, new_job_id
+from echomq import App, Verdict
 from echomq.contrib.starlette import async_twin, lifespan
 from echomq.embedded import EmbeddedValkey
+from echomq.tasks import TaskHandle
 
 
-class JobsApp:
-    """The part of an echomq App the lifespan uses: its connection, queue and async handler."""
+def tasks_app(conn: redis.Redis) -> App:
+    """An echomq App with one async task that keeps its result."""
+    app = App(conn, queue="web", check_policy=False)
 
-    def __init__(self, conn: redis.Redis) -> None:
-        self.conn = conn
-        self.queue = Queue(conn, "web", check_policy=False)
-        self.ran: list[str] = []
-        self.ran_one = threading.Event()
+    @app.task(name="shout", keep_result=True)
+    async def shout(text: str) -> str:
+        return text.upper()
 
-    async def async_handler(self, job: Job) -> None:
-        self.ran.append(job.payload.decode())
-        self.ran_one.set()
+    return app
 
 
-def web_app(jobs: JobsApp, **options: Any) -> Starlette:
+def web_app(app: App, **options: Any) -> Starlette:
     def enqueue(request: Request) -> JSONResponse:
-        job_id = new_job_id()
-        jobs.queue.enqueue(job_id, request.query_params["text"])
-        return JSONResponse({"id": job_id})
+        handle = app.tasks["shout"].enqueue(request.query_params["text"])
+        return JSONResponse({"id": handle.id})
 
     return Starlette(routes=[Route("/enqueue", enqueue, methods=["POST"])],
-                     lifespan=lifespan(jobs, **options))
+                     lifespan=lifespan(app, **options))
 
 
 NAME = "web-app"
@@ -64,30 +60,29 @@ def observer(conn: redis.Redis) -> redis.Redis:
 
 def test_the_connection_opens_at_startup_and_closes_at_shutdown(
         valkey: EmbeddedValkey, observer: redis.Redis) -> None:
-    jobs = JobsApp(app_client(valkey))
+    app = tasks_app(app_client(valkey))
     assert clients_of(observer) == 0
-    with TestClient(web_app(jobs)) as client:
+    with TestClient(web_app(app)) as client:
         assert clients_of(observer) == 1  # pinged at startup, before any request
         job_id = client.post("/enqueue", params={"text": "hi"}).json()["id"]
-        assert jobs.queue.outcome(job_id).state == "pending"  # no consumer asked for
+        assert app.queue.outcome(job_id).state == "pending"  # no consumer asked for
     assert clients_of(observer) == 0
 
 
 def test_an_unreachable_server_fails_the_startup() -> None:
     down = redis.Redis(port=1, socket_connect_timeout=0.5, retry=None)
-    with pytest.raises(redis.ConnectionError), TestClient(web_app(JobsApp(down))):
+    with pytest.raises(redis.ConnectionError), TestClient(web_app(tasks_app(down))):
         pass
 
 
 def test_the_consumer_in_the_web_process_runs_what_an_endpoint_enqueues(
         valkey: EmbeddedValkey, observer: redis.Redis) -> None:
-    jobs = JobsApp(app_client(valkey))
-    with TestClient(web_app(jobs, consume=True, park_cap_ms=200)) as client:
+    app = tasks_app(app_client(valkey))
+    with TestClient(web_app(app, consume=True, park_cap_ms=200)) as client:
         job_id = client.post("/enqueue", params={"text": "hello"}).json()["id"]
-        assert jobs.ran_one.wait(10)
+        handle = TaskHandle(job_id, app.queue, app.tasks["shout"], Verdict.ENQUEUED)
+        assert handle.result(timeout=4) == "HELLO"  # run by the web process's own consumer
     assert clients_of(observer) == 0  # the consumer's asyncio client is closed too
-    assert jobs.ran == ["hello"]
-    assert jobs.queue.outcome(job_id).state == "done"  # acked before the shutdown ended
 
 
 def test_the_async_twin_talks_to_the_same_server_and_database(valkey: EmbeddedValkey) -> None:

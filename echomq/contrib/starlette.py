@@ -15,24 +15,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Protocol
+from typing import Any
 
 import redis.asyncio
 import redis.asyncio.connection
 
 from echomq import aio
-from echomq.queue import Queue
+from echomq.tasks import App
 
 __all__ = ["async_twin", "lifespan"]
-
-
-class TasksApp(Protocol):
-    """What the lifespan uses of an ``echomq.App``."""
-
-    conn: Any
-    queue: Queue
-
-    async def async_handler(self, job: Any) -> Any: ...
 
 
 def async_twin(conn: Any) -> redis.asyncio.Redis:
@@ -47,7 +38,7 @@ def async_twin(conn: Any) -> redis.asyncio.Redis:
         connection_class=kind, **pool.connection_kwargs))
 
 
-def lifespan(app: TasksApp, *, consume: bool = False,
+def lifespan(app: App, *, consume: bool = False,
              **consumer_options: Any) -> Callable[[Any], AbstractAsyncContextManager[None]]:
     """A lifespan for ``Starlette(lifespan=...)`` or ``FastAPI(lifespan=...)`` that opens and
     closes ``app``'s connection; with ``consume``, runs an ``echomq.aio.Consumer`` of the App's
@@ -69,7 +60,7 @@ def lifespan(app: TasksApp, *, consume: bool = False,
 
 
 @asynccontextmanager
-async def _consuming(app: TasksApp, options: dict[str, Any]) -> AsyncIterator[aio.Consumer]:
+async def _consuming(app: App, options: dict[str, Any]) -> AsyncIterator[aio.Consumer]:
     """An asyncio consumer of the App's queue, running until the block exits."""
     conn = async_twin(app.conn)
     queue = aio.Queue(conn, app.queue.name, wire=app.queue.wire,
