@@ -58,6 +58,16 @@ def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
     run_demo(greedy_jobs, tenants, per_tenant, workers, say=click.echo)
 
 
+def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--metrics-port`` and ``--metrics-addr``: where a worker serves its Prometheus metrics."""
+    command = click.option("--metrics-addr", default="127.0.0.1", show_default=True,
+                           help="the address /metrics listens on (0.0.0.0 for every interface)"
+                           )(command)
+    return click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+                        help="serve Prometheus metrics on this port: the jobs of every worker "
+                        "process summed, and the depths of the server's queues")(command)
+
+
 @main.command()
 @click.argument("handler", metavar="MODULE:HANDLER")
 @click.option("--queue", "-q", "queue_name", required=True, help="the queue to consume")
@@ -87,10 +97,11 @@ def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
               help="called with each job once its ack returned ACKED")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@_metrics_options
 def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: str, wire: str,
            grace: float, lease_ms: int, retry_delay_ms: int, max_attempts: int | None,
            time_limit: float | None, park_cap_ms: int, prefetch: int, on_ack: str | None,
-           log_level: str) -> None:
+           log_level: str, metrics_port: int | None, metrics_addr: str) -> None:
     """Run CONCURRENCY supervised worker processes calling MODULE:HANDLER(job) per job.
 
     A crashed worker is restarted; SIGTERM or SIGINT stops claiming, lets running jobs finish
@@ -118,7 +129,8 @@ def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: st
         raise click.ClickException(f"cannot serve queue {queue_name} from {url}: "
                                    f"{type(exc).__name__}: {exc}") from exc
     try:
-        sys.exit(run_workers(spec, concurrency, grace))
+        metrics_at = None if metrics_port is None else (metrics_addr, metrics_port)
+        sys.exit(run_workers(spec, concurrency, grace, metrics_at))
     except WorkersFailed as exc:
         raise click.ClickException(str(exc)) from exc
 

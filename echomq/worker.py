@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import wait
 from types import FrameType
 from typing import Any
@@ -90,6 +90,7 @@ class WorkerSpec:
     log_level: str = "INFO"
     time_limit_ms: int | None = None
     prefetch: int = PREFETCH
+    metrics_dir: str | None = None  # count jobs in prometheus_client files there
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -156,6 +157,8 @@ def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None 
         options["max_attempts"] = spec.max_attempts
     queue = Queue(redis_from_url(spec.url), spec.queue, wire=spec.wire, **options)
     handler: Callable[[Job], object] = load_callable(spec.handler)
+    if spec.metrics_dir is not None:
+        handler = _counted(handler, spec, queue.max_attempts)
     if announcer is not None:
         handler = announcer.track(handler)
     on_ack = load_callable(spec.on_ack) if spec.on_ack else None
@@ -163,6 +166,13 @@ def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None 
                     retry_delay_ms=spec.retry_delay_ms, park_cap_ms=spec.park_cap_ms,
                     on_ack=on_ack, time_limit_ms=spec.time_limit_ms, on_overrun=on_overrun,
                     prefetch=spec.prefetch)
+
+
+def _counted(handler: Callable[[Job], object], spec: WorkerSpec,
+             max_attempts: int) -> Callable[[Job], object]:
+    from echomq.metrics import instrument  # only now: after PROMETHEUS_MULTIPROC_DIR is set
+
+    return instrument(handler, spec.queue, task=spec.handler, max_attempts=max_attempts)
 
 
 def configure_logging(level: str) -> None:
@@ -201,6 +211,8 @@ def child_main(spec_json: str, status_fd: int) -> None:
     status = _StatusPipe(status_fd)
     spec = WorkerSpec.from_json(spec_json)
     configure_logging(spec.log_level)
+    if spec.metrics_dir is not None:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = spec.metrics_dir
     try:
         announcer = Announcer(redis_from_url(spec.url), spec.queue, spec.wire)
         consumer = build_consumer(spec, on_overrun=_ask_for_replacement, announcer=announcer)
@@ -393,6 +405,10 @@ class Supervisor:
                     reason = rest
         os.close(slot.status)
         os.close(slot.pidfd)
+        if self.spec.metrics_dir is not None and slot.process is not None:
+            from echomq.metrics import process_ended
+
+            process_ended(slot.process.pid, self.spec.metrics_dir)
         slot.process, slot.status, slot.pidfd = None, -1, -1
         return _Exit(code, ready_at, reason)
 
@@ -461,10 +477,17 @@ def _signal(slot: _Slot, sig: signal.Signals) -> None:
         slot.process.send_signal(sig)
 
 
-def run_workers(spec: WorkerSpec, concurrency: int, grace_s: float) -> int:
+def run_workers(spec: WorkerSpec, concurrency: int, grace_s: float,
+                metrics_at: tuple[str, int] | None = None) -> int:
     """Check ``spec`` and the server, then supervise ``concurrency`` workers until a stop
-    signal (0), or until they keep failing at start (WorkersFailed)."""
+    signal (0), or until they keep failing at start (WorkersFailed). With ``metrics_at``
+    (address, port), the workers' metrics summed and the queues' depths are served there."""
     configure_logging(spec.log_level)
     check_spec(spec)
     probe_server(spec)
-    return Supervisor(spec, concurrency, grace_s).run()
+    if metrics_at is None:
+        return Supervisor(spec, concurrency, grace_s).run()
+    from echomq.metrics import serving
+
+    with serving(spec.url, metrics_at[1], metrics_at[0]) as directory:
+        return Supervisor(replace(spec, metrics_dir=directory), concurrency, grace_s).run()
