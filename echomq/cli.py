@@ -26,7 +26,7 @@ from echomq import admin
 from echomq.clierrors import URL_META, ErrorReportingGroup, Failure, bad_url
 from echomq.demo import run_demo
 from echomq.embedded import EmbeddedValkey
-from echomq.errors import EchoMQError, Wire6Unsupported
+from echomq.errors import EchoMQError, MetricsUnavailable, Wire6Unsupported
 from echomq.ids import new_job_id
 from echomq.loop import PREFETCH
 from echomq.queue import Queue
@@ -131,7 +131,7 @@ def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: st
     try:
         metrics_at = None if metrics_port is None else (metrics_addr, metrics_port)
         sys.exit(run_workers(spec, concurrency, grace, metrics_at))
-    except WorkersFailed as exc:
+    except (WorkersFailed, MetricsUnavailable) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -71,3 +71,7 @@ def from_reply(message: str) -> EchoMQError | None:
     code = message.split(" ", 1)[0]
     kind = _CODES.get(code)
     return kind(message) if kind else None
+
+
+class MetricsUnavailable(EchoMQError):
+    """The metrics endpoint cannot listen where it was asked to (the port in use, a bad address)."""

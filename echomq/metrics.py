@@ -43,6 +43,7 @@ from redis.exceptions import RedisError
 
 from echomq.admin import queue_names
 from echomq.connection import redis_from_url
+from echomq.errors import MetricsUnavailable
 from echomq.loop import error_text
 from echomq.queue import Job, Queue
 
@@ -216,8 +217,7 @@ def serving(url: str, port: int, addr: str = "127.0.0.1") -> Iterator[str]:
     directory = tempfile.mkdtemp(prefix="echomq-metrics-")
     conn = redis_from_url(url)
     try:
-        server, thread = start_http_server(port, addr,
-                                           multiprocess_registry(directory, QueueDepths(conn)))
+        server, thread = _listen(addr, port, multiprocess_registry(directory, QueueDepths(conn)))
         log.info("metrics on http://%s:%d/metrics", addr, port)
         try:
             yield directory
@@ -228,6 +228,14 @@ def serving(url: str, port: int, addr: str = "127.0.0.1") -> Iterator[str]:
     finally:
         conn.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _listen(addr: str, port: int, registry: CollectorRegistry) -> tuple[Any, Any]:
+    try:
+        return start_http_server(port, addr, registry)
+    except OSError as exc:
+        raise MetricsUnavailable(f"cannot serve metrics on {addr}:{port}: "
+                                 f"{exc.strerror or exc}") from exc
 
 
 def process_ended(pid: int, directory: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import time
 import urllib.request
 from collections.abc import Callable
@@ -197,3 +198,16 @@ def test_a_killed_worker_process_leaves_the_in_flight_sum_but_not_the_counts(
     assert scraped(port, "echomq_jobs_started_total", **labels) == 2
     assert scraped(port, "echomq_jobs_succeeded_total", **labels) == 1
     assert supervisor.terminate(within=10) == 0
+
+
+def test_a_metrics_port_in_use_stops_the_worker_before_it_starts_saying_why(
+        workers: Callable[..., Workers]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        supervisor = workers("q", "--metrics-port", str(port))
+        assert supervisor.exit_code(within=20) == 1
+    lines = supervisor.log().strip().splitlines()
+    assert len(lines) == 1, lines
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in lines[0] and "in use" in lines[0]
