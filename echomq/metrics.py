@@ -6,8 +6,9 @@ Per queue and task (labels ``queue``, ``task``), counted in the process that run
   ``echomq_jobs_dead_total``: attempts begun, and how each ended (retried: failed with attempts
   left; dead: failed for good);
 - ``echomq_job_run_seconds``: a histogram of how long an attempt ran;
-- ``echomq_job_wait_seconds``: a histogram of enqueue to start (tasks only: a plain job does not
-  carry its enqueue time), by the worker's clock against the producer's;
+- ``echomq_job_wait_seconds``: a histogram of enqueue to the start of a job's first attempt
+  (tasks only: a plain job does not carry its enqueue time), by the worker's clock against the
+  producer's; a delay asked at enqueue is part of it;
 - ``echomq_jobs_in_flight``: attempts running now.
 
 Per queue and state, read from the server at scrape time by ``QueueDepths``:
@@ -96,7 +97,7 @@ class PrometheusHooks:
         otherwise."""
         labels = (queue, task)
         STARTED.labels(*labels).inc()
-        if enqueued_ms is not None:
+        if enqueued_ms is not None and job.attempt == 1:  # a retry's wait is its back-off
             WAIT_SECONDS.labels(*labels).observe(max(0.0, time.time() - enqueued_ms / 1000))
         record = RunRecord()
         started = time.perf_counter()

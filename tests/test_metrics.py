@@ -49,6 +49,10 @@ def test_the_hooks_count_an_attempt_in_flight_then_by_its_ending() -> None:
     assert sample("echomq_job_run_seconds_count", **labels) == 1
     assert 2.0 <= sample("echomq_job_wait_seconds_sum", **labels) < 60
     assert sample("echomq_job_wait_seconds_bucket", le="1.0", **labels) == 0
+    with hooks.running("hq", "billing.charge", job(attempt=2), {}, enqueued_ms):
+        pass  # a retry: its wait is the back-off, not the queue's
+    assert sample("echomq_job_wait_seconds_count", **labels) == 1
+    assert sample("echomq_jobs_started_total", **labels) == 2
 
 
 def test_an_exception_escaping_the_hooks_counts_a_retry() -> None:
