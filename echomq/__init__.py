@@ -17,7 +17,7 @@ from echomq.errors import (
     Wire6Unsupported,
 )
 from echomq.ids import new_job_id
-from echomq.queue import Ack, Job, Queue, Release, Retry, Verdict
+from echomq.queue import Ack, Job, JobOutcome, Queue, Release, Retry, Verdict
 
 __all__ = [
     "Ack",
@@ -27,6 +27,7 @@ __all__ = [
     "EvictionPolicyWarning",
     "FatalServerError",
     "Job",
+    "JobOutcome",
     "KindError",
     "LaneError",
     "Queue",

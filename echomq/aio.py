@@ -26,6 +26,7 @@ from echomq.calls import (
     Call,
     Item,
     Job,
+    JobOutcome,
     Outcome,
     QueueCalls,
     Verdict,
@@ -34,6 +35,7 @@ from echomq.calls import (
     eviction_message,
     fenced,
     job_of,
+    outcome_of,
     settled,
     text,
 )
@@ -221,8 +223,11 @@ class Queue:
         return await self.executor.call(self.conn, *call)
 
     async def enqueue(self, job_id: str, payload: bytes | str, *, lane: str | None = None,
+                      delay_ms: int = 0, at_ms: int | None = None,
                       now: int | None = None) -> Verdict:
-        verdict = Verdict.of(await self._send(self.calls.enqueue(job_id, payload, lane, now)))
+        """As ``echomq.Queue.enqueue``: at once, or delayed with ``delay_ms`` / ``at_ms``."""
+        call = self.calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms)
+        verdict = Verdict.of(await self._send(call))
         await self._register()
         return verdict
 
@@ -250,8 +255,10 @@ class Queue:
                          now: int | None = None) -> Job | None:
         return job_of(await self._send(self.calls.claim_lane(lease_ms, now)))
 
-    async def ack(self, job: Job, *, retention_ms: int | None = None) -> Verdict:
-        return fenced(job, await self._send(self.calls.ack(job, retention_ms)))
+    async def ack(self, job: Job, *, retention_ms: int | None = None,
+                  result: bytes | str | None = None) -> Verdict:
+        """As ``echomq.Queue.ack``: with ``result``, the tombstone keeps it."""
+        return fenced(job, await self._send(self.calls.ack(job, retention_ms, result)))
 
     async def retry(self, job: Job, *, delay_ms: int = 1_000, error: str | bytes = "",
                     max_attempts: int | None = None, now: int | None = None) -> Verdict:
@@ -301,6 +308,30 @@ class Queue:
 
     async def park(self, timeout_s: float) -> bool:
         return await self.conn.blpop([self.key("wake")], timeout=timeout_s) is not None
+
+    async def outcome(self, job_id: str) -> JobOutcome:
+        """As ``echomq.Queue.outcome``: where ``job_id`` stands now, in one round trip."""
+        async with self.conn.pipeline(transaction=False) as pipe:
+            for command in self.calls.outcome_reads(job_id):
+                pipe.execute_command(*command)
+            return outcome_of(await pipe.execute(raise_on_error=False))
+
+    async def wait(self, job_id: str, timeout_s: float) -> JobOutcome:
+        """As ``echomq.Queue.wait``: block (on the job's ended key, never polling) until the job
+        is done or dead, or ``timeout_s`` passes; its outcome then."""
+        deadline = time.monotonic() + timeout_s
+        ended = self.key("ended", job_id)
+        while True:
+            outcome = await self.outcome(job_id)
+            remaining = deadline - time.monotonic()
+            if outcome.ended or remaining <= 0:
+                return outcome
+            if await self.conn.blmove(ended, ended, remaining, "LEFT", "RIGHT") is None:
+                return await self.outcome(job_id)
+            outcome = await self.outcome(job_id)
+            if outcome.ended:
+                return outcome
+            await self.conn.delete(ended)  # a token of an earlier life of the id
 
     async def counts(self) -> dict[str, int]:
         async with self.conn.pipeline(transaction=False) as pipe:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from echomq import transitions as t
-from echomq.errors import StaleLease
+from echomq.errors import ArgumentError, StaleLease
 from echomq.native import checked_id, checked_int, checked_lane, checked_now
 
 Arg = str | bytes
@@ -27,6 +27,8 @@ DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BATCH_LIMIT = 1000
 ZSETS = ("pending", "active", "delayed", "dead")
+MAX_RESULT_BYTES = t.MAX_RESULT_BYTES
+RESULT_ERROR = f"EMQSIZE result must be at most {MAX_RESULT_BYTES} bytes"
 
 
 def checked_arg(name: str, value: int) -> str:
@@ -79,9 +81,11 @@ class Job:
 
 @dataclass(frozen=True)
 class Ack:
-    """An outcome for ``Queue.settle``: complete ``job``'s lease, as ``Queue.ack``."""
+    """An outcome for ``Queue.settle``: complete ``job``'s lease, as ``Queue.ack``; with
+    ``result``, the job's tombstone keeps it (at most ``MAX_RESULT_BYTES``) in the same step."""
 
     job: Job
+    result: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,33 @@ class Release:
 
 Outcome = Ack | Retry | Release
 
+# The states a job ends in: a waiter stops there.
+ENDED_STATES = ("done", "dead")
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """Where a job stands, as ``Queue.outcome`` and ``Queue.wait`` read it: ``state`` is
+    "pending" (waiting to run, in pending or its lane), "delayed", "active", "done" (acked; the
+    tombstone keeps ``result`` when the ack stored one), "dead" or "unknown" (no row: never
+    admitted, or its tombstone expired). ``error`` is the last error recorded (a dead job's
+    reason), ``attempts`` the runs counted."""
+
+    state: str
+    result: bytes | None
+    error: str | None
+    attempts: int
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+
+UNKNOWN = JobOutcome("unknown", None, None, 0)
+# The reads behind an outcome, in this order, each after the job id's keys are named: the row's
+# type and fields, whether it still holds its payload (an ack removes it), then the zsets.
+_PLACES = ("dead", "active", "delayed", "pending")
+
 
 def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -121,6 +152,37 @@ def payload_bytes(value: Payload) -> bytes:
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     raise TypeError(f"a payload must be str or bytes-like, not {type(value).__name__}")
+
+
+def checked_result(result: Payload) -> bytes:
+    """A result to keep, as its bytes: at most MAX_RESULT_BYTES (ArgumentError with the server's
+    words otherwise, before anything is sent)."""
+    raw = payload_bytes(result)
+    if len(raw) > MAX_RESULT_BYTES:
+        raise ArgumentError(RESULT_ERROR)
+    return raw
+
+
+def outcome_of(replies: Sequence[Any]) -> JobOutcome:
+    """The JobOutcome of the replies to ``QueueCalls.outcome_reads``. A row that is not a hash
+    is no job's (unknown); dead wins over everything (a dead job keeps its payload); a row
+    without its payload was acked (done); else the zset that holds the id, or pending (a lane
+    job waiting in its lane is in no zset)."""
+    kind, fields, has_payload, *scores = replies
+    if text(kind) != "hash":
+        return UNKNOWN
+    attempts, result, error = fields
+    places = [place for place, score in zip(_PLACES, scores, strict=True) if score is not None]
+    if "dead" in places:
+        state = "dead"
+    elif not has_payload:
+        state = "done"
+    else:
+        state = places[0] if places else "pending"
+    count = int(attempts) if attempts is not None and text(attempts).isdigit() else 0
+    return JobOutcome(state, None if result is None else payload_bytes(result),
+                      None if error is None else payload_bytes(error).decode(errors="replace"),
+                      count)
 
 
 def job_of(reply: Any) -> Job | None:
@@ -191,8 +253,22 @@ class QueueCalls:
         return transition, t.keys_for(self.base, transition, job_id, lane), args
 
     def enqueue(self, job_id: str, payload: Payload, lane: str | None,
-                now: int | None) -> Call:
-        return self._admission(job_id, payload, lane, checked_now(now))
+                now: int | None, delay_ms: int = 0, at_ms: int | None = None) -> Call:
+        """An admission: to run at once, or (a delay or an absolute due time given) to run at
+        the later of now + ``delay_ms`` and ``at_ms``."""
+        if delay_ms == 0 and at_ms is None:
+            return self._admission(job_id, payload, lane, checked_now(now))
+        return self._delayed_admission(job_id, payload, lane, checked_now(now), delay_ms, at_ms)
+
+    def _delayed_admission(self, job_id: str, payload: Payload, lane: str | None, stamp: str,
+                           delay_ms: int, at_ms: int | None) -> Call:
+        checked_id(job_id)
+        body = payload_bytes(payload)
+        due = [checked_arg("delay_ms", delay_ms), checked_arg("at_ms", at_ms or 0)]
+        if lane is None:
+            return self._call(t.ENQUEUE_DELAYED, (job_id, body, stamp, *due), job_id)
+        args: tuple[Arg, ...] = (job_id, body, checked_lane(lane), stamp, *due)
+        return self._call(t.LANE_ENQUEUE_DELAYED, args, job_id)
 
     def enqueue_many(self, items: Iterable[Item], now: int | None) -> list[Call]:
         stamp = checked_now(now)
@@ -213,11 +289,13 @@ class QueueCalls:
     def claim_lane(self, lease_ms: int, now: int | None) -> Call:
         return self._call(t.LANE_CLAIM, (checked_arg("lease_ms", lease_ms), checked_now(now)))
 
-    def ack(self, job: Job, retention_ms: int | None) -> Call:
+    def ack(self, job: Job, retention_ms: int | None, result: Payload | None = None) -> Call:
         keep = self.retention_ms if retention_ms is None else retention_ms
         args = (checked_id(job.id), checked_arg("fence", job.fence),
                 checked_arg("retention_ms", keep))
-        return self._call(t.ACK, args, job.id)
+        if result is None:
+            return self._call(t.ACK, args, job.id)
+        return self._call(t.ACK_RESULT, (*args, checked_result(result)), job.id)
 
     def retry(self, job: Job, delay_ms: int, error: Payload, max_attempts: int | None,
               now: int | None) -> Call:
@@ -249,6 +327,8 @@ class QueueCalls:
     def _leased_item(self, outcome: Outcome) -> list[Arg]:
         job = outcome.job
         if type(outcome) is Ack:
+            if outcome.result is not None:
+                return ["done", job.id, str(job.fence), checked_result(outcome.result)]
             return ["ack", job.id, str(job.fence)]
         if type(outcome) is Release:
             return ["release", job.id, str(job.fence)]
@@ -265,6 +345,8 @@ class QueueCalls:
         job = outcome.job
         lease: list[Arg] = [checked_id(job.id), checked_arg("fence", job.fence)]
         if isinstance(outcome, Ack):
+            if outcome.result is not None:
+                return ["done", *lease, checked_result(outcome.result)]
             return ["ack", *lease]
         if isinstance(outcome, Release):
             return ["release", *lease]
@@ -285,6 +367,13 @@ class QueueCalls:
 
     def promote(self, now: int | None, limit: int) -> Call:
         return self._call(t.PROMOTE, (checked_now(now), checked_arg("limit", limit)))
+
+    def outcome_reads(self, job_id: str) -> list[tuple[str, ...]]:
+        """The read-only commands behind ``outcome_of``, to send in one pipeline."""
+        row = self.key("job", checked_id(job_id))
+        return [("TYPE", row), ("HMGET", row, "attempts", "result", "error"),
+                ("HEXISTS", row, "payload"),
+                *(("ZSCORE", self.key(place), job_id) for place in _PLACES)]
 
     def requeue(self, job_id: str, now: int | None) -> Call:
         return self._call(t.REQUEUE, (checked_id(job_id), checked_now(now)), job_id)

@@ -63,6 +63,7 @@ _CODES: dict[str, type[EchoMQError]] = {
     "EMQNUM": ArgumentError,
     "EMQARITY": ArgumentError,
     "EMQKEYS": ArgumentError,
+    "EMQSIZE": ArgumentError,
 }
 
 

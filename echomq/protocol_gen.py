@@ -41,7 +41,14 @@ PREAMBLE = """\
 
 #include "valkeymodule.h"
 
-typedef enum { EMQ_ARG_ID, EMQ_ARG_GROUP, EMQ_ARG_INT, EMQ_ARG_NOW, EMQ_ARG_BYTES } EmqArgKind;
+typedef enum {
+    EMQ_ARG_ID,
+    EMQ_ARG_GROUP,
+    EMQ_ARG_INT,
+    EMQ_ARG_NOW,
+    EMQ_ARG_BYTES,
+    EMQ_ARG_RESULT /* bytes, at most EMQ_RESULT_MAX of them */
+} EmqArgKind;
 
 /* An argument: its name (as EMQNUM errors give it), kind and, for an integer, its minimum. */
 typedef struct {
@@ -84,7 +91,7 @@ typedef struct {
 """
 
 KIND = {"id": "EMQ_ARG_ID", "group": "EMQ_ARG_GROUP", "int": "EMQ_ARG_INT", "now": "EMQ_ARG_NOW",
-        "bytes": "EMQ_ARG_BYTES"}
+        "bytes": "EMQ_ARG_BYTES", "result": "EMQ_ARG_RESULT"}
 KEYTYPE = {"zset": "VALKEYMODULE_KEYTYPE_ZSET", "hash": "VALKEYMODULE_KEYTYPE_HASH",
            "list": "VALKEYMODULE_KEYTYPE_LIST", "string": "VALKEYMODULE_KEYTYPE_STRING"}
 

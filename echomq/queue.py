@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -19,6 +20,7 @@ from echomq.calls import (
     Call,
     Item,
     Job,
+    JobOutcome,
     Outcome,
     Payload,
     QueueCalls,
@@ -30,6 +32,7 @@ from echomq.calls import (
     eviction_message,
     fenced,
     job_of,
+    outcome_of,
     settled,
     text,
 )
@@ -37,8 +40,8 @@ from echomq.errors import EvictionPolicyWarning
 from echomq.executors import executor_for
 from echomq.registry import REGISTRY_KEY
 
-__all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "Outcome", "Queue", "Release", "Retry", "Verdict",
-           "warn_if_evicting"]
+__all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "JobOutcome", "Outcome", "Queue", "Release", "Retry",
+           "Verdict", "warn_if_evicting"]
 
 log = logging.getLogger("echomq")
 
@@ -102,13 +105,19 @@ class Queue:
     # producer -------------------------------------------------------------------------------
 
     def enqueue(self, job_id: str, payload: Payload, *, lane: str | None = None,
+                delay_ms: int = 0, at_ms: int | None = None,
                 now: int | None = None) -> Verdict:
         """Admit a job once: ENQUEUED, or DUPLICATE when its row exists. KindError on a bad id;
         TypeError, before anything is sent, for a payload that is not str or bytes-like.
 
         With ``lane``, the job joins its group's lane and is served by ``claim_lane`` in turn
-        with the other groups (scripts only: a ``wire=6`` queue raises Wire6Unsupported)."""
-        verdict = Verdict.of(self._send(self.calls.enqueue(job_id, payload, lane, now)))
+        with the other groups (scripts only: a ``wire=6`` queue raises Wire6Unsupported).
+
+        With ``delay_ms`` or ``at_ms`` (an absolute time in ms on the server's clock), the job
+        waits in the delayed set until the later of now + ``delay_ms`` and ``at_ms``; promote
+        then moves it to pending (a lane job to its lane)."""
+        call = self.calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms)
+        verdict = Verdict.of(self._send(call))
         self._register()
         return verdict
 
@@ -144,10 +153,13 @@ class Queue:
         or None when every lane is empty. Scripts only (``wire=6`` raises Wire6Unsupported)."""
         return job_of(self._send(self.calls.claim_lane(lease_ms, now)))
 
-    def ack(self, job: Job, *, retention_ms: int | None = None) -> Verdict:
+    def ack(self, job: Job, *, retention_ms: int | None = None,
+            result: Payload | None = None) -> Verdict:
         """Complete ``job``'s lease. The row stays as a tombstone for ``retention_ms`` so a
-        re-enqueue of the id is still a duplicate. StaleLease if the lease is not current."""
-        return fenced(job, self._send(self.calls.ack(job, retention_ms)))
+        re-enqueue of the id is still a duplicate; with ``result`` (at most MAX_RESULT_BYTES,
+        ArgumentError before sending otherwise) the tombstone keeps it, in the same step.
+        StaleLease if the lease is not current."""
+        return fenced(job, self._send(self.calls.ack(job, retention_ms, result)))
 
     def retry(self, job: Job, *, delay_ms: int = 1_000, error: Payload = "",
               max_attempts: int | None = None, now: int | None = None) -> Verdict:
@@ -218,6 +230,40 @@ class Queue:
     def park(self, timeout_s: float) -> bool:
         """Block on the wake key for at most ``timeout_s`` (> 0); True when a token woke us."""
         return self.conn.blpop([self.key("wake")], timeout=timeout_s) is not None
+
+    # outcomes -------------------------------------------------------------------------------
+
+    def outcome(self, job_id: str) -> JobOutcome:
+        """Where ``job_id`` stands now, in one round trip: its state, the result its ack kept,
+        its last error and its attempts (``state`` "unknown" when it has no row)."""
+        with self.conn.pipeline(transaction=False) as pipe:
+            for command in self.calls.outcome_reads(job_id):
+                pipe.execute_command(*command)
+            return outcome_of(pipe.execute(raise_on_error=False))
+
+    def wait(self, job_id: str, timeout_s: float) -> JobOutcome:
+        """Block until ``job_id`` is done or dead, or ``timeout_s`` passes; its outcome then.
+
+        Never a polling loop: the transitions that end a job — an ack keeping a result, a retry
+        or a recover sending it dead — leave a token in its ended key, and this blocks on that
+        key (BLMOVE onto itself, so every waiter wakes). An ack without a result leaves none:
+        such a job is seen done when the timeout passes. The connection's socket timeout must
+        exceed ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        ended = self.key("ended", job_id)
+        while True:
+            outcome = self.outcome(job_id)
+            remaining = deadline - time.monotonic()
+            if outcome.ended or remaining <= 0:
+                return outcome
+            if self.conn.blmove(ended, ended, remaining, "LEFT", "RIGHT") is None:
+                return self.outcome(job_id)
+            outcome = self.outcome(job_id)
+            if outcome.ended:
+                return outcome
+            # A token of an earlier life of the id (its row deleted behind the queue's back):
+            # it tells this one nothing, so it goes, and the wait goes on.
+            self.conn.delete(ended)
 
     # inspection -----------------------------------------------------------------------------
 

@@ -35,7 +35,8 @@ DERIVED_ROLES: dict[str, tuple[str, str]] = {"job": ("job:", "id"), "lane": ("la
 @dataclass(frozen=True)
 class Argument:
     """How one argument reads: ``id`` (the kind gate), ``group`` (the lane gate), ``int`` (1 to 15
-    digits, at least ``min``), ``now`` (``*`` or an integer from 0) or ``bytes`` (anything)."""
+    digits, at least ``min``), ``now`` (``*`` or an integer from 0), ``bytes`` (anything) or
+    ``result`` (any bytes, at most ``MAX_RESULT_BYTES`` of them)."""
 
     kind: str
     min: int = 0
@@ -54,7 +55,12 @@ ARGUMENTS: dict[str, Argument] = {
     "max_attempts": Argument("int", 1),
     "limit": Argument("int", 1),
     "count": Argument("int", 0),
+    "at_ms": Argument("int", 0),
+    "result": Argument("result"),
 }
+# The most bytes a result an ack keeps may hold (EMQSIZE above it, on both executors and in the
+# client before sending): a tombstone stays small enough to keep for a whole retention window.
+MAX_RESULT_BYTES = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -175,9 +181,20 @@ CLAIM = Transition(
     summary="Lease the oldest pending job (twin of claim.lua).",
     complexity="O(G + log N) with G the ghosts dropped",
 )
+ENQUEUE_DELAYED = Transition(
+    "enqueue_delayed", ("job", "delayed", "wake"), ("id", "payload", "now", "delay_ms", "at_ms"),
+    "EMQ.ENQUEUE_DELAYED", admits=True, fast=True,
+    summary="Admit a job once, to run later (twin of enqueue_delayed.lua).",
+    complexity="O(log N) with N the delayed jobs",
+)
 ACK = Transition(
     "ack", ("active", "job"), ("id", "fence", "retention_ms"), "EMQ.ACK", fast=True,
     summary="Complete the current lease (twin of ack.lua).", complexity="O(log N)",
+)
+ACK_RESULT = Transition(
+    "ack_result", ("active", "job"), ("id", "fence", "retention_ms", "result"), "EMQ.ACK_RESULT",
+    fast=True, summary="Complete the current lease, keeping its result (twin of ack_result.lua).",
+    complexity="O(log N)",
 )
 RETRY = Transition(
     "retry",
@@ -197,6 +214,7 @@ SETTLE = Transition(
     "EMQ.SETTLE",
     item_forms=(
         ItemForm("ack", ("id", "fence")),
+        ItemForm("done", ("id", "fence", "result")),
         ItemForm("release", ("id", "fence")),
         ItemForm("retry", ("id", "fence", "delay_ms", "max_attempts", "error")),
     ),
@@ -225,6 +243,11 @@ LANE_ENQUEUE = Transition(
     "lane_enqueue", ("job", "lane", "ring", "wake"), ("id", "payload", "group", "now"), None,
     admits=True, summary="Admit a job once into its group's lane.",
 )
+LANE_ENQUEUE_DELAYED = Transition(
+    "lane_enqueue_delayed", ("job", "delayed", "wake"),
+    ("id", "payload", "group", "now", "delay_ms", "at_ms"), None, admits=True,
+    summary="Admit a job once, to run later in its group's lane.",
+)
 LANE_CLAIM = Transition(
     "lane_claim", ("ring", "active", "fence"), ("lease_ms", "now"), None, label="gclaim2",
     summary="Lease the head job of the next lane in the ring.",
@@ -238,10 +261,11 @@ PURGE = Transition("purge", ("dead",), ("limit",), None, summary="Forget the old
 
 # Every transition with a native twin; the conformance suite runs each on both executors.
 TRANSITIONS: tuple[Transition, ...] = (
-    ENQUEUE, CLAIM, ACK, RETRY, EXTEND, SETTLE, EXTEND_MANY, RECOVER, PROMOTE
+    ENQUEUE, CLAIM, ACK, RETRY, EXTEND, SETTLE, EXTEND_MANY, RECOVER, PROMOTE, ENQUEUE_DELAYED,
+    ACK_RESULT,
 )
 # Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
-SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM)
+SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM, LANE_ENQUEUE_DELAYED)
 # An operator's tools over dead jobs: scripts whatever the queue's wire (see echomq.admin).
 ADMIN: tuple[Transition, ...] = (REQUEUE, PURGE)
 ALL_TRANSITIONS: tuple[Transition, ...] = TRANSITIONS + SCRIPT_ONLY + ADMIN
@@ -255,10 +279,10 @@ def queue_base(name: str) -> str:
 
 
 def key_of(base: str, role: str, job_id: str | None = None, lane: str | None = None) -> str:
-    """The key of ``role`` (pending, active, ...; ``job``: the row of ``job_id``; ``lane``: the
-    lane of group ``lane``)."""
-    if role == "job":
-        return f"{base}job:{job_id}"
+    """The key of ``role`` (pending, active, ...; ``job``: the row of ``job_id``; ``ended``: the
+    token that wakes the waiters of ``job_id``; ``lane``: the lane of group ``lane``)."""
+    if role in ("job", "ended"):
+        return f"{base}{role}:{job_id}"
     if role == "lane":
         return f"{base}lane:{lane}"
     return base + role

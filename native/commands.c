@@ -150,9 +150,15 @@ static int parse_now(const ValkeyModuleString *s, long long *out) {
     return r != 0;
 }
 
-/* One integer or now argument, of spec: 0 after writing its EMQNUM error into err. */
+/* One integer, now or result argument, of spec: 0 after writing its EMQNUM (EMQSIZE) error into
+ * err. */
 static int parse_number(const EmqArgSpec *spec, const ValkeyModuleString *s, long long *out, char *err,
                         size_t cap) {
+    if (spec->kind == EMQ_ARG_RESULT) {
+        if (bytes_of(s).n <= EMQ_RESULT_MAX) return 1;
+        snprintf(err, cap, "%s", EMQ_ERR_RESULT);
+        return 0;
+    }
     if (spec->kind == EMQ_ARG_NOW) {
         if (parse_now(s, out)) return 1;
         snprintf(err, cap, "%s", EMQ_ERR_NOW);
@@ -256,6 +262,7 @@ static void items_free(ValkeyModuleCtx *ctx, Call *call) {
         if (it->row_name) ValkeyModule_FreeString(ctx, it->row_name);
         if (it->lane) ValkeyModule_FreeString(ctx, it->lane);
         if (it->lane_key) ValkeyModule_FreeString(ctx, it->lane_key);
+        if (it->ended) ValkeyModule_FreeString(ctx, it->ended);
     }
     ValkeyModule_Free(call->items);
     call->items = NULL;

@@ -91,6 +91,12 @@ const char *check_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleS
     return NULL;
 }
 
+/* A job's ended key, <base>ended:<id> (check_ended of the prelude): ACL, slot, absent or a list.
+ * NULL or the error. */
+const char *check_ended(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *ended) {
+    return check_lane(ctx, acl, base, ended);
+}
+
 /* ---- Reading a row and the fence counter ----------------------------------------------------- */
 
 /* int_field of the prelude: an absent or non-integer field counts as the fallback. */

@@ -142,6 +142,15 @@ void fx_wake(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *key
     for (long long i = 0; i < n; i++) fx_push(ctx, key, keyname, VALKEYMODULE_LIST_TAIL, s_one);
 }
 
+/* mark_ended of the prelude: the job's ended key holds one token (pushed when it holds none), which
+ * wakes every client blocked on it; with retention_ms > 0 it expires with the tombstone. */
+void fx_mark_ended(ValkeyModuleCtx *ctx, ValkeyModuleString *ended, long long retention_ms) {
+    ValkeyModuleKey *key = ValkeyModule_OpenKey(ctx, ended, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    if (ValkeyModule_ValueLength(key) == 0) fx_push(ctx, key, ended, VALKEYMODULE_LIST_TAIL, s_one);
+    if (retention_ms > 0) fx_pexpire(ctx, key, ended, retention_ms);
+    ValkeyModule_CloseKey(key);
+}
+
 /* lease of the prelude: count the attempt, take the next fence (SET fence), write both to the row
  * in one HSET, put the id in active until deadline. */
 void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,

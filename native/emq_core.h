@@ -14,6 +14,8 @@
 /* The highest value of a queue's fence counter a claim still counts up from (the next fence
  * stays a valid integer argument). */
 #define EMQ_FENCE_MAX (EMQ_INT_MAX - 1)
+/* The most bytes a result kept by an ack may hold (echomq.transitions.MAX_RESULT_BYTES). */
+#define EMQ_RESULT_MAX 524288
 
 /* Errors, byte for byte as docs/PROTOCOL.md and echomq/lua/_prelude.lua state them. */
 #define EMQ_ERR_KIND "EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
@@ -24,6 +26,7 @@
 #define EMQ_ERR_MOVING "TRYAGAIN a job's keys are moving between cluster nodes; try again"
 #define EMQ_ERR_NOW "EMQNUM now must be * or an integer from 0 to 999999999999999"
 #define EMQ_ERR_FENCE "EMQFENCE the fence counter must hold an integer from 0 to 999999999999998"
+#define EMQ_ERR_RESULT "EMQSIZE result must be at most 524288 bytes"
 #define EMQ_ERR_NUMKEYS_INT "ERR value is not an integer or out of range"
 #define EMQ_ERR_NUMKEYS_NEG "ERR Number of keys can't be negative"
 #define EMQ_ERR_NUMKEYS_BIG "ERR Number of keys can't be greater than number of args"

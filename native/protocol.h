@@ -14,7 +14,14 @@
 
 #include "valkeymodule.h"
 
-typedef enum { EMQ_ARG_ID, EMQ_ARG_GROUP, EMQ_ARG_INT, EMQ_ARG_NOW, EMQ_ARG_BYTES } EmqArgKind;
+typedef enum {
+    EMQ_ARG_ID,
+    EMQ_ARG_GROUP,
+    EMQ_ARG_INT,
+    EMQ_ARG_NOW,
+    EMQ_ARG_BYTES,
+    EMQ_ARG_RESULT /* bytes, at most EMQ_RESULT_MAX of them */
+} EmqArgKind;
 
 /* An argument: its name (as EMQNUM errors give it), kind and, for an integer, its minimum. */
 typedef struct {
@@ -66,6 +73,8 @@ enum {
     EMQ_CMD_EXTEND_MANY,
     EMQ_CMD_RECOVER,
     EMQ_CMD_PROMOTE,
+    EMQ_CMD_ENQUEUE_DELAYED,
+    EMQ_CMD_ACK_RESULT,
     EMQ_COMMAND_COUNT
 };
 
@@ -84,6 +93,8 @@ enum {
     X(EXTEND_MANY, extend_many) \
     X(RECOVER, recover) \
     X(PROMOTE, promote) \
+    X(ENQUEUE_DELAYED, enqueue_delayed) \
+    X(ACK_RESULT, ack_result) \
 
 
 /* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now> */
@@ -155,10 +166,14 @@ enum {
 #define EMQ_SETTLE_FORM_ACK 0
 #define EMQ_SETTLE_ACK_ARG_ID 0
 #define EMQ_SETTLE_ACK_ARG_FENCE 1
-#define EMQ_SETTLE_FORM_RELEASE 1
+#define EMQ_SETTLE_FORM_DONE 1
+#define EMQ_SETTLE_DONE_ARG_ID 0
+#define EMQ_SETTLE_DONE_ARG_FENCE 1
+#define EMQ_SETTLE_DONE_ARG_RESULT 2
+#define EMQ_SETTLE_FORM_RELEASE 2
 #define EMQ_SETTLE_RELEASE_ARG_ID 0
 #define EMQ_SETTLE_RELEASE_ARG_FENCE 1
-#define EMQ_SETTLE_FORM_RETRY 2
+#define EMQ_SETTLE_FORM_RETRY 3
 #define EMQ_SETTLE_RETRY_ARG_ID 0
 #define EMQ_SETTLE_RETRY_ARG_FENCE 1
 #define EMQ_SETTLE_RETRY_ARG_DELAY_MS 2
@@ -196,6 +211,28 @@ enum {
 #define EMQ_PROMOTE_KEY_WAKE 3
 #define EMQ_PROMOTE_ARG_NOW 0
 #define EMQ_PROMOTE_ARG_LIMIT 1
+
+/* EMQ.ENQUEUE_DELAYED 3 <base>job:<id> <base>delayed <base>wake <id> <payload> <now> <delay_ms:0> <at_ms:0> */
+#define EMQ_ENQUEUE_DELAYED_NUMKEYS 3
+#define EMQ_ENQUEUE_DELAYED_NARGS 5
+#define EMQ_ENQUEUE_DELAYED_KEY_JOB 0
+#define EMQ_ENQUEUE_DELAYED_KEY_DELAYED 1
+#define EMQ_ENQUEUE_DELAYED_KEY_WAKE 2
+#define EMQ_ENQUEUE_DELAYED_ARG_ID 0
+#define EMQ_ENQUEUE_DELAYED_ARG_PAYLOAD 1
+#define EMQ_ENQUEUE_DELAYED_ARG_NOW 2
+#define EMQ_ENQUEUE_DELAYED_ARG_DELAY_MS 3
+#define EMQ_ENQUEUE_DELAYED_ARG_AT_MS 4
+
+/* EMQ.ACK_RESULT 2 <base>active <base>job:<id> <id> <fence:1> <retention_ms:0> <result> */
+#define EMQ_ACK_RESULT_NUMKEYS 2
+#define EMQ_ACK_RESULT_NARGS 4
+#define EMQ_ACK_RESULT_KEY_ACTIVE 0
+#define EMQ_ACK_RESULT_KEY_JOB 1
+#define EMQ_ACK_RESULT_ARG_ID 0
+#define EMQ_ACK_RESULT_ARG_FENCE 1
+#define EMQ_ACK_RESULT_ARG_RETENTION_MS 2
+#define EMQ_ACK_RESULT_ARG_RESULT 3
 
 extern const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT];
 
@@ -275,8 +312,13 @@ static const EmqArgSpec emq_settle_form0_args[] = {
 static const EmqArgSpec emq_settle_form1_args[] = {
     {"id", EMQ_ARG_ID, 0},
     {"fence", EMQ_ARG_INT, 1},
+    {"result", EMQ_ARG_RESULT, 0},
 };
 static const EmqArgSpec emq_settle_form2_args[] = {
+    {"id", EMQ_ARG_ID, 0},
+    {"fence", EMQ_ARG_INT, 1},
+};
+static const EmqArgSpec emq_settle_form3_args[] = {
     {"id", EMQ_ARG_ID, 0},
     {"fence", EMQ_ARG_INT, 1},
     {"delay_ms", EMQ_ARG_INT, 0},
@@ -285,8 +327,9 @@ static const EmqArgSpec emq_settle_form2_args[] = {
 };
 static const EmqItemForm emq_settle_forms[] = {
     {"ack", 2, emq_settle_form0_args},
-    {"release", 2, emq_settle_form1_args},
-    {"retry", 5, emq_settle_form2_args},
+    {"done", 3, emq_settle_form1_args},
+    {"release", 2, emq_settle_form2_args},
+    {"retry", 5, emq_settle_form3_args},
 };
 static const EmqKeySpec emq_extend_many_keys[] = {
     {"active", 6, -1, VALKEYMODULE_KEYTYPE_ZSET},
@@ -323,6 +366,28 @@ static const EmqKeySpec emq_promote_keys[] = {
 static const EmqArgSpec emq_promote_args[] = {
     {"now", EMQ_ARG_NOW, 0},
     {"limit", EMQ_ARG_INT, 1},
+};
+static const EmqKeySpec emq_enqueue_delayed_keys[] = {
+    {"job:", 4, 0, VALKEYMODULE_KEYTYPE_HASH},
+    {"delayed", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"wake", 4, -1, VALKEYMODULE_KEYTYPE_LIST},
+};
+static const EmqArgSpec emq_enqueue_delayed_args[] = {
+    {"id", EMQ_ARG_ID, 0},
+    {"payload", EMQ_ARG_BYTES, 0},
+    {"now", EMQ_ARG_NOW, 0},
+    {"delay_ms", EMQ_ARG_INT, 0},
+    {"at_ms", EMQ_ARG_INT, 0},
+};
+static const EmqKeySpec emq_ack_result_keys[] = {
+    {"active", 6, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"job:", 4, 0, VALKEYMODULE_KEYTYPE_HASH},
+};
+static const EmqArgSpec emq_ack_result_args[] = {
+    {"id", EMQ_ARG_ID, 0},
+    {"fence", EMQ_ARG_INT, 1},
+    {"retention_ms", EMQ_ARG_INT, 0},
+    {"result", EMQ_ARG_RESULT, 0},
 };
 const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
     {"emq.enqueue",
@@ -400,9 +465,9 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_settle_keys,
      EMQ_SETTLE_NARGS,
      emq_settle_args,
-     3,
+     4,
      emq_settle_forms,
-     "ack <id> <fence>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>"},
+     "ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>"},
     {"emq.extend_many",
      "EXTEND_MANY",
      "write getkeys-api no-mandatory-keys",
@@ -439,6 +504,32 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_promote_keys,
      EMQ_PROMOTE_NARGS,
      emq_promote_args,
+     0,
+     NULL,
+     NULL},
+    {"emq.enqueue_delayed",
+     "ENQUEUE_DELAYED",
+     "write deny-oom fast getkeys-api no-mandatory-keys",
+     "Admit a job once, to run later (twin of enqueue_delayed.lua).",
+     "O(log N) with N the delayed jobs",
+     -2,
+     EMQ_ENQUEUE_DELAYED_NUMKEYS,
+     emq_enqueue_delayed_keys,
+     EMQ_ENQUEUE_DELAYED_NARGS,
+     emq_enqueue_delayed_args,
+     0,
+     NULL,
+     NULL},
+    {"emq.ack_result",
+     "ACK_RESULT",
+     "write fast getkeys-api no-mandatory-keys",
+     "Complete the current lease, keeping its result (twin of ack_result.lua).",
+     "O(log N)",
+     -2,
+     EMQ_ACK_RESULT_NUMKEYS,
+     emq_ack_result_keys,
+     EMQ_ACK_RESULT_NARGS,
+     emq_ack_result_args,
      0,
      NULL,
      NULL},

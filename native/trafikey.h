@@ -39,7 +39,8 @@ typedef struct {
     int form;
     ValkeyModuleString **args;
     long long num[EMQ_ITEM_ARGS_MAX];
-    ValkeyModuleString *row_name, *lane, *lane_key; /* owned, set by the transition; freed with the call */
+    /* owned, set by the transition; freed with the call */
+    ValkeyModuleString *row_name, *lane, *lane_key, *ended;
 } Item;
 
 #define ITEM_ID(it) ((it)->args[0])
@@ -82,6 +83,7 @@ void acl_release(Acl *acl);
 int moved_away(ValkeyModuleCtx *ctx, ValkeyModuleString *key, Bytes base);
 const char *check_row(ValkeyModuleCtx *ctx, Acl *acl, ValkeyModuleString *row_name, Bytes base);
 const char *check_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *lane_key);
+const char *check_ended(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *ended);
 long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field, long long fallback);
 int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleKey *row, ValkeyModuleString *id,
                      long long fence);
@@ -102,6 +104,7 @@ void fx_del(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyn
 void fx_hdel(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *field);
 void fx_pexpire(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, long long ms);
 void fx_wake(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, long long n);
+void fx_mark_ended(ValkeyModuleCtx *ctx, ValkeyModuleString *ended, long long retention_ms);
 void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
               ValkeyModuleKey *active, ValkeyModuleString *active_name, ValkeyModuleKey *fence_key,
               ValkeyModuleString *fence_name, long long last_fence, long long deadline, long long *attempt,

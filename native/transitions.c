@@ -35,17 +35,20 @@ static void strlist_free(ValkeyModuleCtx *ctx, StrList *l) {
 /* ---- Finishing a lease: shared by ack, retry and settle -------------------------------------- */
 
 /* finish_ack of the prelude, on a current lease: leave active; the row becomes a tombstone for
- * retention_ms (0: deleted). HDEL may empty the hash (a row of payload only): then it is gone and
- * PEXPIRE a no-op. */
+ * retention_ms (0: deleted), holding result when one is given (not NULL), and then the job's
+ * ended key wakes its waiters. HDEL may empty the hash (a row of payload only): then it is gone
+ * and PEXPIRE a no-op. */
 static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleString *active_name,
                               ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
-                              long long retention_ms) {
+                              long long retention_ms, ValkeyModuleString *result, ValkeyModuleString *ended) {
     fx_zrem(ctx, active, active_name, id);
     if (retention_ms == 0) {
         fx_del(ctx, row, row_name);
     } else {
+        if (result) fx_hset1(ctx, row, row_name, "result", result);
         fx_hdel(ctx, row, row_name, "payload");
         fx_pexpire(ctx, row, row_name, retention_ms);
+        if (result) fx_mark_ended(ctx, ended, retention_ms);
     }
     return "ACKED";
 }
@@ -57,15 +60,17 @@ typedef struct {
 } RetryKeys;
 
 /* finish_retry of the prelude, on a current lease: leave active, record the error, go dead when
- * the row's attempts reach max_attempts, else wait in delayed until now + delay_ms. */
+ * the row's attempts reach max_attempts (the job's ended key then wakes its waiters), else wait in
+ * delayed until now + delay_ms. */
 static const char *finish_retry(ValkeyModuleCtx *ctx, const RetryKeys *rk, ValkeyModuleKey *row,
                                 ValkeyModuleString *row_name, ValkeyModuleString *id,
                                 ValkeyModuleString *error, long long delay_ms, long long max_attempts,
-                                long long now) {
+                                long long now, ValkeyModuleString *ended) {
     fx_zrem(ctx, rk->active, rk->active_name, id);
     fx_hset1(ctx, row, row_name, "error", error);
     if (row_int_field(ctx, row, "attempts", 0) >= max_attempts) {
         fx_zadd(ctx, rk->dead, rk->dead_name, (double)now, id);
+        fx_mark_ended(ctx, ended, 0);
         return "DEAD";
     }
     fx_zadd(ctx, rk->delayed, rk->delayed_name, (double)(now + delay_ms), id);
@@ -143,6 +148,20 @@ static void claim_planned(ValkeyModuleCtx *ctx, Bytes base, const ClaimKeys *ck,
 
 /* ---- One job at a time ----------------------------------------------------------------------- */
 
+/* The row of a new job: payload, attempts 0, enqueued_at now (and lane when not NULL), as one
+ * HSET, the enqueue scripts' own. */
+static void write_new_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
+                          ValkeyModuleString *payload, long long now) {
+    char num[32];
+    ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, decimal(now, num));
+    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
+                         enqueued_at, NULL);
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
+    ValkeyModule_Replicate(ctx, "HSET", "scscscs", row_name, "payload", payload, "attempts", s_zero, "enqueued_at",
+                           enqueued_at);
+    ValkeyModule_FreeString(ctx, enqueued_at);
+}
+
 /* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now>
  * Twin of enqueue.lua. +ENQUEUED | +DUPLICATE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 int tx_enqueue(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
@@ -153,16 +172,27 @@ int tx_enqueue(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_EMPTY)
         return ValkeyModule_ReplyWithSimpleString(ctx, "DUPLICATE");
 
-    char num[32];
-    ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, decimal(now, num));
-    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
-                         enqueued_at, NULL);
-    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", names[EMQ_ENQUEUE_KEY_JOB]);
-    ValkeyModule_Replicate(ctx, "HSET", "scscscs", names[EMQ_ENQUEUE_KEY_JOB], "payload", payload, "attempts", s_zero,
-                           "enqueued_at", enqueued_at);
+    write_new_row(ctx, row, names[EMQ_ENQUEUE_KEY_JOB], payload, now);
     fx_zadd(ctx, k[EMQ_ENQUEUE_KEY_PENDING], names[EMQ_ENQUEUE_KEY_PENDING], (double)now, id);
     fx_wake(ctx, k[EMQ_ENQUEUE_KEY_WAKE], names[EMQ_ENQUEUE_KEY_WAKE], 1);
-    ValkeyModule_FreeString(ctx, enqueued_at);
+    return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
+}
+
+/* EMQ.ENQUEUE_DELAYED 3 <base>job:<id> <base>delayed <base>wake <id> <payload> <now> <delay_ms:0> <at_ms:0>
+ * Twin of enqueue_delayed.lua. +ENQUEUED | +DUPLICATE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE.
+ * As EMQ.ENQUEUE, into delayed at the later of now + delay_ms and at_ms; one wake token so a
+ * parked consumer looks again at when the next job falls due. */
+int tx_enqueue_delayed(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    ValkeyModuleString **names = call->keys;
+    ValkeyModuleKey *row = k[EMQ_ENQUEUE_DELAYED_KEY_JOB];
+    long long now = call->num[EMQ_ENQUEUE_DELAYED_ARG_NOW], at = call->num[EMQ_ENQUEUE_DELAYED_ARG_AT_MS];
+    long long due = now + call->num[EMQ_ENQUEUE_DELAYED_ARG_DELAY_MS];
+    if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_EMPTY)
+        return ValkeyModule_ReplyWithSimpleString(ctx, "DUPLICATE");
+    write_new_row(ctx, row, names[EMQ_ENQUEUE_DELAYED_KEY_JOB], call->args[EMQ_ENQUEUE_DELAYED_ARG_PAYLOAD], now);
+    fx_zadd(ctx, k[EMQ_ENQUEUE_DELAYED_KEY_DELAYED], names[EMQ_ENQUEUE_DELAYED_KEY_DELAYED],
+            (double)(at > due ? at : due), call->args[EMQ_ENQUEUE_DELAYED_ARG_ID]);
+    fx_wake(ctx, k[EMQ_ENQUEUE_DELAYED_KEY_WAKE], names[EMQ_ENQUEUE_DELAYED_KEY_WAKE], 1);
     return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
 }
 
@@ -208,24 +238,68 @@ int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_ARG_FENCE]))
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
     const char *verdict = finish_ack(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row, call->keys[EMQ_ACK_KEY_JOB], id,
-                                     call->num[EMQ_ACK_ARG_RETENTION_MS]);
+                                     call->num[EMQ_ACK_ARG_RETENTION_MS], NULL, NULL);
     return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
+}
+
+/* The job's ended key, <base>ended:<id>, derived and checked (step 6). NULL, or the error to
+ * reply; *ended is set either way and the caller frees it. */
+static const char *derive_ended(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *id, ValkeyModuleString **ended) {
+    Acl acl = {ctx, NULL, 0};
+    *ended = derived_key(ctx, base, "ended:", id);
+    const char *err = check_ended(ctx, &acl, base, *ended);
+    acl_release(&acl);
+    return err;
+}
+
+/* EMQ.ACK_RESULT 2 <base>active <base>job:<id> <id> <fence:1> <retention_ms:0> <result>
+ * Twin of ack_result.lua. +ACKED | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM EMQSIZE WRONGTYPE NOPERM
+ * TRYAGAIN. As EMQ.ACK, the tombstone keeping result (at most EMQ_RESULT_MAX bytes, checked in
+ * step 4); with a tombstone kept, the job's ended key (derived, step 6) wakes its waiters. */
+int tx_ack_result(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    ValkeyModuleString *id = call->args[EMQ_ACK_RESULT_ARG_ID], *ended;
+    ValkeyModuleKey *active = k[EMQ_ACK_RESULT_KEY_ACTIVE], *row = k[EMQ_ACK_RESULT_KEY_JOB];
+    const char *err = derive_ended(ctx, call->base, id, &ended);
+    int rc;
+    if (err) {
+        rc = reply_error(ctx, err);
+    } else if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_RESULT_ARG_FENCE])) {
+        rc = ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    } else {
+        const char *verdict = finish_ack(ctx, active, call->keys[EMQ_ACK_RESULT_KEY_ACTIVE], row,
+                                         call->keys[EMQ_ACK_RESULT_KEY_JOB], id,
+                                         call->num[EMQ_ACK_RESULT_ARG_RETENTION_MS],
+                                         call->args[EMQ_ACK_RESULT_ARG_RESULT], ended);
+        rc = ValkeyModule_ReplyWithSimpleString(ctx, verdict);
+    }
+    ValkeyModule_FreeString(ctx, ended);
+    return rc;
 }
 
 /* EMQ.RETRY 4 <base>active <base>delayed <base>dead <base>job:<id>
  *            <id> <fence:1> <delay_ms:0> <max_attempts:1> <error> <now>
- * Twin of retry.lua. +RETRYING | +DEAD | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
+ * Twin of retry.lua. +RETRYING | +DEAD | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE NOPERM
+ * TRYAGAIN. The job's ended key is derived and checked (step 6): it wakes waiters when the job
+ * goes dead. */
 int tx_retry(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
-    ValkeyModuleString *id = call->args[EMQ_RETRY_ARG_ID], **names = call->keys;
+    ValkeyModuleString *id = call->args[EMQ_RETRY_ARG_ID], **names = call->keys, *ended;
     ValkeyModuleKey *row = k[EMQ_RETRY_KEY_JOB];
-    if (!is_current_lease(ctx, k[EMQ_RETRY_KEY_ACTIVE], row, id, call->num[EMQ_RETRY_ARG_FENCE]))
-        return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
-    RetryKeys rk = {k[EMQ_RETRY_KEY_ACTIVE],     k[EMQ_RETRY_KEY_DELAYED],     k[EMQ_RETRY_KEY_DEAD],
-                    names[EMQ_RETRY_KEY_ACTIVE], names[EMQ_RETRY_KEY_DELAYED], names[EMQ_RETRY_KEY_DEAD]};
-    const char *verdict = finish_retry(ctx, &rk, row, names[EMQ_RETRY_KEY_JOB], id, call->args[EMQ_RETRY_ARG_ERROR],
-                                       call->num[EMQ_RETRY_ARG_DELAY_MS], call->num[EMQ_RETRY_ARG_MAX_ATTEMPTS],
-                                       call->num[EMQ_RETRY_ARG_NOW]);
-    return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
+    const char *err = derive_ended(ctx, call->base, id, &ended);
+    int rc;
+    if (err) {
+        rc = reply_error(ctx, err);
+    } else if (!is_current_lease(ctx, k[EMQ_RETRY_KEY_ACTIVE], row, id, call->num[EMQ_RETRY_ARG_FENCE])) {
+        rc = ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    } else {
+        RetryKeys rk = {k[EMQ_RETRY_KEY_ACTIVE],     k[EMQ_RETRY_KEY_DELAYED],     k[EMQ_RETRY_KEY_DEAD],
+                        names[EMQ_RETRY_KEY_ACTIVE], names[EMQ_RETRY_KEY_DELAYED], names[EMQ_RETRY_KEY_DEAD]};
+        const char *verdict = finish_retry(
+            ctx, &rk, row, names[EMQ_RETRY_KEY_JOB], id, call->args[EMQ_RETRY_ARG_ERROR], call->num[EMQ_RETRY_ARG_DELAY_MS],
+            call->num[EMQ_RETRY_ARG_MAX_ATTEMPTS], call->num[EMQ_RETRY_ARG_NOW], ended);
+        rc = ValkeyModule_ReplyWithSimpleString(ctx, verdict);
+    }
+    ValkeyModule_FreeString(ctx, ended);
+    return rc;
 }
 
 /* EMQ.EXTEND 2 <base>active <base>job:<id> <id> <fence:1> <lease_ms:1> <now>
@@ -260,12 +334,18 @@ static const char *plan_release_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
     return check_lane(ctx, acl, base, it->lane_key);
 }
 
-/* check_rows for EMQ.SETTLE: each item's row, and a release item's lane, in item order. */
+/* check_rows for EMQ.SETTLE: each item's row, then a release item's lane, or a done or retry
+ * item's ended key, in item order. */
 static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *items, long long n) {
     for (long long i = 0; i < n; i++) {
-        items[i].row_name = derived_key(ctx, base, "job:", ITEM_ID(&items[i]));
-        const char *err = check_row(ctx, acl, items[i].row_name, base);
-        if (!err && items[i].form == EMQ_SETTLE_FORM_RELEASE) err = plan_release_lane(ctx, acl, base, &items[i]);
+        Item *it = &items[i];
+        it->row_name = derived_key(ctx, base, "job:", ITEM_ID(it));
+        const char *err = check_row(ctx, acl, it->row_name, base);
+        if (!err && it->form == EMQ_SETTLE_FORM_RELEASE) err = plan_release_lane(ctx, acl, base, it);
+        if (!err && (it->form == EMQ_SETTLE_FORM_DONE || it->form == EMQ_SETTLE_FORM_RETRY)) {
+            it->ended = derived_key(ctx, base, "ended:", ITEM_ID(it));
+            err = check_ended(ctx, acl, base, it->ended);
+        }
         if (err) return err;
     }
     return NULL;
@@ -309,11 +389,13 @@ static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const
         if (it->form == EMQ_SETTLE_FORM_RETRY)
             verdict = finish_retry(ctx, &rk, row, it->row_name, ITEM_ID(it), it->args[EMQ_SETTLE_RETRY_ARG_ERROR],
                                    it->num[EMQ_SETTLE_RETRY_ARG_DELAY_MS], it->num[EMQ_SETTLE_RETRY_ARG_MAX_ATTEMPTS],
-                                   now);
+                                   now, it->ended);
         else if (it->form == EMQ_SETTLE_FORM_RELEASE)
             verdict = finish_release(ctx, sk, row, it, now);
         else
-            verdict = finish_ack(ctx, rk.active, rk.active_name, row, it->row_name, ITEM_ID(it), retention_ms);
+            verdict = finish_ack(ctx, rk.active, rk.active_name, row, it->row_name, ITEM_ID(it), retention_ms,
+                                 it->form == EMQ_SETTLE_FORM_DONE ? it->args[EMQ_SETTLE_DONE_ARG_RESULT] : NULL,
+                                 it->ended);
     }
     ValkeyModule_CloseKey(row);
     return verdict;
@@ -404,6 +486,7 @@ typedef struct {
     long long spent;             /* recover: > 0, the attempts of a job that goes dead */
     ValkeyModuleString *lane;    /* the row's lane field, or NULL for a flat job (or a spent one) */
     ValkeyModuleString *lane_key;
+    ValkeyModuleString *ended;   /* recover, a spent job: its ended key */
 } Move;
 
 static void moves_free(ValkeyModuleCtx *ctx, Move *moves, size_t n) {
@@ -411,6 +494,7 @@ static void moves_free(ValkeyModuleCtx *ctx, Move *moves, size_t n) {
         ValkeyModule_FreeString(ctx, moves[i].id);
         if (moves[i].lane) ValkeyModule_FreeString(ctx, moves[i].lane);
         if (moves[i].lane_key) ValkeyModule_FreeString(ctx, moves[i].lane_key);
+        if (moves[i].ended) ValkeyModule_FreeString(ctx, moves[i].ended);
     }
     ValkeyModule_Free(moves);
 }
@@ -423,7 +507,7 @@ static const char *plan_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Move *m
 
 /* First pass: sort the due entries into live moves and ghosts, checking every derived key (ACL,
  * the lane's type) before anything is written. recover: a job whose attempts reach max_attempts
- * is spent (it goes dead; its lane is not looked at), a flat job's score is its enqueued_at, or
+ * is spent (it goes dead; its lane is not looked at, its ended key is checked), a flat job's score is its enqueued_at, or
  * now; promote (max_attempts 0): its due time. Returns NULL on success, else the error to reply. */
 static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, size_t n, int recover,
                               long long now, long long max_attempts) {
@@ -444,6 +528,8 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
                 long long attempts = max_attempts > 0 ? row_int_field(ctx, row, "attempts", 0) : 0;
                 if (max_attempts > 0 && attempts >= max_attempts) {
                     m->spent = attempts;
+                    m->ended = derived_key(ctx, base, "ended:", m->id);
+                    err = check_ended(ctx, &acl, base, m->ended);
                 } else {
                     ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &m->lane, NULL);
                     if (m->lane) err = plan_lane(ctx, &acl, base, m);
@@ -489,6 +575,7 @@ static void apply_death(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyM
     ValkeyModule_CloseKey(row);
     ValkeyModule_FreeString(ctx, row_name);
     fx_zadd(ctx, k[4], call->keys[4], (double)now, m->id);
+    fx_mark_ended(ctx, m->ended, 0);
 }
 
 /* recover and promote share their layout: the source zset, pending, ring, wake (recover: dead),
@@ -521,7 +608,7 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
                 cap = cap ? cap * 2 : 16;
                 moves = ValkeyModule_Realloc(moves, cap * sizeof *moves);
             }
-            moves[n++] = (Move){member, score, 0, 0, NULL, NULL};
+            moves[n++] = (Move){member, score, 0, 0, NULL, NULL, NULL};
             if (!ValkeyModule_ZsetRangeNext(source)) break;
         }
         ValkeyModule_ZsetRangeStop(source);

@@ -27,7 +27,9 @@ ROLES = [b"pending", b"active", b"delayed", b"dead", b"wake", b"ring", b"lane:a"
 IDS = [b"JOB:1", b"JOB:2", b"JOB:3", b"JOB:4", b"JOB:5", b"JOB:6", b"JOB:ghost", b"JOB:new"]
 
 # A queue with a job in every place: pending (and a ghost there), active (flat and lane),
-# delayed (due and not), dead, an acked job's tombstone, a wake token, the fence counter.
+# delayed (due and not), dead (with its waiters' token), an acked job's tombstone, a wake token,
+# the fence counter, and an ended key of the wrong type (a leased job's: its retry and its death
+# by recover are refused).
 STATE: list[list[Any]] = [
     [b"HSET", BASE + b"job:JOB:1", b"payload", b"one", b"attempts", b"0", b"enqueued_at", NOW],
     [b"ZADD", BASE + b"pending", NOW, b"JOB:1"],
@@ -43,6 +45,8 @@ STATE: list[list[Any]] = [
     [b"ZADD", BASE + b"delayed", NOW, b"JOB:4"],
     [b"HSET", BASE + b"job:JOB:5", b"attempts", b"3", b"enqueued_at", NOW, b"error", b"x"],
     [b"ZADD", BASE + b"dead", NOW, b"JOB:5"],
+    [b"RPUSH", BASE + b"ended:JOB:5", b"1"],
+    [b"SET", BASE + b"ended:JOB:3", b"x"],
     [b"HSET", BASE + b"job:JOB:6", b"attempts", b"1", b"enqueued_at", NOW],
     [b"PEXPIRE", BASE + b"job:JOB:6", b"600000"],
     [b"RPUSH", BASE + b"wake", b"1"],
@@ -65,7 +69,8 @@ KEYS = st.lists(st.one_of(st.sampled_from(VALID_KEYS), st.sampled_from(JUNK_KEYS
 ARGS = st.lists(
     st.one_of(st.sampled_from(NUMBERS), st.sampled_from(IDS), st.binary(max_size=24),
               st.sampled_from([b"JOB:" + b"a" * 200, b"JOB:" + b"a" * 201, b"\x00" * 64,
-                               b"9" * 100_000, b"JOB:1\r\n"])),
+                               b"9" * 100_000, b"JOB:1\r\n", b"done", b"ack",
+                               b"r" * 524_289])),
     max_size=8,
 ).filter(lambda args: b"*" not in args)  # the server clock would make the two runs differ
 

@@ -35,11 +35,13 @@ RETAIN = 600_000  # tombstones outlive the test: an expiry mid-comparison would 
 Op = tuple[Any, ...]
 
 OPS: st.SearchStrategy[Op] = st.one_of(
-    st.tuples(st.just("enqueue"), st.sampled_from(IDS), st.binary(max_size=16)),
+    st.tuples(st.just("enqueue"), st.sampled_from(IDS), st.binary(max_size=16),
+              st.sampled_from([0, 0, 1, RETAIN])),
     st.tuples(st.just("enqueue_many"),
               st.lists(st.tuples(st.sampled_from(IDS), st.binary(max_size=8)), max_size=5)),
     st.tuples(st.just("claim"), st.sampled_from([1, 2, 60_000])),
-    st.tuples(st.just("ack"), st.integers(0, 7), st.sampled_from([0, RETAIN])),
+    st.tuples(st.just("ack"), st.integers(0, 7), st.sampled_from([0, RETAIN]),
+              st.one_of(st.none(), st.binary(max_size=8))),
     st.tuples(st.just("retry"), st.integers(0, 7), st.sampled_from([0, 1, 60_000]),
               st.booleans(), st.binary(max_size=8)),
     st.tuples(st.just("extend"), st.integers(0, 7), st.sampled_from([1, 60_000])),
@@ -73,7 +75,7 @@ class Worker:
         queue, held = self.queues[name], self.held[name]
         verb, *args = op
         if verb == "enqueue":
-            queue.enqueue(args[0], args[1])
+            queue.enqueue(args[0], args[1], delay_ms=args[2])
         elif verb == "enqueue_many":
             queue.enqueue_many(args[0])
         elif verb == "claim":
@@ -102,7 +104,7 @@ class Worker:
     @staticmethod
     def settle(queue: Queue, job: Job, verb: str, args: list[Any]) -> None:
         if verb == "ack":
-            queue.ack(job, retention_ms=args[0])
+            queue.ack(job, retention_ms=args[0], result=args[1])
         elif verb == "retry":
             limit = job.attempt if args[1] else job.attempt + 5  # to dead, or to delayed
             queue.retry(job, delay_ms=args[0], max_attempts=limit, error=args[2])
@@ -191,7 +193,7 @@ def test_replica_without_module_reaches_primary_keyspace(
     try:
         conn.flushall()
         Worker(conn, wire).run(workload)
-        Worker(conn, wire).run([(name, ("enqueue", "JOB:x", b"x")) for name in QUEUES])
+        Worker(conn, wire).run([(name, ("enqueue", "JOB:x", b"x", 0)) for name in QUEUES])
         leave_a_tombstone(conn, wire)
         assert conn.execute_command("WAIT", 1, 5000) >= 1
         assert_same_keyspace(primary, replica)
@@ -211,14 +213,16 @@ def test_replica_sees_every_transition(primary: EmbeddedValkey,
             jobs = [queue.claim(lease_ms=1) for _ in range(6)]
             assert all(job is not None for job in jobs)
             j0, j1, j2, j3, j4, _j5 = (job for job in jobs if job is not None)
-            queue.ack(j0, retention_ms=RETAIN)
+            queue.ack(j0, retention_ms=RETAIN, result=b"kept")
             queue.ack(j1, retention_ms=0)
+            queue.enqueue("JOB:later", b"l", delay_ms=RETAIN)
             queue.retry(j2, delay_ms=0, max_attempts=5, error=b"again")
             queue.retry(j3, delay_ms=0, max_attempts=1, error=b"dead")
             queue.extend(j4, lease_ms=600_000)
             queue.enqueue_many([(f"JOB:b{i}", b"b%d" % i) for i in range(4)])
             batch = queue.claim_many(4, lease_ms=600_000)
-            verdicts, _ = queue.settle([Ack(batch[0]), Retry(batch[1], delay_ms=600_000),
+            verdicts, _ = queue.settle([Ack(batch[0], result=b"r"),
+                                        Retry(batch[1], delay_ms=600_000),
                                         Retry(batch[2], max_attempts=1), Ack(batch[0])],
                                        claim=1, retention_ms=RETAIN)
             assert len(verdicts) == 4 and queue.extend_many(batch[3:], lease_ms=900_000)
@@ -251,7 +255,7 @@ def test_aof_loads_without_module(workload: list[tuple[str, Op]]) -> None:
     copy_dir = tempfile.mkdtemp(prefix="echomq-aof-")
     try:
         conn = source.client()
-        Worker(conn, 6).run([*workload, ("a", ("enqueue", "JOB:x", b"x"))])
+        Worker(conn, 6).run([*workload, ("a", ("enqueue", "JOB:x", b"x", 0))])
         leave_a_tombstone(conn, 6)
         conn.close()
         expected, state, expiring = digest(source), keyspace(source), expiries(source)

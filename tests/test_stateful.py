@@ -1,15 +1,15 @@
 """Random transition sequences on both executors in lockstep, checked against a Python model.
 
-A hypothesis state machine drives one queue through enqueue, claim, ack, retry, extend, settle
-(ack, retry and release items) and extend_many batches mixed with those single verbs, recover,
-promote, requeue of dead jobs and bad input, on an explicit clock, while rules also tamper with the
-keyspace behind the queue's back (deleted rows, expired tombstones, wrong-typed keys, odd row
-fields, lane jobs) and crash workers (a claim whose lease runs out, then recover). Every call runs
-on the Lua and the native scratch keys of a ``Pair`` (requeue, scripts only, runs its script on
-both); after every step both keyspaces must equal each other and the model's
-(echomq/conformance/model.py), and SPEC invariants 1-4, 8 and 10 are checked explicitly: a stale
-holder is always refused, a fence never repeats for an id, a job recovered at its last attempt
-ends dead.
+A hypothesis state machine drives one queue through enqueue (at once and delayed), claim, ack (with
+and without a result), retry, extend, settle (ack, done, retry and release items) and extend_many
+batches mixed with those single verbs, recover, promote, requeue of dead jobs and bad input, on an
+explicit clock, while rules also tamper with the keyspace behind the queue's back (deleted rows,
+expired tombstones, wrong-typed keys, odd row fields, lane jobs) and crash workers (a claim whose
+lease runs out, then recover). Every call runs on the Lua and the native scratch keys of a ``Pair``
+(requeue, scripts only, runs its script on both); after every step both keyspaces must equal each
+other and the model's (echomq/conformance/model.py), and SPEC invariants 1-4, 8 and 10 are checked
+explicitly: a stale holder is always refused, a fence never repeats for an id, a job recovered at
+its last attempt ends dead.
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ from echomq.embedded import EmbeddedValkey
 from echomq.scripts import script_for
 from echomq.transitions import (
     ACK,
+    ACK_RESULT,
     CLAIM,
     ENQUEUE,
+    ENQUEUE_DELAYED,
     EXTEND,
     EXTEND_MANY,
     PROMOTE,
@@ -62,7 +64,7 @@ GROUPS = [b"a", b"b", b"g:1"]
 ZSETS = (b"pending", b"active", b"delayed", b"dead")
 START = 1_700_000_000_000
 # transitions whose replies the machine's bookkeeping follows
-TRACKED = (ENQUEUE, CLAIM, ACK, SETTLE)
+TRACKED = (ENQUEUE, ENQUEUE_DELAYED, CLAIM, ACK, ACK_RESULT, SETTLE)
 
 PAYLOADS = st.one_of(
     st.sampled_from([b"", b"p", b"\x00\xff\r\n$-1\r\n", b"*3\r\n", b"x" * 5000]),
@@ -71,6 +73,8 @@ PAYLOADS = st.one_of(
 LATE = st.sampled_from([0, 0, 1, 1_000, 60_000, 10**6])  # recover/promote often run late
 ERRORS = st.sampled_from([b"", b"boom", b"\x00\r\n-ERR x\r\n", "ошибка".encode()])
 MAX_ATTEMPTS = st.sampled_from([1, 2, 3, 5])
+RESULTS = st.one_of(st.sampled_from([b"", b"42", b"\x00\r\n+OK\r\n", b"r" * 524_288,
+                                     b"r" * 524_289]), st.binary(max_size=24))
 RETRY_TAIL = st.tuples(st.sampled_from([0, 1, 1_000]), MAX_ATTEMPTS, ERRORS).map(list)
 
 BAD_NUMKEYS = [b"x", b"", b"-1", b"-0", b"01", b"+2", b" 2", b"2 ", b"1.0", b"99",
@@ -174,6 +178,28 @@ class QueueMachine(RuleBasedStateMachine):
                 event("an id admitted again")
             self.live.add(job_id)
 
+    @rule(data=st.data(), payload=PAYLOADS, delay_ms=st.sampled_from([0, 1, 1_000, 60_000]),
+          at=st.sampled_from([None, -60_000, 0, 500, 90_000]))
+    def enqueue_later(self, data: st.DataObject, payload: bytes, delay_ms: int,
+                      at: int | None) -> None:
+        """A job admitted to run later: straight into delayed, at the later of now + delay_ms
+        and at_ms; an id whose row exists is a duplicate whatever its state."""
+        job_id = data.draw(st.sampled_from([j for j in POOL if j not in self.ghosts]), label="id")
+        row = key(b"job", job_id)
+        at_ms = 0 if at is None else max(0, self.now + at)
+        argv = [3, row, key(b"delayed"), key(b"wake"), job_id, payload, self.now, delay_ms, at_ms]
+        valid = not isinstance(self.model.validate(ENQUEUE_DELAYED, argv), bytes)
+        known = valid and self.model.kind(row) == b"hash"
+        reply, outcomes = self.execute(ENQUEUE_DELAYED, argv)
+        if known:  # invariant 2: admit once
+            assert reply == status("DUPLICATE"), reply
+            assert outcomes["lua"].after == outcomes["lua"].before
+        if reply == status("ENQUEUED"):
+            assert job_id not in self.live and job_id not in self.ghosts
+            due = dict(self.model.zitems(key(b"delayed")))[job_id]
+            assert due == max(self.now + delay_ms, at_ms), (due, self.now, delay_ms, at_ms)
+            self.live.add(job_id)
+
     @rule(lease_ms=st.sampled_from([1, 10, 1_000, 30_000]))
     def claim(self, lease_ms: int) -> None:
         self.claim_one(lease_ms)
@@ -245,6 +271,29 @@ class QueueMachine(RuleBasedStateMachine):
             self.live.discard(job_id)
 
     @precondition(lambda self: self.leases)
+    @rule(data=st.data(), retention_ms=st.sampled_from([0, 600_000, 600_000]), result=RESULTS)
+    def ack_result(self, data: st.DataObject, retention_ms: int, result: bytes) -> None:
+        """An ack keeping the handler's result: the tombstone holds it; one over the cap is
+        refused whole."""
+        job_id, fence = self.pick_lease(data)
+        argv = [2, key(b"active"), key(b"job", job_id), job_id, fence, retention_ms, result]
+        reply = self.fenced(ACK_RESULT, job_id, fence, argv)
+        if len(result) > 524_288:
+            assert reply.startswith(b"-EMQSIZE "), reply
+        if reply == status("ACKED"):
+            self.live.discard(job_id)
+            self.check_result(job_id, result, retention_ms)
+
+    def check_result(self, job_id: bytes, result: bytes, retention_ms: int) -> None:
+        row = key(b"job", job_id)
+        if retention_ms == 0:
+            assert self.model.kind(row) == b"none"
+            return
+        assert self.model.hget(row, b"result") == result
+        assert self.model.hget(row, b"payload") is None
+        event("a result kept")
+
+    @precondition(lambda self: self.leases)
     @rule(data=st.data(), delay_ms=st.sampled_from([0, 1, 1_000, 60_000]),
           max_attempts=st.sampled_from([1, 2, 3, 5]), error=ERRORS)
     def retry(self, data: st.DataObject, delay_ms: int, max_attempts: int, error: bytes) -> None:
@@ -282,8 +331,10 @@ class QueueMachine(RuleBasedStateMachine):
         items: list[tuple[bytes, bytes, int, Argv]] = []
         for _ in range(data.draw(st.integers(0, 4) if self.leases else st.just(0), label="n")):
             job_id, fence = self.pick_lease(data)
-            op = data.draw(st.sampled_from([b"ack", b"retry", b"release"]), label="op")
+            op = data.draw(st.sampled_from([b"ack", b"done", b"retry", b"release"]), label="op")
             tail = data.draw(RETRY_TAIL, label="retry") if op == b"retry" else []
+            if op == b"done":
+                tail = [data.draw(RESULTS, label="result")]
             items.append((op, job_id, fence, tail))
         waiting = [j for j in self.zmembers(b"pending") if j in self.live][:count]
         holders = set(self.zmembers(b"active"))
@@ -300,6 +351,7 @@ class QueueMachine(RuleBasedStateMachine):
             return
         verdicts, jobs = parsed(reply)
         self.check_settled(items, current, verdicts)
+        self.check_results(items, verdicts, retention_ms)
         self.check_released(items, verdicts, attempts, [job[0] for job in jobs])
         assert [job[0] for job in jobs] == waiting, "settle skipped the oldest live jobs"
         for job_id, _payload, _attempt, fence in jobs:
@@ -321,11 +373,19 @@ class QueueMachine(RuleBasedStateMachine):
                 if job_id in settled:
                     event("an id settled twice in one batch")
                 continue
-            assert verdict in {b"ack": (b"ACKED",), b"release": (b"RELEASED",)}.get(
+            assert verdict in {b"ack": (b"ACKED",), b"done": (b"ACKED",),
+                               b"release": (b"RELEASED",)}.get(
                 op, (b"RETRYING", b"DEAD")), verdict
             settled.add(job_id)
             if verdict == b"ACKED":
                 self.live.discard(job_id)
+
+    def check_results(self, items: list[tuple[bytes, bytes, int, Argv]], verdicts: list[bytes],
+                      retention_ms: int) -> None:
+        """A done item that acked left its result in the tombstone."""
+        for (op, job_id, _, tail), verdict in zip(items, verdicts, strict=True):
+            if op == b"done" and verdict == b"ACKED":
+                self.check_result(job_id, tail[0], retention_ms)
 
     def check_released(self, items: list[tuple[bytes, bytes, int, Argv]], verdicts: list[bytes],
                        attempts: dict[bytes, int], claimed: list[bytes]) -> None:
@@ -411,9 +471,13 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.tombstones())
     @rule(data=st.data())
     def expire(self, data: st.DataObject) -> None:
-        """An acked job's tombstone expires: its id may be admitted again."""
+        """An acked job's tombstone expires (with its ended key, which the ack gave the same
+        expiry): its id may be admitted again."""
         job_id = data.draw(st.sampled_from(self.tombstones()), label="expired")
         self.behind_the_back(b"DEL", key(b"job", job_id))
+        ended = self.model.keys.get(key(b"ended:" + job_id))
+        if ended is not None and ended.expires:
+            self.behind_the_back(b"DEL", key(b"ended:" + job_id))
 
     def tombstones(self) -> list[bytes]:
         return [job_id for job_id in POOL if job_id not in self.live | self.ghosts
@@ -454,7 +518,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: not self.foreign)
     @rule(role=st.sampled_from([*ZSETS, b"wake", b"ring", b"lane:a", b"lane:g:1",
-                                b"job:JOB:1", b"job:JOB:5", b"fence"]),
+                                b"job:JOB:1", b"job:JOB:5", b"fence", b"ended:JOB:1"]),
           pick=st.integers(0, 2))
     def plant(self, role: bytes, pick: int) -> None:
         """A key of the queue holds the wrong type (only where nothing lives)."""
@@ -480,7 +544,7 @@ class QueueMachine(RuleBasedStateMachine):
     def good_argv(self, transition: Transition, job_id: bytes, base: bytes) -> Argv:
         numbers = {"id": job_id, "payload": b"p", "now": self.now, "lease_ms": 1_000,
                    "fence": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 3,
-                   "error": b"e", "limit": 10, "count": 1}
+                   "error": b"e", "limit": 10, "count": 1, "at_ms": 0, "result": b"r"}
         keys = [key(role.encode(), job_id, base) for role in transition.keys]
         items: Argv = {SETTLE: [b"ack", job_id, 1, b"retry", job_id, 1, 0, 3, b"e"],
                        EXTEND_MANY: [job_id, 1]}.get(transition, [])
@@ -507,6 +571,19 @@ class QueueMachine(RuleBasedStateMachine):
         assert normalise(self.pair.snapshot("native")) == lua, "executors' keyspaces differ"
         assert lua == self.model.render(), "keyspace differs from the model"
         self.check_conservation(lua)
+        self.check_ended(lua)
+
+    def check_ended(self, state: dict[bytes, tuple[Any, ...]]) -> None:
+        """A dead job's waiters are woken: its ended key holds its one token (and keeps it while
+        the job stays dead); a job acked keeping its result holds one too, expiring with it."""
+        kind, members, _ = state.get(key(b"dead"), (b"zset", [], False))
+        for job_id, _score in members if kind == b"zset" else []:
+            assert state[key(b"ended:" + job_id)] == (b"list", [b"1"], False), job_id
+            event("a dead job's waiters woken")
+        for name, (kind, value, expires) in state.items():
+            if name.startswith(BASE + b"ended:") and kind == b"list" and expires:
+                row = state.get(key(b"job", name[len(BASE) + 6:]))
+                assert row is not None and row[2] and value == [b"1"], name
 
     def check_conservation(self, state: dict[bytes, tuple[Any, ...]]) -> None:
         """Invariant 1: a live id sits in exactly one place; nothing unknown sits anywhere."""
@@ -577,8 +654,8 @@ def _bad_keys(draw: st.DrawFn, how: str, out: Argv, nkeys: int) -> Argv:
 
 
 def _bad_number(draw: st.DrawFn, transition: Transition, out: Argv, nkeys: int) -> Argv:
-    positions = [i for i, name in enumerate(transition.args) if name not in ("id", "payload",
-                                                                            "error")]
+    positions = [i for i, name in enumerate(transition.args)
+                 if name not in ("id", "payload", "error", "result")]
     i = draw(st.sampled_from(positions))
     if 1 + nkeys + i >= len(out):
         return out

@@ -25,8 +25,8 @@ from echomq.conformance.resp import Arg
 
 SETTLE_KEYS: list[Arg] = [7, key("active"), key("delayed"), key("dead"), key("pending"),
                           key("fence"), key("ring"), key("wake")]
-E_SETTLE_ITEM = (b" must be ack <id> <fence>, release <id> <fence> or retry <id> <fence> "
-                 b"<delay_ms> <max_attempts> <error>\r\n")
+E_SETTLE_ITEM = (b" must be ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> "
+                 b"or retry <id> <fence> <delay_ms> <max_attempts> <error>\r\n")
 NO_ITEMS_NO_JOBS = b"*2\r\n*0\r\n*0\r\n"
 
 
@@ -58,6 +58,7 @@ def lane_state() -> list[Command]:
 def settle_cases() -> Iterator[Case]:
     yield from settle_claim_cases()
     yield from settle_item_cases()
+    yield from settle_done_cases()
     yield from settle_release_cases()
     yield from settle_bad_item_cases()
 
@@ -236,6 +237,46 @@ BAD_FIELDS: list[tuple[str, list[Arg], bytes]] = [
     ("release-fence-zero", ["release", "JOB:1", 0], b"-EMQNUM fence must be an integer from 1 "),
     ("release-fence-word", ["ack", "JOB:1", 1, "release", "JOB:1", "x"], b"-EMQNUM fence "),
 ]
+
+
+E_SIZE = b"-EMQSIZE result must be at most 524288 bytes\r\n"
+
+
+def settle_done_cases() -> Iterator[Case]:
+    """``done``: an ack whose tombstone keeps the handler's result."""
+    yield _case("settle", "done-one-claim-one", settle("done", "JOB:1", 1, b"42", count=1),
+                replied([b"ACKED"], [job("JOB:2", 1, 1)]), leased("JOB:1") + waiting("JOB:2"))
+    yield _case("settle", "done-and-ack", settle("ack", "JOB:1", 1, "done", "JOB:2", 1,
+                                                 b"\x00\r\n", "done", "JOB:3", 1, b""),
+                replied([b"ACKED", b"ACKED", b"ACKED"], []),
+                leased("JOB:1") + leased("JOB:2") + leased("JOB:3"))
+    yield _case("settle", "done-no-retention", settle("done", "JOB:1", 1, b"r", retention=0),
+                replied([b"ACKED"], []), leased("JOB:1"))
+    yield _case("settle", "done-stale", settle("done", "JOB:1", 2, b"r"),
+                replied([b"STALE"], []), leased("JOB:1"))
+    yield _case("settle", "done-twice", settle("done", "JOB:1", 1, b"a", "done", "JOB:1", 1, b"b"),
+                replied([b"ACKED", b"STALE"], []), leased("JOB:1"))
+    yield _case("settle", "done-result-at-the-cap", settle("done", "JOB:1", 1, b"r" * 524_288),
+                replied([b"ACKED"], []), leased("JOB:1"))
+    yield _case("settle", "done-result-over-the-cap",
+                settle("ack", "JOB:1", 1, "done", "JOB:2", 1, b"r" * 524_289, count=1), E_SIZE,
+                leased("JOB:1") + leased("JOB:2") + waiting("JOB:3"))
+    yield _case("settle", "done-cut-short", settle("done", "JOB:1", 1, count=1),
+                E_ITEM + b"1" + E_SETTLE_ITEM, leased("JOB:1") + waiting("JOB:2"))
+    ended = key("ended:JOB:2")
+    yield _case("settle", "done-ended-wrongtype",
+                settle("ack", "JOB:1", 1, "done", "JOB:2", 1, b"r", count=1), E_TYPE,
+                leased("JOB:1") + leased("JOB:2") + waiting("JOB:3") + [["SET", ended, "x"]])
+    yield _case("settle", "retry-ended-wrongtype",
+                settle("retry", "JOB:2", 1, 0, 3, b"e"), E_TYPE,
+                [*leased("JOB:2"), ["HSET", ended, "f", "v"]])
+    yield _case("settle", "ack-ended-not-looked-at", settle("ack", "JOB:2", 1),
+                replied([b"ACKED"], []), [*leased("JOB:2"), ["SET", ended, "x"]])
+    yield _case("settle", "done-and-dead-wake-waiters",
+                settle("done", "JOB:1", 1, b"r", "retry", "JOB:2", 1, 0, 1, b"e"),
+                replied([b"ACKED", b"DEAD"], []), leased("JOB:1") + leased("JOB:2"))
+    yield _case("settle", "done-bad-fence-before-the-size",
+                settle("done", "JOB:1", 0, b"r" * 524_289), b"-EMQNUM fence ", leased("JOB:1"))
 
 
 def settle_bad_item_cases() -> Iterator[Case]:

@@ -95,6 +95,9 @@ GOOD: dict[str, list[Arg]] = {
     "recover": [5, key("active"), key("pending"), key("ring"), key("wake"), key("dead"), NOW, 100,
                 3],
     "promote": [4, key("delayed"), key("pending"), key("ring"), key("wake"), NOW, 100],
+    "enqueue_delayed": [3, key("job"), key("delayed"), key("wake"), "JOB:1", b"payload", NOW,
+                        5_000, 0],
+    "ack_result": [2, key("active"), key("job"), "JOB:1", 1, 60_000, b"result"],
 }
 
 # A state on which each transition's GOOD call succeeds.
@@ -108,6 +111,8 @@ READY: dict[str, list[Command]] = {
     "extend_many": leased("JOB:1") + leased("JOB:2"),
     "recover": leased("JOB:1", deadline=NOW - 1),
     "promote": delayed("JOB:1", due=NOW - 1),
+    "enqueue_delayed": [],
+    "ack_result": leased("JOB:1"),
 }
 
 BAD_IDS: list[tuple[str, Arg]] = [
@@ -132,7 +137,7 @@ BAD_NUMKEYS: list[tuple[str, Arg, bytes]] = [
     ("huge", "99999999999999999999", E_NOTINT), ("negative", "-1", E_NEGATIVE),
 ]
 MINIMUM = {"lease_ms": 1, "fence": 1, "max_attempts": 1, "limit": 1, "retention_ms": 0,
-           "delay_ms": 0, "count": 0}
+           "delay_ms": 0, "count": 0, "at_ms": 0}
 WRONG_VALUE: dict[str, list[Command]] = {
     "hash": [["SET", "{k}", "x"], ["RPUSH", "{k}", "x"]],
     "zset": [["SET", "{k}", "x"], ["HSET", "{k}", "f", "v"]],
@@ -173,7 +178,7 @@ def id_cases(t: Transition) -> Iterator[Case]:
         yield Case(t, f"id-{label}", _with(good, at, bad), E_KIND)
     for label, fine in GOOD_IDS:
         argv = _with(_with(good, at, fine), job_at, BASE.encode() + b"job:" + _raw(fine))
-        expect = b"+ENQUEUED" if t.name == "enqueue" else b"+STALE"
+        expect = b"+ENQUEUED" if t.admits else b"+STALE"
         yield Case(t, f"id-{label}", argv, expect)
     yield Case(t, "id-not-the-rows", _with(good, at, "JOB:2"), E_KEYS)
 
@@ -201,7 +206,8 @@ READY_OTHER: dict[str, list[Command]] = {
 
 
 def _expect_ok(t: Transition) -> bytes:
-    return {"enqueue": b"+ENQUEUED", "claim": b"*4", "ack": b"+ACKED", "retry": b"+RETRYING",
+    return {"enqueue": b"+ENQUEUED", "enqueue_delayed": b"+ENQUEUED", "ack_result": b"+ACKED",
+            "claim": b"*4", "ack": b"+ACKED", "retry": b"+RETRYING",
             "extend": b"+EXTENDED", "recover": b":1", "promote": b":1",
             "settle": b"*2\r\n*2\r\n+ACKED\r\n+RETRYING\r\n*1\r\n*4\r\n$5\r\nJOB:3\r\n",
             "extend_many": b"*2\r\n+EXTENDED\r\n+EXTENDED\r\n"}[t.name]
@@ -274,6 +280,81 @@ def enqueue_cases() -> Iterator[Case]:
                 [["RPUSH", key("wake"), *(["1"] * 63)]])
     yield _case("enqueue", "after-others", _argv("enqueue", now=NOW - 10), b"+ENQUEUED",
                 waiting("JOB:0") + waiting("JOB:2", at=NOW - 10))
+
+
+def enqueue_delayed_cases() -> Iterator[Case]:
+    name = "enqueue_delayed"
+    yield _case(name, "no-delay", _argv(name, delay_ms=0), b"+ENQUEUED")
+    yield _case(name, "at-later-than-the-delay", _argv(name, at_ms=NOW + 9_000), b"+ENQUEUED")
+    yield _case(name, "at-earlier-than-the-delay", _argv(name, at_ms=NOW + 1), b"+ENQUEUED")
+    yield _case(name, "at-in-the-past", _argv(name, delay_ms=0, at_ms=5), b"+ENQUEUED")
+    yield _case(name, "at-only", _argv(name, delay_ms=0, at_ms=NOW + 70_000), b"+ENQUEUED")
+    yield _case(name, "binary-payload", _argv(name, payload=b"\x00\xff\r\n$-1"), b"+ENQUEUED")
+    yield _case(name, "empty-payload", _argv(name, payload=b""), b"+ENQUEUED")
+    yield _case(name, "duplicate-live", _argv(name), b"+DUPLICATE", waiting("JOB:1"))
+    yield _case(name, "duplicate-delayed", _argv(name, delay_ms=1), b"+DUPLICATE",
+                delayed("JOB:1", due=NOW + 5))
+    yield _case(name, "duplicate-tombstone", _argv(name), b"+DUPLICATE",
+                [row("JOB:1", "attempts", "1", "enqueued_at", "5", "result", "r"),
+                 ["PEXPIRE", key("job"), "100000"]])
+    yield _case(name, "duplicate-dead", _argv(name), b"+DUPLICATE",
+                [row("JOB:1", "payload", "p", "attempts", "5", "enqueued_at", "5"),
+                 ["ZADD", key("dead"), "9", "JOB:1"]])
+    yield _case(name, "after-others", _argv(name), b"+ENQUEUED",
+                delayed("JOB:0", due=NOW + 5_000) + delayed("JOB:2", due=NOW + 1))
+    yield _case(name, "wake-full", _argv(name), b"+ENQUEUED",
+                [["RPUSH", key("wake"), *(["1"] * 64)]])
+    yield _case(name, "largest-due", _argv(name, now=MAXINT, delay_ms=MAXINT), b"+ENQUEUED")
+
+
+RESULT_AT_CAP = b"r" * 524_288
+RESULT_OVER_CAP = b"r" * 524_289
+E_SIZE = b"-EMQSIZE result must be at most 524288 bytes\r\n"
+
+
+def ack_result_cases() -> Iterator[Case]:
+    name = "ack_result"
+    yield from fenced_cases(name, b"+ACKED")
+    yield _case(name, "no-retention", _argv(name, retention_ms=0), b"+ACKED", leased("JOB:1"))
+    yield _case(name, "binary-result", _argv(name, result=b"\x00\xff\r\n$-1"), b"+ACKED",
+                leased("JOB:1"))
+    yield _case(name, "empty-result", _argv(name, result=b""), b"+ACKED", leased("JOB:1"))
+    yield _case(name, "result-at-the-cap", _argv(name, result=RESULT_AT_CAP), b"+ACKED",
+                leased("JOB:1"))
+    yield _case(name, "result-over-the-cap", _argv(name, result=RESULT_OVER_CAP), E_SIZE,
+                leased("JOB:1"))
+    yield _case(name, "result-over-the-cap-when-stale",
+                _argv(name, fence=9, result=RESULT_OVER_CAP), E_SIZE, leased("JOB:1"))
+    yield _case(name, "bad-retention-before-the-size",
+                _argv(name, retention_ms="x", result=RESULT_OVER_CAP), E_NUM, leased("JOB:1"))
+    yield _case(name, "size-before-types", _argv(name, result=RESULT_OVER_CAP), E_SIZE,
+                [["SET", key("active"), "x"]])
+    yield from ended_cases(name, b"+ACKED")
+    yield _case(name, "no-token-without-a-tombstone", _argv(name, retention_ms=0), b"+ACKED",
+                leased("JOB:1"))
+    yield _case(name, "result-replaced", _argv(name), b"+ACKED",
+                [*leased("JOB:1"), ["HSET", key("job"), "result", "old"]])
+    yield _case(name, "row-without-payload", _argv(name), b"+ACKED",
+                [row("JOB:1", "attempts", "1", "fence", "1"),
+                 ["ZADD", key("active"), "1", "JOB:1"]])
+
+
+ENDED = key("ended:JOB:1")
+
+
+def ended_cases(name: str, ok: bytes) -> Iterator[Case]:
+    """The job's ended key, derived from its id (step 6): absent or a list, checked whatever the
+    lease; a token already there is not pushed twice."""
+    ready = leased("JOB:1", attempt=3, fence=1)
+    yield _case(name, "ended-token-already-there", _argv(name), ok,
+                [*ready, ["RPUSH", ENDED, "1"]])
+    yield _case(name, "ended-wrongtype", _argv(name), E_TYPE, [*ready, ["SET", ENDED, "x"]])
+    yield _case(name, "ended-wrongtype-zset", _argv(name), E_TYPE,
+                [*ready, ["ZADD", ENDED, "1", "x"]])
+    yield _case(name, "ended-wrongtype-when-stale", _argv(name, fence=9), E_TYPE,
+                [*ready, ["HSET", ENDED, "f", "v"]])
+    yield _case(name, "ended-of-another-job-wrongtype", _argv(name), ok,
+                [*ready, ["SET", key("ended:JOB:2"), "x"]])
 
 
 def claim_cases() -> Iterator[Case]:
@@ -384,6 +465,12 @@ def retry_cases() -> Iterator[Case]:
     yield _case("retry", "empty-error", _argv("retry", error=b""), b"+RETRYING", leased("JOB:1"))
     yield _case("retry", "error-replaced", _argv("retry"), b"+RETRYING",
                 [*leased("JOB:1"), ["HSET", key("job"), "error", "old"]])
+    yield from ended_cases("retry", b"+DEAD")
+    yield _case("retry", "ended-wrongtype-while-retrying", _argv("retry"), E_TYPE,
+                [*leased("JOB:1"), ["SET", ENDED, "x"]])
+    yield _case("retry", "ended-token-of-an-earlier-life-kept", _argv("retry"), b"+DEAD",
+                [*leased("JOB:1", attempt=3, fence=1), ["RPUSH", ENDED, "1"],
+                 ["PEXPIRE", ENDED, "100000"]])
 
 
 def extend_cases() -> Iterator[Case]:
@@ -460,6 +547,12 @@ def spent_cases() -> Iterator[Case]:
                 [*leased("JOB:1", attempt=3, deadline=1), ["ZADD", key("dead"), "5", "JOB:0"]])
     yield _case("recover", "spent-limit", _argv("recover", limit=1), b":1",
                 leased("JOB:1", attempt=3, deadline=1) + leased("JOB:2", attempt=3, deadline=2))
+    yield _case("recover", "spent-ended-wrongtype", _argv("recover"), E_TYPE,
+                [*leased("JOB:1", attempt=3, deadline=1), ["SET", ENDED, "x"]])
+    yield _case("recover", "spent-ended-token-there", _argv("recover"), b":1",
+                [*leased("JOB:1", attempt=3, deadline=1), ["RPUSH", ENDED, "1"]])
+    yield _case("recover", "back-to-run-ended-not-looked-at", _argv("recover"), b":1",
+                [*leased("JOB:1", attempt=1, deadline=1), ["SET", ENDED, "x"]])
 
 
 def promote_cases() -> Iterator[Case]:
@@ -473,7 +566,8 @@ def all_cases() -> list[Case]:
     from echomq.conformance.batch_cases import batch_cases
 
     cases = [*generic_cases(), *enqueue_cases(), *claim_cases(), *ack_cases(), *retry_cases(),
-             *extend_cases(), *recover_cases(), *promote_cases(), *batch_cases()]
+             *extend_cases(), *recover_cases(), *promote_cases(), *batch_cases(),
+             *enqueue_delayed_cases(), *ack_result_cases()]
     ids = [case.id for case in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
     assert not duplicates, duplicates

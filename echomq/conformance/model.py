@@ -27,13 +27,17 @@ E_KEYS = b"EMQKEYS keys must be one queue's keys in the documented order"
 E_TYPE = b"WRONGTYPE Operation against a key holding the wrong kind of value"
 E_NOW = b"EMQNUM now must be * or an integer from 0 to 999999999999999"
 E_FENCE = b"EMQFENCE the fence counter must hold an integer from 0 to 999999999999998"
+E_RESULT = b"EMQSIZE result must be at most 524288 bytes"
+RESULT_MAX = 524288
 E_NOTINT = b"ERR value is not an integer or out of range"
 E_NEGATIVE = b"ERR Number of keys can't be negative"
 E_TOOMANY = b"ERR Number of keys can't be greater than number of args"
 
+# The single verbs that may end a job (done keeping a result, or dead): they check its ended key.
+ENDING = ("ack_result", "retry")
 # The minimum of every integer argument; "now" and free-form bytes are absent.
 MINIMUM = {"fence": 1, "lease_ms": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 1,
-           "limit": 1, "count": 0}
+           "limit": 1, "count": 0, "at_ms": 0}
 KEY_TYPE = {"job": b"hash", "pending": b"zset", "active": b"zset", "delayed": b"zset",
             "dead": b"zset", "ring": b"list", "wake": b"list", "fence": b"string"}
 
@@ -132,8 +136,8 @@ def array(elements: Sequence[bytes]) -> bytes:
     return b"*" + dec(len(elements)) + b"\r\n" + b"".join(elements)
 
 
-SETTLE_ITEM = ("ack <id> <fence>, release <id> <fence> or retry <id> <fence> <delay_ms> "
-               "<max_attempts> <error>")
+SETTLE_ITEM = ("ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> or retry "
+               "<id> <fence> <delay_ms> <max_attempts> <error>")
 PAIR = "<id> <fence>"
 LOST = b"lease expired during attempt %d: the worker was lost"
 
@@ -198,6 +202,7 @@ class Item:
     delay_ms: int = 0
     max_attempts: int = 0
     error: bytes = b""
+    result: bytes | None = None  # done: the result its tombstone keeps
 
 
 @dataclass
@@ -212,27 +217,41 @@ class Call:
 
 
 def parse_items(words: list[bytes]) -> list[Item] | bytes:
-    """settle's items, in order: op and width, id, fence, delay_ms, max_attempts."""
+    """settle's items, in order: op and width, id, fence, delay_ms, max_attempts (retry) or the
+    result's size (done)."""
     items: list[Item] = []
     i = 0
     while i < len(words):
-        width = {b"ack": 3, b"release": 3, b"retry": 6}.get(words[i], 0)
+        width = {b"ack": 3, b"done": 4, b"release": 3, b"retry": 6}.get(words[i], 0)
         if width == 0 or i + width > len(words):
             return item_error(len(items) + 1, SETTLE_ITEM)
         checked = _item_lease(words[i + 1], words[i + 2])
         if isinstance(checked, bytes):
             return checked
         item = Item(words[i], *checked)
-        if width == 6:
-            for name, word in (("delay_ms", words[i + 3]), ("max_attempts", words[i + 4])):
-                value = int_arg(word, MINIMUM[name])
-                if value is None:
-                    return number_error(name, MINIMUM[name])
-                setattr(item, name, value)
-            item.error = words[i + 5]
+        failure = _item_tail(item, words[i + 3:i + width])
+        if failure is not None:
+            return failure
         items.append(item)
         i += width
     return items
+
+
+def _item_tail(item: Item, tail: list[bytes]) -> bytes | None:
+    """The words after an item's lease: done's result, retry's delay_ms, max_attempts and
+    error. The error reply of the first bad one, or None."""
+    if item.op == b"done":
+        if len(tail[0]) > RESULT_MAX:
+            return error(E_RESULT)
+        item.result = tail[0]
+    elif item.op == b"retry":
+        for name, word in (("delay_ms", tail[0]), ("max_attempts", tail[1])):
+            value = int_arg(word, MINIMUM[name])
+            if value is None:
+                return number_error(name, MINIMUM[name])
+            setattr(item, name, value)
+        item.error = tail[2]
+    return None
 
 
 def parse_pairs(words: list[bytes]) -> list[Item] | bytes:
@@ -370,7 +389,14 @@ class Model:
         failure = self._numbers(call, transition.args, args)
         if failure is not None:
             return failure
-        return self._typed(transition, call)
+        checked = self._typed(transition, call)
+        if transition.name in ENDING and not isinstance(checked, bytes) \
+                and not self.list_or_none(base + b"ended:" + job_id):
+            return error(E_TYPE)
+        return checked
+
+    def list_or_none(self, key: bytes) -> bool:
+        return self.kind(key) in (b"none", b"list")
 
     def _numbers(self, call: Call, names: Sequence[str], words: Sequence[bytes]) -> bytes | None:
         """The first number error among the fixed arguments, in order; None when all parse."""
@@ -401,7 +427,9 @@ class Model:
         if isinstance(checked, bytes):
             return checked
         if any(self.kind(base + b"job:" + item.id) not in (b"none", b"hash")
-               or self.kind(self.release_lane(base, item)) not in (b"none", b"list")
+               or not self.list_or_none(self.release_lane(base, item))
+               or (item.op in (b"done", b"retry")
+                   and not self.list_or_none(base + b"ended:" + item.id))
                for item in items):
             return error(E_TYPE)
         return checked
@@ -449,6 +477,8 @@ class Model:
 
     @staticmethod
     def _number(call: Call, name: str, word: bytes) -> bytes | None:
+        if name == "result":
+            return error(E_RESULT) if len(word) > RESULT_MAX else None
         if name == "now":
             if word == b"*":
                 raise ValueError("the model runs on an explicit clock only")
@@ -482,6 +512,14 @@ class Model:
             return False
         return int_field(self.hget(row, b"fence"), 0) == fence
 
+    def mark_ended(self, row: bytes, job_id: bytes, retention_ms: int | None) -> None:
+        """The job's ended key (beside its row) holds one token; with retention_ms it expires."""
+        key = row[:len(row) - len(job_id) - 4] + b"ended:" + job_id
+        if self.llen(key) == 0:
+            self.push(key, b"1")
+        if retention_ms:
+            self.keys[key].expires = True
+
     def wake(self, key: bytes, count: int) -> None:
         for _ in range(max(0, min(count, WAKE_CAP - self.llen(key)))):
             self.push(key, b"1")
@@ -495,6 +533,18 @@ class Model:
         self.keys[row] = Value(b"hash", {b"payload": payload, b"attempts": b"0",
                                          b"enqueued_at": dec(now)})
         self.zadd(pending, now, job_id)
+        self.wake(wake_key, 1)
+        return status("ENQUEUED")
+
+    def _enqueue_delayed(self, call: Call) -> bytes:
+        row, delayed, wake_key = call.keys
+        job_id, payload = call.args[0], call.args[1]
+        if row in self.keys:
+            return status("DUPLICATE")
+        now = call.numbers["now"]
+        self.keys[row] = Value(b"hash", {b"payload": payload, b"attempts": b"0",
+                                         b"enqueued_at": dec(now)})
+        self.zadd(delayed, max(now + call.numbers["delay_ms"], call.numbers["at_ms"]), job_id)
         self.wake(wake_key, 1)
         return status("ENQUEUED")
 
@@ -529,15 +579,27 @@ class Model:
             return status("STALE")
         return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"]))
 
-    def finish_ack(self, active: bytes, row: bytes, job_id: bytes, retention_ms: int) -> str:
+    def _ack_result(self, call: Call) -> bytes:
+        active, row = call.keys
+        if not self.is_current(active, row, call.args[0], call.numbers["fence"]):
+            return status("STALE")
+        return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"],
+                                      call.args[3]))
+
+    def finish_ack(self, active: bytes, row: bytes, job_id: bytes, retention_ms: int,
+                   result: bytes | None = None) -> str:
         self.zrem(active, job_id)
         if retention_ms == 0:
             del self.keys[row]
         else:
             value = self.keys[row]
+            if result is not None:
+                value.data[b"result"] = result
             value.data.pop(b"payload", None)
             value.expires = True
             self._drop_empty(row)
+            if result is not None:
+                self.mark_ended(row, job_id, retention_ms)
         return "ACKED"
 
     def _retry(self, call: Call) -> bytes:
@@ -556,6 +618,7 @@ class Model:
         self.keys[row].data[b"error"] = item.error
         if int_field(self.hget(row, b"attempts"), 0) >= item.max_attempts:
             self.zadd(dead, now, item.id)
+            self.mark_ended(row, item.id, None)
             return "DEAD"
         self.zadd(delayed, now + item.delay_ms, item.id)
         return "RETRYING"
@@ -595,8 +658,9 @@ class Model:
         row = call.base + b"job:" + item.id
         if not self.is_current(call.keys[0], row, item.id, item.fence):
             return "STALE"
-        if item.op == b"ack":
-            return self.finish_ack(call.keys[0], row, item.id, call.numbers["retention_ms"])
+        if item.op in (b"ack", b"done"):
+            return self.finish_ack(call.keys[0], row, item.id, call.numbers["retention_ms"],
+                                   item.result)
         if item.op == b"release":
             return self.finish_release(call, row, item.id)
         return self.finish_retry(call.keys, row, item, call.numbers["now"])
@@ -643,6 +707,8 @@ class Model:
                 continue
             attempts = int_field(self.hget(row, b"attempts"), 0)
             if max_attempts is not None and attempts >= max_attempts:
+                if not self.list_or_none(base + b"ended:" + member):
+                    return error(E_TYPE)
                 moves.append(Move(member, row, score, spent=attempts))
                 continue
             move = Move(member, row, score, self.hget(row, b"lane"))
@@ -670,6 +736,7 @@ class Model:
             if move.spent:
                 self.keys[move.row].data[b"error"] = LOST % move.spent
                 self.zadd(call.keys[4], now, move.member)
+                self.mark_ended(move.row, move.member, None)
             else:
                 self.put_back(call.base, ring, pending, move, head)
                 back += 1
@@ -695,8 +762,11 @@ class Model:
         plan = self._plan(call.base, [(job_id, call.numbers["now"])], None)
         if isinstance(plan, bytes):
             return plan
+        if not self.list_or_none(call.base + b"ended:" + job_id):
+            return error(E_TYPE)
         self.zrem(dead, job_id)
         self.keys[row].data[b"attempts"] = b"0"
+        self.keys.pop(call.base + b"ended:" + job_id, None)
         self.put_back(call.base, ring, pending, plan[0][0], head=False)
         self.wake(wake_key, 1)
         return status("REQUEUED")

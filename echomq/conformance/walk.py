@@ -19,8 +19,10 @@ from echomq.conformance.model import Model, int_field, normalise
 from echomq.conformance.resp import Arg
 from echomq.transitions import (
     ACK,
+    ACK_RESULT,
     CLAIM,
     ENQUEUE,
+    ENQUEUE_DELAYED,
     EXTEND,
     EXTEND_MANY,
     PROMOTE,
@@ -61,7 +63,7 @@ class Walk:
         self.makers: list[Callable[[], Call]] = [
             self.enqueue, self.enqueue, self.claim, self.claim, self.ack, self.retry,
             self.extend, self.settle, self.settle, self.extend_many, self.recover, self.promote,
-            self.bad]
+            self.bad, self.enqueue_later, self.ack_result]
 
     def run(self, steps: int) -> WalkResult:
         """Up to ``steps`` steps; stops at the first difference (the states part there)."""
@@ -116,6 +118,12 @@ class Walk:
         return ENQUEUE, [3, key(b"job", job_id), key(b"pending"), key(b"wake"), job_id,
                          self.rng.choice(PAYLOADS), self.now]
 
+    def enqueue_later(self) -> Call:
+        job_id = self.fresh()
+        due = [self.rng.choice([0, 1_000]), self.rng.choice([0, self.now + 5_000])]
+        return ENQUEUE_DELAYED, [3, key(b"job", job_id), key(b"delayed"), key(b"wake"), job_id,
+                                 self.rng.choice(PAYLOADS), self.now, *due]
+
     def claim(self) -> Call:
         return CLAIM, [3, key(b"pending"), key(b"active"), key(b"fence"),
                        self.rng.choice([1, 1_000, 30_000]), self.now]
@@ -124,6 +132,11 @@ class Walk:
         job_id = self.pick()
         return ACK, [2, key(b"active"), key(b"job", job_id), job_id, self.fence(job_id),
                      self.rng.choice([0, 60_000])]
+
+    def ack_result(self) -> Call:
+        job_id = self.pick()
+        return ACK_RESULT, [2, key(b"active"), key(b"job", job_id), job_id, self.fence(job_id),
+                            self.rng.choice([0, 60_000]), self.rng.choice(PAYLOADS)]
 
     def retry(self) -> Call:
         job_id = self.pick()
@@ -140,12 +153,13 @@ class Walk:
         items: list[Arg] = []
         for _ in range(self.rng.randint(0, 3)):
             job_id = self.pick()
-            items += [b"ack", job_id, self.fence(job_id)] if self.rng.random() < 0.5 else [
-                b"retry", job_id, self.fence(job_id), self.rng.choice([0, 500]),
-                self.rng.choice([1, 3]), b"e"]
-        return SETTLE, [5, key(b"active"), key(b"delayed"), key(b"dead"), key(b"pending"),
-                        key(b"fence"), self.now, self.rng.choice([0, 60_000]), 30_000,
-                        self.rng.randint(0, 3), *items]
+            lease: list[Arg] = [job_id, self.fence(job_id)]
+            items += self.rng.choice([
+                [b"ack", *lease], [b"done", *lease, self.rng.choice(PAYLOADS)],
+                [b"retry", *lease, self.rng.choice([0, 500]), self.rng.choice([1, 3]), b"e"]])
+        return SETTLE, [7, key(b"active"), key(b"delayed"), key(b"dead"), key(b"pending"),
+                        key(b"fence"), key(b"ring"), key(b"wake"), self.now,
+                        self.rng.choice([0, 60_000]), 30_000, self.rng.randint(0, 3), *items]
 
     def extend_many(self) -> Call:
         pairs: list[Arg] = []

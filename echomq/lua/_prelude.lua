@@ -14,6 +14,8 @@ local E_MOVING = "TRYAGAIN a job's keys are moving between cluster nodes; try ag
 local E_LANE = 'EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -'
 local E_FENCE = 'EMQFENCE the fence counter must hold an integer from 0 to 999999999999998'
 local FENCE_MAX = 999999999999998
+local RESULT_MAX = 524288
+local E_RESULT = 'EMQSIZE result must be at most 524288 bytes'
 
 local function arity_error(verb, nkeys, nargs)
   return redis.error_reply(string.format('EMQARITY EMQ.%s takes %d keys and %d arguments',
@@ -31,7 +33,7 @@ local function item_error(n, shape)
   return redis.error_reply(string.format('EMQITEM item %d must be %s', n, shape))
 end
 local SETTLE_ITEM =
-  'ack <id> <fence>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>'
+  'ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>'
 
 local function number_error(name, min)
   return redis.error_reply(string.format('EMQNUM %s must be an integer from %d to 999999999999999',
@@ -133,6 +135,24 @@ local function check_row(row)
   return nil
 end
 
+-- A job's ended key, <base>ended:<id>, derived from its id: readable and writable by the caller,
+-- absent or a list, not on another node. Nil, or the error reply.
+local function check_ended(key)
+  if not may_access(key) then return redis.error_reply(E_PERM) end
+  local t = derived_type(key)
+  if t == nil then return redis.error_reply(E_MOVING) end
+  if t ~= 'none' and t ~= 'list' then return redis.error_reply(E_TYPE) end
+  return nil
+end
+
+-- A job has ended (done keeping a result, or dead): its ended key holds one token, which wakes
+-- every client blocked on it (BLMOVE key key: the token stays). With retention_ms it expires with
+-- the tombstone; a dead job's stays until requeue or purge takes the job out of dead.
+local function mark_ended(key, retention_ms)
+  if redis.call('LLEN', key) == 0 then redis.call('RPUSH', key, '1') end
+  if retention_ms then redis.call('PEXPIRE', key, dec(retention_ms)) end
+end
+
 -- The current lease: the id is in active and the row's fence equals the given fence.
 local function is_current_lease(active, row, id, fence)
   if redis.call('ZSCORE', active, id) == false then return false end
@@ -184,26 +204,37 @@ local function plan_claims(base, pending, count)
   return claims, ghosts
 end
 
+-- A result an ack keeps: any bytes, at most RESULT_MAX of them.
+local function result_ok(result)
+  return #result <= RESULT_MAX
+end
+
 -- ack's effect on a current lease: leave active; the row becomes a tombstone for retention_ms
--- (0: deleted). Returns the verdict.
-local function finish_ack(active, row, id, retention_ms)
+-- (0: deleted), holding result when one is given, and then the job's ended key (ended) wakes
+-- its waiters. Returns the verdict.
+local function finish_ack(active, row, id, retention_ms, result, ended)
   redis.call('ZREM', active, id)
   if retention_ms == 0 then
     redis.call('DEL', row)
   else
+    if result ~= nil then redis.call('HSET', row, 'result', result) end
     redis.call('HDEL', row, 'payload')
     redis.call('PEXPIRE', row, dec(retention_ms))
+    if result ~= nil then mark_ended(ended, retention_ms) end
   end
   return 'ACKED'
 end
 
 -- retry's effect on a current lease: leave active, record the error, go dead when the row's
--- attempts reach max_attempts, else wait in delayed until now + delay_ms. Returns the verdict.
-local function finish_retry(active, delayed, dead, row, id, error, delay_ms, max_attempts, now)
+-- attempts reach max_attempts (its ended key then wakes its waiters), else wait in delayed until
+-- now + delay_ms. Returns the verdict.
+local function finish_retry(active, delayed, dead, row, id, error, delay_ms, max_attempts, now,
+                            ended)
   redis.call('ZREM', active, id)
   redis.call('HSET', row, 'error', error)
   if int_field(redis.call('HGET', row, 'attempts'), 0) >= max_attempts then
     redis.call('ZADD', dead, dec(now), id)
+    mark_ended(ended, nil)
     return 'DEAD'
   end
   redis.call('ZADD', delayed, dec(now + delay_ms), id)
@@ -219,8 +250,8 @@ end
 
 -- First pass of recover/promote/requeue: sort due ids into live moves and ghosts, checking every
 -- derived key before anything is written. With max_attempts (recover), a job whose attempts are
--- used up is marked spent: it goes dead, so its lane is not looked at. Returns moves, ghosts or
--- nil, error reply.
+-- used up is marked spent: it goes dead, so its lane is not looked at, and its ended key is
+-- checked. Returns moves, ghosts or nil, error reply.
 local function plan_moves(base, ids, fallback_score, max_attempts)
   local moves, ghosts = {}, {}
   for i = 1, #ids, 2 do
@@ -235,6 +266,9 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
       local attempts = max_attempts and int_field(redis.call('HGET', row, 'attempts'), 0)
       if attempts and attempts >= max_attempts then
         move.spent = attempts
+        move.ended = base .. 'ended:' .. id
+        local err = check_ended(move.ended)
+        if err then return nil, err end
       elseif lane then
         local lane_key = base .. 'lane:' .. lane
         if not may_access(lane_key) then return nil, redis.error_reply(E_PERM) end
@@ -284,6 +318,7 @@ local function move_due(base, now, limit, max_attempts)
       redis.call('HSET', move.row, 'error',
         'lease expired during attempt ' .. dec(move.spent) .. ': the worker was lost')
       redis.call('ZADD', dead, dec(now), move.id)
+      mark_ended(move.ended, nil)
     elseif move.lane then
       push_lane(ring, move, push)
       back = back + 1

@@ -3,7 +3,7 @@
   may be admitted again. Scripts only: an operator's tool.
     KEYS[1] <base>dead       jobs that used up their attempts (zset)
     ARGV[1] limit            integer >= 1
-  Derived: <base>job:<id> of each purged job.
+  Derived: <base>job:<id> and <base>ended:<id> of each purged job.
   Replies: :<jobs purged> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
 if #KEYS ~= 1 or #ARGV ~= 1 then return arity_error('PURGE', 1, 1) end
@@ -19,9 +19,11 @@ for i = 1, #ids do
   local row = base .. 'job:' .. ids[i]
   if not may_access(row) then return redis.error_reply(E_PERM) end
   if derived_type(row) == nil then return redis.error_reply(E_MOVING) end
+  local err = check_ended(base .. 'ended:' .. ids[i])
+  if err then return err end
 end
 for i = 1, #ids do
   redis.call('ZREM', dead, ids[i])
-  redis.call('DEL', base .. 'job:' .. ids[i])
+  redis.call('DEL', base .. 'job:' .. ids[i], base .. 'ended:' .. ids[i])
 end
 return #ids

@@ -8,7 +8,8 @@
     ARGV[1] now              ms, or * for the server clock
     ARGV[2] limit            integer >= 1, most leases taken
     ARGV[3] max_attempts     integer >= 1
-  Derived: <base>job:<id> of each expired lease, <base>lane:<group> of each lane job put back.
+  Derived: <base>job:<id> of each expired lease, <base>lane:<group> of each lane job put back,
+  <base>ended:<id> of each job that goes dead (a token there wakes its waiters).
   A job whose attempts >= max_attempts (its worker was lost at its last attempt) goes to dead at
   now with the error 'lease expired during attempt <n>: the worker was lost'; its lane is left as
   it is. Otherwise a flat job returns to pending at its enqueued_at; a lane job to the head of its

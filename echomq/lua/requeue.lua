@@ -9,7 +9,7 @@
     KEYS[5] <base>job:<id>   the job row (hash)
     ARGV[1] id               JOB:<rest>
     ARGV[2] now              ms, or * for the server clock
-  Derived: <base>lane:<group> of a lane job.
+  Derived: <base>lane:<group> of a lane job; <base>ended:<id>, deleted (the job runs again).
   Replies: +REQUEUED | +NOT_DEAD | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
 if #KEYS ~= 5 or #ARGV ~= 2 then return arity_error('REQUEUE', 5, 2) end
@@ -27,9 +27,13 @@ if redis.call('ZSCORE', dead, id) == false or redis.call('EXISTS', row) == 0 the
 end
 local moves, failure = plan_moves(base, { id, dec(now) }, nil)
 if moves == nil then return failure end
+local ended = base .. 'ended:' .. id
+failure = check_ended(ended)
+if failure then return failure end
 local move = moves[1]
 redis.call('ZREM', dead, id)
 redis.call('HSET', row, 'attempts', '0')
+redis.call('DEL', ended)
 if move.lane then
   push_lane(ring, move, 'RPUSH')
 else

@@ -11,14 +11,15 @@
     ARGV[4] max_attempts     integer >= 1
     ARGV[5] error            any bytes
     ARGV[6] now              ms, or * for the server clock
-  Replies: +RETRYING | +DEAD | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
+  Derived: <base>ended:<id>, the job's ended key (list): a token there when it goes dead.
+  Replies: +RETRYING | +DEAD | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM,
+  TRYAGAIN errors.
 ]]
 if #KEYS ~= 4 or #ARGV ~= 6 then return arity_error('RETRY', 4, 6) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end
-if keys_base({ 'active', 'delayed', 'dead', 'job:' .. id }) == nil then
-  return redis.error_reply(E_KEYS)
-end
+local base = keys_base({ 'active', 'delayed', 'dead', 'job:' .. id })
+if base == nil then return redis.error_reply(E_KEYS) end
 local fence = int_arg(ARGV[2], 1)
 if fence == nil then return number_error('fence', 1) end
 local delay_ms = int_arg(ARGV[3], 0)
@@ -30,6 +31,9 @@ if now == nil then return redis.error_reply(E_NOW) end
 if not types_ok({ 'zset', 'zset', 'zset', 'hash' }) then return redis.error_reply(E_TYPE) end
 
 local active, delayed, dead, row = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ended = base .. 'ended:' .. id
+local err = check_ended(ended)
+if err then return err end
 if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
 return redis.status_reply(finish_retry(active, delayed, dead, row, id, ARGV[5], delay_ms,
-  max_attempts, now))
+  max_attempts, now, ended))

@@ -12,11 +12,12 @@
     ARGV[2] retention_ms     integer >= 0, an acked row's tombstone time (0: deleted)
     ARGV[3] lease_ms         integer >= 1, the lease of each job claimed
     ARGV[4] count            integer >= 0, how many jobs to claim at most
-    ARGV[5..] items          each `ack <id> <fence>`, `release <id> <fence>` or
+    ARGV[5..] items          each `ack <id> <fence>`, `done <id> <fence> <result>`,
+                             `release <id> <fence>` or
                              `retry <id> <fence> <delay_ms> <max_attempts> <error>`
   Derived: <base>job:<id> of every item's id and of each pending id walked; <base>lane:<lane> of
-  a release item's row that has a lane.
-  Items are applied in order with ack's and retry's semantics (an id settled twice: the second is
+  a release item's row that has a lane; <base>ended:<id> of a done or retry item.
+  Items are applied in order with ack's, ack_result's (done) and retry's semantics (an id settled twice: the second is
   STALE); release hands a lease back unrun: the job goes where recover would put it (a flat job to
   pending at its enqueued_at, a lane job to its lane's head), its attempt is uncounted (never below
   0; the fence counter is not rewound) and a wake token is left. Then jobs are leased as claim
@@ -24,7 +25,7 @@
   a job released by this call is not claimed by it.
   Replies: a pair: the verdicts (+ACKED, +RETRYING, +DEAD, +RELEASED or +STALE per item, in order)
   and the jobs leased (each id, payload, attempt, fence) | EMQARITY, EMQKEYS, EMQNUM, EMQITEM,
-  EMQKIND, WRONGTYPE, EMQFENCE, NOPERM, TRYAGAIN errors.
+  EMQKIND, EMQSIZE, WRONGTYPE, EMQFENCE, NOPERM, TRYAGAIN errors.
 ]]
 if #KEYS ~= 7 or #ARGV < 4 then return variadic_arity_error('SETTLE', 7, 4) end
 local base = keys_base({ 'active', 'delayed', 'dead', 'pending', 'fence', 'ring', 'wake' })
@@ -44,13 +45,17 @@ local i = 5
 while i <= #ARGV do
   local n = #items + 1
   local op = ARGV[i]
-  local width = ((op == 'ack' or op == 'release') and 3) or (op == 'retry' and 6) or nil
+  local width = ((op == 'ack' or op == 'release') and 3) or (op == 'done' and 4)
+    or (op == 'retry' and 6) or nil
   if width == nil or i + width - 1 > #ARGV then return item_error(n, SETTLE_ITEM) end
   local id = ARGV[i + 1]
   if not id_ok(id) then return redis.error_reply(E_KIND) end
   local item = { op = op, id = id, fence = int_arg(ARGV[i + 2], 1) }
   if item.fence == nil then return number_error('fence', 1) end
-  if op == 'retry' then
+  if op == 'done' then
+    item.result = ARGV[i + 3]
+    if not result_ok(item.result) then return redis.error_reply(E_RESULT) end
+  elseif op == 'retry' then
     item.delay_ms = int_arg(ARGV[i + 3], 0)
     if item.delay_ms == nil then return number_error('delay_ms', 0) end
     item.max_attempts = int_arg(ARGV[i + 4], 1)
@@ -102,9 +107,14 @@ if count > 0 then
   if last_fence == nil then return redis.error_reply(E_FENCE) end
 end
 for n = 1, #items do
-  items[n].row = base .. 'job:' .. items[n].id
-  local err = check_row(items[n].row)
-  if err == nil and items[n].op == 'release' then err = plan_release_lane(items[n]) end
+  local item = items[n]
+  item.row = base .. 'job:' .. item.id
+  local err = check_row(item.row)
+  if err == nil and item.op == 'release' then err = plan_release_lane(item) end
+  if err == nil and (item.op == 'done' or item.op == 'retry') then
+    item.ended = base .. 'ended:' .. item.id
+    err = check_ended(item.ended)
+  end
   if err then return err end
 end
 local claims, ghosts, err = plan_claims(base, pending, count)
@@ -118,13 +128,13 @@ for n = 1, #items do
   local verdict
   if not is_current_lease(active, item.row, item.id, item.fence) then
     verdict = 'STALE'
-  elseif item.op == 'ack' then
-    verdict = finish_ack(active, item.row, item.id, retention_ms)
+  elseif item.op == 'ack' or item.op == 'done' then
+    verdict = finish_ack(active, item.row, item.id, retention_ms, item.result, item.ended)
   elseif item.op == 'release' then
     verdict = finish_release(item)
   else
     verdict = finish_retry(active, delayed, dead, item.row, item.id, item.error, item.delay_ms,
-      item.max_attempts, now)
+      item.max_attempts, now, item.ended)
   end
   verdicts[n] = redis.status_reply(verdict)
 end

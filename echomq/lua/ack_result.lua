@@ -1,0 +1,31 @@
+--[[
+  ack_result: complete the current lease as ack does, keeping the handler's result in the
+  tombstone (the row's result field) in the same step; with a tombstone kept, the job's ended
+  key gets a token (expiring with the tombstone) that wakes its waiters.
+    KEYS[1] <base>active     leased jobs (zset)
+    KEYS[2] <base>job:<id>   the job row (hash)
+    ARGV[1] id               JOB:<rest>
+    ARGV[2] fence            integer >= 1, the lease's fence (claim's reply)
+    ARGV[3] retention_ms     integer >= 0 (0: the row is deleted, the result with it)
+    ARGV[4] result           any bytes, at most 524288
+  Derived: <base>ended:<id>, the job's ended key (list).
+  Replies: +ACKED | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, EMQSIZE, WRONGTYPE, NOPERM,
+  TRYAGAIN errors.
+]]
+if #KEYS ~= 2 or #ARGV ~= 4 then return arity_error('ACK_RESULT', 2, 4) end
+local id = ARGV[1]
+if not id_ok(id) then return redis.error_reply(E_KIND) end
+local base = keys_base({ 'active', 'job:' .. id })
+if base == nil then return redis.error_reply(E_KEYS) end
+local fence = int_arg(ARGV[2], 1)
+if fence == nil then return number_error('fence', 1) end
+local retention_ms = int_arg(ARGV[3], 0)
+if retention_ms == nil then return number_error('retention_ms', 0) end
+if not result_ok(ARGV[4]) then return redis.error_reply(E_RESULT) end
+if not types_ok({ 'zset', 'hash' }) then return redis.error_reply(E_TYPE) end
+
+local active, row, ended = KEYS[1], KEYS[2], base .. 'ended:' .. id
+local err = check_ended(ended)
+if err then return err end
+if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
+return redis.status_reply(finish_ack(active, row, id, retention_ms, ARGV[4], ended))

@@ -1,0 +1,32 @@
+--[[
+  enqueue_delayed: admit a job once, straight into delayed: it runs once promote finds it due, at
+  the later of now + delay_ms and at_ms.
+    KEYS[1] <base>job:<id>   the job row (hash)
+    KEYS[2] <base>delayed    jobs waiting to run, score = due time (zset)
+    KEYS[3] <base>wake       wake tokens (list)
+    ARGV[1] id               JOB:<rest>
+    ARGV[2] payload          any bytes
+    ARGV[3] now              ms, or * for the server clock
+    ARGV[4] delay_ms         integer >= 0
+    ARGV[5] at_ms            integer >= 0, an absolute due time (0: none)
+  One wake token, so a parked consumer looks again at when the next job falls due.
+  Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
+]]
+if #KEYS ~= 3 or #ARGV ~= 5 then return arity_error('ENQUEUE_DELAYED', 3, 5) end
+local id = ARGV[1]
+if not id_ok(id) then return redis.error_reply(E_KIND) end
+if keys_base({ 'job:' .. id, 'delayed', 'wake' }) == nil then return redis.error_reply(E_KEYS) end
+local now = now_arg(ARGV[3])
+if now == nil then return redis.error_reply(E_NOW) end
+local delay_ms = int_arg(ARGV[4], 0)
+if delay_ms == nil then return number_error('delay_ms', 0) end
+local at_ms = int_arg(ARGV[5], 0)
+if at_ms == nil then return number_error('at_ms', 0) end
+if not types_ok({ 'hash', 'zset', 'list' }) then return redis.error_reply(E_TYPE) end
+
+local row, delayed, wake_key = KEYS[1], KEYS[2], KEYS[3]
+if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') end
+redis.call('HSET', row, 'payload', ARGV[2], 'attempts', '0', 'enqueued_at', dec(now))
+redis.call('ZADD', delayed, dec(math.max(now + delay_ms, at_ms)), id)
+wake(wake_key, 1)
+return redis.status_reply('ENQUEUED')
