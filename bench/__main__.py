@@ -15,19 +15,20 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench import cost, e2e, memory, report, scaling, throughput, workers
+from bench import cost, e2e, lanes, memory, report, scaling, throughput, workers
 from bench.common import load_scripts, running_server, server_version
 from echomq.native import module_path
 
 FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_reps": 2,
         "e2e_jobs": 10_000, "sizes": [10**3, 10**4, 10**5, 10**6], "lanes": [10, 100_000],
         "scale_calls": 3_000, "worker_jobs": 50_000, "worker_reps": 5,
-        "worker_counts": [1, 2, 4, 8], "latency_samples": 1_000, "memory_jobs": 20_000}
+        "worker_counts": [1, 2, 4, 8], "latency_samples": 1_000, "memory_jobs": 20_000,
+        "limit_lanes": [10, 100, 1_000, 10_000, 100_000], "limit_calls": 3_000}
 QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_reps": 1,
          "e2e_jobs": 300, "sizes": [10**3, 10**4], "lanes": [10, 1_000], "scale_calls": 300,
          "worker_jobs": 2_000, "worker_reps": 1, "worker_counts": [1, 2], "latency_samples": 50,
-         "memory_jobs": 2_000}
-PHASES = ("cost", "throughput", "e2e", "workers", "memory", "scaling")
+         "memory_jobs": 2_000, "limit_lanes": [10, 1_000], "limit_calls": 300}
+PHASES = ("cost", "throughput", "e2e", "workers", "memory", "scaling", "lanes")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         if "scaling" in phases:
             results["scaling"] = scaling.run(conn, server.port, config["sizes"],
                                              config["lanes"], config["scale_calls"])
+        if "lanes" in phases:
+            results["lanes"] = lanes.run(conn, config["limit_lanes"], config["limit_calls"])
         conn.close()
     results["elapsed_s"] = time.time() - started
     with open(os.path.join(args.out, "results.json"), "w") as out:

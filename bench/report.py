@@ -13,6 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import matplotlib.ticker
 
+from bench.lanes import section as lanes_section
+
 GUARANTEES = {
     "echomq wire=6": "idempotent enqueue by the caller's id (a tombstone keeps it a duplicate "
                      "24 h after ack); leases fenced by a per-queue counter, expired leases "
@@ -559,6 +561,8 @@ def write(results: dict[str, Any], out: str) -> str:
         parts += ["", memory_section(results, out)]
     if "scaling" in results:
         parts += ["", scaling_section(results, out)]
+    if "lanes" in results:
+        parts += ["", lanes_section(results)]
     text = "\n".join(parts) + "\n"
     with open(os.path.join(out, "RESULTS.md"), "w") as dest:
         dest.write(text)

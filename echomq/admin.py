@@ -12,6 +12,7 @@ from typing import Any
 
 from echomq.calls import ZSETS, QueueCalls, payload_bytes, text
 from echomq.executors import executor_for
+from echomq.lanes import lane_depths_of
 from echomq.registry import DISCOVERED_KEY, REGISTRY_KEY
 
 _SCRIPTS = executor_for(5)
@@ -105,20 +106,15 @@ def stats(conn: Any, name: str) -> QueueStats:
             pipe.zcard(calls.key(role))
         pipe.zrange(calls.key("pending"), 0, 0, withscores=True)
         pipe.lrange(calls.key("ring"), 0, -1)
-        *sizes, oldest, groups = pipe.execute()
+        pipe.hkeys(calls.key("parked"))
+        *sizes, oldest, groups, parked = pipe.execute()
     now = server_time_ms(conn)
-    lanes = _lane_depths(conn, calls, [text(group) for group in groups])
+    lanes = lane_depths_of(conn, lambda group: calls.key("lane", lane=group), groups, parked)
     age = now - int(oldest[0][1]) if oldest else None
     pending, active, delayed, dead = (int(size) for size in sizes)
     return QueueStats(name, pending, active, delayed, dead, lanes=lanes,
                       oldest_pending_age_ms=age, server_time_ms=now)
 
-
-def _lane_depths(conn: Any, calls: QueueCalls, groups: list[str]) -> dict[str, int]:
-    with conn.pipeline(transaction=False) as pipe:
-        for group in groups:
-            pipe.llen(calls.key("lane", lane=group))
-        return dict(zip(groups, map(int, pipe.execute()), strict=True))
 
 
 def inspect(conn: Any, name: str, job_id: str) -> dict[str, Any] | None:

@@ -37,12 +37,12 @@ from echomq.calls import (
     job_of,
     outcome_of,
     settled,
-    text,
 )
 from echomq.connection import socket_timeout_of
 from echomq.consumer import call_hook, refuse_unsupported, report_settled
 from echomq.errors import EvictionPolicyWarning, Wire6Unsupported
 from echomq.executors import raise_mapped
+from echomq.lanes import AsyncLaneControls, lane_groups, shown_depths
 from echomq.loop import (
     HOUSEKEEPING_MS,
     PARK_FLOOR_MS,
@@ -196,7 +196,7 @@ async def warn_if_evicting(conn: Any) -> str | None:
     return policy
 
 
-class Queue:
+class Queue(AsyncLaneControls):
     """One queue on a Valkey server, for asyncio code; see ``echomq.Queue``. Creating it does no
     I/O: ``await queue.check_policy()`` warns about an evicting server."""
 
@@ -304,6 +304,7 @@ class Queue:
         async with self.conn.pipeline(transaction=False) as pipe:
             pipe.zrange(self.key("delayed"), 0, 0, withscores=True)
             pipe.zrange(self.key("active"), 0, 0, withscores=True)
+            pipe.zrange(self.key("throttled"), 0, 0, withscores=True)
             return earliest(await pipe.execute())
 
     async def park(self, timeout_s: float) -> bool:
@@ -338,20 +339,23 @@ class Queue:
             for role in ZSETS:
                 pipe.zcard(self.key(role))
             pipe.lrange(self.key("ring"), 0, -1)
-            *sizes, groups = await pipe.execute()
+            pipe.hkeys(self.key("parked"))
+            *sizes, groups, parked = await pipe.execute()
         counts = dict(zip(ZSETS, map(int, sizes), strict=True))
-        counts["lanes"] = sum((await self.lane_depths(groups)).values())
+        counts["lanes"] = sum((await self.lane_depths(groups, parked)).values())
         return counts
 
-    async def lane_depths(self, groups: Iterable[Any] | None = None) -> dict[str, int]:
-        if groups is None:
+    async def lane_depths(self, groups: Iterable[Any] | None = None,
+                          parked: Iterable[Any] | None = None) -> dict[str, int]:
+        """As ``echomq.Queue.lane_depths``: the ring's lanes, then the parked ones."""
+        if groups is None or parked is None:
             groups = await self.conn.lrange(self.key("ring"), 0, -1)
-        names = [text(group) for group in groups]
+            parked = await self.conn.hkeys(self.key("parked"))
+        names = lane_groups(groups, parked)
         async with self.conn.pipeline(transaction=False) as pipe:
             for group in names:
                 pipe.llen(self.key("lane", lane=group))
-            depths = await pipe.execute()
-        return dict(zip(names, map(int, depths), strict=True))
+            return shown_depths(names, await pipe.execute(), groups)
 
 
 AsyncHandler = Callable[[Job], Awaitable[object] | object]

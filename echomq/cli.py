@@ -28,6 +28,7 @@ from echomq.demo import run_demo
 from echomq.embedded import EmbeddedValkey
 from echomq.errors import EchoMQError, MetricsUnavailable, Wire6Unsupported
 from echomq.ids import new_job_id
+from echomq.lanes import lane_report
 from echomq.loop import PREFETCH
 from echomq.queue import Queue
 from echomq.workers import EXPIRY_MS, WorkerInfo, counts_by_queue, live_workers
@@ -423,6 +424,48 @@ def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
     moved = {"recovered": q.recover(), "promoted": q.promote()}
     _emit(as_json, moved, lambda: [f"recovered {moved['recovered']}, "
                                    f"promoted {moved['promoted']}"])
+
+
+@main.command()
+@click.argument("queue")
+@click.option("--lane", default=None, help="pause only this lane (group); default: the queue")
+@url_option
+def pause(queue: str, lane: str | None, url: str) -> None:
+    """Pause QUEUE (no job is leased, flat or lane) or one of its lanes (its jobs wait out of
+    the ring). Jobs in hand run on."""
+    Queue(_connect(url), queue, check_policy=False).pause(lane)
+    click.echo(f"paused {queue}" + (f" lane {lane}" if lane else ""))
+
+
+@main.command()
+@click.argument("queue")
+@click.option("--lane", default=None, help="resume only this lane (group); default: the queue")
+@url_option
+def resume(queue: str, lane: str | None, url: str) -> None:
+    """Resume QUEUE or one of its lanes; parked workers wake."""
+    Queue(_connect(url), queue, check_policy=False).resume(lane)
+    click.echo(f"resumed {queue}" + (f" lane {lane}" if lane else ""))
+
+
+@main.command()
+@click.argument("queue")
+@url_option
+@json_option
+def lanes(queue: str, url: str, as_json: bool) -> None:
+    """QUEUE's lanes: each group's knobs, jobs waiting, leases held, ready or why parked."""
+    q = Queue(_connect(url), queue, check_policy=False)
+    whole, _ = q.paused()
+    rows = lane_report(q)
+    _emit(as_json, {"paused": whole, "defaults": q.lane_settings(), "lanes": rows},
+          lambda: _lane_lines(queue, whole, rows))
+
+
+def _lane_lines(queue: str, whole: bool, rows: list[dict[str, Any]]) -> list[str]:
+    head = [f"{queue}: paused"] if whole else []
+    columns = ("group", "concurrency", "rate", "window_ms", "weight", "waiting", "leased",
+               "state")
+    body = ["  ".join(str("-" if row[c] is None else row[c]) for c in columns) for row in rows]
+    return [*head, "  ".join(columns), *body]
 
 
 @main.command()

@@ -1,9 +1,12 @@
 """``echomq demo``: a minute on an embedded valkey-server with trafikey loaded.
 
-A greedy tenant floods the queue, a few small tenants add a little work after it, and worker
-threads drain everything while a live line shows progress. It runs twice: on fair lanes (scripts,
+A greedy tenant floods the queue, a few small tenants add a little work after it, a capped tenant
+whose lane may run one job at a time (its concurrency limit) adds some too, and worker threads
+drain everything while a live line shows progress. It runs twice: on fair lanes (scripts,
 ``wire=5``: lanes have no native twin) and on the flat FIFO queue through the native module
-(``wire=6``). The summary shows how long each tenant waited for its last job, and the throughput.
+(``wire=6``). The summary shows how long each tenant waited for its last job, the most jobs of the
+capped tenant that ran at once (the limit holds on lanes; the flat queue has none), and the
+throughput.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from echomq.queue import Job, Queue
 
 Say = Callable[[str], None]
 GREEDY = "greedy"
+CAPPED = "capped"
+CAPPED_LIMIT = 1
 
 
 @dataclass
@@ -36,6 +41,19 @@ class Run:
     finished_at: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     all_done: threading.Event = field(default_factory=threading.Event)
+    running: Counter[str] = field(default_factory=Counter)
+    peak: Counter[str] = field(default_factory=Counter)
+
+    def starts(self, job: Job) -> None:
+        """A handler starts ``job``: count its tenant's jobs running at once."""
+        tenant = job.payload.decode()
+        with self.lock:
+            self.running[tenant] += 1
+            self.peak[tenant] = max(self.peak[tenant], self.running[tenant])
+
+    def ends(self, job: Job) -> None:
+        with self.lock:
+            self.running[job.payload.decode()] -= 1
 
     def record(self, job: Job, expected: Counter[str]) -> None:
         tenant = job.payload.decode()
@@ -55,7 +73,7 @@ def _workload(greedy_jobs: int, tenants: int, per_tenant: int) -> list[tuple[str
     work = [(f"JOB:{GREEDY}-{n:06d}", GREEDY) for n in range(greedy_jobs)]
     for t in range(tenants):
         work += [(f"JOB:t{t}-{n:05d}", f"tenant-{t}") for n in range(per_tenant)]
-    return work
+    return work + [(f"JOB:{CAPPED}-{n:05d}", CAPPED) for n in range(per_tenant)]
 
 
 def _enqueue(queue: Queue, work: list[tuple[str, str]], lanes: bool) -> None:
@@ -82,11 +100,15 @@ def _one_pass(server: EmbeddedValkey, label: str, wire: int, lanes: bool,
     expected = Counter(tenant for _, tenant in work)
     admin = server.client()
     queue = Queue(admin, f"demo-{label}", wire=wire)
+    if lanes:
+        queue.set_lane(CAPPED, concurrency=CAPPED_LIMIT)
     _enqueue(queue, work, lanes)
     run = Run(label, len(work))
 
     def handler(job: Job) -> None:
+        run.starts(job)
         time.sleep(0.001)  # a little work, as a real job would do
+        run.ends(job)
 
     consumers = [Consumer(Queue(server.client(), queue.name, wire=wire, check_policy=False),
                           handler, lanes=lanes, park_cap_ms=200,
@@ -126,6 +148,8 @@ def _summary(runs: list[Run], say: Say) -> None:
     for tenant in sorted(tenants, key=lambda t: (t == GREEDY, t)):
         cells = "".join(f"{run.finished_at.get(tenant, float('nan')):22.2f}" for run in runs)
         say("  " + tenant.ljust(12) + cells)
+    say(f"most '{CAPPED}' jobs running at once (its lane's limit: {CAPPED_LIMIT}):  " + ",  ".join(
+        f"{run.label} {run.peak[CAPPED]}" for run in runs))
     say("throughput (jobs/s):  " + ",  ".join(
         f"{run.label} {run.total / max(run.finished_at.values()):,.0f}" for run in runs))
 

@@ -34,10 +34,10 @@ from echomq.calls import (
     job_of,
     outcome_of,
     settled,
-    text,
 )
 from echomq.errors import EvictionPolicyWarning
 from echomq.executors import executor_for
+from echomq.lanes import LaneControls, lane_depths_of
 from echomq.registry import REGISTRY_KEY
 
 __all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "JobOutcome", "Outcome", "Queue", "Release", "Retry",
@@ -60,7 +60,7 @@ def warn_if_evicting(conn: Any) -> str | None:
     return policy
 
 
-class Queue:
+class Queue(LaneControls):
     """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``).
 
     ``conn`` is a ``redis.Redis`` or ``redis.cluster.RedisCluster``. Every time-dependent call
@@ -221,10 +221,12 @@ class Queue:
     # parking --------------------------------------------------------------------------------
 
     def next_due(self) -> int | None:
-        """The earliest time (ms) at which a delayed job falls due or a lease expires, if any."""
+        """The earliest time (ms) at which a delayed job falls due, a lease expires or a lane's
+        rate window opens, if any."""
         with self.conn.pipeline(transaction=False) as pipe:
             pipe.zrange(self.key("delayed"), 0, 0, withscores=True)
             pipe.zrange(self.key("active"), 0, 0, withscores=True)
+            pipe.zrange(self.key("throttled"), 0, 0, withscores=True)
             return earliest(pipe.execute())
 
     def park(self, timeout_s: float) -> bool:
@@ -273,18 +275,18 @@ class Queue:
             for role in ZSETS:
                 pipe.zcard(self.key(role))
             pipe.lrange(self.key("ring"), 0, -1)
-            *sizes, groups = pipe.execute()
+            pipe.hkeys(self.key("parked"))
+            *sizes, groups, parked = pipe.execute()
         counts = dict(zip(ZSETS, map(int, sizes), strict=True))
-        counts["lanes"] = sum(self.lane_depths(groups).values())
+        counts["lanes"] = sum(self.lane_depths(groups, parked).values())
         return counts
 
-    def lane_depths(self, groups: Iterable[Any] | None = None) -> dict[str, int]:
-        """How many jobs wait in each non-empty lane (the ring's groups, in serving order)."""
-        if groups is None:
+    def lane_depths(self, groups: Iterable[Any] | None = None,
+                    parked: Iterable[Any] | None = None) -> dict[str, int]:
+        """How many jobs wait in each non-empty lane: the ring's groups in serving order, then
+        the parked ones (at a limit, over their rate, or paused)."""
+        if groups is None or parked is None:
             groups = self.conn.lrange(self.key("ring"), 0, -1)
-        names = [text(group) for group in groups]
-        with self.conn.pipeline(transaction=False) as pipe:
-            for group in names:
-                pipe.llen(self.key("lane", lane=group))
-            depths = pipe.execute()
-        return dict(zip(names, map(int, depths), strict=True))
+            parked = self.conn.hkeys(self.key("parked"))
+        return lane_depths_of(self.conn, lambda group: self.key("lane", lane=group), groups,
+                              parked)

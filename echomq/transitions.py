@@ -27,6 +27,13 @@ ROLE_TYPES: dict[str, str] = {
     "ring": "list",
     "lane": "list",  # the lane of the group argument: <base>lane:<group>
     "fence": "string",
+    "laneconf": "hash",  # lane knobs: <knob> the queue's default, <knob>:<group> a group's
+    "leased": "hash",  # leases held per group
+    "parked": "hash",  # why a group is out of the ring: bits 1 limit, 2 rate, 4 paused
+    "throttled": "zset",  # groups over their rate, score = when their window opens
+    "windows": "hash",  # each rate-limited group's window: '<start> <claims>'
+    "turn": "string",  # '<served> <group>': the ring head's claims in its turn
+    "paused": "string",  # present while the whole queue is paused
 }
 # Roles whose key is derived from an argument rather than a fixed suffix: role -> (prefix, arg).
 DERIVED_ROLES: dict[str, tuple[str, str]] = {"job": ("job:", "id"), "lane": ("lane:", "group")}
@@ -57,6 +64,12 @@ ARGUMENTS: dict[str, Argument] = {
     "count": Argument("int", 0),
     "at_ms": Argument("int", 0),
     "result": Argument("result"),
+    "scope": Argument("scope"),  # a group, or * for the whole queue
+    "concurrency": Argument("knob"),  # = keep, - clear, or an integer from 1
+    "rate": Argument("knob"),
+    "window_ms": Argument("knob"),
+    "weight": Argument("knob"),
+    "paused": Argument("flag"),  # 1 or 0
 }
 # The most bytes a result an ack keeps may hold (EMQSIZE above it, on both executors and in the
 # client before sending): a tombstone stays small enough to keep for a whole retention window.
@@ -249,8 +262,20 @@ LANE_ENQUEUE_DELAYED = Transition(
     summary="Admit a job once, to run later in its group's lane.",
 )
 LANE_CLAIM = Transition(
-    "lane_claim", ("ring", "active", "fence"), ("lease_ms", "now"), None, label="gclaim2",
-    summary="Lease the head job of the next lane in the ring.",
+    "lane_claim",
+    ("ring", "active", "fence", "laneconf", "leased", "parked", "throttled", "windows", "turn",
+     "paused"),
+    ("lease_ms", "now"), None, label="gclaim2",
+    summary="Lease the head job of the ring's head lane, within its limits and weight.",
+)
+LANE_SET = Transition(
+    "lane_set", ("ring", "laneconf", "leased", "parked", "throttled", "windows", "turn"),
+    ("scope", "concurrency", "rate", "window_ms", "weight", "now"), None,
+    summary="Set a group's lane knobs, or the queue's defaults.",
+)
+LANE_PAUSE = Transition(
+    "lane_pause", ("ring", "parked", "throttled", "turn", "paused", "wake"), ("scope", "paused"),
+    None, summary="Pause or resume a group's lane, or the whole queue.",
 )
 
 REQUEUE = Transition(
@@ -265,7 +290,8 @@ TRANSITIONS: tuple[Transition, ...] = (
     ACK_RESULT,
 )
 # Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
-SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM, LANE_ENQUEUE_DELAYED)
+SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM, LANE_ENQUEUE_DELAYED, LANE_SET,
+                                       LANE_PAUSE)
 # An operator's tools over dead jobs: scripts whatever the queue's wire (see echomq.admin).
 ADMIN: tuple[Transition, ...] = (REQUEUE, PURGE)
 ALL_TRANSITIONS: tuple[Transition, ...] = TRANSITIONS + SCRIPT_ONLY + ADMIN

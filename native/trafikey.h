@@ -110,4 +110,26 @@ void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *ro
               ValkeyModuleString *fence_name, long long last_fence, long long deadline, long long *attempt,
               long long *fence);
 
+/* lanes.c: the lane bookkeeping of the flat transitions (the lane part of the prelude). ring is
+ * the call's own open <base>ring when it declares it (a second handle must not write it), else
+ * NULL: the ring is opened when needed. */
+typedef struct {
+    ValkeyModuleKey *key;
+    ValkeyModuleString *name;
+} LaneRing;
+
+void release_lane_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, ValkeyModuleKey *row);
+int lane_parked(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group);
+const char *check_lane_bookkeeping(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *row);
+const char *queue_paused(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, int *paused);
+/* The groups whose rate window has opened, checked before promote writes (due_lanes), then
+ * brought back (reopen_lanes, which frees them). */
+typedef struct {
+    ValkeyModuleString **groups;
+    size_t n;
+} DueLanes;
+const char *due_lanes(ValkeyModuleCtx *ctx, Bytes base, long long now, long long limit, DueLanes *due);
+void due_lanes_free(ValkeyModuleCtx *ctx, DueLanes *due);
+long long reopen_lanes(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, DueLanes *due);
+
 #endif

@@ -34,14 +34,31 @@ static void strlist_free(ValkeyModuleCtx *ctx, StrList *l) {
 
 /* ---- Finishing a lease: shared by ack, retry and settle -------------------------------------- */
 
+/* The queue's base, from its active key's name (the call's keys passed keys_base). */
+static Bytes base_of_active(ValkeyModuleString *active_name) {
+    Bytes b = bytes_of(active_name);
+    b.n -= strlen("active");
+    return b;
+}
+
+/* check_lane_bookkeeping for a single verb (ack, ack_result, retry): its own ACL handle. */
+static const char *lane_bookkeeping_error(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleKey *row) {
+    Acl acl = {ctx, NULL, 0};
+    const char *err = check_lane_bookkeeping(ctx, &acl, base, row);
+    acl_release(&acl);
+    return err;
+}
+
 /* finish_ack of the prelude, on a current lease: leave active; the row becomes a tombstone for
  * retention_ms (0: deleted), holding result when one is given (not NULL), and then the job's
  * ended key wakes its waiters. HDEL may empty the hash (a row of payload only): then it is gone
  * and PEXPIRE a no-op. */
 static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleString *active_name,
                               ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
-                              long long retention_ms, ValkeyModuleString *result, ValkeyModuleString *ended) {
+                              long long retention_ms, ValkeyModuleString *result, ValkeyModuleString *ended,
+                              const LaneRing *ring) {
     fx_zrem(ctx, active, active_name, id);
+    release_lane_slot(ctx, base_of_active(active_name), ring, row);
     if (retention_ms == 0) {
         fx_del(ctx, row, row_name);
     } else {
@@ -57,6 +74,7 @@ static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, Val
 typedef struct {
     ValkeyModuleKey *active, *delayed, *dead;
     ValkeyModuleString *active_name, *delayed_name, *dead_name;
+    const LaneRing *ring; /* the call's ring when it declares one (settle), else NULL */
 } RetryKeys;
 
 /* finish_retry of the prelude, on a current lease: leave active, record the error, go dead when
@@ -67,6 +85,7 @@ static const char *finish_retry(ValkeyModuleCtx *ctx, const RetryKeys *rk, Valke
                                 ValkeyModuleString *error, long long delay_ms, long long max_attempts,
                                 long long now, ValkeyModuleString *ended) {
     fx_zrem(ctx, rk->active, rk->active_name, id);
+    release_lane_slot(ctx, base_of_active(rk->active_name), rk->ring, row);
     fx_hset1(ctx, row, row_name, "error", error);
     if (row_int_field(ctx, row, "attempts", 0) >= max_attempts) {
         fx_zadd(ctx, rk->dead, rk->dead_name, (double)now, id);
@@ -207,11 +226,17 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     long long lease_ms = call->num[EMQ_CLAIM_ARG_LEASE_MS], now = call->num[EMQ_CLAIM_ARG_NOW];
     long long last_fence;
     if (!fence_counter(fence_key, &last_fence)) return reply_error(ctx, EMQ_ERR_FENCE);
+    Acl acl = {ctx, NULL, 0};
+    int paused;
+    const char *err = queue_paused(ctx, &acl, call->base, &paused);
+    if (err || paused) {
+        acl_release(&acl);
+        return err ? reply_error(ctx, err) : ValkeyModule_ReplyWithNull(ctx);
+    }
 
     /* Find the first live job: every derived row is checked before anything is written. */
-    Acl acl = {ctx, NULL, 0};
     StrList claims = {0}, ghosts = {0};
-    const char *err = plan_claims(ctx, &acl, call->base, pending, 1, &claims, &ghosts);
+    err = plan_claims(ctx, &acl, call->base, pending, 1, &claims, &ghosts);
     acl_release(&acl);
     if (!err) {
         ValkeyModuleString **names = call->keys;
@@ -237,8 +262,10 @@ int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleKey *active = k[EMQ_ACK_KEY_ACTIVE], *row = k[EMQ_ACK_KEY_JOB];
     if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_ARG_FENCE]))
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    const char *err = lane_bookkeeping_error(ctx, call->base, row);
+    if (err) return reply_error(ctx, err);
     const char *verdict = finish_ack(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row, call->keys[EMQ_ACK_KEY_JOB], id,
-                                     call->num[EMQ_ACK_ARG_RETENTION_MS], NULL, NULL);
+                                     call->num[EMQ_ACK_ARG_RETENTION_MS], NULL, NULL, NULL);
     return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
 }
 
@@ -265,11 +292,13 @@ int tx_ack_result(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         rc = reply_error(ctx, err);
     } else if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_RESULT_ARG_FENCE])) {
         rc = ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    } else if ((err = lane_bookkeeping_error(ctx, call->base, row)) != NULL) {
+        rc = reply_error(ctx, err);
     } else {
         const char *verdict = finish_ack(ctx, active, call->keys[EMQ_ACK_RESULT_KEY_ACTIVE], row,
                                          call->keys[EMQ_ACK_RESULT_KEY_JOB], id,
                                          call->num[EMQ_ACK_RESULT_ARG_RETENTION_MS],
-                                         call->args[EMQ_ACK_RESULT_ARG_RESULT], ended);
+                                         call->args[EMQ_ACK_RESULT_ARG_RESULT], ended, NULL);
         rc = ValkeyModule_ReplyWithSimpleString(ctx, verdict);
     }
     ValkeyModule_FreeString(ctx, ended);
@@ -290,9 +319,12 @@ int tx_retry(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         rc = reply_error(ctx, err);
     } else if (!is_current_lease(ctx, k[EMQ_RETRY_KEY_ACTIVE], row, id, call->num[EMQ_RETRY_ARG_FENCE])) {
         rc = ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+    } else if ((err = lane_bookkeeping_error(ctx, call->base, row)) != NULL) {
+        rc = reply_error(ctx, err);
     } else {
         RetryKeys rk = {k[EMQ_RETRY_KEY_ACTIVE],     k[EMQ_RETRY_KEY_DELAYED],     k[EMQ_RETRY_KEY_DEAD],
-                        names[EMQ_RETRY_KEY_ACTIVE], names[EMQ_RETRY_KEY_DELAYED], names[EMQ_RETRY_KEY_DEAD]};
+                        names[EMQ_RETRY_KEY_ACTIVE], names[EMQ_RETRY_KEY_DELAYED], names[EMQ_RETRY_KEY_DEAD],
+                        NULL};
         const char *verdict = finish_retry(
             ctx, &rk, row, names[EMQ_RETRY_KEY_JOB], id, call->args[EMQ_RETRY_ARG_ERROR], call->num[EMQ_RETRY_ARG_DELAY_MS],
             call->num[EMQ_RETRY_ARG_MAX_ATTEMPTS], call->num[EMQ_RETRY_ARG_NOW], ended);
@@ -346,6 +378,11 @@ static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
             it->ended = derived_key(ctx, base, "ended:", ITEM_ID(it));
             err = check_ended(ctx, acl, base, it->ended);
         }
+        if (!err) {
+            ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ);
+            err = check_lane_bookkeeping(ctx, acl, base, row);
+            ValkeyModule_CloseKey(row);
+        }
         if (err) return err;
     }
     return NULL;
@@ -356,7 +393,10 @@ static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
  * lane job to its lane's head, the group joining the ring if the lane was empty), a wake token. */
 static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, ValkeyModuleKey *row,
                                   const Item *it, long long now) {
+    Bytes base = base_of_active(sk->names[EMQ_SETTLE_KEY_ACTIVE]);
+    LaneRing ring = {sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING]};
     fx_zrem(ctx, sk->k[EMQ_SETTLE_KEY_ACTIVE], sk->names[EMQ_SETTLE_KEY_ACTIVE], ITEM_ID(it));
+    release_lane_slot(ctx, base, &ring, row);
     long long attempts = row_int_field(ctx, row, "attempts", 0);
     char num[24];
     ValkeyModuleString *uncounted = ValkeyModule_CreateString(ctx, num, decimal(attempts > 0 ? attempts - 1 : 0, num));
@@ -364,7 +404,7 @@ static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, Va
     ValkeyModule_FreeString(ctx, uncounted);
     if (it->lane) {
         ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, it->lane_key, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-        if (ValkeyModule_ValueLength(lane) == 0)
+        if (ValkeyModule_ValueLength(lane) == 0 && !lane_parked(ctx, base, it->lane))
             fx_push(ctx, sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING], VALKEYMODULE_LIST_TAIL, it->lane);
         fx_push(ctx, lane, it->lane_key, VALKEYMODULE_LIST_HEAD, ITEM_ID(it));
         ValkeyModule_CloseKey(lane);
@@ -380,9 +420,10 @@ static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, Va
 static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const Item *it,
                                long long retention_ms, long long now) {
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    LaneRing ring = {sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING]};
     RetryKeys rk = {sk->k[EMQ_SETTLE_KEY_ACTIVE], sk->k[EMQ_SETTLE_KEY_DELAYED], sk->k[EMQ_SETTLE_KEY_DEAD],
                     sk->names[EMQ_SETTLE_KEY_ACTIVE], sk->names[EMQ_SETTLE_KEY_DELAYED],
-                    sk->names[EMQ_SETTLE_KEY_DEAD]};
+                    sk->names[EMQ_SETTLE_KEY_DEAD], &ring};
     /* Not the current lease (or one settled earlier in this batch): STALE, nothing changes. */
     const char *verdict = "STALE";
     if (is_current_lease(ctx, rk.active, row, ITEM_ID(it), ITEM_FENCE(it))) {
@@ -395,7 +436,7 @@ static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const
         else
             verdict = finish_ack(ctx, rk.active, rk.active_name, row, it->row_name, ITEM_ID(it), retention_ms,
                                  it->form == EMQ_SETTLE_FORM_DONE ? it->args[EMQ_SETTLE_DONE_ARG_RESULT] : NULL,
-                                 it->ended);
+                                 it->ended, &ring);
     }
     ValkeyModule_CloseKey(row);
     return verdict;
@@ -413,8 +454,11 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleKey *pending = k[EMQ_SETTLE_KEY_PENDING];
     long long last_fence = 0;
     const char *fail = NULL;
-    if (count > 0 && !fence_counter(k[EMQ_SETTLE_KEY_FENCE], &last_fence)) fail = EMQ_ERR_FENCE;
     Acl acl = {ctx, NULL, 0};
+    int paused = 0;
+    if (count > 0) fail = queue_paused(ctx, &acl, call->base, &paused);
+    if (paused) count = 0;
+    if (!fail && count > 0 && !fence_counter(k[EMQ_SETTLE_KEY_FENCE], &last_fence)) fail = EMQ_ERR_FENCE;
     StrList claims = {0}, ghosts = {0};
     if (!fail) fail = check_settle_rows(ctx, &acl, call->base, call->items, call->nitems);
     if (!fail) fail = plan_claims(ctx, &acl, call->base, pending, count, &claims, &ghosts);
@@ -523,6 +567,9 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
             int row_type = ValkeyModule_KeyType(row);
             if (row_type == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, row_name, base)) {
                 err = EMQ_ERR_MOVING;
+            } else if (row_type == VALKEYMODULE_KEYTYPE_HASH && recover &&
+                       (err = check_lane_bookkeeping(ctx, &acl, base, row)) != NULL) {
+                /* a lane lease whose bookkeeping keys cannot be written: refused */
             } else if (row_type == VALKEYMODULE_KEYTYPE_HASH) {
                 m->live = 1;
                 long long attempts = max_attempts > 0 ? row_int_field(ctx, row, "attempts", 0) : 0;
@@ -549,9 +596,17 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
 static void apply_move(ValkeyModuleCtx *ctx, const Move *m, ValkeyModuleKey **k, const Call *call,
                        int lane_end) {
     fx_zrem(ctx, k[0], call->keys[0], m->id);
+    if (lane_end == VALKEYMODULE_LIST_HEAD) { /* recover: the lease leaves active */
+        LaneRing ring = {k[2], call->keys[2]};
+        ValkeyModuleString *row_name = derived_key(ctx, call->base, "job:", m->id);
+        ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
+        release_lane_slot(ctx, call->base, &ring, row);
+        ValkeyModule_CloseKey(row);
+        ValkeyModule_FreeString(ctx, row_name);
+    }
     if (m->lane) {
         ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, m->lane_key, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-        if (ValkeyModule_ValueLength(lane) == 0)
+        if (ValkeyModule_ValueLength(lane) == 0 && !lane_parked(ctx, call->base, m->lane))
             fx_push(ctx, k[2], call->keys[2], VALKEYMODULE_LIST_TAIL, m->lane);
         fx_push(ctx, lane, m->lane_key, lane_end, m->id);
         ValkeyModule_CloseKey(lane);
@@ -567,6 +622,8 @@ static void apply_death(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyM
     fx_zrem(ctx, k[0], call->keys[0], m->id);
     ValkeyModuleString *row_name = derived_key(ctx, base, "job:", m->id);
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    LaneRing ring = {k[2], call->keys[2]};
+    release_lane_slot(ctx, base, &ring, row);
     char text[96];
     int len = snprintf(text, sizeof text, "lease expired during attempt %lld: the worker was lost", m->spent);
     ValkeyModuleString *error = ValkeyModule_CreateString(ctx, text, (size_t)len);
@@ -614,8 +671,12 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
         ValkeyModule_ZsetRangeStop(source);
     }
 
-    const char *err = plan_moves(ctx, base, moves, n, recover, now, max_attempts);
+    /* promote: the groups whose rate window has opened, checked before anything is written */
+    DueLanes due = {NULL, 0};
+    const char *err = recover ? NULL : due_lanes(ctx, base, now, limit, &due);
+    if (err == NULL) err = plan_moves(ctx, base, moves, n, recover, now, max_attempts);
     if (err) {
+        due_lanes_free(ctx, &due);
         moves_free(ctx, moves, n);
         return reply_error(ctx, err);
     }
@@ -637,8 +698,11 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
         }
     }
     fx_wake(ctx, wake, call->keys[3], back);
-
     moves_free(ctx, moves, n);
+    if (!recover) { /* promote: then the groups whose rate window has opened come back */
+        LaneRing ring = {k[2], call->keys[2]};
+        fx_wake(ctx, wake, call->keys[3], reopen_lanes(ctx, base, &ring, &due));
+    }
     return ValkeyModule_ReplyWithLongLong(ctx, taken);
 }
 

@@ -155,7 +155,8 @@ def test_dashboard_renders_and_requeues(conn: redis.Redis, dashboard: str,
         assert page.inner_text('tr[data-queue="reports"]').split("\t")[:5] == [
             "reports", "0", "0", "0", "0"]
         assert "ValueError: bad input" in page.inner_text("#dead")
-        assert page.inner_text('#lanes tr[data-lane="tenant-a"]').split("\t") == ["tenant-a", "2"]
+        assert page.inner_text('#lanes tr[data-lane="tenant-a"]').split("\t") == [
+            "tenant-a", "2", "pause"]
         shown = page.inner_text(f'#workers tr[data-worker="{worker.key}"]').split("\t")
         assert shown[1:4] == [str(os.getpid()), "mail", "6"] and shown[5] == "JOB:t9"
         for chart in ("backlog", "active", "dead"):
@@ -180,6 +181,14 @@ def test_dashboard_renders_and_requeues(conn: redis.Redis, dashboard: str,
         page.wait_for_selector('tr[data-job="JOB:poison0"]', state="detached", timeout=15_000)
         page.click('button[data-requeue-all="mail"]')  # confirmed in the dialog
         page.wait_for_selector('tr[data-job="JOB:poison1"]', state="detached", timeout=15_000)
+        page.click('button[data-pause="mail/tenant-a"]')
+        page.wait_for_selector('button[data-resume="mail/tenant-a"]', timeout=15_000)
+        assert queue.paused() == (False, ["tenant-a"])
+        page.click('button[data-pause="mail"]')
+        page.wait_for_selector('button[data-resume="mail"]', timeout=15_000)
+        assert queue.paused() == (True, ["tenant-a"])
+        page.click('button[data-resume="mail"]')
+        page.wait_for_selector('button[data-pause="mail"]', timeout=15_000)
         browser.close()
     assert complaints == []
     assert conn.zscore(queue.key("pending"), "JOB:poison0") is not None

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from echomq.demo import GREEDY, run_demo
+from echomq.demo import CAPPED, CAPPED_LIMIT, GREEDY, run_demo
 
 
 def test_demo_shows_lanes_serving_small_tenants_first() -> None:
@@ -17,8 +17,10 @@ def test_demo_shows_lanes_serving_small_tenants_first() -> None:
     lanes, fifo = run_demo(greedy_jobs=300, tenants=3, per_tenant=10, workers=2,
                            say=said.append)
     for run in (lanes, fifo):
-        assert sum(run.done.values()) == run.total == 330
-        assert set(run.finished_at) == {GREEDY, "tenant-0", "tenant-1", "tenant-2"}
+        assert sum(run.done.values()) == run.total == 340
+        assert set(run.finished_at) == {GREEDY, "tenant-0", "tenant-1", "tenant-2", CAPPED}
+    assert lanes.peak[CAPPED] == CAPPED_LIMIT
+    assert any(line.startswith(f"most '{CAPPED}' jobs running at once") for line in said)
     small = [lanes.finished_at[f"tenant-{t}"] for t in range(3)]
     assert max(small) < lanes.finished_at[GREEDY]
     assert any("each tenant's wait" in line for line in said)

@@ -176,7 +176,14 @@ def test_k_consecutive_claims_serve_k_lanes(valkey: EmbeddedValkey,
 BASE = "emq:{q}:"
 LANE_ENQUEUE_GOOD: list[object] = [4, BASE + "job:JOB:1", BASE + "lane:a", BASE + "ring",
                                    BASE + "wake", "JOB:1", b"p", "a", NOW]
-LANE_CLAIM_GOOD: list[object] = [3, BASE + "ring", BASE + "active", BASE + "fence", 1000, NOW]
+LANE_CLAIM_KEYS = ["ring", "active", "fence", "laneconf", "leased", "parked", "throttled",
+                   "windows", "turn", "paused"]
+LANE_CLAIM_GOOD: list[object] = [10, *(BASE + role for role in LANE_CLAIM_KEYS), 1000, NOW]
+LANE_SET_KEYS = ["ring", "laneconf", "leased", "parked", "throttled", "windows", "turn"]
+LANE_SET_GOOD: list[object] = [7, *(BASE + role for role in LANE_SET_KEYS), "a", 2, "=", "-",
+                               3, NOW]
+LANE_PAUSE_KEYS = ["ring", "parked", "throttled", "turn", "paused", "wake"]
+LANE_PAUSE_GOOD: list[object] = [6, *(BASE + role for role in LANE_PAUSE_KEYS), "a", "1"]
 
 
 def _with(argv: list[object], index: int, value: object) -> list[object]:
@@ -198,8 +205,18 @@ LANE_BAD_INPUT = [
     ("claim-arity", "lane_claim", [*LANE_CLAIM_GOOD, "x"], b"-EMQARITY EMQ.LANE_CLAIM "),
     ("claim-keys", "lane_claim", _with(LANE_CLAIM_GOOD, 1, BASE + "pending"), b"-EMQKEYS "),
     ("claim-fence-key", "lane_claim", _with(LANE_CLAIM_GOOD, 3, "emq:{x}:fence"), b"-EMQKEYS "),
-    ("claim-lease", "lane_claim", _with(LANE_CLAIM_GOOD, 4, "0"), b"-EMQNUM lease_ms "),
-    ("claim-now", "lane_claim", _with(LANE_CLAIM_GOOD, 5, "1e3"), b"-EMQNUM now "),
+    ("claim-lease", "lane_claim", _with(LANE_CLAIM_GOOD, 11, "0"), b"-EMQNUM lease_ms "),
+    ("claim-now", "lane_claim", _with(LANE_CLAIM_GOOD, 12, "1e3"), b"-EMQNUM now "),
+    ("set-arity", "lane_set", LANE_SET_GOOD[:-1], b"-EMQARITY EMQ.LANE_SET "),
+    ("set-keys", "lane_set", _with(LANE_SET_GOOD, 2, "emq:{x}:laneconf"), b"-EMQKEYS "),
+    ("set-scope", "lane_set", _with(LANE_SET_GOOD, 8, "a b"), b"-EMQLANE "),
+    ("set-zero", "lane_set", _with(LANE_SET_GOOD, 9, "0"), b"-EMQNUM concurrency "),
+    ("set-word", "lane_set", _with(LANE_SET_GOOD, 12, "heavy"), b"-EMQNUM weight "),
+    ("set-now", "lane_set", _with(LANE_SET_GOOD, 13, "-5"), b"-EMQNUM now "),
+    ("pause-arity", "lane_pause", [*LANE_PAUSE_GOOD, "x"], b"-EMQARITY EMQ.LANE_PAUSE "),
+    ("pause-keys", "lane_pause", _with(LANE_PAUSE_GOOD, 5, BASE + "pause"), b"-EMQKEYS "),
+    ("pause-scope", "lane_pause", _with(LANE_PAUSE_GOOD, 7, ""), b"-EMQLANE "),
+    ("pause-flag", "lane_pause", _with(LANE_PAUSE_GOOD, 8, "yes"), b"-EMQNUM paused "),
 ]
 LANE_WRONG_TYPES = [
     ("enqueue-row", "lane_enqueue", LANE_ENQUEUE_GOOD, [["SET", BASE + "job:JOB:1", "x"]]),
@@ -210,6 +227,12 @@ LANE_WRONG_TYPES = [
     ("claim-fence", "lane_claim", LANE_CLAIM_GOOD, [["HSET", BASE + "fence", "f", "v"]]),
     ("claim-derived-lane", "lane_claim", LANE_CLAIM_GOOD,
      [["RPUSH", BASE + "ring", "a"], ["SET", BASE + "lane:a", "x"]]),
+    ("claim-leased", "lane_claim", LANE_CLAIM_GOOD, [["SET", BASE + "leased", "x"]]),
+    ("claim-paused", "lane_claim", LANE_CLAIM_GOOD, [["HSET", BASE + "paused", "f", "v"]]),
+    ("set-laneconf", "lane_set", LANE_SET_GOOD, [["SET", BASE + "laneconf", "x"]]),
+    ("set-derived-lane", "lane_set", LANE_SET_GOOD, [["SET", BASE + "lane:a", "x"]]),
+    ("pause-parked", "lane_pause", LANE_PAUSE_GOOD, [["RPUSH", BASE + "parked", "x"]]),
+    ("pause-derived-lane", "lane_pause", LANE_PAUSE_GOOD, [["SET", BASE + "lane:a", "x"]]),
 ]
 
 

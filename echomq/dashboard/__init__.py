@@ -11,7 +11,10 @@ API (paths relative to where the app is mounted): ``GET api/queues``, ``GET api/
 ``GET api/workers`` (the live workers, read-only: ``{"server_time_ms", "workers": [...]}``),
 ``GET api/queues/{name}/dead``, ``GET api/queues/{name}/jobs/{id}``,
 ``POST api/queues/{name}/dead/requeue`` (JSON ``{"ids": [...]}``),
-``POST api/queues/{name}/dead/purge`` (JSON ``{"limit": n}``).
+``POST api/queues/{name}/dead/purge`` (JSON ``{"limit": n}``),
+``GET api/queues/{name}/lanes`` (``{"paused", "lanes": [...]}``: each group's knobs, jobs
+waiting, leases held, state), ``POST api/queues/{name}/pause`` and ``.../resume`` (JSON
+``{"lane": group}`` or ``{}`` for the whole queue).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from echomq import admin
 from echomq.dashboard.guard import LOOPBACK_HOSTS, SECURITY_HEADERS, Policy, refusal, who
 from echomq.dashboard.history import History
 from echomq.errors import EchoMQError
+from echomq.lanes import lane_report
+from echomq.queue import Queue
 from echomq.workers import live_workers
 
 __all__ = ["LOOPBACK_HOSTS", "History", "Policy", "create_app"]
@@ -112,6 +117,9 @@ class _Views:
             Route("/api/queues/{name}/jobs/{job_id}", self.job),
             Route("/api/queues/{name}/dead/requeue", self.requeue, methods=["POST"]),
             Route("/api/queues/{name}/dead/purge", self.purge, methods=["POST"]),
+            Route("/api/queues/{name}/lanes", self.lanes),
+            Route("/api/queues/{name}/pause", self.pause, methods=["POST"]),
+            Route("/api/queues/{name}/resume", self.resume, methods=["POST"]),
         ]
 
     async def page(self, request: Request) -> Response:
@@ -128,8 +136,44 @@ class _Views:
 
     def queues(self, request: Request) -> Response:
         found = [admin.stats(self.conn, name) for name in admin.queue_names(self.conn)]
-        return JSONResponse([{**s.as_dict(), "rates": self.history.rates(s.name)}
-                             for s in found])
+        return JSONResponse([{**s.as_dict(), "rates": self.history.rates(s.name),
+                              **self._pauses(s.name)} for s in found])
+
+    def _pauses(self, name: str) -> dict[str, Any]:
+        """Whether queue ``name`` is paused, and its paused lanes with their jobs waiting."""
+        queue = Queue(self.conn, name, check_policy=False)
+        whole, lanes = queue.paused()
+        depths = {group: int(self.conn.llen(queue.key("lane", lane=group))) for group in lanes}
+        return {"paused": whole, "paused_lanes": depths}
+
+    def lanes(self, request: Request) -> Response:
+        queue = Queue(self.conn, request.path_params["name"], check_policy=False)
+        return JSONResponse({"paused": queue.paused()[0], "lanes": lane_report(queue)})
+
+    async def pause(self, request: Request) -> Response:
+        return await self._pause_or_resume(request, True)
+
+    async def resume(self, request: Request) -> Response:
+        return await self._pause_or_resume(request, False)
+
+    async def _pause_or_resume(self, request: Request, pause: bool) -> Response:
+        body = await _json_body(request)
+        lane = body.get("lane") if isinstance(body, dict) else None
+        if not isinstance(body, dict) or not isinstance(lane, str | None):
+            return JSONResponse({"error": "a JSON object, with a lane (group) or none"}, 400)
+        name = request.path_params["name"]
+        queue = Queue(self.conn, name, check_policy=False)
+        try:
+            if pause:
+                queue.pause(lane)
+            else:
+                queue.resume(lane)
+        except (EchoMQError, ValueError) as exc:
+            return JSONResponse({"error": str(exc)}, 400)
+        action = "pause" if pause else "resume"
+        _audit(request, action, name, f"lane={json.dumps(lane)}")
+        whole, lanes = queue.paused()
+        return JSONResponse({"paused": whole, "paused_lanes": lanes})
 
     def workers(self, request: Request) -> Response:
         return JSONResponse({"server_time_ms": admin.server_time_ms(self.conn),

@@ -204,6 +204,174 @@ local function plan_claims(base, pending, count)
   return claims, ghosts
 end
 
+-- Lanes' limits. A group whose lane is non-empty is in the ring exactly once unless it is parked:
+-- <base>parked holds, per group, why it is out of the ring (bits: at its concurrency limit, over
+-- its rate until its window opens, paused). Knobs live in <base>laneconf: `<knob>` is the queue's
+-- default, `<knob>:<group>` a group's override. <base>leased counts each group's leases held,
+-- <base>windows each rate-limited group's window ('<start> <claims>'), <base>throttled when each
+-- window over its rate opens, <base>turn how often the ring's head was served in its turn.
+local PARKED_FULL, PARKED_RATE, PARKED_PAUSED = 1, 2, 4
+local DEFAULT_WINDOW_MS = 1000
+
+local KNOBS = { 'concurrency', 'rate', 'window_ms', 'weight' }
+local KNOB_FALLBACK = { window_ms = DEFAULT_WINDOW_MS, weight = 1 }
+
+-- A group's knobs as they apply: its own, else the queue's default; absent (or not an integer
+-- from 1): no limit (nil), a window of 1000 ms, a weight of 1. (HGET, not HMGET: the commands a
+-- script runs must be allowed to its user, and HGET already is.)
+local function lane_knobs(base, group)
+  local conf, knobs = base .. 'laneconf', {}
+  for i = 1, #KNOBS do
+    local v = redis.call('HGET', conf, KNOBS[i] .. ':' .. group)
+    if v == false then v = redis.call('HGET', conf, KNOBS[i]) end
+    knobs[KNOBS[i]] = (v and int_arg(v, 1)) or KNOB_FALLBACK[KNOBS[i]]
+  end
+  return knobs
+end
+
+-- Whether the whole queue is paused (<base>paused exists), the flag checked as a derived key:
+-- true or false, or nil and the error reply.
+local function queue_paused(base)
+  local key = base .. 'paused'
+  if not may_access(key) then return nil, redis.error_reply(E_PERM) end
+  return redis.call('EXISTS', key) == 1
+end
+
+local function parked_mask(base, group)
+  return int_field(redis.call('HGET', base .. 'parked', group), 0)
+end
+
+-- A group's rate window at now: its start and the claims counted in it (a new window when the
+-- last one has passed).
+local function lane_window(base, group, now, window_ms)
+  local v = redis.call('HGET', base .. 'windows', group)
+  if v then
+    local start, count = string.match(v, '^(%d+) (%d+)$')
+    if start and now < tonumber(start) + window_ms then return tonumber(start), tonumber(count) end
+  end
+  return now, 0
+end
+
+-- Why a group may not be served now: PARKED_FULL at its concurrency limit, PARKED_RATE when its
+-- window's claims reached its rate (then also when the window opens), 0 when it may.
+local function lane_over(base, group, now, knobs)
+  knobs = knobs or lane_knobs(base, group)
+  local bits, opens = 0, nil
+  local limit = knobs.concurrency
+  if limit and int_field(redis.call('HGET', base .. 'leased', group), 0) >= limit then
+    bits = PARKED_FULL
+  end
+  if knobs.rate then
+    local start, count = lane_window(base, group, now, knobs.window_ms)
+    if count >= knobs.rate then bits, opens = bits + PARKED_RATE, start + knobs.window_ms end
+  end
+  return bits, opens
+end
+
+-- A group's lane holds jobs (a lane key of another type holds none: it is not touched).
+local function lane_nonempty(base, group)
+  local lane_key = base .. 'lane:' .. group
+  return key_type(lane_key) == 'list' and redis.call('LLEN', lane_key) > 0
+end
+
+-- The ring's head group leaves the ring; its turn ends.
+local function ring_drop_head(base)
+  redis.call('LPOP', base .. 'ring')
+  redis.call('DEL', base .. 'turn')
+end
+
+-- Set a group's parked bits (0: not parked) and keep the ring true to them: a non-empty lane
+-- joins the ring's tail when it is no longer parked, and leaves it (LREM) when it becomes
+-- parked unless leave_ring is false (the caller popped it from the head already).
+local function set_parked(base, group, mask, opens, leave_ring)
+  local was = parked_mask(base, group)
+  if mask == 0 then
+    redis.call('HDEL', base .. 'parked', group)
+  else
+    redis.call('HSET', base .. 'parked', group, dec(mask))
+  end
+  if bit.band(mask, PARKED_RATE) ~= 0 and opens then
+    redis.call('ZADD', base .. 'throttled', dec(opens), group)
+  elseif bit.band(mask, PARKED_RATE) == 0 and bit.band(was, PARKED_RATE) ~= 0 then
+    redis.call('ZREM', base .. 'throttled', group)
+  end
+  if not lane_nonempty(base, group) then return end
+  if was ~= 0 and mask == 0 then
+    redis.call('RPUSH', base .. 'ring', group)
+  elseif was == 0 and mask ~= 0 and leave_ring ~= false then
+    redis.call('LREM', base .. 'ring', 0, group)
+    local turn = redis.call('GET', base .. 'turn')
+    if turn and string.match(turn, '^%d+ (.*)$') == group then redis.call('DEL', base .. 'turn') end
+  end
+end
+
+-- Recompute a group's limit bits (its pause bit kept) from its knobs and state at now.
+local function lane_refresh(base, group, now)
+  local paused = bit.band(parked_mask(base, group), PARKED_PAUSED)
+  local bits, opens = lane_over(base, group, now)
+  set_parked(base, group, paused + bits, opens)
+end
+
+-- The keys a lane job's lease touches when it leaves active (the ring, the knobs, the leases
+-- held, the parked groups), checked as derived keys before anything is written: nil, or the
+-- error reply. Nothing is checked for a flat job; the lane is read only if it is a list.
+local LANE_BOOKKEEPING = { { 'ring', 'list' }, { 'laneconf', 'hash' }, { 'leased', 'hash' },
+  { 'parked', 'hash' } }
+local function check_lane_bookkeeping(base, row)
+  local group = redis.call('HGET', row, 'lane')
+  if not group then return nil end
+  for i = 1, #LANE_BOOKKEEPING do
+    local key = base .. LANE_BOOKKEEPING[i][1]
+    if not may_access(key) then return redis.error_reply(E_PERM) end
+    local t = derived_type(key)
+    if t == nil then return redis.error_reply(E_MOVING) end
+    if t ~= 'none' and t ~= LANE_BOOKKEEPING[i][2] then return redis.error_reply(E_TYPE) end
+  end
+  return nil
+end
+
+-- A lease of a lane job leaves active (acked, retried, dead, recovered, released): its group
+-- holds one lease less, and comes back from its concurrency limit when below it.
+local function release_lane_slot(base, row)
+  local group = redis.call('HGET', row, 'lane')
+  if not group then return end
+  local held = int_field(redis.call('HGET', base .. 'leased', group), 0) - 1
+  if held <= 0 then
+    redis.call('HDEL', base .. 'leased', group)
+  else
+    redis.call('HSET', base .. 'leased', group, dec(held))
+  end
+  local mask = parked_mask(base, group)
+  if bit.band(mask, PARKED_FULL) == 0 then return end
+  local limit = lane_knobs(base, group).concurrency
+  if limit == nil or held < limit then set_parked(base, group, mask - PARKED_FULL) end
+end
+
+-- The groups whose rate window has opened by now (at most limit), each lane key checked; nil and
+-- the error reply when one cannot be touched. Promote calls it before it writes anything.
+local function due_lanes(base, now, limit)
+  local due = redis.call('ZRANGEBYSCORE', base .. 'throttled', '-inf', dec(now), 'LIMIT', '0',
+    dec(limit))
+  for i = 1, #due do
+    local lane_key = base .. 'lane:' .. due[i]
+    if not may_access(lane_key) then return nil, redis.error_reply(E_PERM) end
+    local t = derived_type(lane_key)
+    if t == nil then return nil, redis.error_reply(E_MOVING) end
+    if t ~= 'none' and t ~= 'list' then return nil, redis.error_reply(E_TYPE) end
+  end
+  return due
+end
+
+-- The groups of due_lanes come back: each leaves throttled and loses its rate bit. How many.
+local function reopen_lanes(base, due)
+  for i = 1, #due do
+    redis.call('ZREM', base .. 'throttled', due[i])
+    local mask = parked_mask(base, due[i])
+    if bit.band(mask, PARKED_RATE) ~= 0 then set_parked(base, due[i], mask - PARKED_RATE) end
+  end
+  return #due
+end
+
 -- A result an ack keeps: any bytes, at most RESULT_MAX of them.
 local function result_ok(result)
   return #result <= RESULT_MAX
@@ -214,6 +382,7 @@ end
 -- its waiters. Returns the verdict.
 local function finish_ack(active, row, id, retention_ms, result, ended)
   redis.call('ZREM', active, id)
+  release_lane_slot(string.sub(active, 1, -7), row)
   if retention_ms == 0 then
     redis.call('DEL', row)
   else
@@ -231,6 +400,7 @@ end
 local function finish_retry(active, delayed, dead, row, id, error, delay_ms, max_attempts, now,
                             ended)
   redis.call('ZREM', active, id)
+  release_lane_slot(string.sub(active, 1, -7), row)
   redis.call('HSET', row, 'error', error)
   if int_field(redis.call('HGET', row, 'attempts'), 0) >= max_attempts then
     redis.call('ZADD', dead, dec(now), id)
@@ -261,6 +431,10 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
     local row_type = derived_type(row)
     if row_type == nil then return nil, redis.error_reply(E_MOVING) end
     if row_type == 'hash' then
+      if max_attempts then
+        local failure = check_lane_bookkeeping(base, row)
+        if failure then return nil, failure end
+      end
       local move = { id = id, row = row, score = score }
       local lane = redis.call('HGET', row, 'lane')
       local attempts = max_attempts and int_field(redis.call('HGET', row, 'attempts'), 0)
@@ -288,9 +462,14 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
 end
 
 -- Put a job back into its lane (at the head or the tail), the group joining the ring if the lane
--- was empty.
+-- was empty and the group is not parked.
 local function push_lane(ring, move, command)
-  if redis.call('LLEN', move.lane_key) == 0 then redis.call('RPUSH', ring, move.lane) end
+  if redis.call('LLEN', move.lane_key) == 0 then
+    local base = string.sub(ring, 1, -5)
+    if redis.call('HGET', base .. 'parked', move.lane) == false then
+      redis.call('RPUSH', ring, move.lane)
+    end
+  end
   redis.call(command, move.lane_key, move.id)
 end
 
@@ -314,6 +493,7 @@ local function move_due(base, now, limit, max_attempts)
   for i = first, last, step do
     local move = moves[i]
     redis.call('ZREM', from, move.id)
+    if recover then release_lane_slot(base, move.row) end
     if move.spent then
       redis.call('HSET', move.row, 'error',
         'lease expired during attempt ' .. dec(move.spent) .. ': the worker was lost')

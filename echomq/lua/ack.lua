@@ -19,4 +19,6 @@ if not types_ok({ 'zset', 'hash' }) then return redis.error_reply(E_TYPE) end
 
 local active, row = KEYS[1], KEYS[2]
 if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
+local failure = check_lane_bookkeeping(string.sub(active, 1, -7), row)
+if failure then return failure end
 return redis.status_reply(finish_ack(active, row, id, retention_ms))

@@ -28,4 +28,6 @@ local active, row, ended = KEYS[1], KEYS[2], base .. 'ended:' .. id
 local err = check_ended(ended)
 if err then return err end
 if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
+local failure = check_lane_bookkeeping(base, row)
+if failure then return failure end
 return redis.status_reply(finish_ack(active, row, id, retention_ms, ARGV[4], ended))

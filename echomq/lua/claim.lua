@@ -7,6 +7,7 @@
     ARGV[2] now              ms, or * for the server clock
   Derived: <base>job:<id> of each id walked.
   The lease is (id, fence): the counter's next value, also written to the row's fence field.
+  While the queue is paused (<base>paused present, see lane_pause) nothing is leased: null.
   Replies: [id, payload, attempt, fence] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, EMQFENCE,
   NOPERM, TRYAGAIN errors.
 ]]
@@ -22,6 +23,9 @@ if not types_ok({ 'zset', 'zset', 'string' }) then return redis.error_reply(E_TY
 local pending, active, fence_key = KEYS[1], KEYS[2], KEYS[3]
 local last_fence = fence_counter(fence_key)
 if last_fence == nil then return redis.error_reply(E_FENCE) end
+local paused, failure = queue_paused(base)
+if paused == nil then return failure end
+if paused then return false end
 local claims, ghosts, err = plan_claims(base, pending, 1)
 if claims == nil then return err end
 for i = 1, #ghosts do redis.call('ZREM', pending, ghosts[i]) end

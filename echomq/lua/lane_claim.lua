@@ -1,11 +1,22 @@
 --[[
-  lane_claim (the seed's @gclaim2): serve the lanes in turn. The ring's head group is rotated to
-  the tail (LMOVE ring ring LEFT RIGHT) and its lane's head job is leased; a lane that empties
-  leaves the ring. Ghosts are skipped and dropped; a ring entry whose lane holds nothing live is
-  dropped too. Everything is checked before anything is written. Scripts only: no native twin.
-    KEYS[1] <base>ring       groups whose lanes are non-empty (list)
+  lane_claim (the seed's @gclaim2): serve the lanes in turn, within their limits. Groups whose
+  rate window has opened come back to the ring's tail first. The ring's head group has its lane's
+  head job leased; it stays at the head until served weight times in its turn, then rotates to
+  the tail. A group leaves the ring (parked) when its lane empties, when it reaches its
+  concurrency limit or its rate: it comes back when a lease of it leaves active, or its window
+  opens. Ghosts are skipped and dropped; a ring entry whose lane holds nothing live is dropped,
+  and one over a limit lowered since it joined is parked, without serving it. A paused queue
+  leases nothing. Everything is checked before anything is written. Scripts only: no native twin.
+    KEYS[1] <base>ring       groups whose lanes are non-empty and not parked (list)
     KEYS[2] <base>active     leased jobs, score = lease deadline (zset)
     KEYS[3] <base>fence      the queue's fence counter, one up per lease (string)
+    KEYS[4] <base>laneconf   knobs: <knob> the queue's default, <knob>:<group> a group's (hash)
+    KEYS[5] <base>leased     leases held per group (hash)
+    KEYS[6] <base>parked     why a group is out of the ring, bits 1 limit 2 rate 4 paused (hash)
+    KEYS[7] <base>throttled  groups over their rate, score = when their window opens (zset)
+    KEYS[8] <base>windows    each rate-limited group's window: '<start> <claims>' (hash)
+    KEYS[9] <base>turn       '<served> <group>': the ring head's claims in its turn (string)
+    KEYS[10] <base>paused    present while the whole queue is paused (string)
     ARGV[1] lease_ms         integer >= 1
     ARGV[2] now              ms, or * for the server clock
   Derived: <base>lane:<group> of the groups walked, <base>job:<id> of the ids walked.
@@ -13,21 +24,28 @@
   Replies: [id, payload, attempt, fence, group] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE,
   EMQFENCE, NOPERM, TRYAGAIN errors.
 ]]
-if #KEYS ~= 3 or #ARGV ~= 2 then return arity_error('LANE_CLAIM', 3, 2) end
-local base = keys_base({ 'ring', 'active', 'fence' })
+if #KEYS ~= 10 or #ARGV ~= 2 then return arity_error('LANE_CLAIM', 10, 2) end
+local base = keys_base({ 'ring', 'active', 'fence', 'laneconf', 'leased', 'parked', 'throttled', 'windows', 'turn', 'paused' })
 if base == nil then return redis.error_reply(E_KEYS) end
 local lease_ms = int_arg(ARGV[1], 1)
 if lease_ms == nil then return number_error('lease_ms', 1) end
 local now = now_arg(ARGV[2])
 if now == nil then return redis.error_reply(E_NOW) end
-if not types_ok({ 'list', 'zset', 'string' }) then return redis.error_reply(E_TYPE) end
+if not types_ok({ 'list', 'zset', 'string', 'hash', 'hash', 'hash', 'zset', 'hash', 'string', 'string' }) then
+  return redis.error_reply(E_TYPE)
+end
 
 local ring, active, fence_key = KEYS[1], KEYS[2], KEYS[3]
 local last_fence = fence_counter(fence_key)
 if last_fence == nil then return redis.error_reply(E_FENCE) end
+if redis.call('EXISTS', KEYS[10]) == 1 then return false end
+local due, failure = due_lanes(base, now, 1000)
+if due == nil then return failure end
+reopen_lanes(base, due)
 
--- First pass: find the first group (from the ring's head) whose lane holds a live job.
-local stale, found = 0, nil
+-- First pass: find the first group (from the ring's head) whose lane holds a live job and that
+-- is within its limits; the groups before it are dropped (stale) or parked (over a limit).
+local passed, found = {}, nil
 for position = 0, redis.call('LLEN', ring) - 1 do
   local group = redis.call('LINDEX', ring, position)
   local lane_key = base .. 'lane:' .. group
@@ -35,6 +53,7 @@ for position = 0, redis.call('LLEN', ring) - 1 do
   local t = derived_type(lane_key)
   if t == nil then return redis.error_reply(E_MOVING) end
   if t ~= 'none' and t ~= 'list' then return redis.error_reply(E_TYPE) end
+  local live = nil
   for depth = 0, redis.call('LLEN', lane_key) - 1 do
     local id = redis.call('LINDEX', lane_key, depth)
     local row = base .. 'job:' .. id
@@ -42,23 +61,60 @@ for position = 0, redis.call('LLEN', ring) - 1 do
     local row_type = derived_type(row)
     if row_type == nil then return redis.error_reply(E_MOVING) end
     if row_type == 'hash' then
-      found = { group = group, lane_key = lane_key, ghosts = depth, id = id, row = row }
+      live = { group = group, lane_key = lane_key, ghosts = depth, id = id, row = row }
       break
     end
   end
-  if found then break end
-  stale = stale + 1
+  local bits, opens = 0, nil
+  if live then
+    live.knobs = lane_knobs(base, group)
+    bits, opens = lane_over(base, group, now, live.knobs)
+  end
+  if live and bits == 0 then
+    found = live
+    break
+  end
+  passed[#passed + 1] = { group = group, bits = bits, opens = opens, stale = live == nil }
 end
 
--- Second pass: drop the stale groups (all at the ring's head) and their ghost-only lanes.
-for _ = 1, stale do
-  redis.call('DEL', base .. 'lane:' .. redis.call('LPOP', ring))
+-- Second pass: drop the stale groups with their ghost-only lanes, park those over a limit.
+for _, entry in ipairs(passed) do
+  ring_drop_head(base)
+  if entry.stale then
+    redis.call('DEL', base .. 'lane:' .. entry.group)
+  else
+    set_parked(base, entry.group, bit.bor(parked_mask(base, entry.group), entry.bits),
+      entry.opens, false)
+  end
 end
 if found == nil then return false end
 
-redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-for _ = 1, found.ghosts do redis.call('LPOP', found.lane_key) end
-redis.call('LPOP', found.lane_key)
-if redis.call('LLEN', found.lane_key) == 0 then redis.call('RPOP', ring) end
+local group, lane_key = found.group, found.lane_key
+for _ = 1, found.ghosts do redis.call('LPOP', lane_key) end
+redis.call('LPOP', lane_key)
+redis.call('HINCRBY', KEYS[5], group, 1)
+local knobs = found.knobs
+if knobs.rate then
+  local start, count = lane_window(base, group, now, knobs.window_ms)
+  redis.call('HSET', KEYS[8], group, dec(start) .. ' ' .. dec(count + 1))
+end
+local bits, opens = lane_over(base, group, now, knobs)
+local turn = redis.call('GET', KEYS[9])
+local served = 1
+if turn then
+  local n, head = string.match(turn, '^(%d+) (.*)$')
+  if head == group then served = tonumber(n) + 1 end
+end
+if bits ~= 0 or redis.call('LLEN', lane_key) == 0 then
+  ring_drop_head(base)
+  if bits ~= 0 then
+    set_parked(base, group, bit.bor(parked_mask(base, group), bits), opens, false)
+  end
+elseif served >= knobs.weight then
+  redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+  redis.call('DEL', KEYS[9])
+else
+  redis.call('SET', KEYS[9], dec(served) .. ' ' .. group)
+end
 local attempt, fence = lease(found.row, found.id, active, fence_key, last_fence, now + lease_ms)
-return { found.id, redis.call('HGET', found.row, 'payload') or '', attempt, fence, found.group }
+return { found.id, redis.call('HGET', found.row, 'payload') or '', attempt, fence, group }

@@ -8,7 +8,8 @@
     ARGV[2] limit            integer >= 1, most jobs taken
   Derived: <base>job:<id> of each due job, <base>lane:<group> of each lane job.
   A flat job goes to pending with its due time as score; a lane job to the tail of its lane.
-  Ghosts are dropped from delayed.
+  Ghosts are dropped from delayed. Then groups whose rate window has opened by now (at most limit,
+  from <base>throttled) come back to the ring, a wake token each (scripts only: lanes are).
   Replies: :<jobs moved> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
 if #KEYS ~= 4 or #ARGV ~= 2 then return arity_error('PROMOTE', 4, 2) end
@@ -20,4 +21,9 @@ local limit = int_arg(ARGV[2], 1)
 if limit == nil then return number_error('limit', 1) end
 if not types_ok({ 'zset', 'zset', 'list', 'list' }) then return redis.error_reply(E_TYPE) end
 
-return move_due(base, now, limit)
+local due, failure = due_lanes(base, now, limit)
+if due == nil then return failure end
+local moved = move_due(base, now, limit)
+if type(moved) ~= 'number' then return moved end
+wake(KEYS[4], reopen_lanes(base, due))
+return moved

@@ -35,5 +35,7 @@ local ended = base .. 'ended:' .. id
 local err = check_ended(ended)
 if err then return err end
 if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
+local failure = check_lane_bookkeeping(base, row)
+if failure then return failure end
 return redis.status_reply(finish_retry(active, delayed, dead, row, id, ARGV[5], delay_ms,
   max_attempts, now, ended))

@@ -22,7 +22,8 @@
   pending at its enqueued_at, a lane job to its lane's head), its attempt is uncounted (never below
   0; the fence counter is not rewound) and a wake token is left. Then jobs are leased as claim
   leases them, ghosts on the way dropped. The claim walk is planned before anything is written, so
-  a job released by this call is not claimed by it.
+  a job released by this call is not claimed by it. While the queue is paused (<base>paused
+  present) no job is leased. A lease of a lane job that leaves active gives its group's slot back.
   Replies: a pair: the verdicts (+ACKED, +RETRYING, +DEAD, +RELEASED or +STALE per item, in order)
   and the jobs leased (each id, payload, attempt, fence) | EMQARITY, EMQKEYS, EMQNUM, EMQITEM,
   EMQKIND, EMQSIZE, WRONGTYPE, EMQFENCE, NOPERM, TRYAGAIN errors.
@@ -90,6 +91,7 @@ end
 -- puts an expired lease, leave a wake token. Returns the verdict.
 local function finish_release(item)
   redis.call('ZREM', active, item.id)
+  release_lane_slot(base, item.row)
   local attempts = int_field(redis.call('HGET', item.row, 'attempts'), 0)
   redis.call('HSET', item.row, 'attempts', dec(math.max(attempts - 1, 0)))
   if item.lane then
@@ -100,6 +102,11 @@ local function finish_release(item)
   end
   wake(wake_key, 1)
   return 'RELEASED'
+end
+if count > 0 then
+  local paused, failure = queue_paused(base)
+  if paused == nil then return failure end
+  if paused then count = 0 end
 end
 local last_fence = 0
 if count > 0 then
@@ -115,6 +122,7 @@ for n = 1, #items do
     item.ended = base .. 'ended:' .. item.id
     err = check_ended(item.ended)
   end
+  if err == nil then err = check_lane_bookkeeping(base, item.row) end
   if err then return err end
 end
 local claims, ghosts, err = plan_claims(base, pending, count)

@@ -127,10 +127,12 @@ function renderQueues(queues) {
     const inLanes = Object.values(s.lanes).reduce((a, b) => a + b, 0);
     const row = body.insertRow();
     row.dataset.queue = s.name;
-    [s.name, s.pending, s.active, s.delayed, s.dead, inLanes, age(s.oldest_pending_age_ms),
-      rate(s.rates.backlog_per_min), rate(s.rates.dead_per_min)].forEach((v) => cell(row, v));
+    [s.paused ? `${s.name} (paused)` : s.name, s.pending, s.active, s.delayed, s.dead, inLanes,
+      age(s.oldest_pending_age_ms), rate(s.rates.backlog_per_min), rate(s.rates.dead_per_min)]
+      .forEach((v) => cell(row, v));
+    row.insertCell().appendChild(pauseButton(s.name, null, s.paused));
   }
-  if (!queues.length) cell(body.insertRow(), "no queues yet", "empty").colSpan = 9;
+  if (!queues.length) cell(body.insertRow(), "no queues yet", "empty").colSpan = 10;
 }
 
 // What each live worker runs and since when, by the server's clock.
@@ -153,7 +155,8 @@ function renderLanes(queues) {
   const lanes = document.getElementById("lanes");
   lanes.replaceChildren();
   for (const s of queues) {
-    const all = Object.entries(s.lanes).sort((a, b) => b[1] - a[1]);
+    const paused = Object.entries(s.paused_lanes || {}).sort((a, b) => b[1] - a[1]);
+    const all = paused.concat(Object.entries(s.lanes).sort((a, b) => b[1] - a[1]));
     if (!all.length) continue;
     const entries = all.slice(0, MAX_LANES_SHOWN);
     const card = document.createElement("div");
@@ -164,12 +167,14 @@ function renderLanes(queues) {
       (all.length > entries.length ? `, the ${entries.length} deepest shown` : "");
     const table = document.createElement("table");
     const head = table.createTHead().insertRow();
-    cell(head, "lane", "text"); cell(head, "depth");
+    cell(head, "lane", "text"); cell(head, "depth"); cell(head, "");
     const body = table.createTBody();
     for (const [group, depth] of entries) {
       const row = body.insertRow();
       row.dataset.lane = group;
-      cell(row, group); cell(row, depth);
+      const isPaused = group in (s.paused_lanes || {});
+      cell(row, isPaused ? `${group} (paused)` : group); cell(row, depth);
+      row.insertCell().appendChild(pauseButton(s.name, group, isPaused));
     }
     card.append(title, table);
     lanes.appendChild(card);
@@ -190,6 +195,15 @@ async function act(what, run) {
 function requeue(queue, ids, ask) {
   if (ask && !confirm(`Requeue ${ids.length} dead job(s) of ${queue}?`)) return;
   act("requeue", () => post(`api/queues/${q(queue)}/dead/requeue`, { ids }));
+}
+
+// Pause or resume a queue (lane null) or one of its lanes.
+function pauseButton(queue, lane, paused) {
+  const what = paused ? "resume" : "pause";
+  const control = button(what, () => act(what, () => post(`api/queues/${q(queue)}/${what}`,
+    lane === null ? {} : { lane })));
+  control.dataset[what] = lane === null ? queue : `${queue}/${lane}`;
+  return control;
 }
 
 function purge(queue, count) {

@@ -16,7 +16,14 @@ from echomq.conformance.harness import command_for, snapshot
 from echomq.conformance.resp import Arg, RawConnection
 from echomq.embedded import EmbeddedValkey
 from echomq.scripts import script_for
-from echomq.transitions import ALL_TRANSITIONS, LANE_CLAIM, LANE_ENQUEUE, TRANSITIONS, Transition
+from echomq.transitions import (
+    ALL_TRANSITIONS,
+    LANE_CLAIM,
+    LANE_ENQUEUE,
+    TRANSITIONS,
+    Transition,
+    keys_for,
+)
 from tests.conftest import start_server
 
 PASSWORD = "pw"
@@ -163,8 +170,8 @@ def test_lanes_are_isolated_too(server: EmbeddedValkey) -> None:
                               f"{base}lane:g", f"{base}ring", f"{base}wake", "JOB:1", "p", "g",
                               "*")
             assert reply.startswith(expect), reply
-            reply = conn.call("EVALSHA", script_for(LANE_CLAIM).sha, 3, f"{base}ring",
-                              f"{base}active", f"{base}fence", 1000, "*")
+            keys = keys_for(base, LANE_CLAIM)
+            reply = conn.call("EVALSHA", script_for(LANE_CLAIM).sha, len(keys), *keys, 1000, "*")
             assert reply.startswith(b"*5" if queue == "tenant-a" else NOPERM_KEY), reply
     finally:
         conn.close()

@@ -1,0 +1,51 @@
+--[[
+  lane_pause: pause or resume a group's lane, or the whole queue (group *). A paused lane leaves
+  the ring (its jobs stay in it, its leases run on) and comes back to the ring's tail on resume;
+  a paused queue leases nothing, flat or lane (claim, settle and lane_claim lease no job), until
+  resumed. A resume leaves wake tokens for the parked consumers. Scripts only: an operator's tool.
+    KEYS[1] <base>ring       groups whose lanes are non-empty and not parked (list)
+    KEYS[2] <base>parked     why a group is out of the ring, bit 4 paused (hash)
+    KEYS[3] <base>throttled  groups over their rate (zset)
+    KEYS[4] <base>turn       the ring head's claims in its turn (string)
+    KEYS[5] <base>paused     present while the whole queue is paused (string)
+    KEYS[6] <base>wake       wake tokens (list)
+    ARGV[1] scope            a group, or * for the whole queue
+    ARGV[2] paused           1 to pause, 0 to resume
+  Derived: <base>lane:<group> of the group.
+  Replies: +OK | EMQARITY, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
+]]
+if #KEYS ~= 6 or #ARGV ~= 2 then return arity_error('LANE_PAUSE', 6, 2) end
+local scope = ARGV[1]
+if scope ~= '*' and not lane_ok(scope) then return redis.error_reply(E_LANE) end
+local base = keys_base({ 'ring', 'parked', 'throttled', 'turn', 'paused', 'wake' })
+if base == nil then return redis.error_reply(E_KEYS) end
+local pause = ARGV[2]
+if pause ~= '0' and pause ~= '1' then
+  return redis.error_reply('EMQNUM paused must be 1 (pause) or 0 (resume)')
+end
+if not types_ok({ 'list', 'hash', 'zset', 'string', 'string', 'list' }) then
+  return redis.error_reply(E_TYPE)
+end
+
+if scope == '*' then
+  if pause == '1' then
+    redis.call('SET', KEYS[5], '1')
+  elseif redis.call('DEL', KEYS[5]) == 1 then
+    wake(KEYS[6], WAKE_CAP)
+  end
+  return redis.status_reply('OK')
+end
+local lane_key = base .. 'lane:' .. scope
+if not may_access(lane_key) then return redis.error_reply(E_PERM) end
+local t = derived_type(lane_key)
+if t == nil then return redis.error_reply(E_MOVING) end
+if t ~= 'none' and t ~= 'list' then return redis.error_reply(E_TYPE) end
+local mask = parked_mask(base, scope)
+local paused = bit.band(mask, PARKED_PAUSED) ~= 0
+if pause == '1' and not paused then
+  set_parked(base, scope, mask + PARKED_PAUSED)
+elseif pause == '0' and paused then
+  set_parked(base, scope, mask - PARKED_PAUSED)
+  if mask == PARKED_PAUSED and lane_nonempty(base, scope) then wake(KEYS[6], 1) end
+end
+return redis.status_reply('OK')

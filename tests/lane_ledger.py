@@ -1,0 +1,28 @@
+"""The handler of the multi-process lane run (tests/test_lane_workers.py): each job writes a
+line to the ledger ``test:ledger`` (one list on the test's server, so every process's lines are
+in one order) when it starts and when it ends, and sleeps the payload's milliseconds between.
+
+A line is ``start|end <lane> <id> <pid> <server ms>``. A job's lease is taken before its start
+line and given back after its end line, so jobs whose lines overlap in the ledger held their
+leases at the same time: counting them can only under-count what the server let run at once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from echomq import Job
+from tests.handlers import conn
+
+
+def note(what: str, job: Job) -> None:
+    seconds, micros = conn().time()
+    at_ms = seconds * 1000 + micros // 1000
+    conn().rpush("test:ledger", f"{what} {job.lane} {job.id} {os.getpid()} {at_ms}")
+
+
+def run(job: Job) -> None:
+    note("start", job)
+    time.sleep(int(job.payload) / 1000)
+    note("end", job)
