@@ -163,8 +163,9 @@ def test_a_worker_serves_the_counts_of_all_its_processes_summed(
 
     # Two jobs held at once: one in each process, both in flight in one scrape.
     queue.enqueue_many([("JOB:h1", b"hold"), ("JOB:h2", b"hold")])
-    assert wait_until(lambda: count("echomq_jobs_in_flight") == 2, 20), supervisor.log()
+    assert wait_until(lambda: conn.llen("test:held") == 2, 20), supervisor.log()
     assert len(set(conn.lrange("test:held", 0, -1))) == 2  # two processes
+    assert count("echomq_jobs_in_flight") == 2
     conn.rpush("test:release", "1", "1")
     queue.enqueue_many([*((f"JOB:ok{n}", b"ok") for n in range(5)), ("JOB:f", b"fail")])
     assert wait_until(lambda: count("echomq_jobs_dead_total") == 1
@@ -195,7 +196,8 @@ def test_a_killed_worker_process_leaves_the_in_flight_sum_but_not_the_counts(
     assert wait_until(lambda: scraped(port, "echomq_jobs_succeeded_total", **labels) == 1,
                       20), supervisor.log()
     queue.enqueue("JOB:h", b"hold")
-    assert wait_until(lambda: scraped(port, "echomq_jobs_in_flight", **labels) == 1, 20)
+    assert wait_until(lambda: conn.llen("test:held") == 1, 20), supervisor.log()
+    assert scraped(port, "echomq_jobs_in_flight", **labels) == 1
     os.kill(int(conn.lpop("test:held") or 0), signal.SIGKILL)
     assert wait_until(lambda: scraped(port, "echomq_jobs_in_flight", **labels) == 0, 20), \
         supervisor.log()
@@ -215,3 +217,4 @@ def test_a_metrics_port_in_use_stops_the_worker_before_it_starts_saying_why(
     lines = supervisor.log().strip().splitlines()
     assert len(lines) == 1, lines
     assert f"cannot serve metrics on 127.0.0.1:{port}" in lines[0] and "in use" in lines[0]
+
