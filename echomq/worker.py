@@ -170,6 +170,11 @@ def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None 
 
 def _counted(handler: Callable[[Job], object], spec: WorkerSpec,
              max_attempts: int) -> Callable[[Job], object]:
+    """The handler counted in the metrics: a plain one wrapped, an App's as it is (its hooks
+    count each task by name: ``App(..., hooks=[PrometheusHooks()])``)."""
+    app = getattr(handler, "__self__", None)
+    if hasattr(app, "hooks") and hasattr(app, "queues"):
+        return handler
     from echomq.metrics import instrument  # only now: after PROMETHEUS_MULTIPROC_DIR is set
 
     return instrument(handler, spec.queue, task=spec.handler, max_attempts=max_attempts)

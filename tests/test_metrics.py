@@ -218,3 +218,18 @@ def test_a_metrics_port_in_use_stops_the_worker_before_it_starts_saying_why(
     assert len(lines) == 1, lines
     assert f"cannot serve metrics on 127.0.0.1:{port}" in lines[0] and "in use" in lines[0]
 
+
+
+def test_a_worker_of_an_app_counts_its_tasks_through_the_apps_hooks_alone(
+        conn: redis.Redis, workers: Callable[..., Workers]) -> None:
+    port = free_port()
+    supervisor = workers("apps", "--metrics-port", str(port),
+                         handler="tests.obs_handlers:app.handler")
+    Queue(conn, "apps").enqueue_many([("JOB:1", b"billing.charge"), ("JOB:2", b"mail.send")])
+    assert wait_until(lambda: scraped(port, "echomq_jobs_succeeded_total", queue="apps",
+                                      task="mail.send") == 1, 20), supervisor.log()
+    found = scrape(port)
+    tasks = {dict(labels)["task"] for name, labels in found
+             if name == "echomq_jobs_started_total"}
+    assert tasks == {"billing.charge", "mail.send"}  # not the handler counted as well
+    assert supervisor.terminate(within=10) == 0
