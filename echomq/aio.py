@@ -39,7 +39,7 @@ from echomq.calls import (
     settled,
 )
 from echomq.connection import socket_timeout_of
-from echomq.consumer import call_hook, refuse_unsupported, report_settled
+from echomq.consumer import call_hook, queue_list, refuse_unsupported, report_settled, wake_keys
 from echomq.errors import EvictionPolicyWarning, Wire6Unsupported
 from echomq.executors import raise_mapped
 from echomq.lanes import AsyncLaneControls, lane_groups, shown_depths
@@ -49,6 +49,7 @@ from echomq.loop import (
     PREFETCH,
     SETTLE_DELAY_MS,
     Fault,
+    Lineup,
     LoopCore,
     Round,
     Settings,
@@ -359,6 +360,8 @@ class Queue(AsyncLaneControls):
 
 
 AsyncHandler = Callable[[Job], Awaitable[object] | object]
+# What a handler came to: the value it returned, or the exception it raised.
+Handled = tuple[object, BaseException | None]
 
 
 async def _until(event: asyncio.Event, timeout_s: float) -> None:
@@ -369,44 +372,70 @@ async def _until(event: asyncio.Event, timeout_s: float) -> None:
 
 class Consumer:
     """The consumer loop for asyncio code; see ``echomq.Consumer``: the same parameters, the
-    same decisions (``echomq.loop.LoopCore``), driven by coroutines. ``handler`` may be a
+    same decisions (``echomq.loop.Lineup`` over a ``LoopCore`` per queue), driven by
+    coroutines — one queue, or a list of them in strict priority order. ``handler`` may be a
     coroutine function (awaited, and cancelled past ``time_limit_ms``) or a plain function (run
-    in a worker thread, which cannot be cancelled). While anything is in hand, a keeper task
-    extends the leases in hand, sends outcomes that waited ``settle_delay_ms``, runs due
-    housekeeping and enforces the time limit. ``stop()`` must be called from the loop's own
-    thread; the jobs prefetched and not started are then handed back."""
+    in a worker thread, which cannot be cancelled), and may return a directive (``Done``,
+    ``RetryIn``, ``Reject``).
 
-    def __init__(self, queue: Queue, handler: AsyncHandler, *, lanes: bool = False,
-                 lease_ms: int = DEFAULT_LEASE_MS, retry_delay_ms: int = 1_000,
-                 max_attempts: int | None = None, park_cap_ms: int = 5_000,
-                 park_floor_ms: int = PARK_FLOOR_MS, heartbeat: bool = True,
-                 retention_ms: int | None = None, clock: Callable[[], int] | None = None,
+    ``concurrency``: how many handlers run at once (each its own task; prefetched jobs start in
+    claim order as places free up). The hand holds at most ``max(prefetch, concurrency)`` jobs,
+    running ones included. A job claimed before (a retry, or a lease that ran out) runs alone:
+    it starts once the handlers in flight have finished, with the jobs prefetched handed back,
+    and nothing else starts until it ends.
+
+    While anything is in hand, a keeper task extends the leases in hand, sends outcomes that
+    waited ``settle_delay_ms``, runs due housekeeping and enforces the time limit. ``stop()``
+    must be called from the loop's own thread; the handlers in flight finish, the jobs
+    prefetched and not started are handed back."""
+
+    def __init__(self, queue: Queue | Sequence[Queue], handler: AsyncHandler, *,
+                 lanes: bool = False, lease_ms: int = DEFAULT_LEASE_MS,
+                 retry_delay_ms: int = 1_000, max_attempts: int | None = None,
+                 park_cap_ms: int = 5_000, park_floor_ms: int = PARK_FLOOR_MS,
+                 heartbeat: bool = True, retention_ms: int | None = None,
+                 clock: Callable[[], int] | None = None,
                  on_ack: Callable[[Job], object] | None = None,
                  housekeeping_ms: int = HOUSEKEEPING_MS, time_limit_ms: int | None = None,
                  on_overrun: Callable[[Job], object] | None = None, prefetch: int = PREFETCH,
-                 settle_delay_ms: int = SETTLE_DELAY_MS) -> None:
-        refuse_unsupported(queue.wire, lanes)
-        self.core = LoopCore(Settings(
+                 settle_delay_ms: int = SETTLE_DELAY_MS, concurrency: int = 1) -> None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive int, got {concurrency!r}")
+        self.queues: list[Queue] = queue_list(queue)
+        refuse_unsupported(self.queues[0].wire, lanes)
+        self.lineup = Lineup.of(Settings(
             lease_ms=lease_ms, retry_delay_ms=retry_delay_ms, max_attempts=max_attempts,
             park_cap_ms=park_cap_ms, park_floor_ms=park_floor_ms,
             housekeeping_ms=housekeeping_ms, time_limit_ms=time_limit_ms,
-            retention_ms=retention_ms, heartbeat=heartbeat, lanes=lanes, capacity=prefetch,
-            settle_delay_ms=settle_delay_ms))
-        self.queue = queue
+            retention_ms=retention_ms, heartbeat=heartbeat, lanes=lanes,
+            capacity=max(prefetch, concurrency), settle_delay_ms=settle_delay_ms),
+            len(self.queues))
+        self.queue = self.queues[0]
         self.handler = handler
+        self.concurrency = concurrency
         self.on_ack = on_ack
         self.on_overrun = on_overrun
         self.clock = clock
-        self._socket_timeout_s = socket_timeout_of(queue.conn)
+        self._socket_timeout_s = socket_timeout_of(self.queue.conn)
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
         self._parking: asyncio.Task[bool] | None = None
-        self._handling: dict[Job, asyncio.Future[BaseException | None]] = {}
+        self._handling: dict[Job, asyncio.Future[Handled]] = {}
+        self._in_flight: set[asyncio.Task[None]] = set()
         self._keeper: asyncio.Task[None] | None = None
 
     @property
+    def core(self) -> LoopCore:
+        """The first queue's core (the only one of a consumer of one queue)."""
+        return self.lineup.cores[0]
+
+    @property
+    def names(self) -> str:
+        return ", ".join(queue.name for queue in self.queues)
+
+    @property
     def settings(self) -> Settings:
-        return self.core.settings
+        return self.lineup.settings
 
     @property
     def lanes(self) -> bool:
@@ -424,21 +453,28 @@ class Consumer:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    @property
+    def in_flight(self) -> int:
+        """How many handlers are running now (one past its time limit until it returns)."""
+        return sum(len(core.running) for core in self.lineup.cores)
+
     async def run(self) -> None:
         """Beat until ``stop()``. Transient server errors are retried with a growing pause;
         one that cannot heal raises FatalServerError."""
-        log.info("async consumer started: queue %s, wire %d, %s, lease %d ms", self.queue.name,
-                 self.queue.wire, "lanes" if self.lanes else "flat", self.lease_ms)
+        log.info("async consumer started: queue %s, wire %d, %s, lease %d ms, concurrency %d",
+                 self.names, self.queue.wire, "lanes" if self.lanes else "flat", self.lease_ms,
+                 self.concurrency)
         try:
             while not self._stopping.is_set():
                 await self._guarded_beat()
         finally:
+            await self._settle_in_flight()
             await self._hand_back_quietly()
             await self._keeper_done()
-            log.info("async consumer stopped: queue %s", self.queue.name)
+            log.info("async consumer stopped: queue %s", self.names)
 
     def stop(self) -> None:
-        """Stop claiming; a parked consumer returns at once, a running job finishes first,
+        """Stop claiming; a parked consumer returns at once, running jobs finish first,
         prefetched jobs not started are handed back."""
         self._stopping.set()
         if self._parking is not None:
@@ -446,7 +482,7 @@ class Consumer:
 
     async def beat(self, *, park: bool = True) -> int:
         """One round: recover, promote, drain, then park; how many jobs were run."""
-        self.core.rested()
+        self.lineup.rested()
         await self._housekeep(force=True)
         handled = await self.drain()
         if park and not self._stopping.is_set():
@@ -454,24 +490,76 @@ class Consumer:
         return handled
 
     async def drain(self) -> int:
-        """Claim and run jobs until none is left or a stop is asked for, with housekeeping in
-        between whenever it is due; every outcome is sent (and, on a stop, the jobs not started
-        handed back) before it returns."""
+        """Claim and run jobs, up to ``concurrency`` at once, until none is left and none runs,
+        or a stop is asked for, with housekeeping in between whenever it is due; every outcome
+        is sent (and, on a stop, the jobs not started handed back) before it returns."""
         handled = 0
-        while not self._stopping.is_set():
-            await self._housekeep()
-            job = await self._next_job()
-            if job is None:
-                break
-            await self.process(job)
-            handled += 1
+        try:
+            while not self._stopping.is_set():
+                await self._housekeep()
+                if len(self._in_flight) >= self.concurrency:
+                    await self._one_finished()
+                    continue
+                picked = await self._next_job()
+                if picked is None:
+                    if not self._in_flight:
+                        break
+                    await self._one_finished(wake=True)
+                    continue
+                await self._start(*picked)
+                handled += 1
+        finally:
+            await self._settle_in_flight()
         await self._wind_down()
         await self._keeper_done()
         return handled
 
+    async def _start(self, index: int, job: Job) -> None:
+        """Start ``job``'s handler as a task of its own; a job claimed before waits for the
+        handlers in flight to finish, then runs alone to its end."""
+        if job.attempt > 1 and self.concurrency > 1:
+            self.lineup.cores[index].held_back(job)
+            await self._settle_in_flight()
+            self.lineup.cores[index].restarted(job, time.monotonic())
+            await self.process(index, job)
+            return
+        if self.concurrency == 1:
+            await self.process(index, job)
+            return
+        task = asyncio.ensure_future(self.process(index, job))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    async def _one_finished(self, *, wake: bool = False) -> None:
+        """Wait until a handler in flight finishes or a stop is asked for (``wake``: or a wake
+        token arrives on any of the queues, as a job to fill a free place may have)."""
+        stopped = asyncio.ensure_future(self._stopping.wait())
+        waiters: list[asyncio.Future[Any]] = [stopped]
+        if wake:
+            waiters.append(asyncio.ensure_future(self._park_briefly()))
+        try:
+            await asyncio.wait({*self._in_flight, *waiters}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+    async def _park_briefly(self) -> None:
+        """Block on the wake keys at most the park cap (a handler finishing cancels it)."""
+        await self.queue.conn.blpop(wake_keys(self.queues),
+                                    timeout=self.lineup.cores[0].park_cap_ms(
+                                        self._socket_timeout_s) / 1000)
+
+    async def _settle_in_flight(self) -> None:
+        """Let every handler in flight finish."""
+        while self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
+
     async def park(self) -> bool:
-        """Block on the wake key until a token, the next due time, the cap, or ``stop()``."""
-        self._parking = asyncio.ensure_future(self.queue.park(await self.park_timeout_ms() / 1000))
+        """Block on every queue's wake key until a token, the next due time, the cap, or
+        ``stop()``."""
+        timeout_s = await self.park_timeout_ms() / 1000
+        self._parking = asyncio.ensure_future(self._blpop(timeout_s))
         try:
             return await self._parking
         except asyncio.CancelledError:
@@ -481,8 +569,13 @@ class Consumer:
         finally:
             self._parking = None
 
+    async def _blpop(self, timeout_s: float) -> bool:
+        return await self.queue.conn.blpop(wake_keys(self.queues), timeout=timeout_s) \
+            is not None
+
     async def park_timeout_ms(self) -> int:
-        due = await self.queue.next_due()
+        dues = [due for queue in self.queues if (due := await queue.next_due()) is not None]
+        due = min(dues, default=None)
         now = None
         if due is not None:
             now = self.clock() if self.clock is not None else await self._server_ms()
@@ -490,25 +583,27 @@ class Consumer:
 
     # one job ------------------------------------------------------------------------------
 
-    async def process(self, job: Job) -> None:
-        """Run the handler on ``job`` (started by ``_next_job``, its lease in hand), then queue
-        its ack, or its retry on failure, for the next round."""
+    async def process(self, index: int, job: Job) -> None:
+        """Run the handler on ``job`` of queue ``index`` (started by ``_next_job``, its lease
+        in hand), then queue its settlement for the next round."""
+        core = self.lineup.cores[index]
         try:
-            failure = await self._handled(job)
+            returned, failure = await self._handled(job)
         finally:
-            mine = self.core.finished(job)
-        if mine and self.core.record(job, self.core.settlement(failure), time.monotonic()):
+            mine = core.finished(job)
+        settlement = core.settlement(failure, returned, job.attempt)
+        if mine and core.record(job, settlement, time.monotonic()):
             self._changed.set()  # the first outcome waiting: a new deadline for the keeper
         if not mine:
             log.warning("job %s attempt %d returned after its lease was given up (time limit "
                         "or lost lease); its outcome is dropped", job.id, job.attempt)
-        if self.core.stops_loop(failure):
+        if core.stops_loop(failure):
             log.warning("handler raised %s on %s: the consumer stops",
                         describe(failure or BaseException()), job.id)
             self.stop()
 
-    async def _handled(self, job: Job) -> BaseException | None:
-        """The handler's failure on ``job`` (None: it returned). Under a time limit it runs as
+    async def _handled(self, job: Job) -> Handled:
+        """What the handler returned on ``job``, or its failure. Under a time limit it runs as
         a task of its own, so the keeper can cancel it."""
         if self.settings.time_limit_ms is None:
             return await self._call_handler(job)
@@ -520,7 +615,7 @@ class Consumer:
         finally:
             self._handling.pop(job, None)
 
-    async def _call_handler(self, job: Job) -> BaseException | None:
+    async def _call_handler(self, job: Job) -> Handled:
         result: object
         try:
             if inspect.iscoroutinefunction(self.handler):
@@ -528,53 +623,66 @@ class Consumer:
             else:
                 result = await asyncio.to_thread(self.handler, job)
             if inspect.isawaitable(result):
-                await result
+                result = await result
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # the loop survives every handler outcome
-            return exc
-        return None
+            return None, exc
+        return result, None
 
     @staticmethod
-    async def _outcome(handling: asyncio.Future[BaseException | None]) -> BaseException | None:
-        """The handler's failure (None: it returned); a cancel of this task itself goes on."""
+    async def _outcome(handling: asyncio.Future[Handled]) -> Handled:
+        """What the handler returned, or its failure; a cancel of this task itself goes on."""
         try:
             return await handling
         except asyncio.CancelledError as exc:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
-            return exc  # the handler was cancelled (its time limit) or cancelled itself
+            return None, exc  # the handler was cancelled (its time limit) or cancelled itself
 
     # rounds -------------------------------------------------------------------------------
 
-    async def _next_job(self) -> Job | None:
+    async def _next_job(self) -> tuple[int, Job] | None:
         """As ``echomq.Consumer._next_job``: a prefetched job, else one of the next batch."""
-        job = self.core.next_job(time.monotonic())
-        if job is None:
+        picked = self.lineup.next_job(time.monotonic())
+        if picked is None:
             await self._claim_round()
-            job = self.core.next_job(time.monotonic())
-        if self.core.isolation is not None:
-            await self._isolate()
-        return job
-
-    async def _isolate(self) -> None:
-        """As ``echomq.Consumer._isolate``: the round that leaves the job about to start alone
-        in hand."""
-        round_ = self.core.take_isolation()
-        if round_ is not None:
-            await self._guarded(self._send, round_)
+            picked = self.lineup.next_job(time.monotonic())
+        for index, round_ in self.lineup.take_isolations():
+            await self._guarded(self._send, index, round_)
+        return picked
 
     async def _claim_round(self) -> None:
-        if self.lanes:
-            job = await self.queue.claim_lane(self.lease_ms, now=self._now())
-            if job is not None:
-                self._took([job], 1)
-                return
-        await self._send(self.core.take_round(self.core.claim_count()))
+        """As ``echomq.Consumer._claim_round``: the queues in priority order, each asked for
+        what the ones before it left of the round."""
+        wanted = self.lineup.round_size()
+        taken = 0
+        for index, queue in enumerate(self.queues):
+            asked = self.lineup.ask(wanted, taken)
+            if asked and self.lanes:
+                job = await queue.claim_lane(self.lease_ms, now=self._now())
+                if job is not None:
+                    self._took(index, [job])
+                    taken += 1
+                    continue
+            taken += len(await self._send(index, self.lineup.cores[index].take_round(asked)))
+        self.lineup.round_claimed(wanted, taken)
 
     async def _wind_down(self) -> None:
-        await self._send(self.core.take_round(hand_back=self._stopping.is_set()))
+        await self._send_all(hand_back=self._stopping.is_set())
+
+    async def _send_all(self, *, hand_back: bool) -> None:
+        """Send every queue's outcomes waiting (with ``hand_back``, its jobs not started); a
+        failure is raised after every queue had its try."""
+        failure: Exception | None = None
+        for index, core in enumerate(self.lineup.cores):
+            try:
+                await self._send(index, core.take_round(hand_back=hand_back))
+            except Exception as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     async def _hand_back_quietly(self) -> None:
         try:
@@ -583,23 +691,24 @@ class Consumer:
             log.warning("could not hand back the jobs in hand (%s); their leases will run "
                         "out and recover will put them back", describe(exc))
 
-    async def _send(self, round_: Round) -> None:
-        """As ``echomq.Consumer._send``: one settle call for ``round_``."""
+    async def _send(self, index: int, round_: Round) -> list[Job]:
+        """As ``echomq.Consumer._send``: one settle call for ``round_`` on queue ``index``."""
         if not round_.outcomes and not round_.claim:
-            return
+            return []
         try:
-            verdicts, jobs = await self.queue.settle_leased(
+            verdicts, jobs = await self.queues[index].settle_leased(
                 round_.outcomes, round_.claim, self.lease_ms, self.settings.retention_ms,
                 self._now())
         except Exception:
-            self.core.unsent(round_, time.monotonic())
+            self.lineup.cores[index].unsent(round_, time.monotonic())
             raise
-        self._took(jobs, round_.claim)
+        self._took(index, jobs)
         report_settled(round_.outcomes, verdicts, self.on_ack)
+        return jobs
 
-    def _took(self, jobs: list[Job], asked: int) -> None:
-        self.core.sent()
-        self.core.claimed(jobs, asked, time.monotonic())
+    def _took(self, index: int, jobs: list[Job]) -> None:
+        self.lineup.cores[index].sent()
+        self.lineup.cores[index].claimed(jobs, time.monotonic())
         if jobs and (self._keeper is None or self._keeper.done()):
             self._keeper = asyncio.ensure_future(self._keep())
 
@@ -609,25 +718,30 @@ class Consumer:
         """While anything is in hand: extend the leases in hand, fail overrun attempts, send
         the outcomes that waited long enough, run due housekeeping; ends when nothing is in
         hand."""
-        while self.core.in_hand:
+        while self.lineup.in_hand:
             now = time.monotonic()
-            wait = self.core.next_tick(now)
+            wait = self.lineup.next_tick(now)
             if wait > 0:
                 self._changed.clear()
                 await _until(self._changed, wait)
                 continue
-            extends = self.core.heartbeat(now)
-            overruns = self.core.take_overruns(now)
-            due = self.core.take_round() if self.core.outbox_due(now) else None
-            housekeep = self.core.take_housekeeping(now)
-            if extends:
-                await self._guarded(self._heartbeat, extends)
-            for job in overruns:
-                await self._guarded(self._overrun, job)
-            if due is not None:
-                await self._guarded(self._send, due)
-            if housekeep:
-                await self._guarded(self._recover_and_promote)
+            for index, core in enumerate(self.lineup.cores):
+                await self._keep_queue(index, core, now)
+
+    async def _keep_queue(self, index: int, core: LoopCore, now: float) -> None:
+        """The keeper's work for queue ``index`` due at ``now``."""
+        extends = core.heartbeat(now)
+        overruns = core.take_overruns(now)
+        due = core.take_round() if core.outbox_due(now) else None
+        housekeep = core.take_housekeeping(now)
+        if extends:
+            await self._guarded(self._heartbeat, index, extends)
+        for job in overruns:
+            await self._guarded(self._overrun, index, job)
+        if due is not None:
+            await self._guarded(self._send, index, due)
+        if housekeep:
+            await self._guarded(self._recover_and_promote, index)
 
     async def _keeper_done(self) -> None:
         """Let the keeper see that nothing is in hand, and wait for it to end."""
@@ -636,37 +750,41 @@ class Consumer:
             self._changed.set()
             await asyncio.gather(keeper, return_exceptions=True)
 
-    async def _guarded(self, action: Callable[..., Awaitable[None]], *args: Any) -> None:
+    async def _guarded(self, action: Callable[..., Awaitable[object]], *args: Any) -> None:
         try:
             await action(*args)
         except Exception as exc:  # logged; the loop itself meets it on its next call
             level = logging.WARNING if classify(exc) is Fault.TRANSIENT else logging.ERROR
             log.log(level, "%s failed: %s", action.__name__.strip("_"), describe(exc))
 
-    async def _heartbeat(self, jobs: list[Job]) -> None:
+    async def _heartbeat(self, index: int, jobs: list[Job]) -> None:
         verdicts = None
         try:
-            verdicts = await self.queue.extend_many(jobs, lease_ms=self.lease_ms,
-                                                    now=self._now())
+            verdicts = await self.queues[index].extend_many(jobs, lease_ms=self.lease_ms,
+                                                            now=self._now())
         finally:
-            lost = self.core.heartbeat_done(jobs, verdicts, time.monotonic())
+            lost = self.lineup.cores[index].heartbeat_done(jobs, verdicts, time.monotonic())
         for job in lost:
             log.warning("stale lease: %s attempt %d was lost before its heartbeat", job.id,
                         job.attempt)
 
-    async def _overrun(self, job: Job) -> None:
-        """As ``echomq.Consumer._overrun``; the handler is cancelled."""
+    async def _overrun(self, index: int, job: Job) -> None:
+        """As ``echomq.Consumer._overrun``; the handler is cancelled. The others in flight go
+        on: their own time limits stand."""
         log.error("job %s attempt %d exceeded its time limit of %d ms", job.id, job.attempt,
                   self.settings.time_limit_ms or 0)
         handling = self._handling.get(job)
         if handling is not None:
             handling.cancel()
-        round_ = self.core.take_round(hand_back=True)
-        retry = self.core.overrun_settlement()
+        core = self.lineup.cores[index]
+        round_ = core.take_round(hand_back=self.concurrency == 1)
+        retry = core.overrun_settlement()
         round_.outcomes.insert(0, calls.Retry(job, retry.delay_ms, retry.error,
                                               retry.max_attempts))
         try:
-            await self._send(round_)
+            await self._send(index, round_)
+            if self.concurrency == 1:
+                await self._send_all(hand_back=True)
         finally:
             self._tell_overrun(job)
 
@@ -676,12 +794,14 @@ class Consumer:
     # internals ----------------------------------------------------------------------------
 
     async def _housekeep(self, *, force: bool = False) -> None:
-        if self.core.take_housekeeping(time.monotonic(), force=force):
-            await self._recover_and_promote()
+        for index, core in enumerate(self.lineup.cores):
+            if core.take_housekeeping(time.monotonic(), force=force):
+                await self._recover_and_promote(index)
 
-    async def _recover_and_promote(self) -> None:
-        await self.queue.recover(now=self._now(), max_attempts=self.max_attempts)
-        await self.queue.promote(now=self._now())
+    async def _recover_and_promote(self, index: int = 0) -> None:
+        queue = self.queues[index]
+        await queue.recover(now=self._now(), max_attempts=self.max_attempts)
+        await queue.promote(now=self._now())
 
     async def _guarded_beat(self) -> None:
         """A beat; a transient error waits (stop-aware) with back-off, a fatal one raises."""
@@ -692,7 +812,7 @@ class Consumer:
             if fault is None:
                 raise
             if fault is Fault.FATAL:
-                raise fatal_error(self.queue.name, exc) from exc
+                raise fatal_error(self.names, exc) from exc
             pause = self.core.backoff.failed()
             log.warning("server unavailable (%s); retrying in %.1f s", describe(exc), pause)
             await _until(self._stopping, pause)

@@ -70,8 +70,10 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
 
 
 @main.command()
-@click.argument("handler", metavar="MODULE:HANDLER")
-@click.option("--queue", "-q", "queue_name", required=True, help="the queue to consume")
+@click.argument("handler", metavar="MODULE:HANDLER|MODULE:APP")
+@click.option("--queue", "-q", "queue_names", multiple=True,
+              help="a queue to consume; repeat it to serve several in strict priority order, "
+              "the first first  [default with an App: the App's queues]")
 @click.option("--lanes", is_flag=True, help="claim through the lanes in turn (wire 5 only)")
 @click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1),
               help="worker processes")
@@ -96,14 +98,19 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
               "--max-attempts 1 wants")
 @click.option("--on-ack", metavar="MODULE:FUNC", default=None,
               help="called with each job once its ack returned ACKED")
+@click.option("--async-concurrency", default=10, show_default=True, type=click.IntRange(1),
+              help="jobs in flight per process for an App whose tasks are all async (the "
+              "asyncio consumer)")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @_metrics_options
-def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: str, wire: str,
-           grace: float, lease_ms: int, retry_delay_ms: int, max_attempts: int | None,
-           time_limit: float | None, park_cap_ms: int, prefetch: int, on_ack: str | None,
-           log_level: str, metrics_port: int | None, metrics_addr: str) -> None:
-    """Run CONCURRENCY supervised worker processes calling MODULE:HANDLER(job) per job.
+def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency: int, url: str,
+           wire: str, grace: float, lease_ms: int, retry_delay_ms: int,
+           max_attempts: int | None, time_limit: float | None, park_cap_ms: int, prefetch: int,
+           on_ack: str | None, async_concurrency: int, log_level: str, metrics_port: int | None,
+           metrics_addr: str) -> None:
+    """Run CONCURRENCY supervised worker processes calling MODULE:HANDLER(job) per job, or
+    running the tasks of MODULE:APP (on the asyncio consumer when they are all async).
 
     A crashed worker is restarted; SIGTERM or SIGINT stops claiming, lets running jobs finish
     within the grace period and exits 0 (jobs cut short come back through their leases). A server
@@ -114,11 +121,12 @@ def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: st
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # MODULE is found from where the command runs
     limit_ms = None if time_limit is None else max(1, round(time_limit * 1000))
-    spec = WorkerSpec(handler=handler, queue=queue_name, url=url, lanes=lanes, wire=int(wire),
+    queues, async_in_flight = _worker_target(handler, queue_names, async_concurrency)
+    spec = WorkerSpec(handler=handler, queue=queues, url=url, lanes=lanes, wire=int(wire),
                       lease_ms=lease_ms, retry_delay_ms=retry_delay_ms,
                       max_attempts=max_attempts, park_cap_ms=park_cap_ms, on_ack=on_ack,
                       log_level=log_level.upper(), time_limit_ms=limit_ms,
-                      prefetch=prefetch)
+                      prefetch=prefetch, async_concurrency=async_in_flight)
     _connect(url)  # a URL that is not one is bad input (exit 2), like any command's
     try:
         check_spec(spec)
@@ -127,13 +135,31 @@ def worker(handler: str, queue_name: str, lanes: bool, concurrency: int, url: st
     try:
         probe_server(spec)
     except (redis.RedisError, EchoMQError) as exc:
-        raise click.ClickException(f"cannot serve queue {queue_name} from {url}: "
+        raise click.ClickException(f"cannot serve queue {', '.join(queues)} from {url}: "
                                    f"{type(exc).__name__}: {exc}") from exc
     try:
         metrics_at = None if metrics_port is None else (metrics_addr, metrics_port)
         sys.exit(run_workers(spec, concurrency, grace, metrics_at))
     except (WorkersFailed, MetricsUnavailable) as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _worker_target(target: str, queue_names: tuple[str, ...],
+                   async_concurrency: int) -> tuple[tuple[str, ...], int | None]:
+    """The queues a worker serves (``--queue``, else an App's) and its jobs in flight per
+    process on the asyncio consumer (None: the blocking one). A target that does not load is
+    bad input."""
+    from echomq.worker import app_queues, is_app, load_target, runs_async
+
+    try:
+        found = load_target(target)
+    except (ImportError, AttributeError, ValueError, TypeError) as exc:
+        raise click.UsageError(f"{type(exc).__name__}: {exc}") from exc
+    if not is_app(found):
+        if not queue_names:
+            raise click.UsageError("give --queue (a handler has no queues of its own)")
+        return queue_names, None
+    return queue_names or app_queues(found), async_concurrency if runs_async(found) else None
 
 
 # operator commands ---------------------------------------------------------------------------
@@ -314,7 +340,7 @@ def _print_workers(found: list[WorkerInfo], now_ms: int) -> None:
                    "last beat")
     for w in found:
         running = None if w.job_since_ms is None else max(0, now_ms - w.job_since_ms)
-        table.add_row(Text(w.host), str(w.pid), Text(w.queue), str(w.wire),
+        table.add_row(Text(w.host), str(w.pid), Text(", ".join(w.queues) or w.queue), str(w.wire),
                       human_age(max(0, now_ms - w.started_ms)), Text(w.job or "idle"),
                       human_age(running), str(w.done), str(w.failed),
                       human_age(max(0, now_ms - w.beat_ms)) + " ago")

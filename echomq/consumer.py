@@ -1,7 +1,9 @@
 """``Consumer``: the supervised loop of one worker — housekeeping, claim, run, settle, park.
 
-The loop's decisions live in ``echomq.loop.LoopCore`` (no I/O); this module is its blocking
-shell, and ``echomq.aio.Consumer`` its asyncio one. Each beat runs recover + promote, then claims
+The loop's decisions live in ``echomq.loop`` (no I/O: a ``LoopCore`` per queue, and a ``Lineup``
+ordering several queues by priority); this module is its blocking shell, and
+``echomq.aio.Consumer`` its asyncio one. A consumer of several queues parks on all their wake
+keys at once and runs each one's housekeeping. Each beat runs recover + promote, then claims
 and runs jobs until none is left (or a stop is asked for), then parks on the queue's wake key with
 ``BLPOP`` — never polls. Jobs are claimed in batches of up to ``prefetch`` and run one at a time;
 their outcomes go out with the next claim, in one ``settle`` call per batch. Recover + promote
@@ -24,13 +26,14 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import suppress
 from typing import Any
 
 import redis
 
 from echomq import calls
+from echomq.calls import text
 from echomq.connection import socket_timeout_of
 from echomq.errors import Wire6Unsupported
 from echomq.loop import (
@@ -40,6 +43,7 @@ from echomq.loop import (
     SETTLE_DELAY_MS,
     Clock,
     Fault,
+    Lineup,
     LoopCore,
     Round,
     Settings,
@@ -71,12 +75,45 @@ def refuse_unsupported(wire: int, lanes: bool) -> None:
         raise Wire6Unsupported(LANE_CLAIM.public_name)
 
 
-def push_wake_token(queue: Queue) -> None:
-    """Leave one wake token, keeping the wake list within its cap (one atomic MULTI)."""
+def push_wake_token(queue: Queue, key: str | None = None) -> None:
+    """Leave one wake token on ``key`` (None: the queue's wake key), keeping the wake list
+    within its cap (one atomic MULTI)."""
+    wake = queue.key("wake") if key is None else key
     with queue.conn.pipeline(transaction=True) as pipe:
-        pipe.rpush(queue.key("wake"), 1)
-        pipe.ltrim(queue.key("wake"), 0, WAKE_CAP - 1)
+        pipe.rpush(wake, 1)
+        pipe.ltrim(wake, 0, WAKE_CAP - 1)
         pipe.execute()
+
+
+def queue_list(queue_or_queues: Any) -> list[Any]:
+    """The queues a consumer serves, in priority order: one queue, or a sequence of them (at
+    least one, all distinct by name, of one wire)."""
+    queues = list(queue_or_queues) if isinstance(queue_or_queues, list | tuple) \
+        else [queue_or_queues]
+    if not queues:
+        raise ValueError("a consumer needs at least one queue")
+    names = [queue.name for queue in queues]
+    if len(set(names)) != len(names):
+        raise ValueError(f"a queue is listed twice: {names}")
+    if len({queue.wire for queue in queues}) != 1:
+        raise ValueError("the queues of one consumer must share a wire")
+    if len(queues) > 1 and any(is_cluster(queue.conn) for queue in queues):
+        raise ValueError("a consumer of several queues parks on all their wake keys with one "
+                         "BLPOP, which a cluster refuses across slots: on a cluster, run a "
+                         "consumer per queue")
+    return queues
+
+
+def is_cluster(conn: Any) -> bool:
+    """Whether ``conn`` is a cluster client (blocking or asyncio)."""
+    import redis.asyncio.cluster
+
+    return isinstance(conn, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+
+
+def wake_keys(queues: Iterable[Any]) -> list[str]:
+    """The wake keys a consumer of ``queues`` parks on (a token on any wakes it)."""
+    return [queue.key("wake") for queue in queues]
 
 
 def server_ms(conn: Any) -> int:
@@ -137,16 +174,17 @@ class AwaitableRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: tuple[Job, asyncio.Future[object]] | None = None
 
-    def call(self, handler: Handler, job: Job) -> None:
+    def call(self, handler: Handler, job: Job) -> object:
+        """What ``handler(job)`` returned (awaited to the end when awaitable)."""
         result = handler(job)
         if result is None or not inspect.isawaitable(result):
-            return
+            return result
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
         task = asyncio.ensure_future(_awaited(result), loop=self._loop)
         self._running = (job, task)
         try:
-            self._loop.run_until_complete(task)
+            return self._loop.run_until_complete(task)
         finally:
             self._running = None
 
@@ -203,21 +241,22 @@ class Keeper:
             thread.join()
 
     def _run(self) -> None:
-        core = self._consumer.core
+        lineup = self._consumer.lineup
         with self._cond:
             while not self._closed:
                 now = time.monotonic()
-                wait = core.next_tick(now) if core.in_hand else None
+                wait = lineup.next_tick(now) if lineup.in_hand else None
                 if wait is None or wait > 0:
                     self._cond.wait(wait)
                     continue
-                extends = core.heartbeat(now)
-                overruns = core.take_overruns(now)
-                due = core.take_round() if core.outbox_due(now) else None
-                housekeep = core.take_housekeeping(now)
+                work = [(index, core.heartbeat(now), core.take_overruns(now),
+                         core.take_round() if core.outbox_due(now) else None,
+                         core.take_housekeeping(now))
+                        for index, core in enumerate(lineup.cores)]
                 self._cond.release()
                 try:
-                    self._consumer.keep(extends, overruns, due, housekeep)
+                    for index, extends, overruns, due, housekeep in work:
+                        self._consumer.keep(index, extends, overruns, due, housekeep)
                 finally:
                     self._cond.acquire()
 
@@ -230,8 +269,9 @@ class Parker:
     flag before it reads the mark, so one of the two always sees the other (and a stop from a
     signal handler cannot deadlock on a lock its own thread holds)."""
 
-    def __init__(self, queue: Queue) -> None:
-        self._queue = queue
+    def __init__(self, queues: Sequence[Queue]) -> None:
+        self._queue = queues[0]
+        self._keys = wake_keys(queues)
         self._parked_in: int | None = None  # the parking thread, while it parks
         self._own: Queue | None = None
         self._client_id: int | None = None
@@ -254,20 +294,22 @@ class Parker:
         return self._own
 
     def park(self, timeout_s: float, stopping: threading.Event) -> bool:
+        """Block until a token on any of the wake keys, ``timeout_s``, or ``interrupt``."""
         own = self.bind()
         self._parked_in = threading.get_ident()
         try:
             if stopping.is_set():
                 return False
-            woken = own.park(timeout_s)
+            popped = own.conn.blpop(self._keys, timeout=timeout_s)
         except CONNECTION_ERRORS:
             self.close()
             raise
         finally:
             self._parked_in = None
-        if woken and stopping.is_set():
-            push_wake_token(self._queue)  # a stopping consumer hands its token on
-        return woken
+        if popped is not None and stopping.is_set():
+            # A stopping consumer hands its token on, to the queue it came from.
+            push_wake_token(self._queue, text(popped[0]))
+        return popped is not None
 
     def interrupt(self) -> None:
         """Make a park in progress return now (called after the stop flag is set)."""
@@ -304,7 +346,14 @@ class Parker:
 
 
 class Consumer:
-    """The supervised loop of one worker on ``queue``, running ``handler(job)`` per job.
+    """The supervised loop of one worker on ``queue`` — or on a list of queues in strict
+    priority order — running ``handler(job)`` per job.
+
+    Several queues: a job of an earlier queue always runs before a later one's when both are
+    ready (``echomq.loop.Lineup`` states the rule for batches), the consumer parks on every
+    queue's wake key at once, runs housekeeping for each, and (``lanes``) claims each one's
+    lanes before its flat jobs. The handler may return a directive (``echomq.Done``,
+    ``RetryIn``, ``Reject``) to say how its job is settled.
 
     ``prefetch``: the most jobs in hand at once — claimed in one batch, run one at a time in
     claim order, their outcomes sent with the next claim in one ``settle`` call. An outcome
@@ -336,7 +385,8 @@ class Consumer:
     costs the others one attempt at most. ``max_attempts=1`` claims one job at a time.
     """
 
-    def __init__(self, queue: Queue, handler: Handler, *, lanes: bool = False,
+    def __init__(self, queue: Queue | Sequence[Queue], handler: Handler, *,
+                 lanes: bool = False,
                  lease_ms: int = DEFAULT_LEASE_MS, retry_delay_ms: int = 1_000,
                  max_attempts: int | None = None, park_cap_ms: int = 5_000,
                  heartbeat: bool = True, retention_ms: int | None = None,
@@ -345,26 +395,36 @@ class Consumer:
                  time_limit_ms: int | None = None,
                  on_overrun: Callable[[Job], object] | None = None, prefetch: int = PREFETCH,
                  settle_delay_ms: int = SETTLE_DELAY_MS) -> None:
-        refuse_unsupported(queue.wire, lanes)
-        self.core = LoopCore(Settings(
+        self.queues: list[Queue] = queue_list(queue)
+        refuse_unsupported(self.queues[0].wire, lanes)
+        self.lineup = Lineup.of(Settings(
             lease_ms=lease_ms, retry_delay_ms=retry_delay_ms, max_attempts=max_attempts,
             park_cap_ms=park_cap_ms, park_floor_ms=park_floor_ms,
             housekeeping_ms=housekeeping_ms, time_limit_ms=time_limit_ms,
             retention_ms=retention_ms, heartbeat=heartbeat, lanes=lanes, capacity=prefetch,
-            settle_delay_ms=settle_delay_ms))
-        self.queue = queue
+            settle_delay_ms=settle_delay_ms), len(self.queues))
+        self.queue = self.queues[0]
         self.handler = handler
         self.on_ack = on_ack
         self.on_overrun = on_overrun
         self.clock = clock
         self._stopping = threading.Event()
         self._keeper = Keeper(self)
-        self._parker = Parker(queue)
+        self._parker = Parker(self.queues)
         self._runner = AwaitableRunner()
 
     @property
+    def core(self) -> LoopCore:
+        """The first queue's core (the only one of a consumer of one queue)."""
+        return self.lineup.cores[0]
+
+    @property
+    def names(self) -> str:
+        return ", ".join(queue.name for queue in self.queues)
+
+    @property
     def settings(self) -> Settings:
-        return self.core.settings
+        return self.lineup.settings
 
     @property
     def lanes(self) -> bool:
@@ -387,7 +447,7 @@ class Consumer:
     def run(self) -> None:
         """Beat until ``stop()``. Transient server errors are retried with a growing pause;
         one that cannot heal raises FatalServerError."""
-        log.info("consumer started: queue %s, wire %d, %s, lease %d ms", self.queue.name,
+        log.info("consumer started: queue %s, wire %d, %s, lease %d ms", self.names,
                  self.queue.wire, "lanes" if self.lanes else "flat", self.lease_ms)
         try:
             while not self._stopping.is_set():
@@ -395,7 +455,7 @@ class Consumer:
         finally:
             self._hand_back_quietly()
             self.close()
-            log.info("consumer stopped: queue %s", self.queue.name)
+            log.info("consumer stopped: queue %s", self.names)
 
     def stop(self) -> None:
         """Stop claiming; a parked consumer returns at once, a running job finishes first,
@@ -419,7 +479,7 @@ class Consumer:
         """One round: recover, promote, drain, then park (unless ``park`` is False or a stop
         was asked for). Returns how many jobs were run."""
         with self._keeper.lock:
-            self.core.rested()
+            self.lineup.rested()
         self._housekeep(force=True)
         handled = self.drain()
         if park and not self._stopping.is_set():
@@ -434,10 +494,10 @@ class Consumer:
         handled = 0
         while not self._stopping.is_set():
             self._housekeep()
-            job = self._next_job()
-            if job is None:
+            picked = self._next_job()
+            if picked is None:
                 break
-            self.process(job)
+            self.process(*picked)
             handled += 1
         self._wind_down()
         return handled
@@ -451,7 +511,8 @@ class Consumer:
         [park_floor_ms, the park cap]; the cap is at most ``housekeeping_ms`` and stays below
         the parking connection's socket timeout."""
         self._parker.bind()
-        due = self.queue.next_due()
+        due = min((d for queue in self.queues if (d := queue.next_due()) is not None),
+                  default=None)
         now = None
         if due is not None:
             now = self.clock() if self.clock is not None else server_ms(self.queue.conn)
@@ -459,75 +520,99 @@ class Consumer:
 
     # one job ------------------------------------------------------------------------------
 
-    def process(self, job: Job) -> None:
-        """Run the handler on ``job`` (started by ``_next_job``, its lease in hand), then queue
-        its ack, or its retry on failure, for the next round."""
-        failure = self._run_handler(job)
+    def process(self, index: int, job: Job) -> None:
+        """Run the handler on ``job`` of queue ``index`` (started by ``_next_job``, its lease
+        in hand), then queue its settlement for the next round."""
+        returned, failure = self._run_handler(job)
+        core = self.lineup.cores[index]
         with self._keeper.mutex:
-            mine = self.core.finished(job)
-            if mine and self.core.record(job, self.core.settlement(failure), time.monotonic()):
+            mine = core.finished(job)
+            settlement = core.settlement(failure, returned, job.attempt)
+            if mine and core.record(job, settlement, time.monotonic()):
                 self._keeper.wake()  # the first outcome waiting: a new deadline
         if failure is None and mine:
             return
         if not mine:
             log.warning("job %s attempt %d returned after its lease was given up (time limit "
                         "or lost lease); its outcome is dropped", job.id, job.attempt)
-        if self.core.stops_loop(failure):
+        if core.stops_loop(failure):
             log.warning("handler raised %s on %s: the consumer stops", describe(failure or
                         BaseException()), job.id)
             self.stop()
 
-    def _run_handler(self, job: Job) -> BaseException | None:
+    def _run_handler(self, job: Job) -> tuple[object, BaseException | None]:
+        """What the handler returned, or what it raised."""
         try:
-            self._runner.call(self.handler, job)
+            return self._runner.call(self.handler, job), None
         except BaseException as exc:  # the loop survives every handler outcome
-            return exc
-        return None
+            return None, exc
 
     # rounds -------------------------------------------------------------------------------
 
-    def _next_job(self) -> Job | None:
-        """The next job to run, its lease in hand: a prefetched one, else one of the batch the
-        next round claims (sending the outcomes waiting with it)."""
+    def _next_job(self) -> tuple[int, Job] | None:
+        """The next job to run with its queue's index, its lease in hand: a prefetched one,
+        else one of the batch the next round claims (sending the outcomes waiting with it)."""
         with self._keeper.mutex:
-            job = self.core.next_job(time.monotonic())
-        if job is None:
+            picked = self.lineup.next_job(time.monotonic())
+        if picked is None:
             self._claim_round()
             with self._keeper.mutex:
-                job = self.core.next_job(time.monotonic())
-        if self.core.isolation is not None:
+                picked = self.lineup.next_job(time.monotonic())
+        if self.lineup.isolating:
             self._isolate()
-        if job is not None and self.settings.time_limit_ms is not None:
+        if picked is not None and self.settings.time_limit_ms is not None:
             with self._keeper.lock:
                 self._keeper.wake()  # its time limit is a new deadline
-        return job
+        return picked
 
     def _isolate(self) -> None:
-        """Send the round that leaves the job about to start alone in hand (the core's
-        ``isolate``). If it fails, the job runs all the same: its outcomes wait again, and the
-        jobs it handed back come back when their leases run out."""
+        """Send the rounds that leave the job about to start alone in hand (the lineup's
+        ``next_job``). If one fails, the job runs all the same: its outcomes wait again, and
+        the jobs it handed back come back when their leases run out."""
         with self._keeper.mutex:
-            round_ = self.core.take_isolation()
-        if round_ is not None:
-            self._guarded(self._send, round_)
+            rounds = self.lineup.take_isolations()
+        for index, round_ in rounds:
+            self._guarded(self._send, index, round_)
 
     def _claim_round(self) -> None:
-        """A lane consumer tries the lanes first (one job); otherwise one settle call sends
-        the outcomes waiting and claims the next batch of flat jobs."""
-        if self.lanes:
-            job = self.queue.claim_lane(self.lease_ms, now=self._now())
-            if job is not None:
-                self._took([job], 1)
-                return
+        """One settle call per queue, in priority order: each sends that queue's outcomes
+        waiting and claims what the queues before it left of the round (the lineup's rule).
+        A lane consumer takes one job: a queue's lanes, then its flat jobs, then the next
+        queue's."""
         with self._keeper.lock:
-            round_ = self.core.take_round(self.core.claim_count())
-        self._send(round_)
+            wanted = self.lineup.round_size()
+        taken = 0
+        for index, queue in enumerate(self.queues):
+            asked = self.lineup.ask(wanted, taken)
+            if asked and self.lanes:
+                job = queue.claim_lane(self.lease_ms, now=self._now())
+                if job is not None:
+                    self._took(index, [job])
+                    taken += 1
+                    continue
+            with self._keeper.lock:
+                round_ = self.lineup.cores[index].take_round(asked)
+            taken += len(self._send(index, round_))
+        with self._keeper.lock:
+            self.lineup.round_claimed(wanted, taken)
 
     def _wind_down(self) -> None:
         """Send the outcomes waiting; on a stop, hand back the jobs not started with them."""
-        with self._keeper.lock:
-            round_ = self.core.take_round(hand_back=self._stopping.is_set())
-        self._send(round_)
+        self._send_all(hand_back=self._stopping.is_set())
+
+    def _send_all(self, *, hand_back: bool) -> None:
+        """Send every queue's outcomes waiting (with ``hand_back``, its jobs not started); a
+        failure is raised after every queue had its try."""
+        failure: Exception | None = None
+        for index, core in enumerate(self.lineup.cores):
+            with self._keeper.lock:
+                round_ = core.take_round(hand_back=hand_back)
+            try:
+                self._send(index, round_)
+            except Exception as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def _hand_back_quietly(self) -> None:
         """The last round of a loop that ends: what it cannot send is logged; those leases run
@@ -538,78 +623,85 @@ class Consumer:
             log.warning("could not hand back the jobs in hand (%s); their leases will run "
                         "out and recover will put them back", describe(exc))
 
-    def _send(self, round_: Round) -> None:
-        """One settle call for ``round_``; what it claimed goes into hand. If it fails, its
-        outcomes wait for the next round."""
+    def _send(self, index: int, round_: Round) -> list[Job]:
+        """One settle call for ``round_`` on queue ``index``; what it claimed goes into hand
+        (and is returned). If it fails, its outcomes wait for the next round."""
         if not round_.outcomes and not round_.claim:
-            return
+            return []
         try:
-            verdicts, jobs = self.queue.settle_leased(
+            verdicts, jobs = self.queues[index].settle_leased(
                 round_.outcomes, round_.claim, self.lease_ms, self.settings.retention_ms,
                 self._now())
         except Exception:
             with self._keeper.lock:
-                self.core.unsent(round_, time.monotonic())
+                self.lineup.cores[index].unsent(round_, time.monotonic())
             raise
-        self._took(jobs, round_.claim)
+        self._took(index, jobs)
         report_settled(round_.outcomes, verdicts, self.on_ack)
+        return jobs
 
-    def _took(self, jobs: list[Job], asked: int) -> None:
+    def _took(self, index: int, jobs: list[Job]) -> None:
         with self._keeper.lock:
-            self.core.sent()
-            idle = not self.core.in_hand
-            self.core.claimed(jobs, asked, time.monotonic())
+            self.lineup.cores[index].sent()
+            idle = not self.lineup.in_hand
+            self.lineup.cores[index].claimed(jobs, time.monotonic())
             if idle and jobs:
                 self._keeper.wake()
 
     # the keeper's work (on its thread) ------------------------------------------------------
 
-    def keep(self, extends: list[Job], overruns: list[Job], due: Round | None,
+    def keep(self, index: int, extends: list[Job], overruns: list[Job], due: Round | None,
              housekeep: bool) -> None:
-        """Extend the leases in hand, fail overrun attempts, send the outcomes that waited
-        long enough, run due housekeeping; errors are logged (the loop itself meets them on its
-        next call)."""
+        """For queue ``index``: extend the leases in hand, fail overrun attempts, send the
+        outcomes that waited long enough, run due housekeeping; errors are logged (the loop
+        itself meets them on its next call)."""
         if extends:
-            self._guarded(self._heartbeat, extends)
+            self._guarded(self._heartbeat, index, extends)
         for job in overruns:
-            self._guarded(self._overrun, job)
+            self._guarded(self._overrun, index, job)
         if due is not None:
-            self._guarded(self._send, due)
+            self._guarded(self._send, index, due)
         if housekeep:
-            self._guarded(self._recover_and_promote)
+            self._guarded(self._recover_and_promote, index)
 
-    def _guarded(self, action: Callable[..., None], *args: Any) -> None:
+    def _guarded(self, action: Callable[..., object], *args: Any) -> None:
         try:
             action(*args)
         except Exception as exc:
             level = logging.WARNING if classify(exc) is Fault.TRANSIENT else logging.ERROR
             log.log(level, "%s failed: %s", action.__name__.strip("_"), describe(exc))
 
-    def _heartbeat(self, jobs: list[Job]) -> None:
-        """Extend every lease in hand in one call; a lease found lost is let go of."""
+    def _heartbeat(self, index: int, jobs: list[Job]) -> None:
+        """Extend every lease in hand of queue ``index`` in one call; a lease found lost is let
+        go of."""
         verdicts = None
         try:
-            verdicts = self.queue.extend_many(jobs, lease_ms=self.lease_ms, now=self._now())
+            verdicts = self.queues[index].extend_many(jobs, lease_ms=self.lease_ms,
+                                                      now=self._now())
         finally:
             with self._keeper.lock:
-                lost = self.core.heartbeat_done(jobs, verdicts, time.monotonic())
+                lost = self.lineup.cores[index].heartbeat_done(jobs, verdicts,
+                                                               time.monotonic())
         for job in lost:
             log.warning("stale lease: %s attempt %d was lost before its heartbeat", job.id,
                         job.attempt)
 
-    def _overrun(self, job: Job) -> None:
+    def _overrun(self, index: int, job: Job) -> None:
         """Fail an attempt past its time limit, and hand back the jobs prefetched behind it
-        (its handler may never return), in one round; then tell ``on_overrun``."""
+        in every queue (its handler may never return), with its queue's round first; then tell
+        ``on_overrun``."""
         log.error("job %s attempt %d exceeded its time limit of %d ms", job.id, job.attempt,
                   self.settings.time_limit_ms or 0)
         self._runner.cancel(job)
+        core = self.lineup.cores[index]
         with self._keeper.lock:
-            round_ = self.core.take_round(hand_back=True)
-        retry = self.core.overrun_settlement()
+            round_ = core.take_round(hand_back=True)
+        retry = core.overrun_settlement()
         round_.outcomes.insert(0, calls.Retry(job, retry.delay_ms, retry.error,
                                               retry.max_attempts))
         try:
-            self._send(round_)
+            self._send(index, round_)
+            self._send_all(hand_back=True)
         finally:
             self._tell_overrun(job)
 
@@ -619,16 +711,20 @@ class Consumer:
     # internals ----------------------------------------------------------------------------
 
     def _housekeep(self, *, force: bool = False) -> None:
-        if not force and time.monotonic() < self.core.housekeeping_at:
-            return  # not due: checked without the lock first, as it is between every two jobs
-        with self._keeper.lock:
-            due = self.core.take_housekeeping(time.monotonic(), force=force)
-        if due:
-            self._recover_and_promote()
+        """Recover + promote each queue whose round is due (``force``: every queue)."""
+        now = time.monotonic()
+        for index, core in enumerate(self.lineup.cores):
+            if not force and now < core.housekeeping_at:
+                continue  # not due: checked without the lock first, as between every two jobs
+            with self._keeper.lock:
+                due = core.take_housekeeping(time.monotonic(), force=force)
+            if due:
+                self._recover_and_promote(index)
 
-    def _recover_and_promote(self) -> None:
-        self.queue.recover(now=self._now(), max_attempts=self.max_attempts)
-        self.queue.promote(now=self._now())
+    def _recover_and_promote(self, index: int = 0) -> None:
+        queue = self.queues[index]
+        queue.recover(now=self._now(), max_attempts=self.max_attempts)
+        queue.promote(now=self._now())
 
     def _now(self) -> int | None:
         return self.clock() if self.clock is not None else None
@@ -642,7 +738,7 @@ class Consumer:
             if fault is None:
                 raise
             if fault is Fault.FATAL:
-                raise fatal_error(self.queue.name, exc) from exc
+                raise fatal_error(self.names, exc) from exc
             pause = self.core.backoff.failed()
             log.warning("server unavailable (%s); retrying in %.1f s", describe(exc), pause)
             self._stopping.wait(pause)

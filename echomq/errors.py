@@ -74,5 +74,15 @@ def from_reply(message: str) -> EchoMQError | None:
     return kind(message) if kind else None
 
 
+class TaskFailed(EchoMQError):
+    """A task's job is dead: ``error`` is its last error (type, message and last frames)."""
+
+    def __init__(self, job_id: str, error: str, attempts: int) -> None:
+        super().__init__(f"{job_id} is dead after {attempts} attempt(s): {error}")
+        self.job_id = job_id
+        self.error = error
+        self.attempts = attempts
+
+
 class MetricsUnavailable(EchoMQError):
     """The metrics endpoint cannot listen where it was asked to (the port in use, a bad address)."""

@@ -1,15 +1,17 @@
 """The consumer loop's decisions, with no I/O: what to do next, and how to settle what happened.
 
 ``echomq.consumer.Consumer`` (threads, blocking redis-py) and ``echomq.aio.Consumer`` (asyncio)
-are two shells around one ``LoopCore``: each shell performs the calls, the core decides them — when
-housekeeping (recover + promote) is due, which claims to try, which leases in hand to extend,
-which attempt ran past its time limit, how an outcome is settled, how long to park, and how to
-back off on an error. Times given to the core are the shell's monotonic seconds; nothing here
+are two shells around one ``Lineup`` of ``LoopCore``s, a core per queue served: each shell
+performs the calls, the core decides them — when housekeeping (recover + promote) is due, which
+claims to try (of which queue: ``Lineup``), which leases in hand to extend, which attempt ran
+past its time limit, how an outcome (or a handler's directive) is settled, how long to park, and
+how to back off on an error. Times given to the core are the shell's monotonic seconds; nothing here
 reads a clock, a socket or a thread.
 
 The core holds a *set* of leases in hand: jobs prefetched (claimed, not started), the job whose
 handler runs, and outcomes waiting to be sent. A round is one ``settle`` call: the outcomes
-waiting, then a claim of the next batch (``Round``). Handlers run one at a time, in claim order;
+waiting, then a claim of the next batch (``Round``). Handlers run in claim order, one at a time
+(the asyncio shell may run several at once, each under its own lease and time limit);
 an outcome waits for the next round, at most ``settle_delay_ms`` (the keeper sends it otherwise,
 so a slow handler holds no earlier ack back). The heartbeat extends every lease in hand in one
 call, and the time limit applies to each running attempt. A consumer that just started or woke
@@ -32,6 +34,7 @@ import redis
 
 from echomq import calls
 from echomq.calls import Job, Outcome, Verdict
+from echomq.directives import Done, Reject, RetryIn
 from echomq.errors import EchoMQError, FatalServerError, StaleLease
 
 Clock = Callable[[], int]
@@ -47,6 +50,8 @@ PARK_TIMEOUT_MARGIN_S = 1.0
 ERROR_TEXT_CAP = 4_096
 MESSAGE_CAP = 1_024
 TRACE_FRAMES = 8
+# The largest result a ``Done`` may keep with its tombstone (the server's cap on an ack's result).
+MAX_RESULT_BYTES = calls.MAX_RESULT_BYTES
 
 # Server error codes that heal by themselves: a failover (READONLY, MASTERDOWN), a resharding or a
 # cluster still forming (TRYAGAIN, CLUSTERDOWN), a restart loading its data (LOADING), a script
@@ -113,6 +118,15 @@ def error_text(exc: BaseException) -> str:
     if len(trace) > room:
         trace = trace[len(trace) - room:]
     return f"{head}\n{trace}" if room > 0 else head[:ERROR_TEXT_CAP]
+
+
+class ResultTooLarge(ValueError):
+    """A handler's ``Done(result)`` was over MAX_RESULT_BYTES; its attempt fails."""
+
+
+def directive_error(error: object) -> str:
+    """A ``RetryIn``/``Reject`` error as recorded: text, escaped, at most ERROR_TEXT_CAP."""
+    return safe_text(str(error))[:ERROR_TEXT_CAP]
 
 
 def first_line(text: str) -> str:
@@ -191,9 +205,11 @@ class Settings:
 
 @dataclass(frozen=True)
 class Ack:
-    """Settle by ack (a tombstone kept ``retention_ms``; None: the queue's)."""
+    """Settle by ack (a tombstone kept ``retention_ms``; None: the queue's), keeping ``result``
+    with it when there is one."""
 
     retention_ms: int | None
+    result: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -255,8 +271,6 @@ class LoopCore:
     outbox: list[Outcome] = field(default_factory=list)
     outbox_since: float | None = None
     unsent_rounds: int = 0  # consecutive rounds that could not be sent
-    # How many jobs the next claim asks for: 1 after a start or a park, doubling up to capacity.
-    ramp: int = 1
     # A round to send before the job just started runs: see ``isolate``.
     isolation: Round | None = None
 
@@ -285,25 +299,13 @@ class LoopCore:
         self.leases[job] = Lease(job, now, now + self.settings.extend_every_s)
         self.running.add(job)
 
-    def claim_count(self) -> int:
-        """How many jobs the next claim asks for: the ramp, within the room left."""
-        if not self.settings.batch_claims:
-            return 1 if not self.leases else 0
-        return min(self.ramp, self.room())
-
-    def claimed(self, jobs: Sequence[Job], asked: int, now: float) -> None:
-        """A claim for ``asked`` jobs returned ``jobs`` at ``now``: their leases are in hand,
-        queued to run in claim order. A whole batch doubles the next one."""
+    def claimed(self, jobs: Sequence[Job], now: float) -> None:
+        """A claim returned ``jobs`` at ``now``: their leases are in hand, queued to run in
+        claim order."""
         every = now + self.settings.extend_every_s
         for job in jobs:
             self.leases[job] = Lease(job, now, every)
         self.prefetched.extend(jobs)
-        if asked and len(jobs) == asked:
-            self.ramp = min(self.ramp * 2, self.settings.batch_cap)
-
-    def rested(self) -> None:
-        """The consumer parks (or starts a beat): its next claim takes one job again."""
-        self.ramp = 1
 
     def next_job(self, now: float) -> Job | None:
         """The next prefetched job still in hand, its handler starting at ``now``; None when
@@ -325,8 +327,7 @@ class LoopCore:
         its handler killed the worker), so it runs with nothing else in hand. The jobs
         prefetched behind it are handed back (their attempt uncounted) and the outcomes waiting
         go out, in ``isolation``: a round the shell sends before the handler starts. A worker
-        lost to it then charges no other job an attempt. The ramp starts over at 1."""
-        self.ramp = 1
+        lost to it then charges no other job an attempt."""
         if self.prefetched or self.outbox:
             self.isolation = self.take_round(hand_back=True)
 
@@ -334,6 +335,18 @@ class LoopCore:
         """The round to send before the job just started runs (see ``isolate``), if any."""
         round_, self.isolation = self.isolation, None
         return round_
+
+    def held_back(self, job: Job) -> None:
+        """``job``, taken to start, waits for the handlers running to finish first (it runs
+        alone): its time limit does not run meanwhile; its lease is still extended."""
+        self.running.discard(job)
+
+    def restarted(self, job: Job, now: float) -> None:
+        """``job``'s handler starts at ``now`` after all (``held_back`` until then)."""
+        lease = self.leases.get(job)
+        self.running.add(job)
+        if lease is not None:
+            lease.started = now
 
     def take_prefetched(self) -> list[Job]:
         """Let go of the jobs prefetched and not started: the caller hands them back."""
@@ -437,8 +450,10 @@ class LoopCore:
         """Queue ``job``'s outcome for the next round; True when it is the first waiting (the
         keeper then has a new deadline)."""
         outcome: Outcome
-        if isinstance(settlement, Ack):
+        if settlement is self._ack:
             outcome = calls.Ack(job)
+        elif isinstance(settlement, Ack):
+            outcome = calls.Ack(job, result=settlement.result)
         else:
             outcome = calls.Retry(job, settlement.delay_ms, settlement.error,
                                   settlement.max_attempts)
@@ -479,11 +494,38 @@ class LoopCore:
 
     # settling -------------------------------------------------------------------------------
 
-    def settlement(self, failure: BaseException | None) -> Settlement:
-        """How to settle an attempt that returned (``failure`` None) or raised ``failure``."""
-        if failure is None:
-            return self._ack
+    def settlement(self, failure: BaseException | None, returned: object = None,
+                   attempt: int = 1) -> Settlement:
+        """How to settle attempt number ``attempt`` whose handler returned ``returned``
+        (``failure`` None) or raised ``failure``: a directive (``Done``, ``RetryIn``,
+        ``Reject``) as it says, any other value by ack, an exception by retry."""
+        if failure is not None:
+            return self.failed(failure)
+        if returned is None:
+            return self._ack  # the common case, first
+        if isinstance(returned, Done):
+            return self.done(returned)
+        if isinstance(returned, RetryIn):
+            limit = self.settings.max_attempts if returned.max_attempts is None \
+                else returned.max_attempts
+            return Retry(returned.delay_ms, directive_error(returned.error), limit)
+        if isinstance(returned, Reject):
+            return Retry(0, directive_error(returned.error), max(attempt, 1))
+        return self._ack
+
+    def failed(self, failure: BaseException) -> Retry:
+        """How to settle an attempt that raised ``failure``."""
         return Retry(self.settings.retry_delay_ms, error_text(failure), self.settings.max_attempts)
+
+    def done(self, done: Done) -> Settlement:
+        """An ack keeping ``done.result``; a result over MAX_RESULT_BYTES fails the attempt
+        instead (the server would refuse the whole round that carried it)."""
+        if done.result is None:
+            return self._ack
+        if len(done.result) > MAX_RESULT_BYTES:
+            return self.failed(ResultTooLarge(f"the result is {len(done.result)} bytes, over "
+                                              f"the cap of {MAX_RESULT_BYTES}"))
+        return Ack(self.settings.retention_ms, done.result)
 
     def overrun_settlement(self) -> Retry:
         """How to settle an attempt that ran past its time limit."""
@@ -520,3 +562,97 @@ class LoopCore:
         if due is None or now is None:
             return cap
         return park_window(due, now, min(self.settings.park_floor_ms, cap), cap)
+
+
+@dataclass
+class Lineup:
+    """A consumer's queues in strict priority order, a core for each: which job in hand runs
+    next, and how many jobs a round claims of which queue. One queue is a lineup of one.
+
+    A prefetched job of an earlier queue always runs before a later one's. A round asks the
+    first queue for the whole batch, and each next queue only for what the queues before it
+    left unfilled (they returned fewer jobs than asked: they had no more ready). So a batch
+    holds a later queue's jobs only when no earlier queue had more ready jobs than the round
+    takes, and a job that reaches an earlier queue while a batch runs waits for at most the
+    rest of that batch (``prefetch`` 1: every job is a fresh choice). The batch size ramps
+    from 1 after a start or a park, doubling while whole batches come back, up to the
+    prefetch; the prefetch bounds the jobs in hand over all the queues together. A lane
+    consumer takes one job at a time: the first queue's lanes, then its flat jobs, then the
+    next queue's."""
+
+    cores: list[LoopCore]
+    # How many jobs the next round claims: 1 after a start or a park, doubling up to capacity.
+    ramp: int = 1
+    # A job claimed before was taken to start: rounds may wait in ``take_isolations``.
+    isolating: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings, queues: int) -> Lineup:
+        if queues < 1:
+            raise ValueError("a consumer needs at least one queue")
+        return cls([LoopCore(settings) for _ in range(queues)])
+
+    @property
+    def settings(self) -> Settings:
+        return self.cores[0].settings
+
+    @property
+    def in_hand(self) -> bool:
+        return any(core.in_hand for core in self.cores)
+
+    def held(self) -> int:
+        """Leases in hand over every queue."""
+        return sum(len(core.leases) for core in self.cores)
+
+    def room(self) -> int:
+        """How many more jobs the consumer may take into hand, over every queue."""
+        return max(0, self.settings.capacity - self.held())
+
+    def round_size(self) -> int:
+        """How many jobs the next round claims over all the queues: the ramp within the room
+        left (a lane consumer: one, when nothing is in hand)."""
+        if not self.settings.batch_claims:
+            return 1 if not self.held() else 0
+        return min(self.ramp, self.room())
+
+    @staticmethod
+    def ask(wanted: int, taken: int) -> int:
+        """What a round wanting ``wanted`` jobs asks the next queue for, the earlier queues
+        having given ``taken``: only what they left unfilled."""
+        return max(0, wanted - taken)
+
+    def round_claimed(self, wanted: int, taken: int) -> None:
+        """A round wanting ``wanted`` jobs took ``taken``: a whole batch doubles the next."""
+        if wanted and taken >= wanted:
+            self.ramp = min(self.ramp * 2, self.settings.batch_cap)
+
+    def rested(self) -> None:
+        """The consumer parks (or starts a beat): its next round claims one job again."""
+        self.ramp = 1
+
+    def next_job(self, now: float) -> tuple[int, Job] | None:
+        """The next job to run, with its queue's index: the earliest queue's first prefetched
+        job. A job claimed before runs with nothing else in hand: every queue's jobs not
+        started go back and their outcomes out (each core's ``isolation``), and the ramp starts
+        over."""
+        for index, core in enumerate(self.cores):
+            job = core.next_job(now)
+            if job is None:
+                continue
+            if job.attempt > 1:
+                self.ramp, self.isolating = 1, True
+                for other in self.cores:
+                    if other is not core:
+                        other.isolate()
+            return index, job
+        return None
+
+    def take_isolations(self) -> list[tuple[int, Round]]:
+        """The rounds to send before a job claimed before starts (see ``next_job``)."""
+        self.isolating = False
+        return [(index, round_) for index, core in enumerate(self.cores)
+                if (round_ := core.take_isolation()) is not None]
+
+    def next_tick(self, now: float) -> float:
+        """Seconds until any queue's keeper work is due."""
+        return min(core.next_tick(now) for core in self.cores)

@@ -33,7 +33,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
@@ -47,8 +46,9 @@ from echomq.connection import redis_from_url
 from echomq.errors import MetricsUnavailable
 from echomq.loop import error_text
 from echomq.queue import Job, Queue
+from echomq.tasks.hooks import DEAD, RETRIED, SUCCEEDED, RunRecord
 
-__all__ = ["PrometheusHooks", "QueueDepths", "RunRecord", "instrument", "serving"]
+__all__ = ["PrometheusHooks", "QueueDepths", "instrument", "serving"]
 
 log = logging.getLogger("echomq")
 
@@ -61,25 +61,16 @@ WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 
                 14_400.0, 86_400.0)
 
 STARTED = Counter("echomq_jobs_started", "Attempts begun", LABELS)
-SUCCEEDED = Counter("echomq_jobs_succeeded", "Attempts that succeeded", LABELS)
-RETRIED = Counter("echomq_jobs_retried", "Attempts that failed with attempts left", LABELS)
-DEAD = Counter("echomq_jobs_dead", "Attempts that failed for good: the job is dead", LABELS)
+SUCCEEDED_TOTAL = Counter("echomq_jobs_succeeded", "Attempts that succeeded", LABELS)
+RETRIED_TOTAL = Counter("echomq_jobs_retried", "Attempts that failed with attempts left", LABELS)
+DEAD_TOTAL = Counter("echomq_jobs_dead", "Attempts that failed for good: the job is dead", LABELS)
 RUN_SECONDS = Histogram("echomq_job_run_seconds", "How long an attempt ran", LABELS,
                         buckets=RUN_BUCKETS)
 WAIT_SECONDS = Histogram("echomq_job_wait_seconds", "From enqueue to the start of an attempt",
                          LABELS, buckets=WAIT_BUCKETS)
 IN_FLIGHT = Gauge("echomq_jobs_in_flight", "Attempts running now", LABELS,
                   multiprocess_mode="livesum")
-_ENDINGS = {"succeeded": SUCCEEDED, "retried": RETRIED, "dead": DEAD}
-
-
-@dataclass
-class RunRecord:
-    """How one attempt ended, set by whoever runs it before the ``running`` block exits:
-    ``outcome`` "succeeded", "retried" or "dead", ``error`` the failure's text (or None)."""
-
-    outcome: str = "succeeded"
-    error: str | None = None
+_ENDINGS = {SUCCEEDED: SUCCEEDED_TOTAL, RETRIED: RETRIED_TOTAL, DEAD: DEAD_TOTAL}
 
 
 class PrometheusHooks:
@@ -107,12 +98,12 @@ class PrometheusHooks:
             yield record
         except BaseException as exc:
             if record.error is None:
-                record.outcome, record.error = "retried", error_text(exc)
+                record.outcome, record.error = RETRIED, error_text(exc)
             raise
         finally:
             in_flight.dec()
             RUN_SECONDS.labels(*labels).observe(time.perf_counter() - started)
-            _ENDINGS.get(record.outcome, RETRIED).labels(*labels).inc()
+            _ENDINGS.get(record.outcome, RETRIED_TOTAL).labels(*labels).inc()
 
 
 _Handler = TypeVar("_Handler", bound=Callable[..., Any])
@@ -128,7 +119,7 @@ def instrument(handler: _Handler, queue: str, *, task: str | None = None,
 
     def ending(job: Job, exc: BaseException) -> tuple[str, str]:
         dead = max_attempts is not None and job.attempt >= max_attempts
-        return "dead" if dead else "retried", error_text(exc)
+        return DEAD if dead else RETRIED, error_text(exc)
 
     if inspect.iscoroutinefunction(handler):
         @functools.wraps(handler)

@@ -27,8 +27,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from echomq.loop import error_text
-from echomq.metrics import RunRecord
 from echomq.queue import Job
+from echomq.tasks.hooks import RETRIED, RunRecord
 
 __all__ = ["TracingHooks"]
 
@@ -68,7 +68,7 @@ class TracingHooks:
                 yield record
             except BaseException as exc:
                 if record.error is None:
-                    record.outcome, record.error = "retried", error_text(exc)
+                    record.outcome, record.error = RETRIED, error_text(exc)
                 raise
             finally:
                 _ended(span, record)

@@ -1,5 +1,13 @@
 """Supervised worker processes: ``echomq worker MODULE:HANDLER --queue Q --concurrency N``.
 
+``--queue`` may repeat: one consumer serves the queues in strict priority order, the first
+first. The target may name an App (anything with ``handler`` and ``queues``) instead of a
+handler: its ``handler`` runs the jobs and its queues are served unless ``--queue`` says
+otherwise; an App whose tasks are all ``async def`` runs on the asyncio consumer with
+``--async-concurrency`` jobs in flight per process. Each worker process calls the App's
+``worker_started(spec)`` once it reached the server and ``worker_stopping()`` as it stops, when
+the App has them.
+
 Before any process starts, the server is checked: reachable, and (``wire=6``) with trafikey
 loaded; if not, the command exits 1 with one line saying why. The supervisor then runs N consumer
 processes, each a fresh interpreter that dies with the supervisor: the die-with-parent signal
@@ -23,6 +31,7 @@ takes its record off on a clean stop.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import importlib
@@ -41,6 +50,7 @@ from multiprocessing.connection import wait
 from types import FrameType
 from typing import Any
 
+from echomq import aio
 from echomq.connection import redis_from_url
 from echomq.consumer import Consumer, error_text, refuse_unsupported
 from echomq.embedded import die_with_parent
@@ -75,10 +85,12 @@ _BOOT = (f"import json, os, sys; boot = json.loads(os.environ.pop({_BOOT_VARIABL
 class WorkerSpec:
     """Everything a worker process needs to build its consumer (sent to it as JSON).
 
-    ``max_attempts``: None keeps the queue's. ``time_limit_ms``: None for no limit."""
+    ``queue``: one queue, or several in priority order. ``max_attempts``: None keeps the
+    queue's. ``time_limit_ms``: None for no limit. ``async_concurrency``: None runs the blocking
+    consumer; N the asyncio one with N handlers in flight (an App whose tasks are all async)."""
 
     handler: str
-    queue: str
+    queue: str | tuple[str, ...]
     url: str
     lanes: bool = False
     wire: int = 5
@@ -90,21 +102,30 @@ class WorkerSpec:
     log_level: str = "INFO"
     time_limit_ms: int | None = None
     prefetch: int = PREFETCH
+    async_concurrency: int | None = None
     metrics_dir: str | None = None  # count jobs in prometheus_client files there
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The queues served, in priority order."""
+        return (self.queue,) if isinstance(self.queue, str) else tuple(self.queue)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> WorkerSpec:
-        return cls(**json.loads(text))
+        fields = json.loads(text)
+        if isinstance(fields["queue"], list):
+            fields["queue"] = tuple(fields["queue"])
+        return cls(**fields)
 
 
 class WorkersFailed(EchoMQError):
     """The worker processes kept failing at start; the supervisor gave up."""
 
 
-def load_callable(target: str) -> Callable[..., Any]:
+def load_object(target: str) -> Any:
     """Import ``module:attribute`` (attribute may be dotted) and return it."""
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
@@ -112,16 +133,61 @@ def load_callable(target: str) -> Callable[..., Any]:
     found: Any = importlib.import_module(module_name)
     for part in attribute.split("."):
         found = getattr(found, part)
+    return found
+
+
+def load_callable(target: str) -> Callable[..., Any]:
+    """Import ``module:attribute`` and return it, if it is callable."""
+    found = load_object(target)
     if not callable(found):
         raise TypeError(f"{target} is not callable")
     return found  # type: ignore[no-any-return]
 
 
+def is_app(found: Any) -> bool:
+    """Whether a worker's target is an App (its ``handler`` runs the jobs of its ``queues``)
+    rather than a handler."""
+    return hasattr(found, "handler") and hasattr(found, "queues")
+
+
+def load_target(target: str) -> Any:
+    """The App or the handler ``target`` names; TypeError for anything else."""
+    found = load_object(target)
+    if not is_app(found) and not callable(found):
+        raise TypeError(f"{target} is neither a handler nor an App")
+    return found
+
+
+def app_queues(app: Any) -> tuple[str, ...]:
+    """The names of the queues an App's tasks use, its default queue first."""
+    names = [getattr(queue, "name", queue) for queue in app.queues]
+    if isinstance(app.queues, dict):
+        names = list(app.queues)
+    first = getattr(getattr(app, "queue", None), "name", None)
+    if first in names:
+        names.remove(first)
+        names.insert(0, first)
+    return tuple(str(name) for name in names)
+
+
+def runs_async(app: Any) -> bool:
+    """Whether every task of ``app`` is ``async def`` (then the asyncio consumer serves it)."""
+    tasks = getattr(app, "tasks", None)
+    found = list(tasks.values()) if isinstance(tasks, dict) else list(tasks or ())
+    return bool(found) and hasattr(app, "async_handler") \
+        and all(getattr(task, "is_async", False) for task in found)
+
+
 def check_spec(spec: WorkerSpec) -> None:
-    """Fail before any process starts: the handler and hook import, the wire can drain."""
-    load_callable(spec.handler)
+    """Fail before any process starts: the target and hook import, the queues are given,
+    the wire can drain."""
+    load_target(spec.handler)
     if spec.on_ack:
         load_callable(spec.on_ack)
+    if not spec.queues or not all(spec.queues):
+        raise ValueError("no queue to serve: give --queue (or a target App with queues)")
+    if spec.async_concurrency is not None and spec.async_concurrency < 1:
+        raise ValueError("async_concurrency must be at least 1")
     executor_for(spec.wire)  # 5 or 6
     refuse_unsupported(spec.wire, spec.lanes)
 
@@ -146,38 +212,152 @@ def probe_server(spec: WorkerSpec) -> None:
         conn.close()
 
 
-def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None = None,
-                   announcer: Announcer | None = None) -> Consumer:
-    """The consumer ``spec`` describes; ``on_overrun(job)`` runs after a job overran its time
-    limit (and its attempt was failed); ``announcer`` (the worker registry's record) is told of
-    each job the handler runs. ``--max-attempts`` sets the queue's own limit, so the crash path
-    (recover) and the failure path (retry) count against the same number."""
+def handler_of(target: Any, spec: WorkerSpec) -> Callable[[Job], object]:
+    """The handler a worker runs: the target itself, or its App's (``async_handler`` on the
+    asyncio consumer)."""
+    if not is_app(target):
+        return target  # type: ignore[no-any-return]
+    if spec.async_concurrency is not None:
+        return target.async_handler  # type: ignore[no-any-return]
+    return target.handler  # type: ignore[no-any-return]
+
+
+def consumer_options(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None
+                     ) -> dict[str, Any]:
+    """The options both consumers take from ``spec``."""
+    return {"lanes": spec.lanes, "lease_ms": spec.lease_ms,
+            "retry_delay_ms": spec.retry_delay_ms, "park_cap_ms": spec.park_cap_ms,
+            "on_ack": load_callable(spec.on_ack) if spec.on_ack else None,
+            "time_limit_ms": spec.time_limit_ms, "on_overrun": on_overrun,
+            "prefetch": spec.prefetch}
+
+
+def queue_options(spec: WorkerSpec, target: Any, name: str) -> dict[str, Any]:
+    """The options of the worker's queue ``name``: an App's own queue of that name lends its
+    retention (how long results stay) and attempt limit; ``--max-attempts`` sets the limit,
+    so the crash path (recover) and the failure path (retry) count against the same number."""
     options: dict[str, Any] = {}
+    own = app_queue(target, name)
+    for option in ("retention_ms", "max_attempts"):
+        value = getattr(own, option, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            options[option] = value
     if spec.max_attempts is not None:
         options["max_attempts"] = spec.max_attempts
-    queue = Queue(redis_from_url(spec.url), spec.queue, wire=spec.wire, **options)
-    handler: Callable[[Job], object] = load_callable(spec.handler)
-    if spec.metrics_dir is not None:
-        handler = _counted(handler, spec, queue.max_attempts)
+    return options
+
+
+def app_queue(target: Any, name: str) -> Any:
+    """The App's own queue called ``name``, if ``target`` is an App that has one."""
+    queues = getattr(target, "queues", None) if is_app(target) else None
+    return queues.get(name) if isinstance(queues, dict) else None
+
+
+def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None = None,
+                   announcer: Announcer | None = None, target: Any = None) -> Consumer:
+    """The blocking consumer ``spec`` describes; ``on_overrun(job)`` runs after a job overran
+    its time limit (and its attempt was failed); ``announcer`` (the worker registry's record)
+    is told of each job the handler runs; ``target``: the App or handler (None: loaded)."""
+    conn = redis_from_url(spec.url)
+    target = load_target(spec.handler) if target is None else target
+    queues = [Queue(conn, name, wire=spec.wire, **queue_options(spec, target, name))
+              for name in spec.queues]
+    handler = handler_of(target, spec)
+    if spec.metrics_dir is not None and not is_app(target):  # an App counts through its hooks
+        handler = _counted(handler, spec, queues[0].max_attempts)
     if announcer is not None:
         handler = announcer.track(handler)
-    on_ack = load_callable(spec.on_ack) if spec.on_ack else None
-    return Consumer(queue, handler, lanes=spec.lanes, lease_ms=spec.lease_ms,
-                    retry_delay_ms=spec.retry_delay_ms, park_cap_ms=spec.park_cap_ms,
-                    on_ack=on_ack, time_limit_ms=spec.time_limit_ms, on_overrun=on_overrun,
-                    prefetch=spec.prefetch)
+    return Consumer(queues if len(queues) > 1 else queues[0], handler,
+                    **consumer_options(spec, on_overrun))
+
+
+class AsyncWorkerLoop:
+    """An ``echomq.aio.Consumer`` behind the blocking consumer's ``run``/``stop``/``stopping``
+    and ``queue.conn``: ``run`` owns an event loop (on the worker's consumer thread) with a
+    client of its own; ``stop`` is safe from any thread."""
+
+    def __init__(self, spec: WorkerSpec, handler: Callable[[Job], object],
+                 on_overrun: Callable[[Job], object] | None = None, target: Any = None) -> None:
+        self.spec = spec
+        self.target = target
+        self.handler = handler
+        self.on_overrun = on_overrun
+        self.queue = Queue(redis_from_url(spec.url), spec.queues[0], wire=spec.wire)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._consumer: aio.Consumer | None = None
+        self._stop_asked = threading.Event()
+        self._ready = threading.Event()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_asked.is_set()
+
+    def run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        import redis.asyncio as aredis
+
+        client = aredis.Redis.from_url(self.spec.url)
+        try:
+            queues = [aio.Queue(client, name, wire=self.spec.wire,
+                                **queue_options(self.spec, self.target, name))
+                      for name in self.spec.queues]
+            self._consumer = aio.Consumer(queues, self.handler,
+                                          concurrency=self.spec.async_concurrency or 1,
+                                          **consumer_options(self.spec, self.on_overrun))
+            self._loop = asyncio.get_running_loop()
+            self._ready.set()
+            if self._stop_asked.is_set():
+                return
+            await self._consumer.run()
+        finally:
+            self._ready.set()
+            await client.aclose()
+
+    def stop(self) -> None:
+        self._stop_asked.set()
+        loop, consumer = self._loop, self._consumer
+        if loop is not None and consumer is not None:
+            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
+                loop.call_soon_threadsafe(consumer.stop)
+
+    def close(self) -> None:
+        self.queue.conn.close()
+
+
+WorkerLoop = Consumer | AsyncWorkerLoop
+
+
+def build_worker_loop(spec: WorkerSpec, target: Any,
+                      on_overrun: Callable[[Job], object] | None,
+                      announcer: Announcer | None) -> WorkerLoop:
+    """The blocking consumer, or (``async_concurrency``) the asyncio one, ``spec`` describes."""
+    if spec.async_concurrency is None:
+        return build_consumer(spec, on_overrun, announcer, target)
+    handler = handler_of(target, spec)
+    if announcer is not None:
+        handler = announcer.track(handler)
+    # An async handler past its time limit is cancelled: the process, with the other jobs in
+    # flight, goes on rather than being replaced.
+    return AsyncWorkerLoop(spec, handler, None, target)
+
+
+def call_app(target: Any, name: str, *args: Any) -> None:
+    """Call the App's ``name`` hook (``worker_started``, ``worker_stopping``) if it has one."""
+    hook = getattr(target, name, None) if is_app(target) else None
+    if callable(hook):
+        hook(*args)
 
 
 def _counted(handler: Callable[[Job], object], spec: WorkerSpec,
              max_attempts: int) -> Callable[[Job], object]:
-    """The handler counted in the metrics: a plain one wrapped, an App's as it is (its hooks
-    count each task by name: ``App(..., hooks=[PrometheusHooks()])``)."""
-    app = getattr(handler, "__self__", None)
-    if hasattr(app, "hooks") and hasattr(app, "queues"):
-        return handler
+    """A plain handler counted in the metrics, labelled with the worker's queues (a job does
+    not say which of them it came from) and ``MODULE:HANDLER``."""
     from echomq.metrics import instrument  # only now: after PROMETHEUS_MULTIPROC_DIR is set
 
-    return instrument(handler, spec.queue, task=spec.handler, max_attempts=max_attempts)
+    return instrument(handler, ",".join(spec.queues), task=spec.handler,
+                      max_attempts=max_attempts)
 
 
 def configure_logging(level: str) -> None:
@@ -219,19 +399,32 @@ def child_main(spec_json: str, status_fd: int) -> None:
     if spec.metrics_dir is not None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = spec.metrics_dir
     try:
-        announcer = Announcer(redis_from_url(spec.url), spec.queue, spec.wire)
-        consumer = build_consumer(spec, on_overrun=_ask_for_replacement, announcer=announcer)
+        announcer = Announcer(redis_from_url(spec.url), spec.queues, spec.wire)
+        target = load_target(spec.handler)
+        consumer = build_worker_loop(spec, target, _ask_for_replacement, announcer)
         check_server(consumer.queue.conn, spec.wire)
+        call_app(target, "worker_started", spec)
     except Exception as exc:
         log.error("worker could not start: %s", error_text(exc))
         status.failed(exc)
         sys.exit(1)
     status.ready()
     announcer.start()
-    sys.exit(_serve(consumer, status, announcer))
+    try:
+        code = _serve(consumer, status, announcer)
+    finally:
+        _app_stopping(target)
+    sys.exit(code)
 
 
-def _serve(consumer: Consumer, status: _StatusPipe, announcer: Announcer) -> int:
+def _app_stopping(target: Any) -> None:
+    try:
+        call_app(target, "worker_stopping")
+    except Exception:
+        log.exception("the app's worker_stopping failed")
+
+
+def _serve(consumer: WorkerLoop, status: _StatusPipe, announcer: Announcer) -> int:
     failed: list[BaseException] = []
     thread = threading.Thread(target=_run_loop, args=(consumer, failed), name="echomq-consumer")
     thread.start()
@@ -255,7 +448,7 @@ def _ask_for_replacement(job: Job) -> None:
     os.kill(os.getpid(), _OVERRUN)
 
 
-def _run_loop(consumer: Consumer, failed: list[BaseException]) -> None:
+def _run_loop(consumer: WorkerLoop, failed: list[BaseException]) -> None:
     try:
         consumer.run()
     except BaseException as exc:
@@ -311,7 +504,7 @@ class Supervisor:
         previous = self._install_signals()
         try:
             log.info("supervisor started: %d worker(s) on queue %s", len(self.slots),
-                     self.spec.queue)
+                     ", ".join(self.spec.queues))
             for slot in self.slots:
                 self._start(slot)
             self._supervise()

@@ -1,7 +1,8 @@
 """The registry of live workers, read by the operator's tools (``echomq workers``, ``stats``, the
 dashboard).
 
-Each worker process keeps a hash ``emq:worker:<host>:<pid>:<started ms>`` (host, pid, queue, wire,
+Each worker process keeps a hash ``emq:worker:<host>:<pid>:<started ms>`` (host, pid, queue and
+queues — the first and every queue it serves, in priority order, as a JSON list —, wire,
 started, the job in hand and since when, jobs done and failed, last beat) and its key in the set
 ``emq:workers``. A thread of its own rewrites the hash every ``BEAT_S`` and sets it to expire
 ``EXPIRY_BEATS`` beats later, so it keeps beating while a handler runs long, and a process that
@@ -16,18 +17,20 @@ writes (an ACL without ``emq:worker*``) is logged once; the worker runs on witho
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import redis
 
 from echomq.calls import text
+from echomq.directives import Reject, RetryIn
 from echomq.queue import Job
 
 log = logging.getLogger("echomq")
@@ -41,7 +44,8 @@ EXPIRY_MS = int(BEAT_S * 1000 * EXPIRY_BEATS)
 
 @dataclass
 class WorkerInfo:
-    """One live worker as its record says; ``job`` is None when it is idle."""
+    """One live worker as its record says; ``job`` is None when it is idle. ``queue`` is the
+    first of the ``queues`` it serves, in priority order."""
 
     key: str
     host: str
@@ -54,6 +58,7 @@ class WorkerInfo:
     done: int
     failed: int
     beat_ms: int
+    queues: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,16 +67,19 @@ class WorkerInfo:
 class Announcer:
     """A worker process's record in the registry, refreshed by a thread every ``beat_s``."""
 
-    def __init__(self, conn: Any, queue: str, wire: int, *, beat_s: float = BEAT_S) -> None:
+    def __init__(self, conn: Any, queue: str | Sequence[str], wire: int, *,
+                 beat_s: float = BEAT_S) -> None:
         self.conn = conn
         self.beat_s = beat_s
         self.expiry_ms = int(beat_s * 1000 * EXPIRY_BEATS)
-        self.queue = queue
+        self.queues = [queue] if isinstance(queue, str) else list(queue)
+        self.queue = self.queues[0]
         self.wire = wire
         self._born = time.monotonic()
         self.key = f"{WORKER_PREFIX}{socket.gethostname()}:{os.getpid()}:{int(time.time() * 1000)}"
         self._lock = threading.Lock()
-        self._job: tuple[str, float] | None = None  # id, since (monotonic s)
+        # The jobs in hand, by id: since when (monotonic s), in the order they began.
+        self._jobs: dict[str, float] = {}
         self._done = 0
         self._failed = 0
         self._refused = False
@@ -82,41 +90,63 @@ class Announcer:
 
     def began(self, job: Job) -> None:
         with self._lock:
-            self._job = (job.id, time.monotonic())
+            self._jobs.pop(job.id, None)
+            self._jobs[job.id] = time.monotonic()
 
-    def ended(self, *, failed: bool) -> None:
+    def ended(self, job: Job | None = None, *, failed: bool) -> None:
+        """``job`` ended (None: every job in hand); the record shows the latest job still in
+        hand, if any (several run at once on the asyncio consumer)."""
         with self._lock:
-            self._job = None
+            if job is None:
+                self._jobs.clear()
+            else:
+                self._jobs.pop(job.id, None)
             if failed:
                 self._failed += 1
             else:
                 self._done += 1
 
+    @property
+    def _job(self) -> tuple[str, float] | None:
+        """The latest job in hand (id, since), shown as the worker's job."""
+        if not self._jobs:
+            return None
+        job_id = next(reversed(self._jobs))
+        return job_id, self._jobs[job_id]
+
     def track(self, handler: Callable[[Job], object]) -> Callable[[Job], object]:
         """``handler`` noting each job it runs here: in hand while it runs (an ``async def``
-        handler's until its awaitable ends), then done or failed."""
+        handler's until its awaitable ends), then done, or failed (it raised, or asked for a
+        retry or a rejection)."""
+
+        if inspect.iscoroutinefunction(handler):
+            async def tracked_async(job: Job) -> object:
+                self.began(job)
+                return await self._finish(job, handler(job))
+
+            return tracked_async
 
         def tracked(job: Job) -> object:
             self.began(job)
             try:
                 result = handler(job)
             except BaseException:
-                self.ended(failed=True)
+                self.ended(job, failed=True)
                 raise
             if result is not None and inspect.isawaitable(result):
-                return self._finish(result)
-            self.ended(failed=False)
+                return self._finish(job, result)
+            self.ended(job, failed=isinstance(result, RetryIn | Reject))
             return result
 
         return tracked
 
-    async def _finish(self, result: Awaitable[object]) -> object:
+    async def _finish(self, job: Job, result: Awaitable[object]) -> object:
         try:
             value = await result
         except BaseException:
-            self.ended(failed=True)
+            self.ended(job, failed=True)
             raise
-        self.ended(failed=False)
+        self.ended(job, failed=isinstance(value, RetryIn | Reject))
         return value
 
     # the beat -----------------------------------------------------------------------------
@@ -151,7 +181,8 @@ class Announcer:
         now = time.monotonic()
         since = "" if job is None else server_ms - int((now - job[1]) * 1000)
         return {"host": socket.gethostname(), "pid": os.getpid(), "queue": self.queue,
-                "wire": self.wire, "started_ms": server_ms - int((now - self._born) * 1000),
+                "queues": json.dumps(self.queues), "wire": self.wire,
+                "started_ms": server_ms - int((now - self._born) * 1000),
                 "job": "" if job is None else job[0], "job_since_ms": since,
                 "done": done, "failed": failed, "beat_ms": server_ms}
 
@@ -199,10 +230,23 @@ def live_workers(conn: Any) -> list[WorkerInfo]:
 
 
 def counts_by_queue(workers: list[WorkerInfo]) -> dict[str, int]:
+    """How many workers serve each queue (a worker of several queues counts for each)."""
     counts: dict[str, int] = {}
     for worker in workers:
-        counts[worker.queue] = counts.get(worker.queue, 0) + 1
+        for queue in worker.queues or [worker.queue]:
+            counts[queue] = counts.get(queue, 0) + 1
     return counts
+
+
+def queues_field(raw: str | None, first: str) -> list[str]:
+    """A record's ``queues`` (a JSON list); a record without one serves ``first`` alone."""
+    try:
+        found = json.loads(raw) if raw else None
+    except ValueError:
+        found = None
+    if isinstance(found, list) and found and all(isinstance(name, str) for name in found):
+        return found
+    return [first] if first else []
 
 
 def _info(key: str, record: dict[Any, Any]) -> WorkerInfo:
@@ -219,4 +263,5 @@ def _info(key: str, record: dict[Any, Any]) -> WorkerInfo:
                       queue=fields.get("queue", ""), wire=number("wire"),
                       started_ms=number("started_ms"), job=job,
                       job_since_ms=number("job_since_ms") if job else None,
-                      done=number("done"), failed=number("failed"), beat_ms=number("beat_ms"))
+                      done=number("done"), failed=number("failed"), beat_ms=number("beat_ms"),
+                      queues=queues_field(fields.get("queues"), fields.get("queue", "")))

@@ -16,7 +16,6 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from echomq import Job
-from echomq.metrics import PrometheusHooks
 from echomq.tracing import TracingHooks
 from tests.handlers import conn
 
@@ -77,18 +76,3 @@ def traced(job: Job) -> None:
         if envelope["fail"]:
             record.outcome, record.error = "dead", "RuntimeError: no card\n  File \"t.py\", line 1"
 
-
-class TaskApp:
-    """A task App in miniature, as the worker knows one (a handler bound to an object with
-    ``hooks`` and ``queues``): the payload names the task; its hooks count the attempt."""
-
-    def __init__(self) -> None:
-        self.hooks = PrometheusHooks()
-        self.queues: dict[str, object] = {}
-
-    def handler(self, job: Job) -> None:
-        with self.hooks.running("apps", job.payload.decode(), job, {}, None):
-            pass
-
-
-app = TaskApp()

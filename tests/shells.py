@@ -42,22 +42,25 @@ def async_client_like(conn: redis.Redis) -> aredis.Redis:
 class AsyncShell:
     """An ``echomq.aio.Consumer`` with the blocking Consumer's interface."""
 
-    def __init__(self, queue: Queue, handler: Callable[[Job], object], **options: Any) -> None:
+    def __init__(self, queue: Queue | list[Queue], handler: Callable[[Job], object],
+                 **options: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        self.sync_queue = queue
-        self.client = async_client_like(queue.conn)
-        async_queue = aio.Queue(self.client, queue.name, wire=queue.wire,
-                                max_attempts=queue.max_attempts)
+        queues = queue if isinstance(queue, list) else [queue]
+        self.sync_queue = queues[0]
+        self.client = async_client_like(queues[0].conn)
+        async_queues = [aio.Queue(self.client, one.name, wire=one.wire,
+                                  max_attempts=one.max_attempts) for one in queues]
+        served = async_queues if isinstance(queue, list) else async_queues[0]
         try:
-            self.consumer = self._call(self._make(async_queue, handler, options))
+            self.consumer = self._call(self._make(served, handler, options))
         except BaseException:
             self.close()
             raise
 
     @staticmethod
-    async def _make(queue: aio.Queue, handler: Callable[[Job], object],
+    async def _make(queue: aio.Queue | list[aio.Queue], handler: Callable[[Job], object],
                     options: dict[str, Any]) -> aio.Consumer:
         return aio.Consumer(queue, handler, **options)
 
@@ -120,7 +123,8 @@ def make_fixture(shell: str) -> Iterator[Make]:
     """Builds consumers of the shell under test: ``make(queue, handler, **options)``."""
     made: list[AnyConsumer] = []
 
-    def build(queue: Queue, handler: Callable[[Job], object], **options: Any) -> Any:
+    def build(queue: Queue | list[Queue], handler: Callable[[Job], object],
+              **options: Any) -> Any:
         consumer: AnyConsumer
         if shell == "sync":
             consumer = Consumer(queue, handler, **options)

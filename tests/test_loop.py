@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from echomq.calls import Job
-from echomq.loop import Ack, LoopCore, Retry, Settings, park_cap_for
+from echomq.loop import Ack, Lineup, LoopCore, Retry, Settings, park_cap_for
 
 
 def settings(**overrides: Any) -> Settings:
@@ -164,32 +164,34 @@ TestCoreMachine = CoreMachine.TestCase
 
 
 def test_claims_ramp_from_one_to_the_prefetch_and_start_over_after_a_rest() -> None:
-    core = LoopCore(settings(capacity=8))
+    lineup = Lineup.of(settings(capacity=8), 1)
+    core = lineup.cores[0]
     asked = []
     for _ in range(5):
-        count = core.claim_count()
+        count = lineup.round_size()
         asked.append(count)
-        core.claimed([job(100 * len(asked) + n) for n in range(count)], count, 0.0)
+        core.claimed([job(100 * len(asked) + n) for n in range(count)], 0.0)
+        lineup.round_claimed(count, count)
         while (started := core.next_job(0.0)) is not None:
             assert core.finished(started)
     assert asked == [1, 2, 4, 8, 8]
-    core.claimed([job(1)], 8, 0.0)  # a short batch: the queue ran dry, the ramp stays
-    assert core.ramp == 8
-    core.rested()
-    assert core.claim_count() == 1
+    lineup.round_claimed(8, 1)  # a short batch: the queue ran dry, the ramp stays
+    assert lineup.ramp == 8
+    lineup.rested()
+    assert lineup.round_size() == 1
 
 
 def test_a_lane_consumer_claims_one_job_at_a_time() -> None:
-    core = LoopCore(settings(lanes=True, capacity=8))
-    assert core.claim_count() == 1
-    core.claimed([job(1)], 1, 0.0)
-    assert core.claim_count() == 0
+    lineup = Lineup.of(settings(lanes=True, capacity=8), 2)
+    assert lineup.round_size() == 1
+    lineup.cores[1].claimed([job(1)], 0.0)
+    assert lineup.round_size() == 0
 
 
 def test_a_round_sends_every_outcome_waiting_and_a_stop_hands_back_the_rest() -> None:
     core = LoopCore(settings(capacity=4, settle_delay_ms=5))
     core.take_housekeeping(1.0)
-    core.claimed([job(1), job(2), job(3)], 3, 1.0)
+    core.claimed([job(1), job(2), job(3)], 1.0)
     first = core.next_job(1.0)
     assert first == job(1) and core.finished(first)
     assert core.record(first, core.settlement(None), 1.0) is True  # the first waiting
@@ -208,7 +210,7 @@ def test_a_round_sends_every_outcome_waiting_and_a_stop_hands_back_the_rest() ->
 
 def test_an_unsent_round_waits_again_ahead_of_newer_outcomes_after_a_pause() -> None:
     core = LoopCore(settings(capacity=4, settle_delay_ms=5))
-    core.claimed([job(1), job(2), job(3)], 3, 0.0)
+    core.claimed([job(1), job(2), job(3)], 0.0)
     for _ in (1, 2):
         started = core.next_job(0.0)
         assert started is not None and core.finished(started)
@@ -225,7 +227,7 @@ def test_a_lease_lost_at_the_heartbeat_is_skipped_not_run() -> None:
     from echomq.calls import Verdict
 
     core = LoopCore(settings(capacity=4))
-    core.claimed([job(1), job(2)], 2, 0.0)
+    core.claimed([job(1), job(2)], 0.0)
     beat = core.heartbeat(0.1)
     assert core.heartbeat_done(beat, [Verdict.STALE, Verdict.EXTENDED], 0.1) == [job(1)]
     assert core.next_job(0.2) == job(2)
@@ -243,22 +245,23 @@ def kinds(round_: Any) -> list[tuple[str, Job]]:
 
 
 def test_a_suspect_first_in_its_batch_runs_alone_and_its_neighbours_go_back() -> None:
-    core = LoopCore(settings(capacity=8))
-    core.ramp = 4
-    core.claimed([suspect(1), job(2), job(3), job(4)], 4, 0.0)
-    assert core.next_job(0.0) == suspect(1)
+    lineup = Lineup.of(settings(capacity=8), 1)
+    core = lineup.cores[0]
+    lineup.ramp = 4
+    core.claimed([suspect(1), job(2), job(3), job(4)], 0.0)
+    assert lineup.next_job(0.0) == (0, suspect(1))
     round_ = core.take_isolation()
     assert round_ is not None and round_.claim == 0
     assert kinds(round_) == [("Release", job(2)), ("Release", job(3)), ("Release", job(4))]
     assert set(core.leases) == {suspect(1)} and not core.outbox and not core.prefetched
     assert core.take_isolation() is None
     assert core.finished(suspect(1))
-    assert core.claim_count() == 1  # the ramp starts over
+    assert lineup.round_size() == 1  # the ramp starts over
 
 
 def test_a_suspect_inside_a_batch_runs_after_those_before_it_with_their_outcomes_sent() -> None:
     core = LoopCore(settings(capacity=8))
-    core.claimed([job(1), suspect(2), job(3)], 4, 0.0)
+    core.claimed([job(1), suspect(2), job(3)], 0.0)
     first = core.next_job(0.0)
     assert first == job(1) and core.take_isolation() is None
     assert core.finished(job(1))
@@ -271,103 +274,125 @@ def test_a_suspect_inside_a_batch_runs_after_those_before_it_with_their_outcomes
 
 
 def test_a_suspect_alone_in_hand_costs_no_round_and_first_attempts_never_do() -> None:
-    core = LoopCore(settings(capacity=8))
-    core.claimed([job(1), job(2)], 2, 0.0)
+    lineup = Lineup.of(settings(capacity=8), 1)
+    core = lineup.cores[0]
+    lineup.ramp = 2
+    core.claimed([job(1), job(2)], 0.0)
     for n in (1, 2):
-        assert core.next_job(0.0) == job(n) and core.take_isolation() is None
+        assert lineup.next_job(0.0) == (0, job(n)) and core.take_isolation() is None
         assert core.finished(job(n))
-    assert core.ramp == 2
-    core.claimed([suspect(3)], 4, 0.0)
-    assert core.next_job(0.0) == suspect(3)
-    assert core.take_isolation() is None and core.ramp == 1
+    assert lineup.ramp == 2
+    core.claimed([suspect(3)], 0.0)
+    assert lineup.next_job(0.0) == (0, suspect(3))
+    assert core.take_isolation() is None and lineup.ramp == 1
 
 
 def test_a_consumer_with_a_single_attempt_per_job_claims_one_at_a_time() -> None:
-    core = LoopCore(settings(capacity=8, max_attempts=1))
+    lineup = Lineup.of(settings(capacity=8, max_attempts=1), 1)
+    core = lineup.cores[0]
     for n in range(4):
-        assert core.claim_count() == 1
-        core.claimed([job(n)], 1, 0.0)
+        assert lineup.round_size() == 1
+        core.claimed([job(n)], 0.0)
+        lineup.round_claimed(1, 1)
         started = core.next_job(0.0)
         assert started is not None and core.finished(started)
     assert LoopCore(settings(capacity=8, max_attempts=2)).settings.batch_cap == 8
 
 
 class BatchMachine(RuleBasedStateMachine):
-    """Any order of claims, handler returns, keeper flushes, heartbeats (some leases lost),
-    failed rounds and stops: every job claimed ends exactly once — sent as one outcome,
-    handed back, or lost — runs in claim order, and the hand never holds more than the
-    prefetch."""
+    """Two queues in priority order, and any order of claims, handler returns, keeper flushes,
+    heartbeats (some leases lost), failed rounds and stops: every job claimed ends exactly once
+    — sent as one outcome, handed back, or lost —, each queue's jobs run in claim order, no
+    later queue's job starts while an earlier queue's is prefetched, a round asks a later queue
+    only for what the earlier ones left unfilled, and the hand never holds more than the
+    prefetch over both queues."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.core = LoopCore(settings(capacity=5, settle_delay_ms=5))
+        self.lineup = Lineup.of(settings(capacity=5, settle_delay_ms=5), 2)
         self.next_id = 0
-        self.claimed: list[Job] = []
-        self.ran: list[Job] = []
+        self.claimed: list[tuple[int, Job]] = []
+        self.ran: list[tuple[int, Job]] = []
         self.ended: dict[Job, str] = {}
-        self.current: Job | None = None
+        self.current: tuple[int, Job] | None = None
 
     @precondition(lambda self: self.current is None)
-    @rule(available=st.integers(0, 8), data=st.data())
-    def claim_round(self, available: int, data: st.DataObject) -> None:
-        round_ = self.core.take_round(self.core.claim_count())
-        self.sent(round_.outcomes)
-        jobs = []
-        for _ in range(min(round_.claim, available)):
-            self.next_id += 1
-            attempt = data.draw(st.sampled_from([1, 1, 1, 2, 5]))
-            jobs.append(Job(f"JOB:{self.next_id}", b"", attempt))
-        self.claimed += jobs
-        self.core.claimed(jobs, round_.claim, 0.0)
+    @rule(ready=st.tuples(st.integers(0, 8), st.integers(0, 8)), data=st.data())
+    def claim_round(self, ready: tuple[int, int], data: st.DataObject) -> None:
+        wanted = self.lineup.round_size()
+        taken = 0
+        for index, core in enumerate(self.lineup.cores):
+            asked = self.lineup.ask(wanted, taken)
+            if index and asked:  # only what the earlier queue could not fill
+                assert ready[0] < wanted
+            round_ = core.take_round(asked)
+            self.sent(round_.outcomes)
+            jobs = []
+            for _ in range(min(round_.claim, ready[index])):
+                self.next_id += 1
+                attempt = data.draw(st.sampled_from([1, 1, 1, 2, 5]))
+                jobs.append(Job(f"JOB:{self.next_id}", b"", attempt))
+            self.claimed += [(index, claimed) for claimed in jobs]
+            core.claimed(jobs, 0.0)
+            taken += len(jobs)
+        self.lineup.round_claimed(wanted, taken)
 
     @precondition(lambda self: self.current is None)
     @rule()
     def start(self) -> None:
-        self.current = self.core.next_job(0.0)
-        isolation = self.core.take_isolation()
-        if isolation is not None:
+        self.current = self.lineup.next_job(0.0)
+        for _, isolation in self.lineup.take_isolations():
             self.sent(isolation.outcomes)
         if self.current is not None:
+            index, started = self.current
             self.ran.append(self.current)
-            if self.current.attempt > 1:  # a suspect starts with nothing else in hand
-                assert set(self.core.leases) == {self.current} and not self.core.outbox
-                assert self.core.ramp == 1
+            if index:  # nothing of the earlier queue was waiting to start
+                assert not self.lineup.cores[0].prefetched
+            if started.attempt > 1:  # a suspect starts with nothing else in hand
+                leases = [set(core.leases) for core in self.lineup.cores]
+                assert set().union(*leases) == {started}
+                assert not any(core.outbox for core in self.lineup.cores)
+                assert self.lineup.ramp == 1
 
     @precondition(lambda self: self.current is not None)
     @rule(fails=st.booleans())
     def handler_returns(self, fails: bool) -> None:
         assert self.current is not None
-        if self.core.finished(self.current):
+        index, returned = self.current
+        core = self.lineup.cores[index]
+        if core.finished(returned):
             failure = ValueError("x") if fails else None
-            self.core.record(self.current, self.core.settlement(failure), 0.0)
+            core.record(returned, core.settlement(failure), 0.0)
         else:
-            assert self.ended[self.current] == "lost"
+            assert self.ended[returned] == "lost"
         self.current = None
 
-    @rule()
-    def keeper_flush(self) -> None:
-        self.sent(self.core.take_round().outcomes)
+    @rule(index=st.integers(0, 1))
+    def keeper_flush(self, index: int) -> None:
+        self.sent(self.lineup.cores[index].take_round().outcomes)
 
-    @rule(data=st.data())
-    def heartbeat(self, data: st.DataObject) -> None:
+    @rule(index=st.integers(0, 1), data=st.data())
+    def heartbeat(self, index: int, data: st.DataObject) -> None:
         from echomq.calls import Verdict
 
-        beat = self.core.heartbeat(1_000.0)
+        core = self.lineup.cores[index]
+        beat = core.heartbeat(1_000.0)
         verdicts = [data.draw(st.sampled_from([Verdict.EXTENDED, Verdict.STALE]))
                     for _ in beat]
-        for lost in self.core.heartbeat_done(beat, verdicts, 1_000.0):
+        for lost in core.heartbeat_done(beat, verdicts, 1_000.0):
             assert lost not in self.ended
             self.ended[lost] = "lost"
 
-    @rule()
-    def round_fails(self) -> None:
-        round_ = self.core.take_round()
-        self.core.unsent(round_, 0.0)
+    @rule(index=st.integers(0, 1))
+    def round_fails(self, index: int) -> None:
+        core = self.lineup.cores[index]
+        core.unsent(core.take_round(), 0.0)
 
     @precondition(lambda self: self.current is None)
     @rule()
     def stop(self) -> None:
-        self.sent(self.core.take_round(hand_back=True).outcomes)
+        for core in self.lineup.cores:
+            self.sent(core.take_round(hand_back=True).outcomes)
 
     def sent(self, outcomes: list[Any]) -> None:
         for outcome in outcomes:
@@ -379,16 +404,29 @@ class BatchMachine(RuleBasedStateMachine):
 
     @invariant()
     def books(self) -> None:
-        core = self.core
-        assert len(core.leases) <= 5
-        assert self.ran == [j for j in self.claimed if j in self.ran]  # claim order
-        waiting = {outcome.job for outcome in core.outbox}
-        for claimed in self.claimed:
-            places = [claimed in core.prefetched and claimed in core.leases,
-                      claimed == self.current and claimed in core.leases,
-                      claimed in waiting, claimed in self.ended and claimed not in waiting]
-            assert sum(places) >= 1, claimed
-        assert set(core.leases) <= set(core.prefetched) | {self.current}
+        assert self.lineup.held() <= 5
+        for index, core in enumerate(self.lineup.cores):
+            mine = [j for i, j in self.claimed if i == index]
+            ran = [j for i, j in self.ran if i == index]
+            assert ran == [j for j in mine if j in ran]  # claim order
+            waiting = {outcome.job for outcome in core.outbox}
+            current = self.current[1] if self.current and self.current[0] == index else None
+            for claimed in mine:
+                places = [claimed in core.prefetched and claimed in core.leases,
+                          claimed == current and claimed in core.leases,
+                          claimed in waiting, claimed in self.ended and claimed not in waiting]
+                assert sum(places) >= 1, claimed
+            assert set(core.leases) <= set(core.prefetched) | {current}
 
 
 TestBatchMachine = BatchMachine.TestCase
+
+
+def test_a_job_held_back_for_the_others_to_finish_starts_its_time_limit_when_it_runs() -> None:
+    core = LoopCore(settings(time_limit_ms=400))
+    core.claimed([suspect(1)], 0.0)
+    assert core.next_job(0.0) == suspect(1)
+    core.held_back(suspect(1))
+    assert core.overruns(10.0) == [] and core.heartbeat(10.0) == [suspect(1)]
+    core.restarted(suspect(1), 10.0)
+    assert core.overruns(10.3) == [] and core.overruns(10.4) == [suspect(1)]

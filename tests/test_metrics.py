@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from echomq import Job, Queue
 from echomq.embedded import free_port
 from echomq.metrics import PrometheusHooks, QueueDepths, instrument
+from tests.obs_app import producer_of_charge
 from tests.test_worker import Workers, wait_until, workers
 
 __all__ = ["workers"]  # the fixture, shared with the worker tests
@@ -219,17 +220,26 @@ def test_a_metrics_port_in_use_stops_the_worker_before_it_starts_saying_why(
     assert f"cannot serve metrics on 127.0.0.1:{port}" in lines[0] and "in use" in lines[0]
 
 
-
-def test_a_worker_of_an_app_counts_its_tasks_through_the_apps_hooks_alone(
+def test_a_worker_of_an_app_counts_each_task_by_name_through_its_hooks(
         conn: redis.Redis, workers: Callable[..., Workers]) -> None:
+    charge = producer_of_charge(conn)
     port = free_port()
-    supervisor = workers("apps", "--metrics-port", str(port),
-                         handler="tests.obs_handlers:app.handler")
-    Queue(conn, "apps").enqueue_many([("JOB:1", b"billing.charge"), ("JOB:2", b"mail.send")])
-    assert wait_until(lambda: scraped(port, "echomq_jobs_succeeded_total", queue="apps",
-                                      task="mail.send") == 1, 20), supervisor.log()
+    supervisor = workers("billing", "--concurrency", "2", "--metrics-port", str(port),
+                         handler="tests.obs_app:app")
+    handles = [charge.enqueue(cents) for cents in (100, 250, -5)]
+    assert [handle.id for handle in handles]
+    labels = {"queue": "billing", "task": "billing.charge"}
+    assert wait_until(lambda: scraped(port, "echomq_jobs_dead_total", **labels) == 1
+                      and scraped(port, "echomq_jobs_succeeded_total", **labels) == 2, 20), \
+        supervisor.log()
     found = scrape(port)
-    tasks = {dict(labels)["task"] for name, labels in found
-             if name == "echomq_jobs_started_total"}
-    assert tasks == {"billing.charge", "mail.send"}  # not the handler counted as well
+    counted = {name: value for (name, labels_), value in found.items()
+               if name.startswith("echomq_jobs_") and labels_ == frozenset(labels.items())}
+    assert counted == {"echomq_jobs_started_total": 4, "echomq_jobs_succeeded_total": 2,
+                       "echomq_jobs_retried_total": 1, "echomq_jobs_dead_total": 1,
+                       "echomq_jobs_in_flight": 0}
+    assert found[("echomq_job_wait_seconds_count", frozenset(labels.items()))] == 3
+    # the App's hooks count it, not a wrapper of the handler as well
+    assert not [key for key in found if ("task", "tests.obs_app:app") in key[1]]
     assert supervisor.terminate(within=10) == 0
+

@@ -17,6 +17,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from echomq import Job, Queue
 from echomq.tracing import TracingHooks
+from tests.obs_app import producer_of_charge
 from tests.test_worker import Workers, wait_until, workers
 
 __all__ = ["workers"]  # the fixture, shared with the worker tests
@@ -125,3 +126,40 @@ def test_a_worker_process_continues_the_trace_of_the_enqueue(
     assert consumers["process task-JOB:ok"]["status"] == "UNSET"
     assert consumers["process task-JOB:bad"]["status"] == "ERROR"
     assert consumers["process task-JOB:bad"]["events"][0]["exception.message"] == "no card"
+
+
+def test_a_task_enqueued_by_an_app_is_traced_into_its_worker_process(
+        conn: redis.Redis, workers: Callable[..., Workers], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        exported: tuple[TracingHooks, InMemorySpanExporter]) -> None:
+    hooks, exporter = exported
+    spans_file = tmp_path / "spans.jsonl"
+    monkeypatch.setenv("ECHOMQ_TEST_SPANS", str(spans_file))
+    charge = producer_of_charge(conn, [hooks])
+    ok, bad = charge.enqueue(100), charge.enqueue(-5)
+    supervisor = workers("billing", handler="tests.obs_app:app")
+    assert wait_until(lambda: len(read_spans(spans_file)) == 3, 20), supervisor.log()
+    assert supervisor.terminate(within=10) == 0
+
+    sent = {span.context.span_id: span for span in exporter.get_finished_spans()}
+    assert {span.name for span in sent.values()} == {"send billing.charge"}
+    attempts = {(span["attributes"]["messaging.message.id"], span["attributes"]["echomq.attempt"]):
+                span for span in read_spans(spans_file)}
+    assert set(attempts) == {(ok.id, 1), (bad.id, 1), (bad.id, 2)}
+    for span in attempts.values():
+        parent = sent[span["parent_id"]]  # each attempt a child of its enqueue
+        assert span["trace_id"] == parent.context.trace_id
+        assert span["name"] == "process billing.charge" and span["kind"] == "CONSUMER"
+    assert attempts[(ok.id, 1)]["parent_id"] != attempts[(bad.id, 1)]["parent_id"]
+    assert attempts[(bad.id, 1)]["parent_id"] == attempts[(bad.id, 2)]["parent_id"]
+    assert [attempts[key]["attributes"]["echomq.outcome"] for key in sorted(attempts)] == \
+        sorted_outcomes(ok.id, bad.id)
+    failed = attempts[(bad.id, 2)]
+    assert failed["status"] == "ERROR"
+    assert failed["events"][0]["exception.type"] == "ValueError"
+    assert failed["events"][0]["exception.message"] == "cannot charge -5 cents"
+
+
+def sorted_outcomes(ok: str, bad: str) -> list[str]:
+    outcomes = {(ok, 1): "succeeded", (bad, 1): "retried", (bad, 2): "dead"}
+    return [outcomes[key] for key in sorted(outcomes)]

@@ -48,11 +48,12 @@ def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
 class Workers:
     """An ``echomq worker`` supervisor in a subprocess, its log in a file."""
 
-    def __init__(self, server: EmbeddedValkey, log: Path, queue: str, *options: str,
+    def __init__(self, server: EmbeddedValkey, log: Path, queue: str | None, *options: str,
                  handler: str = "tests.handlers:work", url: str | None = None) -> None:
         self.log_path = log
+        queues = [] if queue is None else ["--queue", queue]
         argv = [sys.executable, "-m", "echomq", "worker", handler,
-                "--on-ack", "tests.handlers:acked", "--queue", queue, *options]
+                "--on-ack", "tests.handlers:acked", *queues, *options]
         env = {**os.environ, "ECHOMQ_URL": url or server.url}
         with log.open("wb") as sink:
             # A process group of its own: its workers are found by their group, whoever their
@@ -116,7 +117,7 @@ def workers(valkey: EmbeddedValkey, conn: redis.Redis,
             tmp_path: Path) -> Iterator[Callable[..., Workers]]:
     started: list[Workers] = []
 
-    def start(queue: str, *options: str, **where: str) -> Workers:
+    def start(queue: str | None, *options: str, **where: str) -> Workers:
         supervisor = Workers(valkey, tmp_path / f"workers-{len(started)}.log", queue, *options,
                              **where)
         started.append(supervisor)

@@ -1,0 +1,10 @@
+"""The task layer: typed functions enqueued by name, run by any ``Consumer`` through
+``App.handler``. See ``echomq.tasks.app``."""
+
+from echomq.tasks.app import App, Task, TaskCall
+from echomq.tasks.handle import TaskHandle
+from echomq.tasks.hooks import RunRecord, TaskHooks
+from echomq.tasks.retry import Backoff, RetryAfter, RetryPolicy
+
+__all__ = ["App", "Backoff", "RetryAfter", "RetryPolicy", "RunRecord", "Task", "TaskCall",
+           "TaskHandle", "TaskHooks"]

@@ -1,0 +1,349 @@
+"""``App``: typed tasks on top of ``Queue`` and ``Consumer``, never beside them.
+
+``@app.task`` turns a function (plain or ``async def``) into a ``Task``: ``enqueue(*args,
+**kwargs)`` admits a job whose payload is an ``Envelope`` naming the task, and returns a
+``TaskHandle``. The worker side is ``app.handler`` (``app.async_handler`` for the asyncio
+consumer): a handler like any other, which decodes the envelope, converts the arguments to the
+task's type hints, runs the task and returns the directive the consumer settles the job with —
+``Done`` (with the result when the task keeps it), ``RetryIn`` (the task's back-off, or the delay
+a ``RetryAfter`` asks for) or ``Reject`` (arguments that cannot fit, an unknown task, an error the
+task says never to retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import inspect
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from echomq.calls import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION_MS, MAX_RESULT_BYTES, Job
+from echomq.directives import Done, Reject, RetryIn
+from echomq.ids import new_job_id
+from echomq.loop import error_text
+from echomq.queue import Queue
+from echomq.tasks.envelope import (
+    Envelope,
+    PayloadError,
+    Result,
+    Serializer,
+    checked_serializer,
+    decode_envelope,
+    encode,
+    is_json,
+)
+from echomq.tasks.handle import TaskHandle
+from echomq.tasks.hooks import (
+    DEAD,
+    RETRIED,
+    SUCCEEDED,
+    NoHooks,
+    RunRecord,
+    TaskHooks,
+    combined,
+)
+from echomq.tasks.retry import DEFAULT_BACKOFF, Backoff, Draw, RetryPolicy
+from echomq.tasks.signature import ArgumentsRejected, Signature
+
+__all__ = ["App", "Task", "TaskCall"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Directive = Done | RetryIn | Reject
+DONE = Done()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def at_ms(at: datetime.datetime) -> int:
+    """An ``at=`` time (an aware datetime) as epoch ms."""
+    if at.tzinfo is None:
+        raise ValueError("at= takes a timezone-aware datetime (a naive one has no single time)")
+    return round(at.timestamp() * 1000)
+
+
+class App:
+    """Tasks on one Valkey connection. ``queue``: the queue tasks go to unless they name their
+    own; ``wire``: 5 (scripts) or 6 (trafikey) for every queue of the app; ``serializer``:
+    "json" or "msgpack" for what this app enqueues (its workers read both); ``max_attempts`` and
+    ``backoff``: the retry policy of tasks that do not set their own; ``retention_ms``: how
+    long an acked job's tombstone (and its kept result) stays; ``hooks``: observers of each
+    enqueue and attempt (``echomq.tasks.hooks.TaskHooks``); ``draw``: the jitter's random
+    numbers in [0, 1) (a fixed one makes delays exact in tests); ``check_policy``: warn once
+    when the server may evict keys (a CONFIG GET when the first queue is made)."""
+
+    def __init__(self, conn: Any, queue: str = "default", *, wire: int = 5,
+                 serializer: str = "json", max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 backoff: Backoff = DEFAULT_BACKOFF, retention_ms: int = DEFAULT_RETENTION_MS,
+                 hooks: TaskHooks | Sequence[TaskHooks] = (), draw: Draw = random.random,
+                 check_policy: bool = True) -> None:
+        self.conn = conn
+        self.wire = wire
+        self.serializer: Serializer = checked_serializer(serializer)
+        self.policy = RetryPolicy(max_attempts=max_attempts, backoff=backoff)
+        self.retention_ms = retention_ms
+        self.hooks = combined(hooks)
+        self.observed = not isinstance(self.hooks, NoHooks)
+        self.draw = draw
+        self.check_policy = check_policy
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.queues: dict[str, Queue] = {}
+        self.queue = self.queue_named(queue)
+        self._runners = threading.local()
+
+    def queue_named(self, name: str) -> Queue:
+        """The app's Queue called ``name``, made on first use with the app's wire."""
+        queue = self.queues.get(name)
+        if queue is None:
+            queue = Queue(self.conn, name, wire=self.wire, retention_ms=self.retention_ms,
+                          max_attempts=self.policy.max_attempts, check_policy=self.check_policy)
+            self.check_policy = False  # one connection: asked once is enough
+            self.queues[name] = queue
+        return queue
+
+    # declaring tasks ----------------------------------------------------------------------------
+
+    @overload
+    def task(self, function: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, function: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, /, *, name: str | None = None, queue: str | None = None,
+             max_attempts: int | None = None, backoff: Backoff | None = None,
+             no_retry: tuple[type[BaseException], ...] = (), keep_result: bool = False
+             ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(self, function: Callable[..., Any] | None = None, /, *, name: str | None = None,
+             queue: str | None = None, max_attempts: int | None = None,
+             backoff: Backoff | None = None, no_retry: tuple[type[BaseException], ...] = (),
+             keep_result: bool = False) -> Any:
+        """Register ``function`` as a task, bare (``@app.task``) or with options: ``name``
+        (default ``module.qualname``: what the job names, so producer and worker must agree),
+        ``queue``, ``max_attempts`` and ``backoff`` (default the app's), ``no_retry``
+        (exception types that send the job dead at once) and ``keep_result`` (keep the return
+        value with the job's tombstone for ``handle.result()``)."""
+        policy = RetryPolicy(
+            max_attempts=self.policy.max_attempts if max_attempts is None else max_attempts,
+            backoff=backoff or self.policy.backoff, no_retry=tuple(no_retry))
+
+        def register(function: Callable[..., Any]) -> Task[Any, Any]:
+            made = Task(self, function, name=name, queue=queue or self.queue.name,
+                        policy=policy, keep_result=keep_result)
+            if made.name in self.tasks:
+                raise ValueError(f"a task named {made.name!r} is already registered")
+            self.tasks[made.name] = made
+            self.queue_named(made.queue)
+            return made
+
+        return register if function is None else register(function)
+
+    # the worker side ----------------------------------------------------------------------------
+
+    def handler(self, job: Job) -> Directive:
+        """Run the task ``job`` names; the directive its outcome settles with. Async tasks run
+        to the end on an event loop of this thread's own."""
+        opened = self._open(job)
+        if isinstance(opened, Reject):
+            return opened
+        task, envelope = opened
+        if not self.observed:
+            return self._attempt_sync(task, envelope, job)
+        with self._running(task, envelope, job) as record:
+            return record.settled(self._attempt_sync(task, envelope, job))
+
+    async def async_handler(self, job: Job) -> Directive:
+        """``handler`` for the asyncio consumer: async tasks are awaited, plain ones run in a
+        thread so the event loop keeps serving the other jobs in flight."""
+        opened = self._open(job)
+        if isinstance(opened, Reject):
+            return opened
+        task, envelope = opened
+        if not self.observed:
+            return await self._attempt_async(task, envelope, job)
+        with self._running(task, envelope, job) as record:
+            return record.settled(await self._attempt_async(task, envelope, job))
+
+    def _open(self, job: Job) -> tuple[Task[Any, Any], Envelope] | Reject:
+        try:
+            envelope = decode_envelope(job.payload)
+        except PayloadError as exc:
+            return Reject(str(exc))
+        task = self.tasks.get(envelope.task)
+        if task is None:
+            return Reject(f"no task named {envelope.task!r} is registered in this app "
+                          f"(known: {', '.join(sorted(self.tasks)) or 'none'})")
+        return task, envelope
+
+    def _running(self, task: Task[Any, Any], envelope: Envelope, job: Job) -> Attempt:
+        return Attempt(self.hooks.running(envelope.queue or task.queue, task.name, job,
+                                          envelope.headers, envelope.enqueued_ms), job, task)
+
+    def _attempt_sync(self, task: Task[Any, Any], envelope: Envelope, job: Job) -> Directive:
+        try:
+            args, kwargs = task.arguments(envelope, job)
+            value = task.function(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = self._runner().run(_awaited(value))
+        except ArgumentsRejected as exc:
+            return Reject(str(exc))
+        except Exception as exc:
+            return task.failed(exc, job.attempt)
+        return task.done(value)
+
+    async def _attempt_async(self, task: Task[Any, Any], envelope: Envelope,
+                             job: Job) -> Directive:
+        try:
+            args, kwargs = task.arguments(envelope, job)
+            if task.is_async:
+                value = await task.function(*args, **kwargs)
+            else:
+                value = await asyncio.to_thread(task.function, *args, **kwargs)
+        except ArgumentsRejected as exc:
+            return Reject(str(exc))
+        except Exception as exc:
+            return task.failed(exc, job.attempt)
+        return task.done(value)
+
+    def _runner(self) -> asyncio.Runner:
+        runner: asyncio.Runner | None = getattr(self._runners, "runner", None)
+        if runner is None:
+            runner = self._runners.runner = asyncio.Runner()
+        return runner
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value
+
+
+class Attempt:
+    """The hooks' ``running`` block around one attempt, and the record it fills: the outcome
+    judged from the directive, or "retried" when the task raised what stops the worker (the
+    consumer fails that attempt)."""
+
+    def __init__(self, block: Any, job: Job, task: Task[Any, Any]) -> None:
+        self.block, self.job, self.task = block, job, task
+        self.record = RunRecord()
+
+    def __enter__(self) -> Attempt:
+        self.record = self.block.__enter__()
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, trace: Any) -> Any:
+        if exc is not None:
+            self.record.outcome, self.record.error = RETRIED, error_text(exc)
+        return self.block.__exit__(kind, exc, trace)
+
+    def settled(self, directive: Directive) -> Directive:
+        if isinstance(directive, Done):
+            self.record.outcome, self.record.error = SUCCEEDED, None
+        elif isinstance(directive, Reject):
+            self.record.outcome, self.record.error = DEAD, directive.error
+        else:
+            last = self.task.policy.last(self.job.attempt)
+            self.record.outcome, self.record.error = (DEAD if last else RETRIED), directive.error
+        return directive
+
+
+class Task(Generic[P, R]):
+    """A registered task: call it to run it here, ``enqueue`` it to run it on a worker."""
+
+    def __init__(self, app: App, function: Callable[P, R], *, name: str | None, queue: str,
+                 policy: RetryPolicy, keep_result: bool) -> None:
+        self.app = app
+        self.function = function
+        self.name = name or f"{function.__module__}.{function.__qualname__}"
+        self.queue = queue
+        self.policy = policy
+        self.keep_result = keep_result
+        self.signature = Signature(function)
+        self.is_async = inspect.iscoroutinefunction(function)
+        self.__doc__ = function.__doc__
+        self.__wrapped__ = function
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} on {self.queue}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Run the function here, now (an ``async def`` task returns its coroutine)."""
+        return self.function(*args, **kwargs)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        """Admit one run of this task with these arguments; its handle. TypeError, before
+        anything is sent, for arguments that do not fit the signature or the serializer."""
+        return TaskCall(self).enqueue(*args, **kwargs)
+
+    def with_options(self, *, job_id: str | None = None, delay_ms: int = 0,
+                     at: datetime.datetime | None = None,
+                     lane: str | None = None, queue: str | None = None) -> TaskCall[P, R]:
+        """This task with per-call options, kept apart from the task's own arguments:
+        ``job_id`` (the idempotency key: a second enqueue of it is a DUPLICATE), ``delay_ms``
+        or ``at`` (an aware datetime: run then, by the server's clock), ``lane``, ``queue``."""
+        if delay_ms and at is not None:
+            raise ValueError("give delay_ms or at, not both")
+        return TaskCall(self, job_id=job_id, delay_ms=delay_ms,
+                        at_ms=None if at is None else at_ms(at), lane=lane, queue=queue)
+
+    # the worker side ----------------------------------------------------------------------------
+
+    def arguments(self, envelope: Envelope,
+                  job: Job) -> tuple[list[Any], dict[str, Any]]:
+        return self.signature.convert(envelope.args, envelope.kwargs,
+                                      from_json=is_json(job.payload))
+
+    def done(self, value: Any) -> Directive:
+        if not self.keep_result:
+            return DONE
+        try:
+            kept = encode(Result(value), self.app.serializer)
+        except TypeError as exc:
+            return Reject(f"{self.name} returned a value that cannot be kept as its result: "
+                          f"{exc}")
+        if len(kept) > MAX_RESULT_BYTES:
+            return Reject(f"{self.name} returned a result of {len(kept)} bytes encoded; at most "
+                          f"{MAX_RESULT_BYTES} are kept")
+        return Done(kept)
+
+    def failed(self, exc: Exception, attempt: int) -> Directive:
+        if not self.policy.retries(exc):
+            return Reject(error_text(exc))
+        return RetryIn(self.policy.delay_ms(exc, attempt, self.app.draw), error_text(exc),
+                       self.policy.max_attempts)
+
+
+@dataclass(frozen=True)
+class TaskCall(Generic[P, R]):
+    """A task with per-call options (``Task.with_options``)."""
+
+    task: Task[P, R]
+    job_id: str | None = None
+    delay_ms: int = 0
+    at_ms: int | None = None
+    lane: str | None = None
+    queue: str | None = None
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        task, app = self.task, self.task.app
+        task.signature.bind(args, kwargs)
+        queue = app.queue_named(self.queue or task.queue)
+        job_id = self.job_id or new_job_id()
+        headers: dict[str, str] = {}
+        with app.hooks.enqueuing(queue.name, task.name, headers):
+            payload = encode(Envelope(task.name, list(args), kwargs, headers, now_ms(),
+                                      queue.name), app.serializer)
+            verdict = queue.enqueue(job_id, payload, lane=self.lane, **self._timing())
+        return TaskHandle(job_id, queue, task, verdict)
+
+    def _timing(self) -> dict[str, int]:
+        """The delay options for ``Queue.enqueue``: none at all for a job due now."""
+        if self.at_ms is not None:
+            return {"at_ms": self.at_ms}
+        return {"delay_ms": self.delay_ms} if self.delay_ms else {}

@@ -1,0 +1,77 @@
+"""``TaskHandle``: what ``enqueue`` returns — the job's id, and a way to wait for its result."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from echomq.connection import socket_timeout_of
+from echomq.errors import TaskFailed
+from echomq.loop import park_cap_for
+from echomq.tasks.envelope import decode_result, is_json
+
+if TYPE_CHECKING:
+    from echomq.queue import JobOutcome, Queue, Verdict
+    from echomq.tasks.app import Task
+
+R = TypeVar("R")
+
+# result() waits in slices at most this long (each one a blocking wait on the server).
+WAIT_SLICE_MS = 60_000
+WAITING = frozenset({"pending", "delayed", "active"})
+
+
+class TaskHandle(Generic[R]):
+    """One enqueued run of a task: ``id`` (its job id), ``verdict`` (ENQUEUED, or DUPLICATE
+    when that id was admitted before), ``queue`` (the Queue it went to)."""
+
+    def __init__(self, job_id: str, queue: Queue, task: Task[Any, R], verdict: Verdict) -> None:
+        self.id = job_id
+        self.queue = queue
+        self.task = task
+        self.verdict = verdict
+
+    def __repr__(self) -> str:
+        return f"<TaskHandle {self.id} on {self.queue.name}: {self.verdict.value}>"
+
+    def outcome(self) -> JobOutcome:
+        """Where the job is now (``Queue.outcome``)."""
+        return self.queue.outcome(self.id)
+
+    def result(self, timeout: float | None = None) -> R | None:
+        """The task's return value once the job is done, waiting up to ``timeout`` seconds
+        (None: as long as it takes) without polling — ``Queue.wait`` blocks on the server.
+        TaskFailed, with the job's last error, when it is dead; TimeoutError when it is not done
+        in time; LookupError when there is no such job (never admitted, or its tombstone
+        expired). A task that keeps no result leaves nothing to wait on (``outcome()`` says
+        where its job is): ValueError at once."""
+        if not self.task.keep_result:
+            raise ValueError(f"task {self.task.name} keeps no result: declare it with "
+                             "@app.task(keep_result=True), or read handle.outcome()")
+        outcome = self._wait(timeout)
+        if outcome.state == "done":
+            return self._value(outcome.result)
+        if outcome.state == "dead":
+            raise TaskFailed(self.id, outcome.error or "", outcome.attempts)
+        if outcome.state in WAITING:
+            raise TimeoutError(f"{self.id} is still {outcome.state} after {timeout} s")
+        raise LookupError(f"no job {self.id} on queue {self.queue.name}: never admitted, or "
+                          "its tombstone expired")
+
+    def _wait(self, timeout: float | None) -> JobOutcome:
+        """``Queue.wait`` in slices that each end before the connection's socket timeout
+        would trip, until the job ends or ``timeout`` passes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        longest = park_cap_for(socket_timeout_of(self.queue.conn), WAIT_SLICE_MS) / 1000
+        while True:
+            left = longest if deadline is None else min(longest, deadline - time.monotonic())
+            outcome = self.queue.wait(self.id, max(0.0, left))
+            if outcome.state not in WAITING or left < longest:
+                return outcome
+
+    def _value(self, kept: bytes | None) -> R | None:
+        if kept is None:  # kept from a run before the task kept its result
+            return None
+        value: Any = decode_result(kept).value
+        converted: R = self.task.signature.converted_result(value, from_json=is_json(kept))
+        return converted

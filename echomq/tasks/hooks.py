@@ -1,0 +1,100 @@
+"""What an App tells observers about its tasks: around each enqueue and each attempt.
+
+Metrics and tracing implement ``TaskHooks``; an App takes any number of them and calls each in
+the order given (entering in order, leaving in reverse). ``NoHooks`` is the default and does
+nothing. A hook that raises is a bug in the hook: it propagates (at enqueue, to the caller; in a
+worker, it fails the attempt like a task's own error), so it is seen rather than swallowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Protocol
+
+from echomq.calls import Job
+
+SUCCEEDED = "succeeded"
+RETRIED = "retried"
+DEAD = "dead"
+
+
+@dataclass
+class RunRecord:
+    """How one attempt ended, filled in by the App before the ``running`` block exits:
+    ``outcome`` is "succeeded", "retried" or "dead"; ``error`` the error text, or None."""
+
+    outcome: str = SUCCEEDED
+    error: str | None = None
+
+
+class TaskHooks(Protocol):
+    def enqueuing(self, queue: str, task: str,
+                  headers: dict[str, str]) -> AbstractContextManager[None]:
+        """Around one enqueue; may add entries to ``headers`` (they travel with the job)."""
+        ...
+
+    def running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
+                enqueued_ms: int) -> AbstractContextManager[RunRecord]:
+        """Around one attempt; yields the RunRecord the App fills in. The block exits with an
+        exception when the task raised one that stops the worker (KeyboardInterrupt,
+        SystemExit; the record says "retried"): read the record in a ``finally``."""
+        ...
+
+
+class NoHooks:
+    """Hooks that do nothing."""
+
+    def enqueuing(self, queue: str, task: str,
+                  headers: dict[str, str]) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
+                enqueued_ms: int) -> AbstractContextManager[RunRecord]:
+        return nullcontext(RunRecord())
+
+
+class AllHooks:
+    """Several hooks as one: each one's block nested in the one before, all sharing the
+    RunRecord of the first (every record the others yield is filled in the same)."""
+
+    def __init__(self, hooks: Sequence[TaskHooks]) -> None:
+        self.hooks = tuple(hooks)
+
+    def enqueuing(self, queue: str, task: str,
+                  headers: dict[str, str]) -> AbstractContextManager[None]:
+        return self._enqueuing(queue, task, headers)
+
+    @contextmanager
+    def _enqueuing(self, queue: str, task: str, headers: dict[str, str]) -> Iterator[None]:
+        with ExitStack() as stack:
+            for hook in self.hooks:
+                stack.enter_context(hook.enqueuing(queue, task, headers))
+            yield
+
+    def running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
+                enqueued_ms: int) -> AbstractContextManager[RunRecord]:
+        return self._running(queue, task, job, headers, enqueued_ms)
+
+    @contextmanager
+    def _running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
+                 enqueued_ms: int) -> Iterator[RunRecord]:
+        with ExitStack() as stack:
+            records = [stack.enter_context(hook.running(queue, task, job, headers, enqueued_ms))
+                       for hook in self.hooks]
+            shared = RunRecord()
+            try:
+                yield shared
+            finally:
+                for record in records:
+                    record.outcome, record.error = shared.outcome, shared.error
+
+
+def combined(hooks: TaskHooks | Sequence[TaskHooks]) -> TaskHooks:
+    """One TaskHooks for an App's ``hooks=`` argument: a single hook, or several, or none."""
+    if isinstance(hooks, Sequence):
+        if not hooks:
+            return NoHooks()
+        return hooks[0] if len(hooks) == 1 else AllHooks(hooks)
+    return hooks

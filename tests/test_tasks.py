@@ -1,0 +1,317 @@
+"""The App against a real server: enqueue admits what the worker side decodes, checks and runs,
+and each outcome becomes the directive the consumer settles the job with."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import redis
+
+from echomq import App, Backoff, Job, Queue, RetryAfter, Verdict
+from echomq.directives import Done, Reject, RetryIn
+from echomq.tasks.envelope import Envelope, decode_envelope, decode_result, encode
+from echomq.tasks.hooks import RunRecord
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Recorder:
+    """Hooks that note every enqueue and attempt, and add a header at enqueue."""
+
+    def __init__(self) -> None:
+        self.enqueued: list[tuple[str, str]] = []
+        self.ran: list[tuple[str, str, str, dict[str, str], str, str | None]] = []
+
+    @contextmanager
+    def enqueuing(self, queue: str, task: str, headers: dict[str, str]) -> Iterator[None]:
+        headers["trace"] = f"{queue}/{task}"
+        yield
+        self.enqueued.append((queue, task))
+
+    @contextmanager
+    def running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
+                enqueued_ms: int) -> Iterator[RunRecord]:
+        record = RunRecord()
+        try:
+            yield record
+        finally:
+            self.ran.append((queue, task, job.id, dict(headers), record.outcome, record.error))
+
+
+@pytest.fixture(params=[5, 6], ids=["wire5", "wire6"])
+def wire(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+@pytest.fixture
+def hooks() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def app(conn: redis.Redis, wire: int, hooks: Recorder) -> App:
+    app = App(conn, "default", wire=wire, hooks=hooks, max_attempts=3,
+              backoff=Backoff(first_ms=100, factor=2, max_ms=10_000, jitter=0.5),
+              draw=lambda: 0.5)
+
+    @app.task(name="add", keep_result=True)
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @app.task(name="shift", keep_result=True)
+    def shift(point: Point, when: datetime.datetime, *, by: int = 1) -> Point:
+        assert isinstance(when, datetime.datetime)
+        return Point(point.x + by, point.y + by)
+
+    @app.task(name="forget")
+    def forget(a: int) -> int:
+        return a
+
+    @app.task(name="fail", no_retry=(LookupError,))
+    def fail(kind: str) -> None:
+        if kind == "lookup":
+            raise KeyError("no such thing")
+        if kind == "later":
+            raise RetryAfter(2.5)
+        raise ValueError(f"bad {kind}")
+
+    @app.task(name="slow_add", keep_result=True)
+    async def slow_add(a: int, b: int) -> int:
+        await asyncio.sleep(0)
+        return a + b
+
+    return app
+
+
+def claimed(queue: Queue) -> Job:
+    job = queue.claim(lease_ms=30_000)
+    assert job is not None
+    return job
+
+
+def run_next(app: App, queue: Queue | None = None) -> tuple[Job, Any]:
+    job = claimed(queue or app.queue)
+    return job, app.handler(job)
+
+
+# enqueue ----------------------------------------------------------------------------------------
+
+def test_enqueue_admits_an_envelope_naming_the_task(app: App) -> None:
+    handle = app.tasks["add"].enqueue(2, b=3)
+    assert handle.verdict is Verdict.ENQUEUED and handle.id.startswith("JOB:")
+    job = claimed(app.queue)
+    assert job.id == handle.id
+    envelope = decode_envelope(job.payload)
+    assert (envelope.task, envelope.args, envelope.kwargs, envelope.queue) == (
+        "add", [2], {"b": 3}, "default")
+
+
+def test_a_job_id_makes_enqueue_idempotent(app: App) -> None:
+    add = app.tasks["add"].with_options(job_id="JOB:order-1")
+    assert add.enqueue(1, 2).verdict is Verdict.ENQUEUED
+    assert add.enqueue(1, 2).verdict is Verdict.DUPLICATE
+    assert app.queue.counts()["pending"] == 1
+
+
+@pytest.mark.parametrize(("args", "kwargs"), [((1,), {}), ((1, 2, 3), {}), ((1,), {"c": 2})])
+def test_arguments_that_do_not_fit_the_signature_are_refused_before_sending(
+        app: App, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    with pytest.raises(TypeError):
+        app.tasks["add"].enqueue(*args, **kwargs)
+    assert app.queue.counts()["pending"] == 0
+
+
+def test_an_argument_the_serializer_cannot_carry_is_refused_before_sending(app: App) -> None:
+    with pytest.raises(TypeError):
+        app.tasks["forget"].enqueue(object())
+    assert app.queue.counts()["pending"] == 0
+
+
+def test_options_pick_the_queue_and_are_kept_apart_from_arguments(app: App) -> None:
+    handle = app.tasks["add"].with_options(queue="high").enqueue(1, 2)
+    assert handle.queue is app.queues["high"] and app.queue.counts()["pending"] == 0
+    _, directive = run_next(app, app.queues["high"])
+    assert decode_result(directive.result).value == 3
+
+
+def test_a_lane_option_enqueues_into_the_lane(conn: redis.Redis, hooks: Recorder) -> None:
+    app = App(conn, wire=5)
+
+    @app.task(name="add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    add.with_options(lane="tenant-a").enqueue(1, 2)
+    job = app.queue.claim_lane(lease_ms=30_000)
+    assert job is not None and job.lane == "tenant-a"
+    assert app.handler(job) == Done()
+
+
+def test_at_needs_an_aware_time_and_excludes_a_delay(app: App) -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        app.tasks["add"].with_options(at=datetime.datetime(2030, 1, 1))
+    with pytest.raises(ValueError, match="not both"):
+        app.tasks["add"].with_options(delay_ms=5, at=datetime.datetime.now(datetime.UTC))
+
+
+def test_a_task_name_is_registered_once(app: App) -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        app.task(name="add")(lambda: None)
+
+
+def test_a_task_called_directly_runs_here(app: App) -> None:
+    assert app.tasks["add"](2, 3) == 5
+    assert app.queue.counts()["pending"] == 0
+
+
+# the worker side ---------------------------------------------------------------------------------
+
+def test_a_task_that_keeps_its_result_is_done_with_it(app: App) -> None:
+    app.tasks["add"].enqueue(2, 3)
+    _, directive = run_next(app)
+    assert isinstance(directive, Done) and decode_result(directive.result).value == 5
+
+
+def test_a_task_that_does_not_keep_its_result_is_done_without(app: App) -> None:
+    app.tasks["forget"].enqueue(2)
+    assert run_next(app)[1] == Done()
+
+
+@pytest.mark.parametrize("serializer", ["json", "msgpack"])
+def test_arguments_arrive_as_their_annotated_types(conn: redis.Redis, app: App,
+                                                   serializer: str) -> None:
+    producer = App(conn, wire=app.wire, serializer=serializer)
+    producer.task(name="shift")(app.tasks["shift"].function)
+    when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    producer.tasks["shift"].enqueue(Point(1, 2), when, by=10)
+    _, directive = run_next(app)
+    assert decode_result(directive.result).value == {"x": 11, "y": 12}
+
+
+def test_arguments_that_cannot_fit_go_dead_at_once_naming_the_parameter(
+        app: App, hooks: Recorder) -> None:
+    handle = app.tasks["add"].enqueue("two", 3)  # arity fits: types are the worker's to check
+    _, directive = run_next(app)
+    assert isinstance(directive, Reject)
+    assert "'a'" in directive.error and "Expected `int`, got `str`" in directive.error
+    assert hooks.ran[-1][2] == handle.id and hooks.ran[-1][4] == "dead"
+
+
+@pytest.mark.parametrize(("payload", "said"), [
+    (b"plain bytes", "not a task envelope"),
+    (encode(Envelope("nope", [], {}, {}, 0), "json"), "no task named 'nope'"),
+])
+def test_a_job_that_is_no_call_of_a_known_task_is_rejected(app: App, payload: bytes,
+                                                           said: str) -> None:
+    app.queue.enqueue("JOB:stray", payload)
+    _, directive = run_next(app)
+    assert isinstance(directive, Reject) and said in directive.error
+
+
+def test_an_error_retries_after_the_back_off_with_its_traceback(app: App,
+                                                                 hooks: Recorder) -> None:
+    app.tasks["fail"].enqueue("input")
+    _, directive = run_next(app)
+    assert directive == RetryIn(75, directive.error, 3)  # 100 ms, less half its jitter share
+    head, trace = directive.error.split("\n", 1)
+    assert head == "ValueError: bad input" and "raise ValueError" in trace
+    assert hooks.ran[-1][4:] == ("retried", directive.error)
+
+
+def test_the_back_off_grows_with_each_attempt_and_the_last_is_dead(app: App,
+                                                                   hooks: Recorder) -> None:
+    task = app.tasks["fail"]
+    delays = []
+    for attempt in (1, 2, 3):
+        directive = task.failed(ValueError("x"), attempt)
+        assert isinstance(directive, RetryIn) and directive.max_attempts == 3
+        delays.append(directive.delay_ms)
+    assert delays == [75, 150, 300]
+    app.tasks["fail"].enqueue("input")
+    job = claimed(app.queue)
+    app.handler(Job(job.id, job.payload, 3, job.lane, job.fence))
+    assert hooks.ran[-1][4] == "dead"
+
+
+def test_retry_after_asks_for_its_own_delay(app: App) -> None:
+    app.tasks["fail"].enqueue("later")
+    _, directive = run_next(app)
+    assert isinstance(directive, RetryIn) and directive.delay_ms == 2_500
+    assert directive.error.startswith("RetryAfter: retry asked for in 2.5 s")
+
+
+def test_an_error_the_task_says_never_to_retry_goes_dead(app: App) -> None:
+    app.tasks["fail"].enqueue("lookup")
+    _, directive = run_next(app)
+    assert isinstance(directive, Reject)
+    assert directive.error.startswith("KeyError: 'no such thing'")
+
+
+def test_a_result_that_cannot_be_kept_is_rejected(app: App) -> None:
+    @app.task(name="opaque", keep_result=True)
+    def opaque() -> object:
+        return object()
+
+    opaque.enqueue()
+    _, directive = run_next(app)
+    assert isinstance(directive, Reject) and "cannot be kept" in directive.error
+
+
+def test_an_async_task_runs_to_the_end_under_the_plain_handler(app: App) -> None:
+    app.tasks["slow_add"].enqueue(4, 5)
+    app.tasks["slow_add"].enqueue(6, 7)
+    results = [decode_result(run_next(app)[1].result).value for _ in range(2)]
+    assert results == [9, 13]
+
+
+def test_the_async_handler_awaits_async_tasks_and_threads_plain_ones(app: App) -> None:
+    app.tasks["slow_add"].enqueue(4, 5)
+    app.tasks["add"].enqueue(1, 1)
+    app.tasks["fail"].enqueue("lookup")
+
+    async def run_all() -> list[Any]:
+        jobs = [claimed(app.queue) for _ in range(3)]
+        return list(await asyncio.gather(*(app.async_handler(job) for job in jobs)))
+
+    done_async, done_plain, rejected = asyncio.run(run_all())
+    assert decode_result(done_async.result).value == 9
+    assert decode_result(done_plain.result).value == 2
+    assert isinstance(rejected, Reject)
+
+
+def test_headers_hooks_add_at_enqueue_reach_the_attempt(app: App, hooks: Recorder) -> None:
+    handle = app.tasks["add"].with_options(queue="high").enqueue(1, 2)
+    run_next(app, app.queues["high"])
+    assert hooks.enqueued == [("high", "add")]
+    assert hooks.ran == [("high", "add", handle.id, {"trace": "high/add"}, "succeeded", None)]
+
+
+def test_a_stopping_exception_is_recorded_as_retried_and_propagates(app: App,
+                                                                    hooks: Recorder) -> None:
+    @app.task(name="interrupted")
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    interrupted.enqueue()
+    job = claimed(app.queue)
+    with pytest.raises(KeyboardInterrupt):
+        app.handler(job)
+    assert hooks.ran[-1][4] == "retried"
+    assert hooks.ran[-1][5] is not None and hooks.ran[-1][5].startswith("KeyboardInterrupt")
+
+
+def test_a_task_max_attempts_is_its_own_and_must_be_positive(app: App) -> None:
+    assert app.task(name="once", max_attempts=1)(lambda: None).policy.max_attempts == 1
+    assert app.tasks["add"].policy.max_attempts == 3  # the app's
+    with pytest.raises(ValueError, match="max_attempts"):
+        app.task(name="never", max_attempts=0)(lambda: None)

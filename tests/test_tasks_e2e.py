@@ -1,0 +1,279 @@
+"""Tasks end to end: a real Consumer on ``app.handler`` (and ``echomq worker module:app``
+processes) settling by the directives, results read back with ``handle.result``."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from echomq import App, Backoff, Consumer, RetryAfter, TaskFailed, aio
+from echomq.calls import MAX_RESULT_BYTES
+from echomq.embedded import EmbeddedValkey
+from tests.test_readme import fenced_blocks
+
+ROOT = Path(__file__).resolve().parent.parent
+NOW = 1_700_000_000_000
+
+
+@pytest.fixture(params=[5, 6], ids=["wire5", "wire6"])
+def app(request: pytest.FixtureRequest, conn: redis.Redis) -> App:
+    app = App(conn, "default", wire=request.param, max_attempts=3,
+              backoff=Backoff(first_ms=1_000, factor=2, max_ms=60_000, jitter=0),
+              draw=lambda: 0.0)
+
+    @app.task(name="add", keep_result=True)
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @app.task(name="when", keep_result=True)
+    def when(day: datetime.date) -> datetime.date:
+        return day + datetime.timedelta(days=1)
+
+    @app.task(name="broken", keep_result=True)
+    def broken(reason: str) -> None:
+        raise RuntimeError(reason)
+
+    @app.task(name="later")
+    def later() -> None:
+        raise RetryAfter(7)
+
+    @app.task(name="forget")
+    def forget() -> int:
+        return 1
+
+    return app
+
+
+def drain(app: App, *, clock: int | None = None) -> int:
+    consumer = Consumer(app.queue, app.handler, clock=(lambda: clock) if clock else None)
+    try:
+        return consumer.drain()
+    finally:
+        consumer.close()
+
+
+def test_a_kept_result_comes_back_typed(app: App) -> None:
+    handle = app.tasks["add"].enqueue(2, 3)
+    dated = app.tasks["when"].enqueue(datetime.date(2026, 2, 28))
+    assert drain(app) == 2
+    assert handle.result(timeout=5) == 5
+    assert dated.result(timeout=5) == datetime.date(2026, 3, 1)
+    assert handle.outcome().state == "done"
+
+
+def test_a_task_that_keeps_no_result_says_so_at_once(app: App) -> None:
+    handle = app.tasks["forget"].enqueue()
+    drain(app)
+    with pytest.raises(ValueError, match="keeps no result"):
+        handle.result(timeout=60)
+    assert handle.outcome().state == "done"
+
+
+def test_result_waits_for_a_worker_without_polling(app: App) -> None:
+    handle = app.tasks["add"].enqueue(20, 22)
+    got: list[int | None] = []
+    waiter = threading.Thread(target=lambda: got.append(handle.result(timeout=10)))
+    waiter.start()
+    drain(app)
+    waiter.join(10)
+    assert got == [42]
+
+
+def test_result_times_out_while_the_job_waits(app: App) -> None:
+    handle = app.tasks["add"].enqueue(1, 1)
+    with pytest.raises(TimeoutError, match="pending"):
+        handle.result(timeout=0.05)
+
+
+def test_a_failing_task_goes_dead_after_its_attempts_with_its_traceback(app: App) -> None:
+    handle = app.tasks["broken"].enqueue("disk on fire")
+    for attempt in range(3):
+        drain(app, clock=NOW + attempt * 60_000)
+        app.queue.promote(now=NOW + attempt * 60_000 + 59_000)
+    with pytest.raises(TaskFailed) as failed:
+        handle.result(timeout=5)
+    assert failed.value.attempts == 3
+    head, trace = failed.value.error.split("\n", 1)
+    assert head == "RuntimeError: disk on fire" and "raise RuntimeError(reason)" in trace
+
+
+def test_the_back_off_sets_when_the_retry_is_due(app: App, conn: redis.Redis) -> None:
+    handle = app.tasks["broken"].enqueue("x")
+    drain(app, clock=NOW)
+    assert conn.zscore(app.queue.key("delayed"), handle.id) == NOW + 1_000
+    app.queue.promote(now=NOW + 1_000)
+    drain(app, clock=NOW + 1_000)
+    assert conn.zscore(app.queue.key("delayed"), handle.id) == NOW + 1_000 + 2_000
+
+
+def test_retry_after_sets_its_own_delay(app: App, conn: redis.Redis) -> None:
+    handle = app.tasks["later"].enqueue()
+    drain(app, clock=NOW)
+    assert conn.zscore(app.queue.key("delayed"), handle.id) == NOW + 7_000
+    assert handle.outcome().state == "delayed"
+
+
+def test_arguments_that_cannot_fit_go_dead_at_the_first_attempt(app: App) -> None:
+    handle = app.tasks["add"].enqueue("two", 3)
+    drain(app)
+    with pytest.raises(TaskFailed, match="argument 'a'") as failed:
+        handle.result(timeout=5)
+    assert failed.value.attempts == 1
+
+
+def test_a_delayed_task_runs_once_due(app: App) -> None:
+    handle = app.tasks["add"].with_options(delay_ms=5_000).enqueue(1, 2)
+    assert handle.outcome().state == "delayed"
+    assert drain(app) == 0
+    app.queue.promote(now=app.queue.conn.time()[0] * 1000 + 6_000)
+    assert drain(app) == 1
+    assert handle.result(timeout=5) == 3
+
+
+def test_a_task_at_a_time_waits_in_the_delayed_set(app: App, conn: redis.Redis) -> None:
+    at = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+    handle = app.tasks["add"].with_options(at=at).enqueue(1, 2)
+    assert conn.zscore(app.queue.key("delayed"), handle.id) == at.timestamp() * 1000
+    assert handle.outcome().state == "delayed"
+
+
+def test_a_delayed_enqueue_is_idempotent_too(app: App) -> None:
+    call = app.tasks["add"].with_options(job_id="JOB:sum", delay_ms=5_000)
+    assert call.enqueue(1, 2).verdict.value == "ENQUEUED"
+    assert call.enqueue(1, 2).verdict.value == "DUPLICATE"
+
+
+# worker processes ------------------------------------------------------------------------------
+
+def run_worker(valkey: EmbeddedValkey, tmp_path: Path, *options: str,
+               target: str = "tests.tasks_app:app") -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "echomq", "worker", target, *options]
+    env = {**os.environ, "ECHOMQ_URL": valkey.url}
+    with (tmp_path / "worker.log").open("wb") as sink:
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+@pytest.fixture
+def producer(valkey: EmbeddedValkey, conn: redis.Redis) -> Iterator[App]:
+    from tests import tasks_app
+    tasks_app.app.conn = conn
+    for queue in tasks_app.app.queues.values():
+        queue.conn = conn
+    yield tasks_app.app
+
+
+def test_a_worker_process_runs_an_apps_tasks(valkey: EmbeddedValkey, producer: App,
+                                             tmp_path: Path) -> None:
+    process = run_worker(valkey, tmp_path, "--queue", "urgent", "--queue", "tasks",
+                         "--concurrency", "2")
+    try:
+        handles = [producer.tasks["add"].enqueue(n, n) for n in range(20)]
+        shout = producer.tasks["urgent"].enqueue("hi")
+        broken = producer.tasks["broken"].enqueue("no")
+        assert [handle.result(timeout=20) for handle in handles] == [2 * n for n in range(20)]
+        assert shout.result(timeout=20) == "HI"
+        with pytest.raises(TaskFailed, match="RuntimeError: no") as failed:
+            broken.result(timeout=20)
+        assert failed.value.attempts == 2
+        worker_pid = producer.tasks["pid"].enqueue().result(timeout=20)
+        assert worker_pid != os.getpid()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(15)
+
+
+def test_a_result_over_the_cap_goes_dead_with_the_reason_and_the_worker_goes_on(
+        app: App) -> None:
+    @app.task(name="huge", keep_result=True)
+    def huge() -> str:
+        return "x" * MAX_RESULT_BYTES
+
+    too_big = huge.enqueue()
+    fine = app.tasks["add"].enqueue(1, 2)
+    assert drain(app) == 2
+    with pytest.raises(TaskFailed, match="at most 524288 are kept") as failed:
+        too_big.result(timeout=5)
+    assert failed.value.attempts == 1
+    assert fine.result(timeout=5) == 3
+
+
+def test_async_tasks_run_side_by_side_on_the_asyncio_consumer(app: App,
+                                                              valkey: EmbeddedValkey) -> None:
+    in_flight = 4
+    started: list[int] = []
+    gate: dict[str, asyncio.Event] = {}
+
+    @app.task(name="gathered", keep_result=True)
+    async def gathered(n: int) -> int:
+        started.append(n)
+        if len(started) == in_flight:
+            gate["all"].set()
+        await gate["all"].wait()  # only ends once every job has started: none ran alone
+        return n * 10
+
+    handles = [gathered.enqueue(n) for n in range(in_flight)]
+
+    async def serve() -> int:
+        gate["all"] = asyncio.Event()
+        conn = aioredis.Redis(port=valkey.port)
+        queue = aio.Queue(conn, app.queue.name, wire=app.wire)
+        consumer = aio.Consumer(queue, app.async_handler, concurrency=in_flight)
+        try:
+            return await asyncio.wait_for(consumer.drain(), 10)
+        finally:
+            await conn.aclose()
+
+    assert asyncio.run(serve()) == in_flight
+    assert [handle.result(timeout=5) for handle in handles] == [0, 10, 20, 30]
+
+
+def test_result_waits_past_the_connections_socket_timeout(app: App,
+                                                          valkey: EmbeddedValkey) -> None:
+    producer = App(valkey.client(socket_timeout=0.3), app.queue.name, wire=app.wire)
+    producer.task(name="add", keep_result=True)(app.tasks["add"].function)
+    handle = producer.tasks["add"].enqueue(1, 2)
+    with pytest.raises(TimeoutError, match=r"still pending after 0\.8 s"):
+        handle.result(timeout=0.8)
+    finished: list[int | None] = []
+    waiter = threading.Thread(target=lambda: finished.append(handle.result()))
+    waiter.start()
+    drain(app)
+    waiter.join(10)
+    assert finished == [3]
+
+
+def test_the_readmes_queue_underneath_example_runs_too(tmp_path: Path) -> None:
+    # tests/test_readme.py runs the quickstart's first block (the tasks); this one runs the
+    # second, the raw Queue example it used to lead with.
+    underneath = fenced_blocks("python")[1]
+    assert "q.enqueue(job_id, b\"hello\")" in underneath
+    script = tmp_path / "underneath.py"
+    script.write_text(underneath.replace("...", "pass"))
+    subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path, timeout=120)
+
+
+def test_a_worker_runs_an_all_async_app_with_jobs_in_flight_together(
+        valkey: EmbeddedValkey, conn: redis.Redis, tmp_path: Path) -> None:
+    from tests import tasks_app
+    producer = App(conn, tasks_app.async_app.queue.name)
+    producer.task(name="rendezvous", keep_result=True)(tasks_app.rendezvous.function)
+    process = run_worker(valkey, tmp_path, "--concurrency", "1", "--async-concurrency", "4",
+                         target="tests.tasks_app:async_app")
+    try:
+        handles = [producer.tasks["rendezvous"].enqueue("four", 4) for _ in range(4)]
+        assert [handle.result(timeout=30) for handle in handles] == [1, 1, 1, 1]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(15)
