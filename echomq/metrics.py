@@ -43,6 +43,7 @@ from redis.exceptions import RedisError
 
 from echomq.admin import queue_names
 from echomq.connection import redis_from_url
+from echomq.directives import Reject, RetryIn
 from echomq.errors import MetricsUnavailable
 from echomq.loop import error_text
 from echomq.queue import Job, Queue
@@ -112,8 +113,9 @@ _Handler = TypeVar("_Handler", bound=Callable[..., Any])
 def instrument(handler: _Handler, queue: str, *, task: str | None = None,
                max_attempts: int | None = None) -> _Handler:
     """``handler`` (plain or ``async def``) counted and timed like a task, labelled ``queue``
-    and ``task`` (default: the handler's name). A raise is retried, or dead when the job's
-    attempt reached ``max_attempts`` (None: never counted dead)."""
+    and ``task`` (default: the handler's name). A raise, or a returned ``RetryIn``, is
+    retried, or dead when the job's attempt reached ``max_attempts`` (the directive's, else
+    this one; None: never counted dead); a returned ``Reject`` is dead."""
     label: str = task or getattr(handler, "__name__", None) or type(handler).__name__
     hooks = PrometheusHooks()
 
@@ -121,12 +123,16 @@ def instrument(handler: _Handler, queue: str, *, task: str | None = None,
         dead = max_attempts is not None and job.attempt >= max_attempts
         return DEAD if dead else RETRIED, error_text(exc)
 
+    def returned(job: Job, value: object, record: RunRecord) -> object:
+        record.outcome, record.error = _judged(job, value, max_attempts)
+        return value
+
     if inspect.iscoroutinefunction(handler):
         @functools.wraps(handler)
         async def counted_async(job: Job) -> object:
             with hooks.running(queue, label, job, {}, None) as record:
                 try:
-                    return await handler(job)
+                    return returned(job, await handler(job), record)
                 except BaseException as exc:
                     record.outcome, record.error = ending(job, exc)
                     raise
@@ -136,11 +142,22 @@ def instrument(handler: _Handler, queue: str, *, task: str | None = None,
     def counted(job: Job) -> object:
         with hooks.running(queue, label, job, {}, None) as record:
             try:
-                return handler(job)
+                return returned(job, handler(job), record)
             except BaseException as exc:
                 record.outcome, record.error = ending(job, exc)
                 raise
     return counted  # type: ignore[return-value]
+
+
+def _judged(job: Job, value: object, max_attempts: int | None) -> tuple[str, str | None]:
+    """How a handler's return ends its attempt: a directive as the consumer settles it (a
+    ``RetryIn`` at its last attempt is dead), anything else succeeded."""
+    if isinstance(value, Reject):
+        return DEAD, value.error
+    if isinstance(value, RetryIn):
+        limit = value.max_attempts if value.max_attempts is not None else max_attempts
+        return (DEAD if limit is not None and job.attempt >= limit else RETRIED), value.error
+    return SUCCEEDED, None
 
 
 # depths -----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from echomq import Job, Queue
+from echomq.directives import Done, Reject, RetryIn
 from echomq.embedded import free_port
 from echomq.metrics import PrometheusHooks, QueueDepths, instrument
 from tests.obs_app import producer_of_charge
@@ -82,6 +83,20 @@ def test_a_wrapped_plain_handler_is_counted_retried_then_dead_at_its_last_attemp
     assert sample("echomq_jobs_retried_total", **labels) == 1
     assert sample("echomq_jobs_dead_total", **labels) == 1
     assert sample("echomq_job_run_seconds_count", **labels) == 3
+
+
+def test_a_wrapped_handler_returning_a_directive_is_counted_by_it() -> None:
+    def judge(job: Job) -> object:
+        return {b"done": Done(b"r"), b"reject": Reject("bad input"),
+                b"again": RetryIn(10, "busy", max_attempts=2)}[job.payload]
+
+    counted = instrument(judge, "dq", max_attempts=5)
+    for payload, attempt in ((b"done", 1), (b"reject", 1), (b"again", 1), (b"again", 2)):
+        counted(Job(id="JOB:d", payload=payload, attempt=attempt, fence=attempt))
+    labels = {"queue": "dq", "task": "judge"}
+    assert sample("echomq_jobs_succeeded_total", **labels) == 1
+    assert sample("echomq_jobs_retried_total", **labels) == 1  # RetryIn at attempt 1 of 2
+    assert sample("echomq_jobs_dead_total", **labels) == 2  # Reject, RetryIn at its last
 
 
 def test_a_wrapped_async_handler_is_timed_to_its_end() -> None:
