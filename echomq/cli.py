@@ -26,7 +26,7 @@ from echomq import admin
 from echomq.clierrors import URL_META, ErrorReportingGroup, Failure, bad_url
 from echomq.demo import run_demo
 from echomq.embedded import EmbeddedValkey
-from echomq.errors import EchoMQError, Wire6Unsupported
+from echomq.errors import EchoMQError, MetricsUnavailable, Wire6Unsupported
 from echomq.ids import new_job_id
 from echomq.lanes import lane_report
 from echomq.loop import PREFETCH
@@ -57,6 +57,16 @@ def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
     """Run a short demonstration on an embedded valkey-server with trafikey loaded."""
     _interrupt_on_sigterm()
     run_demo(greedy_jobs, tenants, per_tenant, workers, say=click.echo)
+
+
+def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--metrics-port`` and ``--metrics-addr``: where a worker serves its Prometheus metrics."""
+    command = click.option("--metrics-addr", default="127.0.0.1", show_default=True,
+                           help="the address /metrics listens on (0.0.0.0 for every interface)"
+                           )(command)
+    return click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+                        help="serve Prometheus metrics on this port: the jobs of every worker "
+                        "process summed, and the depths of the server's queues")(command)
 
 
 @main.command()
@@ -93,10 +103,12 @@ def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
               "asyncio consumer)")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@_metrics_options
 def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency: int, url: str,
            wire: str, grace: float, lease_ms: int, retry_delay_ms: int,
            max_attempts: int | None, time_limit: float | None, park_cap_ms: int, prefetch: int,
-           on_ack: str | None, async_concurrency: int, log_level: str) -> None:
+           on_ack: str | None, async_concurrency: int, log_level: str, metrics_port: int | None,
+           metrics_addr: str) -> None:
     """Run CONCURRENCY supervised worker processes calling MODULE:HANDLER(job) per job, or
     running the tasks of MODULE:APP (on the asyncio consumer when they are all async).
 
@@ -126,8 +138,9 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency:
         raise click.ClickException(f"cannot serve queue {', '.join(queues)} from {url}: "
                                    f"{type(exc).__name__}: {exc}") from exc
     try:
-        sys.exit(run_workers(spec, concurrency, grace))
-    except WorkersFailed as exc:
+        metrics_at = None if metrics_port is None else (metrics_addr, metrics_port)
+        sys.exit(run_workers(spec, concurrency, grace, metrics_at))
+    except (WorkersFailed, MetricsUnavailable) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -82,3 +82,7 @@ class TaskFailed(EchoMQError):
         self.job_id = job_id
         self.error = error
         self.attempts = attempts
+
+
+class MetricsUnavailable(EchoMQError):
+    """The metrics endpoint cannot listen where it was asked to (the port in use, a bad address)."""

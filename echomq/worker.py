@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import wait
 from types import FrameType
 from typing import Any
@@ -103,6 +103,7 @@ class WorkerSpec:
     time_limit_ms: int | None = None
     prefetch: int = PREFETCH
     async_concurrency: int | None = None
+    metrics_dir: str | None = None  # count jobs in prometheus_client files there
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -262,6 +263,8 @@ def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None 
     queues = [Queue(conn, name, wire=spec.wire, **queue_options(spec, target, name))
               for name in spec.queues]
     handler = handler_of(target, spec)
+    if spec.metrics_dir is not None and not is_app(target):  # an App counts through its hooks
+        handler = _counted(handler, spec, queues[0].max_attempts)
     if announcer is not None:
         handler = announcer.track(handler)
     return Consumer(queues if len(queues) > 1 else queues[0], handler,
@@ -347,6 +350,16 @@ def call_app(target: Any, name: str, *args: Any) -> None:
         hook(*args)
 
 
+def _counted(handler: Callable[[Job], object], spec: WorkerSpec,
+             max_attempts: int) -> Callable[[Job], object]:
+    """A plain handler counted in the metrics, labelled with the worker's queues (a job does
+    not say which of them it came from) and ``MODULE:HANDLER``."""
+    from echomq.metrics import instrument  # only now: after PROMETHEUS_MULTIPROC_DIR is set
+
+    return instrument(handler, ",".join(spec.queues), task=spec.handler,
+                      max_attempts=max_attempts)
+
+
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr)
 
@@ -383,6 +396,8 @@ def child_main(spec_json: str, status_fd: int) -> None:
     status = _StatusPipe(status_fd)
     spec = WorkerSpec.from_json(spec_json)
     configure_logging(spec.log_level)
+    if spec.metrics_dir is not None:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = spec.metrics_dir
     try:
         announcer = Announcer(redis_from_url(spec.url), spec.queues, spec.wire)
         target = load_target(spec.handler)
@@ -588,6 +603,10 @@ class Supervisor:
                     reason = rest
         os.close(slot.status)
         os.close(slot.pidfd)
+        if self.spec.metrics_dir is not None and slot.process is not None:
+            from echomq.metrics import process_ended
+
+            process_ended(slot.process.pid, self.spec.metrics_dir)
         slot.process, slot.status, slot.pidfd = None, -1, -1
         return _Exit(code, ready_at, reason)
 
@@ -656,10 +675,17 @@ def _signal(slot: _Slot, sig: signal.Signals) -> None:
         slot.process.send_signal(sig)
 
 
-def run_workers(spec: WorkerSpec, concurrency: int, grace_s: float) -> int:
+def run_workers(spec: WorkerSpec, concurrency: int, grace_s: float,
+                metrics_at: tuple[str, int] | None = None) -> int:
     """Check ``spec`` and the server, then supervise ``concurrency`` workers until a stop
-    signal (0), or until they keep failing at start (WorkersFailed)."""
+    signal (0), or until they keep failing at start (WorkersFailed). With ``metrics_at``
+    (address, port), the workers' metrics summed and the queues' depths are served there."""
     configure_logging(spec.log_level)
     check_spec(spec)
     probe_server(spec)
-    return Supervisor(spec, concurrency, grace_s).run()
+    if metrics_at is None:
+        return Supervisor(spec, concurrency, grace_s).run()
+    from echomq.metrics import serving
+
+    with serving(spec.url, metrics_at[1], metrics_at[0]) as directory:
+        return Supervisor(replace(spec, metrics_dir=directory), concurrency, grace_s).run()
