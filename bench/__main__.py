@@ -15,7 +15,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench import cost, e2e, lanes, memory, report, scaling, throughput, workers
+from bench import cost, e2e, lanes, memory, report, scaling, tasks, throughput, workers
 from bench.common import load_scripts, running_server, server_version
 from echomq.native import module_path
 
@@ -23,12 +23,14 @@ FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_
         "e2e_jobs": 10_000, "sizes": [10**3, 10**4, 10**5, 10**6], "lanes": [10, 100_000],
         "scale_calls": 3_000, "worker_jobs": 50_000, "worker_reps": 5,
         "worker_counts": [1, 2, 4, 8], "latency_samples": 1_000, "memory_jobs": 20_000,
-        "limit_lanes": [10, 100, 1_000, 10_000, 100_000], "limit_calls": 3_000}
+        "limit_lanes": [10, 100, 1_000, 10_000, 100_000], "limit_calls": 3_000,
+        "task_jobs": 20_000, "task_reps": 3}
 QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_reps": 1,
          "e2e_jobs": 300, "sizes": [10**3, 10**4], "lanes": [10, 1_000], "scale_calls": 300,
          "worker_jobs": 2_000, "worker_reps": 1, "worker_counts": [1, 2], "latency_samples": 50,
-         "memory_jobs": 2_000, "limit_lanes": [10, 1_000], "limit_calls": 300}
-PHASES = ("cost", "throughput", "e2e", "workers", "memory", "scaling", "lanes")
+         "memory_jobs": 2_000, "limit_lanes": [10, 1_000], "limit_calls": 300,
+         "task_jobs": 1_000, "task_reps": 1}
+PHASES = ("cost", "throughput", "e2e", "workers", "memory", "scaling", "lanes", "tasks")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                                              config["lanes"], config["scale_calls"])
         if "lanes" in phases:
             results["lanes"] = lanes.run(conn, config["limit_lanes"], config["limit_calls"])
+        if "tasks" in phases:
+            results["tasks"] = tasks.run(conn, config["task_jobs"], config["task_reps"])
         conn.close()
     results["elapsed_s"] = time.time() - started
     with open(os.path.join(args.out, "results.json"), "w") as out:

@@ -14,6 +14,8 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker
 
 from bench.lanes import section as lanes_section
+from bench.tasks import section as tasks_section
+from bench.tasks import targets as task_targets
 
 GUARANTEES = {
     "echomq wire=6": "idempotent enqueue by the caller's id (a tombstone keeps it a duplicate "
@@ -89,6 +91,7 @@ def targets(results: dict[str, Any]) -> list[list[str]]:  # noqa: C901
                          f"{ours:,.0f} / {peers[best]['roundtrip']:,.0f} jobs/s = {ratio:.2f}×",
                          _verdict(ratio >= 1.5)])
     rows += worker_targets(results) + produce_targets(results) + memory_targets(results)
+    rows += task_targets(results)
     flat = results.get("scaling", {}).get("flat")
     if flat and len(flat) > 1:
         lo, hi = flat[0], flat[-1]
@@ -563,6 +566,8 @@ def write(results: dict[str, Any], out: str) -> str:
         parts += ["", scaling_section(results, out)]
     if "lanes" in results:
         parts += ["", lanes_section(results)]
+    if "tasks" in results:
+        parts += ["", tasks_section(results)]
     text = "\n".join(parts) + "\n"
     with open(os.path.join(out, "RESULTS.md"), "w") as dest:
         dest.write(text)

@@ -99,6 +99,50 @@ def report(wire: int, figures: dict[str, float]) -> None:
           f"ratio {task / raw:4.2f}")
 
 
+def run(conn: redis.Redis, jobs: int, repeat: int) -> dict[str, dict[str, float]]:
+    """The phase of ``python -m bench``: the best of ``repeat`` runs on each wire."""
+    return {str(wire): best([measure(conn, wire, jobs) for _ in range(repeat)])
+            for wire in (5, 6)}
+
+
+def section(results: dict[str, Any]) -> str:
+    """The RESULTS.md section of this phase."""
+    rows = []
+    for wire, figures in results["tasks"].items():
+        for phase in ("enqueue", "work"):
+            raw, task = figures[f"{phase} raw"], figures[f"{phase} task"]
+            rows.append(f"| {wire} | {phase} | {raw:.1f} | {task:.1f} | {task / raw:.2f}× |")
+        raw = figures["enqueue raw"] + figures["work raw"]
+        task = figures["enqueue task"] + figures["work task"]
+        rows.append(f"| {wire} | both | {raw:.1f} | {task:.1f} | {task / raw:.2f}× |")
+    return "\n".join([
+        "## The task layer's client cost",
+        "",
+        "Client CPU µs per job (this process, every thread; best of the runs): `add.enqueue(i, 1)` "
+        "against `Queue.enqueue` of the same arguments encoded with msgspec, and a `Consumer` "
+        "draining with `app.handler` (envelope decoded, arguments converted to the hints, `Done`) "
+        f"against a raw handler decoding the same arguments. Target: at most {TARGET}× the raw "
+        "path.",
+        "",
+        "| wire | phase | raw µs/job | task µs/job | task / raw |",
+        "| --- | --- | --- | --- | --- |",
+        *rows,
+    ])
+
+
+def targets(results: dict[str, Any]) -> list[list[str]]:
+    """The targets table's rows of this phase: the layer's overhead, enqueue and work together."""
+    rows = []
+    for wire, figures in results.get("tasks", {}).items():
+        raw = figures["enqueue raw"] + figures["work raw"]
+        task = figures["enqueue task"] + figures["work task"]
+        ratio = task / raw
+        rows.append([f"task layer client cost ≤ {TARGET}× the raw Queue path, wire={wire}",
+                     f"{task:.1f} / {raw:.1f} µs per job = {ratio:.2f}×",
+                     "**met**" if ratio <= TARGET else "**missed**"])
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tasks", description=__doc__)
     parser.add_argument("--jobs", type=int, default=20_000)
