@@ -11,6 +11,7 @@ import platform
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from tqdm import tqdm
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(os.path.join(args.out, "results.json")) as source:
             print(report.write(json.load(source), args.out))
         return 0
-    phases = args.only or list(PHASES)
+    phases = [phase for phase in PHASES if phase in (args.only or PHASES)]
     os.makedirs(args.out, exist_ok=True)
     started = time.time()
     results: dict[str, Any] = {"mode": "quick" if args.quick else "full", "config": config}
@@ -63,33 +64,34 @@ def main(argv: list[str] | None = None) -> int:
             "python": sys.version.split()[0], "machine": f"{platform.machine()}, "
             f"{os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         }
-        if "cost" in phases:
-            results["cost"] = cost.run(conn, config["cost_calls"], config["cost_reps"])
-        if "throughput" in phases:
-            results["throughput"] = throughput.run(conn, server.port, config["bench_requests"],
-                                                   config["bench_reps"])
-        if "e2e" in phases:
-            results["e2e"] = run_e2e(server.port, config["e2e_jobs"])
-            load_scripts(conn)
-        if "workers" in phases:
-            results["workers"] = workers.run(server.port, config["worker_jobs"],
-                                             config["worker_reps"], config["worker_counts"],
-                                             config["latency_samples"])
-        if "memory" in phases:
-            results["memory"] = memory.run(server.port, config["memory_jobs"])
-        if "scaling" in phases:
-            results["scaling"] = scaling.run(conn, server.port, config["sizes"],
-                                             config["lanes"], config["scale_calls"])
-        if "lanes" in phases:
-            results["lanes"] = lanes.run(conn, config["limit_lanes"], config["limit_calls"])
-        if "tasks" in phases:
-            results["tasks"] = tasks.run(conn, config["task_jobs"], config["task_reps"])
+        for phase in phases:
+            results[phase] = run_phase(phase, conn, server.port, config)
+            if phase == "e2e":
+                load_scripts(conn)  # the peers flush the server
         conn.close()
     results["elapsed_s"] = time.time() - started
     with open(os.path.join(args.out, "results.json"), "w") as out:
         json.dump(results, out, indent=1, default=str)
     print(report.write(results, args.out))
     return 0
+
+
+def run_phase(phase: str, conn: Any, port: int, config: dict[str, Any]) -> Any:
+    """One phase's results, on the bench's server (``conn`` to it, ``port`` for new clients)."""
+    runs: dict[str, Callable[[], Any]] = {
+        "cost": lambda: cost.run(conn, config["cost_calls"], config["cost_reps"]),
+        "throughput": lambda: throughput.run(conn, port, config["bench_requests"],
+                                             config["bench_reps"]),
+        "e2e": lambda: run_e2e(port, config["e2e_jobs"]),
+        "workers": lambda: workers.run(port, config["worker_jobs"], config["worker_reps"],
+                                       config["worker_counts"], config["latency_samples"]),
+        "memory": lambda: memory.run(port, config["memory_jobs"]),
+        "scaling": lambda: scaling.run(conn, port, config["sizes"], config["lanes"],
+                                       config["scale_calls"]),
+        "lanes": lambda: lanes.run(conn, config["limit_lanes"], config["limit_calls"]),
+        "tasks": lambda: tasks.run(conn, config["task_jobs"], config["task_reps"]),
+    }
+    return runs[phase]()
 
 
 def run_e2e(port: int, jobs: int) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import matplotlib
@@ -552,22 +553,19 @@ def write(results: dict[str, Any], out: str) -> str:
     if os.path.exists(findings):
         with open(findings) as src:
             parts += ["", src.read().strip()]
-    if "cost" in results:
-        parts += ["", cost_section(results, out)]
-    if "throughput" in results:
-        parts += ["", throughput_section(results)]
-    if "e2e" in results:
-        parts += ["", e2e_section(results, out)]
-    if "workers" in results:
-        parts += ["", workers_section(results, out)]
-    if "memory" in results:
-        parts += ["", memory_section(results, out)]
-    if "scaling" in results:
-        parts += ["", scaling_section(results, out)]
-    if "lanes" in results:
-        parts += ["", lanes_section(results)]
-    if "tasks" in results:
-        parts += ["", tasks_section(results)]
+    sections: dict[str, Callable[[], str]] = {
+        "cost": lambda: cost_section(results, out),
+        "throughput": lambda: throughput_section(results),
+        "e2e": lambda: e2e_section(results, out),
+        "workers": lambda: workers_section(results, out),
+        "memory": lambda: memory_section(results, out),
+        "scaling": lambda: scaling_section(results, out),
+        "lanes": lambda: lanes_section(results),
+        "tasks": lambda: tasks_section(results),
+    }
+    for phase, section in sections.items():
+        if phase in results:
+            parts += ["", section()]
     text = "\n".join(parts) + "\n"
     with open(os.path.join(out, "RESULTS.md"), "w") as dest:
         dest.write(text)
