@@ -173,7 +173,7 @@ int lane_parked(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group) {
 }
 
 /* queue_paused of the prelude: whether <base>paused exists, the flag checked as a derived key
- * (the caller's ACL). NULL and *paused set, or the error to reply. */
+ * (the caller's ACL, a slot that moves). NULL and *paused set, or the error to reply. */
 const char *queue_paused(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, int *paused) {
     *paused = 0;
     ValkeyModuleString *name = lane_key(ctx, base, "paused", NULL);
@@ -184,6 +184,7 @@ const char *queue_paused(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, int *paused
         ValkeyModuleKey *key = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
         *paused = ValkeyModule_KeyType(key) != VALKEYMODULE_KEYTYPE_EMPTY;
         ValkeyModule_CloseKey(key);
+        if (!*paused && moved_away(ctx, name, base)) err = EMQ_ERR_MOVING;
     }
     ValkeyModule_FreeString(ctx, name);
     return err;

@@ -671,10 +671,11 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
         ValkeyModule_ZsetRangeStop(source);
     }
 
-    /* promote: the groups whose rate window has opened, checked before anything is written */
+    /* promote: the groups whose rate window has opened, checked after the jobs' keys and before
+     * anything is written */
     DueLanes due = {NULL, 0};
-    const char *err = recover ? NULL : due_lanes(ctx, base, now, limit, &due);
-    if (err == NULL) err = plan_moves(ctx, base, moves, n, recover, now, max_attempts);
+    const char *err = plan_moves(ctx, base, moves, n, recover, now, max_attempts);
+    if (err == NULL && !recover) err = due_lanes(ctx, base, now, limit, &due);
     if (err) {
         due_lanes_free(ctx, &due);
         moves_free(ctx, moves, n);

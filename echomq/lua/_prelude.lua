@@ -229,12 +229,14 @@ local function lane_knobs(base, group)
   return knobs
 end
 
--- Whether the whole queue is paused (<base>paused exists), the flag checked as a derived key:
--- true or false, or nil and the error reply.
+-- Whether the whole queue is paused (<base>paused exists), the flag checked as a derived key (the
+-- caller's ACL, a slot that moves): true or false, or nil and the error reply.
 local function queue_paused(base)
   local key = base .. 'paused'
   if not may_access(key) then return nil, redis.error_reply(E_PERM) end
-  return redis.call('EXISTS', key) == 1
+  local t = derived_type(key)
+  if t == nil then return nil, redis.error_reply(E_MOVING) end
+  return t ~= 'none'
 end
 
 local function parked_mask(base, group)
@@ -479,13 +481,17 @@ end
 -- the lane keeps their order, and sends a job whose attempts are used up to dead (KEYS[5]);
 -- promote returns flat jobs with their due time as score and lane jobs to their lane's tail, in
 -- due order. Replies the jobs taken (back to run or dead); wake tokens only for those back to run.
-local function move_due(base, now, limit, max_attempts)
+local function move_due(base, now, limit, max_attempts, check)
   local recover = max_attempts ~= nil
   local from, pending, ring, wake_key, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
   local due = redis.call('ZRANGEBYSCORE', from, '-inf', dec(now), 'WITHSCORES', 'LIMIT', '0',
     dec(limit))
   local moves, ghosts = plan_moves(base, due, recover and now or nil, max_attempts)
   if moves == nil then return ghosts end
+  if check then
+    local failure = check()
+    if failure then return failure end
+  end
   for i = 1, #ghosts do redis.call('ZREM', from, ghosts[i]) end
   local first, last, step, push = 1, #moves, 1, 'RPUSH'
   if recover then first, last, step, push = #moves, 1, -1, 'LPUSH' end

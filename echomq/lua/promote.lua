@@ -21,9 +21,13 @@ local limit = int_arg(ARGV[2], 1)
 if limit == nil then return number_error('limit', 1) end
 if not types_ok({ 'zset', 'zset', 'list', 'list' }) then return redis.error_reply(E_TYPE) end
 
-local due, failure = due_lanes(base, now, limit)
-if due == nil then return failure end
-local moved = move_due(base, now, limit)
+-- The groups to reopen are checked after the jobs' keys and before anything is written.
+local due
+local moved = move_due(base, now, limit, nil, function()
+  local lanes, failure = due_lanes(base, now, limit)
+  due = lanes
+  return failure
+end)
 if type(moved) ~= 'number' then return moved end
 wake(KEYS[4], reopen_lanes(base, due))
 return moved
