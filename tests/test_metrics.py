@@ -258,3 +258,40 @@ def test_a_worker_of_an_app_counts_each_task_by_name_through_its_hooks(
     assert not [key for key in found if ("task", "tests.obs_app:app") in key[1]]
     assert supervisor.terminate(within=10) == 0
 
+
+
+@pytest.mark.parametrize("run", ["handler", "async_handler"])
+def test_a_job_no_task_of_the_app_can_run_is_counted_dead_under_a_fixed_label(
+        conn: redis.Redis, run: str) -> None:
+    from echomq import App
+    from echomq.tasks.envelope import Envelope, encode
+
+    app = App(conn, f"strays-{run}", hooks=[PrometheusHooks()], check_policy=False)
+    app.task(name="known")(lambda: None)
+    queue = app.queue.name
+    unknown = {"queue": queue, "task": "<unknown>"}
+    unreadable = {"queue": "<unknown>", "task": "<unknown>"}
+    before = {name: sample(name, **unreadable)
+              for name in ("echomq_jobs_started_total", "echomq_jobs_dead_total")}
+    strays = [encode(Envelope(f"gone.v{n}", [], {}, {}, 0, queue), "json") for n in range(3)]
+    app.queue.enqueue_many([(f"JOB:s{n}", payload) for n, payload in enumerate(strays)])
+    app.queue.enqueue("JOB:garbled", b"not an envelope")
+
+    for _ in range(4):
+        claimed = app.queue.claim()
+        assert claimed is not None
+        outcome = getattr(app, run)(claimed)
+        if run == "async_handler":
+            outcome = asyncio.run(outcome)
+        assert isinstance(outcome, Reject)
+
+    # however many task names strays carry, they share one label: the series stay bounded
+    assert sample("echomq_jobs_started_total", **unknown) == 3
+    assert sample("echomq_jobs_dead_total", **unknown) == 3
+    assert sample("echomq_jobs_in_flight", **unknown) == 0
+    assert not [s for family in REGISTRY.collect() for s in family.samples
+                if s.labels.get("task", "").startswith("gone.")]
+    assert sample("echomq_jobs_started_total", **unreadable) == \
+        before["echomq_jobs_started_total"] + 1
+    assert sample("echomq_jobs_dead_total", **unreadable) == \
+        before["echomq_jobs_dead_total"] + 1
