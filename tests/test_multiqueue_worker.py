@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 import redis
 
 from echomq import Queue
@@ -105,3 +106,22 @@ def test_an_apps_queues_lend_the_worker_their_retention_and_attempts(valkey: obj
         finally:
             consumer.close()
             consumer.queue.conn.close()
+
+
+@pytest.mark.parametrize(("target", "queue", "said"), [
+    ("tests.worker_apps:record", ["--queue", "q"], "a handler"),
+    ("tests.worker_apps:sync_app", [], "an App with tasks that are not async def"),
+])
+def test_async_concurrency_is_refused_for_a_target_the_asyncio_consumer_does_not_run(
+        target: str, queue: list[str], said: str) -> None:
+    from click.testing import CliRunner
+
+    from echomq.cli import main
+
+    result = CliRunner().invoke(main, ["worker", target, *queue, "--async-concurrency", "4",
+                                       "--url", "redis://127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("error: --async-concurrency") and said in lines[0]
+    assert lines[1].startswith("hint: ") and "--concurrency" in lines[1]
