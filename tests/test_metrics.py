@@ -11,6 +11,7 @@ import socket
 import time
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
@@ -295,3 +296,36 @@ def test_a_job_no_task_of_the_app_can_run_is_counted_dead_under_a_fixed_label(
         before["echomq_jobs_started_total"] + 1
     assert sample("echomq_jobs_dead_total", **unreadable) == \
         before["echomq_jobs_dead_total"] + 1
+
+
+def metrics_directories(parent: Path) -> list[Path]:
+    return sorted(parent.glob("echomq-metrics-*"))
+
+
+def test_the_metrics_directory_of_a_sigkilled_supervisor_is_removed_by_the_next_one(
+        conn: redis.Redis, workers: Callable[..., Workers], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # the supervisors' temporary directory
+    port, queue = free_port(), Queue(conn, "orphaned")
+    labels = {"queue": "orphaned", "task": "tests.obs_handlers:work"}
+    first = workers("orphaned", "--metrics-port", str(port), handler="tests.obs_handlers:work")
+    queue.enqueue("JOB:ok", b"ok")
+    assert wait_until(lambda: scraped(port, "echomq_jobs_succeeded_total", **labels) == 1,
+                      20), first.log()
+    left = metrics_directories(scratch)
+    assert len(left) == 1 and any(left[0].iterdir())  # the worker wrote its counts there
+    first.process.kill()
+    first.process.wait()
+    assert wait_until(lambda: not first.group(), 20)  # its workers ended with it
+    assert metrics_directories(scratch) == left  # nothing removed it
+
+    port = free_port()
+    second = workers("orphaned", "--metrics-port", str(port),
+                     handler="tests.obs_handlers:work")
+    assert wait_until(lambda: scraped(port, "echomq_server_up") == 1, 20), second.log()
+    now = metrics_directories(scratch)
+    assert len(now) == 1 and now != left
+    assert second.terminate(within=10) == 0
+    assert metrics_directories(scratch) == []
