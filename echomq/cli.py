@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from echomq import admin
-from echomq.clierrors import URL_META, ErrorReportingGroup, Failure, bad_url
+from echomq.clierrors import BAD_INPUT, URL_META, ErrorReportingGroup, Failure, bad_url
 from echomq.demo import run_demo
 from echomq.embedded import EmbeddedValkey
 from echomq.errors import EchoMQError, MetricsUnavailable, Wire6Unsupported
@@ -98,16 +98,17 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
               "--max-attempts 1 wants")
 @click.option("--on-ack", metavar="MODULE:FUNC", default=None,
               help="called with each job once its ack returned ACKED")
-@click.option("--async-concurrency", default=10, show_default=True, type=click.IntRange(1),
+@click.option("--async-concurrency", default=None, type=click.IntRange(1),
               help="jobs in flight per process for an App whose tasks are all async (the "
-              "asyncio consumer)")
+              "asyncio consumer); refused for any other target  [default: 10]")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @_metrics_options
 def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency: int, url: str,
            wire: str, grace: float, lease_ms: int, retry_delay_ms: int,
            max_attempts: int | None, time_limit: float | None, park_cap_ms: int, prefetch: int,
-           on_ack: str | None, async_concurrency: int, log_level: str, metrics_port: int | None,
+           on_ack: str | None, async_concurrency: int | None, log_level: str,
+           metrics_port: int | None,
            metrics_addr: str) -> None:
     """Run CONCURRENCY supervised worker processes calling MODULE:HANDLER(job) per job, or
     running the tasks of MODULE:APP (on the asyncio consumer when they are all async).
@@ -144,22 +145,36 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency:
         raise click.ClickException(str(exc)) from exc
 
 
+DEFAULT_ASYNC_CONCURRENCY = 10
+
+
 def _worker_target(target: str, queue_names: tuple[str, ...],
-                   async_concurrency: int) -> tuple[tuple[str, ...], int | None]:
+                   async_concurrency: int | None) -> tuple[tuple[str, ...], int | None]:
     """The queues a worker serves (``--queue``, else an App's) and its jobs in flight per
     process on the asyncio consumer (None: the blocking one). A target that does not load is
-    bad input."""
+    bad input, and so is ``--async-concurrency`` for one the asyncio consumer does not run."""
     from echomq.worker import app_queues, is_app, load_target, runs_async
 
     try:
         found = load_target(target)
     except (ImportError, AttributeError, ValueError, TypeError) as exc:
         raise click.UsageError(f"{type(exc).__name__}: {exc}") from exc
-    if not is_app(found):
-        if not queue_names:
-            raise click.UsageError("give --queue (a handler has no queues of its own)")
-        return queue_names, None
-    return queue_names or app_queues(found), async_concurrency if runs_async(found) else None
+    if not is_app(found) and not queue_names:
+        raise click.UsageError("give --queue (a handler has no queues of its own)")
+    if not runs_async(found):
+        if async_concurrency is not None:
+            raise _async_refused(target, "an App with tasks that are not async def"
+                                 if is_app(found) else "a handler")
+        return queue_names or app_queues(found), None
+    return queue_names or app_queues(found), async_concurrency or DEFAULT_ASYNC_CONCURRENCY
+
+
+def _async_refused(target: str, what: str) -> Failure:
+    """``--async-concurrency`` given for a target that runs one job at a time per process."""
+    return Failure(f"--async-concurrency applies only to an App whose tasks are all async def; "
+                   f"{target} is {what}",
+                   "drop --async-concurrency; use --concurrency N to run N worker processes",
+                   BAD_INPUT)
 
 
 # operator commands ---------------------------------------------------------------------------

@@ -30,7 +30,6 @@ import functools
 import inspect
 import logging
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -46,6 +45,7 @@ from echomq.connection import redis_from_url
 from echomq.directives import Reject, RetryIn
 from echomq.errors import MetricsUnavailable
 from echomq.loop import error_text
+from echomq.piddirs import pid_directory
 from echomq.queue import Job, Queue
 from echomq.tasks.hooks import DEAD, RETRIED, SUCCEEDED, RunRecord
 
@@ -222,8 +222,9 @@ def serving(url: str, port: int, addr: str = "127.0.0.1") -> Iterator[str]:
     """Serve ``/metrics`` on ``addr:port`` while the block runs: the sum of what the worker
     processes write to the directory yielded (each must have ``PROMETHEUS_MULTIPROC_DIR`` set
     to it before it imports prometheus_client, which picks its storage then), and the depths
-    of the server's queues. The directory is new and is removed after."""
-    directory = tempfile.mkdtemp(prefix="echomq-metrics-")
+    of the server's queues. The directory is new and is removed after; one left by a process
+    killed outright is removed by the next ``serving`` (``echomq.piddirs``)."""
+    directory = pid_directory("echomq-metrics-")
     conn = redis_from_url(url)
     try:
         server, thread = _listen(addr, port, multiprocess_registry(directory, QueueDepths(conn)))

@@ -5,8 +5,8 @@ first. The target may name an App (anything with ``handler`` and ``queues``) ins
 handler: its ``handler`` runs the jobs and its queues are served unless ``--queue`` says
 otherwise; an App whose tasks are all ``async def`` runs on the asyncio consumer with
 ``--async-concurrency`` jobs in flight per process. Each worker process calls the App's
-``worker_started(spec)`` once it reached the server and ``worker_stopping()`` as it stops, when
-the App has them.
+``worker_started(spec)`` once it reached the server and ``worker_stopping()`` as it stops (also
+before it exits to be replaced after a job overran its time limit), when the App has them.
 
 Before any process starts, the server is checked: reachable, and (``wire=6``) with trafikey
 loaded; if not, the command exits 1 with one line saying why. The supervisor then runs N consumer
@@ -411,7 +411,7 @@ def child_main(spec_json: str, status_fd: int) -> None:
     status.ready()
     announcer.start()
     try:
-        code = _serve(consumer, status, announcer)
+        code = _serve(consumer, status, announcer, target)
     finally:
         _app_stopping(target)
     sys.exit(code)
@@ -424,24 +424,31 @@ def _app_stopping(target: Any) -> None:
         log.exception("the app's worker_stopping failed")
 
 
-def _serve(consumer: WorkerLoop, status: _StatusPipe, announcer: Announcer) -> int:
+def _serve(consumer: WorkerLoop, status: _StatusPipe, announcer: Announcer,
+           target: Any) -> int:
     failed: list[BaseException] = []
     thread = threading.Thread(target=_run_loop, args=(consumer, failed), name="echomq-consumer")
     thread.start()
     received = signal.sigwait({*STOP_SIGNALS, _ENDED, _OVERRUN})
     consumer.stop()
     if received == _OVERRUN:
-        # The job's thread may never return: exit without it, to be replaced.
-        log.warning("exiting after a job overran its time limit; the supervisor replaces this "
-                    "worker")
-        announcer.stop()
-        logging.shutdown()
-        os._exit(EXIT_OVERRUN)
+        _exit_to_be_replaced(announcer, target)
     thread.join()
     announcer.stop()
     if failed:
         status.failed(failed[0])
     return 1 if received == _ENDED or failed else 0
+
+
+def _exit_to_be_replaced(announcer: Announcer, target: Any) -> None:
+    """Exit after a job overran its time limit, without waiting for the job's thread (it may
+    never return); the App hears ``worker_stopping`` first, as on any other way out."""
+    log.warning("exiting after a job overran its time limit; the supervisor replaces this "
+                "worker")
+    announcer.stop()
+    _app_stopping(target)
+    logging.shutdown()
+    os._exit(EXIT_OVERRUN)
 
 
 def _ask_for_replacement(job: Job) -> None:

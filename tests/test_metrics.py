@@ -11,6 +11,7 @@ import socket
 import time
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
@@ -258,3 +259,73 @@ def test_a_worker_of_an_app_counts_each_task_by_name_through_its_hooks(
     assert not [key for key in found if ("task", "tests.obs_app:app") in key[1]]
     assert supervisor.terminate(within=10) == 0
 
+
+
+@pytest.mark.parametrize("run", ["handler", "async_handler"])
+def test_a_job_no_task_of_the_app_can_run_is_counted_dead_under_a_fixed_label(
+        conn: redis.Redis, run: str) -> None:
+    from echomq import App
+    from echomq.tasks.envelope import Envelope, encode
+
+    app = App(conn, f"strays-{run}", hooks=[PrometheusHooks()], check_policy=False)
+    app.task(name="known")(lambda: None)
+    queue = app.queue.name
+    unknown = {"queue": queue, "task": "<unknown>"}
+    unreadable = {"queue": "<unknown>", "task": "<unknown>"}
+    before = {name: sample(name, **unreadable)
+              for name in ("echomq_jobs_started_total", "echomq_jobs_dead_total")}
+    strays = [encode(Envelope(f"gone.v{n}", [], {}, {}, 0, queue), "json") for n in range(3)]
+    app.queue.enqueue_many([(f"JOB:s{n}", payload) for n, payload in enumerate(strays)])
+    app.queue.enqueue("JOB:garbled", b"not an envelope")
+
+    for _ in range(4):
+        claimed = app.queue.claim()
+        assert claimed is not None
+        outcome = getattr(app, run)(claimed)
+        if run == "async_handler":
+            outcome = asyncio.run(outcome)
+        assert isinstance(outcome, Reject)
+
+    # however many task names strays carry, they share one label: the series stay bounded
+    assert sample("echomq_jobs_started_total", **unknown) == 3
+    assert sample("echomq_jobs_dead_total", **unknown) == 3
+    assert sample("echomq_jobs_in_flight", **unknown) == 0
+    assert not [s for family in REGISTRY.collect() for s in family.samples
+                if s.labels.get("task", "").startswith("gone.")]
+    assert sample("echomq_jobs_started_total", **unreadable) == \
+        before["echomq_jobs_started_total"] + 1
+    assert sample("echomq_jobs_dead_total", **unreadable) == \
+        before["echomq_jobs_dead_total"] + 1
+
+
+def metrics_directories(parent: Path) -> list[Path]:
+    return sorted(parent.glob("echomq-metrics-*"))
+
+
+def test_the_metrics_directory_of_a_sigkilled_supervisor_is_removed_by_the_next_one(
+        conn: redis.Redis, workers: Callable[..., Workers], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # the supervisors' temporary directory
+    port, queue = free_port(), Queue(conn, "orphaned")
+    labels = {"queue": "orphaned", "task": "tests.obs_handlers:work"}
+    first = workers("orphaned", "--metrics-port", str(port), handler="tests.obs_handlers:work")
+    queue.enqueue("JOB:ok", b"ok")
+    assert wait_until(lambda: scraped(port, "echomq_jobs_succeeded_total", **labels) == 1,
+                      20), first.log()
+    left = metrics_directories(scratch)
+    assert len(left) == 1 and any(left[0].iterdir())  # the worker wrote its counts there
+    first.process.kill()
+    first.process.wait()
+    assert wait_until(lambda: not first.group(), 20)  # its workers ended with it
+    assert metrics_directories(scratch) == left  # nothing removed it
+
+    port = free_port()
+    second = workers("orphaned", "--metrics-port", str(port),
+                     handler="tests.obs_handlers:work")
+    assert wait_until(lambda: scraped(port, "echomq_server_up") == 1, 20), second.log()
+    now = metrics_directories(scratch)
+    assert len(now) == 1 and now != left
+    assert second.terminate(within=10) == 0
+    assert metrics_directories(scratch) == []

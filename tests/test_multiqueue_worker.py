@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 import redis
 
 from echomq import Queue
@@ -105,3 +106,41 @@ def test_an_apps_queues_lend_the_worker_their_retention_and_attempts(valkey: obj
         finally:
             consumer.close()
             consumer.queue.conn.close()
+
+
+@pytest.mark.parametrize(("target", "queue", "said"), [
+    ("tests.worker_apps:record", ["--queue", "q"], "a handler"),
+    ("tests.worker_apps:sync_app", [], "an App with tasks that are not async def"),
+])
+def test_async_concurrency_is_refused_for_a_target_the_asyncio_consumer_does_not_run(
+        target: str, queue: list[str], said: str) -> None:
+    from click.testing import CliRunner
+
+    from echomq.cli import main
+
+    result = CliRunner().invoke(main, ["worker", target, *queue, "--async-concurrency", "4",
+                                       "--url", "redis://127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("error: --async-concurrency") and said in lines[0]
+    assert lines[1].startswith("hint: ") and "--concurrency" in lines[1]
+
+
+def test_an_app_hears_its_worker_stop_when_a_job_overran_and_the_process_is_replaced(
+        conn: redis.Redis, workers: Callable[..., Workers]) -> None:  # noqa: F811
+    from echomq import App
+
+    producer = App(conn, "stopping", check_policy=False)
+    hang = producer.task(name="hang")(lambda: None)
+    supervisor = workers(None, "--time-limit", "0.3", handler="tests.stopping_app:app")
+    assert wait_until(lambda: conn.llen("test:hooks") == 1, 20), supervisor.log()
+    handle = hang.enqueue()
+    assert wait_until(lambda: conn.llen("test:hooks") == 3, 20), supervisor.log()
+    hung = int(conn.lindex("test:hung", 0) or 0)
+    hooks = [entry.decode() for entry in conn.lrange("test:hooks", 0, -1)]
+    assert hooks[:2] == [f"started {hung} periodic=True", f"stopping {hung} periodic=False"]
+    assert hooks[2].startswith("started ") and hooks[2] != hooks[0]  # its replacement
+    outcome = handle.outcome()
+    assert outcome.state == "dead" and "time limit" in (outcome.error or "")
+    assert supervisor.terminate(within=6) == 0

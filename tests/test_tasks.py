@@ -40,7 +40,7 @@ class Recorder:
 
     @contextmanager
     def running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
-                enqueued_ms: int) -> Iterator[RunRecord]:
+                enqueued_ms: int | None) -> Iterator[RunRecord]:
         record = RunRecord()
         try:
             yield record
@@ -209,13 +209,15 @@ def test_arguments_that_cannot_fit_go_dead_at_once_naming_the_parameter(
 
 @pytest.mark.parametrize(("payload", "said"), [
     (b"plain bytes", "not a task envelope"),
-    (encode(Envelope("nope", [], {}, {}, 0), "json"), "no task named 'nope'"),
+    (encode(Envelope("nope", [], {}, {}, 0, "default"), "json"), "no task named 'nope'"),
 ])
-def test_a_job_that_is_no_call_of_a_known_task_is_rejected(app: App, payload: bytes,
-                                                           said: str) -> None:
+def test_a_job_that_is_no_call_of_a_known_task_is_rejected(app: App, hooks: Recorder,
+                                                           payload: bytes, said: str) -> None:
     app.queue.enqueue("JOB:stray", payload)
     _, directive = run_next(app)
     assert isinstance(directive, Reject) and said in directive.error
+    queue = "<unknown>" if payload == b"plain bytes" else "default"  # the envelope names it
+    assert hooks.ran == [(queue, "<unknown>", "JOB:stray", {}, "dead", directive.error)]
 
 
 def test_an_error_retries_after_the_back_off_with_its_traceback(app: App,

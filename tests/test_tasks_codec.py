@@ -214,7 +214,7 @@ class Recording:
 
     @contextmanager
     def running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
-                enqueued_ms: int) -> Iterator[RunRecord]:
+                enqueued_ms: int | None) -> Iterator[RunRecord]:
         record = RunRecord()
         self.records.append(record)
         yield record

@@ -43,6 +43,7 @@ from echomq.tasks.hooks import (
     DEAD,
     RETRIED,
     SUCCEEDED,
+    UNKNOWN,
     NoHooks,
     RunRecord,
     TaskHooks,
@@ -179,8 +180,8 @@ class App:
         """Run the task ``job`` names; the directive its outcome settles with. Async tasks run
         to the end on an event loop of this thread's own."""
         opened = self._open(job)
-        if isinstance(opened, Reject):
-            return opened
+        if isinstance(opened, Unrunnable):
+            return self._refused(opened, job)
         task, envelope = opened
         if not self.observed:
             return self._attempt_sync(task, envelope, job)
@@ -191,24 +192,40 @@ class App:
         """``handler`` for the asyncio consumer: async tasks are awaited, plain ones run in a
         thread so the event loop keeps serving the other jobs in flight."""
         opened = self._open(job)
-        if isinstance(opened, Reject):
-            return opened
+        if isinstance(opened, Unrunnable):
+            return self._refused(opened, job)
         task, envelope = opened
         if not self.observed:
             return await self._attempt_async(task, envelope, job)
         with self._running(task, envelope, job) as record:
             return record.settled(await self._attempt_async(task, envelope, job))
 
-    def _open(self, job: Job) -> tuple[Task[Any, Any], Envelope] | Reject:
+    def _open(self, job: Job) -> tuple[Task[Any, Any], Envelope] | Unrunnable:
         try:
             envelope = decode_envelope(job.payload)
         except PayloadError as exc:
-            return Reject(str(exc))
+            return Unrunnable(Reject(str(exc)), None)
         task = self.tasks.get(envelope.task)
         if task is None:
-            return Reject(f"no task named {envelope.task!r} is registered in this app "
-                          f"(known: {', '.join(sorted(self.tasks)) or 'none'})")
+            return Unrunnable(Reject(f"no task named {envelope.task!r} is registered in this app "
+                                     f"(known: {', '.join(sorted(self.tasks)) or 'none'})"),
+                              envelope)
         return task, envelope
+
+    def _refused(self, unrunnable: Unrunnable, job: Job) -> Reject:
+        """Reject a job no task of this app can run, told to the hooks as a dead attempt under
+        ``UNKNOWN`` (its queue too, unless the envelope names one of this app's); the reason,
+        with the task name as read, is the error."""
+        reject, envelope = unrunnable.reject, unrunnable.envelope
+        if not self.observed:
+            return reject
+        queue = envelope.queue if envelope is not None and envelope.queue in self.queues \
+            else UNKNOWN
+        headers = envelope.headers if envelope is not None else {}
+        enqueued_ms = envelope.enqueued_ms if envelope is not None else None
+        with self.hooks.running(queue, UNKNOWN, job, headers, enqueued_ms) as record:
+            record.outcome, record.error = DEAD, reject.error
+        return reject
 
     def _running(self, task: Task[Any, Any], envelope: Envelope, job: Job) -> Attempt:
         return Attempt(self.hooks.running(envelope.queue or task.queue, task.name, job,
@@ -249,6 +266,15 @@ class App:
 
 async def _awaited(value: Awaitable[Any]) -> Any:
     return await value
+
+
+@dataclass(frozen=True)
+class Unrunnable:
+    """A job no task of the app can run: the Reject it settles with, and its envelope when the
+    payload is one (naming a task the app does not have)."""
+
+    reject: Reject
+    envelope: Envelope | None
 
 
 class Attempt:

@@ -18,6 +18,10 @@ from echomq.calls import Job
 SUCCEEDED = "succeeded"
 RETRIED = "retried"
 DEAD = "dead"
+# The queue or task an attempt is told under when the job does not say one the App knows: a
+# payload that is no envelope, a task not registered. One fixed name, however many the strays
+# carry, so a metric's label values stay bounded.
+UNKNOWN = "<unknown>"
 
 
 @dataclass
@@ -36,10 +40,12 @@ class TaskHooks(Protocol):
         ...
 
     def running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
-                enqueued_ms: int) -> AbstractContextManager[RunRecord]:
+                enqueued_ms: int | None) -> AbstractContextManager[RunRecord]:
         """Around one attempt; yields the RunRecord the App fills in. The block exits with an
         exception when the task raised one that stops the worker (KeyboardInterrupt,
-        SystemExit; the record says "retried"): read the record in a ``finally``."""
+        SystemExit; the record says "retried"): read the record in a ``finally``. A job the App
+        cannot run (its payload no envelope, its task not registered) is told under ``UNKNOWN``
+        (``enqueued_ms`` None when unreadable) and ends "dead"."""
         ...
 
 
@@ -51,7 +57,7 @@ class NoHooks:
         return nullcontext()
 
     def running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
-                enqueued_ms: int) -> AbstractContextManager[RunRecord]:
+                enqueued_ms: int | None) -> AbstractContextManager[RunRecord]:
         return nullcontext(RunRecord())
 
 
@@ -74,12 +80,12 @@ class AllHooks:
             yield
 
     def running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
-                enqueued_ms: int) -> AbstractContextManager[RunRecord]:
+                enqueued_ms: int | None) -> AbstractContextManager[RunRecord]:
         return self._running(queue, task, job, headers, enqueued_ms)
 
     @contextmanager
     def _running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
-                 enqueued_ms: int) -> Iterator[RunRecord]:
+                 enqueued_ms: int | None) -> Iterator[RunRecord]:
         with ExitStack() as stack:
             records = [stack.enter_context(hook.running(queue, task, job, headers, enqueued_ms))
                        for hook in self.hooks]
