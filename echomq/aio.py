@@ -39,7 +39,7 @@ from echomq.calls import (
     settled,
 )
 from echomq.connection import socket_timeout_of
-from echomq.consumer import call_hook, queue_list, refuse_unsupported, report_settled, wake_keys
+from echomq.consumer import LoopShell, queue_list, refuse_unsupported, report_settled, wake_keys
 from echomq.errors import EvictionPolicyWarning, Wire6Unsupported
 from echomq.executors import raise_mapped
 from echomq.lanes import AsyncLaneControls, lane_groups, shown_depths
@@ -370,7 +370,7 @@ async def _until(event: asyncio.Event, timeout_s: float) -> None:
         await asyncio.wait_for(event.wait(), timeout_s)
 
 
-class Consumer:
+class Consumer(LoopShell):
     """The consumer loop for asyncio code; see ``echomq.Consumer``: the same parameters, the
     same decisions (``echomq.loop.Lineup`` over a ``LoopCore`` per queue), driven by
     coroutines — one queue, or a list of them in strict priority order. ``handler`` may be a
@@ -423,31 +423,6 @@ class Consumer:
         self._handling: dict[Job, asyncio.Future[Handled]] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._keeper: asyncio.Task[None] | None = None
-
-    @property
-    def core(self) -> LoopCore:
-        """The first queue's core (the only one of a consumer of one queue)."""
-        return self.lineup.cores[0]
-
-    @property
-    def names(self) -> str:
-        return ", ".join(queue.name for queue in self.queues)
-
-    @property
-    def settings(self) -> Settings:
-        return self.lineup.settings
-
-    @property
-    def lanes(self) -> bool:
-        return self.settings.lanes
-
-    @property
-    def lease_ms(self) -> int:
-        return self.settings.lease_ms
-
-    @property
-    def max_attempts(self) -> int | None:
-        return self.settings.max_attempts
 
     @property
     def stopping(self) -> bool:
@@ -788,9 +763,6 @@ class Consumer:
         finally:
             self._tell_overrun(job)
 
-    def _tell_overrun(self, job: Job) -> None:
-        call_hook(self.on_overrun, job, "on_overrun")
-
     # internals ----------------------------------------------------------------------------
 
     async def _housekeep(self, *, force: bool = False) -> None:
@@ -822,6 +794,3 @@ class Consumer:
     async def _server_ms(self) -> int:
         seconds, micros = await self.queue.conn.time()
         return int(seconds) * 1000 + int(micros) // 1000
-
-    def _now(self) -> int | None:
-        return self.clock() if self.clock is not None else None

@@ -345,7 +345,49 @@ class Parker:
             return False
 
 
-class Consumer:
+class LoopShell:
+    """What both consumer shells (this module's ``Consumer`` and ``echomq.aio.Consumer``) read
+    the same way from their queues, their lineup and their options; none of it does I/O."""
+
+    queues: list[Any]
+    lineup: Lineup
+    clock: Clock | None
+    on_overrun: Callable[[Job], object] | None
+
+    @property
+    def core(self) -> LoopCore:
+        """The first queue's core (the only one of a consumer of one queue)."""
+        return self.lineup.cores[0]
+
+    @property
+    def names(self) -> str:
+        return ", ".join(queue.name for queue in self.queues)
+
+    @property
+    def settings(self) -> Settings:
+        return self.lineup.settings
+
+    @property
+    def lanes(self) -> bool:
+        return self.settings.lanes
+
+    @property
+    def lease_ms(self) -> int:
+        return self.settings.lease_ms
+
+    @property
+    def max_attempts(self) -> int | None:
+        return self.settings.max_attempts
+
+    def _now(self) -> int | None:
+        """The ms clock for a transition: the consumer's own, or None for the server's."""
+        return self.clock() if self.clock is not None else None
+
+    def _tell_overrun(self, job: Job) -> None:
+        call_hook(self.on_overrun, job, "on_overrun")
+
+
+class Consumer(LoopShell):
     """The supervised loop of one worker on ``queue`` — or on a list of queues in strict
     priority order — running ``handler(job)`` per job.
 
@@ -412,31 +454,6 @@ class Consumer:
         self._keeper = Keeper(self)
         self._parker = Parker(self.queues)
         self._runner = AwaitableRunner()
-
-    @property
-    def core(self) -> LoopCore:
-        """The first queue's core (the only one of a consumer of one queue)."""
-        return self.lineup.cores[0]
-
-    @property
-    def names(self) -> str:
-        return ", ".join(queue.name for queue in self.queues)
-
-    @property
-    def settings(self) -> Settings:
-        return self.lineup.settings
-
-    @property
-    def lanes(self) -> bool:
-        return self.settings.lanes
-
-    @property
-    def lease_ms(self) -> int:
-        return self.settings.lease_ms
-
-    @property
-    def max_attempts(self) -> int | None:
-        return self.settings.max_attempts
 
     @property
     def park_cap_ms(self) -> int:
@@ -705,9 +722,6 @@ class Consumer:
         finally:
             self._tell_overrun(job)
 
-    def _tell_overrun(self, job: Job) -> None:
-        call_hook(self.on_overrun, job, "on_overrun")
-
     # internals ----------------------------------------------------------------------------
 
     def _housekeep(self, *, force: bool = False) -> None:
@@ -725,9 +739,6 @@ class Consumer:
         queue = self.queues[index]
         queue.recover(now=self._now(), max_attempts=self.max_attempts)
         queue.promote(now=self._now())
-
-    def _now(self) -> int | None:
-        return self.clock() if self.clock is not None else None
 
     def _guarded_beat(self) -> None:
         """A beat; a transient error waits (stop-aware) with back-off, a fatal one raises."""
