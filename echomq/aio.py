@@ -15,7 +15,6 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from echomq import calls
 from echomq.calls import (
     DEFAULT_BATCH_LIMIT,
     DEFAULT_LEASE_MS,
@@ -39,7 +38,17 @@ from echomq.calls import (
     settled,
 )
 from echomq.connection import socket_timeout_of
-from echomq.consumer import LoopShell, queue_list, refuse_unsupported, report_settled, wake_keys
+from echomq.consumer import (
+    LoopShell,
+    log_guarded,
+    log_overrun,
+    queue_list,
+    refuse_unsupported,
+    report_settled,
+    wake_keys,
+    warn_lost,
+    warn_not_handed_back,
+)
 from echomq.errors import EvictionPolicyWarning, Wire6Unsupported
 from echomq.executors import raise_mapped
 from echomq.lanes import AsyncLaneControls, lane_groups, shown_depths
@@ -48,14 +57,11 @@ from echomq.loop import (
     PARK_FLOOR_MS,
     PREFETCH,
     SETTLE_DELAY_MS,
-    Fault,
     Lineup,
     LoopCore,
     Round,
     Settings,
-    classify,
     describe,
-    fatal_error,
 )
 from echomq.registry import REGISTRY_KEY
 from echomq.scripts import script_for
@@ -663,8 +669,7 @@ class Consumer(LoopShell):
         try:
             await self._wind_down()
         except Exception as exc:
-            log.warning("could not hand back the jobs in hand (%s); their leases will run "
-                        "out and recover will put them back", describe(exc))
+            warn_not_handed_back(exc)
 
     async def _send(self, index: int, round_: Round) -> list[Job]:
         """As ``echomq.Consumer._send``: one settle call for ``round_`` on queue ``index``."""
@@ -728,9 +733,8 @@ class Consumer(LoopShell):
     async def _guarded(self, action: Callable[..., Awaitable[object]], *args: Any) -> None:
         try:
             await action(*args)
-        except Exception as exc:  # logged; the loop itself meets it on its next call
-            level = logging.WARNING if classify(exc) is Fault.TRANSIENT else logging.ERROR
-            log.log(level, "%s failed: %s", action.__name__.strip("_"), describe(exc))
+        except Exception as exc:
+            log_guarded(action, exc)
 
     async def _heartbeat(self, index: int, jobs: list[Job]) -> None:
         verdicts = None
@@ -739,23 +743,18 @@ class Consumer(LoopShell):
                                                             now=self._now())
         finally:
             lost = self.lineup.cores[index].heartbeat_done(jobs, verdicts, time.monotonic())
-        for job in lost:
-            log.warning("stale lease: %s attempt %d was lost before its heartbeat", job.id,
-                        job.attempt)
+        warn_lost(lost)
 
     async def _overrun(self, index: int, job: Job) -> None:
         """As ``echomq.Consumer._overrun``; the handler is cancelled. The others in flight go
         on: their own time limits stand."""
-        log.error("job %s attempt %d exceeded its time limit of %d ms", job.id, job.attempt,
-                  self.settings.time_limit_ms or 0)
+        log_overrun(job, self.settings.time_limit_ms)
         handling = self._handling.get(job)
         if handling is not None:
             handling.cancel()
         core = self.lineup.cores[index]
         round_ = core.take_round(hand_back=self.concurrency == 1)
-        retry = core.overrun_settlement()
-        round_.outcomes.insert(0, calls.Retry(job, retry.delay_ms, retry.error,
-                                              retry.max_attempts))
+        round_.outcomes.insert(0, core.overrun_settlement().outcome(job))
         try:
             await self._send(index, round_)
             if self.concurrency == 1:
@@ -780,14 +779,7 @@ class Consumer(LoopShell):
         try:
             await self.beat()
         except Exception as exc:
-            fault = classify(exc)
-            if fault is None:
-                raise
-            if fault is Fault.FATAL:
-                raise fatal_error(self.names, exc) from exc
-            pause = self.core.backoff.failed()
-            log.warning("server unavailable (%s); retrying in %.1f s", describe(exc), pause)
-            await _until(self._stopping, pause)
+            await _until(self._stopping, self._pause_after(exc))
             return
         self.core.backoff.succeeded()
 
