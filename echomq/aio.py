@@ -15,7 +15,6 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from echomq import calls
 from echomq.calls import (
     DEFAULT_BATCH_LIMIT,
     DEFAULT_LEASE_MS,
@@ -39,7 +38,17 @@ from echomq.calls import (
     settled,
 )
 from echomq.connection import socket_timeout_of
-from echomq.consumer import call_hook, queue_list, refuse_unsupported, report_settled, wake_keys
+from echomq.consumer import (
+    LoopShell,
+    log_guarded,
+    log_overrun,
+    queue_list,
+    refuse_unsupported,
+    report_settled,
+    wake_keys,
+    warn_lost,
+    warn_not_handed_back,
+)
 from echomq.errors import EvictionPolicyWarning, Wire6Unsupported
 from echomq.executors import raise_mapped
 from echomq.lanes import AsyncLaneControls, lane_groups, shown_depths
@@ -48,14 +57,11 @@ from echomq.loop import (
     PARK_FLOOR_MS,
     PREFETCH,
     SETTLE_DELAY_MS,
-    Fault,
     Lineup,
     LoopCore,
     Round,
     Settings,
-    classify,
     describe,
-    fatal_error,
 )
 from echomq.registry import REGISTRY_KEY
 from echomq.scripts import script_for
@@ -370,7 +376,7 @@ async def _until(event: asyncio.Event, timeout_s: float) -> None:
         await asyncio.wait_for(event.wait(), timeout_s)
 
 
-class Consumer:
+class Consumer(LoopShell):
     """The consumer loop for asyncio code; see ``echomq.Consumer``: the same parameters, the
     same decisions (``echomq.loop.Lineup`` over a ``LoopCore`` per queue), driven by
     coroutines — one queue, or a list of them in strict priority order. ``handler`` may be a
@@ -423,31 +429,6 @@ class Consumer:
         self._handling: dict[Job, asyncio.Future[Handled]] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._keeper: asyncio.Task[None] | None = None
-
-    @property
-    def core(self) -> LoopCore:
-        """The first queue's core (the only one of a consumer of one queue)."""
-        return self.lineup.cores[0]
-
-    @property
-    def names(self) -> str:
-        return ", ".join(queue.name for queue in self.queues)
-
-    @property
-    def settings(self) -> Settings:
-        return self.lineup.settings
-
-    @property
-    def lanes(self) -> bool:
-        return self.settings.lanes
-
-    @property
-    def lease_ms(self) -> int:
-        return self.settings.lease_ms
-
-    @property
-    def max_attempts(self) -> int | None:
-        return self.settings.max_attempts
 
     @property
     def stopping(self) -> bool:
@@ -688,8 +669,7 @@ class Consumer:
         try:
             await self._wind_down()
         except Exception as exc:
-            log.warning("could not hand back the jobs in hand (%s); their leases will run "
-                        "out and recover will put them back", describe(exc))
+            warn_not_handed_back(exc)
 
     async def _send(self, index: int, round_: Round) -> list[Job]:
         """As ``echomq.Consumer._send``: one settle call for ``round_`` on queue ``index``."""
@@ -753,9 +733,8 @@ class Consumer:
     async def _guarded(self, action: Callable[..., Awaitable[object]], *args: Any) -> None:
         try:
             await action(*args)
-        except Exception as exc:  # logged; the loop itself meets it on its next call
-            level = logging.WARNING if classify(exc) is Fault.TRANSIENT else logging.ERROR
-            log.log(level, "%s failed: %s", action.__name__.strip("_"), describe(exc))
+        except Exception as exc:
+            log_guarded(action, exc)
 
     async def _heartbeat(self, index: int, jobs: list[Job]) -> None:
         verdicts = None
@@ -764,32 +743,24 @@ class Consumer:
                                                             now=self._now())
         finally:
             lost = self.lineup.cores[index].heartbeat_done(jobs, verdicts, time.monotonic())
-        for job in lost:
-            log.warning("stale lease: %s attempt %d was lost before its heartbeat", job.id,
-                        job.attempt)
+        warn_lost(lost)
 
     async def _overrun(self, index: int, job: Job) -> None:
         """As ``echomq.Consumer._overrun``; the handler is cancelled. The others in flight go
         on: their own time limits stand."""
-        log.error("job %s attempt %d exceeded its time limit of %d ms", job.id, job.attempt,
-                  self.settings.time_limit_ms or 0)
+        log_overrun(job, self.settings.time_limit_ms)
         handling = self._handling.get(job)
         if handling is not None:
             handling.cancel()
         core = self.lineup.cores[index]
         round_ = core.take_round(hand_back=self.concurrency == 1)
-        retry = core.overrun_settlement()
-        round_.outcomes.insert(0, calls.Retry(job, retry.delay_ms, retry.error,
-                                              retry.max_attempts))
+        round_.outcomes.insert(0, core.overrun_settlement().outcome(job))
         try:
             await self._send(index, round_)
             if self.concurrency == 1:
                 await self._send_all(hand_back=True)
         finally:
             self._tell_overrun(job)
-
-    def _tell_overrun(self, job: Job) -> None:
-        call_hook(self.on_overrun, job, "on_overrun")
 
     # internals ----------------------------------------------------------------------------
 
@@ -808,20 +779,10 @@ class Consumer:
         try:
             await self.beat()
         except Exception as exc:
-            fault = classify(exc)
-            if fault is None:
-                raise
-            if fault is Fault.FATAL:
-                raise fatal_error(self.names, exc) from exc
-            pause = self.core.backoff.failed()
-            log.warning("server unavailable (%s); retrying in %.1f s", describe(exc), pause)
-            await _until(self._stopping, pause)
+            await _until(self._stopping, self._pause_after(exc))
             return
         self.core.backoff.succeeded()
 
     async def _server_ms(self) -> int:
         seconds, micros = await self.queue.conn.time()
         return int(seconds) * 1000 + int(micros) // 1000
-
-    def _now(self) -> int | None:
-        return self.clock() if self.clock is not None else None

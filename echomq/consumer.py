@@ -156,6 +156,29 @@ def report_settled(outcomes: Sequence[Outcome], verdicts: Sequence[Verdict],
                 log_failure(job, verdict, error, outcome.delay_ms)
 
 
+def log_guarded(action: Callable[..., object], exc: Exception) -> None:
+    """Log a failure of the keeper's work, which the loop itself meets on its next call: a
+    transient one as a warning, any other as an error."""
+    level = logging.WARNING if classify(exc) is Fault.TRANSIENT else logging.ERROR
+    log.log(level, "%s failed: %s", action.__name__.strip("_"), describe(exc))
+
+
+def warn_lost(jobs: Iterable[Job]) -> None:
+    for job in jobs:
+        log.warning("stale lease: %s attempt %d was lost before its heartbeat", job.id,
+                    job.attempt)
+
+
+def warn_not_handed_back(exc: Exception) -> None:
+    log.warning("could not hand back the jobs in hand (%s); their leases will run out and "
+                "recover will put them back", describe(exc))
+
+
+def log_overrun(job: Job, time_limit_ms: int | None) -> None:
+    log.error("job %s attempt %d exceeded its time limit of %d ms", job.id, job.attempt,
+              time_limit_ms or 0)
+
+
 def call_hook(hook: Callable[[Job], object] | None, job: Job, name: str) -> None:
     """Call a user's hook with ``job``; what it raises is logged, never the loop's end."""
     if hook is None:
@@ -345,7 +368,62 @@ class Parker:
             return False
 
 
-class Consumer:
+class LoopShell:
+    """What both consumer shells (this module's ``Consumer`` and ``echomq.aio.Consumer``) read
+    the same way from their queues, their lineup and their options; none of it does I/O."""
+
+    queues: list[Any]
+    lineup: Lineup
+    clock: Clock | None
+    on_overrun: Callable[[Job], object] | None
+
+    @property
+    def core(self) -> LoopCore:
+        """The first queue's core (the only one of a consumer of one queue)."""
+        return self.lineup.cores[0]
+
+    @property
+    def names(self) -> str:
+        return ", ".join(queue.name for queue in self.queues)
+
+    @property
+    def settings(self) -> Settings:
+        return self.lineup.settings
+
+    @property
+    def lanes(self) -> bool:
+        return self.settings.lanes
+
+    @property
+    def lease_ms(self) -> int:
+        return self.settings.lease_ms
+
+    @property
+    def max_attempts(self) -> int | None:
+        return self.settings.max_attempts
+
+    def _pause_after(self, exc: Exception) -> float:
+        """How long to wait before the next beat after one failed with ``exc``: a transient
+        error backs off (logged); one that cannot heal raises FatalServerError, and any other
+        error raises itself."""
+        fault = classify(exc)
+        if fault is None:
+            raise exc
+        if fault is Fault.FATAL:
+            raise fatal_error(self.names, exc) from exc
+        pause = self.core.backoff.failed()
+        log.warning("server unavailable (%s); retrying in %.1f s", describe(exc), pause)
+        return pause
+
+    def _now(self) -> int | None:
+        """The ms clock for a transition: the consumer's own, or None for the server's."""
+        return self.clock() if self.clock is not None else None
+
+    def _tell_overrun(self, job: Job) -> None:
+        call_hook(self.on_overrun, job, "on_overrun")
+
+
+class Consumer(LoopShell):
     """The supervised loop of one worker on ``queue`` — or on a list of queues in strict
     priority order — running ``handler(job)`` per job.
 
@@ -412,31 +490,6 @@ class Consumer:
         self._keeper = Keeper(self)
         self._parker = Parker(self.queues)
         self._runner = AwaitableRunner()
-
-    @property
-    def core(self) -> LoopCore:
-        """The first queue's core (the only one of a consumer of one queue)."""
-        return self.lineup.cores[0]
-
-    @property
-    def names(self) -> str:
-        return ", ".join(queue.name for queue in self.queues)
-
-    @property
-    def settings(self) -> Settings:
-        return self.lineup.settings
-
-    @property
-    def lanes(self) -> bool:
-        return self.settings.lanes
-
-    @property
-    def lease_ms(self) -> int:
-        return self.settings.lease_ms
-
-    @property
-    def max_attempts(self) -> int | None:
-        return self.settings.max_attempts
 
     @property
     def park_cap_ms(self) -> int:
@@ -620,8 +673,7 @@ class Consumer:
         try:
             self._wind_down()
         except Exception as exc:
-            log.warning("could not hand back the jobs in hand (%s); their leases will run "
-                        "out and recover will put them back", describe(exc))
+            warn_not_handed_back(exc)
 
     def _send(self, index: int, round_: Round) -> list[Job]:
         """One settle call for ``round_`` on queue ``index``; what it claimed goes into hand
@@ -668,8 +720,7 @@ class Consumer:
         try:
             action(*args)
         except Exception as exc:
-            level = logging.WARNING if classify(exc) is Fault.TRANSIENT else logging.ERROR
-            log.log(level, "%s failed: %s", action.__name__.strip("_"), describe(exc))
+            log_guarded(action, exc)
 
     def _heartbeat(self, index: int, jobs: list[Job]) -> None:
         """Extend every lease in hand of queue ``index`` in one call; a lease found lost is let
@@ -682,31 +733,23 @@ class Consumer:
             with self._keeper.lock:
                 lost = self.lineup.cores[index].heartbeat_done(jobs, verdicts,
                                                                time.monotonic())
-        for job in lost:
-            log.warning("stale lease: %s attempt %d was lost before its heartbeat", job.id,
-                        job.attempt)
+        warn_lost(lost)
 
     def _overrun(self, index: int, job: Job) -> None:
         """Fail an attempt past its time limit, and hand back the jobs prefetched behind it
         in every queue (its handler may never return), with its queue's round first; then tell
         ``on_overrun``."""
-        log.error("job %s attempt %d exceeded its time limit of %d ms", job.id, job.attempt,
-                  self.settings.time_limit_ms or 0)
+        log_overrun(job, self.settings.time_limit_ms)
         self._runner.cancel(job)
         core = self.lineup.cores[index]
         with self._keeper.lock:
             round_ = core.take_round(hand_back=True)
-        retry = core.overrun_settlement()
-        round_.outcomes.insert(0, calls.Retry(job, retry.delay_ms, retry.error,
-                                              retry.max_attempts))
+        round_.outcomes.insert(0, core.overrun_settlement().outcome(job))
         try:
             self._send(index, round_)
             self._send_all(hand_back=True)
         finally:
             self._tell_overrun(job)
-
-    def _tell_overrun(self, job: Job) -> None:
-        call_hook(self.on_overrun, job, "on_overrun")
 
     # internals ----------------------------------------------------------------------------
 
@@ -726,21 +769,11 @@ class Consumer:
         queue.recover(now=self._now(), max_attempts=self.max_attempts)
         queue.promote(now=self._now())
 
-    def _now(self) -> int | None:
-        return self.clock() if self.clock is not None else None
-
     def _guarded_beat(self) -> None:
         """A beat; a transient error waits (stop-aware) with back-off, a fatal one raises."""
         try:
             self.beat()
         except Exception as exc:
-            fault = classify(exc)
-            if fault is None:
-                raise
-            if fault is Fault.FATAL:
-                raise fatal_error(self.names, exc) from exc
-            pause = self.core.backoff.failed()
-            log.warning("server unavailable (%s); retrying in %.1f s", describe(exc), pause)
-            self._stopping.wait(pause)
+            self._stopping.wait(self._pause_after(exc))
             return
         self.core.backoff.succeeded()

@@ -220,6 +220,10 @@ class Retry:
     error: str
     max_attempts: int | None
 
+    def outcome(self, job: Job) -> calls.Retry:
+        """The retry of ``job`` a round sends."""
+        return calls.Retry(job, self.delay_ms, self.error, self.max_attempts)
+
 
 Settlement = Ack | Retry
 
@@ -455,8 +459,7 @@ class LoopCore:
         elif isinstance(settlement, Ack):
             outcome = calls.Ack(job, result=settlement.result)
         else:
-            outcome = calls.Retry(job, settlement.delay_ms, settlement.error,
-                                  settlement.max_attempts)
+            outcome = settlement.outcome(job)
         self.outbox.append(outcome)
         if self.outbox_since is None:
             self.outbox_since = now

@@ -47,7 +47,7 @@ from echomq.errors import MetricsUnavailable
 from echomq.loop import error_text
 from echomq.piddirs import pid_directory
 from echomq.queue import Job, Queue
-from echomq.tasks.hooks import DEAD, RETRIED, SUCCEEDED, RunRecord
+from echomq.tasks.hooks import DEAD, RETRIED, SUCCEEDED, RunRecord, failures_recorded
 
 __all__ = ["PrometheusHooks", "QueueDepths", "instrument", "serving"]
 
@@ -96,11 +96,8 @@ class PrometheusHooks:
         in_flight = IN_FLIGHT.labels(*labels)
         in_flight.inc()
         try:
-            yield record
-        except BaseException as exc:
-            if record.error is None:
-                record.outcome, record.error = RETRIED, error_text(exc)
-            raise
+            with failures_recorded(record):
+                yield record
         finally:
             in_flight.dec()
             RUN_SECONDS.labels(*labels).observe(time.perf_counter() - started)

@@ -26,9 +26,8 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from echomq.loop import error_text
 from echomq.queue import Job
-from echomq.tasks.hooks import RETRIED, RunRecord
+from echomq.tasks.hooks import RunRecord, failures_recorded
 
 __all__ = ["TracingHooks"]
 
@@ -65,11 +64,8 @@ class TracingHooks:
                 kind=SpanKind.CONSUMER, attributes=attributes, record_exception=False,
                 set_status_on_exception=False) as span:
             try:
-                yield record
-            except BaseException as exc:
-                if record.error is None:
-                    record.outcome, record.error = RETRIED, error_text(exc)
-                raise
+                with failures_recorded(record):
+                    yield record
             finally:
                 _ended(span, record)
 

@@ -13,6 +13,7 @@ import redis
 import redis.asyncio as aioredis
 
 from echomq import App, Backoff
+from tests import task_functions
 
 URL = os.environ.get("ECHOMQ_URL", "redis://127.0.0.1:1")
 
@@ -21,9 +22,7 @@ app = App(redis.Redis.from_url(URL),
           check_policy=False)
 
 
-@app.task(name="add", keep_result=True)
-def add(a: int, b: int) -> int:
-    return a + b
+add = app.task(name="add", keep_result=True)(task_functions.add)
 
 
 @app.task(name="pid", keep_result=True)
@@ -31,9 +30,7 @@ def pid() -> int:
     return os.getpid()
 
 
-@app.task(name="broken", keep_result=True)
-def broken(reason: str) -> None:
-    raise RuntimeError(reason)
+broken = app.task(name="broken", keep_result=True)(task_functions.broken)
 
 
 @app.task(name="urgent", queue="urgent", keep_result=True)

@@ -75,6 +75,18 @@ async def enqueue(queue: aio.Queue, count: int, prefix: str = "JOB:") -> None:
         await queue.enqueue(f"{prefix}{n:02}", b"x")
 
 
+async def all_in_flight(queue: aio.Queue, jobs: int, concurrency: int,
+                        **options: Any) -> tuple[Gate, aio.Consumer, asyncio.Task[None]]:
+    """``jobs`` enqueued and a consumer of ``concurrency`` running, once that many of its
+    handlers are in flight (held until the gate is released)."""
+    await enqueue(queue, jobs)
+    gate = Gate(full_at=concurrency)
+    consumer = aio.Consumer(queue, gate.handler, concurrency=concurrency, **options)
+    task = asyncio.ensure_future(consumer.run())
+    await asyncio.wait_for(gate.full.wait(), 5)
+    return gate, consumer, task
+
+
 async def stopped(consumer: aio.Consumer, task: asyncio.Task[None]) -> None:
     consumer.stop()
     await asyncio.wait_for(task, 5)
@@ -82,11 +94,7 @@ async def stopped(consumer: aio.Consumer, task: asyncio.Task[None]) -> None:
 
 def test_n_handlers_run_at_once_and_never_more(valkey: EmbeddedValkey, wire: int) -> None:
     async def body(queue: aio.Queue, conn: redis.Redis) -> None:
-        await enqueue(queue, 12)
-        gate = Gate(full_at=4)
-        consumer = aio.Consumer(queue, gate.handler, concurrency=4, prefetch=2)
-        task = asyncio.ensure_future(consumer.run())
-        await asyncio.wait_for(gate.full.wait(), 5)
+        gate, consumer, task = await all_in_flight(queue, 12, 4, prefetch=2)
         assert consumer.in_flight == 4 and gate.peak == 4
         gate.release.set()
         await until(lambda: len(gate.done) == 12)
@@ -111,11 +119,7 @@ def test_one_at_a_time_stays_the_default(valkey: EmbeddedValkey) -> None:
 
 def test_the_heartbeat_keeps_every_lease_in_flight(valkey: EmbeddedValkey, wire: int) -> None:
     async def body(queue: aio.Queue, conn: redis.Redis) -> None:
-        await enqueue(queue, 3)
-        gate = Gate(full_at=3)
-        consumer = aio.Consumer(queue, gate.handler, concurrency=3, lease_ms=150)
-        task = asyncio.ensure_future(consumer.run())
-        await asyncio.wait_for(gate.full.wait(), 5)
+        gate, consumer, task = await all_in_flight(queue, 3, 3, lease_ms=150)
         first = dict(conn.zrange(queue.key("active"), 0, -1, withscores=True))
         # Held for several lease lengths: every deadline moves on, twice.
         for _ in range(2):
@@ -168,11 +172,7 @@ def test_each_attempt_in_flight_has_its_own_time_limit(valkey: EmbeddedValkey,
 def test_a_stop_lets_the_handlers_in_flight_finish_and_hands_back_the_rest(
         valkey: EmbeddedValkey, wire: int) -> None:
     async def body(queue: aio.Queue, conn: redis.Redis) -> None:
-        await enqueue(queue, 10)
-        gate = Gate(full_at=2)
-        consumer = aio.Consumer(queue, gate.handler, concurrency=2, prefetch=8)
-        task = asyncio.ensure_future(consumer.run())
-        await asyncio.wait_for(gate.full.wait(), 5)
+        gate, consumer, task = await all_in_flight(queue, 10, 2, prefetch=8)
         consumer.stop()
         await asyncio.sleep(0)  # the stop is seen while both still run
         assert not task.done()
@@ -190,9 +190,6 @@ def test_a_stop_lets_the_handlers_in_flight_finish_and_hands_back_the_rest(
 def test_outcomes_that_finish_together_go_out_in_one_round(valkey: EmbeddedValkey,
                                                            wire: int) -> None:
     async def body(queue: aio.Queue, conn: redis.Redis) -> None:
-        await enqueue(queue, 4)
-        gate = Gate(full_at=4)
-        consumer = aio.Consumer(queue, gate.handler, concurrency=4, prefetch=4)
         rounds: list[int] = []
         send = queue.settle_leased
 
@@ -203,8 +200,7 @@ def test_outcomes_that_finish_together_go_out_in_one_round(valkey: EmbeddedValke
             return await send(outcomes, *args)
 
         queue.settle_leased = counted  # type: ignore[method-assign]
-        task = asyncio.ensure_future(consumer.run())
-        await asyncio.wait_for(gate.full.wait(), 5)
+        gate, consumer, task = await all_in_flight(queue, 4, 4, prefetch=4)
         gate.release.set()
         await until(lambda: sum(rounds) == 4)
         await stopped(consumer, task)

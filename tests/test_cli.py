@@ -18,16 +18,10 @@ from click.testing import CliRunner
 from echomq import Queue, Verdict
 from echomq.cli import human_age, main
 from echomq.embedded import EmbeddedValkey, free_port
+from tests.command_line import cli
 from tests.conftest import start_server
 
 NOW = 1_700_000_000_000
-
-
-def cli(valkey: EmbeddedValkey, *args: str) -> str:
-    result = CliRunner().invoke(main, list(args), env={"ECHOMQ_URL": valkey.url},
-                                catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def test_enqueue_stats_inspect(valkey: EmbeddedValkey, conn: redis.Redis) -> None:

@@ -7,13 +7,12 @@ import json
 
 import pytest
 import redis
-from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from echomq import Queue, Verdict, admin
-from echomq.cli import main
 from echomq.dashboard import create_app
 from echomq.embedded import EmbeddedValkey
+from tests.command_line import cli
 
 NOW = 1_700_000_000_000
 ERROR = b"\xff\xfeboom\n\x1b[31mred"
@@ -31,13 +30,6 @@ def dead_binary(conn: redis.Redis) -> Queue:
     return queue
 
 
-def run(valkey: EmbeddedValkey, *args: str) -> str:
-    result = CliRunner().invoke(main, list(args), env={"ECHOMQ_URL": valkey.url},
-                                catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
 def test_admin_reads_binary_errors_with_their_odd_bytes_escaped(
         conn: redis.Redis, dead_binary: Queue) -> None:
     (dead,) = admin.dead_jobs(conn, "odd")
@@ -50,18 +42,18 @@ def test_admin_reads_binary_errors_with_their_odd_bytes_escaped(
 
 def test_dead_list_shows_one_line_per_job_whatever_the_error(
         valkey: EmbeddedValkey, dead_binary: Queue) -> None:
-    output = run(valkey, "dead", "list", "odd")
+    output = cli(valkey, "dead", "list", "odd")
     (row,) = [line for line in output.splitlines() if "JOB:odd" in line]
     assert "\\xff\\xfeboom\\n\\x1b[31mred" in row and "\x1b" not in output
-    (listed,) = json.loads(run(valkey, "dead", "list", "odd", "--json"))
+    (listed,) = json.loads(cli(valkey, "dead", "list", "odd", "--json"))
     assert listed["error"] == "\\xff\\xfeboom\n\x1b[31mred"
 
 
 def test_inspect_shows_binary_fields(valkey: EmbeddedValkey, dead_binary: Queue) -> None:
-    output = run(valkey, "inspect", "odd", "JOB:odd")
+    output = cli(valkey, "inspect", "odd", "JOB:odd")
     (state,) = [line for line in output.splitlines() if " state " in line]
     assert "dead" in state and "\x1b" not in output and "\\xff\\xfeboom" in output
-    found = json.loads(run(valkey, "inspect", "odd", "JOB:odd", "--json"))
+    found = json.loads(cli(valkey, "inspect", "odd", "JOB:odd", "--json"))
     assert found["fields"]["payload"] == "\x00\\x9f{raw}\\xc3"
     assert found["fields"]["error"] == "\\xff\\xfeboom\n\x1b[31mred"
 

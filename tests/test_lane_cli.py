@@ -10,15 +10,9 @@ from click.testing import CliRunner
 from echomq import Queue
 from echomq.cli import main
 from echomq.embedded import EmbeddedValkey
+from tests.command_line import cli
 
 NOW = 1_700_000_000_000
-
-
-def cli(valkey: EmbeddedValkey, *args: str) -> str:
-    result = CliRunner().invoke(main, list(args), env={"ECHOMQ_URL": valkey.url},
-                                catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def test_pause_and_resume_a_queue_and_a_lane(valkey: EmbeddedValkey, conn: redis.Redis) -> None:

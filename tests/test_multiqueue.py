@@ -71,6 +71,21 @@ def producer(valkey: EmbeddedValkey, wire: int) -> Iterator[Producer]:
     made.close()
 
 
+def one_beat_with_a_late_high_job(make: Make, high: Queue, low: Queue, *, after: str,
+                                  late: str, prefetch: int) -> list[str]:
+    """One beat of a consumer of [high, low] whose handler enqueues the high job ``late`` as
+    it runs the job ``after``; the ids in the order they ran."""
+    order: list[str] = []
+
+    def handler(job: Job) -> None:
+        order.append(job.id)
+        if job.id == after:
+            high.enqueue(late, b"high")
+
+    make([high, low], handler, prefetch=prefetch).beat(park=False)
+    return order
+
+
 def test_a_busy_high_queue_runs_before_any_low_job(make: Make, high: Queue, low: Queue,
                                                    producer: Producer) -> None:
     """While the producer keeps the high queue deeper than a round takes, not one low job runs;
@@ -109,14 +124,8 @@ def test_a_batch_takes_a_later_queue_only_for_what_the_earlier_left_unfilled(
         high.enqueue(f"JOB:h{n}", b"high")
     for n in range(30):
         low.enqueue(f"JOB:l{n:02}", b"low")
-    order: list[str] = []
-
-    def handler(job: Job) -> None:
-        order.append(job.id)
-        if job.id == "JOB:l00":
-            high.enqueue("JOB:hlate", b"high")
-
-    make([high, low], handler, prefetch=prefetch).beat(park=False)
+    order = one_beat_with_a_late_high_job(make, high, low, after="JOB:l00", late="JOB:hlate",
+                                          prefetch=prefetch)
     assert order[:3] == ["JOB:h0", "JOB:h1", "JOB:h2"]
     assert len(order) == 34
     late, first_low = order.index("JOB:hlate"), order.index("JOB:l00")
@@ -129,14 +138,8 @@ def test_with_one_job_in_hand_every_job_is_a_fresh_choice(make: Make, high: Queu
                                                           low: Queue) -> None:
     for n in range(5):
         low.enqueue(f"JOB:l{n}", b"low")
-    order: list[str] = []
-
-    def handler(job: Job) -> None:
-        order.append(job.id)
-        if job.id == "JOB:l1":
-            high.enqueue("JOB:late", b"high")
-
-    make([high, low], handler, prefetch=1).beat(park=False)
+    order = one_beat_with_a_late_high_job(make, high, low, after="JOB:l1", late="JOB:late",
+                                          prefetch=1)
     assert order == ["JOB:l0", "JOB:l1", "JOB:late", "JOB:l2", "JOB:l3", "JOB:l4"]
 
 

@@ -160,23 +160,38 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), payload=PAYLOADS)
     def enqueue(self, data: st.DataObject, payload: bytes) -> None:
-        job_id = data.draw(st.sampled_from([j for j in POOL if j not in self.ghosts]), label="id")
+        job_id = self.draw_id(data)
         self.enqueue_id(job_id, payload)
 
+    def draw_id(self, data: st.DataObject) -> bytes:
+        """An id to admit: any of the pool but the ghosts (ids whose row went behind the
+        queue's back)."""
+        job_id: bytes = data.draw(st.sampled_from([j for j in POOL if j not in self.ghosts]),
+                                  label="id")
+        return job_id
+
     def enqueue_id(self, job_id: bytes, payload: bytes) -> None:
-        row = key(b"job", job_id)
-        argv = [3, row, key(b"pending"), key(b"wake"), job_id, payload, self.now]
-        valid = not isinstance(self.model.validate(ENQUEUE, argv), bytes)
-        known = valid and self.model.kind(row) == b"hash"
-        reply, outcomes = self.execute(ENQUEUE, argv)
-        if known:  # invariant 2: admit once
-            assert reply == status("DUPLICATE"), reply
-            assert outcomes["lua"].after == outcomes["lua"].before
-        if reply == status("ENQUEUED"):
-            assert job_id not in self.live and job_id not in self.ghosts
+        argv = [3, key(b"job", job_id), key(b"pending"), key(b"wake"), job_id, payload, self.now]
+        if self.admitted(ENQUEUE, argv):
             if job_id in self.fences:
                 event("an id admitted again")
             self.live.add(job_id)
+
+    def admitted(self, transition: Transition, argv: Argv) -> bool:
+        """An admission (``argv``: numkeys, the row, its set, the wake key, then the id),
+        checked: an id whose row exists is a DUPLICATE that changes nothing (invariant 2), and
+        one admitted was neither live nor a ghost. True when it was admitted."""
+        row, job_id = argv[1], argv[4]
+        valid = not isinstance(self.model.validate(transition, argv), bytes)
+        known = valid and self.model.kind(row) == b"hash"
+        reply, outcomes = self.execute(transition, argv)
+        if known:  # invariant 2: admit once
+            assert reply == status("DUPLICATE"), reply
+            assert outcomes["lua"].after == outcomes["lua"].before
+        if reply != status("ENQUEUED"):
+            return False
+        assert job_id not in self.live and job_id not in self.ghosts
+        return True
 
     @rule(data=st.data(), payload=PAYLOADS, delay_ms=st.sampled_from([0, 1, 1_000, 60_000]),
           at=st.sampled_from([None, -60_000, 0, 500, 90_000]))
@@ -184,18 +199,11 @@ class QueueMachine(RuleBasedStateMachine):
                       at: int | None) -> None:
         """A job admitted to run later: straight into delayed, at the later of now + delay_ms
         and at_ms; an id whose row exists is a duplicate whatever its state."""
-        job_id = data.draw(st.sampled_from([j for j in POOL if j not in self.ghosts]), label="id")
-        row = key(b"job", job_id)
+        job_id = self.draw_id(data)
         at_ms = 0 if at is None else max(0, self.now + at)
-        argv = [3, row, key(b"delayed"), key(b"wake"), job_id, payload, self.now, delay_ms, at_ms]
-        valid = not isinstance(self.model.validate(ENQUEUE_DELAYED, argv), bytes)
-        known = valid and self.model.kind(row) == b"hash"
-        reply, outcomes = self.execute(ENQUEUE_DELAYED, argv)
-        if known:  # invariant 2: admit once
-            assert reply == status("DUPLICATE"), reply
-            assert outcomes["lua"].after == outcomes["lua"].before
-        if reply == status("ENQUEUED"):
-            assert job_id not in self.live and job_id not in self.ghosts
+        argv = [3, key(b"job", job_id), key(b"delayed"), key(b"wake"), job_id, payload, self.now,
+                delay_ms, at_ms]
+        if self.admitted(ENQUEUE_DELAYED, argv):
             due = dict(self.model.zitems(key(b"delayed")))[job_id]
             assert due == max(self.now + delay_ms, at_ms), (due, self.now, delay_ms, at_ms)
             self.live.add(job_id)

@@ -17,6 +17,7 @@ from echomq import App, Backoff, Job, Queue, RetryAfter, Verdict
 from echomq.directives import Done, Reject, RetryIn
 from echomq.tasks.envelope import Envelope, decode_envelope, decode_result, encode
 from echomq.tasks.hooks import RunRecord
+from tests.task_functions import add
 
 
 @dataclasses.dataclass
@@ -64,9 +65,7 @@ def app(conn: redis.Redis, wire: int, hooks: Recorder) -> App:
               backoff=Backoff(first_ms=100, factor=2, max_ms=10_000, jitter=0.5),
               draw=lambda: 0.5)
 
-    @app.task(name="add", keep_result=True)
-    def add(a: int, b: int) -> int:
-        return a + b
+    app.task(name="add", keep_result=True)(add)
 
     @app.task(name="shift", keep_result=True)
     def shift(point: Point, when: datetime.datetime, *, by: int = 1) -> Point:
@@ -147,11 +146,7 @@ def test_options_pick_the_queue_and_are_kept_apart_from_arguments(app: App) -> N
 def test_a_lane_option_enqueues_into_the_lane(conn: redis.Redis, hooks: Recorder) -> None:
     app = App(conn, wire=5)
 
-    @app.task(name="add")
-    def add(a: int, b: int) -> int:
-        return a + b
-
-    add.with_options(lane="tenant-a").enqueue(1, 2)
+    app.task(name="add")(add).with_options(lane="tenant-a").enqueue(1, 2)
     job = app.queue.claim_lane(lease_ms=30_000)
     assert job is not None and job.lane == "tenant-a"
     assert app.handler(job) == Done()

@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from echomq import App, Backoff, Consumer, RetryAfter, TaskFailed, aio
 from echomq.calls import MAX_RESULT_BYTES
 from echomq.embedded import EmbeddedValkey
+from tests.task_functions import add, broken
 from tests.test_readme import fenced_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,17 +33,13 @@ def app(request: pytest.FixtureRequest, conn: redis.Redis) -> App:
               backoff=Backoff(first_ms=1_000, factor=2, max_ms=60_000, jitter=0),
               draw=lambda: 0.0)
 
-    @app.task(name="add", keep_result=True)
-    def add(a: int, b: int) -> int:
-        return a + b
+    app.task(name="add", keep_result=True)(add)
 
     @app.task(name="when", keep_result=True)
     def when(day: datetime.date) -> datetime.date:
         return day + datetime.timedelta(days=1)
 
-    @app.task(name="broken", keep_result=True)
-    def broken(reason: str) -> None:
-        raise RuntimeError(reason)
+    app.task(name="broken", keep_result=True)(broken)
 
     @app.task(name="later")
     def later() -> None:

@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -98,13 +99,26 @@ def read_spans(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.fixture
+def spans_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file the worker processes this test starts write their consumer spans to."""
+    path = tmp_path / "spans.jsonl"
+    monkeypatch.setenv("ECHOMQ_TEST_SPANS", str(path))
+    return path
+
+
+def worker_spans(supervisor: Workers, spans_file: Path, count: int) -> list[dict[str, Any]]:
+    """The spans the worker processes wrote, once there are ``count``; the workers stopped
+    cleanly after."""
+    assert wait_until(lambda: len(read_spans(spans_file)) == count, 20), supervisor.log()
+    assert supervisor.terminate(within=10) == 0
+    return read_spans(spans_file)
+
+
 def test_a_worker_process_continues_the_trace_of_the_enqueue(
-        conn: redis.Redis, workers: Callable[..., Workers], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch,
+        conn: redis.Redis, workers: Callable[..., Workers], spans_file: Path,
         exported: tuple[TracingHooks, InMemorySpanExporter]) -> None:
     hooks, exporter = exported
-    spans_file = tmp_path / "spans.jsonl"
-    monkeypatch.setenv("ECHOMQ_TEST_SPANS", str(spans_file))
     queue = Queue(conn, "traced")
     for job_id, fail in (("JOB:ok", False), ("JOB:bad", True)):
         headers: dict[str, str] = {}
@@ -113,11 +127,10 @@ def test_a_worker_process_continues_the_trace_of_the_enqueue(
                         "enqueued_ms": int(time.time() * 1000)}
             queue.enqueue(job_id, json.dumps(envelope))
     supervisor = workers("traced", handler="tests.obs_handlers:traced")
-    assert wait_until(lambda: len(read_spans(spans_file)) == 2, 20), supervisor.log()
-    assert supervisor.terminate(within=10) == 0
+    written = worker_spans(supervisor, spans_file, 2)
 
     producers = {span.name: span for span in exporter.get_finished_spans()}
-    consumers = {span["name"]: span for span in read_spans(spans_file)}
+    consumers = {span["name"]: span for span in written}
     for job_id in ("JOB:ok", "JOB:bad"):
         producer, consumer = producers[f"send task-{job_id}"], consumers[f"process task-{job_id}"]
         assert consumer["kind"] == "CONSUMER"
@@ -129,22 +142,18 @@ def test_a_worker_process_continues_the_trace_of_the_enqueue(
 
 
 def test_a_task_enqueued_by_an_app_is_traced_into_its_worker_process(
-        conn: redis.Redis, workers: Callable[..., Workers], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch,
+        conn: redis.Redis, workers: Callable[..., Workers], spans_file: Path,
         exported: tuple[TracingHooks, InMemorySpanExporter]) -> None:
     hooks, exporter = exported
-    spans_file = tmp_path / "spans.jsonl"
-    monkeypatch.setenv("ECHOMQ_TEST_SPANS", str(spans_file))
     charge = producer_of_charge(conn, [hooks])
     ok, bad = charge.enqueue(100), charge.enqueue(-5)
     supervisor = workers("billing", handler="tests.obs_app:app")
-    assert wait_until(lambda: len(read_spans(spans_file)) == 3, 20), supervisor.log()
-    assert supervisor.terminate(within=10) == 0
+    written = worker_spans(supervisor, spans_file, 3)
 
     sent = {span.context.span_id: span for span in exporter.get_finished_spans()}
     assert {span.name for span in sent.values()} == {"send billing.charge"}
     attempts = {(span["attributes"]["messaging.message.id"], span["attributes"]["echomq.attempt"]):
-                span for span in read_spans(spans_file)}
+                span for span in written}
     assert set(attempts) == {(ok.id, 1), (bad.id, 1), (bad.id, 2)}
     for span in attempts.values():
         parent = sent[span["parent_id"]]  # each attempt a child of its enqueue

@@ -524,29 +524,26 @@ class Model:
         for _ in range(max(0, min(count, WAKE_CAP - self.llen(key)))):
             self.push(key, b"1")
 
-    def _enqueue(self, call: Call) -> bytes:
-        row, pending, wake_key = call.keys
+    def admit(self, call: Call, score: int) -> bytes:
+        """Admit the job once (invariant 2): its row, and its id in the set of ``call``'s second
+        key at ``score`` (pending now, or delayed until it is due); an existing row is a
+        duplicate that changes nothing."""
+        row, waiting, wake_key = call.keys
         job_id, payload = call.args[0], call.args[1]
         if row in self.keys:
             return status("DUPLICATE")
-        now = call.numbers["now"]
         self.keys[row] = Value(b"hash", {b"payload": payload, b"attempts": b"0",
-                                         b"enqueued_at": dec(now)})
-        self.zadd(pending, now, job_id)
+                                         b"enqueued_at": dec(call.numbers["now"])})
+        self.zadd(waiting, score, job_id)
         self.wake(wake_key, 1)
         return status("ENQUEUED")
 
+    def _enqueue(self, call: Call) -> bytes:
+        return self.admit(call, call.numbers["now"])
+
     def _enqueue_delayed(self, call: Call) -> bytes:
-        row, delayed, wake_key = call.keys
-        job_id, payload = call.args[0], call.args[1]
-        if row in self.keys:
-            return status("DUPLICATE")
-        now = call.numbers["now"]
-        self.keys[row] = Value(b"hash", {b"payload": payload, b"attempts": b"0",
-                                         b"enqueued_at": dec(now)})
-        self.zadd(delayed, max(now + call.numbers["delay_ms"], call.numbers["at_ms"]), job_id)
-        self.wake(wake_key, 1)
-        return status("ENQUEUED")
+        numbers = call.numbers
+        return self.admit(call, max(numbers["now"] + numbers["delay_ms"], numbers["at_ms"]))
 
     def _claim(self, call: Call) -> bytes:
         pending, active, counter = call.keys

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from echomq.calls import Job
+from echomq.loop import error_text
 
 SUCCEEDED = "succeeded"
 RETRIED = "retried"
@@ -31,6 +32,18 @@ class RunRecord:
 
     outcome: str = SUCCEEDED
     error: str | None = None
+
+
+@contextmanager
+def failures_recorded(record: RunRecord) -> Iterator[RunRecord]:
+    """Yield ``record``; an exception that escapes the block is a failed attempt, retried,
+    unless the record already says how the attempt ended (the App's word stands)."""
+    try:
+        yield record
+    except BaseException as exc:
+        if record.error is None:
+            record.outcome, record.error = RETRIED, error_text(exc)
+        raise
 
 
 class TaskHooks(Protocol):
