@@ -104,3 +104,22 @@ def test_the_async_twin_talks_to_the_same_server_and_database(valkey: EmbeddedVa
     conn.close()
     with pytest.raises(TypeError, match="cluster"):
         async_twin(object())
+
+
+def test_fastapi_takes_the_same_lifespan(valkey: EmbeddedValkey, observer: redis.Redis) -> None:
+    """The guide's FastAPI line, run: FastAPI(lifespan=lifespan(app, consume=True))."""
+    from fastapi import FastAPI
+
+    app = tasks_app(app_client(valkey))
+    web = FastAPI(lifespan=lifespan(app, consume=True, park_cap_ms=200))
+
+    @web.post("/shout")
+    def shout(text: str) -> dict[str, str]:
+        return {"id": app.tasks["shout"].enqueue(text).id}
+
+    with TestClient(web) as client:
+        assert clients_of(observer) >= 1
+        job_id = client.post("/shout", params={"text": "fast"}).json()["id"]
+        handle = TaskHandle(job_id, app.queue, app.tasks["shout"], Verdict.ENQUEUED)
+        assert handle.result(timeout=4) == "FAST"
+    assert clients_of(observer) == 0
