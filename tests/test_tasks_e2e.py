@@ -238,17 +238,21 @@ def test_async_tasks_run_side_by_side_on_the_asyncio_consumer(app: App,
 
 def test_result_waits_past_the_connections_socket_timeout(app: App,
                                                           valkey: EmbeddedValkey) -> None:
-    producer = App(valkey.client(socket_timeout=0.3), app.queue.name, wire=app.wire)
+    client = valkey.client(socket_timeout=0.3)
+    producer = App(client, app.queue.name, wire=app.wire)
     producer.task(name="add", keep_result=True)(app.tasks["add"].function)
     handle = producer.tasks["add"].enqueue(1, 2)
-    with pytest.raises(TimeoutError, match=r"still pending after 0\.8 s"):
-        handle.result(timeout=0.8)
-    finished: list[int | None] = []
-    waiter = threading.Thread(target=lambda: finished.append(handle.result()))
-    waiter.start()
-    drain(app)
-    waiter.join(10)
-    assert finished == [3]
+    try:
+        with pytest.raises(TimeoutError, match=r"still pending after 0\.8 s"):
+            handle.result(timeout=0.8)
+        finished: list[int | None] = []
+        waiter = threading.Thread(target=lambda: finished.append(handle.result()))
+        waiter.start()
+        drain(app)
+        waiter.join(10)
+        assert finished == [3]
+    finally:
+        client.close()
 
 
 def test_the_readmes_queue_underneath_example_runs_too(tmp_path: Path) -> None:

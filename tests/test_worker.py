@@ -290,6 +290,11 @@ def clients_besides(conn: redis.Redis) -> list[dict[str, str]]:
     return [client for client in conn.client_list() if int(client["id"]) != mine]
 
 
+def worker_clients(conn: redis.Redis, before: set[str]) -> list[dict[str, str]]:
+    """The server's clients that are neither this test's nor there before the workers started."""
+    return [client for client in clients_besides(conn) if client["id"] not in before]
+
+
 @pytest.mark.parametrize("after", [None, 0.0, 0.05, 0.1, 0.3, 1.0])
 def test_workers_die_with_their_supervisor_at_any_point_of_start_up(
         conn: redis.Redis, workers: Callable[..., Workers], after: float | None) -> None:
@@ -298,6 +303,7 @@ def test_workers_die_with_their_supervisor_at_any_point_of_start_up(
     queue = Queue(conn, "orphans")
     ids = [f"JOB:{n:03d}" for n in range(200)]
     queue.enqueue_many([(job_id, b"sleep:20") for job_id in ids])
+    before = {client["id"] for client in clients_besides(conn)}  # not the workers'
     supervisor = workers("orphans", "--concurrency", "2", "--lease-ms", "60000")
     if after is not None:
         assert wait_until(lambda: "worker 1 started" in supervisor.log(), 20), supervisor.log()
@@ -305,7 +311,7 @@ def test_workers_die_with_their_supervisor_at_any_point_of_start_up(
     supervisor.process.kill()
     supervisor.process.wait()
     assert wait_until(lambda: supervisor.group() == [], 20), supervisor.log()
-    assert wait_until(lambda: clients_besides(conn) == [], 10), clients_besides(conn)
+    assert wait_until(lambda: worker_clients(conn, before) == [], 10), worker_clients(conn, before)
     counts = queue.counts()
     assert counts["active"] == 0  # every running job finished; none waits for its lease
     assert counts["pending"] + conn.hlen("test:acked") == len(ids)
