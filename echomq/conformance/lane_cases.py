@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from echomq.conformance.batch_cases import settle
 from echomq.conformance.cases import (
     NOW,
     NULL,
@@ -20,10 +21,6 @@ from echomq.conformance.cases import (
     leased,
     waiting,
 )
-from echomq.conformance.resp import Arg
-
-SETTLE_KEYS: list[Arg] = [7, key("active"), key("delayed"), key("dead"), key("pending"),
-                          key("fence"), key("ring"), key("wake")]
 
 
 def parked(group: str, bits: int, held: int, limit: int | None = 1,
@@ -40,10 +37,6 @@ def parked(group: str, bits: int, held: int, limit: int | None = 1,
 
 def lane_lease(group: str = "a", **kwargs: int) -> list[Command]:
     return leased("JOB:1", lane=group, **kwargs)
-
-
-def settle_argv(*items: Arg, count: int = 0) -> list[Arg]:
-    return [*SETTLE_KEYS, NOW, 60_000, 30_000, count, *items]
 
 
 def release_cases() -> Iterator[Case]:
@@ -65,7 +58,7 @@ def release_cases() -> Iterator[Case]:
     yield _case("ack", "lane-held-not-counted", _argv("ack"), b"+ACKED", lane_lease())
     yield _case("ack_result", "lane-slot-back", _argv("ack_result"), b"+ACKED",
                 lane_lease() + full)
-    yield _case("settle", "lane-done-slot-back", settle_argv("done", "JOB:1", 1, b"r"), b"*2",
+    yield _case("settle", "lane-done-slot-back", settle("done", "JOB:1", 1, b"r"), b"*2",
                 lane_lease() + full)
     yield _case("retry", "lane-slot-back", _argv("retry"), b"+RETRYING", lane_lease() + full)
     yield _case("retry", "lane-dead-slot-back", _argv("retry", max_attempts=1), b"+DEAD",
@@ -76,15 +69,15 @@ def release_cases() -> Iterator[Case]:
                 lane_lease(attempt=3, deadline=1) + full)
     yield _case("recover", "lane-paused-stays-out", _argv("recover"), b":1",
                 lane_lease(deadline=1) + parked("a", 4, 1, waiting_ids=()))
-    yield _case("settle", "lane-ack-slot-back", settle_argv("ack", "JOB:1", 1), b"*2",
+    yield _case("settle", "lane-ack-slot-back", settle("ack", "JOB:1", 1), b"*2",
                 lane_lease() + full)
     yield _case("settle", "lane-retry-slot-back",
-                settle_argv("retry", "JOB:1", 1, 0, 1, "x"), b"*2", lane_lease() + full)
-    yield _case("settle", "lane-release-slot-back", settle_argv("release", "JOB:1", 1), b"*2",
+                settle("retry", "JOB:1", 1, 0, 1, "x"), b"*2", lane_lease() + full)
+    yield _case("settle", "lane-release-slot-back", settle("release", "JOB:1", 1), b"*2",
                 lane_lease() + full)
-    yield _case("settle", "lane-release-ring-empty", settle_argv("release", "JOB:1", 1), b"*2",
+    yield _case("settle", "lane-release-ring-empty", settle("release", "JOB:1", 1), b"*2",
                 lane_lease() + parked("a", 1, 1, waiting_ids=()))
-    yield _case("settle", "lane-release-paused", settle_argv("release", "JOB:1", 1), b"*2",
+    yield _case("settle", "lane-release-paused", settle("release", "JOB:1", 1), b"*2",
                 lane_lease() + parked("a", 4, 1, waiting_ids=()))
 
 
@@ -94,9 +87,9 @@ def pause_cases() -> Iterator[Case]:
     yield _case("claim", "queue-paused-bad-fence", _argv("claim"), b"-EMQFENCE",
                 waiting("JOB:1") + paused + [["SET", key("fence"), "x"]])
     yield _case("settle", "queue-paused-claims-none",
-                settle_argv("ack", "JOB:1", 1, count=5), b"*2\r\n*1\r\n+ACKED\r\n*0\r\n",
+                settle("ack", "JOB:1", 1, count=5), b"*2\r\n*1\r\n+ACKED\r\n*0\r\n",
                 leased("JOB:1") + waiting("JOB:2") + paused)
-    yield _case("settle", "queue-paused-fence-unread", settle_argv(count=1),
+    yield _case("settle", "queue-paused-fence-unread", settle(count=1),
                 b"*2\r\n*0\r\n*0\r\n", waiting("JOB:2") + paused + [["SET", key("fence"), "x"]])
 
 
@@ -140,7 +133,7 @@ def bookkeeping_cases() -> Iterator[Case]:
         yield _case("recover", f"lane-{suffix}-wrongtype", _argv("recover"), b"-WRONGTYPE",
                     lane_lease(deadline=1) + broken)
         if suffix != "ring":  # settle declares the ring: the server's own type check
-            yield _case("settle", f"lane-{suffix}-wrongtype", settle_argv("ack", "JOB:1", 1),
+            yield _case("settle", f"lane-{suffix}-wrongtype", settle("ack", "JOB:1", 1),
                         b"-WRONGTYPE", lane_lease() + broken)
         yield _case("ack", f"flat-{suffix}-wrongtype", _argv("ack"), b"+ACKED",
                     leased("JOB:1") + broken)
@@ -148,7 +141,7 @@ def bookkeeping_cases() -> Iterator[Case]:
                 [*lane_lease(attempt=3, deadline=1), ["SET", key("leased"), "x"]])
     yield _case("ack", "lane-full-lane-of-other-type", _argv("ack"), b"+ACKED",
                 [*lane_lease(), *parked("a", 1, 1, waiting_ids=()), ["SET", key("lane:a"), "x"]])
-    yield _case("settle", "lane-stale-leased-wrongtype", settle_argv("ack", "JOB:1", 7),
+    yield _case("settle", "lane-stale-leased-wrongtype", settle("ack", "JOB:1", 7),
                 b"-WRONGTYPE", [*lane_lease(), ["SET", key("leased"), "x"]])
 
 
