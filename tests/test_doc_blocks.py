@@ -64,18 +64,19 @@ def worker(arguments: str, server: EmbeddedValkey, cwd: Path) -> Iterator[None]:
     """``echomq worker ARGUMENTS`` on the block's server, live before the block runs, and
     stopped (SIGTERM, exit 0) after it."""
     argv = [ECHOMQ, "worker", *shlex.split(arguments), "--url", f"redis://localhost:{server.port}"]
-    process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+    log = cwd / "worker.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(argv, cwd=cwd, stdout=output, stderr=subprocess.STDOUT)
     conn = server.client()
     try:
         until(lambda: process.poll() is not None or bool(live_workers(conn)), "a live worker")
-        assert process.poll() is None, process.communicate()[0]
+        assert process.poll() is None, log.read_text()
         yield
     finally:
         conn.close()
         process.send_signal(signal.SIGTERM)
-        printed = process.communicate(timeout=BOUND_S)[0]
-    assert process.returncode == 0, printed
+        process.wait(timeout=BOUND_S)
+    assert process.returncode == 0, log.read_text()
 
 
 def run_served(script: Path, queue_name: str, server: EmbeddedValkey) -> None:
