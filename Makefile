@@ -100,7 +100,7 @@ wheel: install
 	$(PY) -m build --outdir $(DIST) .
 
 test-wheel: wheel
-	bash .ci/wheel-check $(DIST)
+	PYTHON="$$($(PY) -c 'import sys; print(sys._base_executable)')" bash .ci/wheel-check $(DIST)
 
 clean:
 	$(MAKE) -C native clean
