@@ -15,13 +15,12 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
-import redis
 
 from echomq import Queue
 from echomq.embedded import EmbeddedValkey
 from echomq.workers import live_workers
 from tests.conftest import start_server
-from tests.doc_blocks import Block, every_block, modules_before
+from tests.doc_blocks import Block, blocks_of, every_block, modules_before
 from tests.reliability.servers import cluster
 
 ECHOMQ = str(Path(sys.executable).with_name("echomq"))
@@ -141,11 +140,8 @@ def test_a_need_is_read_from_the_comment_before_the_fence(tmp_path: Path) -> Non
     document = tmp_path / "DOC.md"
     document.write_text("text\n<!-- doc-test: worker myapp:app --queue a -->\n```python\n"
                         "# myapp.py\nx = 1\n```\n\n```python\nimport myapp\n```\n")
-    from tests.doc_blocks import blocks_of
-
     first, second = blocks_of(document)
     assert (first.line, first.module, first.need("worker"), first.need("serves")) == (
         4, "myapp.py", "myapp:app --queue a", None)
     assert (second.line, second.module, second.needs) == (9, None, "")
     assert modules_before(second) == {"myapp.py": "# myapp.py\nx = 1\n"}
-    assert redis  # the suite's client, as the blocks use it
