@@ -11,7 +11,8 @@ from echomq.loop import park_cap_for
 
 # One blocking wait on the server lasts at most this long, whatever the socket allows.
 WAIT_SLICE_MS = 60_000
-# Less than this left is no blocking wait: BLMOVE reads a timeout under 1 ms as 0, for ever.
+# Less than this left ends the wait: a blocking call that short is a round trip for nothing
+# (and a timeout of 0 would block for ever).
 SHORTEST_BLOCK_S = 0.001
 
 
