@@ -17,7 +17,7 @@ from typing import Any
 from tqdm import tqdm
 
 from bench import cost, e2e, lanes, memory, report, scaling, tasks, throughput, workers
-from bench.common import load_scripts, running_server, server_version
+from bench.common import load_scripts, missing_tools, running_server, server_version
 from echomq.native import module_path
 
 FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_reps": 2,
@@ -53,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
             print(report.write(json.load(source), args.out))
         return 0
     phases = [phase for phase in PHASES if phase in (args.only or PHASES)]
+    missing = missing_tools(phases)
+    if missing:
+        print("\n".join(missing), file=sys.stderr)
+        return 2
     os.makedirs(args.out, exist_ok=True)
     started = time.time()
     results: dict[str, Any] = {"mode": "quick" if args.quick else "full", "config": config}

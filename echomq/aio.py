@@ -66,6 +66,7 @@ from echomq.loop import (
 from echomq.registry import REGISTRY_KEY
 from echomq.scripts import script_for
 from echomq.transitions import Transition
+from echomq.waiting import next_block_s, wait_slice_s
 
 __all__ = ["AsyncExecutor", "Consumer", "Job", "Queue", "Verdict", "async_executor_for"]
 
@@ -325,17 +326,19 @@ class Queue(AsyncLaneControls):
             return outcome_of(await pipe.execute(raise_on_error=False))
 
     async def wait(self, job_id: str, timeout_s: float) -> JobOutcome:
-        """As ``echomq.Queue.wait``: block (on the job's ended key, never polling) until the job
-        is done or dead, or ``timeout_s`` passes; its outcome then."""
+        """As ``echomq.Queue.wait``: block (on the job's ended key, never polling, in slices under
+        the socket timeout) until the job is done or dead, or ``timeout_s`` passes; its outcome
+        then."""
         deadline = time.monotonic() + timeout_s
+        slice_s = wait_slice_s(self.conn)
         ended = self.key("ended", job_id)
         while True:
             outcome = await self.outcome(job_id)
-            remaining = deadline - time.monotonic()
-            if outcome.ended or remaining <= 0:
+            block_s = next_block_s(deadline, slice_s)
+            if outcome.ended or block_s is None:
                 return outcome
-            if await self.conn.blmove(ended, ended, remaining, "LEFT", "RIGHT") is None:
-                return await self.outcome(job_id)
+            if await self.conn.blmove(ended, ended, block_s, "LEFT", "RIGHT") is None:
+                continue  # the slice ran out: the loop reads the outcome again
             outcome = await self.outcome(job_id)
             if outcome.ended:
                 return outcome

@@ -85,9 +85,9 @@ class EmbeddedValkey:
     """A private ``valkey-server`` (module loaded unless ``module=False``), as a context manager.
 
     ``directory``: where its files go (a fresh temporary directory by default, removed after;
-    a directory you name is kept). ``persist``: keep the data across restarts in that directory
-    (append-only file, fsync every second). ``unix_socket``: listen on ``<directory>/valkey.sock``
-    instead of a TCP port.
+    a directory you name is made when missing, and kept). ``persist``: keep the data across
+    restarts in that directory (append-only file, fsync every second). ``unix_socket``: listen on
+    ``<directory>/valkey.sock`` instead of a TCP port.
     ``config``: extra ``--name value`` settings, e.g. ``{"appendfsync": "always"}``.
     ``module``: False for a server without trafikey, or the path of another build of it.
     ``env``: variables added to the server's environment.
@@ -108,7 +108,9 @@ class EmbeddedValkey:
         self.persist = persist
         self.unix_socket = unix_socket
         self._own_dir = directory is None
-        self.directory = directory or tempfile.mkdtemp(prefix="echomq-valkey-")
+        # The server runs in its directory, so a relative one is made absolute here, in ours.
+        self.directory = (os.path.abspath(directory) if directory is not None
+                          else tempfile.mkdtemp(prefix="echomq-valkey-"))
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -136,6 +138,7 @@ class EmbeddedValkey:
 
     def start(self, timeout: float = 20.0) -> EmbeddedValkey:
         env = {**os.environ, **self.env}
+        os.makedirs(self.directory, exist_ok=True)
         with open(os.path.join(self.directory, "stderr.log"), "ab") as stderr:
             self.process = subprocess.Popen(
                 self.command(), cwd=self.directory, env=env, stdin=subprocess.DEVNULL,

@@ -39,6 +39,7 @@ from echomq.errors import EvictionPolicyWarning
 from echomq.executors import executor_for
 from echomq.lanes import LaneControls, lane_depths_of
 from echomq.registry import REGISTRY_KEY
+from echomq.waiting import next_block_s, wait_slice_s
 
 __all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "JobOutcome", "Outcome", "Queue", "Release", "Retry",
            "Verdict", "warn_if_evicting"]
@@ -244,22 +245,25 @@ class Queue(LaneControls):
             return outcome_of(pipe.execute(raise_on_error=False))
 
     def wait(self, job_id: str, timeout_s: float) -> JobOutcome:
-        """Block until ``job_id`` is done or dead, or ``timeout_s`` passes; its outcome then.
+        """Block until ``job_id`` is done or dead, or ``timeout_s`` passes (``math.inf``: as long
+        as it takes); its outcome then.
 
         Never a polling loop: the transitions that end a job — an ack keeping a result, a retry
         or a recover sending it dead — leave a token in its ended key, and this blocks on that
         key (BLMOVE onto itself, so every waiter wakes). An ack without a result leaves none:
-        such a job is seen done when the timeout passes. The connection's socket timeout must
-        exceed ``timeout_s``."""
+        such a job is seen done when the timeout passes. Each blocking call ends before the
+        connection's socket timeout (``echomq.waiting``), so any ``timeout_s`` works on any
+        client."""
         deadline = time.monotonic() + timeout_s
+        slice_s = wait_slice_s(self.conn)
         ended = self.key("ended", job_id)
         while True:
             outcome = self.outcome(job_id)
-            remaining = deadline - time.monotonic()
-            if outcome.ended or remaining <= 0:
+            block_s = next_block_s(deadline, slice_s)
+            if outcome.ended or block_s is None:
                 return outcome
-            if self.conn.blmove(ended, ended, remaining, "LEFT", "RIGHT") is None:
-                return self.outcome(job_id)
+            if self.conn.blmove(ended, ended, block_s, "LEFT", "RIGHT") is None:
+                continue  # the slice ran out: the loop reads the outcome again
             outcome = self.outcome(job_id)
             if outcome.ended:
                 return outcome

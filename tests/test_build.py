@@ -74,3 +74,25 @@ def test_ci_refuses_service_starts_during_the_install_only(tmp_path: Path) -> No
     failed = ci("without_service_starts false", policy)
     assert failed.returncode == 1
     assert policy.read_text() == "#!/bin/sh\nexit 0\n"  # the machine's own, back in place
+
+
+def make_test_django(ci: str | None) -> subprocess.CompletedProcess[str]:
+    """``make test-django`` on a machine with no Python 3.12 or newer, in CI or not."""
+    env = {key: value for key, value in os.environ.items() if key != "CI"}
+    if ci is not None:
+        env["CI"] = ci
+    return subprocess.run(["make", "-s", "--no-print-directory", "-C", str(ROOT), "test-django",
+                           "DJANGO_PYTHON="], env=env, capture_output=True, text=True)
+
+
+def test_without_python_312_the_django_stage_is_skipped_loudly_outside_ci() -> None:
+    outside = make_test_django(None)
+    assert outside.returncode == 0, outside.stderr
+    assert outside.stdout.startswith("*** test-django SKIPPED: no Python 3.12 or newer")
+    in_ci = make_test_django("true")
+    assert in_ci.returncode != 0
+    assert in_ci.stdout.startswith("test-django: no Python 3.12 or newer")
+
+
+def test_ci_makes_sure_of_a_python_for_django() -> None:
+    assert "install_django_python\n" in CI.read_text().split("main() {", 1)[1]

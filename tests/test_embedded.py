@@ -90,3 +90,21 @@ def test_stop_removes_its_own_directory() -> None:
     server.stop()
     assert not os.path.exists(directory)
     assert gone_within(pid, 5)
+
+
+@pytest.mark.parametrize("made_before", [True, False], ids=["existing", "missing"])
+def test_a_relative_directory_persists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       made_before: bool) -> None:
+    monkeypatch.chdir(tmp_path)
+    if made_before:
+        os.mkdir("data")
+    with EmbeddedValkey(prefer="path", directory="./data", persist=True) as server:
+        conn = server.client()
+        assert Queue(conn, "q", wire=6).enqueue("JOB:1", b"kept") is Verdict.ENQUEUED
+        conn.close()
+    assert (tmp_path / "data" / "valkey.log").exists()
+    with EmbeddedValkey(prefer="path", directory="./data", persist=True) as server:
+        queue = Queue(server.client(), "q", wire=6)
+        job = queue.claim()
+        assert job is not None and job.payload == b"kept"
+        queue.conn.close()

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import time
+import math
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from echomq.connection import socket_timeout_of
 from echomq.errors import TaskFailed
-from echomq.loop import park_cap_for
 from echomq.tasks.envelope import decode_result, is_json
 
 if TYPE_CHECKING:
@@ -16,8 +14,6 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 
-# result() waits in slices at most this long (each one a blocking wait on the server).
-WAIT_SLICE_MS = 60_000
 WAITING = frozenset({"pending", "delayed", "active"})
 
 
@@ -48,7 +44,7 @@ class TaskHandle(Generic[R]):
         if not self.task.keep_result:
             raise ValueError(f"task {self.task.name} keeps no result: declare it with "
                              "@app.task(keep_result=True), or read handle.outcome()")
-        outcome = self._wait(timeout)
+        outcome = self.queue.wait(self.id, math.inf if timeout is None else timeout)
         if outcome.state == "done":
             return self._value(outcome.result)
         if outcome.state == "dead":
@@ -57,17 +53,6 @@ class TaskHandle(Generic[R]):
             raise TimeoutError(f"{self.id} is still {outcome.state} after {timeout} s")
         raise LookupError(f"no job {self.id} on queue {self.queue.name}: never admitted, or "
                           "its tombstone expired")
-
-    def _wait(self, timeout: float | None) -> JobOutcome:
-        """``Queue.wait`` in slices that each end before the connection's socket timeout
-        would trip, until the job ends or ``timeout`` passes."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        longest = park_cap_for(socket_timeout_of(self.queue.conn), WAIT_SLICE_MS) / 1000
-        while True:
-            left = longest if deadline is None else min(longest, deadline - time.monotonic())
-            outcome = self.queue.wait(self.id, max(0.0, left))
-            if outcome.state not in WAITING or left < longest:
-                return outcome
 
     def _value(self, kept: bytes | None) -> R | None:
         if kept is None:  # kept from a run before the task kept its result
