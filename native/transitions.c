@@ -675,6 +675,7 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
      * anything is written */
     DueLanes due = {NULL, 0};
     const char *err = plan_moves(ctx, base, moves, n, recover, now, max_attempts);
+    if (err == NULL && !recover) err = check_reopening(ctx, base);
     if (err == NULL && !recover) err = due_lanes(ctx, base, now, limit, &due);
     if (err) {
         due_lanes_free(ctx, &due);
