@@ -437,6 +437,26 @@ def test_moving_lane_keys_refused_alike_by_both_executors(cluster: Cluster, rc: 
     assert sorted(job.id for job in served if job) == ["JOB:g2", "JOB:h1"]
 
 
+def test_redirects_alike_by_both_executors(cluster: Cluster, rc: RedisCluster) -> None:
+    """Every key of a queue has moved to the importing node: the source answers each call
+    -ASK, and a node that serves neither side -MOVED to the source, byte for byte alike on both
+    executors, before anything runs."""
+    name = "redirects"
+    fill_every_key(rc, name)
+    slot = slot_of(name)
+    calls = [(verb, 5) for verb in ACTIONS] + [(verb, 6) for verb in NATIVE_ACTIONS]
+    with slot_in_motion(cluster, name, rows_first=True, first=lambda key: True) as (source,
+                                                                                    target):
+        stranger = next(n for n in cluster.nodes if n not in (source, target))
+        asked = {call: raw_reply(source, command_of(name, call[1], ACTIONS[call[0]]),
+                                 asking=False) for call in calls}
+        moved = {call: raw_reply(stranger, command_of(name, call[1], ACTIONS[call[0]]),
+                                 asking=False) for call in calls}
+    ask = f"-ASK {slot} 127.0.0.1:{target.port}\r\n".encode()
+    assert asked == dict.fromkeys(calls, ask), asked
+    assert moved == dict.fromkeys(calls, f"-MOVED {slot} 127.0.0.1:{source.port}\r\n".encode())
+
+
 @pytest.mark.parametrize("wire", [5, 6])
 def test_importing_node_keeps_jobs_whose_rows_have_not_moved(cluster: Cluster, rc: RedisCluster,
                                                             wire: int) -> None:
