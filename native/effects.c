@@ -100,12 +100,26 @@ void fx_hset1(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *ke
     ValkeyModule_Replicate(ctx, "HSET", "scs", keyname, field, value);
 }
 
-/* SET key value (a string, its TTL dropped as SET drops it). */
-void fx_set(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
-            ValkeyModuleString *value) {
-    ValkeyModule_StringSet(key, value);
-    touched(ctx, VALKEYMODULE_NOTIFY_STRING, "set", keyname);
-    ValkeyModule_Replicate(ctx, "SET", "ss", keyname, value);
+/* SET key <v> for a counter (a string, its TTL dropped as SET drops it), run by the server's own
+ * SET through ValkeyModule_Call (not replicated by it: the effect is replicated here). So the value
+ * is stored as the script's SET stores it (an integer encoding), and an existing key fires "set"
+ * only: ValkeyModule_StringSet deletes the key and adds it again, firing "new" each time. The open
+ * key would point at the value SET replaced: it is closed around the call and opened again. */
+void fx_set_counter(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, long long v) {
+    char num[24];
+    size_t n = decimal(v, num);
+    ValkeyModule_CloseKey(*key);
+    ValkeyModuleCallReply *reply = ValkeyModule_Call(ctx, "SET", "sb", keyname, num, n);
+    *key = ValkeyModule_OpenKey(ctx, keyname, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    if (reply != NULL) {
+        ValkeyModule_FreeCallReply(reply);
+    } else { /* not expected (the call's keys were checked): the value is written all the same */
+        ValkeyModuleString *value = ValkeyModule_CreateString(ctx, num, n);
+        ValkeyModule_StringSet(*key, value);
+        ValkeyModule_FreeString(ctx, value);
+        touched(ctx, VALKEYMODULE_NOTIFY_STRING, "set", keyname);
+    }
+    ValkeyModule_Replicate(ctx, "SET", "sb", keyname, num, n);
 }
 
 /* DEL key (the caller knows it exists). */
@@ -151,18 +165,18 @@ void fx_mark_ended(ValkeyModuleCtx *ctx, ValkeyModuleString *ended, long long re
     ValkeyModule_CloseKey(key);
 }
 
-/* lease of the prelude: count the attempt, take the next fence (SET fence), write both to the row
- * in one HSET, put the id in active until deadline. */
+/* lease of the prelude: count the attempt, take the next fence (SET fence; *fence_key is opened
+ * again), write both to the row in one HSET, put the id in active until deadline. */
 void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
               ValkeyModuleString *id, ValkeyModuleKey *active, ValkeyModuleString *active_name,
-              ValkeyModuleKey *fence_key, ValkeyModuleString *fence_name, long long last_fence,
+              ValkeyModuleKey **fence_key, ValkeyModuleString *fence_name, long long last_fence,
               long long deadline, long long *attempt, long long *fence) {
     *attempt = row_int_field(ctx, row, "attempts", 0) + 1;
     *fence = last_fence + 1;
     char num[24];
     ValkeyModuleString *attempt_str = ValkeyModule_CreateString(ctx, num, decimal(*attempt, num));
     ValkeyModuleString *fence_str = ValkeyModule_CreateString(ctx, num, decimal(*fence, num));
-    fx_set(ctx, fence_key, fence_name, fence_str);
+    fx_set_counter(ctx, fence_key, fence_name, *fence);
     ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "attempts", attempt_str, "fence", fence_str, NULL);
     touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
     ValkeyModule_Replicate(ctx, "HSET", "scscs", row_name, "attempts", attempt_str, "fence", fence_str);

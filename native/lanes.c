@@ -252,9 +252,47 @@ long long reopen_lanes(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, D
     return n;
 }
 
-/* check_lane_bookkeeping of the prelude: the ring, the knobs, the leases held and the parked
- * groups of a lane job's lease, checked as derived keys (ACL, slot, type) before anything is
- * written. NULL (also for a flat job), or the error to reply. */
+/* Whether a group is parked at its concurrency limit. */
+static int parked_at_limit(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group) {
+    Opened parked = open_of(ctx, base, "parked", NULL);
+    long long mask = hash_int(ctx, parked.key, group, 0, 0);
+    close_of(ctx, &parked);
+    return (mask & PARKED_FULL) != 0;
+}
+
+/* check_derived of the prelude: a derived key of the base (base + suffix) readable and writable
+ * by the caller, absent or of the expected type, not on another node. NULL or the error. */
+static const char *check_derived(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, const char *suffix, int type) {
+    ValkeyModuleString *name = lane_key(ctx, base, suffix, NULL);
+    const char *err = NULL;
+    if (!acl_may_access(acl, name)) {
+        err = EMQ_ERR_PERM;
+    } else {
+        ValkeyModuleKey *key = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
+        int t = ValkeyModule_KeyType(key);
+        ValkeyModule_CloseKey(key);
+        if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) err = EMQ_ERR_MOVING;
+        else if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != type) err = EMQ_ERR_TYPE;
+    }
+    ValkeyModule_FreeString(ctx, name);
+    return err;
+}
+
+/* check_reopening of the prelude: the groups over their rate and the parked groups, which promote
+ * reads and writes for the groups it reopens and the lane jobs it moves, checked as derived keys
+ * before anything is written. NULL or the error. */
+const char *check_reopening(ValkeyModuleCtx *ctx, Bytes base) {
+    Acl acl = {ctx, NULL, 0};
+    const char *err = check_derived(ctx, &acl, base, "throttled", VALKEYMODULE_KEYTYPE_ZSET);
+    if (err == NULL) err = check_derived(ctx, &acl, base, "parked", VALKEYMODULE_KEYTYPE_HASH);
+    acl_release(&acl);
+    return err;
+}
+
+/* check_lane_bookkeeping of the prelude: the ring, the knobs, the leases held, the parked groups
+ * and, when the group is parked at its limit (it may come back to the ring if its lane holds
+ * jobs), the group's lane of a lane job's lease, checked as derived keys (ACL, slot, type) before
+ * anything is written. NULL (also for a flat job), or the error to reply. */
 const char *check_lane_bookkeeping(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *row) {
     static const struct {
         const char *suffix;
@@ -268,18 +306,12 @@ const char *check_lane_bookkeeping(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, V
         ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &group, NULL);
     if (group == NULL) return NULL;
     const char *err = NULL;
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && err == NULL; i++) {
-        ValkeyModuleString *name = lane_key(ctx, base, keys[i].suffix, NULL);
-        if (!acl_may_access(acl, name)) {
-            err = EMQ_ERR_PERM;
-        } else {
-            ValkeyModuleKey *key = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
-            int t = ValkeyModule_KeyType(key);
-            ValkeyModule_CloseKey(key);
-            if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) err = EMQ_ERR_MOVING;
-            else if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != keys[i].type) err = EMQ_ERR_TYPE;
-        }
-        ValkeyModule_FreeString(ctx, name);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && err == NULL; i++)
+        err = check_derived(ctx, acl, base, keys[i].suffix, keys[i].type);
+    if (err == NULL && parked_at_limit(ctx, base, group)) {
+        ValkeyModuleString *lane = derived_key(ctx, base, "lane:", group);
+        err = check_lane(ctx, acl, base, lane);
+        ValkeyModule_FreeString(ctx, lane);
     }
     ValkeyModule_FreeString(ctx, group);
     return err;

@@ -99,14 +99,14 @@ void fx_push(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *key
              ValkeyModuleString *element);
 void fx_hset1(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *field,
               ValkeyModuleString *value);
-void fx_set(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString *value);
+void fx_set_counter(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, long long v);
 void fx_del(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname);
 void fx_hdel(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *field);
 void fx_pexpire(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, long long ms);
 void fx_wake(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, long long n);
 void fx_mark_ended(ValkeyModuleCtx *ctx, ValkeyModuleString *ended, long long retention_ms);
 void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
-              ValkeyModuleKey *active, ValkeyModuleString *active_name, ValkeyModuleKey *fence_key,
+              ValkeyModuleKey *active, ValkeyModuleString *active_name, ValkeyModuleKey **fence_key,
               ValkeyModuleString *fence_name, long long last_fence, long long deadline, long long *attempt,
               long long *fence);
 
@@ -121,6 +121,7 @@ typedef struct {
 void release_lane_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, ValkeyModuleKey *row);
 int lane_parked(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group);
 const char *check_lane_bookkeeping(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *row);
+const char *check_reopening(ValkeyModuleCtx *ctx, Bytes base);
 const char *queue_paused(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, int *paused);
 /* The groups whose rate window has opened, checked before promote writes (due_lanes), then
  * brought back (reopen_lanes, which frees them). */

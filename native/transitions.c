@@ -100,7 +100,7 @@ static const char *finish_retry(ValkeyModuleCtx *ctx, const RetryKeys *rk, Valke
 
 /* The declared keys a claim writes: pending, active, the fence counter (open, and their names). */
 typedef struct {
-    ValkeyModuleKey *pending, *active, *fence;
+    ValkeyModuleKey *pending, *active, **fence; /* fence: the call's own slot, opened again by each lease */
     ValkeyModuleString *pending_name, *active_name, *fence_name;
 } ClaimKeys;
 
@@ -243,7 +243,7 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, names[EMQ_CLAIM_KEY_PENDING], ghosts.v[i]);
         ClaimKeys ck = {pending,
                         active,
-                        fence_key,
+                        &k[EMQ_CLAIM_KEY_FENCE],
                         names[EMQ_CLAIM_KEY_PENDING],
                         names[EMQ_CLAIM_KEY_ACTIVE],
                         names[EMQ_CLAIM_KEY_FENCE]};
@@ -475,7 +475,7 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, names[EMQ_SETTLE_KEY_PENDING], ghosts.v[i]);
         ClaimKeys ck = {pending,
                         k[EMQ_SETTLE_KEY_ACTIVE],
-                        k[EMQ_SETTLE_KEY_FENCE],
+                        &k[EMQ_SETTLE_KEY_FENCE],
                         names[EMQ_SETTLE_KEY_PENDING],
                         names[EMQ_SETTLE_KEY_ACTIVE],
                         names[EMQ_SETTLE_KEY_FENCE]};
@@ -675,6 +675,7 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
      * anything is written */
     DueLanes due = {NULL, 0};
     const char *err = plan_moves(ctx, base, moves, n, recover, now, max_attempts);
+    if (err == NULL && !recover) err = check_reopening(ctx, base);
     if (err == NULL && !recover) err = due_lanes(ctx, base, now, limit, &due);
     if (err) {
         due_lanes_free(ctx, &due);

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from echomq.conformance.batch_cases import settle
+from echomq.conformance.batch_cases import job, settle
 from echomq.conformance.cases import (
     NOW,
     NULL,
@@ -139,11 +139,58 @@ def bookkeeping_cases() -> Iterator[Case]:
                     leased("JOB:1") + broken)
     yield _case("recover", "lane-spent-leased-wrongtype", _argv("recover"), b"-WRONGTYPE",
                 [*lane_lease(attempt=3, deadline=1), ["SET", key("leased"), "x"]])
-    yield _case("ack", "lane-full-lane-of-other-type", _argv("ack"), b"+ACKED",
-                [*lane_lease(), *parked("a", 1, 1, waiting_ids=()), ["SET", key("lane:a"), "x"]])
+    # At its limit the group may come back to the ring if its lane holds jobs: the lane is read,
+    # so it is checked, on every way a lane lease leaves active; below its limit it is not read.
+    other_lane: list[Command] = [*parked("a", 1, 1, waiting_ids=()), ["SET", key("lane:a"), "x"]]
+    yield _case("ack", "lane-full-lane-of-other-type", _argv("ack"), b"-WRONGTYPE",
+                lane_lease() + other_lane)
+    yield _case("retry", "lane-full-lane-of-other-type", _argv("retry"), b"-WRONGTYPE",
+                lane_lease() + other_lane)
+    yield _case("recover", "lane-full-lane-of-other-type", _argv("recover"), b"-WRONGTYPE",
+                lane_lease(attempt=3, deadline=1) + other_lane)
+    yield _case("settle", "lane-full-lane-of-other-type", settle("ack", "JOB:1", 1),
+                b"-WRONGTYPE", lane_lease() + other_lane)
+    yield _case("ack", "lane-paused-lane-of-other-type", _argv("ack"), b"+ACKED",
+                [*lane_lease(), *parked("a", 4, 1, waiting_ids=()), ["SET", key("lane:a"), "x"]])
     yield _case("settle", "lane-stale-leased-wrongtype", settle("ack", "JOB:1", 7),
                 b"-WRONGTYPE", [*lane_lease(), ["SET", key("leased"), "x"]])
 
 
+def promote_bookkeeping_cases() -> Iterator[Case]:
+    """promote reads and writes the parked groups (a lane job going back to its lane, a group
+    reopened) and the groups over their rate: either of another type is refused before anything
+    is written, whatever is due."""
+    for suffix, value in (("parked", ["SET", key("parked"), "x"]),
+                          ("throttled", ["SET", key("throttled"), "x"])):
+        broken: list[Command] = [value]
+        yield _case("promote", f"{suffix}-wrongtype-lane-job-due", _argv("promote"),
+                    b"-WRONGTYPE", [*delayed("JOB:a1", 3, "a"), *broken])
+        yield _case("promote", f"{suffix}-wrongtype-flat-job-due", _argv("promote"),
+                    b"-WRONGTYPE", [*delayed("JOB:f1", 3), *broken])
+        yield _case("promote", f"{suffix}-wrongtype-nothing-due", _argv("promote"),
+                    b"-WRONGTYPE", broken)
+    yield _case("promote", "parked-wrongtype-window-opens", _argv("promote"), b"-WRONGTYPE",
+                [["ZADD", key("throttled"), "5", "a"], ["RPUSH", key("lane:a"), "JOB:w1"],
+                 ["SET", key("parked"), "x"]])
+
+
+def fence_counter_cases() -> Iterator[Case]:
+    """A lease takes the next fence by SET on the counter: an existing counter is overwritten
+    (one "set" event, no "new"), an absent one created."""
+    yield _case("claim", "fence-counter-exists", _argv("claim"),
+                job("JOB:1", 1, 8),
+                [*waiting("JOB:1"), ["SET", key("fence"), "7"]])
+    yield _case("claim", "fence-counter-large", _argv("claim"), b"*4",
+                [*waiting("JOB:1"), ["SET", key("fence"), "123456789012"]])
+    yield _case("settle", "fence-counter-exists-two-leases", settle(count=2), b"*2",
+                [*waiting("JOB:1"), *waiting("JOB:2", NOW + 1), ["SET", key("fence"), "7"]])
+
+
+def parity_cases() -> list[Case]:
+    """The cases whose keyspace events are compared too (tests/conformance/test_events.py)."""
+    return [*promote_bookkeeping_cases(), *fence_counter_cases()]
+
+
 def lane_cases() -> list[Case]:
-    return [*release_cases(), *pause_cases(), *reopen_cases(), *bookkeeping_cases()]
+    return [*release_cases(), *pause_cases(), *reopen_cases(), *bookkeeping_cases(),
+            *parity_cases()]

@@ -140,6 +140,11 @@ SETTLE_ITEM = ("ack <id> <fence>, done <id> <fence> <result>, release <id> <fenc
                "<id> <fence> <delay_ms> <max_attempts> <error>")
 PAIR = "<id> <fence>"
 LOST = b"lease expired during attempt %d: the worker was lost"
+# The lane bookkeeping keys a lane lease leaving active touches, and those promote checks.
+LANE_BOOKKEEPING = ((b"ring", b"list"), (b"laneconf", b"hash"), (b"leased", b"hash"),
+                    (b"parked", b"hash"))
+REOPENING = ((b"throttled", b"zset"), (b"parked", b"hash"))
+PARKED_FULL = 1
 
 
 # -- the keyspace -----------------------------------------------------------------------------
@@ -430,6 +435,8 @@ class Model:
                or not self.list_or_none(self.release_lane(base, item))
                or (item.op in (b"done", b"retry")
                    and not self.list_or_none(base + b"ended:" + item.id))
+               or (item.op != b"extend"
+                   and not self.lane_bookkeeping_ok(base, base + b"job:" + item.id))
                for item in items):
             return error(E_TYPE)
         return checked
@@ -570,16 +577,37 @@ class Model:
         self.zadd(active, call.numbers["now"] + call.numbers["lease_ms"], member)
         return attempt, fence
 
+    def typed(self, base: bytes, table: Sequence[tuple[bytes, bytes]]) -> bool:
+        """Each key base + suffix of ``table`` is absent or of its type."""
+        return all(self.kind(base + suffix) in (b"none", kind) for suffix, kind in table)
+
+    def lane_bookkeeping_ok(self, base: bytes, row: bytes) -> bool:
+        """check_lane_bookkeeping of the prelude, types only: a lane job's lease leaving active
+        touches the ring, the knobs, the leases held, the parked groups, and its lane when its
+        group is parked at its limit; each must be absent or of its type."""
+        group = self.hget(row, b"lane") if self.kind(row) == b"hash" else None
+        if group is None:
+            return True
+        if not self.typed(base, LANE_BOOKKEEPING):
+            return False
+        if int_field(self.hget(base + b"parked", group), 0) & PARKED_FULL:
+            return self.list_or_none(base + b"lane:" + group)
+        return True
+
     def _ack(self, call: Call) -> bytes:
         active, row = call.keys
         if not self.is_current(active, row, call.args[0], call.numbers["fence"]):
             return status("STALE")
+        if not self.lane_bookkeeping_ok(call.base, row):
+            return error(E_TYPE)
         return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"]))
 
     def _ack_result(self, call: Call) -> bytes:
         active, row = call.keys
         if not self.is_current(active, row, call.args[0], call.numbers["fence"]):
             return status("STALE")
+        if not self.lane_bookkeeping_ok(call.base, row):
+            return error(E_TYPE)
         return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"],
                                       call.args[3]))
 
@@ -604,6 +632,8 @@ class Model:
         job_id, number = call.args[0], call.numbers
         if not self.is_current(active, row, job_id, number["fence"]):
             return status("STALE")
+        if not self.lane_bookkeeping_ok(call.base, row):
+            return error(E_TYPE)
         item = Item(b"retry", job_id, number["fence"], number["delay_ms"],
                     number["max_attempts"], call.args[4])
         return status(self.finish_retry(call.keys, row, item, number["now"]))
@@ -724,6 +754,14 @@ class Model:
         plan = self._plan(call.base, due, now if head else None, call.numbers.get("max_attempts"))
         if isinstance(plan, bytes):
             return plan
+        # Every key is checked before anything is written, each refusal a WRONGTYPE: recover
+        # checks the lane bookkeeping of each lane lease it takes, promote the keys of the groups
+        # it reopens.
+        if head and not all(self.lane_bookkeeping_ok(call.base, call.base + b"job:" + member)
+                            for member, _score in due):
+            return error(E_TYPE)
+        if not head and not self.typed(call.base, REOPENING):
+            return error(E_TYPE)
         moves, ghosts = plan
         for ghost in ghosts:
             self.zrem(zsource, ghost)
@@ -760,6 +798,9 @@ class Model:
         if isinstance(plan, bytes):
             return plan
         if not self.list_or_none(call.base + b"ended:" + job_id):
+            return error(E_TYPE)
+        if plan[0][0].lane is not None and self.kind(call.base + b"parked") not in (b"none",
+                                                                                     b"hash"):
             return error(E_TYPE)
         self.zrem(dead, job_id)
         self.keys[row].data[b"attempts"] = b"0"

@@ -125,6 +125,16 @@ local function may_access(key)
   return redis.acl_check_cmd('HINCRBY', key, 'attempts', '1')
 end
 
+-- A derived key the call reads or writes: readable and writable by the caller, absent or of the
+-- expected type, not on another node. Nil, or the error reply.
+local function check_derived(key, expected)
+  if not may_access(key) then return redis.error_reply(E_PERM) end
+  local t = derived_type(key)
+  if t == nil then return redis.error_reply(E_MOVING) end
+  if t ~= 'none' and t ~= expected then return redis.error_reply(E_TYPE) end
+  return nil
+end
+
 -- An item's row, derived from its id: readable and writable by the caller, absent or a hash, not
 -- on another node. Nil, or the error reply.
 local function check_row(row)
@@ -315,8 +325,9 @@ local function lane_refresh(base, group, now)
 end
 
 -- The keys a lane job's lease touches when it leaves active (the ring, the knobs, the leases
--- held, the parked groups), checked as derived keys before anything is written: nil, or the
--- error reply. Nothing is checked for a flat job; the lane is read only if it is a list.
+-- held, the parked groups, and the group's lane when the group is parked at its limit: it may
+-- come back to the ring if its lane holds jobs), checked as derived keys before anything is
+-- written: nil, or the error reply. Nothing is checked for a flat job.
 local LANE_BOOKKEEPING = { { 'ring', 'list' }, { 'laneconf', 'hash' }, { 'leased', 'hash' },
   { 'parked', 'hash' } }
 local function check_lane_bookkeeping(base, row)
@@ -329,7 +340,15 @@ local function check_lane_bookkeeping(base, row)
     if t == nil then return redis.error_reply(E_MOVING) end
     if t ~= 'none' and t ~= LANE_BOOKKEEPING[i][2] then return redis.error_reply(E_TYPE) end
   end
-  return nil
+  if bit.band(parked_mask(base, group), PARKED_FULL) == 0 then return nil end
+  return check_derived(base .. 'lane:' .. group, 'list')
+end
+
+-- The keys promote reads and writes for the groups it reopens and the lane jobs it moves (the
+-- groups over their rate, the parked groups), checked as derived keys before anything is written:
+-- nil, or the error reply.
+local function check_reopening(base)
+  return check_derived(base .. 'throttled', 'zset') or check_derived(base .. 'parked', 'hash')
 end
 
 -- A lease of a lane job leaves active (acked, retried, dead, recovered, released): its group

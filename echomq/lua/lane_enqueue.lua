@@ -9,13 +9,16 @@
     ARGV[2] payload                any bytes
     ARGV[3] group                  1..200 bytes of [A-Za-z0-9._:-]
     ARGV[4] now                    ms, or * for the server clock
-  Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE errors.
+  Derived: <base>parked (the group may be parked), checked before anything is written.
+  Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM,
+  TRYAGAIN errors.
 ]]
 if #KEYS ~= 4 or #ARGV ~= 4 then return arity_error('LANE_ENQUEUE', 4, 4) end
 local id, group = ARGV[1], ARGV[3]
 if not id_ok(id) then return redis.error_reply(E_KIND) end
 if not lane_ok(group) then return redis.error_reply(E_LANE) end
-if keys_base({ 'job:' .. id, 'lane:' .. group, 'ring', 'wake' }) == nil then
+local base = keys_base({ 'job:' .. id, 'lane:' .. group, 'ring', 'wake' })
+if base == nil then
   return redis.error_reply(E_KEYS)
 end
 local now = now_arg(ARGV[4])
@@ -24,6 +27,9 @@ if not types_ok({ 'hash', 'list', 'list', 'list' }) then return redis.error_repl
 
 local row, lane_key, ring, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') end
+-- The group may be parked: read before the job's group joins the ring, checked before any write.
+local failure = check_derived(base .. 'parked', 'hash')
+if failure then return failure end
 redis.call('HSET', row, 'payload', ARGV[2], 'attempts', '0', 'enqueued_at', dec(now),
   'lane', group)
 push_lane(ring, { id = id, lane = group, lane_key = lane_key }, 'RPUSH')

@@ -2,8 +2,9 @@
   lane_set: set a group's knobs, or the queue's defaults (group *), then put each group they
   touch where its limits now say: a group whose limits were raised above what it holds comes back
   to the ring's tail, one whose limits were lowered under it leaves the ring. Changing the
-  defaults looks at the parked groups only (one raised back); a group in the ring over a lowered
-  default is parked by the lane claim that reaches it. Scripts only: an operator's tool.
+  defaults looks at the parked groups only (one raised back), in byte order of their names; a
+  group in the ring over a lowered default is parked by the lane claim that reaches it. Scripts
+  only: an operator's tool.
     KEYS[1] <base>ring       groups whose lanes are non-empty and not parked (list)
     KEYS[2] <base>laneconf   knobs: <knob> the queue's default, <knob>:<group> a group's (hash)
     KEYS[3] <base>leased     leases held per group (hash)
@@ -42,7 +43,18 @@ if not types_ok({ 'list', 'hash', 'hash', 'hash', 'zset', 'hash', 'string' }) th
 end
 
 local groups = { scope }
-if scope == '*' then groups = redis.call('HKEYS', KEYS[4]) end
+if scope == '*' then
+  -- In byte order (not the locale's, as Lua's < on strings): a hash's own order depends on its
+  -- encoding and on the server's hash seed.
+  groups = redis.call('HKEYS', KEYS[4])
+  table.sort(groups, function(a, b)
+    for i = 1, math.min(#a, #b) do
+      local x, y = string.byte(a, i), string.byte(b, i)
+      if x ~= y then return x < y end
+    end
+    return #a < #b
+  end)
+end
 for i = 1, #groups do
   local lane_key = base .. 'lane:' .. groups[i]
   if not may_access(lane_key) then return redis.error_reply(E_PERM) end

@@ -6,7 +6,8 @@
     KEYS[4] <base>wake       wake tokens (list)
     ARGV[1] now              ms, or * for the server clock
     ARGV[2] limit            integer >= 1, most jobs taken
-  Derived: <base>job:<id> of each due job, <base>lane:<group> of each lane job.
+  Derived: <base>job:<id> of each due job, <base>lane:<group> of each lane job and of each group
+  reopened, <base>throttled and <base>parked (checked on every call, before anything is written).
   A flat job goes to pending with its due time as score; a lane job to the tail of its lane.
   Ghosts are dropped from delayed. Then groups whose rate window has opened by now (at most limit,
   from <base>throttled) come back to the ring, a wake token each (scripts only: lanes are).
@@ -24,7 +25,10 @@ if not types_ok({ 'zset', 'zset', 'list', 'list' }) then return redis.error_repl
 -- The groups to reopen are checked after the jobs' keys and before anything is written.
 local due
 local moved = move_due(base, now, limit, nil, function()
-  local lanes, failure = due_lanes(base, now, limit)
+  local failure = check_reopening(base)
+  if failure then return failure end
+  local lanes
+  lanes, failure = due_lanes(base, now, limit)
   due = lanes
   return failure
 end)

@@ -9,7 +9,8 @@
     KEYS[5] <base>job:<id>   the job row (hash)
     ARGV[1] id               JOB:<rest>
     ARGV[2] now              ms, or * for the server clock
-  Derived: <base>lane:<group> of a lane job; <base>ended:<id>, deleted (the job runs again).
+  Derived: <base>lane:<group> and <base>parked of a lane job; <base>ended:<id>, deleted (the job
+  runs again).
   Replies: +REQUEUED | +NOT_DEAD | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
 if #KEYS ~= 5 or #ARGV ~= 2 then return arity_error('REQUEUE', 5, 2) end
@@ -31,6 +32,10 @@ local ended = base .. 'ended:' .. id
 failure = check_ended(ended)
 if failure then return failure end
 local move = moves[1]
+if move.lane then -- its group may be parked: read before the lane's job joins the ring
+  failure = check_derived(base .. 'parked', 'hash')
+  if failure then return failure end
+end
 redis.call('ZREM', dead, id)
 redis.call('HSET', row, 'attempts', '0')
 redis.call('DEL', ended)

@@ -1,10 +1,10 @@
 """Keyspace events: a native command fires, in order, the events its Lua twin's commands fire.
 
-Every case of the batched transitions, and each transition's good call, runs on both executors
-with ``notify-keyspace-events`` on; the events on the scripts' scratch keys and on the native
-command's must match event for event and key for key. (``keymiss`` events differ by design:
-docs/PROTOCOL.md.) Changing the server's configuration is why this stays out of
-``echomq conformance``.
+Every case of the batched transitions and of the lane bookkeeping, and each transition's good
+call, runs on both executors with ``notify-keyspace-events`` on; the events on the scripts'
+scratch keys and on the native command's must match event for event and key for key.
+(``keymiss`` events differ by design: docs/PROTOCOL.md.) Changing the server's configuration is
+why this stays out of ``echomq conformance``.
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ import redis
 
 from echomq.conformance.cases import Case, all_cases
 from echomq.conformance.harness import EXECUTORS, Pair
+from echomq.conformance.lane_cases import lane_cases
 from echomq.embedded import EmbeddedValkey
 
 MARKER = "emq-events-done"
+LANE_CASES = {case.id for case in lane_cases()}
 CASES = [case for case in all_cases()
-         if case.transition.items or case.label in ("good", "all-keys-other-queue")]
+         if case.transition.items or case.label in ("good", "all-keys-other-queue")
+         or case.id in LANE_CASES]
 Events = list[tuple[bytes, bytes]]
 
 
@@ -28,7 +31,7 @@ Events = list[tuple[bytes, bytes]]
 def watched(valkey: EmbeddedValkey) -> Iterator[tuple[Pair, redis.client.PubSub]]:
     admin = valkey.client()
     previous = admin.config_get("notify-keyspace-events")["notify-keyspace-events"]
-    admin.config_set("notify-keyspace-events", "KEA")
+    admin.config_set("notify-keyspace-events", "KEAn")
     pair = Pair(valkey.port, 2)
     pubsub = admin.pubsub()
     pubsub.psubscribe("__keyevent@0__:*")

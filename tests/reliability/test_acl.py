@@ -11,8 +11,9 @@ import pytest
 import redis
 
 from echomq import Queue, Verdict
-from echomq.conformance.cases import BASE, GOOD, READY, leased
+from echomq.conformance.cases import BASE, GOOD, NOW, READY, delayed, leased
 from echomq.conformance.harness import command_for, snapshot
+from echomq.conformance.lane_cases import lane_lease, parked
 from echomq.conformance.resp import Arg, RawConnection
 from echomq.embedded import EmbeddedValkey
 from echomq.scripts import script_for
@@ -49,6 +50,10 @@ USERS: dict[str, list[str]] = {
     "lanes-hidden": [*(f"~emq:{{t}}:{role}" for role in ("pending", "active", "delayed", "dead",
                                                            "ring", "wake", "fence", "job:*")),
                      "+@all"],
+    # Every key of the queue but its lanes (lane:<group>; the lane bookkeeping keys allowed).
+    "lane-hidden": ["~emq:{t}:[^l]*", "~emq:{t}:laneconf", "~emq:{t}:leased", "+@all"],
+    # Every key of the queue but the groups over their rate (throttled).
+    "throttled-hidden": ["~emq:{t}:[^t]*", "~emq:{t}:turn", "+@all"],
     # Every key, but not the command the derived-key check names.
     "no-hincrby": ["~emq:{t}:*", "+@all", "-hincrby"],
     # Scripts only: the native commands are not granted.
@@ -147,6 +152,15 @@ def test_tenant_runs_its_queue_and_is_refused_the_others(server: EmbeddedValkey,
     ("rows-hidden", "ack", READY["ack"]),  # a declared row: the server's own check
     ("lanes-hidden", "recover", leased("JOB:1", deadline=1, lane="g")),
     ("no-hincrby", "claim", READY["claim"]),
+    # A lane lease whose group is parked at its limit: its lane is read (the group may come back
+    # to the ring), so a user who may not touch it is refused before anything is written.
+    ("lane-hidden", "ack", lane_lease() + parked("a", 1, 1)),
+    ("lane-hidden", "ack_result", lane_lease() + parked("a", 1, 1)),
+    ("lane-hidden", "retry", lane_lease() + parked("a", 1, 1)),
+    ("lane-hidden", "settle", lane_lease() + parked("a", 1, 1)),
+    ("lane-hidden", "recover", lane_lease(deadline=1) + parked("a", 1, 1)),
+    ("throttled-hidden", "promote", READY["promote"]),
+    ("throttled-hidden", "promote", delayed("JOB:a1", NOW - 1, "a")),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_derived_keys_are_checked_alike(server: EmbeddedValkey, user: str, transition: str,
                                         setup: list[list[Arg]], protocol: int) -> None:

@@ -340,12 +340,13 @@ def migrate(source: EmbeddedValkey, target: EmbeddedValkey, keys: list[bytes]) -
 
 
 @contextmanager
-def slot_in_motion(cluster: Cluster, name: str, rows_first: bool
+def slot_in_motion(cluster: Cluster, name: str, rows_first: bool,
+                   first: Callable[[bytes], bool] = lambda key: ROW in key,
                    ) -> Iterator[tuple[EmbeddedValkey, EmbeddedValkey]]:
     """Opens the move of queue ``name``'s slot to another node (target IMPORTING, source
-    MIGRATING) and moves part of its keys: the jobs' rows when ``rows_first``, else every other
-    key. Yields (source, target); on exit the rest follows and every node learns the target
-    serves the slot."""
+    MIGRATING) and moves part of its keys: those ``first`` picks (the jobs' rows) when
+    ``rows_first``, else every other key. Yields (source, target); on exit the rest follows and
+    every node learns the target serves the slot."""
     slot = slot_of(name)
     source = cluster.owner(slot)
     target = next(n for n in cluster.nodes if n is not source)
@@ -354,7 +355,7 @@ def slot_in_motion(cluster: Cluster, name: str, rows_first: bool
         assert src.call("CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target)) == b"+OK\r\n"
     try:
         migrate(source, target, [key for key in keys_in_slot(source, slot)
-                                 if (ROW in key) == rows_first])
+                                 if first(key) == rows_first])
         yield source, target
     finally:
         migrate(source, target, keys_in_slot(source, slot))
@@ -383,6 +384,77 @@ def test_moving_rows_refused_alike_by_both_executors(cluster: Cluster, rc: Redis
     assert replies == {call: REHASHING if call == ("claim_lane", 5) else MOVING for call in calls}
     assert after == before, "a refused call changed a node"
     every_job_kept(queue)
+
+
+def parked_lane_lease(rc: RedisCluster, name: str) -> Job:
+    """A queue whose group g is parked at its limit (one lease held, a job left in its lane),
+    group h in the ring, a flat job due in delayed and one pending; the lease of g's job."""
+    queue = Queue(rc, name, wire=5)
+    queue.set_lane("g", concurrency=1, now=1)
+    for i, (job_id, lane) in enumerate((("JOB:g1", "g"), ("JOB:g2", "g"), ("JOB:h1", "h"))):
+        queue.enqueue(job_id, b"x", lane=lane, now=i + 1)
+    lease = queue.claim_lane(lease_ms=600_000, now=10)
+    assert lease is not None and lease.id == "JOB:g1"
+    assert rc.hget(f"emq:{{{name}}}:parked", "g") == b"1"
+    queue.enqueue("JOB:later", b"x", now=11)
+    later = queue.claim(lease_ms=600_000, now=12)
+    assert later is not None
+    assert queue.retry(later, delay_ms=10, max_attempts=5, now=12) is Verdict.RETRYING
+    queue.enqueue("JOB:head", b"x", now=13)
+    return lease
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_moving_lane_keys_refused_alike_by_both_executors(cluster: Cluster, rc: RedisCluster,
+                                                          state: str) -> None:
+    """The lane bookkeeping's derived keys probed as a slot moves: the ack of a lease whose
+    group is parked at its limit reads the group's lane (the group may come back to the ring),
+    promote the groups over their rate (a key this queue never had). The lane has moved
+    (migrating, calls to the source) or not yet (importing, calls to the target after ASKING):
+    both executors answer MOVING and leave both nodes as they were; after the move the lease is
+    acked and its group served again."""
+    name = f"lanes-moving-{state}"
+    lease = parked_lane_lease(rc, name)
+    slot = slot_of(name)
+    actions: dict[str, Callable[[Queue], object]] = {
+        "ack": lambda queue: queue.ack(lease),
+        "promote": lambda queue: queue.promote(now=NOW)}
+    calls = [(verb, wire) for verb in actions for wire in (5, 6)]
+    with slot_in_motion(cluster, name, rows_first=state == "migrating",
+                        first=lambda key: key.endswith(b":lane:g")) as (source, target):
+        node = target if state == "importing" else source
+        before = [slot_contents(source, slot), slot_contents(target, slot)]
+        replies = {(verb, wire): raw_reply(node, command_of(name, wire, actions[verb]),
+                                           asking=state == "importing")
+                   for verb, wire in calls}
+        after = [slot_contents(source, slot), slot_contents(target, slot)]
+    assert replies == dict.fromkeys(calls, MOVING), replies
+    assert after == before, "a refused call changed a node"
+    queue = Queue(rc, name, wire=6)
+    assert queue.ack(lease) is Verdict.ACKED
+    assert queue.promote(now=NOW) == 1
+    served = [Queue(rc, name, wire=5).claim_lane(lease_ms=1_000, now=NOW) for _ in range(2)]
+    assert sorted(job.id for job in served if job) == ["JOB:g2", "JOB:h1"]
+
+
+def test_redirects_alike_by_both_executors(cluster: Cluster, rc: RedisCluster) -> None:
+    """Every key of a queue has moved to the importing node: the source answers each call
+    -ASK, and a node that serves neither side -MOVED to the source, byte for byte alike on both
+    executors, before anything runs."""
+    name = "redirects"
+    fill_every_key(rc, name)
+    slot = slot_of(name)
+    calls = [(verb, 5) for verb in ACTIONS] + [(verb, 6) for verb in NATIVE_ACTIONS]
+    with slot_in_motion(cluster, name, rows_first=True, first=lambda key: True) as (source,
+                                                                                    target):
+        stranger = next(n for n in cluster.nodes if n not in (source, target))
+        asked = {call: raw_reply(source, command_of(name, call[1], ACTIONS[call[0]]),
+                                 asking=False) for call in calls}
+        moved = {call: raw_reply(stranger, command_of(name, call[1], ACTIONS[call[0]]),
+                                 asking=False) for call in calls}
+    ask = f"-ASK {slot} 127.0.0.1:{target.port}\r\n".encode()
+    assert asked == dict.fromkeys(calls, ask), asked
+    assert moved == dict.fromkeys(calls, f"-MOVED {slot} 127.0.0.1:{source.port}\r\n".encode())
 
 
 @pytest.mark.parametrize("wire", [5, 6])
