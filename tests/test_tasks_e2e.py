@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -204,6 +205,28 @@ def test_a_result_over_the_cap_goes_dead_with_the_reason_and_the_worker_goes_on(
         too_big.result(timeout=5)
     assert failed.value.attempts == 1
     assert fine.result(timeout=5) == 3
+
+
+@pytest.mark.parametrize("kind", ["surrogate", "cycle", "huge int"])
+def test_a_result_the_serializer_cannot_write_goes_dead_at_once(app: App, conn: redis.Redis,
+                                                                kind: str) -> None:
+    packed = App(conn, "default", wire=app.wire, serializer="msgpack", max_attempts=3)
+
+    @packed.task(name="unwritable", keep_result=True)
+    def unwritable(kind: str) -> Any:
+        if kind == "surrogate":
+            return "\ud800"
+        if kind == "cycle":
+            held: list[Any] = []
+            held.append(held)
+            return held
+        return 2**70
+
+    handle = unwritable.enqueue(kind)
+    assert drain(packed) == 1
+    with pytest.raises(TaskFailed, match="cannot be kept as its result") as failed:
+        handle.result(timeout=5)
+    assert failed.value.attempts == 1
 
 
 def test_async_tasks_run_side_by_side_on_the_asyncio_consumer(app: App,
