@@ -190,7 +190,8 @@ class App:
 
     async def async_handler(self, job: Job) -> Directive:
         """``handler`` for the asyncio consumer: async tasks are awaited, plain ones run in a
-        thread so the event loop keeps serving the other jobs in flight."""
+        thread (``asyncio.to_thread``: the loop's default executor) so the event loop keeps
+        serving the other jobs in flight."""
         opened = self._open(job)
         if isinstance(opened, Unrunnable):
             return self._refused(opened, job)
@@ -199,6 +200,12 @@ class App:
             return await self._attempt_async(task, envelope, job)
         with self._running(task, envelope, job) as record:
             return record.settled(await self._attempt_async(task, envelope, job))
+
+    def runs_in_thread(self, job: Job) -> bool:
+        """Whether ``async_handler`` runs ``job`` in a thread (its task is a plain function), so
+        that cancelling the attempt at a time limit leaves the task running."""
+        opened = self._open(job)
+        return not isinstance(opened, Unrunnable) and not opened[0].is_async
 
     def _open(self, job: Job) -> tuple[Task[Any, Any], Envelope] | Unrunnable:
         try:
