@@ -348,7 +348,10 @@ WorkerLoop = Consumer | AsyncWorkerLoop
 def build_worker_loop(spec: WorkerSpec, target: Any,
                       on_overrun: Callable[[Job], object] | None,
                       announcer: Announcer | None) -> WorkerLoop:
-    """The blocking consumer, or (``async_concurrency``) the asyncio one, ``spec`` describes."""
+    """The blocking consumer, or (``async_concurrency``) the asyncio one, ``spec`` describes.
+    With metrics on, an App counts its tasks through ``PrometheusHooks`` (added if missing)."""
+    if spec.metrics_dir is not None and is_app(target):
+        _count_app(target, spec)
     if spec.async_concurrency is None:
         return build_consumer(spec, on_overrun, announcer, target)
     handler = handler_of(target, spec)
@@ -384,6 +387,14 @@ def _counted(handler: Callable[[Job], object], spec: WorkerSpec,
 
     return instrument(handler, ",".join(spec.queues), task=spec.handler,
                       max_attempts=max_attempts)
+
+
+def _count_app(target: Any, spec: WorkerSpec) -> None:
+    from echomq.metrics import counted_app  # only now: after PROMETHEUS_MULTIPROC_DIR is set
+
+    if not counted_app(target):
+        log.warning("%s has no task hooks to count its jobs through: the metrics show the "
+                    "queues' depths only", spec.handler)
 
 
 def configure_logging(level: str) -> None:

@@ -98,3 +98,7 @@ async def outlast(job_id: str) -> int:
 
 mixed_app.task(name="pid", keep_result=True)(pid.function)
 
+
+# An App of plain tasks only, without hooks: echomq worker runs it on the blocking consumer.
+plain_app = App(redis.Redis.from_url(URL), queue="plain-tasks", check_policy=False)
+plain_app.task(name="add", keep_result=True)(task_functions.add)

@@ -44,6 +44,7 @@ from echomq.tasks.hooks import (
     RETRIED,
     SUCCEEDED,
     UNKNOWN,
+    AllHooks,
     NoHooks,
     RunRecord,
     TaskHooks,
@@ -100,6 +101,18 @@ class App:
         self.queue = self.queue_named(queue)
         self.scheduler = Scheduler()
         self._runners = threading.local()
+
+    def hook_list(self) -> tuple[TaskHooks, ...]:
+        """The hooks the app calls, in order."""
+        if isinstance(self.hooks, NoHooks):
+            return ()
+        return self.hooks.hooks if isinstance(self.hooks, AllHooks) else (self.hooks,)
+
+    def add_hooks(self, *hooks: TaskHooks) -> None:
+        """Call ``hooks`` too, after the app's own (``echomq worker --metrics-port`` adds the
+        metrics' hooks to an app that has none)."""
+        self.hooks = combined([*self.hook_list(), *hooks])
+        self.observed = not isinstance(self.hooks, NoHooks)
 
     def queue_named(self, name: str) -> Queue:
         """The app's Queue called ``name``, made on first use with the app's wire."""
