@@ -285,14 +285,20 @@ class AsyncWorkerLoop:
     ``asyncio.to_thread`` runs an App's plain tasks, has a thread for every job in flight and
     one more, so neither a plain job nor the loop's own use of it (name lookups when the client
     reconnects) ever waits for a thread. ``drained`` is set once the consumer has stopped and
-    settled what it ran (before the loop joins those threads)."""
+    settled what it ran (before the loop joins those threads).
+
+    ``replaced_after(job)``: whether a job past its time limit (its attempt failed, its handler
+    cancelled) means the process must be replaced — a task running on in a thread. Then the
+    consumer stops claiming at once, on the loop, so no job starts after it, and the process
+    asks for its replacement."""
 
     def __init__(self, spec: WorkerSpec, handler: Callable[[Job], object],
-                 on_overrun: Callable[[Job], object] | None = None, target: Any = None) -> None:
+                 replaced_after: Callable[[Job], bool] | None = None,
+                 target: Any = None) -> None:
         self.spec = spec
         self.target = target
         self.handler = handler
-        self.on_overrun = on_overrun
+        self.replaced_after = replaced_after
         self.queue = Queue(redis_from_url(spec.url), spec.queues[0], wire=spec.wire)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._consumer: aio.Consumer | None = None
@@ -320,7 +326,7 @@ class AsyncWorkerLoop:
                       for name in self.spec.queues]
             self._consumer = aio.Consumer(queues, self.handler,
                                           concurrency=self.spec.async_concurrency or 1,
-                                          **consumer_options(self.spec, self.on_overrun))
+                                          **consumer_options(self.spec, self._overran))
             self._loop = asyncio.get_running_loop()
             self._ready.set()
             if self._stop_asked.is_set():
@@ -330,6 +336,13 @@ class AsyncWorkerLoop:
             self._ready.set()
             self.drained.set()
             await client.aclose()
+
+    def _overran(self, job: Job) -> None:
+        if self.replaced_after is None or not self.replaced_after(job):
+            return
+        if self._consumer is not None:
+            self._consumer.stop()  # on the loop's thread: nothing starts after this job
+        _ask_for_replacement(job)
 
     def stop(self) -> None:
         self._stop_asked.set()
@@ -360,16 +373,13 @@ def build_worker_loop(spec: WorkerSpec, target: Any,
     # An async handler past its time limit is cancelled: the process, with the other jobs in
     # flight, goes on. A plain task of the App runs in a thread, which cannot be: the process
     # is replaced once the other jobs in flight are done.
-    return AsyncWorkerLoop(spec, handler, functools.partial(_replace_if_threaded, target),
-                           target)
+    return AsyncWorkerLoop(spec, handler, functools.partial(_ran_in_thread, target), target)
 
 
-def _replace_if_threaded(target: Any, job: Job) -> None:
-    """After ``job`` overran its time limit on the asyncio consumer: ask for this process to be
-    replaced if the App ran the job in a thread (``runs_in_thread``), which runs on."""
+def _ran_in_thread(target: Any, job: Job) -> bool:
+    """Whether the App ran ``job`` in a thread (``runs_in_thread``) on the asyncio consumer."""
     runs_in_thread = getattr(target, "runs_in_thread", None)
-    if callable(runs_in_thread) and runs_in_thread(job):
-        _ask_for_replacement(job)
+    return callable(runs_in_thread) and bool(runs_in_thread(job))
 
 
 def call_app(target: Any, name: str, *args: Any) -> None:
