@@ -314,14 +314,14 @@ def mixed_producer(conn: redis.Redis) -> App:
 
 def test_a_worker_runs_a_mixed_apps_async_tasks_together_and_its_plain_ones_beside_them(
         valkey: EmbeddedValkey, conn: redis.Redis, tmp_path: Path) -> None:
-    """One process, six jobs in flight at once: five async runs and a plain one in a thread
-    each return 1 only if all six had started before any returned."""
+    """One process, six jobs in flight at once: three async runs, and three plain ones each in
+    a thread of its own, each return 1 only if all six had started before any returned."""
     producer = mixed_producer(conn)
     process = run_worker(valkey, tmp_path, "--concurrency", "1", "--async-concurrency", "6",
                          target="tests.tasks_app:mixed_app")
     try:
-        handles = [producer.tasks["rendezvous"].enqueue("six", 6) for _ in range(5)]
-        handles.append(producer.tasks["rendezvous_in_thread"].enqueue("six", 6))
+        handles = [producer.tasks[name].enqueue("six", 6)
+                   for name in ["rendezvous", "rendezvous_in_thread"] * 3]
         assert [handle.result(timeout=30) for handle in handles] == [1] * 6, \
             (tmp_path / "worker.log").read_text()
     finally:
