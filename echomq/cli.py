@@ -99,8 +99,9 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--on-ack", metavar="MODULE:FUNC", default=None,
               help="called with each job once its ack returned ACKED")
 @click.option("--async-concurrency", default=None, type=click.IntRange(1),
-              help="jobs in flight per process for an App whose tasks are all async (the "
-              "asyncio consumer); refused for any other target  [default: 10]")
+              help="jobs in flight per process for an App with async def tasks (the asyncio "
+              "consumer; its plain tasks run in threads beside them); refused for any other "
+              "target  [default: 10]")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @_metrics_options
@@ -111,7 +112,7 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency:
            metrics_port: int | None,
            metrics_addr: str) -> None:
     """Run CONCURRENCY supervised worker processes calling MODULE:HANDLER(job) per job, or
-    running the tasks of MODULE:APP (on the asyncio consumer when they are all async).
+    running the tasks of MODULE:APP (on the asyncio consumer when it has async def tasks).
 
     A crashed worker is restarted; SIGTERM or SIGINT stops claiming, lets running jobs finish
     within the grace period and exits 0 (jobs cut short come back through their leases). A server
@@ -163,7 +164,7 @@ def _worker_target(target: str, queue_names: tuple[str, ...],
         raise click.UsageError("give --queue (a handler has no queues of its own)")
     if not runs_async(found):
         if async_concurrency is not None:
-            raise _async_refused(target, "an App with tasks that are not async def"
+            raise _async_refused(target, "an App with no async def task"
                                  if is_app(found) else "a handler")
         return queue_names or app_queues(found), None
     return queue_names or app_queues(found), async_concurrency or DEFAULT_ASYNC_CONCURRENCY
@@ -171,7 +172,7 @@ def _worker_target(target: str, queue_names: tuple[str, ...],
 
 def _async_refused(target: str, what: str) -> Failure:
     """``--async-concurrency`` given for a target that runs one job at a time per process."""
-    return Failure(f"--async-concurrency applies only to an App whose tasks are all async def; "
+    return Failure(f"--async-concurrency applies only to an App with async def tasks; "
                    f"{target} is {what}",
                    "drop --async-concurrency; use --concurrency N to run N worker processes",
                    BAD_INPUT)

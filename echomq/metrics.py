@@ -16,11 +16,12 @@ Per queue and state, read from the server at scrape time by ``QueueDepths``:
 waiting in the queue's lanes), and ``echomq_server_up`` (0 when the last read failed).
 
 ``PrometheusHooks`` counts a task's attempts (the task layer's hooks); ``instrument`` wraps a plain
-handler. ``echomq worker --metrics-port P`` serves them: its worker processes write their counts
-to files in a directory of the supervisor's (prometheus_client's multiprocess mode, so a scrape
-sums every process, including those that were replaced), and the supervisor serves the sum with
-the depths on ``/metrics``. In one process of your own, ``prometheus_client.start_http_server``
-serves the default registry, where these metrics live.
+handler. ``echomq worker --metrics-port P`` serves them (counting an App's tasks with
+``PrometheusHooks`` added to its hooks when it has none, a plain handler wrapped): its worker
+processes write their counts to files in a directory of the supervisor's (prometheus_client's
+multiprocess mode, so a scrape sums every process, including those that were replaced), and the
+supervisor serves the sum with the depths on ``/metrics``. In one process of your own,
+``prometheus_client.start_http_server`` serves the default registry, where these metrics live.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from echomq.piddirs import pid_directory
 from echomq.queue import Job, Queue
 from echomq.tasks.hooks import DEAD, RETRIED, SUCCEEDED, RunRecord, failures_recorded
 
-__all__ = ["PrometheusHooks", "QueueDepths", "instrument", "serving"]
+__all__ = ["PrometheusHooks", "QueueDepths", "counted_app", "instrument", "serving"]
 
 log = logging.getLogger("echomq")
 
@@ -155,6 +156,17 @@ def _judged(job: Job, value: object, max_attempts: int | None) -> tuple[str, str
         limit = value.max_attempts if value.max_attempts is not None else max_attempts
         return (DEAD if limit is not None and job.attempt >= limit else RETRIED), value.error
     return SUCCEEDED, None
+
+
+def counted_app(app: Any) -> bool:
+    """Make ``app`` (an ``echomq.App``) count its tasks' attempts: add ``PrometheusHooks`` to
+    its hooks unless it has them already. False for a target with no hooks to add to."""
+    hook_list, add_hooks = getattr(app, "hook_list", None), getattr(app, "add_hooks", None)
+    if not callable(hook_list) or not callable(add_hooks):
+        return False
+    if not any(isinstance(hook, PrometheusHooks) for hook in hook_list()):
+        add_hooks(PrometheusHooks())
+    return True
 
 
 # depths -----------------------------------------------------------------------------------

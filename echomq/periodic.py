@@ -5,11 +5,12 @@ admits each tick under a job id made of the schedule's name and the tick's time
 (``JOB:cron:<name>:<UTC time>``), so the queue's admit-once rule makes any number of schedulers
 produce one job per tick. Beside that id each schedule keeps a mark: the zset
 ``emq:{q}:periodic`` of the queue the schedule is kept on holds, per schedule name, the time of
-the latest tick admitted (ms). The mark only grows (``ZADD GT``), is written after the tick's
-admission, and is read again just before it, so:
+the latest tick admitted (ms). The mark grows (``ZADD GT``; it is lowered only when far ahead
+of a clock, below), is written after the tick's admission, and is read again just before it, so:
 
-- a tick at or before the mark is never admitted again, however late a scheduler (or its clock)
-  comes to it, and whether or not the job's tombstone is still there;
+- a tick at or before the mark is never admitted again, however late a scheduler (or its clock,
+  within ``MARK_AHEAD_LIMIT_MS``) comes to it, and whether or not the job's tombstone is still
+  there;
 - two windows are left to the job's row (live, dead, or its tombstone, kept for the queue's
   retention, 24 h by default), which turns a second admission into a DUPLICATE: a scheduler
   that dies between a tick's admission and the mark's write (the next pass of any scheduler
@@ -27,7 +28,15 @@ of one server agrees on what is due and a skewed host clock only shifts when a s
 Should clocks disagree anyway (a failover to a server whose clock differs, or schedulers given
 their own clocks), the id and the mark keep one job per tick: a scheduler ahead admits a tick
 early (once: the id), one behind finds the mark past it. A skew longer than a schedule's period
-looks like downtime to the scheduler behind, and the catch-up rule applies.
+looks like downtime to the scheduler behind, and the catch-up rule applies. A skew has a cost:
+the ticks a clock ahead passed over as downtime never run, and the mark it leaves holds every
+other scheduler back until their clocks reach it — for at most ``MARK_AHEAD_LIMIT_MS``. A mark
+further ahead of a scheduler's clock than that is taken for a clock's error: the scheduler
+lowers it to its own now (``ZADD XX LT``), as if the schedule were new there, and the ticks
+after that are admitted as they come due. The ticks the clock ahead admitted early keep their
+rows, so admitting them again when they come due is a DUPLICATE: under such a skew it is the
+row, not the mark, that keeps a tick to one job, as long as the skew is shorter than the
+queue's retention.
 
 Time zones: a schedule's cron expression is read in its zone (UTC by default; any IANA name);
 the job id always names the tick in UTC. In zones with daylight saving time the ticks follow
@@ -54,7 +63,7 @@ from echomq.calls import Payload
 from echomq.native import id_ok
 from echomq.queue import Queue
 
-__all__ = ["Admission", "Periodic", "Schedule", "Scheduler"]
+__all__ = ["MARK_AHEAD_LIMIT_MS", "Admission", "Periodic", "Schedule", "Scheduler"]
 
 log = logging.getLogger("echomq.periodic")
 
@@ -66,6 +75,9 @@ NAME_RULE = "1 to 178 bytes of A-Z a-z 0-9 . _ : -"
 # a minute, an hour, a day, 32 days, 400 days, 10 years; the mark itself after that.
 PROBE_SPANS_MS = (60_000, 3_600_000, 86_400_000, 32 * 86_400_000, 400 * 86_400_000,
                   3653 * 86_400_000)
+# A mark at most this far ahead of a scheduler's clock holds it back (a clock a little ahead
+# admitted those ticks early); one further ahead is lowered to that scheduler's now.
+MARK_AHEAD_LIMIT_MS = 300_000
 
 
 @dataclass(frozen=True)
@@ -193,11 +205,18 @@ class Periodic:
 
     def plan(self, now_ms: int) -> list[int]:
         """The ticks a pass at ``now_ms`` admits, by the mark as it reads now. A schedule never
-        seen before is marked at ``now_ms`` and has none."""
+        seen before is marked at ``now_ms`` and has none; so has one whose mark is more than
+        ``MARK_AHEAD_LIMIT_MS`` ahead of ``now_ms``, which is lowered to ``now_ms`` (never
+        raised: another pass may have lowered it further, or admitted a tick since)."""
         name = self.schedule.name
         mark = self.mark()
         if mark is None:
             self.queue.conn.zadd(self.mark_key, {name: now_ms}, nx=True)
+            return []
+        if mark > now_ms + MARK_AHEAD_LIMIT_MS:
+            log.warning("schedule %s: its mark is %.0f s ahead of this scheduler's clock (a "
+                        "clock ahead wrote it); lowered to now", name, (mark - now_ms) / 1000)
+            self.queue.conn.zadd(self.mark_key, {name: now_ms}, xx=True, lt=True)
             return []
         ticks, skipped = self.schedule.due(mark, now_ms)
         if skipped:

@@ -3,8 +3,9 @@
 ``--queue`` may repeat: one consumer serves the queues in strict priority order, the first
 first. The target may name an App (anything with ``handler`` and ``queues``) instead of a
 handler: its ``handler`` runs the jobs and its queues are served unless ``--queue`` says
-otherwise; an App whose tasks are all ``async def`` runs on the asyncio consumer with
-``--async-concurrency`` jobs in flight per process. Each worker process calls the App's
+otherwise; an App with ``async def`` tasks runs on the asyncio consumer with
+``--async-concurrency`` jobs in flight per process, its plain tasks (if any) in a pool of
+threads beside them. Each worker process calls the App's
 ``worker_started(spec)`` once it reached the server and ``worker_stopping()`` as it stops (also
 before it exits to be replaced after a job overran its time limit), when the App has them.
 
@@ -45,6 +46,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import wait
 from types import FrameType
@@ -69,6 +71,9 @@ _ENDED = signal.SIGUSR1  # a child's consumer thread ended by itself
 _OVERRUN = signal.SIGUSR2  # a child's job overran its time limit
 EXIT_OVERRUN = 3  # a child's exit code after a job overran its time limit
 QUICK_DEATH_S = 1.0
+# Beyond the time limit, how long a process whose plain task overran waits for its other jobs
+# in flight to be settled before it exits anyway.
+DRAIN_SLACK_S = 10.0
 START_TRIES = 3
 MAX_BACKOFF_S = 10.0
 
@@ -87,7 +92,8 @@ class WorkerSpec:
 
     ``queue``: one queue, or several in priority order. ``max_attempts``: None keeps the
     queue's. ``time_limit_ms``: None for no limit. ``async_concurrency``: None runs the blocking
-    consumer; N the asyncio one with N handlers in flight (an App whose tasks are all async)."""
+    consumer; N the asyncio one with N handlers in flight (an App with async tasks; its plain
+    ones run in threads, N at most)."""
 
     handler: str
     queue: str | tuple[str, ...]
@@ -171,11 +177,12 @@ def app_queues(app: Any) -> tuple[str, ...]:
 
 
 def runs_async(app: Any) -> bool:
-    """Whether every task of ``app`` is ``async def`` (then the asyncio consumer serves it)."""
+    """Whether ``app`` has an ``async def`` task: then the asyncio consumer serves it, running
+    its plain tasks (if any) in threads beside the async ones."""
     tasks = getattr(app, "tasks", None)
     found = list(tasks.values()) if isinstance(tasks, dict) else list(tasks or ())
-    return bool(found) and hasattr(app, "async_handler") \
-        and all(getattr(task, "is_async", False) for task in found)
+    return hasattr(app, "async_handler") and any(getattr(task, "is_async", False)
+                                                 for task in found)
 
 
 def check_spec(spec: WorkerSpec) -> None:
@@ -274,19 +281,30 @@ def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None 
 class AsyncWorkerLoop:
     """An ``echomq.aio.Consumer`` behind the blocking consumer's ``run``/``stop``/``stopping``
     and ``queue.conn``: ``run`` owns an event loop (on the worker's consumer thread) with a
-    client of its own; ``stop`` is safe from any thread."""
+    client of its own; ``stop`` is safe from any thread. The loop's default executor, where
+    ``asyncio.to_thread`` runs an App's plain tasks, has a thread for every job in flight and
+    one more, so neither a plain job nor the loop's own use of it (name lookups when the client
+    reconnects) ever waits for a thread. ``drained`` is set once the consumer has stopped and
+    settled what it ran (before the loop joins those threads).
+
+    ``replaced_after(job)``: whether a job past its time limit (its attempt failed, its handler
+    cancelled) means the process must be replaced — a task running on in a thread. Then the
+    consumer stops claiming at once, on the loop, so no job starts after it, and the process
+    asks for its replacement."""
 
     def __init__(self, spec: WorkerSpec, handler: Callable[[Job], object],
-                 on_overrun: Callable[[Job], object] | None = None, target: Any = None) -> None:
+                 replaced_after: Callable[[Job], bool] | None = None,
+                 target: Any = None) -> None:
         self.spec = spec
         self.target = target
         self.handler = handler
-        self.on_overrun = on_overrun
+        self.replaced_after = replaced_after
         self.queue = Queue(redis_from_url(spec.url), spec.queues[0], wire=spec.wire)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._consumer: aio.Consumer | None = None
         self._stop_asked = threading.Event()
         self._ready = threading.Event()
+        self.drained = threading.Event()
 
     @property
     def stopping(self) -> bool:
@@ -299,13 +317,16 @@ class AsyncWorkerLoop:
         import redis.asyncio as aredis
 
         client = aredis.Redis.from_url(self.spec.url)
+        in_flight = self.spec.async_concurrency or 1
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(
+            max_workers=in_flight + 1, thread_name_prefix="echomq-task"))
         try:
             queues = [aio.Queue(client, name, wire=self.spec.wire,
                                 **queue_options(self.spec, self.target, name))
                       for name in self.spec.queues]
             self._consumer = aio.Consumer(queues, self.handler,
                                           concurrency=self.spec.async_concurrency or 1,
-                                          **consumer_options(self.spec, self.on_overrun))
+                                          **consumer_options(self.spec, self._overran))
             self._loop = asyncio.get_running_loop()
             self._ready.set()
             if self._stop_asked.is_set():
@@ -313,7 +334,15 @@ class AsyncWorkerLoop:
             await self._consumer.run()
         finally:
             self._ready.set()
+            self.drained.set()
             await client.aclose()
+
+    def _overran(self, job: Job) -> None:
+        if self.replaced_after is None or not self.replaced_after(job):
+            return
+        if self._consumer is not None:
+            self._consumer.stop()  # on the loop's thread: nothing starts after this job
+        _ask_for_replacement(job)
 
     def stop(self) -> None:
         self._stop_asked.set()
@@ -332,15 +361,25 @@ WorkerLoop = Consumer | AsyncWorkerLoop
 def build_worker_loop(spec: WorkerSpec, target: Any,
                       on_overrun: Callable[[Job], object] | None,
                       announcer: Announcer | None) -> WorkerLoop:
-    """The blocking consumer, or (``async_concurrency``) the asyncio one, ``spec`` describes."""
+    """The blocking consumer, or (``async_concurrency``) the asyncio one, ``spec`` describes.
+    With metrics on, an App counts its tasks through ``PrometheusHooks`` (added if missing)."""
+    if spec.metrics_dir is not None and is_app(target):
+        _count_app(target, spec)
     if spec.async_concurrency is None:
         return build_consumer(spec, on_overrun, announcer, target)
     handler = handler_of(target, spec)
     if announcer is not None:
         handler = announcer.track(handler)
     # An async handler past its time limit is cancelled: the process, with the other jobs in
-    # flight, goes on rather than being replaced.
-    return AsyncWorkerLoop(spec, handler, None, target)
+    # flight, goes on. A plain task of the App runs in a thread, which cannot be: the process
+    # is replaced once the other jobs in flight are done.
+    return AsyncWorkerLoop(spec, handler, functools.partial(_ran_in_thread, target), target)
+
+
+def _ran_in_thread(target: Any, job: Job) -> bool:
+    """Whether the App ran ``job`` in a thread (``runs_in_thread``) on the asyncio consumer."""
+    runs_in_thread = getattr(target, "runs_in_thread", None)
+    return callable(runs_in_thread) and bool(runs_in_thread(job))
 
 
 def call_app(target: Any, name: str, *args: Any) -> None:
@@ -358,6 +397,14 @@ def _counted(handler: Callable[[Job], object], spec: WorkerSpec,
 
     return instrument(handler, ",".join(spec.queues), task=spec.handler,
                       max_attempts=max_attempts)
+
+
+def _count_app(target: Any, spec: WorkerSpec) -> None:
+    from echomq.metrics import counted_app  # only now: after PROMETHEUS_MULTIPROC_DIR is set
+
+    if not counted_app(target):
+        log.warning("%s has no task hooks to count its jobs through: the metrics show the "
+                    "queues' depths only", spec.handler)
 
 
 def configure_logging(level: str) -> None:
@@ -432,6 +479,8 @@ def _serve(consumer: WorkerLoop, status: _StatusPipe, announcer: Announcer,
     received = signal.sigwait({*STOP_SIGNALS, _ENDED, _OVERRUN})
     consumer.stop()
     if received == _OVERRUN:
+        if isinstance(consumer, AsyncWorkerLoop):
+            _drain_beside_the_overrun(consumer)
         _exit_to_be_replaced(announcer, target)
     thread.join()
     announcer.stop()
@@ -453,6 +502,16 @@ def _exit_to_be_replaced(announcer: Announcer, target: Any) -> None:
 
 def _ask_for_replacement(job: Job) -> None:
     os.kill(os.getpid(), _OVERRUN)
+
+
+def _drain_beside_the_overrun(consumer: AsyncWorkerLoop) -> None:
+    """Before a process whose plain task overran exits: the consumer, stopped, lets the other
+    jobs in flight end (each within its own time limit) and hands the prefetched ones back,
+    so none of them is cut short and charged an attempt for it."""
+    limit_s = (consumer.spec.time_limit_ms or 0) / 1000
+    if not consumer.drained.wait(limit_s + DRAIN_SLACK_S):
+        log.warning("jobs still in flight %.1f s after a time limit overran; exiting anyway, "
+                    "they come back through their leases", limit_s + DRAIN_SLACK_S)
 
 
 def _run_loop(consumer: WorkerLoop, failed: list[BaseException]) -> None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import redis
 import redis.asyncio as aioredis
 
-from echomq import App, Backoff
+from echomq import App, Backoff, aio
 from tests import task_functions
 
 URL = os.environ.get("ECHOMQ_URL", "redis://127.0.0.1:1")
@@ -55,3 +56,49 @@ async def rendezvous(group: str, size: int) -> int:
         return 1 if await conn.blpop([f"test:{group}:gate"], timeout=3) else 0
     finally:
         await conn.aclose()
+
+
+# An App with async tasks and plain ones: echomq worker runs it on the asyncio consumer, the
+# plain tasks in threads beside the async ones.
+mixed_app = App(redis.Redis.from_url(URL), queue="mixed-tasks", max_attempts=1,
+                check_policy=False)
+mixed_app.task(name="rendezvous", keep_result=True)(rendezvous.function)
+
+
+@mixed_app.task(name="rendezvous_in_thread", keep_result=True)
+def rendezvous_in_thread(group: str, size: int) -> int:
+    """``rendezvous`` as a plain function: it only returns 1 if it ran beside the others."""
+    conn = redis.Redis.from_url(URL)
+    try:
+        if conn.incr(f"test:{group}:arrived") == size:
+            conn.rpush(f"test:{group}:gate", *["open"] * size)
+        return 1 if conn.blpop([f"test:{group}:gate"], timeout=3) else 0
+    finally:
+        conn.close()
+
+
+@mixed_app.task(name="hang")
+def hang() -> None:
+    """Notes its process in ``test:hung`` and blocks past any time limit."""
+    redis.Redis.from_url(URL).rpush("test:hung", os.getpid())
+    time.sleep(60)
+
+
+@mixed_app.task(name="outlast", keep_result=True)
+async def outlast(job_id: str) -> int:
+    """Returns this process's pid once job ``job_id`` has ended (so it runs on past that job's
+    time limit), or 0 if that takes 30 s."""
+    conn = aioredis.Redis.from_url(URL)
+    try:
+        ended = await aio.Queue(conn, mixed_app.queue.name).wait(job_id, 30)
+        return os.getpid() if ended.ended else 0
+    finally:
+        await conn.aclose()
+
+
+mixed_app.task(name="pid", keep_result=True)(pid.function)
+
+
+# An App of plain tasks only, without hooks: echomq worker runs it on the blocking consumer.
+plain_app = App(redis.Redis.from_url(URL), queue="plain-tasks", check_policy=False)
+plain_app.task(name="add", keep_result=True)(task_functions.add)

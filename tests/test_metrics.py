@@ -261,6 +261,52 @@ def test_a_worker_of_an_app_counts_each_task_by_name_through_its_hooks(
 
 
 
+def test_counted_app_adds_the_metrics_hooks_once_after_the_apps_own(conn: redis.Redis) -> None:
+    from echomq import App
+    from echomq.metrics import counted_app
+    from echomq.tasks.hooks import NoHooks
+
+    class Own:
+        """The App's own hooks (doing nothing)."""
+
+        enqueuing, running = NoHooks.enqueuing, NoHooks.running
+
+    bare = App(conn, "bare", check_policy=False)
+    assert not bare.observed and counted_app(bare) and counted_app(bare)
+    assert [type(hook) for hook in bare.hook_list()] == [PrometheusHooks] and bare.observed
+    hooked = App(conn, "hooked", hooks=[Own()], check_policy=False)
+    counted_app(hooked)
+    assert [type(hook) for hook in hooked.hook_list()] == [Own, PrometheusHooks]
+    assert not counted_app(object())  # nothing to add hooks to
+
+
+@pytest.mark.parametrize("target", ["tests.tasks_app:plain_app", "tests.tasks_app:app"],
+                         ids=["blocking", "asyncio"])
+def test_a_worker_of_an_app_without_hooks_counts_its_tasks_all_the_same(
+        conn: redis.Redis, workers: Callable[..., Workers], target: str) -> None:
+    """``--metrics-port`` alone is enough: the worker adds the metrics' hooks to an App that
+    has none, on either consumer (an App of plain tasks, or one with async tasks too)."""
+    from echomq import App
+    from tests import task_functions
+
+    app_queue = "plain-tasks" if target.endswith("plain_app") else "tasks"
+    producer = App(conn, app_queue, check_policy=False)
+    add = producer.task(name="add", keep_result=True)(task_functions.add)
+    port = free_port()
+    supervisor = workers(None, "--metrics-port", str(port), handler=target)
+    assert [add.enqueue(n, 1).result(timeout=20) for n in range(3)] == [1, 2, 3], \
+        supervisor.log()
+    labels = {"queue": app_queue, "task": "add"}
+    assert wait_until(lambda: scraped(port, "echomq_jobs_succeeded_total", **labels) == 3,
+                      20), supervisor.log()
+    found = scrape(port)
+    assert found[("echomq_jobs_started_total", frozenset(labels.items()))] == 3
+    assert found[("echomq_job_run_seconds_count", frozenset(labels.items()))] == 3
+    assert found[("echomq_job_wait_seconds_count", frozenset(labels.items()))] == 3
+    assert "no task hooks" not in supervisor.log()
+    assert supervisor.terminate(within=10) == 0
+
+
 @pytest.mark.parametrize("run", ["handler", "async_handler"])
 def test_a_job_no_task_of_the_app_can_run_is_counted_dead_under_a_fixed_label(
         conn: redis.Redis, run: str) -> None:

@@ -110,7 +110,7 @@ def test_an_apps_queues_lend_the_worker_their_retention_and_attempts(valkey: obj
 
 @pytest.mark.parametrize(("target", "queue", "said"), [
     ("tests.worker_apps:record", ["--queue", "q"], "a handler"),
-    ("tests.worker_apps:sync_app", [], "an App with tasks that are not async def"),
+    ("tests.worker_apps:sync_app", [], "an App with no async def task"),
 ])
 def test_async_concurrency_is_refused_for_a_target_the_asyncio_consumer_does_not_run(
         target: str, queue: list[str], said: str) -> None:

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echomq import Queue, Verdict
-from echomq.periodic import Admission, Periodic, Schedule, Scheduler
+from echomq.periodic import MARK_AHEAD_LIMIT_MS, Admission, Periodic, Schedule, Scheduler
 
 MINUTE = 60_000
 
@@ -186,6 +186,38 @@ def test_downtime_is_coalesced_into_the_latest_tick(queue: Queue,
     assert "ticks missed before JOB:cron:r:20261130T083000Z are skipped" in caplog.text
     assert entry.run_due(T0 + 91 * MINUTE) == [Admission("r", T0 + 91 * MINUTE,
                                                          "JOB:cron:r:20261130T083100Z")]
+
+
+def test_a_mark_far_ahead_of_a_clock_is_lowered_to_it_and_holds_back_no_due_tick(
+        queue: Queue, caplog: pytest.LogCaptureFixture) -> None:
+    """A clock an hour ahead passes for 3 s, then one on the true time: it lowers the mark to its
+    now and admits every second from there; the ticks admitted an hour early are DUPLICATEs
+    when they come due."""
+    recorder = Recorder(queue)
+    every_second = Schedule("r", "* * * * * *")
+    entry = Periodic(every_second, queue, recorder.admit)
+    hour = 60 * MINUTE
+    entry.run_due(T0 + hour)
+    early = [a.tick_ms for s in (1, 2, 3) for a in entry.run_due(T0 + hour + s * 1000)]
+    assert early == [T0 + hour + s * 1000 for s in (1, 2, 3)]
+    with caplog.at_level(logging.WARNING, "echomq.periodic"):
+        assert entry.run_due(T0 + 3_500) == []
+    assert "its mark is 3600 s ahead of this scheduler's clock" in caplog.text
+    assert entry.mark() == T0 + 3_500
+    on_time = [a.tick_ms for s in range(4, 12) for a in entry.run_due(T0 + s * 1000)]
+    assert on_time == [T0 + s * 1000 for s in range(4, 12)]
+    entry.run_due(T0 + hour + 1000)
+    assert recorder.verdicts[every_second.job_id(T0 + hour + 1000), Verdict.DUPLICATE] == 1
+    assert set(recorder.enqueued().values()) == {1}
+
+
+def test_a_mark_ahead_within_the_limit_holds_a_clock_back(queue: Queue) -> None:
+    entry = Periodic(Schedule("r", "* * * * * *"), queue, Recorder(queue).admit)
+    entry.run_due(T0 + MARK_AHEAD_LIMIT_MS)
+    assert entry.run_due(T0) == []
+    assert entry.mark() == T0 + MARK_AHEAD_LIMIT_MS
+    assert entry.run_due(T0 - 1) == []  # one ms further behind: lowered
+    assert entry.mark() == T0 - 1
 
 
 # many schedulers ---------------------------------------------------------------------------

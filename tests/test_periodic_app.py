@@ -85,10 +85,11 @@ def test_worker_hooks_start_and_stop_the_scheduler_thread(app: App) -> None:
 
 # real workers --------------------------------------------------------------------------------
 
-def supervisor(valkey: EmbeddedValkey, log: Path, concurrency: int) -> subprocess.Popen[bytes]:
+def supervisor(valkey: EmbeddedValkey, log: Path, concurrency: int,
+               skew_ms: int = 0) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "echomq", "worker", "tests.periodic_app:app",
             "--concurrency", str(concurrency)]
-    env = {**os.environ, "ECHOMQ_URL": valkey.url}
+    env = {**os.environ, "ECHOMQ_URL": valkey.url, "PERIODIC_SKEW_MS": str(skew_ms)}
     with log.open("wb") as sink:
         return subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=sink,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -98,6 +99,10 @@ def tick_ids(conn: redis.Redis) -> list[str]:
     prefix = "emq:{cron}:job:"
     return sorted(key.decode().removeprefix(prefix)
                   for key in conn.scan_iter(match=prefix + "JOB:cron:beat:*"))
+
+
+def tick_second(job_id: str) -> int:
+    return calendar.timegm(time.strptime(job_id.rsplit(":", 1)[1], "%Y%m%dT%H%M%SZ"))
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float) -> bool:
@@ -138,10 +143,41 @@ def test_schedulers_in_real_workers_one_killed_make_one_job_per_second(
     second.send_signal(signal.SIGTERM)
     assert second.wait(20) == 0, logs()
     ids = tick_ids(conn)
-    seconds = [calendar.timegm(time.strptime(i.rsplit(":", 1)[1], "%Y%m%dT%H%M%SZ"))
-               for i in ids]
+    seconds = [tick_second(i) for i in ids]
     assert seconds == list(range(seconds[0], seconds[0] + len(seconds))), ids
     runs = int(conn.get("runs:tick") or 0)
     done = sum(1 for i in ids if conn.hget(f"emq:{{cron}}:job:{i}", "payload") is None)
     # each job ran once, bar one that a killed worker held mid-run (counted, never acked)
     assert done <= runs <= done + 2
+
+
+@pytest.mark.slow
+def test_a_scheduler_an_hour_ahead_holds_back_no_scheduler_on_the_true_clock(
+        valkey: EmbeddedValkey, conn: redis.Redis, tmp_path: Path,
+        stopped: list[subprocess.Popen[bytes]]) -> None:
+    """A worker whose schedulers' clock is an hour ahead of the server's admits a few ticks (an
+    hour early) and is killed; two workers on the server's clock then find the mark an hour
+    ahead of theirs. They lower it to their now and admit every second from there on, each once;
+    the ticks admitted early stay single jobs."""
+    hour = 3_600
+    ahead = supervisor(valkey, tmp_path / "ahead.log", 1, skew_ms=hour * 1000)
+    stopped.append(ahead)
+    logs = lambda: "".join(path.read_text() for path in tmp_path.glob("*.log"))  # noqa: E731
+    now_s = lambda: int(conn.time()[0])  # noqa: E731
+    assert wait_for(lambda: len(tick_ids(conn)) >= 3, 30), logs()
+    os.killpg(ahead.pid, signal.SIGKILL)
+    ahead.wait()
+    early = tick_ids(conn)
+    assert all(tick_second(i) > now_s() + hour - 60 for i in early), early
+    started_s = now_s()
+    on_time = lambda: [i for i in tick_ids(conn) if tick_second(i) < started_s + 600]  # noqa: E731
+    stopped += [supervisor(valkey, tmp_path / f"true{n}.log", 1) for n in range(2)]
+    assert wait_for(lambda: len(on_time()) >= 3, 30), (early, logs())
+    for process in stopped[1:]:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0, logs()
+    seconds = [tick_second(i) for i in on_time()]
+    assert seconds[0] >= started_s
+    assert seconds == list(range(seconds[0], seconds[0] + len(seconds))), seconds
+    assert [i for i in tick_ids(conn) if i not in on_time()] == early
+    assert "ahead of this scheduler's clock" in logs()

@@ -5,12 +5,21 @@ on an explicit clock.
 
 What must hold, whatever the sequence:
 - no tick is ever admitted twice (ENQUEUED once per job id), though a tombstone is deleted as
-  soon as the schedule's mark is past its tick (and no stalled pass still holds it);
-- the mark only grows, also under a pass overtaken inside its admission, and every tick after
-  the schedule's start up to the mark was admitted (with a catch-up wide enough that nothing is
-  coalesced), each a tick of the cron expression;
-- a pass that completes leaves the mark at the latest tick its clock has reached, and admits at
-  most ``catch_up`` ticks; a stalled pass admits nothing the mark has passed meanwhile.
+  soon as the schedule's mark is past its tick (and no stalled pass still holds it) — while the
+  clocks agree within ``MARK_AHEAD_LIMIT_MS``; when one is further off, the tombstone is kept
+  until every clock is past the tick (the retention must outlast the skew);
+- the mark only grows, also under a pass overtaken inside its admission, but for a pass that
+  finds it more than ``MARK_AHEAD_LIMIT_MS`` ahead of its clock and lowers it to that clock; and
+  every tick after the schedule's start up to the mark was admitted (with a catch-up wide enough
+  that nothing is coalesced), each a tick of the cron expression;
+- a pass that completes admits exactly the latest ``catch_up`` ticks after the mark up to its
+  clock, and leaves the mark at the latest tick its clock has reached — or, finding the mark
+  far ahead (a clock that far ahead wrote it, or its own clock is that far behind), admits
+  nothing and lowers the mark to its clock, so a mark never holds a clock back longer than the
+  limit; a stalled pass admits nothing the mark has passed meanwhile.
+
+One scheduler's clock may be far off the others' (ahead or behind by more than the limit), and
+may be set right in the middle of the run.
 """
 
 from __future__ import annotations
@@ -32,11 +41,13 @@ from hypothesis.stateful import (
 
 from echomq import Queue, Verdict
 from echomq.embedded import EmbeddedValkey
-from echomq.periodic import Periodic, Schedule
+from echomq.periodic import MARK_AHEAD_LIMIT_MS, Periodic, Schedule
 
 START = 1_796_000_000_000
 SCHEDULERS = 3
 SKEW = st.integers(-90_000, 90_000)
+FAR = st.integers(MARK_AHEAD_LIMIT_MS + 1, MARK_AHEAD_LIMIT_MS + 120_000)
+FAR_SKEW = st.none() | FAR | FAR.map(lambda skew: -skew)
 ALL = 10**6  # a catch-up no test run outgrows: nothing is coalesced
 STEP = st.one_of(st.sampled_from([1, 999, 1_000, 60_000, 300_000]), st.integers(1, 300_000))
 
@@ -56,18 +67,21 @@ class SchedulerFleet(RuleBasedStateMachine):
         self.plans: list[list[int]] = [[] for _ in range(SCHEDULERS)]
         self.enqueued: Counter[str] = Counter()
         self.last_mark: int | None = None
-        self.first_mark: int | None = None
+        self.lowest_mark: int | None = None
         self.marks_seen: list[int | None] = []
         self.schedule = Schedule("s", "* * * * *")
         self.skews = [0] * SCHEDULERS
+        self.apart = False  # have two clocks ever been further apart than the limit?
 
     @initialize(cron=st.sampled_from(["* * * * *", "*/5 * * * *", "*/2 * * * * *",
                                       "17 * * * *"]),
                 catch_up=st.sampled_from([1, 3, ALL]),
-                skews=st.lists(SKEW, min_size=SCHEDULERS, max_size=SCHEDULERS))
-    def setup(self, cron: str, catch_up: int, skews: list[int]) -> None:
+                skews=st.lists(SKEW, min_size=SCHEDULERS, max_size=SCHEDULERS),
+                far=FAR_SKEW)
+    def setup(self, cron: str, catch_up: int, skews: list[int], far: int | None) -> None:
         self.schedule = Schedule("s", cron, catch_up=catch_up)
-        self.skews = skews
+        self.skews = skews if far is None else [far, *skews[1:]]
+        self.apart = max(self.skews) - min(self.skews) > MARK_AHEAD_LIMIT_MS
 
     def teardown(self) -> None:
         self.conn.close()
@@ -94,6 +108,9 @@ class SchedulerFleet(RuleBasedStateMachine):
     def mark(self) -> int | None:
         return self.entry().mark()
 
+    def slowest_clock(self) -> int:
+        return min(self.clock(i) for i in range(SCHEDULERS))
+
     # rules -------------------------------------------------------------------------------------
 
     @rule(step=STEP)
@@ -113,10 +130,16 @@ class SchedulerFleet(RuleBasedStateMachine):
         """A whole pass, its mark read and its ticks admitted with nothing in between."""
         index = data.draw(st.sampled_from(self.idle()))
         now = self.clock(index)
+        before = self.mark()
         admitted = self.entry().run_due(now)
         assert len(admitted) <= self.schedule.catch_up
         mark = self.mark()
         assert mark is not None
+        if before is None or before > now + MARK_AHEAD_LIMIT_MS:
+            assert (admitted, mark) == ([], now), "a new or far-ahead mark restarts at the pass"
+        else:
+            ticks = [admission.tick_ms for admission in admitted]
+            assert ticks == self.schedule.due(before, now)[0], "a due tick was held back"
         latest = Schedule("latest", self.schedule.cron).due(START - 10**9, now)[0]
         assert not latest or mark >= latest[-1], "a completed pass leaves the mark at its tick"
 
@@ -171,18 +194,29 @@ class SchedulerFleet(RuleBasedStateMachine):
         index = data.draw(st.sampled_from([i for i in range(SCHEDULERS) if not self.alive[i]]))
         self.alive[index] = True
 
+    @precondition(lambda self: self.skews[0] != self.skews[1])
+    @rule()
+    def the_clock_far_off_is_set_right(self) -> None:
+        """The first scheduler's clock is set to the second's (a clock ahead goes back, one
+        behind jumps forward); the slowest clock never goes back."""
+        self.skews[0] = self.skews[1]
+
     @rule()
     def a_worker_runs_the_jobs(self) -> None:
         """Runs what is pending. A done job's tombstone vanishes once the mark is past its tick
         and no stalled pass still means to admit it: the shortest retention the design allows
-        (the row is what guards a death before the mark, and a stall after reading it)."""
+        (the row is what guards a death before the mark, and a stall after reading it). Once a
+        clock has been further off than the limit, the row is what guards a tick after a mark
+        lowered to a clock: it is kept until the slowest clock is past its tick too."""
         mark = self.mark() or 0
         while (job := self.queue.claim(now=self.time)) is not None:
             self.queue.ack(job)
         planned = {self.schedule.job_id(tick) for plan in self.plans for tick in plan}
+        # ids of one schedule sort as their ticks do
+        kept_after = self.schedule.job_id(min(mark, self.slowest_clock()) if self.apart
+                                          else mark)
         for job_id in self.enqueued:
-            # ids of one schedule sort as their ticks do
-            if job_id <= self.schedule.job_id(mark) and job_id not in planned:
+            if job_id <= kept_after and job_id not in planned:
                 self.conn.delete(self.queue.key("job", job_id))
 
     # invariants --------------------------------------------------------------------------------
@@ -192,10 +226,13 @@ class SchedulerFleet(RuleBasedStateMachine):
         assert all(n == 1 for n in self.enqueued.values()), self.enqueued
 
     @invariant()
-    def the_mark_only_grows(self) -> None:
+    def the_mark_only_grows_but_when_far_ahead_of_a_clock(self) -> None:
         mark = self.mark()
         if self.last_mark is not None:
-            assert mark is not None and mark >= self.last_mark
+            assert mark is not None
+            assert mark >= self.last_mark or any(
+                self.last_mark > self.clock(i) + MARK_AHEAD_LIMIT_MS and mark >= self.clock(i)
+                for i in range(SCHEDULERS)), (self.last_mark, mark)
         self.last_mark = mark
 
     @invariant()
@@ -203,9 +240,9 @@ class SchedulerFleet(RuleBasedStateMachine):
         mark = self.mark()
         if mark is None:
             return
-        if self.first_mark is None:
-            self.first_mark = mark
-        ticks = self.schedule.ticks(self.first_mark)
+        if self.lowest_mark is None or mark < self.lowest_mark:
+            self.lowest_mark = mark  # the start, or a clock a far-ahead mark was lowered to
+        ticks = self.schedule.ticks(self.lowest_mark)
         upto = []
         for tick in ticks:
             if tick > mark:

@@ -136,6 +136,16 @@ def test_an_argument_the_serializer_cannot_carry_is_refused_before_sending(app: 
     assert app.queue.counts()["pending"] == 0
 
 
+@pytest.mark.parametrize("argument", ["\ud800", [[], 2**70]], ids=["surrogate", "huge int"])
+def test_an_argument_msgpack_cannot_write_is_a_type_error_before_sending(
+        conn: redis.Redis, wire: int, argument: Any) -> None:
+    packed = App(conn, "default", wire=wire, serializer="msgpack")
+    forget = packed.task(name="forget")(lambda a: a)
+    with pytest.raises(TypeError, match="msgpack cannot encode it"):
+        forget.enqueue(argument)
+    assert packed.queue.counts()["pending"] == 0
+
+
 def test_options_pick_the_queue_and_are_kept_apart_from_arguments(app: App) -> None:
     handle = app.tasks["add"].with_options(queue="high").enqueue(1, 2)
     assert handle.queue is app.queues["high"] and app.queue.counts()["pending"] == 0

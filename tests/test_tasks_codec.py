@@ -82,6 +82,28 @@ def test_an_argument_the_serializer_cannot_carry_is_a_type_error() -> None:
         encode(envelope(args=[object()]), "json")
 
 
+def self_holding() -> list[Any]:
+    held: list[Any] = []
+    held.append(held)
+    return held
+
+
+UNENCODABLE = [("a lone surrogate", "\ud800", SERIALIZERS),
+               ("a list that holds itself", self_holding(), SERIALIZERS),
+               ("an integer past 64 bits", 2**70, ["msgpack"])]
+
+
+@pytest.mark.parametrize(("value", "serializer"), [
+    pytest.param(value, serializer, id=f"{what}-{serializer}")
+    for what, value, serializers in UNENCODABLE for serializer in serializers])
+def test_any_value_the_serializer_cannot_write_is_a_type_error(value: Any,
+                                                               serializer: Any) -> None:
+    with pytest.raises(TypeError, match=f"{serializer} cannot encode it"):
+        encode(envelope(args=[value]), serializer)
+    with pytest.raises(TypeError, match=f"{serializer} cannot encode it"):
+        encode(Result(value), serializer)
+
+
 def test_an_unknown_serializer_is_refused() -> None:
     with pytest.raises(ValueError, match="json, msgpack"):
         checked_serializer("pickle")

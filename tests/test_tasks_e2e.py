@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -206,6 +207,28 @@ def test_a_result_over_the_cap_goes_dead_with_the_reason_and_the_worker_goes_on(
     assert fine.result(timeout=5) == 3
 
 
+@pytest.mark.parametrize("kind", ["surrogate", "cycle", "huge int"])
+def test_a_result_the_serializer_cannot_write_goes_dead_at_once(app: App, conn: redis.Redis,
+                                                                kind: str) -> None:
+    packed = App(conn, "default", wire=app.wire, serializer="msgpack", max_attempts=3)
+
+    @packed.task(name="unwritable", keep_result=True)
+    def unwritable(kind: str) -> Any:
+        if kind == "surrogate":
+            return "\ud800"
+        if kind == "cycle":
+            held: list[Any] = []
+            held.append(held)
+            return held
+        return 2**70
+
+    handle = unwritable.enqueue(kind)
+    assert drain(packed) == 1
+    with pytest.raises(TaskFailed, match="cannot be kept as its result") as failed:
+        handle.result(timeout=5)
+    assert failed.value.attempts == 1
+
+
 def test_async_tasks_run_side_by_side_on_the_asyncio_consumer(app: App,
                                                               valkey: EmbeddedValkey) -> None:
     in_flight = 4
@@ -275,6 +298,57 @@ def test_a_worker_runs_an_all_async_app_with_jobs_in_flight_together(
     try:
         handles = [producer.tasks["rendezvous"].enqueue("four", 4) for _ in range(4)]
         assert [handle.result(timeout=30) for handle in handles] == [1, 1, 1, 1]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(15)
+
+
+def mixed_producer(conn: redis.Redis) -> App:
+    """The producer's side of ``tests.tasks_app:mixed_app``: its tasks, on the test's server."""
+    from tests import tasks_app
+    producer = App(conn, tasks_app.mixed_app.queue.name, max_attempts=1)
+    for name, task in tasks_app.mixed_app.tasks.items():
+        producer.task(name=name, keep_result=task.keep_result)(task.function)
+    return producer
+
+
+def test_a_worker_runs_a_mixed_apps_async_tasks_together_and_its_plain_ones_beside_them(
+        valkey: EmbeddedValkey, conn: redis.Redis, tmp_path: Path) -> None:
+    """One process, six jobs in flight at once: three async runs, and three plain ones each in
+    a thread of its own, each return 1 only if all six had started before any returned."""
+    producer = mixed_producer(conn)
+    process = run_worker(valkey, tmp_path, "--concurrency", "1", "--async-concurrency", "6",
+                         target="tests.tasks_app:mixed_app")
+    try:
+        handles = [producer.tasks[name].enqueue("six", 6)
+                   for name in ["rendezvous", "rendezvous_in_thread"] * 3]
+        assert [handle.result(timeout=30) for handle in handles] == [1] * 6, \
+            (tmp_path / "worker.log").read_text()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(15)
+
+
+def test_a_plain_task_past_its_time_limit_in_a_mixed_app_has_its_process_replaced_once_the_rest_end(
+        valkey: EmbeddedValkey, conn: redis.Redis, tmp_path: Path) -> None:
+    """The plain task cannot be cancelled, so its process is replaced: first the async job in
+    flight beside it runs to its end (it waits for the hung job to go dead, three seconds into
+    its own time limit of six), then a fresh process serves the next job."""
+    producer = mixed_producer(conn)
+    process = run_worker(valkey, tmp_path, "--concurrency", "1", "--async-concurrency", "4",
+                         "--time-limit", "6", target="tests.tasks_app:mixed_app")
+    log = lambda: (tmp_path / "worker.log").read_text()  # noqa: E731
+    try:
+        hung = producer.tasks["hang"].enqueue()
+        started = conn.blpop(["test:hung"], timeout=30)
+        assert started is not None, log()
+        hung_pid = int(started[1])
+        outlast = producer.tasks["outlast"].with_options(delay_ms=3_000).enqueue(hung.id)
+        assert outlast.result(timeout=30) == hung_pid, log()
+        assert outlast.outcome().attempts == 1
+        ended = hung.outcome()
+        assert ended.state == "dead" and "TimeLimitExceeded" in (ended.error or "")
+        assert producer.tasks["pid"].enqueue().result(timeout=30) not in (hung_pid, None), log()
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(15)

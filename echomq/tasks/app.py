@@ -44,6 +44,7 @@ from echomq.tasks.hooks import (
     RETRIED,
     SUCCEEDED,
     UNKNOWN,
+    AllHooks,
     NoHooks,
     RunRecord,
     TaskHooks,
@@ -100,6 +101,18 @@ class App:
         self.queue = self.queue_named(queue)
         self.scheduler = Scheduler()
         self._runners = threading.local()
+
+    def hook_list(self) -> tuple[TaskHooks, ...]:
+        """The hooks the app calls, in order."""
+        if isinstance(self.hooks, NoHooks):
+            return ()
+        return self.hooks.hooks if isinstance(self.hooks, AllHooks) else (self.hooks,)
+
+    def add_hooks(self, *hooks: TaskHooks) -> None:
+        """Call ``hooks`` too, after the app's own (``echomq worker --metrics-port`` adds the
+        metrics' hooks to an app that has none)."""
+        self.hooks = combined([*self.hook_list(), *hooks])
+        self.observed = not isinstance(self.hooks, NoHooks)
 
     def queue_named(self, name: str) -> Queue:
         """The app's Queue called ``name``, made on first use with the app's wire."""
@@ -190,7 +203,8 @@ class App:
 
     async def async_handler(self, job: Job) -> Directive:
         """``handler`` for the asyncio consumer: async tasks are awaited, plain ones run in a
-        thread so the event loop keeps serving the other jobs in flight."""
+        thread (``asyncio.to_thread``: the loop's default executor) so the event loop keeps
+        serving the other jobs in flight."""
         opened = self._open(job)
         if isinstance(opened, Unrunnable):
             return self._refused(opened, job)
@@ -199,6 +213,12 @@ class App:
             return await self._attempt_async(task, envelope, job)
         with self._running(task, envelope, job) as record:
             return record.settled(await self._attempt_async(task, envelope, job))
+
+    def runs_in_thread(self, job: Job) -> bool:
+        """Whether ``async_handler`` runs ``job`` in a thread (its task is a plain function), so
+        that cancelling the attempt at a time limit leaves the task running."""
+        opened = self._open(job)
+        return not isinstance(opened, Unrunnable) and not opened[0].is_async
 
     def _open(self, job: Job) -> tuple[Task[Any, Any], Envelope] | Unrunnable:
         try:

@@ -52,11 +52,20 @@ def checked_serializer(name: str) -> Serializer:
     return name
 
 
+# What msgspec raises for a value it cannot write: a type it does not know (TypeError), a lone
+# surrogate in a string (UnicodeEncodeError, a ValueError), a container that holds itself
+# (RecursionError), an integer past 64 bits in MessagePack (OverflowError).
+_CANNOT_ENCODE = (TypeError, ValueError, RecursionError, OverflowError, msgspec.EncodeError)
+
+
 def encode(value: Envelope | Result, serializer: Serializer) -> bytes:
     """``value`` as payload bytes; TypeError (before anything is sent) for an argument or a
-    result the serializer cannot carry."""
+    result the serializer cannot carry, whatever the reason."""
     encoder = _JSON_ENCODER if serializer == "json" else _MSGPACK_ENCODER
-    return encoder.encode(value)
+    try:
+        return encoder.encode(value)
+    except _CANNOT_ENCODE as exc:
+        raise TypeError(f"{serializer} cannot encode it: {type(exc).__name__}: {exc}") from None
 
 
 def is_json(payload: bytes) -> bool:
