@@ -6,6 +6,7 @@ scripts (atomic; scripts whatever wire the queue's workers use).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -51,6 +52,22 @@ def shown(value: Any) -> str:
     return str(value)
 
 
+def readable_error(error: str) -> str:
+    """A stored error as echomq writes its own, its last line first then the traceback: a
+    Django task's (JSON of ``exception_class_path`` and ``traceback``) is unpacked; any other
+    text is kept as it is."""
+    if not error.startswith("{"):
+        return error
+    try:
+        found = json.loads(error)
+        trace = str(found["traceback"]).rstrip("\n")
+        kind = str(found["exception_class_path"])
+    except (ValueError, TypeError, KeyError):
+        return error
+    last = trace.rpartition("\n")[2] or kind
+    return f"{last}\n{trace}" if trace else kind
+
+
 def server_time_ms(conn: Any) -> int:
     seconds, micros = conn.time()
     return int(seconds) * 1000 + int(micros) // 1000
@@ -59,6 +76,11 @@ def server_time_ms(conn: Any) -> int:
 def register_queue(conn: Any, name: str) -> None:
     """Add ``name`` to the registry of queues (idempotent; one SADD)."""
     conn.sadd(REGISTRY_KEY, name)
+
+
+def is_listed(conn: Any, name: str) -> bool:
+    """Whether ``name`` is in the registry of queues."""
+    return bool(conn.sismember(REGISTRY_KEY, name))
 
 
 def forget_queue(conn: Any, name: str) -> bool:
@@ -154,7 +176,8 @@ def dead_jobs(conn: Any, name: str, limit: int = 100) -> list[DeadJob]:
         for job_id, _ in entries:
             pipe.hmget(calls.key("job", text(job_id)), "attempts", "error", "lane")
         rows = pipe.execute()
-    return [DeadJob(text(job_id), int(score), int(row[0] or 0), shown(row[1] or b""),
+    return [DeadJob(text(job_id), int(score), int(row[0] or 0),
+                    readable_error(shown(row[1] or b"")),
                     text(row[2]) if row[2] is not None else None)
             for (job_id, score), row in zip(entries, rows, strict=True)]
 

@@ -23,7 +23,15 @@ from rich.table import Table
 from rich.text import Text
 
 from echomq import admin
-from echomq.clierrors import BAD_INPUT, URL_META, ErrorReportingGroup, Failure, bad_url
+from echomq.cli_args import COUNT, QUEUE, check_worker_queues, load_failure
+from echomq.clierrors import (
+    BAD_INPUT,
+    URL_META,
+    ErrorReportingGroup,
+    Failure,
+    bad_url,
+    failure_for,
+)
 from echomq.demo import run_demo
 from echomq.embedded import EmbeddedValkey
 from echomq.errors import EchoMQError, MetricsUnavailable, Wire6Unsupported
@@ -123,6 +131,7 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency:
         sys.path.insert(0, os.getcwd())  # MODULE is found from where the command runs
     limit_ms = None if time_limit is None else max(1, round(time_limit * 1000))
     queues, async_in_flight = _worker_target(handler, queue_names, async_concurrency)
+    check_worker_queues(queues)
     spec = WorkerSpec(handler=handler, queue=queues, url=url, lanes=lanes, wire=int(wire),
                       lease_ms=lease_ms, retry_delay_ms=retry_delay_ms,
                       max_attempts=max_attempts, park_cap_ms=park_cap_ms, on_ack=on_ack,
@@ -131,18 +140,28 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency:
     _connect(url)  # a URL that is not one is bad input (exit 2), like any command's
     try:
         check_spec(spec)
-    except (ImportError, AttributeError, ValueError, TypeError, Wire6Unsupported) as exc:
+    except (ImportError, SyntaxError, AttributeError) as exc:
+        raise load_failure(on_ack or handler, exc) from exc
+    except (ValueError, TypeError, Wire6Unsupported) as exc:
         raise click.UsageError(f"{type(exc).__name__}: {exc}") from exc
     try:
         probe_server(spec)
     except (redis.RedisError, EchoMQError) as exc:
-        raise click.ClickException(f"cannot serve queue {', '.join(queues)} from {url}: "
-                                   f"{type(exc).__name__}: {exc}") from exc
+        raise _cannot_serve(queues, url, exc) from exc
     try:
         metrics_at = None if metrics_port is None else (metrics_addr, metrics_port)
         sys.exit(run_workers(spec, concurrency, grace, metrics_at))
     except (WorkersFailed, MetricsUnavailable) as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _cannot_serve(queues: tuple[str, ...], url: str, exc: Exception) -> Failure:
+    """The server cannot serve the workers: exit 1 (the worker's contract), with the hint the
+    other commands give for the same error."""
+    known = failure_for(exc)
+    return Failure(f"cannot serve queue {', '.join(queues)} from {url}: "
+                   f"{type(exc).__name__}: {exc}",
+                   known.hint if known is not None else "check --url and the server's log")
 
 
 DEFAULT_ASYNC_CONCURRENCY = 10
@@ -157,8 +176,8 @@ def _worker_target(target: str, queue_names: tuple[str, ...],
 
     try:
         found = load_target(target)
-    except (ImportError, AttributeError, ValueError, TypeError) as exc:
-        raise click.UsageError(f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # whatever the module raises as it loads is the target's fault
+        raise load_failure(target, exc) from exc
     if not is_app(found) and not queue_names:
         raise click.UsageError("give --queue (a handler has no queues of its own)")
     if not runs_async(found):
@@ -258,7 +277,7 @@ _TEXT_COLUMNS = {"lane", "error", "field", "value", "job", "state"}
 
 
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.argument("payload")
 @click.option("--id", "job_id", default=None, help="the job id (default: a new time-sortable id)")
 @click.option("--lane", default=None, help="the group's lane to join")
@@ -277,7 +296,7 @@ def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, wire
 
 
 @main.command()
-@click.argument("queue", required=False)
+@click.argument("queue", required=False, type=QUEUE)
 @click.option("--rescan", is_flag=True,
               help="search the keyspace again for queues missing from the registry")
 @url_option
@@ -291,6 +310,9 @@ def stats(queue: str | None, rescan: bool, url: str, as_json: bool) -> None:
     found = [admin.stats(conn, name) for name in ([queue] if queue else admin.queue_names(conn))]
     if queue and _holds_anything(found[0]):
         admin.register_queue(conn, queue)
+    elif queue and not admin.is_listed(conn, queue):
+        raise Failure(f"no queue {queue}: it is not listed and holds nothing",
+                      "`echomq stats` lists the queues (--rescan searches the keyspace again)")
     workers = counts_by_queue(_workers_or_none(conn))
     if as_json:
         _print_json([{**s.as_dict(), "workers": workers.get(s.name, 0)} for s in found])
@@ -363,7 +385,7 @@ def _print_workers(found: list[WorkerInfo], now_ms: int) -> None:
 
 
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.argument("job_id", metavar="ID")
 @url_option
 @json_option
@@ -393,8 +415,8 @@ def dead() -> None:
 
 
 @dead.command("list")
-@click.argument("queue")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1))
+@click.argument("queue", type=QUEUE)
+@click.option("--limit", default=100, show_default=True, type=COUNT)
 @url_option
 @json_option
 def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
@@ -416,7 +438,7 @@ def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
 
 
 @dead.command("requeue")
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
 @url_option
 @json_option
@@ -434,8 +456,8 @@ def dead_requeue(queue: str, job_ids: tuple[str, ...], url: str, as_json: bool) 
 
 
 @dead.command("purge")
-@click.argument("queue")
-@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1))
+@click.argument("queue", type=QUEUE)
+@click.option("--limit", default=1000, show_default=True, type=COUNT)
 @url_option
 @json_option
 def dead_purge(queue: str, limit: int, url: str, as_json: bool) -> None:
@@ -445,7 +467,7 @@ def dead_purge(queue: str, limit: int, url: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @url_option
 def forget(queue: str, url: str) -> None:
     """Take QUEUE off the list of queues (its jobs stay; producing into it lists it again)."""
@@ -455,7 +477,7 @@ def forget(queue: str, url: str) -> None:
 
 
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.option("--wire", type=click.Choice(["5", "6"]), default="5", show_default=True)
 @url_option
 @json_option
@@ -468,7 +490,7 @@ def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.option("--lane", default=None, help="pause only this lane (group); default: the queue")
 @url_option
 def pause(queue: str, lane: str | None, url: str) -> None:
@@ -479,7 +501,7 @@ def pause(queue: str, lane: str | None, url: str) -> None:
 
 
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.option("--lane", default=None, help="resume only this lane (group); default: the queue")
 @url_option
 def resume(queue: str, lane: str | None, url: str) -> None:
@@ -489,7 +511,7 @@ def resume(queue: str, lane: str | None, url: str) -> None:
 
 
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @url_option
 @json_option
 def lanes(queue: str, url: str, as_json: bool) -> None:

@@ -230,7 +230,7 @@ def job_detail(found: dict[str, Any]) -> dict[str, Any]:
     the traceback that may follow it, and its other fields."""
     fields = dict(found["fields"])
     payload = fields.pop("payload", b"")
-    error = str(fields.pop("error", ""))
+    error = admin.readable_error(str(fields.pop("error", "")))
     message, _, traceback = error.partition("\n")
     return {**{k: v for k, v in found.items() if k != "fields"}, "fields": fields,
             "payload_size": len(payload),
