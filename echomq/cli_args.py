@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from echomq.admin import every_dead_job
 from echomq.clierrors import BAD_INPUT, Failure, debugging
 from echomq.transitions import queue_base
 
@@ -81,3 +82,21 @@ def load_failure(target: str, exc: Exception) -> Failure:
                        "directory is on the path), or set PYTHONPATH", BAD_INPUT)
     return Failure(message, "name a handler as MODULE:FUNCTION or an App as MODULE:APP",
                    BAD_INPUT)
+
+
+def requeue_targets(conn: Any, queue: str, job_ids: tuple[str, ...], every: bool,
+                    error_has: str | None, lane: str | None) -> tuple[str, ...]:
+    """The dead jobs ``dead requeue`` runs again: the ids given, or with ``every`` each dead
+    job whose error contains ``error_has`` and whose lane is ``lane`` (when given). Ids and
+    ``--all`` together, or neither, are bad input; so are filters without ``--all``."""
+    if every == bool(job_ids):
+        raise Failure("give the ids of the dead jobs to requeue, or --all (not both)",
+                      f"`echomq dead list {queue}` shows them", BAD_INPUT)
+    if not every:
+        if error_has is not None or lane is not None:
+            raise Failure("--error and --lane filter --all", "add --all, or drop the filters",
+                          BAD_INPUT)
+        return job_ids
+    return tuple(job.id for job in every_dead_job(conn, queue)
+                 if (error_has is None or error_has in job.error)
+                 and (lane is None or job.lane == lane))
