@@ -11,6 +11,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
+
 from echomq.calls import ZSETS, QueueCalls, payload_bytes, text
 from echomq.executors import executor_for
 from echomq.lanes import lane_groups, paused_lanes, shown_depths
@@ -44,6 +46,26 @@ class DeadJob:
     attempts: int
     error: str
     lane: str | None
+    task: str | None = None  # the task a task job (an App's, or Django's) called
+
+
+class _TaskCall(msgspec.Struct):
+    task: str
+
+
+_TASK_DECODERS = (msgspec.json.Decoder(_TaskCall), msgspec.msgpack.Decoder(_TaskCall))
+
+
+def task_of(payload: bytes | None) -> str | None:
+    """The task name a task job's payload carries (JSON or MessagePack, an App's envelope or
+    a Django call); None for any other payload."""
+    if not payload:
+        return None
+    decoder = _TASK_DECODERS[0] if payload[:1] == b"{" else _TASK_DECODERS[1]
+    try:
+        return decoder.decode(payload).task
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 def shown(value: Any) -> str:
@@ -204,11 +226,12 @@ def dead_jobs(conn: Any, name: str, limit: int = 100, *, start: int = 0) -> list
     entries = conn.zrange(calls.key("dead"), start, start + limit - 1, withscores=True)
     with conn.pipeline(transaction=False) as pipe:
         for job_id, _ in entries:
-            pipe.hmget(calls.key("job", text(job_id)), "attempts", "error", "lane")
+            pipe.hmget(calls.key("job", text(job_id)), "attempts", "error", "lane", "payload")
         rows = pipe.execute()
     return [DeadJob(text(job_id), int(score), int(row[0] or 0),
                     readable_error(shown(row[1] or b"")),
-                    text(row[2]) if row[2] is not None else None)
+                    text(row[2]) if row[2] is not None else None,
+                    task_of(payload_bytes(row[3]) if row[3] is not None else None))
             for (job_id, score), row in zip(entries, rows, strict=True)]
 
 
