@@ -15,7 +15,7 @@ import redis
 
 from echomq import Queue, Verdict, admin
 from echomq.dashboard import History, create_app
-from echomq.workers import WORKER_PREFIX, WORKERS_KEY
+from echomq.workers import WORKER_PREFIX, WORKERS_KEY, WorkerInfo
 from tests.test_dashboard import CHROMIUM, FLAGS, serve
 
 playwright = pytest.importorskip("playwright.sync_api")
@@ -144,3 +144,26 @@ def test_dead_jobs_show_their_task_filter_and_open_in_view(conn: redis.Redis,
         assert died is not None and str(int(died)) not in fields  # no raw epoch ms
         page.click("#job-close")
         assert page.locator("#job").is_hidden()
+
+
+def test_throughput_and_failures_per_minute_are_charted(conn: redis.Redis,
+                                                        browser: Browser) -> None:
+    admin.register_queue(conn, "mail")
+    history = History(conn, interval_s=5)
+    now = admin.server_time_ms(conn)
+    for n in range(24, -1, -1):  # two minutes: 10 jobs done and 1 attempt failed every 5 s
+        beat = now - n * 5000
+        worker = WorkerInfo(key="w", host="box", pid=1, queue="mail", wire=5, started_ms=0,
+                            job=None, job_since_ms=None, done=(24 - n) * 10, failed=24 - n,
+                            beat_ms=beat, queues=["mail"])
+        history.sample([admin.QueueStats("mail", 0, 0, 0, 0, server_time_ms=beat)], [worker])
+    for url in serve(create_app(conn, history=history)):
+        page = browser.open(url)
+        for chart, peak in (("done", "200"), ("failed", "20")):  # 120 and 12 per minute
+            svg = f"#chart-{chart}"
+            assert page.locator(f'{svg} polyline[data-queue="mail"]').count() == 1
+            labels = page.locator(f"{svg} text").all_text_contents()
+            assert "per min" in labels and peak in labels, labels
+            points = str(page.get_attribute(f'{svg} polyline[data-queue="mail"]', "points"))
+            ys = {point.split(",")[1] for point in points.split()[:20]}
+            assert len(ys) == 1, ys  # a steady rate: one flat line (then the app's own samples)

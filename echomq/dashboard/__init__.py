@@ -40,7 +40,7 @@ from starlette.types import ASGIApp
 
 from echomq import admin
 from echomq.dashboard.guard import LOOPBACK_HOSTS, SECURITY_HEADERS, Policy, refusal, who
-from echomq.dashboard.history import History
+from echomq.dashboard.history import COLUMNS, History
 from echomq.dashboard.requests import MAX_DEPTH, BodyRefused, checked, nesting, read_capped
 from echomq.errors import EchoMQError
 from echomq.lanes import lane_report
@@ -187,8 +187,7 @@ class _Views:
 
     def series(self, request: Request) -> Response:
         return JSONResponse({"interval_s": self.history.interval_s,
-                             "columns": ["at_ms", "pending", "active", "delayed", "dead",
-                                         "in_lanes"],
+                             "columns": COLUMNS,
                              "series": self.history.series()})
 
     def dead(self, request: Request) -> Response:

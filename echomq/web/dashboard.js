@@ -6,7 +6,7 @@
 const CSRF = document.querySelector('meta[name="echomq-csrf"]').content;
 const COLORS = ["#3864d8", "#d8872c", "#2c9c6a", "#a23bc4", "#c43b52", "#3aa6b9", "#7a6a2e"];
 const SVG = "http://www.w3.org/2000/svg";
-const COLUMN = { pending: 1, active: 2, delayed: 3, dead: 4, in_lanes: 5 };
+const COLUMN = { pending: 1, active: 2, delayed: 3, dead: 4, in_lanes: 5, done: 6, failed: 7 };
 const colorOf = {};
 const deadFilter = {};  // each queue's dead-job filter, kept across refreshes
 const MAX_LANES_SHOWN = 25;
@@ -103,7 +103,7 @@ function clock(ms, seconds) {
 
 // One line per queue over the samples kept (the last hour at most), with a y axis (depth), a
 // time axis and a legend.
-function drawChart(svg, history, column) {
+function drawChart(svg, history, column, unit = "jobs") {
   svg.replaceChildren();
   const W = 460, H = 220, left = 46, right = 22, top = 10, bottom = 58;
   const names = Object.keys(history.series).sort();
@@ -132,7 +132,7 @@ function drawChart(svg, history, column) {
   el("line", { x1: left, x2: left, y1: top, y2: H - bottom, class: "axis" }, svg);
   el("line", { x1: left, x2: W - right, y1: H - bottom, y2: H - bottom, class: "axis" }, svg);
   el("text", { x: 12, y: (H - bottom + top) / 2, transform: `rotate(-90 12 ${(H - bottom + top) / 2})`,
-    "text-anchor": "middle" }, svg).textContent = "jobs";
+    "text-anchor": "middle" }, svg).textContent = unit;
   names.forEach((name, i) => {
     const points = history.series[name].map((r) => `${x(r[0]).toFixed(1)},${y(r[column]).toFixed(1)}`);
     const line = el("polyline", { fill: "none", stroke: color(name), "stroke-width": 2,
@@ -352,6 +352,19 @@ async function showJob(queue, id) {
   panel.scrollTop = 0;
 }
 
+// How fast a counter of the workers grew between each two samples, per minute (a drop, when a
+// worker left, counts as no growth).
+function perMinute(history, column) {
+  const rates = { series: {} };
+  for (const [name, rows] of Object.entries(history.series)) {
+    rates.series[name] = rows.slice(1).map((row, i) => {
+      const minutes = Math.max(row[0] - rows[i][0], 1) / 60000;
+      return [row[0], Math.max(0, row[column] - rows[i][column]) / minutes];
+    });
+  }
+  return rates;
+}
+
 async function refresh() {
   try {
     const [queues, history, workers] = await Promise.all(
@@ -369,6 +382,9 @@ async function refresh() {
     drawChart(document.getElementById("chart-backlog"), backlog, 1);
     drawChart(document.getElementById("chart-active"), history, COLUMN.active);
     drawChart(document.getElementById("chart-dead"), history, COLUMN.dead);
+    drawChart(document.getElementById("chart-done"), perMinute(history, COLUMN.done), 1, "per min");
+    drawChart(document.getElementById("chart-failed"), perMinute(history, COLUMN.failed), 1,
+      "per min");
     const cards = await Promise.all(queues.filter((s) => s.dead).map((s) => renderDead(s.name, s.dead)));
     const dead = document.getElementById("dead");
     dead.replaceChildren(...cards.filter(Boolean));
