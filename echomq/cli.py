@@ -24,6 +24,7 @@ from echomq.cli_args import (
     COUNT,
     MAX_COUNT,
     QUEUE,
+    DeadFilter,
     check_worker_queues,
     load_failure,
     requeue_targets,
@@ -368,9 +369,9 @@ def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
         _console().print(f"no dead jobs in {queue}")
         return
     now = admin.server_time_ms(conn)
-    table = _table("job", "attempts", "lane", "died", "error")
+    table = _table("job", "task", "attempts", "lane", "died", "error")
     for j in jobs:
-        table.add_row(Text(j.id), str(j.attempts), Text(j.lane or "-"),
+        table.add_row(Text(j.id), Text(j.task or "-"), str(j.attempts), Text(j.lane or "-"),
                       f"{human_age(max(0, now - j.died_at_ms))} ago", Text(one_line(j.error)))
     _console().print(table)
 
@@ -383,15 +384,17 @@ def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
 @click.option("--error", "error_has", default=None, metavar="TEXT",
               help="with --all: only the jobs whose last error contains TEXT")
 @click.option("--lane", default=None, help="with --all: only the jobs of this lane (group)")
+@click.option("--task", default=None, help="with --all: only the jobs calling this task")
 @url_option
 @json_option
 def dead_requeue(queue: str, job_ids: tuple[str, ...], every: bool, error_has: str | None,
-                 lane: str | None, url: str, as_json: bool) -> None:
+                 lane: str | None, task: str | None, url: str, as_json: bool) -> None:
     """Run dead jobs ID... of QUEUE again (or, with --all, every dead job the filters keep),
     with fresh attempts. Exits 1 if any ID given was not dead (the others are requeued all the
     same)."""
     conn = _connect(url)
-    job_ids = requeue_targets(conn, queue, job_ids, every, error_has, lane)
+    job_ids = requeue_targets(conn, queue, job_ids, every,
+                              DeadFilter(error_has=error_has, lane=lane, task=task))
     done = {job_id: admin.requeue(conn, queue, job_id) for job_id in job_ids}
     _emit(as_json, done, lambda: [f"{'REQUEUED' if ok else 'NOT_DEAD'} {job_id}"
                                   for job_id, ok in done.items()] or ["requeued 0"])

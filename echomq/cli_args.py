@@ -7,12 +7,13 @@ from __future__ import annotations
 import importlib
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-from echomq.admin import every_dead_job
+from echomq.admin import DeadJob, every_dead_job
 from echomq.clierrors import BAD_INPUT, Failure, debugging
 from echomq.transitions import queue_base
 
@@ -84,19 +85,34 @@ def load_failure(target: str, exc: Exception) -> Failure:
                    BAD_INPUT)
 
 
+@dataclass(frozen=True)
+class DeadFilter:
+    """Which dead jobs ``dead requeue --all`` runs again: each given part must match."""
+
+    error_has: str | None = None  # the last error contains it
+    lane: str | None = None
+    task: str | None = None
+
+    def given(self) -> bool:
+        return any(part is not None for part in (self.error_has, self.lane, self.task))
+
+    def keeps(self, job: DeadJob) -> bool:
+        return ((self.error_has is None or self.error_has in job.error)
+                and (self.lane is None or job.lane == self.lane)
+                and (self.task is None or job.task == self.task))
+
+
 def requeue_targets(conn: Any, queue: str, job_ids: tuple[str, ...], every: bool,
-                    error_has: str | None, lane: str | None) -> tuple[str, ...]:
+                    kept: DeadFilter) -> tuple[str, ...]:
     """The dead jobs ``dead requeue`` runs again: the ids given, or with ``every`` each dead
-    job whose error contains ``error_has`` and whose lane is ``lane`` (when given). Ids and
-    ``--all`` together, or neither, are bad input; so are filters without ``--all``."""
+    job ``kept`` keeps. Ids and ``--all`` together, or neither, are bad input; so are filters
+    without ``--all``."""
     if every == bool(job_ids):
         raise Failure("give the ids of the dead jobs to requeue, or --all (not both)",
                       f"`echomq dead list {queue}` shows them", BAD_INPUT)
     if not every:
-        if error_has is not None or lane is not None:
-            raise Failure("--error and --lane filter --all", "add --all, or drop the filters",
-                          BAD_INPUT)
+        if kept.given():
+            raise Failure("--error, --lane and --task filter --all",
+                          "add --all, or drop the filters", BAD_INPUT)
         return job_ids
-    return tuple(job.id for job in every_dead_job(conn, queue)
-                 if (error_has is None or error_has in job.error)
-                 and (lane is None or job.lane == lane))
+    return tuple(job.id for job in every_dead_job(conn, queue) if kept.keeps(job))

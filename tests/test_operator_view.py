@@ -180,3 +180,31 @@ def test_lanes_prints_an_aligned_table(valkey: EmbeddedValkey, conn: redis.Redis
     lines = [line for line in cli(valkey, "lanes", "mail").splitlines() if line[:1] in "│┃"]
     assert len(lines) == 3 and len({len(line) for line in lines}) == 1, lines
     assert len({re.sub(r"[^│┃]", " ", line).replace("┃", "│") for line in lines}) == 1, lines
+
+
+def envelope(task: str) -> bytes:
+    return json.dumps({"task": task, "args": [], "kwargs": {}, "headers": {},
+                       "enqueued_ms": 0}).encode()
+
+
+def test_dead_jobs_show_their_task_and_requeue_by_it(valkey: EmbeddedValkey,
+                                                     conn: redis.Redis) -> None:
+    queue = Queue(conn, "mail")
+    for job_id, task in (("JOB:m1", "send_mail"), ("JOB:r1", "build_report"),
+                         ("JOB:m2", "send_mail")):
+        queue.enqueue(job_id, envelope(task))
+        job = queue.claim()
+        assert job is not None
+        assert queue.retry(job, error="OSError: down", max_attempts=1) is Verdict.DEAD
+    kill(queue, "JOB:raw", "ValueError: not a task")
+    listed = json.loads(cli(valkey, "dead", "list", "mail", "--json"))
+    assert [(j["id"], j["task"]) for j in listed] == [
+        ("JOB:m1", "send_mail"), ("JOB:r1", "build_report"), ("JOB:m2", "send_mail"),
+        ("JOB:raw", None)]
+    row = next(line for line in cli(valkey, "dead", "list", "mail").splitlines()
+               if "JOB:r1" in line)
+    assert "build_report" in row
+    assert cli(valkey, "dead", "requeue", "mail", "--all", "--task", "send_mail") == (
+        "REQUEUED JOB:m1\nREQUEUED JOB:m2\n")
+    assert_one_error(echomq("dead", "requeue", "mail", "JOB:r1", "--task", "x",
+                            url=valkey.url), 2)
