@@ -319,8 +319,9 @@ def _holds_anything(s: admin.QueueStats) -> bool:
 @url_option
 @json_option
 def workers(url: str, as_json: bool) -> None:
-    """The live worker processes: host, pid, queue, wire, the job in hand and since when, jobs
-    done and failed, last beat. A worker that dies unannounced drops out within its expiry."""
+    """The live worker processes: host, pid, queue, wire, and as at the last beat the jobs in
+    hand, the latest and how long it had run; jobs done and failed, last beat. A worker that
+    dies unannounced drops out within its expiry."""
     conn = _connect(url)
     found = live_workers(conn)
     if as_json:
