@@ -6,13 +6,16 @@ scripts (atomic; scripts whatever wire the queue's workers use).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
+
 from echomq.calls import ZSETS, QueueCalls, payload_bytes, text
 from echomq.executors import executor_for
-from echomq.lanes import lane_depths_of
+from echomq.lanes import lane_groups, paused_lanes, shown_depths
 from echomq.registry import DISCOVERED_KEY, REGISTRY_KEY
 
 _SCRIPTS = executor_for(5)
@@ -29,6 +32,8 @@ class QueueStats:
     lanes: dict[str, int] = field(default_factory=dict)
     oldest_pending_age_ms: int | None = None
     server_time_ms: int = 0
+    paused: bool = False
+    paused_lanes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -41,6 +46,26 @@ class DeadJob:
     attempts: int
     error: str
     lane: str | None
+    task: str | None = None  # the task a task job (an App's, or Django's) called
+
+
+class _TaskCall(msgspec.Struct):
+    task: str
+
+
+_TASK_DECODERS = (msgspec.json.Decoder(_TaskCall), msgspec.msgpack.Decoder(_TaskCall))
+
+
+def task_of(payload: bytes | None) -> str | None:
+    """The task name a task job's payload carries (JSON or MessagePack, an App's envelope or
+    a Django call); None for any other payload."""
+    if not payload:
+        return None
+    decoder = _TASK_DECODERS[0] if payload[:1] == b"{" else _TASK_DECODERS[1]
+    try:
+        return decoder.decode(payload).task
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 def shown(value: Any) -> str:
@@ -51,6 +76,22 @@ def shown(value: Any) -> str:
     return str(value)
 
 
+def readable_error(error: str) -> str:
+    """A stored error as echomq writes its own, its last line first then the traceback: a
+    Django task's (JSON of ``exception_class_path`` and ``traceback``) is unpacked; any other
+    text is kept as it is."""
+    if not error.startswith("{"):
+        return error
+    try:
+        found = json.loads(error)
+        trace = str(found["traceback"]).rstrip("\n")
+        kind = str(found["exception_class_path"])
+    except (ValueError, TypeError, KeyError):
+        return error
+    last = trace.rpartition("\n")[2] or kind
+    return f"{last}\n{trace}" if trace else kind
+
+
 def server_time_ms(conn: Any) -> int:
     seconds, micros = conn.time()
     return int(seconds) * 1000 + int(micros) // 1000
@@ -59,6 +100,11 @@ def server_time_ms(conn: Any) -> int:
 def register_queue(conn: Any, name: str) -> None:
     """Add ``name`` to the registry of queues (idempotent; one SADD)."""
     conn.sadd(REGISTRY_KEY, name)
+
+
+def is_listed(conn: Any, name: str) -> bool:
+    """Whether ``name`` is in the registry of queues."""
+    return bool(conn.sismember(REGISTRY_KEY, name))
 
 
 def forget_queue(conn: Any, name: str) -> bool:
@@ -99,22 +145,49 @@ def discover_queues(conn: Any) -> set[str]:
 
 
 def stats(conn: Any, name: str) -> QueueStats:
-    """Depths of every part of queue ``name``, its lanes, and the age of its oldest pending job."""
+    """Depths of every part of queue ``name``, its lanes, whether it or any lane is paused,
+    and the age of its oldest waiting job (flat or at a lane's head). Three round trips
+    whatever the number of lanes: the queue's keys, each lane's depth and head, the heads'
+    admission times."""
     calls = QueueCalls(name)
     with conn.pipeline(transaction=False) as pipe:
         for role in ZSETS:
             pipe.zcard(calls.key(role))
         pipe.zrange(calls.key("pending"), 0, 0, withscores=True)
         pipe.lrange(calls.key("ring"), 0, -1)
-        pipe.hkeys(calls.key("parked"))
-        *sizes, oldest, groups, parked = pipe.execute()
-    now = server_time_ms(conn)
-    lanes = lane_depths_of(conn, lambda group: calls.key("lane", lane=group), groups, parked)
-    age = now - int(oldest[0][1]) if oldest else None
+        pipe.hgetall(calls.key("parked"))
+        pipe.exists(calls.key("paused"))
+        pipe.time()
+        *sizes, oldest, groups, parked, paused, (seconds, micros) = pipe.execute()
+    now = int(seconds) * 1000 + int(micros) // 1000
+    lanes, lane_oldest = _lanes_of(conn, calls, groups, parked)
+    times = [int(oldest[0][1])] if oldest else []
+    times += [lane_oldest] if lane_oldest is not None else []
     pending, active, delayed, dead = (int(size) for size in sizes)
     return QueueStats(name, pending, active, delayed, dead, lanes=lanes,
-                      oldest_pending_age_ms=age, server_time_ms=now)
+                      oldest_pending_age_ms=max(0, now - min(times)) if times else None,
+                      server_time_ms=now, paused=bool(paused),
+                      paused_lanes=paused_lanes(parked))
 
+
+def _lanes_of(conn: Any, calls: QueueCalls, ring: list[Any],
+              parked: dict[Any, Any]) -> tuple[dict[str, int], int | None]:
+    """Each lane's depth (as ``shown_depths`` keeps them) and the earliest admission time of
+    the jobs at their heads (None: no lane job waits)."""
+    names = lane_groups(ring, parked)
+    if not names:
+        return {}, None
+    with conn.pipeline(transaction=False) as pipe:
+        for group in names:
+            pipe.llen(calls.key("lane", lane=group))
+            pipe.lindex(calls.key("lane", lane=group), 0)
+        replies = pipe.execute()
+    heads = [text(head) for head in replies[1::2] if head is not None]
+    with conn.pipeline(transaction=False) as pipe:
+        for job_id in heads:
+            pipe.hget(calls.key("job", job_id), "enqueued_at")
+        admitted = [int(at) for at in pipe.execute() if at is not None and text(at).isdigit()]
+    return shown_depths(names, replies[0::2], ring), min(admitted, default=None)
 
 
 def inspect(conn: Any, name: str, job_id: str) -> dict[str, Any] | None:
@@ -146,17 +219,33 @@ def _location(conn: Any, calls: QueueCalls, job_id: str,
     return "completed", None
 
 
-def dead_jobs(conn: Any, name: str, limit: int = 100) -> list[DeadJob]:
-    """The dead jobs of queue ``name``, oldest death first, with their last errors."""
+def dead_jobs(conn: Any, name: str, limit: int = 100, *, start: int = 0) -> list[DeadJob]:
+    """The dead jobs of queue ``name``, oldest death first (from the ``start``-th), with their
+    last errors."""
     calls = QueueCalls(name)
-    entries = conn.zrange(calls.key("dead"), 0, limit - 1, withscores=True)
+    entries = conn.zrange(calls.key("dead"), start, start + limit - 1, withscores=True)
     with conn.pipeline(transaction=False) as pipe:
         for job_id, _ in entries:
-            pipe.hmget(calls.key("job", text(job_id)), "attempts", "error", "lane")
+            pipe.hmget(calls.key("job", text(job_id)), "attempts", "error", "lane", "payload")
         rows = pipe.execute()
-    return [DeadJob(text(job_id), int(score), int(row[0] or 0), shown(row[1] or b""),
-                    text(row[2]) if row[2] is not None else None)
+    return [DeadJob(text(job_id), int(score), int(row[0] or 0),
+                    readable_error(shown(row[1] or b"")),
+                    text(row[2]) if row[2] is not None else None,
+                    task_of(payload_bytes(row[3]) if row[3] is not None else None))
             for (job_id, score), row in zip(entries, rows, strict=True)]
+
+
+DEAD_PAGE = 1000
+
+
+def every_dead_job(conn: Any, name: str) -> list[DeadJob]:
+    """Every dead job of queue ``name``, oldest death first, read a page at a time."""
+    found: list[DeadJob] = []
+    while True:
+        page = dead_jobs(conn, name, DEAD_PAGE, start=len(found))
+        found += page
+        if len(page) < DEAD_PAGE:
+            return found
 
 
 def requeue(conn: Any, name: str, job_id: str, *, now: int | None = None) -> bool:

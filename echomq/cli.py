@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -18,12 +17,37 @@ from typing import Any
 
 import click
 import redis
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from echomq import admin
-from echomq.clierrors import BAD_INPUT, URL_META, ErrorReportingGroup, Failure, bad_url
+from echomq.cli_args import (
+    COUNT,
+    MAX_COUNT,
+    QUEUE,
+    DeadFilter,
+    check_worker_queues,
+    load_failure,
+    requeue_targets,
+)
+from echomq.cli_views import (
+    LANES_SHOWN,
+    human_age,
+    one_line,
+    print_job,
+    print_lanes,
+    print_stats,
+    print_workers,
+)
+from echomq.cli_views import console as _console
+from echomq.cli_views import table as _table
+from echomq.clierrors import (
+    BAD_INPUT,
+    URL_META,
+    ErrorReportingGroup,
+    Failure,
+    bad_url,
+    failure_for,
+)
 from echomq.demo import run_demo
 from echomq.embedded import EmbeddedValkey
 from echomq.errors import EchoMQError, MetricsUnavailable, Wire6Unsupported
@@ -31,7 +55,7 @@ from echomq.ids import new_job_id
 from echomq.lanes import lane_report
 from echomq.loop import PREFETCH
 from echomq.queue import Queue
-from echomq.workers import EXPIRY_MS, WorkerInfo, counts_by_queue, live_workers
+from echomq.workers import WorkerInfo, counts_by_queue, live_workers, running_by_queue
 
 
 @click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -124,6 +148,7 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency:
         sys.path.insert(0, os.getcwd())  # MODULE is found from where the command runs
     limit_ms = None if time_limit is None else max(1, round(time_limit * 1000))
     queues, async_in_flight = _worker_target(handler, queue_names, async_concurrency)
+    check_worker_queues(queues)
     spec = WorkerSpec(handler=handler, queue=queues, url=url, lanes=lanes, wire=int(wire),
                       lease_ms=lease_ms, retry_delay_ms=retry_delay_ms,
                       max_attempts=max_attempts, park_cap_ms=park_cap_ms, on_ack=on_ack,
@@ -132,18 +157,28 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency:
     _connect(url)  # a URL that is not one is bad input (exit 2), like any command's
     try:
         check_spec(spec)
-    except (ImportError, AttributeError, ValueError, TypeError, Wire6Unsupported) as exc:
+    except (ImportError, SyntaxError, AttributeError) as exc:
+        raise load_failure(on_ack or handler, exc) from exc
+    except (ValueError, TypeError, Wire6Unsupported) as exc:
         raise click.UsageError(f"{type(exc).__name__}: {exc}") from exc
     try:
         probe_server(spec)
     except (redis.RedisError, EchoMQError) as exc:
-        raise click.ClickException(f"cannot serve queue {', '.join(queues)} from {url}: "
-                                   f"{type(exc).__name__}: {exc}") from exc
+        raise _cannot_serve(queues, url, exc) from exc
     try:
         metrics_at = None if metrics_port is None else (metrics_addr, metrics_port)
         sys.exit(run_workers(spec, concurrency, grace, metrics_at))
     except (WorkersFailed, MetricsUnavailable) as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _cannot_serve(queues: tuple[str, ...], url: str, exc: Exception) -> Failure:
+    """The server cannot serve the workers: exit 1 (the worker's contract), with the hint the
+    other commands give for the same error."""
+    known = failure_for(exc)
+    return Failure(f"cannot serve queue {', '.join(queues)} from {url}: "
+                   f"{type(exc).__name__}: {exc}",
+                   known.hint if known is not None else "check --url and the server's log")
 
 
 DEFAULT_ASYNC_CONCURRENCY = 10
@@ -158,8 +193,8 @@ def _worker_target(target: str, queue_names: tuple[str, ...],
 
     try:
         found = load_target(target)
-    except (ImportError, AttributeError, ValueError, TypeError) as exc:
-        raise click.UsageError(f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # whatever the module raises as it loads is the target's fault
+        raise load_failure(target, exc) from exc
     if not is_app(found) and not queue_names:
         raise click.UsageError("give --queue (a handler has no queues of its own)")
     if not runs_async(found):
@@ -194,11 +229,6 @@ def _connect(url: str) -> redis.Redis:
     return conn
 
 
-def _console() -> Console:
-    """Rich output on stdout: as wide as the terminal, or 160 columns when piped."""
-    return Console(width=None if sys.stdout.isatty() else 160, highlight=False)
-
-
 def _print_json(value: Any) -> None:
     click.echo(json.dumps(value, default=_jsonable))
 
@@ -211,34 +241,6 @@ def _emit(as_json: bool, value: Any, lines: Callable[[], Iterable[str]]) -> None
             click.echo(line)
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def one_line(value: Any) -> str:
-    """``value`` shown on one terminal line: odd bytes, newlines and control characters
-    (terminal escapes among them) escaped, so a stored error cannot break or restyle the output."""
-    return _CONTROL.sub(lambda found: _ESCAPES.get(found[0], f"\\x{ord(found[0]):02x}"),
-                        admin.shown(value))
-
-
-_AGE_UNITS = ((86_400, "d", 3600, "h"), (3600, "h", 60, "min"), (60, "min", 1, "s"))
-
-
-def human_age(ms: int | None) -> str:
-    """``ms`` as a person reads an age: ``250 ms``, ``4.2 s``, ``3 min 5 s``, ``2 h 10 min``,
-    ``3 d 4 h``; ``-`` for none. Rounded down, so an age never reads older than it is."""
-    if ms is None:
-        return "-"
-    if ms < 1000:
-        return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms // 100 / 10:.1f} s"
-    whole = ms // 1000
-    size, unit, sub_size, sub = next(units for units in _AGE_UNITS if whole >= units[0])
-    return f"{whole // size} {unit} {(whole % size) // sub_size} {sub}"
-
-
 def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
         return admin.shown(value)
@@ -247,19 +249,8 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def _table(*columns: str, title: str | None = None) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold")
-    for n, column in enumerate(columns):
-        table.add_column(column, justify="left" if n == 0 or column in _TEXT_COLUMNS
-                         else "right", overflow="fold")
-    return table
-
-
-_TEXT_COLUMNS = {"lane", "error", "field", "value", "job", "state"}
-
-
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.argument("payload")
 @click.option("--id", "job_id", default=None, help="the job id (default: a new time-sortable id)")
 @click.option("--lane", default=None, help="the group's lane to join")
@@ -278,25 +269,38 @@ def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, wire
 
 
 @main.command()
-@click.argument("queue", required=False)
+@click.argument("queue", required=False, type=QUEUE)
 @click.option("--rescan", is_flag=True,
               help="search the keyspace again for queues missing from the registry")
+@click.option("--lanes", "lanes_shown", default=LANES_SHOWN, show_default=True,
+              type=click.IntRange(0, MAX_COUNT), help="with QUEUE: list this many of its "
+              "lanes, deepest first (0: none)")
+@click.option("--lanes-from", default=0, show_default=True, type=click.IntRange(0, MAX_COUNT),
+              help="with QUEUE: skip this many of the deepest lanes (a page further)")
 @url_option
 @json_option
-def stats(queue: str | None, rescan: bool, url: str, as_json: bool) -> None:
-    """Depths of QUEUE (or of every queue): pending, active, delayed, dead, lanes, oldest, and
-    its live workers."""
+def stats(queue: str | None, rescan: bool, lanes_shown: int, lanes_from: int, url: str,
+          as_json: bool) -> None:
+    """Depths of QUEUE (or of every queue): pending, active (leased, prefetched leases too),
+    running (jobs in its workers' hands at their last beat), delayed, dead, lanes, oldest
+    waiting job (flat or in a lane), pause, and its live workers. With QUEUE, its deepest
+    lanes."""
     conn = _connect(url)
     if rescan:
         admin.discover_queues(conn)
     found = [admin.stats(conn, name) for name in ([queue] if queue else admin.queue_names(conn))]
     if queue and _holds_anything(found[0]):
         admin.register_queue(conn, queue)
-    workers = counts_by_queue(_workers_or_none(conn))
+    elif queue and not admin.is_listed(conn, queue):
+        raise Failure(f"no queue {queue}: it is not listed and holds nothing",
+                      "`echomq stats` lists the queues (--rescan searches the keyspace again)")
+    live = _workers_or_none(conn)
     if as_json:
-        _print_json([{**s.as_dict(), "workers": workers.get(s.name, 0)} for s in found])
+        serving, running = counts_by_queue(live), running_by_queue(live)
+        _print_json([{**s.as_dict(), "workers": serving.get(s.name, 0),
+                      "running": running.get(s.name, 0)} for s in found])
         return
-    _print_stats(found, workers, lanes=queue is not None)
+    print_stats(found, live, lanes_shown if queue else 0, lanes_from)
 
 
 def _workers_or_none(conn: redis.Redis) -> list[WorkerInfo]:
@@ -309,68 +313,33 @@ def _workers_or_none(conn: redis.Redis) -> list[WorkerInfo]:
 
 
 def _holds_anything(s: admin.QueueStats) -> bool:
-    return bool(s.pending or s.active or s.delayed or s.dead or s.lanes)
-
-
-def _print_stats(found: list[admin.QueueStats], workers: dict[str, int], lanes: bool) -> None:
-    console = _console()
-    if not found:
-        console.print("no queues yet")
-        return
-    table = _table("queue", "pending", "active", "delayed", "dead", "lanes", "in lanes",
-                   "oldest pending", "workers")
-    for s in found:
-        table.add_row(Text(s.name), str(s.pending), str(s.active), str(s.delayed), str(s.dead),
-                      str(len(s.lanes)), str(sum(s.lanes.values())),
-                      human_age(s.oldest_pending_age_ms), str(workers.get(s.name, 0)))
-    console.print(table)
-    for s in found if lanes else []:
-        if s.lanes:
-            depths = _table("lane", "depth", title=f"lanes of {s.name}")
-            for group, depth in sorted(s.lanes.items(), key=lambda item: -item[1]):
-                depths.add_row(Text(group), str(depth))
-            console.print(depths)
+    return bool(s.pending or s.active or s.delayed or s.dead or s.lanes or s.paused)
 
 
 @main.command()
 @url_option
 @json_option
 def workers(url: str, as_json: bool) -> None:
-    """The live worker processes: host, pid, queue, wire, the job in hand and since when, jobs
-    done and failed, last beat. A worker that dies unannounced drops out within its expiry."""
+    """The live worker processes: host, pid, queue, wire, and as at the last beat the jobs in
+    hand, the latest and how long it had run; jobs done and failed, last beat. A worker that
+    dies unannounced drops out within its expiry."""
     conn = _connect(url)
     found = live_workers(conn)
     if as_json:
         _print_json([w.as_dict() for w in found])
         return
-    _print_workers(found, admin.server_time_ms(conn))
-
-
-def _print_workers(found: list[WorkerInfo], now_ms: int) -> None:
-    console = _console()
-    if not found:
-        console.print(f"no live workers (a worker drops out {EXPIRY_MS // 1000} s after its "
-                      "last beat)")
-        return
-    table = _table("host", "pid", "queue", "wire", "up", "job", "running", "done", "failed",
-                   "last beat")
-    for w in found:
-        running = None if w.job_since_ms is None else max(0, now_ms - w.job_since_ms)
-        table.add_row(Text(w.host), str(w.pid), Text(", ".join(w.queues) or w.queue), str(w.wire),
-                      human_age(max(0, now_ms - w.started_ms)), Text(w.job or "idle"),
-                      human_age(running), str(w.done), str(w.failed),
-                      human_age(max(0, now_ms - w.beat_ms)) + " ago")
-    console.print(table)
+    print_workers(found, admin.server_time_ms(conn))
 
 
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.argument("job_id", metavar="ID")
 @url_option
 @json_option
 def inspect(queue: str, job_id: str, url: str, as_json: bool) -> None:
     """Show the row of job ID in QUEUE and where the job is."""
-    found = admin.inspect(_connect(url), queue, job_id)
+    conn = _connect(url)
+    found = admin.inspect(conn, queue, job_id)
     if found is None:
         raise Failure(f"no job {job_id} in queue {queue}",
                       f"`echomq stats {queue}` shows what the queue holds; completed jobs are "
@@ -378,14 +347,7 @@ def inspect(queue: str, job_id: str, url: str, as_json: bool) -> None:
     if as_json:
         _print_json(found)
         return
-    table = _table("field", "value", title=f"{job_id} in {queue}")
-    expires = found["expires_in_ms"]
-    table.add_row("state", Text(one_line(found["state"])))
-    table.add_row("score", "-" if found["score"] is None else str(found["score"]))
-    table.add_row("expires in", "never" if expires is None else human_age(expires))
-    for key, value in found["fields"].items():
-        table.add_row(Text(one_line(key)), Text(one_line(value)))
-    _console().print(table)
+    print_job(job_id, queue, found, admin.server_time_ms(conn))
 
 
 @main.group()
@@ -394,8 +356,8 @@ def dead() -> None:
 
 
 @dead.command("list")
-@click.argument("queue")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1))
+@click.argument("queue", type=QUEUE)
+@click.option("--limit", default=100, show_default=True, type=COUNT)
 @url_option
 @json_option
 def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
@@ -409,34 +371,44 @@ def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
         _console().print(f"no dead jobs in {queue}")
         return
     now = admin.server_time_ms(conn)
-    table = _table("job", "attempts", "lane", "died", "error")
+    table = _table("job", "task", "attempts", "lane", "died", "error")
     for j in jobs:
-        table.add_row(Text(j.id), str(j.attempts), Text(j.lane or "-"),
+        table.add_row(Text(j.id), Text(j.task or "-"), str(j.attempts), Text(j.lane or "-"),
                       f"{human_age(max(0, now - j.died_at_ms))} ago", Text(one_line(j.error)))
     _console().print(table)
 
 
 @dead.command("requeue")
-@click.argument("queue")
-@click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
+@click.argument("queue", type=QUEUE)
+@click.argument("job_ids", nargs=-1, metavar="[ID...]")
+@click.option("--all", "every", is_flag=True, help="every dead job of QUEUE (that the filters "
+              "keep), instead of ID...")
+@click.option("--error", "error_has", default=None, metavar="TEXT",
+              help="with --all: only the jobs whose last error contains TEXT")
+@click.option("--lane", default=None, help="with --all: only the jobs of this lane (group)")
+@click.option("--task", default=None, help="with --all: only the jobs calling this task")
 @url_option
 @json_option
-def dead_requeue(queue: str, job_ids: tuple[str, ...], url: str, as_json: bool) -> None:
-    """Run dead jobs ID... of QUEUE again, with fresh attempts. Exits 1 if any of them was not
-    dead (the others are requeued all the same)."""
+def dead_requeue(queue: str, job_ids: tuple[str, ...], every: bool, error_has: str | None,
+                 lane: str | None, task: str | None, url: str, as_json: bool) -> None:
+    """Run dead jobs ID... of QUEUE again (or, with --all, every dead job the filters keep),
+    with fresh attempts. Exits 1 if any ID given was not dead (the others are requeued all the
+    same)."""
     conn = _connect(url)
+    job_ids = requeue_targets(conn, queue, job_ids, every,
+                              DeadFilter(error_has=error_has, lane=lane, task=task))
     done = {job_id: admin.requeue(conn, queue, job_id) for job_id in job_ids}
     _emit(as_json, done, lambda: [f"{'REQUEUED' if ok else 'NOT_DEAD'} {job_id}"
-                                  for job_id, ok in done.items()])
+                                  for job_id, ok in done.items()] or ["requeued 0"])
     missing = [job_id for job_id, ok in done.items() if not ok]
-    if missing:
+    if missing and not every:
         raise Failure(f"{len(missing)} of {len(done)} not dead in {queue}: {' '.join(missing)}",
                       f"`echomq dead list {queue}` shows its dead jobs")
 
 
 @dead.command("purge")
-@click.argument("queue")
-@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1))
+@click.argument("queue", type=QUEUE)
+@click.option("--limit", default=1000, show_default=True, type=COUNT)
 @url_option
 @json_option
 def dead_purge(queue: str, limit: int, url: str, as_json: bool) -> None:
@@ -446,7 +418,7 @@ def dead_purge(queue: str, limit: int, url: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @url_option
 def forget(queue: str, url: str) -> None:
     """Take QUEUE off the list of queues (its jobs stay; producing into it lists it again)."""
@@ -456,7 +428,7 @@ def forget(queue: str, url: str) -> None:
 
 
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.option("--wire", type=click.Choice(["5", "6"]), default="5", show_default=True)
 @url_option
 @json_option
@@ -469,7 +441,7 @@ def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.option("--lane", default=None, help="pause only this lane (group); default: the queue")
 @url_option
 def pause(queue: str, lane: str | None, url: str) -> None:
@@ -480,7 +452,7 @@ def pause(queue: str, lane: str | None, url: str) -> None:
 
 
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @click.option("--lane", default=None, help="resume only this lane (group); default: the queue")
 @url_option
 def resume(queue: str, lane: str | None, url: str) -> None:
@@ -490,7 +462,7 @@ def resume(queue: str, lane: str | None, url: str) -> None:
 
 
 @main.command()
-@click.argument("queue")
+@click.argument("queue", type=QUEUE)
 @url_option
 @json_option
 def lanes(queue: str, url: str, as_json: bool) -> None:
@@ -498,16 +470,10 @@ def lanes(queue: str, url: str, as_json: bool) -> None:
     q = Queue(_connect(url), queue, check_policy=False)
     whole, _ = q.paused()
     rows = lane_report(q)
-    _emit(as_json, {"paused": whole, "defaults": q.lane_settings(), "lanes": rows},
-          lambda: _lane_lines(queue, whole, rows))
-
-
-def _lane_lines(queue: str, whole: bool, rows: list[dict[str, Any]]) -> list[str]:
-    head = [f"{queue}: paused"] if whole else []
-    columns = ("group", "concurrency", "rate", "window_ms", "weight", "waiting", "leased",
-               "state")
-    body = ["  ".join(str("-" if row[c] is None else row[c]) for c in columns) for row in rows]
-    return [*head, "  ".join(columns), *body]
+    if as_json:
+        _print_json({"paused": whole, "defaults": q.lane_settings(), "lanes": rows})
+        return
+    print_lanes(queue, whole, rows)
 
 
 @main.command()

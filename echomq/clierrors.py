@@ -44,6 +44,19 @@ def server_url() -> str:
     return str(context.meta.get(URL_META, "?")) if context is not None else "?"
 
 
+def debugging() -> bool:
+    """Whether the running command was given ``--debug`` (or ``ECHOMQ_DEBUG``)."""
+    context = click.get_current_context(silent=True)
+    return bool(context is not None and context.find_root().params.get("debug"))
+
+
+def usage_failure(exc: click.UsageError) -> Failure:
+    """Click's report of bad usage (an unknown option, a value out of range) as one line and a
+    hint, exit 2."""
+    where = exc.ctx.command_path if exc.ctx is not None else "echomq"
+    return Failure(exc.format_message(), f"`{where} -h` shows the usage", BAD_INPUT)
+
+
 def failure_for(exc: Exception) -> Failure | None:
     """The one-line report of ``exc``, or None for an error nothing is known about."""
     url = server_url()
@@ -84,6 +97,8 @@ class ErrorReportingGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise usage_failure(exc) from exc
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise
         except Exception as exc:

@@ -3,7 +3,8 @@ dashboard).
 
 Each worker process keeps a hash ``emq:worker:<host>:<pid>:<started ms>`` (host, pid, queue and
 queues — the first and every queue it serves, in priority order, as a JSON list —, wire,
-started, the job in hand and since when, jobs done and failed, last beat) and its key in the set
+started, the job in hand and since when, how many jobs are in hand — ``running``: a lease
+prefetched and not yet started is not —, jobs done and failed, last beat) and its key in the set
 ``emq:workers``. A thread of its own rewrites the hash every ``BEAT_S`` and sets it to expire
 ``EXPIRY_BEATS`` beats later, so it keeps beating while a handler runs long, and a process that
 dies without a word (SIGKILL) drops out within ``EXPIRY_MS``; a clean stop deletes it at once. The
@@ -59,6 +60,13 @@ class WorkerInfo:
     failed: int
     beat_ms: int
     queues: list[str] = field(default_factory=list)
+    running: int = 0  # jobs in hand at the last beat (a prefetched lease is not in hand)
+
+    @property
+    def job_ran_ms(self) -> int | None:
+        """How long the job shown had run at the last beat (None: idle then); the job may have
+        ended since, so its age is never read against the clock of today."""
+        return None if self.job_since_ms is None else max(0, self.beat_ms - self.job_since_ms)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -178,13 +186,14 @@ class Announcer:
         """The record's fields, its times on the server's clock ``server_ms`` (now)."""
         with self._lock:
             job, done, failed = self._job, self._done, self._failed
+            running = len(self._jobs)
         now = time.monotonic()
         since = "" if job is None else server_ms - int((now - job[1]) * 1000)
         return {"host": socket.gethostname(), "pid": os.getpid(), "queue": self.queue,
                 "queues": json.dumps(self.queues), "wire": self.wire,
                 "started_ms": server_ms - int((now - self._born) * 1000),
                 "job": "" if job is None else job[0], "job_since_ms": since,
-                "done": done, "failed": failed, "beat_ms": server_ms}
+                "done": done, "failed": failed, "beat_ms": server_ms, "running": running}
 
     def _refresh(self) -> None:
         seconds, micros = self.conn.time()
@@ -238,6 +247,16 @@ def counts_by_queue(workers: list[WorkerInfo]) -> dict[str, int]:
     return counts
 
 
+def running_by_queue(workers: list[WorkerInfo]) -> dict[str, int]:
+    """The jobs in hand at the last beat of each queue's workers (a worker of several queues
+    counts for each)."""
+    counts: dict[str, int] = {}
+    for worker in workers:
+        for queue in worker.queues or [worker.queue]:
+            counts[queue] = counts.get(queue, 0) + worker.running
+    return counts
+
+
 def queues_field(raw: str | None, first: str) -> list[str]:
     """A record's ``queues`` (a JSON list); a record without one serves ``first`` alone."""
     try:
@@ -264,4 +283,5 @@ def _info(key: str, record: dict[Any, Any]) -> WorkerInfo:
                       started_ms=number("started_ms"), job=job,
                       job_since_ms=number("job_since_ms") if job else None,
                       done=number("done"), failed=number("failed"), beat_ms=number("beat_ms"),
-                      queues=queues_field(fields.get("queues"), fields.get("queue", "")))
+                      queues=queues_field(fields.get("queues"), fields.get("queue", "")),
+                      running=number("running") if "running" in fields else int(job is not None))

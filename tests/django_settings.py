@@ -29,3 +29,4 @@ def settings_for(url: str) -> dict[str, Any]:
 
 if "ECHOMQ_DJANGO_URL" in os.environ:
     globals().update(settings_for(os.environ["ECHOMQ_DJANGO_URL"]))
+    DEBUG = True  # as a new project has it: Django's own console handler is on

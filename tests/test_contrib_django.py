@@ -6,6 +6,7 @@ own ``task.enqueue`` and ``get_result``, the handler that runs task functions, a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -100,6 +101,20 @@ def test_a_task_that_raises_fails_with_its_class_and_traceback(tasks: ModuleType
         result.return_value  # noqa: B018
 
 
+def test_dead_list_shows_a_failed_task_as_its_error_and_traceback(
+        tasks: ModuleType, valkey: EmbeddedValkey, conn: redis.Redis) -> None:
+    from tests.command_line import cli
+
+    conn.delete(queue(conn).key("dead"))
+    result = tasks.explode.enqueue("no luck")
+    run_once(conn)
+    (listed,) = json.loads(cli(valkey, "dead", "list", "default", "--json"))
+    assert listed["id"] == result.id
+    assert listed["error"].startswith("ValueError: no luck\nTraceback (most recent call last)")
+    table = cli(valkey, "dead", "list", "default")
+    assert "ValueError: no luck" in table and "exception_class_path" not in table
+
+
 def test_async_and_context_tasks_run(tasks: ModuleType, conn: redis.Redis) -> None:
     greeting = tasks.greet.enqueue("ada")
     attempt = tasks.attempt.enqueue()
@@ -179,6 +194,9 @@ def test_a_real_worker_runs_django_tasks(tasks: ModuleType, valkey: EmbeddedValk
     ok.refresh()
     bad.refresh()
     flaky.refresh()
+    said = log.read_text(errors="replace")
+    for state in ("RUNNING", "SUCCESSFUL"):  # each line once, under DEBUG too
+        assert said.count(f"id={ok.id} path=tests.django_tasks.add state={state}") == 1, said
     assert (ok.status, ok.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
     assert bad.status == TaskResultStatus.FAILED
     assert bad.errors[0].exception_class_path == "builtins.ValueError"

@@ -4,6 +4,7 @@ consumer in the web process runs the jobs an endpoint enqueues."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -123,3 +124,17 @@ def test_fastapi_takes_the_same_lifespan(valkey: EmbeddedValkey, observer: redis
         handle = TaskHandle(job_id, app.queue, app.tasks["shout"], Verdict.ENQUEUED)
         assert handle.result(timeout=4) == "FAST"
     assert clients_of(observer) == 0
+
+
+def test_the_consumer_in_the_web_process_is_a_live_worker(valkey: EmbeddedValkey,
+                                                          observer: redis.Redis) -> None:
+    from echomq.workers import live_workers
+
+    app = tasks_app(app_client(valkey))
+    with TestClient(web_app(app, consume=True, park_cap_ms=200)) as client:
+        (record,) = live_workers(observer)
+        assert (record.queues, record.pid, record.wire) == (["web"], os.getpid(), 5)
+        job_id = client.post("/enqueue", params={"text": "seen"}).json()["id"]
+        handle = TaskHandle(job_id, app.queue, app.tasks["shout"], Verdict.ENQUEUED)
+        assert handle.result(timeout=4) == "SEEN"
+    assert live_workers(observer) == []  # a clean stop takes the record off at once

@@ -140,7 +140,7 @@ def test_dashboard_renders_and_requeues(conn: redis.Redis, dashboard: str,
     queue = fill(conn)
     worker = Announcer(conn, "mail", 6)
     worker.began(Job("JOB:t9", b"", 1))
-    assert worker.beat()
+    worker.start()  # beating, so its record outlives a slow page load
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -150,15 +150,15 @@ def test_dashboard_renders_and_requeues(conn: redis.Redis, dashboard: str,
                 if message.type in ("error", "warning") else None)
         page.goto(dashboard)
         page.wait_for_selector('tr[data-job="JOB:poison1"]', timeout=15_000)
-        assert page.inner_text('tr[data-queue="mail"]').split("\t")[:6] == [
-            "mail", "0", "0", "0", "2", "3"]
-        assert page.inner_text('tr[data-queue="reports"]').split("\t")[:5] == [
-            "reports", "0", "0", "0", "0"]
+        assert page.inner_text('tr[data-queue="mail"]').split("\t")[:7] == [
+            "mail", "0", "0", "1", "0", "2", "3"]  # running: the worker's job in hand
+        assert page.inner_text('tr[data-queue="reports"]').split("\t")[:6] == [
+            "reports", "0", "0", "0", "0", "0"]
         assert "ValueError: bad input" in page.inner_text("#dead")
         assert page.inner_text('#lanes tr[data-lane="tenant-a"]').split("\t") == [
             "tenant-a", "2", "pause"]
         shown = page.inner_text(f'#workers tr[data-worker="{worker.key}"]').split("\t")
-        assert shown[1:4] == [str(os.getpid()), "mail", "6"] and shown[5] == "JOB:t9"
+        assert shown[1:4] == [str(os.getpid()), "mail", "6"] and shown[5:7] == ["1", "JOB:t9"]
         for chart in ("backlog", "active", "dead"):
             svg = f"#chart-{chart}"
             assert page.locator(f'{svg} polyline[data-queue="mail"]').count() == 1
@@ -176,6 +176,7 @@ def test_dashboard_renders_and_requeues(conn: redis.Redis, dashboard: str,
         data = shot.read_bytes()
         assert png_size(data)[0] == 1400
         assert distinct_rows(data) > 100  # text, tables and the charts, not a blank page
+        page.click("#job-close")  # the detail lies over the page until closed
 
         page.click('button[data-requeue="JOB:poison0"]')
         page.wait_for_selector('tr[data-job="JOB:poison0"]', state="detached", timeout=15_000)
@@ -190,6 +191,7 @@ def test_dashboard_renders_and_requeues(conn: redis.Redis, dashboard: str,
         page.click('button[data-resume="mail"]')
         page.wait_for_selector('button[data-pause="mail"]', timeout=15_000)
         browser.close()
+    worker.stop()
     assert complaints == []
     assert conn.zscore(queue.key("pending"), "JOB:poison0") is not None
     assert conn.zscore(queue.key("pending"), "JOB:poison1") is not None
@@ -220,7 +222,7 @@ def test_a_page_on_another_port_cannot_change_anything(conn: redis.Redis, dashbo
     queue = fill(conn)
     worker = Announcer(conn, "mail", 6)
     worker.began(Job("JOB:t9", b"", 1))
-    assert worker.beat()
+    worker.start()  # beating, so its record outlives a slow page load
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page()

@@ -53,7 +53,8 @@ def test_lanes_lists_knobs_depth_leases_and_state(valkey: EmbeddedValkey,
         {"group": "zed", "concurrency": 5, "rate": None, "window_ms": 1000, "weight": 1,
          "waiting": 1, "leased": 0, "state": "ready"},
     ]
-    lines = cli(valkey, "lanes", "mail").splitlines()
-    assert lines[0].split() == ["group", "concurrency", "rate", "window_ms", "weight",
-                                "waiting", "leased", "state"]
-    assert lines[1].split() == ["acme", "1", "-", "1000", "2", "1", "1", "parked:", "limit"]
+    rows = [[cell.strip() for cell in line.strip("│┃").split(line[0])]
+            for line in cli(valkey, "lanes", "mail").splitlines() if line[:1] in "│┃"]
+    assert rows[0] == ["group", "concurrency", "rate", "window_ms", "weight", "waiting", "leased",
+                       "state"]
+    assert rows[1] == ["acme", "1", "-", "1000", "2", "1", "1", "parked: limit"]

@@ -24,8 +24,10 @@ attempts reach ``MAX_ATTEMPTS`` (1 by default: failed at once, as Django's own b
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
+import sys
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -198,6 +200,7 @@ def handler(job: Job) -> Directive:
     ``Reject`` for a job that can never run (not a call, an unknown task or backend)."""
     if not apps.ready:
         django.setup()
+        _log_once()
     try:
         call = Call.decode(job.payload)
         task: Task = import_string(call.task)
@@ -205,6 +208,22 @@ def handler(job: Job) -> Directive:
     except Exception as exc:
         return Reject(error_text(exc))
     return _run(task, backend, call, job)
+
+
+def _log_once() -> None:
+    """Django's default logging gives the ``django`` logger a console handler of its own (shown
+    while DEBUG) and lets it propagate to the root logger, where the worker already writes to
+    stderr: every task line would show twice. The worker's handler stays; the ``django``
+    logger's own handlers to the terminal go when the root logger writes there already."""
+    streams = (sys.stderr, sys.stdout)
+
+    def to_terminal(handler: logging.Handler) -> bool:
+        return isinstance(handler, logging.StreamHandler) and handler.stream in streams
+
+    django_log = logging.getLogger("django")
+    if django_log.propagate and any(map(to_terminal, logging.getLogger().handlers)):
+        for handler in [h for h in django_log.handlers if to_terminal(h)]:
+            django_log.removeHandler(handler)
 
 
 def _run(task: Task, backend: EchoMQBackend, call: Call, job: Job) -> Directive:

@@ -7,7 +7,8 @@ with ``consume=True`` an asyncio consumer runs the App's tasks in the web proces
 
 The consumer gets an asyncio client to the same server (same host, port, database, password and
 timeouts as the App's own) and runs ``app.async_handler`` on the App's default queue; it is
-stopped at shutdown, handing back the jobs it prefetched and did not start.
+stopped at shutdown, handing back the jobs it prefetched and did not start. Like a worker process,
+it keeps a record in the registry of live workers (``echomq workers``) while it runs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import redis.asyncio.connection
 
 from echomq import aio
 from echomq.tasks import App
+from echomq.workers import Announcer
 
 __all__ = ["async_twin", "lifespan"]
 
@@ -65,7 +67,9 @@ async def _consuming(app: App, options: dict[str, Any]) -> AsyncIterator[aio.Con
     conn = async_twin(app.conn)
     queue = aio.Queue(conn, app.queue.name, wire=app.queue.wire,
                       retention_ms=app.queue.retention_ms, max_attempts=app.queue.max_attempts)
-    consumer = aio.Consumer(queue, app.async_handler, **options)
+    announcer = Announcer(app.conn, [queue.name], queue.wire)
+    consumer = aio.Consumer(queue, announcer.track(app.async_handler), **options)
+    await asyncio.to_thread(announcer.start)
     running = asyncio.create_task(consumer.run(), name=f"echomq-consumer-{queue.name}")
     try:
         yield consumer
@@ -74,4 +78,5 @@ async def _consuming(app: App, options: dict[str, Any]) -> AsyncIterator[aio.Con
         try:
             await running
         finally:
+            await asyncio.to_thread(announcer.stop)
             await conn.aclose(close_connection_pool=True)

@@ -40,11 +40,12 @@ from starlette.types import ASGIApp
 
 from echomq import admin
 from echomq.dashboard.guard import LOOPBACK_HOSTS, SECURITY_HEADERS, Policy, refusal, who
-from echomq.dashboard.history import History
+from echomq.dashboard.history import COLUMNS, History
+from echomq.dashboard.requests import MAX_DEPTH, BodyRefused, checked, nesting, read_capped
 from echomq.errors import EchoMQError
 from echomq.lanes import lane_report
 from echomq.queue import Queue
-from echomq.workers import live_workers
+from echomq.workers import counts_by_queue, live_workers, running_by_queue
 
 __all__ = ["LOOPBACK_HOSTS", "History", "Policy", "create_app"]
 
@@ -113,13 +114,13 @@ class _Views:
             Route("/", self.page), Route("/static/{name}", self.static),
             Route("/api/queues", self.queues), Route("/api/history", self.series),
             Route("/api/workers", self.workers),
-            Route("/api/queues/{name}/dead", self.dead),
-            Route("/api/queues/{name}/jobs/{job_id}", self.job),
-            Route("/api/queues/{name}/dead/requeue", self.requeue, methods=["POST"]),
-            Route("/api/queues/{name}/dead/purge", self.purge, methods=["POST"]),
-            Route("/api/queues/{name}/lanes", self.lanes),
-            Route("/api/queues/{name}/pause", self.pause, methods=["POST"]),
-            Route("/api/queues/{name}/resume", self.resume, methods=["POST"]),
+            Route("/api/queues/{name}/dead", checked(self.dead)),
+            Route("/api/queues/{name}/jobs/{job_id}", checked(self.job)),
+            Route("/api/queues/{name}/dead/requeue", checked(self.requeue), methods=["POST"]),
+            Route("/api/queues/{name}/dead/purge", checked(self.purge), methods=["POST"]),
+            Route("/api/queues/{name}/lanes", checked(self.lanes)),
+            Route("/api/queues/{name}/pause", checked(self.pause), methods=["POST"]),
+            Route("/api/queues/{name}/resume", checked(self.resume), methods=["POST"]),
         ]
 
     async def page(self, request: Request) -> Response:
@@ -136,8 +137,12 @@ class _Views:
 
     def queues(self, request: Request) -> Response:
         found = [admin.stats(self.conn, name) for name in admin.queue_names(self.conn)]
+        live = live_workers(self.conn)
+        serving, running = counts_by_queue(live), running_by_queue(live)
         return JSONResponse([{**s.as_dict(), "rates": self.history.rates(s.name),
-                              **self._pauses(s.name)} for s in found])
+                              "workers": serving.get(s.name, 0),
+                              "running": running.get(s.name, 0), **self._pauses(s.name)}
+                             for s in found])
 
     def _pauses(self, name: str) -> dict[str, Any]:
         """Whether queue ``name`` is paused, and its paused lanes with their jobs waiting."""
@@ -177,12 +182,12 @@ class _Views:
 
     def workers(self, request: Request) -> Response:
         return JSONResponse({"server_time_ms": admin.server_time_ms(self.conn),
-                             "workers": [w.as_dict() for w in live_workers(self.conn)]})
+                             "workers": [{**w.as_dict(), "job_ran_ms": w.job_ran_ms}
+                                         for w in live_workers(self.conn)]})
 
     def series(self, request: Request) -> Response:
         return JSONResponse({"interval_s": self.history.interval_s,
-                             "columns": ["at_ms", "pending", "active", "delayed", "dead",
-                                         "in_lanes"],
+                             "columns": COLUMNS,
                              "series": self.history.series()})
 
     def dead(self, request: Request) -> Response:
@@ -230,7 +235,7 @@ def job_detail(found: dict[str, Any]) -> dict[str, Any]:
     the traceback that may follow it, and its other fields."""
     fields = dict(found["fields"])
     payload = fields.pop("payload", b"")
-    error = str(fields.pop("error", ""))
+    error = admin.readable_error(str(fields.pop("error", "")))
     message, _, traceback = error.partition("\n")
     return {**{k: v for k, v in found.items() if k != "fields"}, "fields": fields,
             "payload_size": len(payload),
@@ -240,10 +245,16 @@ def job_detail(found: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _json_body(request: Request) -> Any:
+    """The request's JSON body; None for one that is not JSON. A body over ``MAX_BODY`` bytes
+    or nested deeper than ``MAX_DEPTH`` is refused (BodyRefused) before it is read further or
+    parsed."""
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
         return None
+    raw = await read_capped(request)
+    if nesting(raw) > MAX_DEPTH:
+        raise BodyRefused(400, f"the JSON body is nested deeper than {MAX_DEPTH}")
     try:
-        return await request.json()
+        return json.loads(raw)
     except ValueError:
         return None
 

@@ -12,6 +12,7 @@ from itertools import pairwise
 from typing import Any
 
 from echomq import admin
+from echomq.workers import WorkerInfo, live_workers
 
 log = logging.getLogger("echomq.dashboard")
 
@@ -24,6 +25,8 @@ class Sample:
     delayed: int
     dead: int
     in_lanes: int
+    done: int = 0  # jobs done and attempts failed so far by the live workers serving the queue
+    failed: int = 0
 
     @property
     def backlog(self) -> int:
@@ -31,12 +34,28 @@ class Sample:
         return self.pending + self.in_lanes
 
     def as_row(self) -> list[int]:
-        return [self.at_ms, self.pending, self.active, self.delayed, self.dead, self.in_lanes]
+        return [self.at_ms, self.pending, self.active, self.delayed, self.dead, self.in_lanes,
+                self.done, self.failed]
 
 
-def sample_of(stats: admin.QueueStats) -> Sample:
+COLUMNS = ["at_ms", "pending", "active", "delayed", "dead", "in_lanes", "done", "failed"]
+
+
+def sample_of(stats: admin.QueueStats, counts: tuple[int, int] = (0, 0)) -> Sample:
     return Sample(stats.server_time_ms, stats.pending, stats.active, stats.delayed, stats.dead,
-                  sum(stats.lanes.values()))
+                  sum(stats.lanes.values()), *counts)
+
+
+def worker_counts(workers: list[WorkerInfo]) -> dict[str, tuple[int, int]]:
+    """Each queue's jobs done and attempts failed, summed over the live workers serving it
+    (a worker of several queues counts for each): the page reads throughput and failures per
+    minute from how these grow between samples."""
+    counts: dict[str, tuple[int, int]] = {}
+    for worker in workers:
+        for queue in worker.queues or [worker.queue]:
+            done, failed = counts.get(queue, (0, 0))
+            counts[queue] = (done + worker.done, failed + worker.failed)
+    return counts
 
 
 class History:
@@ -52,17 +71,21 @@ class History:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def sample(self, found: list[admin.QueueStats] | None = None) -> None:
-        """Record one sample of every queue (read now unless ``found`` is given)."""
+    def sample(self, found: list[admin.QueueStats] | None = None,
+               workers: list[WorkerInfo] | None = None) -> None:
+        """Record one sample of every queue (read now unless ``found`` is given), with the
+        counts of ``workers`` (the live ones, read now, unless given with ``found``)."""
         if found is None:
             found = [admin.stats(self.conn, name) for name in admin.queue_names(self.conn)]
+            workers = live_workers(self.conn) if workers is None else workers
+        counts = worker_counts(workers or [])
         with self._lock:
             for stats in found:
                 series = self._series.setdefault(stats.name, deque(maxlen=self._maxlen))
-                series.append(sample_of(stats))
+                series.append(sample_of(stats, counts.get(stats.name, (0, 0))))
 
     def series(self) -> dict[str, list[list[int]]]:
-        """Every queue's samples as rows ``[at_ms, pending, active, delayed, dead, in_lanes]``."""
+        """Every queue's samples as rows of ``COLUMNS``."""
         with self._lock:
             return {name: [s.as_row() for s in samples] for name, samples in self._series.items()}
 

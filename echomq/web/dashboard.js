@@ -6,19 +6,32 @@
 const CSRF = document.querySelector('meta[name="echomq-csrf"]').content;
 const COLORS = ["#3864d8", "#d8872c", "#2c9c6a", "#a23bc4", "#c43b52", "#3aa6b9", "#7a6a2e"];
 const SVG = "http://www.w3.org/2000/svg";
-const COLUMN = { pending: 1, active: 2, delayed: 3, dead: 4, in_lanes: 5 };
+const COLUMN = { pending: 1, active: 2, delayed: 3, dead: 4, in_lanes: 5, done: 6, failed: 7 };
 const colorOf = {};
+const deadFilter = {};  // each queue's dead-job filter, kept across refreshes
 const MAX_LANES_SHOWN = 25;
 let serverSkewMs = 0;  // server clock minus this browser's: ages are told by the server's clock
 
+// The page's address without a user:token@ part: fetch refuses a URL that holds credentials
+// (a relative path takes them from the page's), while the browser still answers the
+// server's challenge with the ones the page was opened with.
+const BASE = (() => {
+  const here = new URL(document.baseURI);
+  here.username = "";
+  here.password = "";
+  return here;
+})();
+
+function api(path) { return new URL(path, BASE).href; }
+
 async function getJSON(path) {
-  const response = await fetch(path, { credentials: "same-origin" });
+  const response = await fetch(api(path), { credentials: "same-origin" });
   if (!response.ok) throw new Error(`${path}: ${response.status}`);
   return response.json();
 }
 
 async function post(path, body) {
-  const response = await fetch(path, {
+  const response = await fetch(api(path), {
     method: "POST", credentials: "same-origin",
     headers: { "Content-Type": "application/json", "X-EchoMQ-CSRF": CSRF },
     body: JSON.stringify(body),
@@ -30,8 +43,14 @@ async function post(path, body) {
 
 function q(name) { return encodeURIComponent(name); }
 
+// A queue's colour comes from its name alone (FNV-1a), so it is the same on every load
+// whatever other queues there are.
 function color(name) {
-  if (!(name in colorOf)) colorOf[name] = COLORS[Object.keys(colorOf).length % COLORS.length];
+  if (!(name in colorOf)) {
+    let hash = 0x811c9dc5;
+    for (const char of name) hash = Math.imul(hash ^ char.codePointAt(0), 0x01000193) >>> 0;
+    colorOf[name] = COLORS[hash % COLORS.length];
+  }
   return colorOf[name];
 }
 
@@ -71,18 +90,29 @@ function niceMax(value) {
   return 10 * step;
 }
 
-function clock(ms) {
-  return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+// An epoch-ms time on the server's clock as UTC and how long ago (or from now) it is.
+function moment(ms, now) {
+  const when = new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC");
+  return ms <= now ? `${when} (${age(now - ms)} ago)` : `${when} (in ${age(ms - now)})`;
 }
 
-// One line per queue over the last hour, with a y axis (depth), a time axis and a legend.
-function drawChart(svg, history, column) {
+function clock(ms, seconds) {
+  const parts = { hour: "2-digit", minute: "2-digit", ...(seconds ? { second: "2-digit" } : {}) };
+  return new Date(ms).toLocaleTimeString([], parts);
+}
+
+// One line per queue over the samples kept (the last hour at most), with a y axis (depth), a
+// time axis and a legend.
+function drawChart(svg, history, column, unit = "jobs") {
   svg.replaceChildren();
   const W = 460, H = 220, left = 46, right = 22, top = 10, bottom = 58;
   const names = Object.keys(history.series).sort();
   const rows = names.flatMap((n) => history.series[n]);
+  // The time axis spans the samples there are (up to the hour kept), a minute at least, so
+  // a fresh dashboard's samples fill the chart rather than its right edge.
   const end = rows.length ? Math.max(...rows.map((r) => r[0])) : Date.now();
-  const start = end - 3600 * 1000;
+  const first = rows.length ? Math.min(...rows.map((r) => r[0])) : end;
+  const start = Math.min(first, end - 60 * 1000);
   const peak = niceMax(Math.max(0, ...rows.map((r) => r[column])));
   const x = (t) => left + ((t - start) / (end - start)) * (W - left - right);
   const y = (v) => H - bottom - (v / peak) * (H - top - bottom);
@@ -97,12 +127,12 @@ function drawChart(svg, history, column) {
     el("line", { x1: x(t), x2: x(t), y1: H - bottom, y2: H - bottom + 4, class: "axis" }, svg);
     const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
     el("text", { x: x(t), y: H - bottom + 16, "text-anchor": anchor }, svg).textContent =
-      clock(t);
+      clock(t, end - start < 10 * 60 * 1000);
   }
   el("line", { x1: left, x2: left, y1: top, y2: H - bottom, class: "axis" }, svg);
   el("line", { x1: left, x2: W - right, y1: H - bottom, y2: H - bottom, class: "axis" }, svg);
   el("text", { x: 12, y: (H - bottom + top) / 2, transform: `rotate(-90 12 ${(H - bottom + top) / 2})`,
-    "text-anchor": "middle" }, svg).textContent = "jobs";
+    "text-anchor": "middle" }, svg).textContent = unit;
   names.forEach((name, i) => {
     const points = history.series[name].map((r) => `${x(r[0]).toFixed(1)},${y(r[column]).toFixed(1)}`);
     const line = el("polyline", { fill: "none", stroke: color(name), "stroke-width": 2,
@@ -127,12 +157,15 @@ function renderQueues(queues) {
     const inLanes = Object.values(s.lanes).reduce((a, b) => a + b, 0);
     const row = body.insertRow();
     row.dataset.queue = s.name;
-    [s.paused ? `${s.name} (paused)` : s.name, s.pending, s.active, s.delayed, s.dead, inLanes,
-      age(s.oldest_pending_age_ms), rate(s.rates.backlog_per_min), rate(s.rates.dead_per_min)]
-      .forEach((v) => cell(row, v));
+    [s.paused ? `${s.name} (paused)` : s.name, s.pending, s.active, s.running, s.delayed, s.dead,
+      inLanes, age(s.oldest_pending_age_ms), rate(s.rates.backlog_per_min),
+      rate(s.rates.dead_per_min)].forEach((v) => cell(row, v));
+    // A queue whose jobs wait for no worker stands out.
+    const alone = !s.workers && s.pending + inLanes > 0;
+    cell(row, alone ? "none" : s.workers, alone ? "alarm" : "").dataset.workers = s.name;
     row.insertCell().appendChild(pauseButton(s.name, null, s.paused));
   }
-  if (!queues.length) cell(body.insertRow(), "no queues yet", "empty").colSpan = 10;
+  if (!queues.length) cell(body.insertRow(), "no queues yet", "empty").colSpan = 12;
 }
 
 // What each live worker runs and since when, by the server's clock.
@@ -143,12 +176,13 @@ function renderWorkers(answer) {
   for (const w of answer.workers) {
     const row = body.insertRow();
     row.dataset.worker = w.key;
-    const running = w.job_since_ms === null ? null : Math.max(0, now - w.job_since_ms);
-    [w.host, w.pid, w.queue, w.wire, age(Math.max(0, now - w.started_ms)), w.job || "idle",
-      age(running), w.done, w.failed, `${age(Math.max(0, now - w.beat_ms))} ago`]
-      .forEach((v) => cell(row, v));
+    // In hand, the job and how long it had run: as at the last beat (the job may have ended
+    // since), never the time since then.
+    [w.host, w.pid, w.queues.join(", ") || w.queue, w.wire, age(Math.max(0, now - w.started_ms)),
+      w.running, w.job || "idle", age(w.job_ran_ms), w.done, w.failed,
+      `${age(Math.max(0, now - w.beat_ms))} ago`].forEach((v) => cell(row, v));
   }
-  if (!answer.workers.length) cell(body.insertRow(), "no live workers", "empty").colSpan = 10;
+  if (!answer.workers.length) cell(body.insertRow(), "no live workers", "empty").colSpan = 11;
 }
 
 function renderLanes(queues) {
@@ -230,8 +264,8 @@ async function renderDead(queue, total) {
   title.textContent = `${queue}: ${total} dead` + (total > jobs.length ? ` (oldest ${jobs.length} shown)` : "");
   const table = document.createElement("table");
   const head = table.createTHead().insertRow();
-  [["", ""], ["job", "text"], ["attempts", ""], ["lane", "text"], ["died", ""],
-    ["last error", "text"], ["", ""]].forEach(([h, cls]) => cell(head, h, cls));
+  [["", ""], ["job", "text"], ["task", "text"], ["attempts", ""], ["lane", "text"],
+    ["died", ""], ["last error", "text"], ["", ""]].forEach(([h, cls]) => cell(head, h, cls));
   const body = table.createTBody();
   const now = Date.now() + serverSkewMs;
   for (const job of jobs) {
@@ -248,6 +282,7 @@ async function renderDead(queue, total) {
     const idCell = row.insertCell();
     idCell.className = "text";
     idCell.appendChild(link);
+    cell(row, job.task || "—", "text");
     cell(row, job.attempts);
     cell(row, job.lane || "—", "text");
     cell(row, age(Math.max(0, now - job.died_at_ms)) + " ago");
@@ -258,14 +293,31 @@ async function renderDead(queue, total) {
   }
   const actions = document.createElement("div");
   actions.className = "actions";
-  const selected = () => [...body.querySelectorAll("input:checked")].map((b) => b.value);
+  const filter = document.createElement("input");
+  filter.type = "search";
+  filter.placeholder = "filter: task, lane or error";
+  filter.dataset.filter = queue;
+  filter.value = deadFilter[queue] || "";
+  const apply = () => {
+    deadFilter[queue] = filter.value;
+    const wanted = filter.value.toLowerCase();
+    jobs.forEach((job, i) => {
+      const said = [job.id, job.task || "", job.lane || "", job.error].join("\n").toLowerCase();
+      body.rows[i].hidden = Boolean(wanted) && !said.includes(wanted);
+    });
+  };
+  filter.oninput = apply;
+  const shownJobs = () => jobs.filter((_, i) => !body.rows[i].hidden);
+  const selected = () => [...body.querySelectorAll("tr:not([hidden]) input:checked")].map((b) => b.value);
   actions.append(
     button("requeue selected", () => { const ids = selected(); if (ids.length) requeue(queue, ids, true); }),
-    button(`requeue all ${jobs.length} shown`, () => requeue(queue, jobs.map((j) => j.id), true)),
+    button("requeue all shown", () => requeue(queue, shownJobs().map((j) => j.id), true)),
     button(`purge all ${total} dead`, () => purge(queue, total), "danger"));
   actions.lastChild.dataset.purge = queue;
   actions.children[1].dataset.requeueAll = queue;
+  actions.prepend(filter);
   card.append(title, actions, table);
+  apply();
   return card;
 }
 
@@ -274,7 +326,14 @@ async function showJob(queue, id) {
   document.getElementById("job-id").textContent = `${id} (${queue})`;
   const fields = document.getElementById("job-fields");
   fields.replaceChildren();
-  const shown = { state: job.state, score: job.score, expires_in_ms: job.expires_in_ms, ...job.fields };
+  const now = Date.now() + serverSkewMs;
+  const means = { pending: "enqueued", active: "lease ends", delayed: "due", dead: "died" };
+  const shown = { state: job.state };
+  if (job.score !== null) shown[means[job.state] || "score"] = moment(job.score, now);
+  shown["expires in"] = job.expires_in_ms === null ? "never" : age(job.expires_in_ms);
+  for (const [key, value] of Object.entries(job.fields)) {
+    shown[key] = key === "enqueued_at" && /^\d+$/.test(value) ? moment(Number(value), now) : value;
+  }
   for (const [key, value] of Object.entries(shown)) {
     const dt = document.createElement("dt");
     dt.textContent = key;
@@ -287,9 +346,23 @@ async function showJob(queue, id) {
   document.getElementById("job-payload-size").textContent =
     `(${job.payload_size} bytes${job.payload_truncated ? ", preview" : ""})`;
   document.getElementById("job-payload").textContent = job.payload_preview;
+  // The detail opens over the page, where the reader is, not below the list.
   const panel = document.getElementById("job");
   panel.hidden = false;
-  panel.scrollIntoView();
+  panel.scrollTop = 0;
+}
+
+// How fast a counter of the workers grew between each two samples, per minute (a drop, when a
+// worker left, counts as no growth).
+function perMinute(history, column) {
+  const rates = { series: {} };
+  for (const [name, rows] of Object.entries(history.series)) {
+    rates.series[name] = rows.slice(1).map((row, i) => {
+      const minutes = Math.max(row[0] - rows[i][0], 1) / 60000;
+      return [row[0], Math.max(0, row[column] - rows[i][column]) / minutes];
+    });
+  }
+  return rates;
 }
 
 async function refresh() {
@@ -309,6 +382,9 @@ async function refresh() {
     drawChart(document.getElementById("chart-backlog"), backlog, 1);
     drawChart(document.getElementById("chart-active"), history, COLUMN.active);
     drawChart(document.getElementById("chart-dead"), history, COLUMN.dead);
+    drawChart(document.getElementById("chart-done"), perMinute(history, COLUMN.done), 1, "per min");
+    drawChart(document.getElementById("chart-failed"), perMinute(history, COLUMN.failed), 1,
+      "per min");
     const cards = await Promise.all(queues.filter((s) => s.dead).map((s) => renderDead(s.name, s.dead)));
     const dead = document.getElementById("dead");
     dead.replaceChildren(...cards.filter(Boolean));
