@@ -41,6 +41,7 @@ from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
 from echomq.admin import queue_names
+from echomq.clients import twins
 from echomq.connection import redis_from_url
 from echomq.directives import Reject, RetryIn
 from echomq.errors import MetricsUnavailable
@@ -179,7 +180,7 @@ class QueueDepths(Collector):
             for name, counts in self.read().items():
                 for state in DEPTH_STATES:
                     depths.add_metric([name, state], counts[state])
-        except RedisError as exc:
+        except twins(RedisError) as exc:
             log.warning("queue depths not read: %s", exc)
             up.add_metric([], 0)
             return [up]

@@ -1,0 +1,113 @@
+"""Both client libraries, redis-py and valkey-py: their errors are told apart by class, alike,
+and a consumer on a valkey-py client outlives a server restart on both wires and both shells.
+
+The Queue, Consumer, App and asyncio suites themselves run on both libraries (their ``conn``
+fixture is ``library_conn``); this file holds what those suites do not reach.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+import redis.exceptions
+import valkey
+import valkey.asyncio
+import valkey.exceptions
+
+from echomq import Job, Queue
+from echomq.clients import client_library, is_cluster, private_twin, twins
+from echomq.errors import EchoMQError
+from echomq.loop import classify
+from tests.conftest import start_server
+from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
+from tests.test_consumer import running
+
+REDIS_ERRORS = sorted(
+    (kind for _, kind in inspect.getmembers(redis.exceptions, inspect.isclass)
+     if issubclass(kind, BaseException) and kind.__module__ == "redis.exceptions"),
+    key=lambda kind: kind.__name__)
+
+
+def valkey_namesake(kind: type[BaseException]) -> type[BaseException] | None:
+    name = {"RedisError": "ValkeyError",
+            "RedisClusterException": "ValkeyClusterException"}.get(kind.__name__, kind.__name__)
+    found = getattr(valkey.exceptions, name, None)
+    return found if isinstance(found, type) else None
+
+
+@pytest.mark.parametrize("kind", [kind for kind in REDIS_ERRORS if valkey_namesake(kind)],
+                         ids=lambda kind: kind.__name__)
+def test_every_valkey_py_error_is_classified_as_its_redis_py_namesake(
+        kind: type[BaseException]) -> None:
+    twin = valkey_namesake(kind)
+    assert twin is not None and twin in twins(kind)
+    for message in ("NOSCRIPT No matching script.", "WRONGTYPE Operation against a key",
+                    "LOADING Valkey is loading", "connection reset"):
+        try:
+            ours, theirs = kind(message), twin(message)
+        except (TypeError, ValueError):  # an error that reads its message (ASK, MOVED)
+            continue
+        assert classify(theirs) == classify(ours), message
+
+
+def test_twins_leave_other_classes_alone_and_need_no_valkey_for_redis_errors() -> None:
+    assert twins(ValueError, EchoMQError) == (ValueError, EchoMQError)
+    assert twins(redis.ResponseError) == (redis.ResponseError,
+                                          valkey.exceptions.ResponseError)
+    assert twins(redis.RedisError)[1] is valkey.exceptions.ValkeyError
+
+
+def test_each_library_s_clients_are_told_apart() -> None:
+    sync, asynchronous = valkey.Valkey(), valkey.asyncio.Valkey()
+    assert client_library(sync) == client_library(asynchronous) == "valkey"
+    assert client_library(sync.pipeline()) == "valkey"
+    assert client_library(redis.Redis()) == client_library(redis.asyncio.Redis()) == "redis"
+    assert not is_cluster(sync) and not is_cluster(redis.Redis())
+
+
+def test_the_parking_connection_is_of_the_client_s_own_library(library_conn: Any) -> None:
+    private = private_twin(library_conn)
+    try:
+        assert type(private) is type(library_conn)
+        assert private.connection_pool is library_conn.connection_pool
+    finally:
+        private.close()
+    assert private_twin(object()) is None
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_a_consumer_on_valkey_py_outlives_a_server_restart(make: Make, wire: int) -> None:
+    """The restarted server has no scripts (wire 5: NOSCRIPT) and no data; the consumer backs
+    off through valkey-py's connection errors, then runs the job enqueued after the restart."""
+    server = start_server()
+    port = server.port
+    conn = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=1.0,
+                            socket_connect_timeout=1.0)
+    queue = Queue(conn, "restarted", wire=wire)
+    handled: list[str] = []
+    ran = threading.Event()
+
+    def handler(job: Job) -> None:
+        handled.append(job.id)
+        ran.set()
+
+    consumer = make(queue, handler, park_cap_ms=300, retry_delay_ms=0)
+    try:
+        with running(consumer) as threads:
+            queue.enqueue("JOB:before", b"x")
+            assert ran.wait(10.0)
+            ran.clear()
+            server.stop()
+            server = start_server(port=port)
+            queue.enqueue("JOB:after", b"x")
+            assert ran.wait(20.0), "the consumer did not run a job after the restart"
+            assert all(thread.is_alive() for thread in threads)
+    finally:
+        conn.close()
+        server.stop()
+    assert handled == ["JOB:before", "JOB:after"]
