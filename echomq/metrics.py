@@ -216,14 +216,14 @@ def multiprocess_registry(directory: str, depths: Collector | None = None) -> Co
 
 
 @contextlib.contextmanager
-def serving(url: str, port: int, addr: str = "127.0.0.1") -> Iterator[str]:
+def serving(url: str | Any, port: int, addr: str = "127.0.0.1") -> Iterator[str]:
     """Serve ``/metrics`` on ``addr:port`` while the block runs: the sum of what the worker
     processes write to the directory yielded (each must have ``PROMETHEUS_MULTIPROC_DIR`` set
     to it before it imports prometheus_client, which picks its storage then), and the depths
     of the server's queues. The directory is new and is removed after; one left by a process
     killed outright is removed by the next ``serving`` (``echomq.piddirs``)."""
     directory = pid_directory("echomq-metrics-")
-    conn = redis_from_url(url)
+    conn = redis_from_url(url) if isinstance(url, str) else url  # or a client, closed after
     try:
         server, thread = _listen(addr, port, multiprocess_registry(directory, QueueDepths(conn)))
         log.info("metrics on http://%s:%d/metrics", addr, port)

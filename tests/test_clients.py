@@ -21,6 +21,13 @@ import valkey.exceptions
 
 from echomq import Job, Queue
 from echomq.clients import client_library, is_cluster, private_twin, twins
+from echomq.connection import (
+    SOCKET_TIMEOUT_S,
+    client_like,
+    server_of,
+    server_of_url,
+    shown_server,
+)
 from echomq.errors import EchoMQError
 from echomq.loop import classify
 from tests.conftest import start_server
@@ -111,3 +118,22 @@ def test_a_consumer_on_valkey_py_outlives_a_server_restart(make: Make, wire: int
         conn.close()
         server.stop()
     assert handled == ["JOB:before", "JOB:after"]
+
+
+@pytest.mark.parametrize("make", [redis.Redis, valkey.Valkey], ids=["redis", "valkey"])
+def test_a_worker_rebuilds_an_app_s_client_of_its_own_library_and_options(make: Any) -> None:
+    app_conn = make(host="localhost", port=7001, db=3, password="secret", socket_timeout=None)
+    rebuilt = client_like(app_conn)
+    options = rebuilt.connection_pool.connection_kwargs
+    assert type(rebuilt) is make and rebuilt.connection_pool is not app_conn.connection_pool
+    assert (options["host"], options["port"], options["db"], options["password"]) == (
+        "localhost", 7001, 3, "secret")
+    assert options["socket_timeout"] == SOCKET_TIMEOUT_S and options["socket_keepalive"]
+    assert server_of(rebuilt) == server_of(app_conn) == server_of_url("redis://127.0.0.1:7001/3")
+    assert server_of_url("valkey://localhost:7001/3") == server_of(app_conn)
+    assert server_of_url("redis://localhost:7002/3") != server_of(app_conn)
+    assert server_of_url("redis://localhost:7001/0") != server_of(app_conn)
+    assert shown_server(app_conn) == "redis://localhost:7001/3"  # no password shown
+    unix = client_like(make(unix_socket_path="/tmp/echomq.sock"))
+    assert unix.connection_pool.connection_class.__name__ == "UnixDomainSocketConnection"
+    assert server_of(unix) == server_of_url("unix:///tmp/echomq.sock")
