@@ -20,7 +20,7 @@ import valkey.asyncio
 import valkey.exceptions
 
 from echomq import Job, Queue
-from echomq.clients import client_library, is_cluster, private_twin, twins
+from echomq.clients import async_twin, client_library, is_cluster, private_twin, twins
 from echomq.connection import (
     SOCKET_TIMEOUT_S,
     client_like,
@@ -137,3 +137,21 @@ def test_a_worker_rebuilds_an_app_s_client_of_its_own_library_and_options(make: 
     unix = client_like(make(unix_socket_path="/tmp/echomq.sock"))
     assert unix.connection_pool.connection_class.__name__ == "UnixDomainSocketConnection"
     assert server_of(unix) == server_of_url("unix:///tmp/echomq.sock")
+
+
+def test_the_asyncio_twin_is_of_the_client_s_own_library(library_conn: Any) -> None:
+    import asyncio
+
+    twin = async_twin(library_conn)
+    expected = valkey.asyncio.Valkey if client_library(library_conn) == "valkey" \
+        else redis.asyncio.Redis
+    assert type(twin) is expected
+
+    async def same_server() -> bool:
+        try:
+            await twin.set("twin:probe", b"1")
+            return bool(library_conn.get("twin:probe") == b"1")
+        finally:
+            await twin.aclose()
+
+    assert asyncio.run(same_server())
