@@ -74,9 +74,9 @@ def private_twin(conn: Any) -> Any:
 
 
 def async_twin(conn: Any) -> Any:
-    """An asyncio client of ``conn``'s library to the server the blocking ``conn`` talks to,
-    with its options (TCP, TLS or a Unix socket). TypeError for a client that has no single
-    pool (a cluster)."""
+    """A new asyncio client of ``conn``'s library, on a pool of its own, to the server the
+    blocking ``conn`` talks to, with its options (TCP, TLS or a Unix socket). TypeError for a
+    client that has no single pool (a cluster)."""
     pool = getattr(conn, "connection_pool", None)
     if pool is None or is_cluster(conn):
         raise TypeError("an asyncio twin needs a redis.Redis or valkey.Valkey client of one "
@@ -86,5 +86,6 @@ def async_twin(conn: Any) -> Any:
     connections = importlib.import_module(f"{library}.asyncio.connection")
     kind = getattr(connections, pool.connection_class.__name__, connections.Connection)
     client_class = aio.Valkey if library == "valkey" else aio.Redis
-    return client_class(connection_pool=aio.ConnectionPool(connection_class=kind,
-                                                           **pool.connection_kwargs))
+    # from_pool: the twin owns its pool, so closing the twin closes its connections.
+    return client_class.from_pool(aio.ConnectionPool(connection_class=kind,
+                                                     **pool.connection_kwargs))
