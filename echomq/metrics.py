@@ -221,7 +221,8 @@ def serving(url: str | Any, port: int, addr: str = "127.0.0.1") -> Iterator[str]
     processes write to the directory yielded (each must have ``PROMETHEUS_MULTIPROC_DIR`` set
     to it before it imports prometheus_client, which picks its storage then), and the depths
     of the server's queues. The directory is new and is removed after; one left by a process
-    killed outright is removed by the next ``serving`` (``echomq.piddirs``)."""
+    killed outright is removed by the next ``serving`` (``echomq.piddirs``). ``url``: the
+    server's URL, or a client to it (closed after)."""
     directory = pid_directory("echomq-metrics-")
     conn = redis_from_url(url) if isinstance(url, str) else url  # or a client, closed after
     try:

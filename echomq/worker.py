@@ -88,9 +88,9 @@ class WorkerSpec:
 
     ``url``: the server; None serves the target App's own (its connection rebuilt in each
     process: ``connect``). ``queue``: one queue, or several in priority order. ``max_attempts``:
-    None keeps the
-    queue's. ``time_limit_ms``: None for no limit. ``async_concurrency``: None runs the blocking
-    consumer; N the asyncio one with N handlers in flight (an App whose tasks are all async)."""
+    None keeps the queue's. ``time_limit_ms``: None for no limit. ``async_concurrency``: None
+    runs the blocking consumer; N the asyncio one with N handlers in flight (an App whose tasks
+    are all async)."""
 
     handler: str
     queue: str | tuple[str, ...]
@@ -184,7 +184,10 @@ def runs_async(app: Any) -> bool:
 def check_spec(spec: WorkerSpec) -> None:
     """Fail before any process starts: the target and hook import, the queues are given,
     the wire can drain."""
-    load_target(spec.handler)
+    target = load_target(spec.handler)
+    if spec.url is None and getattr(target, "conn", None) is None:
+        raise ValueError(f"no server to serve: {spec.handler} has no connection of its own; "
+                         "give a URL")
     if spec.on_ack:
         load_callable(spec.on_ack)
     if not spec.queues or not all(spec.queues):
