@@ -92,7 +92,8 @@ class AsyncExecutor(ABC):
         for transition in {call[0] for call in calls}:
             await self.prepare(client, transition)
         replies = await self._flush(client, calls)
-        lost = [n for n, reply in enumerate(replies) if isinstance(reply, twins(NoScriptError))]
+        no_script = twins(NoScriptError)
+        lost = [n for n, reply in enumerate(replies) if isinstance(reply, no_script)]
         if lost:
             for transition in {calls[n][0] for n in lost}:
                 await self.load(client, transition)

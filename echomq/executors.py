@@ -54,7 +54,8 @@ class Executor(ABC):
         for transition in {call[0] for call in calls}:
             self.prepare(client, transition)
         replies = self._flush(client, calls)
-        lost = [n for n, reply in enumerate(replies) if isinstance(reply, twins(NoScriptError))]
+        no_script = twins(NoScriptError)
+        lost = [n for n, reply in enumerate(replies) if isinstance(reply, no_script)]
         if lost:
             for transition in {calls[n][0] for n in lost}:
                 self.load(client, transition)
