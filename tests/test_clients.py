@@ -155,3 +155,15 @@ def test_the_asyncio_twin_is_of_the_client_s_own_library(library_conn: Any) -> N
             await twin.aclose()
 
     assert asyncio.run(same_server())
+
+
+def test_echomq_never_imports_valkey_py_itself() -> None:
+    """redis-py users need no valkey-py: only a client of it brings its classes in."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, echomq, echomq.aio, echomq.cli, echomq.worker, "
+             "echomq.contrib.starlette; print('valkey' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "False"
