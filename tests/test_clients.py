@@ -111,8 +111,10 @@ def test_a_consumer_on_valkey_py_outlives_a_server_restart(make: Make, wire: int
             ran.clear()
             server.stop()
             server = start_server(port=port)
-            queue.enqueue("JOB:after", b"x")
-            assert ran.wait(20.0), "the consumer did not run a job after the restart"
+            producer = valkey.Valkey(host="127.0.0.1", port=port)  # not the consumer's pool
+            Queue(producer, "restarted", wire=wire).enqueue("JOB:after", b"x")
+            producer.close()
+            assert ran.wait(30.0), "the consumer did not run a job after the restart"
             assert all(thread.is_alive() for thread in threads)
     finally:
         conn.close()
