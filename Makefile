@@ -42,17 +42,18 @@ test: lint
 	$(MAKE) test-wheel
 
 # The consumer, asyncio, queue, task, lane, metrics and tracing tests again on the lowest
-# versions pyproject.toml allows of redis-py, hiredis, msgspec, cronsim, prometheus-client and
-# OpenTelemetry, in a venv of their own: the range stated there is the range tested.
+# versions pyproject.toml allows of redis-py, valkey-py, hiredis, msgspec, cronsim,
+# prometheus-client and OpenTelemetry, in a venv of their own: the range stated there is the range
+# tested.
 LOWEST_VENV ?= .venv-lowest
-LOWEST_PINS = redis==5.0.1 hiredis==2.3.2 msgspec==0.18.0 cronsim==2.7 prometheus-client==0.20.0 \
-	opentelemetry-api==1.20.0 opentelemetry-sdk==1.20.0
+LOWEST_PINS = redis==5.0.1 valkey==6.0.0 hiredis==2.3.2 msgspec==0.18.0 cronsim==2.7 \
+	prometheus-client==0.20.0 opentelemetry-api==1.20.0 opentelemetry-sdk==1.20.0
 LOWEST_SUITE = tests/test_consumer.py tests/test_aio.py tests/test_queue.py \
 	tests/test_housekeeping.py tests/test_handlers.py tests/test_connection.py \
 	tests/test_server_errors.py tests/test_tasks.py tests/test_tasks_codec.py \
 	tests/test_tasks_e2e.py tests/test_directives.py tests/test_periodic.py \
 	tests/test_lanes.py tests/test_lane_limits.py tests/test_metrics.py tests/test_tracing.py \
-	tests/test_wait_slices.py
+	tests/test_wait_slices.py tests/test_clients.py
 
 $(LOWEST_VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
 	test -x $(LOWEST_VENV)/bin/python || python3 -m venv $(LOWEST_VENV)
@@ -61,7 +62,7 @@ $(LOWEST_VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/
 	touch $@
 
 test-lowest: $(LOWEST_VENV)/.installed
-	$(LOWEST_VENV)/bin/python -m pip list 2>/dev/null | grep -iE '^(redis|hiredis|msgspec|cronsim|prometheus.client|opentelemetry-(api|sdk)) '
+	$(LOWEST_VENV)/bin/python -m pip list 2>/dev/null | grep -iE '^(redis|valkey|hiredis|msgspec|cronsim|prometheus.client|opentelemetry-(api|sdk)) '
 	$(LOWEST_VENV)/bin/python -m pytest -q -p no:cacheprovider $(LOWEST_SUITE)
 
 # The Django backend's tests (echomq.contrib.django) on Django 6, which needs Python 3.12 or

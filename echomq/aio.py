@@ -37,6 +37,7 @@ from echomq.calls import (
     outcome_of,
     settled,
 )
+from echomq.clients import twins
 from echomq.connection import socket_timeout_of
 from echomq.consumer import (
     LoopShell,
@@ -82,7 +83,7 @@ class AsyncExecutor(ABC):
                    args: Sequence[Arg]) -> Any:
         try:
             return await self._send(client, transition, keys, args)
-        except ResponseError as exc:
+        except twins(ResponseError) as exc:
             raise_mapped(exc)
 
     async def call_many(self, client: Any, calls: Sequence[Call]) -> list[Any]:
@@ -91,7 +92,8 @@ class AsyncExecutor(ABC):
         for transition in {call[0] for call in calls}:
             await self.prepare(client, transition)
         replies = await self._flush(client, calls)
-        lost = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        no_script = twins(NoScriptError)
+        lost = [n for n, reply in enumerate(replies) if isinstance(reply, no_script)]
         if lost:
             for transition in {calls[n][0] for n in lost}:
                 await self.load(client, transition)
@@ -109,9 +111,9 @@ class AsyncExecutor(ABC):
         return replies
 
     async def _settle(self, client: Any, call: Call, reply: Any) -> Any:
-        if isinstance(reply, NoScriptError):
+        if isinstance(reply, twins(NoScriptError)):
             return await self.call(client, *call)
-        if isinstance(reply, ResponseError):
+        if isinstance(reply, twins(ResponseError)):
             raise_mapped(reply)
         if isinstance(reply, Exception):  # a connection or cluster error in place of a reply
             raise reply
@@ -150,7 +152,7 @@ class AsyncScriptExecutor(AsyncExecutor):
         script = script_for(transition)
         try:  # execute_command: a cluster pipeline refuses .evalsha(), not EVALSHA itself
             return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        except NoScriptError:
+        except twins(NoScriptError):
             await client.script_load(script.source)
             return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
@@ -196,7 +198,7 @@ async def warn_if_evicting(conn: Any) -> str | None:
     """As ``echomq.queue.warn_if_evicting``, on an asyncio client."""
     try:
         policy = evicting_policy(await conn.config_get("maxmemory-policy"))
-    except RedisError:
+    except twins(RedisError):
         return None
     if policy is not None:
         log.warning(eviction_message(policy))
@@ -252,7 +254,7 @@ class Queue(AsyncLaneControls):
         self._registered = True
         try:
             await self.conn.sadd(REGISTRY_KEY, self.name)
-        except ResponseError as exc:
+        except twins(ResponseError) as exc:
             log.debug("queue %s not entered in %s: %s", self.name, REGISTRY_KEY, exc)
 
     async def claim(self, lease_ms: int = DEFAULT_LEASE_MS, *,

@@ -40,6 +40,7 @@ from echomq.cli_views import (
 )
 from echomq.cli_views import console as _console
 from echomq.cli_views import table as _table
+from echomq.clients import twins
 from echomq.clierrors import (
     BAD_INPUT,
     URL_META,
@@ -56,6 +57,9 @@ from echomq.lanes import lane_report
 from echomq.loop import PREFETCH
 from echomq.queue import Queue
 from echomq.workers import WorkerInfo, counts_by_queue, live_workers, running_by_queue
+
+# Where a worker serving a handler (or an App with no connection of one server) looks.
+DEFAULT_URL = "redis://127.0.0.1:6379"
 
 
 @click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -101,10 +105,12 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--lanes", is_flag=True, help="claim through the lanes in turn (wire 5 only)")
 @click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1),
               help="worker processes")
-@click.option("--url", envvar="ECHOMQ_URL", default="redis://127.0.0.1:6379",
-              show_default=True, show_envvar=True, help="the Valkey server")
-@click.option("--wire", type=click.Choice(["5", "6"]), default="5", show_default=True,
-              help="5: scripts (EVALSHA), 6: trafikey's native EMQ.* commands")
+@click.option("--url", envvar="ECHOMQ_URL", default=None, show_envvar=True,
+              help="the Valkey server; an App's must be its own  [default: an App's own "
+              f"connection, else {DEFAULT_URL}]")
+@click.option("--wire", type=click.Choice(["5", "6"]), default=None,
+              help="5: scripts (EVALSHA), 6: trafikey's native EMQ.* commands  [default: an "
+              "App's wire, else 5]")
 @click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(0),
               help="seconds running jobs get to finish after SIGTERM/SIGINT")
 @click.option("--lease-ms", default=30_000, show_default=True, type=click.IntRange(1))
@@ -129,14 +135,15 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @_metrics_options
-def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency: int, url: str,
-           wire: str, grace: float, lease_ms: int, retry_delay_ms: int,
+def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency: int,
+           url: str | None, wire: str | None, grace: float, lease_ms: int, retry_delay_ms: int,
            max_attempts: int | None, time_limit: float | None, park_cap_ms: int, prefetch: int,
            on_ack: str | None, async_concurrency: int | None, log_level: str,
            metrics_port: int | None,
            metrics_addr: str) -> None:
     """Run CONCURRENCY supervised worker processes calling MODULE:HANDLER(job) per job, or
-    running the tasks of MODULE:APP (on the asyncio consumer when it has async def tasks).
+    running the tasks of MODULE:APP (on the asyncio consumer when it has async def tasks). An
+    App is served on its own connection (its server, options and client library) and its wire.
 
     A crashed worker is restarted; SIGTERM or SIGINT stops claiming, lets running jobs finish
     within the grace period and exits 0 (jobs cut short come back through their leases). A server
@@ -149,12 +156,12 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency:
     limit_ms = None if time_limit is None else max(1, round(time_limit * 1000))
     queues, async_in_flight = _worker_target(handler, queue_names, async_concurrency)
     check_worker_queues(queues)
-    spec = WorkerSpec(handler=handler, queue=queues, url=url, lanes=lanes, wire=int(wire),
+    served_url, served_wire, shown = _served_server(handler, url, wire)
+    spec = WorkerSpec(handler=handler, queue=queues, url=served_url, lanes=lanes, wire=served_wire,
                       lease_ms=lease_ms, retry_delay_ms=retry_delay_ms,
                       max_attempts=max_attempts, park_cap_ms=park_cap_ms, on_ack=on_ack,
                       log_level=log_level.upper(), time_limit_ms=limit_ms,
                       prefetch=prefetch, async_concurrency=async_in_flight)
-    _connect(url)  # a URL that is not one is bad input (exit 2), like any command's
     try:
         check_spec(spec)
     except (ImportError, SyntaxError, AttributeError) as exc:
@@ -163,8 +170,8 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency:
         raise click.UsageError(f"{type(exc).__name__}: {exc}") from exc
     try:
         probe_server(spec)
-    except (redis.RedisError, EchoMQError) as exc:
-        raise _cannot_serve(queues, url, exc) from exc
+    except twins(redis.RedisError, EchoMQError) as exc:
+        raise _cannot_serve(queues, shown, exc) from exc
     try:
         metrics_at = None if metrics_port is None else (metrics_addr, metrics_port)
         sys.exit(run_workers(spec, concurrency, grace, metrics_at))
@@ -172,7 +179,7 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency:
         raise click.ClickException(str(exc)) from exc
 
 
-def _cannot_serve(queues: tuple[str, ...], url: str, exc: Exception) -> Failure:
+def _cannot_serve(queues: tuple[str, ...], url: str, exc: BaseException) -> Failure:
     """The server cannot serve the workers: exit 1 (the worker's contract), with the hint the
     other commands give for the same error."""
     known = failure_for(exc)
@@ -182,6 +189,32 @@ def _cannot_serve(queues: tuple[str, ...], url: str, exc: Exception) -> Failure:
 
 
 DEFAULT_ASYNC_CONCURRENCY = 10
+
+
+def _served_server(target: str, url: str | None, wire: str | None
+                   ) -> tuple[str | None, int, str]:
+    """The URL a worker's spec names (None: the App's own connection), its wire, and the server
+    as messages show it. An App with a connection of one server is served on that connection
+    and on its wire unless ``--wire`` says otherwise; a ``--url`` (or ECHOMQ_URL) naming another
+    server is bad input: its periodic tasks would be admitted where no worker runs."""
+    from echomq.connection import server_of, server_of_url, shown_server
+    from echomq.worker import is_app, load_target
+
+    found = load_target(target)
+    app_conn = getattr(found, "conn", None) if is_app(found) else None
+    if getattr(app_conn, "connection_pool", None) is None:  # a handler, or a cluster App
+        chosen = url or DEFAULT_URL
+        _connect(chosen)  # a URL that is not one is bad input (exit 2), like any command's
+        return chosen, int(wire or 5), chosen
+    served_wire = int(wire) if wire else int(getattr(found, "wire", 5))
+    if url is not None:
+        asked = _connect(url)
+        if server_of_url(url) != server_of(app_conn):
+            raise Failure(f"--url {shown_server(asked)} is not the server of {target}, "
+                          f"{shown_server(app_conn)}",
+                          "drop --url (and ECHOMQ_URL): a worker serves its App's own server",
+                          BAD_INPUT)
+    return None, served_wire, shown_server(app_conn)
 
 
 def _worker_target(target: str, queue_names: tuple[str, ...],

@@ -13,6 +13,7 @@ from typing import IO, Any
 import click
 import redis
 
+from echomq.clients import twins
 from echomq.errors import KindError, LaneError, TrafikeyMissing
 
 FAILED = 1
@@ -57,7 +58,7 @@ def usage_failure(exc: click.UsageError) -> Failure:
     return Failure(exc.format_message(), f"`{where} -h` shows the usage", BAD_INPUT)
 
 
-def failure_for(exc: Exception) -> Failure | None:
+def failure_for(exc: BaseException) -> Failure | None:
     """The one-line report of ``exc``, or None for an error nothing is known about."""
     url = server_url()
     if isinstance(exc, TrafikeyMissing):
@@ -66,21 +67,21 @@ def failure_for(exc: Exception) -> Failure | None:
     if isinstance(exc, KindError | LaneError):
         return Failure(str(exc), "job ids look like JOB:<1-200 of A-Za-z0-9._:->; lanes are "
                        "1-200 of A-Za-z0-9._:-", BAD_INPUT)
-    if isinstance(exc, redis.AuthenticationError):
+    if isinstance(exc, twins(redis.AuthenticationError)):
         return Failure(f"{url} refused the credentials: {exc}",
                        "put the user and password in the URL: redis://user:pass@host:port",
                        REFUSED)
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+    if isinstance(exc, twins(redis.ConnectionError, redis.TimeoutError)):
         return Failure(f"cannot reach Valkey at {url}: {_reason(exc)}",
                        "is the server running? `echomq serve` starts one; point --url or "
                        "ECHOMQ_URL at yours", UNREACHABLE)
-    if isinstance(exc, redis.ResponseError):
+    if isinstance(exc, twins(redis.ResponseError)):
         return Failure(f"the server at {url} refused: {exc}", "check the user's permissions "
                        "(ACL) and that this is the echomq server", REFUSED)
     return None
 
 
-def _reason(exc: Exception) -> str:
+def _reason(exc: BaseException) -> str:
     text = str(exc).strip().rstrip(".")
     return text.split(". ")[-1] if ". " in text else text
 

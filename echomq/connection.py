@@ -7,12 +7,16 @@ timeout of the connection it parks on (``socket_timeout_of``), so a BLPOP always
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from typing import Any
 from urllib.parse import urlparse
 
 import redis
 import redis.asyncio
+import redis.connection
+
+from echomq.clients import is_cluster
 
 SOCKET_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
@@ -75,3 +79,60 @@ def socket_timeout_of(conn: Any) -> float | None:
     else:
         value = getattr(probe, "socket_timeout", None)
     return float(value) if value else None
+
+
+# Options a redis-py pool keeps in its connections' options for itself (maintenance
+# notifications bound to that pool, and the timeouts it set out with): a new pool makes its own.
+_POOL_OWN_OPTIONS = ("maint_notifications_pool_handler", "oss_cluster_maint_notifications_handler",
+                     "orig_host_address", "orig_socket_timeout", "orig_socket_connect_timeout")
+
+
+def client_like(conn: Any) -> Any:
+    """A new blocking client of ``conn``'s own class (``redis.Redis``, ``valkey.Valkey``) on a
+    pool of its own, making connections as ``conn``'s do (address, database, credentials, TLS),
+    with a worker's socket and connect timeouts, TCP keepalive and health check where ``conn``
+    has none. ValueError for a client that is not one server's (a cluster)."""
+    pool = getattr(conn, "connection_pool", None)
+    if pool is None or is_cluster(conn):
+        raise ValueError("a worker rebuilds a client of one server (redis.Redis, "
+                         "valkey.Valkey), not a cluster one")
+    options = {key: value for key, value in pool.connection_kwargs.items()
+               if key not in _POOL_OWN_OPTIONS}
+    scheme = "unix" if "path" in options else "redis"
+    for key, value in client_options(f"{scheme}://", {}).items():
+        if not options.get(key):
+            options[key] = value
+    client_class: Any = type(conn)
+    return client_class(connection_pool=type(pool)(connection_class=pool.connection_class,
+                                                   **options))
+
+
+def server_of(conn: Any) -> tuple[str, str, int, int]:
+    """The server and database ``conn`` talks to, as ``server_of_url`` gives them: (``"unix"``,
+    path, 0, db) or (``"tcp"``, address, port, db), a host name resolved to its address."""
+    return _address(conn.connection_pool.connection_kwargs)
+
+
+def server_of_url(url: str) -> tuple[str, str, int, int]:
+    """As ``server_of``, for the server ``url`` names (ValueError for one that is not a URL)."""
+    return _address(redis.connection.parse_url(tcp_url(url)))  # type: ignore[no-untyped-call]
+
+
+def _address(options: dict[str, Any]) -> tuple[str, str, int, int]:
+    db = int(options.get("db") or 0)
+    if options.get("path"):
+        return ("unix", str(options["path"]), 0, db)
+    host = str(options.get("host") or "localhost")
+    with contextlib.suppress(OSError):  # a name that does not resolve is compared as it is
+        host = socket.gethostbyname(host)
+    return ("tcp", host, int(options.get("port") or 6379), db)
+
+
+def shown_server(conn: Any) -> str:
+    """The server and database ``conn`` talks to as a URL without credentials, for messages."""
+    options = conn.connection_pool.connection_kwargs
+    db = int(options.get("db") or 0)
+    if options.get("path"):
+        return f"unix://{options['path']}" + (f"?db={db}" if db else "")
+    tls = "SSL" in conn.connection_pool.connection_class.__name__
+    return f"{'rediss' if tls else 'redis'}://{options.get('host')}:{options.get('port')}/{db}"

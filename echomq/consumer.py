@@ -34,6 +34,7 @@ import redis
 
 from echomq import calls
 from echomq.calls import text
+from echomq.clients import is_cluster, private_twin, twins
 from echomq.connection import socket_timeout_of
 from echomq.errors import Wire6Unsupported
 from echomq.loop import (
@@ -102,13 +103,6 @@ def queue_list(queue_or_queues: Any) -> list[Any]:
                          "BLPOP, which a cluster refuses across slots: on a cluster, run a "
                          "consumer per queue")
     return queues
-
-
-def is_cluster(conn: Any) -> bool:
-    """Whether ``conn`` is a cluster client (blocking or asyncio)."""
-    import redis.asyncio.cluster
-
-    return isinstance(conn, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
 
 
 def wake_keys(queues: Iterable[Any]) -> list[str]:
@@ -305,9 +299,8 @@ class Parker:
         if self._own is not None:
             return self._own
         conn = self._queue.conn
-        if isinstance(conn, redis.Redis):
-            private = redis.Redis(connection_pool=conn.connection_pool,
-                                  single_connection_client=True)
+        private = private_twin(conn)
+        if private is not None:
             self._client_id = int(private.client_id())
             self._own = copy.copy(self._queue)  # the same queue, parked through ``private``
             self._own.conn = private
@@ -324,7 +317,7 @@ class Parker:
             if stopping.is_set():
                 return False
             popped = own.conn.blpop(self._keys, timeout=timeout_s)
-        except CONNECTION_ERRORS:
+        except twins(*CONNECTION_ERRORS):
             self.close()
             raise
         finally:
@@ -362,9 +355,9 @@ class Parker:
             return None
         try:
             return bool(self._queue.conn.client_unblock(client_id))
-        except redis.ResponseError:
+        except twins(redis.ResponseError):
             return None
-        except redis.RedisError:
+        except twins(redis.RedisError):
             return False
 
 

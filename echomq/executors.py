@@ -14,6 +14,7 @@ from typing import Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from echomq.calls import Arg, Call
+from echomq.clients import twins
 from echomq.errors import TrafikeyMissing, Wire6Unsupported, from_reply
 from echomq.scripts import script_for
 from echomq.transitions import Transition
@@ -21,7 +22,7 @@ from echomq.transitions import Transition
 _UNKNOWN_NATIVE = re.compile(r"^unknown command '(?P<command>EMQ\.[A-Z0-9]+)'", re.IGNORECASE)
 
 
-def raise_mapped(exc: ResponseError) -> None:
+def raise_mapped(exc: BaseException) -> None:
     """Re-raise a server error as the echomq error its code names, if it is one of ours; an
     ``EMQ.*`` command the server does not know means trafikey is missing there."""
     message = str(exc)
@@ -43,7 +44,7 @@ class Executor(ABC):
              args: Sequence[Arg]) -> Any:
         try:
             return self._send(client, transition, keys, args)
-        except ResponseError as exc:
+        except twins(ResponseError) as exc:
             raise_mapped(exc)
 
     def call_many(self, client: Any, calls: Sequence[Call]) -> list[Any]:
@@ -53,7 +54,8 @@ class Executor(ABC):
         for transition in {call[0] for call in calls}:
             self.prepare(client, transition)
         replies = self._flush(client, calls)
-        lost = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        no_script = twins(NoScriptError)
+        lost = [n for n, reply in enumerate(replies) if isinstance(reply, no_script)]
         if lost:
             for transition in {calls[n][0] for n in lost}:
                 self.load(client, transition)
@@ -70,10 +72,10 @@ class Executor(ABC):
         return replies
 
     def _settle(self, client: Any, call: Call, reply: Any) -> Any:
-        if isinstance(reply, NoScriptError):
+        if isinstance(reply, twins(NoScriptError)):
             # The server lost its scripts mid-flush (restart, SCRIPT FLUSH): run this one again.
             return self.call(client, *call)
-        if isinstance(reply, ResponseError):
+        if isinstance(reply, twins(ResponseError)):
             raise_mapped(reply)
         if isinstance(reply, Exception):  # a connection or cluster error in place of a reply
             raise reply
@@ -102,7 +104,7 @@ class ScriptExecutor(Executor):
         script = script_for(transition)
         try:  # execute_command: a RedisCluster pipeline refuses .evalsha(), not EVALSHA itself
             return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        except NoScriptError:
+        except twins(NoScriptError):
             client.script_load(script.source)
             return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 

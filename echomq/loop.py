@@ -34,6 +34,7 @@ import redis
 
 from echomq import calls
 from echomq.calls import Job, Outcome, Verdict
+from echomq.clients import twins
 from echomq.directives import Done, Reject, RetryIn
 from echomq.errors import EchoMQError, FatalServerError, StaleLease
 
@@ -82,18 +83,19 @@ class Fault(enum.Enum):
 
 
 def classify(exc: BaseException) -> Fault | None:
-    """TRANSIENT or FATAL for a server or connection error; None for anything else (a lost lease
-    or an error that is not the server's, which the loop does not judge)."""
-    if isinstance(exc, FATAL_CONNECTION_TYPES):
+    """TRANSIENT or FATAL for a server or connection error (of redis-py or valkey-py); None for
+    anything else (a lost lease or an error that is not the server's, which the loop does not
+    judge)."""
+    if isinstance(exc, twins(*FATAL_CONNECTION_TYPES)):
         return Fault.FATAL
-    if isinstance(exc, TRANSIENT_TYPES + CONNECTION_TYPES):
+    if isinstance(exc, twins(*TRANSIENT_TYPES, *CONNECTION_TYPES)):
         return Fault.TRANSIENT
-    if isinstance(exc, redis.exceptions.ResponseError):
+    if isinstance(exc, twins(redis.exceptions.ResponseError)):
         code = str(exc).split(" ", 1)[0]
         return Fault.TRANSIENT if code in TRANSIENT_CODES else Fault.FATAL
     if isinstance(exc, StaleLease):
         return None
-    if isinstance(exc, EchoMQError | redis.exceptions.RedisError):
+    if isinstance(exc, twins(EchoMQError, redis.exceptions.RedisError)):
         return Fault.FATAL
     return None
 

@@ -42,6 +42,7 @@ from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
 from echomq.admin import queue_names
+from echomq.clients import twins
 from echomq.connection import redis_from_url
 from echomq.directives import Reject, RetryIn
 from echomq.errors import MetricsUnavailable
@@ -191,7 +192,7 @@ class QueueDepths(Collector):
             for name, counts in self.read().items():
                 for state in DEPTH_STATES:
                     depths.add_metric([name, state], counts[state])
-        except RedisError as exc:
+        except twins(RedisError) as exc:
             log.warning("queue depths not read: %s", exc)
             up.add_metric([], 0)
             return [up]
@@ -227,14 +228,15 @@ def multiprocess_registry(directory: str, depths: Collector | None = None) -> Co
 
 
 @contextlib.contextmanager
-def serving(url: str, port: int, addr: str = "127.0.0.1") -> Iterator[str]:
+def serving(url: str | Any, port: int, addr: str = "127.0.0.1") -> Iterator[str]:
     """Serve ``/metrics`` on ``addr:port`` while the block runs: the sum of what the worker
     processes write to the directory yielded (each must have ``PROMETHEUS_MULTIPROC_DIR`` set
     to it before it imports prometheus_client, which picks its storage then), and the depths
     of the server's queues. The directory is new and is removed after; one left by a process
-    killed outright is removed by the next ``serving`` (``echomq.piddirs``)."""
+    killed outright is removed by the next ``serving`` (``echomq.piddirs``). ``url``: the
+    server's URL, or a client to it (closed after)."""
     directory = pid_directory("echomq-metrics-")
-    conn = redis_from_url(url)
+    conn = redis_from_url(url) if isinstance(url, str) else url  # or a client, closed after
     try:
         server, thread = _listen(addr, port, multiprocess_registry(directory, QueueDepths(conn)))
         log.info("metrics on http://%s:%d/metrics", addr, port)

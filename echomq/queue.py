@@ -35,6 +35,7 @@ from echomq.calls import (
     outcome_of,
     settled,
 )
+from echomq.clients import twins
 from echomq.errors import EvictionPolicyWarning
 from echomq.executors import executor_for
 from echomq.lanes import LaneControls, lane_depths_of
@@ -53,7 +54,7 @@ def warn_if_evicting(conn: Any) -> str | None:
     None when it cannot evict or the server does not say (CONFIG denied by ACL, or renamed)."""
     try:
         policy = evicting_policy(conn.config_get("maxmemory-policy"))
-    except RedisError:
+    except twins(RedisError):
         return None
     if policy is not None:
         log.warning(eviction_message(policy))
@@ -139,7 +140,7 @@ class Queue(LaneControls):
         self._registered = True
         try:
             self.conn.sadd(REGISTRY_KEY, self.name)
-        except ResponseError as exc:
+        except twins(ResponseError) as exc:
             log.debug("queue %s not entered in %s: %s", self.name, REGISTRY_KEY, exc)
 
     # worker ---------------------------------------------------------------------------------

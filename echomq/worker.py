@@ -53,7 +53,8 @@ from types import FrameType
 from typing import Any
 
 from echomq import aio
-from echomq.connection import redis_from_url
+from echomq.clients import async_twin
+from echomq.connection import client_like, redis_from_url
 from echomq.consumer import Consumer, error_text, refuse_unsupported
 from echomq.embedded import die_with_parent
 from echomq.errors import EchoMQError, TrafikeyMissing
@@ -90,14 +91,15 @@ _BOOT = (f"import json, os, sys; boot = json.loads(os.environ.pop({_BOOT_VARIABL
 class WorkerSpec:
     """Everything a worker process needs to build its consumer (sent to it as JSON).
 
-    ``queue``: one queue, or several in priority order. ``max_attempts``: None keeps the
-    queue's. ``time_limit_ms``: None for no limit. ``async_concurrency``: None runs the blocking
-    consumer; N the asyncio one with N handlers in flight (an App with async tasks; its plain
-    ones run in threads, N at most)."""
+    ``url``: the server; None serves the target App's own (its connection rebuilt in each
+    process: ``connect``). ``queue``: one queue, or several in priority order. ``max_attempts``:
+    None keeps the queue's. ``time_limit_ms``: None for no limit. ``async_concurrency``: None
+    runs the blocking consumer; N the asyncio one with N handlers in flight (an App with async
+    tasks; its plain ones run in threads, N at most)."""
 
     handler: str
     queue: str | tuple[str, ...]
-    url: str
+    url: str | None
     lanes: bool = False
     wire: int = 5
     lease_ms: int = DEFAULT_LEASE_MS
@@ -188,7 +190,10 @@ def runs_async(app: Any) -> bool:
 def check_spec(spec: WorkerSpec) -> None:
     """Fail before any process starts: the target and hook import, the queues are given,
     the wire can drain."""
-    load_target(spec.handler)
+    target = load_target(spec.handler)
+    if spec.url is None and getattr(target, "conn", None) is None:
+        raise ValueError(f"no server to serve: {spec.handler} has no connection of its own; "
+                         "give a URL")
     if spec.on_ack:
         load_callable(spec.on_ack)
     if not spec.queues or not all(spec.queues):
@@ -210,9 +215,19 @@ def check_server(conn: Any, wire: int) -> None:
             raise TrafikeyMissing(CLAIM.native)
 
 
-def probe_server(spec: WorkerSpec) -> None:
+def connect(spec: WorkerSpec, target: Any = None) -> Any:
+    """A new blocking client to the server the workers serve: ``spec.url``'s, or (no URL) the
+    target App's own connection rebuilt, of its client library (``echomq.connection.client_like``);
+    ``target``: the App (None: loaded)."""
+    if spec.url is not None:
+        return redis_from_url(spec.url)
+    app = load_target(spec.handler) if target is None else target
+    return client_like(app.conn)
+
+
+def probe_server(spec: WorkerSpec, target: Any = None) -> None:
     """``check_server`` on a connection of its own, closed after."""
-    conn = redis_from_url(spec.url)
+    conn = connect(spec, target)
     try:
         check_server(conn, spec.wire)
     finally:
@@ -265,8 +280,8 @@ def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None 
     """The blocking consumer ``spec`` describes; ``on_overrun(job)`` runs after a job overran
     its time limit (and its attempt was failed); ``announcer`` (the worker registry's record)
     is told of each job the handler runs; ``target``: the App or handler (None: loaded)."""
-    conn = redis_from_url(spec.url)
     target = load_target(spec.handler) if target is None else target
+    conn = connect(spec, target)
     queues = [Queue(conn, name, wire=spec.wire, **queue_options(spec, target, name))
               for name in spec.queues]
     handler = handler_of(target, spec)
@@ -299,7 +314,7 @@ class AsyncWorkerLoop:
         self.target = target
         self.handler = handler
         self.replaced_after = replaced_after
-        self.queue = Queue(redis_from_url(spec.url), spec.queues[0], wire=spec.wire)
+        self.queue = Queue(connect(spec, target), spec.queues[0], wire=spec.wire)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._consumer: aio.Consumer | None = None
         self._stop_asked = threading.Event()
@@ -316,7 +331,8 @@ class AsyncWorkerLoop:
     async def _main(self) -> None:
         import redis.asyncio as aredis
 
-        client = aredis.Redis.from_url(self.spec.url)
+        client = async_twin(self.queue.conn) if self.spec.url is None \
+            else aredis.Redis.from_url(self.spec.url)
         in_flight = self.spec.async_concurrency or 1
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(
             max_workers=in_flight + 1, thread_name_prefix="echomq-task"))
@@ -446,8 +462,8 @@ def child_main(spec_json: str, status_fd: int) -> None:
     if spec.metrics_dir is not None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = spec.metrics_dir
     try:
-        announcer = Announcer(redis_from_url(spec.url), spec.queues, spec.wire)
         target = load_target(spec.handler)
+        announcer = Announcer(connect(spec, target), spec.queues, spec.wire)
         consumer = build_worker_loop(spec, target, _ask_for_replacement, announcer)
         check_server(consumer.queue.conn, spec.wire)
         call_app(target, "worker_started", spec)
@@ -753,5 +769,5 @@ def run_workers(spec: WorkerSpec, concurrency: int, grace_s: float,
         return Supervisor(spec, concurrency, grace_s).run()
     from echomq.metrics import serving
 
-    with serving(spec.url, metrics_at[1], metrics_at[0]) as directory:
+    with serving(spec.url or connect(spec), metrics_at[1], metrics_at[0]) as directory:
         return Supervisor(replace(spec, metrics_dir=directory), concurrency, grace_s).run()

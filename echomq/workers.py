@@ -31,6 +31,7 @@ from typing import Any
 import redis
 
 from echomq.calls import text
+from echomq.clients import twins
 from echomq.directives import Reject, RetryIn
 from echomq.queue import Job
 
@@ -213,7 +214,7 @@ class Announcer:
     def _write(self, action: Callable[[], None]) -> bool:
         try:
             action()
-        except redis.RedisError as exc:
+        except twins(redis.RedisError) as exc:
             if not self._refused:
                 log.warning("the worker registry could not be written (%s); this worker runs "
                             "on without its record", exc)

@@ -15,13 +15,17 @@ import tempfile
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+import valkey as valkey_py
 
 from echomq.embedded import EmbeddedValkey
 
 NATIVE = Path(__file__).resolve().parent.parent / "native"
+# The client libraries a suite runs on: redis-py, and the Valkey project's own valkey-py.
+CLIENT_LIBRARIES = ["redis", "valkey"]
 
 
 @cache
@@ -66,6 +70,31 @@ def valkey() -> Iterator[EmbeddedValkey]:
 @pytest.fixture
 def conn(valkey: EmbeddedValkey) -> Iterator[redis.Redis]:
     client = valkey.client()
+    client.flushall()
+    yield client
+    client.flushall()
+    client.close()
+
+
+def client_of(server: EmbeddedValkey, library: str, **options: object) -> Any:
+    """A blocking client of ``library`` (``redis.Redis`` or ``valkey.Valkey``) to ``server``."""
+    if library == "redis":
+        return server.client(**options)
+    if server.unix_socket:
+        return valkey_py.Valkey(unix_socket_path=server.socket_path, **options)
+    return valkey_py.Valkey(host="127.0.0.1", port=server.port, **options)
+
+
+@pytest.fixture(params=CLIENT_LIBRARIES)
+def library(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def library_conn(valkey: EmbeddedValkey, library: str) -> Iterator[Any]:
+    """As ``conn``, once on each client library: a module takes it as its ``conn`` to run all
+    its tests on redis-py and on valkey-py."""
+    client = client_of(valkey, library)
     client.flushall()
     yield client
     client.flushall()

@@ -8,35 +8,39 @@ offers the blocking one's calls (``run``, ``stop``, ``beat``, ``drain``, ``park_
 from __future__ import annotations
 
 import asyncio
+import importlib
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
-import redis
-import redis.asyncio as aredis
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import NoBackoff
 
 from echomq import Job, Queue, aio
+from echomq.clients import client_library
 from echomq.consumer import Consumer
 
 T = TypeVar("T")
 SHELLS = ["sync", "async"]
 
 
-def async_client_like(conn: redis.Redis) -> aredis.Redis:
-    """An asyncio client with the blocking client's address and timeouts."""
+def async_client_like(conn: Any) -> Any:
+    """An asyncio client of the blocking client's library (redis-py or valkey-py) with its
+    address and timeouts."""
+    library = client_library(conn)
+    aio_module = importlib.import_module(f"{library}.asyncio")
+    retry_class = importlib.import_module(f"{library}.asyncio.retry").Retry
+    no_backoff = importlib.import_module(f"{library}.backoff").NoBackoff
     options = dict(conn.connection_pool.connection_kwargs)
     keep = {"host", "port", "db", "username", "password", "socket_timeout",
             "socket_connect_timeout", "path"}
     chosen = {key: value for key, value in options.items() if key in keep}
     retry = options.get("retry")
     if retry is not None:  # the same number of retries, in asyncio's own Retry
-        chosen["retry"] = AsyncRetry(NoBackoff(), int(getattr(retry, "_retries", 0)))
+        chosen["retry"] = retry_class(no_backoff(), int(getattr(retry, "_retries", 0)))
+    client_class = aio_module.Valkey if library == "valkey" else aio_module.Redis
     if "path" in chosen:
-        return aredis.Redis(unix_socket_path=chosen.pop("path"), **chosen)
-    return aredis.Redis(**chosen)
+        return client_class(unix_socket_path=chosen.pop("path"), **chosen)
+    return client_class(**chosen)
 
 
 class AsyncShell:

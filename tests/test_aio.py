@@ -8,12 +8,11 @@ from typing import Any, TypeVar
 
 import pytest
 import redis
-import redis.asyncio as aredis
 
 from echomq import Job, KindError, StaleLease, Verdict, Wire6Unsupported
 from echomq.aio import Queue, async_executor_for
+from echomq.clients import async_twin, twins
 from echomq.conformance.cases import Case, all_cases
-from echomq.embedded import EmbeddedValkey
 from echomq.executors import executor_for
 
 NOW = 1_700_000_000_000
@@ -23,9 +22,16 @@ WELL_FORMED = [case for case in all_cases()
                    case.transition.keys)]
 
 
-def run(port: int, body: Callable[[aredis.Redis], Awaitable[T]]) -> T:
+@pytest.fixture
+def conn(library_conn: Any) -> Any:
+    """Every test here runs on redis-py's asyncio client and on valkey-py's."""
+    return library_conn
+
+
+def run(conn: Any, body: Callable[[Any], Awaitable[T]]) -> T:
+    """``body`` on an asyncio client of ``conn``'s library to ``conn``'s server, flushed."""
     async def main() -> T:
-        client = aredis.Redis(host="127.0.0.1", port=port)
+        client = async_twin(conn)
         try:
             await client.flushall()
             return await body(client)
@@ -38,22 +44,21 @@ def run(port: int, body: Callable[[aredis.Redis], Awaitable[T]]) -> T:
 def outcome(call: Callable[[], Any]) -> tuple[str, Any]:
     try:
         return "reply", call()
-    except redis.RedisError as exc:
+    except twins(redis.RedisError) as exc:
         return type(exc).__name__, str(exc)
     except ValueError as exc:
         return type(exc).__name__, str(exc)
 
 
-def keyspace(conn: redis.Redis) -> dict[bytes, Any]:
+def keyspace(conn: Any) -> dict[bytes, Any]:
     return {key: (conn.type(key), conn.dump(key)) for key in sorted(conn.keys())}
 
 
 @pytest.mark.parametrize("wire", [5, 6])
 @pytest.mark.parametrize("case", WELL_FORMED, ids=[case.id for case in WELL_FORMED])
-def test_conformance_case_through_both_clients(valkey: EmbeddedValkey, case: Case,
-                                               wire: int) -> None:
+def test_conformance_case_through_both_clients(conn: Any, case: Case, wire: int) -> None:
     """The async executor replies and writes exactly as the blocking one does."""
-    sync_conn = valkey.client()
+    sync_conn = conn
     n = len(case.transition.keys)
     keys = [k.decode() if isinstance(k, bytes) else str(k) for k in case.argv[1:n + 1]]
     args = [a if isinstance(a, bytes) else str(a) for a in case.argv[n + 1:]]
@@ -69,23 +74,22 @@ def test_conformance_case_through_both_clients(valkey: EmbeddedValkey, case: Cas
     prepared()
 
     async def async_outcome() -> tuple[str, Any]:
-        client = aredis.Redis(host="127.0.0.1", port=valkey.port)
+        client = async_twin(sync_conn)
         try:
             executor = async_executor_for(wire)
             return "reply", await executor.call(client, case.transition, keys, args)
-        except (redis.RedisError, ValueError) as exc:
+        except twins(redis.RedisError, ValueError) as exc:
             return type(exc).__name__, str(exc)
         finally:
             await client.aclose()
 
     assert asyncio.run(async_outcome()) == sync
     assert keyspace(sync_conn) == sync_state
-    sync_conn.close()
 
 
 @pytest.mark.parametrize("wire", [5, 6])
-def test_async_lifecycle(valkey: EmbeddedValkey, wire: int) -> None:
-    async def body(client: aredis.Redis) -> None:
+def test_async_lifecycle(conn: Any, wire: int) -> None:
+    async def body(client: Any) -> None:
         queue = Queue(client, "emails", wire=wire)
         assert await queue.check_policy() is None
         assert await queue.enqueue("JOB:1", b"a", now=NOW) is Verdict.ENQUEUED
@@ -112,11 +116,11 @@ def test_async_lifecycle(valkey: EmbeddedValkey, wire: int) -> None:
         await client.script_flush()
         assert await queue.enqueue_many([("JOB:3", b"c")], now=NOW) == [Verdict.ENQUEUED]
 
-    run(valkey.port, body)
+    run(conn, body)
 
 
-def test_async_lanes_and_the_wire6_refusal(valkey: EmbeddedValkey) -> None:
-    async def body(client: aredis.Redis) -> None:
+def test_async_lanes_and_the_wire6_refusal(conn: Any) -> None:
+    async def body(client: Any) -> None:
         lanes = Queue(client, "tenants", wire=5)
         await lanes.enqueue_many([("JOB:a1", b"", "a"), ("JOB:a2", b"", "a"),
                                   ("JOB:b1", b"", "b")], now=NOW)
@@ -129,10 +133,10 @@ def test_async_lanes_and_the_wire6_refusal(valkey: EmbeddedValkey) -> None:
         with pytest.raises(Wire6Unsupported):
             await native.enqueue_many([("JOB:c", b"", "c")])
 
-    run(valkey.port, body)
+    run(conn, body)
 
 
-async def wait_until_parked(client: aredis.Redis, timeout: float = 10.0) -> None:
+async def wait_until_parked(client: Any, timeout: float = 10.0) -> None:
     """Until some client of the server is blocked in BLPOP (bounded)."""
     deadline = asyncio.get_running_loop().time() + timeout
     while asyncio.get_running_loop().time() < deadline:
@@ -144,10 +148,10 @@ async def wait_until_parked(client: aredis.Redis, timeout: float = 10.0) -> None
 
 
 @pytest.mark.parametrize("wire", [5, 6])
-def test_async_consumer_wakes_runs_retries_and_stops(valkey: EmbeddedValkey, wire: int) -> None:
+def test_async_consumer_wakes_runs_retries_and_stops(conn: Any, wire: int) -> None:
     from echomq.aio import Consumer
 
-    async def body(client: aredis.Redis) -> None:
+    async def body(client: Any) -> None:
         queue = Queue(client, "work", wire=wire)
         seen: list[tuple[str, int]] = []
         done = asyncio.Event()
@@ -174,13 +178,13 @@ def test_async_consumer_wakes_runs_retries_and_stops(valkey: EmbeddedValkey, wir
         error = await client.hget(queue.key("job", "JOB:bad"), "error")
         assert error.split(b"\n", 1)[0] == b"ValueError: always fails"  # then the last frames
 
-    run(valkey.port, body)
+    run(conn, body)
 
 
-def test_async_consumer_heartbeat_keeps_a_long_lease(valkey: EmbeddedValkey) -> None:
+def test_async_consumer_heartbeat_keeps_a_long_lease(conn: Any) -> None:
     from echomq.aio import Consumer
 
-    async def body(client: aredis.Redis) -> None:
+    async def body(client: Any) -> None:
         queue = Queue(client, "long", wire=6)
         attempts: list[int] = []
 
@@ -209,17 +213,17 @@ def test_async_consumer_heartbeat_keeps_a_long_lease(valkey: EmbeddedValkey) -> 
         assert stolen == 0 and attempts == [1]
         assert await client.exists(queue.key("job", "JOB:1")) == 0  # acked, row deleted
 
-    run(valkey.port, body)
+    run(conn, body)
 
 
-def test_async_lane_consumer_is_refused_on_wire6(valkey: EmbeddedValkey) -> None:
+def test_async_lane_consumer_is_refused_on_wire6(conn: Any) -> None:
     from echomq.aio import Consumer
 
-    async def body(client: aredis.Redis) -> None:
+    async def body(client: Any) -> None:
         with pytest.raises(Wire6Unsupported):
             Consumer(Queue(client, "x", wire=6), lambda job: None, lanes=True)
 
-    run(valkey.port, body)
+    run(conn, body)
 
 
 def test_async_pipelines_send_evalsha_as_a_plain_command() -> None:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import redis
@@ -22,6 +23,12 @@ from echomq.embedded import EmbeddedValkey
 from tests.shells import AnyConsumer, Make, make_fixture, shell_fixture  # noqa: F401
 
 NOW = 1_700_000_000_000
+
+
+@pytest.fixture
+def conn(library_conn: Any) -> Any:
+    """Every test here runs on a redis-py client and on a valkey-py one."""
+    return library_conn
 
 
 def first_line(error: bytes) -> bytes:

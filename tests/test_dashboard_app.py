@@ -8,6 +8,7 @@ import base64
 import logging
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -31,6 +32,12 @@ def kill(queue: Queue, job_id: str, error: str = "ValueError: bad") -> None:
     job = queue.claim(now=NOW)
     assert job is not None and job.id == job_id
     assert queue.retry(job, error=error, max_attempts=1, now=NOW) is Verdict.DEAD
+
+
+@pytest.fixture
+def conn(library_conn: Any) -> Any:
+    """Every test here runs on a redis-py client and on a valkey-py one."""
+    return library_conn
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ the ring kept consistent, and wire=6 refusing lanes before anything is sent."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 import redis
@@ -16,6 +17,12 @@ from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey
 
 NOW = 1_700_000_000_000
+
+
+@pytest.fixture
+def conn(library_conn: Any) -> Any:
+    """Every test here runs on a redis-py client and on a valkey-py one."""
+    return library_conn
 
 
 def lanes_queue(conn: redis.Redis, name: str = "tenants") -> Queue:

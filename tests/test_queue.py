@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import redis
-import redis.asyncio as aredis
 
 from echomq import (
     Ack,
@@ -29,12 +28,19 @@ from echomq import (
 )
 from echomq.aio import Queue as AsyncQueue
 from echomq.calls import MAX_RESULT_BYTES
+from echomq.clients import async_twin
 from echomq.embedded import EmbeddedValkey
 from echomq.executors import NativeExecutor, executor_for
 from echomq.native import id_ok
 from echomq.transitions import SCRIPT_ONLY, Transition
 
 NOW = 1_700_000_000_000
+
+
+@pytest.fixture
+def conn(library_conn: Any) -> Any:
+    """Every test here runs on a redis-py client and on a valkey-py one."""
+    return library_conn
 
 
 @pytest.fixture(params=[5, 6], ids=["wire5", "wire6"])
@@ -287,12 +293,10 @@ def test_async_recover_takes_max_attempts_too(queue: Queue) -> None:
     """echomq.aio.Queue.recover: the queue's max_attempts by default, or the one given."""
     import asyncio
 
-    import redis.asyncio as aredis
-
     from echomq.aio import Queue as AsyncQueue
 
     async def crash_twice() -> tuple[int, int]:
-        client = aredis.Redis(port=queue.conn.connection_pool.connection_kwargs["port"])
+        client = async_twin(queue.conn)
         try:
             spent = AsyncQueue(client, "poison", wire=queue.wire, max_attempts=1)
             await spent.enqueue("JOB:1", b"x", now=NOW)
@@ -440,7 +444,7 @@ def test_a_delayed_lane_job_is_refused_on_wire6(conn: redis.Redis) -> None:
 def test_the_async_queue_delays_and_keeps_results(conn: redis.Redis,
                                                    valkey: EmbeddedValkey) -> None:
     async def main() -> tuple[Any, Any]:
-        client = aredis.Redis(port=valkey.port)
+        client = async_twin(conn)
         try:
             queue = AsyncQueue(client, "emails", wire=6)
             await queue.enqueue("JOB:1", b"p", delay_ms=50, now=NOW)
@@ -509,7 +513,7 @@ def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
 def waiting_for(queue: Queue, job_id: str, waiters: int = 1) -> list[Future[JobOutcome]]:
     """``waiters`` threads blocked in ``queue.wait(job_id, 30)``, each on its own connection."""
     pool = ThreadPoolExecutor(waiters)
-    conns = [redis.Redis(port=queue.conn.connection_pool.connection_kwargs["port"])
+    conns = [type(queue.conn)(port=queue.conn.connection_pool.connection_kwargs["port"])
              for _ in range(waiters)]
     futures = [pool.submit(Queue(c, queue.name, wire=queue.wire, check_policy=False).wait,
                            job_id, 30.0) for c in conns]
@@ -606,7 +610,7 @@ def test_the_async_queue_waits_for_an_outcome(conn: redis.Redis,
     job = lease(sync, "JOB:1")
 
     async def main() -> tuple[JobOutcome, JobOutcome]:
-        client = aredis.Redis(port=valkey.port)
+        client = async_twin(conn)
         try:
             queue = AsyncQueue(client, "emails", wire=6)
             waiter = asyncio.create_task(queue.wait("JOB:1", 30.0))

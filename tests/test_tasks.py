@@ -49,6 +49,12 @@ class Recorder:
             self.ran.append((queue, task, job.id, dict(headers), record.outcome, record.error))
 
 
+@pytest.fixture
+def conn(library_conn: Any) -> Any:
+    """Every test here runs on a redis-py client and on a valkey-py one."""
+    return library_conn
+
+
 @pytest.fixture(params=[5, 6], ids=["wire5", "wire6"])
 def wire(request: pytest.FixtureRequest) -> int:
     return int(request.param)

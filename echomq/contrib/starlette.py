@@ -18,26 +18,15 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-import redis.asyncio
-import redis.asyncio.connection
-
-from echomq import aio
+from echomq import aio, clients
 from echomq.tasks import App
 from echomq.workers import Announcer
 
 __all__ = ["async_twin", "lifespan"]
 
 
-def async_twin(conn: Any) -> redis.asyncio.Redis:
-    """An asyncio client to the server a blocking ``redis.Redis`` talks to, with its options
-    (TCP, TLS or a Unix socket). TypeError for a client that has no single pool (a cluster)."""
-    pool = getattr(conn, "connection_pool", None)
-    if pool is None:
-        raise TypeError("the lifespan's consumer needs a redis.Redis client, not a cluster one")
-    kind = getattr(redis.asyncio.connection, pool.connection_class.__name__,
-                   redis.asyncio.connection.Connection)
-    return redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(
-        connection_class=kind, **pool.connection_kwargs))
+# An asyncio client of the blocking client's library, to the same server with the same options.
+async_twin = clients.async_twin
 
 
 def lifespan(app: App, *, consume: bool = False,

@@ -1,0 +1,91 @@
+"""The two client libraries echomq accepts: redis-py (``redis.Redis``, ``redis.asyncio``) and
+valkey-py (``valkey.Valkey``, ``valkey.asyncio``).
+
+valkey-py is a fork of redis-py: the same calls and replies, and exception classes of the same
+names (``ValkeyError`` for ``RedisError``) that are not subclasses of redis-py's. Errors are told
+apart by class through ``twins``: a redis-py exception class with its valkey-py namesake. valkey-py
+is never imported here: a valkey-py error can only come from a valkey-py client, and one exists
+only once ``valkey`` is imported, so its classes are looked up among the modules already loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from functools import cache
+from typing import Any
+
+import redis
+import redis.exceptions
+
+__all__ = ["async_twin", "client_library", "is_cluster", "twins"]
+
+# redis-py's names that valkey-py spells its own way; every other exception keeps its name.
+_RENAMED = {"RedisError": "ValkeyError", "RedisClusterException": "ValkeyClusterException"}
+_CLUSTER_CLASSES = {"redis": "RedisCluster", "valkey": "ValkeyCluster"}
+
+
+def twins(*kinds: type[BaseException]) -> tuple[type[BaseException], ...]:
+    """``kinds`` with, for each redis-py exception class among them, its valkey-py namesake
+    (when valkey-py is loaded): what to catch or test for an error from either library."""
+    return _twins(kinds, sys.modules.get("valkey.exceptions"))
+
+
+@cache
+def _twins(kinds: tuple[type[BaseException], ...], valkey_exceptions: Any
+           ) -> tuple[type[BaseException], ...]:
+    found = list(kinds)
+    for kind in kinds:
+        if valkey_exceptions is None or kind.__module__ != redis.exceptions.__name__:
+            continue
+        twin = getattr(valkey_exceptions, _RENAMED.get(kind.__name__, kind.__name__), None)
+        if isinstance(twin, type) and issubclass(twin, BaseException):
+            found.append(twin)
+    return tuple(found)
+
+
+def client_library(conn: Any) -> str:
+    """``"valkey"`` for a valkey-py client (blocking or asyncio, or its pipeline), else
+    ``"redis"``."""
+    return "valkey" if type(conn).__module__.partition(".")[0] == "valkey" else "redis"
+
+
+def is_cluster(conn: Any) -> bool:
+    """Whether ``conn`` is a cluster client (blocking or asyncio) of either library."""
+    library = client_library(conn)
+    name = _CLUSTER_CLASSES[library]
+    for module in (f"{library}.cluster", f"{library}.asyncio.cluster"):
+        kind = getattr(sys.modules.get(module), name, None)
+        if isinstance(kind, type) and isinstance(conn, kind):
+            return True
+    return False
+
+
+def private_twin(conn: Any) -> Any:
+    """A client of ``conn``'s own class, on its pool, that keeps one connection for itself
+    (a consumer parks on it); None for anything but a blocking client of one server
+    (``redis.Redis``, ``valkey.Valkey``)."""
+    valkey_client = getattr(sys.modules.get("valkey.client"), "Valkey", None)
+    kinds = (redis.Redis, valkey_client) if isinstance(valkey_client, type) else (redis.Redis,)
+    if not any(isinstance(conn, kind) for kind in kinds):
+        return None
+    client_class: Any = type(conn)
+    return client_class(connection_pool=conn.connection_pool, single_connection_client=True)
+
+
+def async_twin(conn: Any) -> Any:
+    """A new asyncio client of ``conn``'s library, on a pool of its own, to the server the
+    blocking ``conn`` talks to, with its options (TCP, TLS or a Unix socket). TypeError for a
+    client that has no single pool (a cluster)."""
+    pool = getattr(conn, "connection_pool", None)
+    if pool is None or is_cluster(conn):
+        raise TypeError("an asyncio twin needs a redis.Redis or valkey.Valkey client of one "
+                        "server, not a cluster one")
+    library = client_library(conn)
+    aio = importlib.import_module(f"{library}.asyncio")
+    connections = importlib.import_module(f"{library}.asyncio.connection")
+    kind = getattr(connections, pool.connection_class.__name__, connections.Connection)
+    client_class = aio.Valkey if library == "valkey" else aio.Redis
+    # from_pool: the twin owns its pool, so closing the twin closes its connections.
+    return client_class.from_pool(aio.ConnectionPool(connection_class=kind,
+                                                     **pool.connection_kwargs))
