@@ -38,6 +38,8 @@ from echomq.connection import socket_timeout_of
 from echomq.errors import Wire6Unsupported
 from echomq.loop import (
     HOUSEKEEPING_MS,
+    HOUSEKEEPING_STEP,
+    PARK_CAP_MS,
     PARK_FLOOR_MS,
     PREFETCH,
     SETTLE_DELAY_MS,
@@ -52,7 +54,19 @@ from echomq.loop import (
     error_text,
     fatal_error,
     first_line,
+    more_due,
+    park_socket_timeout,
     park_window,
+)
+from echomq.parking import (
+    TOKEN_ROLE,
+    WATCH_ROLE,
+    is_watch,
+    queue_reads,
+    queue_watch,
+    sighting_of,
+    take_token,
+    token_taken,
 )
 from echomq.queue import DEFAULT_LEASE_MS, Job, Outcome, Queue, Verdict
 from echomq.transitions import LANE_CLAIM
@@ -85,6 +99,14 @@ def push_wake_token(queue: Queue, key: str | None = None) -> None:
         pipe.execute()
 
 
+def push_watch_token(queue: Queue, key: str | None = None) -> None:
+    """Leave the one token of ``key`` (None: the queue's watch key): a parked consumer of the
+    queue reads its heads again (see ``echomq.parking``)."""
+    with queue.conn.pipeline(transaction=False) as pipe:
+        queue_watch(pipe, queue.key(WATCH_ROLE) if key is None else key)
+        pipe.execute()
+
+
 def queue_list(queue_or_queues: Any) -> list[Any]:
     """The queues a consumer serves, in priority order: one queue, or a sequence of them (at
     least one, all distinct by name, of one wire)."""
@@ -114,6 +136,21 @@ def is_cluster(conn: Any) -> bool:
 def wake_keys(queues: Iterable[Any]) -> list[str]:
     """The wake keys a consumer of ``queues`` parks on (a token on any wakes it)."""
     return [queue.key("wake") for queue in queues]
+
+
+def park_keys(queues: Sequence[Any]) -> list[str]:
+    """What a consumer of ``queues`` parks on: their wake keys first (BLPOP serves the first
+    key holding a token), then their watch keys."""
+    return [*wake_keys(queues), *(queue.key(WATCH_ROLE) for queue in queues)]
+
+
+def consumer_name() -> str:
+    """This consumer's name in a queue's housekeeping token: host, process and a number."""
+    import os
+    import socket
+    import uuid
+
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def server_ms(conn: Any) -> int:
@@ -292,9 +329,11 @@ class Parker:
     flag before it reads the mark, so one of the two always sees the other (and a stop from a
     signal handler cannot deadlock on a lock its own thread holds)."""
 
-    def __init__(self, queues: Sequence[Queue]) -> None:
+    def __init__(self, queues: Sequence[Queue], cap_ms: int) -> None:
         self._queue = queues[0]
-        self._keys = wake_keys(queues)
+        self._queues = list(queues)
+        self._keys = park_keys(queues)
+        self._cap_ms = cap_ms
         self._parked_in: int | None = None  # the parking thread, while it parks
         self._own: Queue | None = None
         self._client_id: int | None = None
@@ -305,34 +344,62 @@ class Parker:
         if self._own is not None:
             return self._own
         conn = self._queue.conn
+        self.socket_timeout_s = socket_timeout_of(conn)
         if isinstance(conn, redis.Redis):
-            private = redis.Redis(connection_pool=conn.connection_pool,
-                                  single_connection_client=True)
+            # A pool of its own, whose read timeout outlasts the longest park.
+            pool = conn.connection_pool
+            options = dict(pool.connection_kwargs)
+            self.socket_timeout_s = park_socket_timeout(self.socket_timeout_s, self._cap_ms)
+            options["socket_timeout"] = self.socket_timeout_s
+            private = redis.Redis(connection_pool=redis.ConnectionPool(
+                connection_class=pool.connection_class, **options),
+                single_connection_client=True)
             self._client_id = int(private.client_id())
             self._own = copy.copy(self._queue)  # the same queue, parked through ``private``
             self._own.conn = private
         else:  # a cluster client: stop() falls back to a wake token
             self._own = self._queue
-        self.socket_timeout_s = socket_timeout_of(conn)
         return self._own
 
-    def park(self, timeout_s: float, stopping: threading.Event) -> bool:
-        """Block until a token on any of the wake keys, ``timeout_s``, or ``interrupt``."""
+    def read(self, *, ready: bool, lanes: bool) -> list[Any]:
+        """A Sighting of each queue, read through the parking connection in one flush (it was
+        used last by a BLPOP, so no health check goes before it)."""
+        own = self.bind()
+        with own.conn.pipeline(transaction=False) as pipe:
+            for queue in self._queues:
+                queue_reads(pipe, queue.key, ready=ready, lanes=lanes)
+            replies = pipe.execute()
+        per_queue = len(replies) // len(self._queues)
+        return [sighting_of(replies[n * per_queue:(n + 1) * per_queue])
+                for n in range(len(self._queues))]
+
+    def server_ms(self) -> int:
+        return server_ms(self.bind().conn)
+
+    def park(self, timeout_s: float, stopping: threading.Event) -> str | None:
+        """Block until a token on any of the wake or watch keys, ``timeout_s``, or
+        ``interrupt``: "wake", "watch" (which token), or None."""
         own = self.bind()
         self._parked_in = threading.get_ident()
         try:
             if stopping.is_set():
-                return False
+                return None
             popped = own.conn.blpop(self._keys, timeout=timeout_s)
         except CONNECTION_ERRORS:
             self.close()
             raise
         finally:
             self._parked_in = None
-        if popped is not None and stopping.is_set():
-            # A stopping consumer hands its token on, to the queue it came from.
-            push_wake_token(self._queue, text(popped[0]))
-        return popped is not None
+        if popped is None:
+            return None
+        watch = is_watch(popped[0])
+        if stopping.is_set():
+            # A stopping consumer hands its token on, to the key it came from.
+            if watch:
+                push_watch_token(self._queue, text(popped[0]))
+            else:
+                push_wake_token(self._queue, text(popped[0]))
+        return "watch" if watch else "wake"
 
     def interrupt(self) -> None:
         """Make a park in progress return now (called after the stop flag is set)."""
@@ -354,6 +421,7 @@ class Parker:
         if own is not None and own is not self._queue:
             with suppress(Exception):
                 own.conn.close()
+                own.conn.connection_pool.disconnect()
 
     def _unblock(self) -> bool | None:
         """CLIENT UNBLOCK the parking connection: whether it was blocked; None if impossible."""
@@ -466,7 +534,7 @@ class Consumer(LoopShell):
     def __init__(self, queue: Queue | Sequence[Queue], handler: Handler, *,
                  lanes: bool = False,
                  lease_ms: int = DEFAULT_LEASE_MS, retry_delay_ms: int = 1_000,
-                 max_attempts: int | None = None, park_cap_ms: int = 5_000,
+                 max_attempts: int | None = None, park_cap_ms: int = PARK_CAP_MS,
                  heartbeat: bool = True, retention_ms: int | None = None,
                  on_ack: Callable[[Job], object] | None = None, clock: Clock | None = None,
                  park_floor_ms: int = PARK_FLOOR_MS, housekeeping_ms: int = HOUSEKEEPING_MS,
@@ -488,8 +556,9 @@ class Consumer(LoopShell):
         self.clock = clock
         self._stopping = threading.Event()
         self._keeper = Keeper(self)
-        self._parker = Parker(self.queues)
+        self._parker = Parker(self.queues, park_cap_ms)
         self._runner = AwaitableRunner()
+        self._name = consumer_name()
 
     @property
     def park_cap_ms(self) -> int:
@@ -531,9 +600,14 @@ class Consumer(LoopShell):
     def beat(self, *, park: bool = True) -> int:
         """One round: recover, promote, drain, then park (unless ``park`` is False or a stop
         was asked for). Returns how many jobs were run."""
+        return self._beat(force=True, park=park)
+
+    def _beat(self, *, force: bool, park: bool = True) -> int:
+        """A beat of ``run``: housekeeping only at this consumer's turn and with the queue's
+        token (``force``: at once, without the token, as ``beat`` does)."""
         with self._keeper.lock:
             self.lineup.rested()
-        self._housekeep(force=True)
+        self._housekeep(force=force)
         handled = self.drain()
         if park and not self._stopping.is_set():
             self.park()
@@ -556,20 +630,54 @@ class Consumer(LoopShell):
         return handled
 
     def park(self) -> bool:
-        """Block on the wake key until a token, the next due time, or the cap; True if woken."""
-        return self._parker.park(self.park_timeout_ms() / 1000, self._stopping)
+        """Block on the wake keys until a token or a stop. Before each park the heads are read
+        (``echomq.parking``): when what they show has fallen due and it is this consumer's
+        turn to housekeep, it returns False (the next beat housekeeps); else it parks until
+        then. A watch token or the end of a park reads again and parks on (the read after a
+        park's end also counts the jobs waiting: True when there are some). True when woken
+        for work."""
+        ready = False
+        while not self._stopping.is_set():
+            sightings = self._parker.read(ready=ready, lanes=self.lanes)
+            if any(sighting.ready for sighting in sightings):
+                self._woke(time.monotonic())
+                return True
+            timeout_ms = self._plan(sightings)
+            now = time.monotonic()
+            if any(core.housekeeping_wanted(now) for core in self.lineup.cores):
+                self._woke(now)
+                return False
+            popped = self._parker.park(timeout_ms / 1000, self._stopping)
+            if popped == "wake":
+                self._woke(time.monotonic())
+                return True
+            ready = popped is None
+        return False
 
     def park_timeout_ms(self) -> int:
-        """How long to park: until the next retry or lease deadline falls due, within
-        [park_floor_ms, the park cap]; the cap is at most ``housekeeping_ms`` and stays below
-        the parking connection's socket timeout."""
-        self._parker.bind()
-        due = min((d for queue in self.queues if (d := queue.next_due()) is not None),
-                  default=None)
+        """How long to park: until the earliest lease deadline, retry or rate window falls due
+        (no sooner than this consumer's next turn to housekeep), within [park_floor_ms, the
+        park cap]; the cap stays below the parking connection's socket timeout."""
+        return self._plan(self._parker.read(ready=False, lanes=self.lanes))
+
+    def _plan(self, sightings: Sequence[Any]) -> int:
+        """The park for what each queue's read saw (each core learns its due time)."""
+        due = min((s.due for s in sightings if s.due is not None), default=None)
         now = None
         if due is not None:
-            now = self.clock() if self.clock is not None else server_ms(self.queue.conn)
-        return self.core.park_ms(due, now, self._parker.socket_timeout_s)
+            now = self.clock() if self.clock is not None else self._parker.server_ms()
+        mono = time.monotonic()
+        timeout_s = self._parker.socket_timeout_s
+        with self._keeper.lock:
+            for core, sighting in zip(self.lineup.cores, sightings, strict=True):
+                core.learned_due(sighting.due, now, mono)
+            return min(core.park_ms(sighting.due, now, timeout_s, mono)
+                       for core, sighting in zip(self.lineup.cores, sightings, strict=True))
+
+    def _woke(self, now: float) -> None:
+        with self._keeper.lock:
+            for core in self.lineup.cores:
+                core.woke(now)
 
     # one job ------------------------------------------------------------------------------
 
@@ -693,12 +801,18 @@ class Consumer(LoopShell):
         return jobs
 
     def _took(self, index: int, jobs: list[Job]) -> None:
+        """``jobs`` of queue ``index`` are in hand. The first leases in hand of that queue
+        leave a watch token, so a consumer parked on it learns their deadline."""
+        core = self.lineup.cores[index]
         with self._keeper.lock:
-            self.lineup.cores[index].sent()
+            core.sent()
             idle = not self.lineup.in_hand
-            self.lineup.cores[index].claimed(jobs, time.monotonic())
+            first = bool(jobs) and not core.in_hand
+            core.claimed(jobs, time.monotonic())
             if idle and jobs:
                 self._keeper.wake()
+        if first:
+            self._guarded(push_watch_token, self.queues[index])
 
     # the keeper's work (on its thread) ------------------------------------------------------
 
@@ -714,7 +828,7 @@ class Consumer(LoopShell):
         if due is not None:
             self._guarded(self._send, index, due)
         if housekeep:
-            self._guarded(self._recover_and_promote, index)
+            self._guarded(self._housekeep_queue, index)
 
     def _guarded(self, action: Callable[..., object], *args: Any) -> None:
         try:
@@ -754,25 +868,45 @@ class Consumer(LoopShell):
     # internals ----------------------------------------------------------------------------
 
     def _housekeep(self, *, force: bool = False) -> None:
-        """Recover + promote each queue whose round is due (``force``: every queue)."""
+        """Recover + promote each queue at this consumer's turn, when it takes the queue's
+        housekeeping token (``force``: every queue now, without the token)."""
         now = time.monotonic()
         for index, core in enumerate(self.lineup.cores):
             if not force and now < core.housekeeping_at:
                 continue  # not due: checked without the lock first, as between every two jobs
             with self._keeper.lock:
                 due = core.take_housekeeping(time.monotonic(), force=force)
-            if due:
+            if force:
                 self._recover_and_promote(index)
+            elif due:
+                self._housekeep_queue(index)
+
+    def _housekeep_queue(self, index: int) -> None:
+        """Recover + promote queue ``index`` if this consumer takes its housekeeping token."""
+        queue, core = self.queues[index], self.lineup.cores[index]
+        try:
+            reply = take_token(queue.conn, queue.key(TOKEN_ROLE), self._name,
+                               self.settings.housekeeping_ms)
+        finally:
+            with self._keeper.lock:
+                core.token_answered(time.monotonic())
+        if token_taken(reply, self._name):
+            self._recover_and_promote(index)
 
     def _recover_and_promote(self, index: int = 0) -> None:
+        """Recover, then promote, in steps of at most HOUSEKEEPING_STEP jobs each, until a step
+        leaves nothing due."""
         queue = self.queues[index]
-        queue.recover(now=self._now(), max_attempts=self.max_attempts)
-        queue.promote(now=self._now())
+        while more_due(queue.recover(now=self._now(), limit=HOUSEKEEPING_STEP,
+                                     max_attempts=self.max_attempts)):
+            pass
+        while more_due(queue.promote(now=self._now(), limit=HOUSEKEEPING_STEP)):
+            pass
 
     def _guarded_beat(self) -> None:
         """A beat; a transient error waits (stop-aware) with back-off, a fatal one raises."""
         try:
-            self.beat()
+            self._beat(force=False)
         except Exception as exc:
             self._stopping.wait(self._pause_after(exc))
             return
