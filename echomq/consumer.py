@@ -33,12 +33,12 @@ from typing import Any
 import redis
 
 from echomq import calls
+from echomq.admin import recover_due
 from echomq.calls import text
 from echomq.connection import socket_timeout_of
 from echomq.errors import Wire6Unsupported
 from echomq.loop import (
     HOUSEKEEPING_MS,
-    HOUSEKEEPING_STEP,
     PARK_CAP_MS,
     PARK_FLOOR_MS,
     PREFETCH,
@@ -54,7 +54,6 @@ from echomq.loop import (
     error_text,
     fatal_error,
     first_line,
-    more_due,
     park_socket_timeout,
     park_window,
 )
@@ -896,12 +895,7 @@ class Consumer(LoopShell):
     def _recover_and_promote(self, index: int = 0) -> None:
         """Recover, then promote, in steps of at most HOUSEKEEPING_STEP jobs each, until a step
         leaves nothing due."""
-        queue = self.queues[index]
-        while more_due(queue.recover(now=self._now(), limit=HOUSEKEEPING_STEP,
-                                     max_attempts=self.max_attempts)):
-            pass
-        while more_due(queue.promote(now=self._now(), limit=HOUSEKEEPING_STEP)):
-            pass
+        recover_due(self.queues[index], now=self._now(), max_attempts=self.max_attempts)
 
     def _guarded_beat(self) -> None:
         """A beat; a transient error waits (stop-aware) with back-off, a fatal one raises."""
