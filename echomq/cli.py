@@ -29,7 +29,7 @@ from echomq.embedded import EmbeddedValkey
 from echomq.errors import EchoMQError, MetricsUnavailable, Wire6Unsupported
 from echomq.ids import new_job_id
 from echomq.lanes import lane_report
-from echomq.loop import PREFETCH
+from echomq.loop import PARK_CAP_MS, PREFETCH
 from echomq.queue import Queue
 from echomq.workers import EXPIRY_MS, WorkerInfo, counts_by_queue, live_workers
 
@@ -90,8 +90,8 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--time-limit", default=None, type=click.FloatRange(0, min_open=True),
               metavar="SECONDS", help="a job running longer fails its attempt (retried or "
               "dead) and its worker process is replaced  [default: no limit]")
-@click.option("--park-cap-ms", default=5_000, show_default=True, type=click.IntRange(1),
-              help="longest park on the wake key")
+@click.option("--park-cap-ms", default=PARK_CAP_MS, show_default=True, type=click.IntRange(1),
+              help="longest park on the wake key when nothing can fall due sooner")
 @click.option("--prefetch", default=PREFETCH, show_default=True, type=click.IntRange(1),
               help="most jobs a process holds leased at once (claimed in one batch, run one at "
               "a time; a job claimed before runs alone); 1 claims one job at a time, as "
