@@ -128,9 +128,11 @@ def test_a_sigkilled_holders_lease_is_back_within_the_bound_while_fifty_consumer
 
 
 def test_one_enqueue_to_two_hundred_parked_consumers_costs_one_claim(
-        conn: redis.Redis, wire: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        conn: redis.Redis, valkey: EmbeddedValkey, wire: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     crowd_size = 200
-    queue = Queue(conn, "crowd", wire=wire)
+    shared = valkey.client(max_connections=4 * crowd_size)  # the crowd's client, pool and all
+    queue = Queue(shared, "crowd", wire=wire)
     claims: list[int] = []
     settle_leased = Queue.settle_leased
 
@@ -152,11 +154,12 @@ def test_one_enqueue_to_two_hundred_parked_consumers_costs_one_claim(
             # Settled: the woken consumer parked again, and so did the one its watch token woke.
             assert wait_until(lambda: blocked_clients(conn) == crowd_size
                               and conn.llen(queue.key("watch")) == 0, timeout=10.0)
-            time.sleep(0.3)
+            time.sleep(2.0)  # a window longer than any housekeeping interval: nobody else claims
             empty = claims.count(0)
             taken = sum(claims)
     finally:
         for consumer in crowd:
             consumer.close()
+        shared.close()
     assert taken == 1
     assert empty <= 1, claims  # the woken consumer's own last claim, which carried its ack
