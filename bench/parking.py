@@ -99,11 +99,10 @@ def lost_leases(conn: redis.Redis, queue: Queue, pending: int) -> int:
     conn.flushall()
     for first in range(0, LOST, 1_000):
         queue.enqueue_many([(f"JOB:lost{n}", b"x") for n in range(first, first + 1_000)])
-    assert len(queue.claim_many(LOST, lease_ms=LOST_LEASE_MS)) == LOST
-    expires_at = server_ms(conn) + LOST_LEASE_MS
     for first in range(0, pending, 1_000):
         queue.enqueue_many([(f"JOB:p{n}", b"x") for n in range(first, first + 1_000)])
-    return expires_at
+    assert len(queue.claim_many(LOST, lease_ms=LOST_LEASE_MS)) == LOST  # the oldest: the lost
+    return server_ms(conn) + LOST_LEASE_MS
 
 
 def recovery(conn: redis.Redis, wire: int, pending: int) -> dict[str, Any]:

@@ -3,12 +3,14 @@
 The loop's decisions live in ``echomq.loop`` (no I/O: a ``LoopCore`` per queue, and a ``Lineup``
 ordering several queues by priority); this module is its blocking shell, and
 ``echomq.aio.Consumer`` its asyncio one. A consumer of several queues parks on all their wake
-keys at once and runs each one's housekeeping. Each beat runs recover + promote, then claims
-and runs jobs until none is left (or a stop is asked for), then parks on the queue's wake key with
-``BLPOP`` — never polls. Jobs are claimed in batches of up to ``prefetch`` and run one at a time;
+keys at once and runs each one's housekeeping. Each beat runs recover + promote (when due),
+then claims and runs jobs until none is left (or a stop is asked for), then parks on the queue's
+wake key with ``BLPOP`` — never polls — until the earliest thing read due, at most the park cap
+(``echomq.parking``). Jobs are claimed in batches of up to ``prefetch`` and run one at a time;
 their outcomes go out with the next claim, in one ``settle`` call per batch. Recover + promote
 also run every ``housekeeping_ms`` while the queue stays busy, between jobs and, from the keeper
-thread, while a handler runs: an expired lease or a due retry is back in play within
+thread, while a handler runs, each round taken only with the queue's housekeeping token (one
+consumer an interval runs it): an expired lease or a due retry is back in play within
 ``housekeeping_ms`` of falling due, whatever the queue's depth.
 
 The keeper thread also extends every lease in hand every ``lease_ms / 3`` (the heartbeat, one
@@ -509,8 +511,9 @@ class Consumer(LoopShell):
     only: a ``wire=6`` queue raises Wire6Unsupported("gclaim2") here); outcomes still go out in
     batches. ``heartbeat``: extend a running job's lease
     every ``lease_ms / 3``. ``max_attempts``: None means the queue's own. ``housekeeping_ms``:
-    the most time between two rounds of recover + promote while the loop runs (also the longest
-    park). ``time_limit_ms``: fail an attempt that runs longer (retried or dead) and call
+    the most time between two rounds of recover + promote while the loop runs (one consumer of the
+    queue runs each round). ``park_cap_ms``: the longest park when nothing can fall due sooner
+    (a minute). ``time_limit_ms``: fail an attempt that runs longer (retried or dead) and call
     ``on_overrun(job)`` (on the keeper thread: to end the process, use a signal or ``os._exit``);
     an ``async def`` handler is cancelled, a plain one cannot be and keeps running —
     ``on_overrun`` is where a worker process exits so it is replaced. ``on_ack``:
