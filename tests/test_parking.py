@@ -93,8 +93,9 @@ def holder_process(valkey: EmbeddedValkey, wire: int, lease_ms: int) -> Iterator
 
 def test_a_sigkilled_holders_lease_is_back_within_the_bound_while_fifty_consumers_park(
         conn: redis.Redis, valkey: EmbeddedValkey, wire: int) -> None:
-    lease_ms, crowd_size = 1_000, 50
-    queue = Queue(conn, "held", wire=wire)
+    lease_ms, crowd_size, idle_s = 1_000, 50, 2.5
+    short = valkey.client(socket_timeout=1.0)  # the crowd's client: idle past its timeout
+    queue = Queue(short, "held", wire=wire)
     ran: list[tuple[str, int]] = []
 
     def handler(job: Job) -> None:
@@ -103,11 +104,14 @@ def test_a_sigkilled_holders_lease_is_back_within_the_bound_while_fifty_consumer
     with holder_process(valkey, wire, lease_ms) as holder, ExitStack() as stack:
         # The holder parks first: the first client blocked on a key is the first served.
         assert wait_until(lambda: blocked_clients(conn) == 1, timeout=20.0)
+        stack.callback(short.close)
         crowd = [Consumer(queue, handler) for _ in range(crowd_size)]
         for consumer in crowd:
             stack.callback(consumer.close)
         stack.enter_context(running(*crowd, stop_within=10.0))
         assert wait_until(lambda: blocked_clients(conn) == crowd_size + 1, timeout=20.0)
+        # Idle longer than every timeout: the client's, the housekeeping interval, the lease.
+        time.sleep(idle_s)
         before = command_calls(conn)
         queue.enqueue("JOB:held", b"x")  # its wake token goes to the holder
         assert wait_until(lambda: conn.get("holding") == b"JOB:held", timeout=10.0)
