@@ -475,6 +475,9 @@ class Consumer(LoopShell):
             await self._settle_in_flight()
             await self._hand_back_quietly()
             await self._keeper_done()
+            for index, core in enumerate(self.lineup.cores):
+                if core.due_at is not None:  # as ``echomq.Consumer._hand_on_watch``
+                    await self._guarded(self._watch, index)
             await self._close_parking()
             log.info("async consumer stopped: queue %s", self.names)
 

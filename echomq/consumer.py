@@ -578,8 +578,16 @@ class Consumer(LoopShell):
                 self._guarded_beat()
         finally:
             self._hand_back_quietly()
+            self._hand_on_watch()
             self.close()
             log.info("consumer stopped: queue %s", self.names)
+
+    def _hand_on_watch(self) -> None:
+        """A consumer that stops knowing when something falls due leaves a watch token, so a
+        consumer still parked reads the heads again and watches in its place."""
+        for index, core in enumerate(self.lineup.cores):
+            if core.due_at is not None:
+                self._guarded(push_watch_token, self.queues[index])
 
     def stop(self) -> None:
         """Stop claiming; a parked consumer returns at once, a running job finishes first,

@@ -167,3 +167,22 @@ def test_one_enqueue_to_two_hundred_parked_consumers_costs_one_claim(
         shared.close()
     assert taken == 1
     assert empty <= 1, claims  # the woken consumer's own last claim, which carried its ack
+
+
+def test_a_consumer_that_stops_hands_on_what_it_watched(
+        make: Make, conn: redis.Redis, wire: int) -> None:
+    queue = Queue(conn, "watched", wire=wire)
+    ran: list[int] = []
+    queue.enqueue("JOB:lost", b"x")
+    lost = queue.claim(60_000)  # a worker that will die; its lease looks long for now
+    assert lost is not None
+    stayer = make(queue, lambda job: ran.append(server_ms(conn)))
+    with running(stayer):
+        assert wait_until(lambda: blocked_clients(conn) == 1)  # parked, the lease a minute off
+        queue.extend(lost, lease_ms=1_000)  # news to the stayer: no token says so
+        expires_at = server_ms(conn) + 1_000
+        leaver = make(queue, lambda job: None)
+        with running(leaver):  # reads the new deadline before it parks, then stops
+            assert wait_until(lambda: blocked_clients(conn) == 2)
+        assert wait_until(lambda: bool(ran), timeout=5.0), "nobody watched the lease"
+    assert ran[0] - expires_at <= HOUSEKEEPING_MS + ALLOWANCE_MS
