@@ -186,3 +186,28 @@ def test_a_consumer_that_stops_hands_on_what_it_watched(
             assert wait_until(lambda: blocked_clients(conn) == 2)
         assert wait_until(lambda: bool(ran), timeout=5.0), "nobody watched the lease"
     assert ran[0] - expires_at <= HOUSEKEEPING_MS + ALLOWANCE_MS
+
+
+@pytest.mark.parametrize("denied", ["set", "zcard"])
+def test_a_user_denied_the_parking_commands_stops_the_loop_saying_which(
+        make: Make, valkey: EmbeddedValkey, denied: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from tests.test_server_errors import fails_fatally
+
+    admin = valkey.client()
+    admin.flushall()
+    admin.execute_command("ACL", "SETUSER", "no-token", "reset", "on", ">pw", "~*", "+@all",
+                          f"-{denied}")
+    conn = valkey.client(username="no-token", password="pw")
+    try:
+        queue = Queue(conn, "acl")
+        if denied == "zcard":  # asked only in the read after a park's end
+            consumer = make(queue, lambda job: None, park_cap_ms=50)
+        else:
+            consumer = make(queue, lambda job: None)
+        message = fails_fatally(consumer, caplog)
+        assert denied in message.lower() and "queue acl" in message
+    finally:
+        admin.execute_command("ACL", "DELUSER", "no-token")
+        conn.close()
+        admin.close()
