@@ -444,6 +444,7 @@ class Consumer(LoopShell):
         self.clock = clock
         self._socket_timeout_s = socket_timeout_of(self.queue.conn)
         self._parking_conn: Any = None  # made on the first park: see ``_parking_client``
+        self._running = False  # inside ``run``
         self._parking_timeout_s = self._socket_timeout_s
         self._name = consumer_name()
         self._stopping = asyncio.Event()
@@ -468,10 +469,12 @@ class Consumer(LoopShell):
         log.info("async consumer started: queue %s, wire %d, %s, lease %d ms, concurrency %d",
                  self.names, self.queue.wire, "lanes" if self.lanes else "flat", self.lease_ms,
                  self.concurrency)
+        self._running = True
         try:
             while not self._stopping.is_set():
                 await self._guarded_beat()
         finally:
+            self._running = False
             await self._settle_in_flight()
             await self._hand_back_quietly()
             await self._keeper_done()
@@ -490,7 +493,15 @@ class Consumer(LoopShell):
 
     async def beat(self, *, park: bool = True) -> int:
         """One round: recover, promote, drain, then park; how many jobs were run."""
-        return await self._beat(force=True, park=park)
+        try:
+            return await self._beat(force=True, park=park)
+        finally:
+            await self._close_parking_unless_running()
+
+    async def _close_parking_unless_running(self) -> None:
+        """A call from outside ``run`` leaves no parking connection open behind it."""
+        if not self._running:
+            await self._close_parking()
 
     async def _beat(self, *, force: bool, park: bool = True) -> int:
         """As ``echomq.Consumer._beat``: housekeeping at this consumer's turn and with the
@@ -651,7 +662,10 @@ class Consumer(LoopShell):
 
     async def park_timeout_ms(self) -> int:
         """As ``echomq.Consumer.park_timeout_ms``."""
-        return await self._plan(await self._read(ready=False))
+        try:
+            return await self._plan(await self._read(ready=False))
+        finally:
+            await self._close_parking_unless_running()
 
     async def _plan(self, sightings: Sequence[Sighting]) -> int:
         due = min((s.due for s in sightings if s.due is not None), default=None)
