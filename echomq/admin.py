@@ -16,6 +16,7 @@ import msgspec
 from echomq.calls import ZSETS, QueueCalls, payload_bytes, text
 from echomq.executors import executor_for
 from echomq.lanes import lane_groups, paused_lanes, shown_depths
+from echomq.loop import HOUSEKEEPING_STEP, more_due
 from echomq.registry import DISCOVERED_KEY, REGISTRY_KEY
 
 _SCRIPTS = executor_for(5)
@@ -257,3 +258,21 @@ def requeue(conn: Any, name: str, job_id: str, *, now: int | None = None) -> boo
 def purge(conn: Any, name: str, *, limit: int = 1000) -> int:
     """Delete up to ``limit`` dead jobs (oldest first) and their rows; how many went."""
     return int(_SCRIPTS.call(conn, *QueueCalls(name).purge(limit)))
+
+
+def recover_due(queue: Any, *, now: int | None = None,
+                max_attempts: int | None = None) -> tuple[int, int]:
+    """Recover ``queue``'s expired leases, then promote its due jobs, each in steps of at most
+    HOUSEKEEPING_STEP (every call short) until a step leaves none due: (recovered, promoted)."""
+    recovered = promoted = 0
+    while True:
+        step = queue.recover(now=now, limit=HOUSEKEEPING_STEP, max_attempts=max_attempts)
+        recovered += step
+        if not more_due(step):
+            break
+    while True:
+        step = queue.promote(now=now, limit=HOUSEKEEPING_STEP)
+        promoted += step
+        if not more_due(step):
+            break
+    return recovered, promoted

@@ -37,12 +37,14 @@ from echomq.calls import (
     outcome_of,
     settled,
 )
-from echomq.clients import twins
+from echomq.clients import private_twin, twins
 from echomq.connection import socket_timeout_of
 from echomq.consumer import (
     LoopShell,
+    consumer_name,
     log_guarded,
     log_overrun,
+    park_keys,
     queue_list,
     refuse_unsupported,
     report_settled,
@@ -55,6 +57,8 @@ from echomq.executors import raise_mapped
 from echomq.lanes import AsyncLaneControls, lane_groups, shown_depths
 from echomq.loop import (
     HOUSEKEEPING_MS,
+    HOUSEKEEPING_STEP,
+    PARK_CAP_MS,
     PARK_FLOOR_MS,
     PREFETCH,
     SETTLE_DELAY_MS,
@@ -63,6 +67,19 @@ from echomq.loop import (
     Round,
     Settings,
     describe,
+    more_due,
+    park_socket_timeout,
+)
+from echomq.parking import (
+    TOKEN_ROLE,
+    WATCH_ROLE,
+    Sighting,
+    is_watch,
+    queue_reads,
+    queue_watch,
+    sighting_of,
+    take_token,
+    token_taken,
 )
 from echomq.registry import REGISTRY_KEY
 from echomq.scripts import script_for
@@ -403,7 +420,7 @@ class Consumer(LoopShell):
     def __init__(self, queue: Queue | Sequence[Queue], handler: AsyncHandler, *,
                  lanes: bool = False, lease_ms: int = DEFAULT_LEASE_MS,
                  retry_delay_ms: int = 1_000, max_attempts: int | None = None,
-                 park_cap_ms: int = 5_000, park_floor_ms: int = PARK_FLOOR_MS,
+                 park_cap_ms: int = PARK_CAP_MS, park_floor_ms: int = PARK_FLOOR_MS,
                  heartbeat: bool = True, retention_ms: int | None = None,
                  clock: Callable[[], int] | None = None,
                  on_ack: Callable[[Job], object] | None = None,
@@ -428,9 +445,13 @@ class Consumer(LoopShell):
         self.on_overrun = on_overrun
         self.clock = clock
         self._socket_timeout_s = socket_timeout_of(self.queue.conn)
+        self._parking_conn: Any = None  # made on the first park: see ``_parking_client``
+        self._running = False  # inside ``run``
+        self._parking_timeout_s = self._socket_timeout_s
+        self._name = consumer_name()
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
-        self._parking: asyncio.Task[bool] | None = None
+        self._parking: asyncio.Task[str | None] | None = None
         self._handling: dict[Job, asyncio.Future[Handled]] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._keeper: asyncio.Task[None] | None = None
@@ -450,13 +471,19 @@ class Consumer(LoopShell):
         log.info("async consumer started: queue %s, wire %d, %s, lease %d ms, concurrency %d",
                  self.names, self.queue.wire, "lanes" if self.lanes else "flat", self.lease_ms,
                  self.concurrency)
+        self._running = True
         try:
             while not self._stopping.is_set():
                 await self._guarded_beat()
         finally:
+            self._running = False
             await self._settle_in_flight()
             await self._hand_back_quietly()
             await self._keeper_done()
+            for index, core in enumerate(self.lineup.cores):
+                if core.due_at is not None:  # as ``echomq.Consumer._hand_on_watch``
+                    await self._guarded(self._watch, index)
+            await self._close_parking()
             log.info("async consumer stopped: queue %s", self.names)
 
     def stop(self) -> None:
@@ -468,8 +495,21 @@ class Consumer(LoopShell):
 
     async def beat(self, *, park: bool = True) -> int:
         """One round: recover, promote, drain, then park; how many jobs were run."""
+        try:
+            return await self._beat(force=True, park=park)
+        finally:
+            await self._close_parking_unless_running()
+
+    async def _close_parking_unless_running(self) -> None:
+        """A call from outside ``run`` leaves no parking connection open behind it."""
+        if not self._running:
+            await self._close_parking()
+
+    async def _beat(self, *, force: bool, park: bool = True) -> int:
+        """As ``echomq.Consumer._beat``: housekeeping at this consumer's turn and with the
+        queue's token (``force``: at once, without it)."""
         self.lineup.rested()
-        await self._housekeep(force=True)
+        await self._housekeep(force=force)
         handled = await self.drain()
         if park and not self._stopping.is_set():
             await self.park()
@@ -542,30 +582,100 @@ class Consumer(LoopShell):
             await asyncio.gather(*self._in_flight, return_exceptions=True)
 
     async def park(self) -> bool:
-        """Block on every queue's wake key until a token, the next due time, the cap, or
-        ``stop()``."""
-        timeout_s = await self.park_timeout_ms() / 1000
+        """As ``echomq.Consumer.park``: on every queue's wake and watch keys until a wake
+        token or ``stop()``, returning False for a beat when what it read has fallen due at
+        this consumer's turn to housekeep. True when woken for work."""
+        ready = False
+        while not self._stopping.is_set():
+            sightings = await self._read(ready=ready)
+            if any(sighting.ready for sighting in sightings):
+                self._woke(time.monotonic())
+                return True
+            timeout_s = await self._plan(sightings) / 1000
+            now = time.monotonic()
+            if any(core.housekeeping_wanted(now) for core in self.lineup.cores):
+                self._woke(now)
+                return False
+            if self._stopping.is_set():  # asked while the heads were read: stop() saw no park
+                return False
+            popped = await self._park_for(timeout_s)
+            if popped == "wake":
+                self._woke(time.monotonic())
+                return True
+            ready = popped is None
+        return False
+
+    async def _park_for(self, timeout_s: float) -> str | None:
+        """One BLPOP that ``stop()`` can cancel: what it popped, or None."""
         self._parking = asyncio.ensure_future(self._blpop(timeout_s))
         try:
             return await self._parking
         except asyncio.CancelledError:
             if not self._stopping.is_set():
                 raise
-            return False
+            return None
         finally:
             self._parking = None
 
-    async def _blpop(self, timeout_s: float) -> bool:
-        return await self.queue.conn.blpop(wake_keys(self.queues), timeout=timeout_s) \
-            is not None
+    async def _blpop(self, timeout_s: float) -> str | None:
+        """"wake", "watch" (which token it popped), or None (the timeout)."""
+        popped = await (await self._parking_client()).blpop(park_keys(self.queues),
+                                                            timeout=timeout_s)
+        if popped is None:
+            return None
+        return "watch" if is_watch(popped[0]) else "wake"
+
+    async def _parking_client(self) -> Any:
+        """The client the consumer parks and reads through: a pool of its own whose read
+        timeout outlasts the longest park (a cluster client: the queue's own)."""
+        if self._parking_conn is None:
+            timeout_s = park_socket_timeout(self._socket_timeout_s, self.settings.park_cap_ms)
+            private = private_twin(self.queue.conn, timeout_s)
+            if private is not None:
+                self._parking_timeout_s = timeout_s
+            self._parking_conn = self.queue.conn if private is None else private
+        return self._parking_conn
+
+    async def _close_parking(self) -> None:
+        conn, self._parking_conn = self._parking_conn, None
+        if conn is not None and conn is not self.queue.conn:
+            with suppress(Exception):
+                await conn.aclose()
+                await conn.connection_pool.disconnect()
+
+    async def _read(self, *, ready: bool) -> list[Sighting]:
+        """Each queue's Sighting, read in one flush through the parking client."""
+        client = await self._parking_client()
+        async with client.pipeline(transaction=False) as pipe:
+            for queue in self.queues:
+                queue_reads(pipe, queue.key, ready=ready, lanes=self.lanes)
+            replies = await pipe.execute()
+        per_queue = len(replies) // len(self.queues)
+        return [sighting_of(replies[n * per_queue:(n + 1) * per_queue])
+                for n in range(len(self.queues))]
 
     async def park_timeout_ms(self) -> int:
-        dues = [due for queue in self.queues if (due := await queue.next_due()) is not None]
-        due = min(dues, default=None)
+        """As ``echomq.Consumer.park_timeout_ms``."""
+        try:
+            return await self._plan(await self._read(ready=False))
+        finally:
+            await self._close_parking_unless_running()
+
+    async def _plan(self, sightings: Sequence[Sighting]) -> int:
+        due = min((s.due for s in sightings if s.due is not None), default=None)
         now = None
         if due is not None:
             now = self.clock() if self.clock is not None else await self._server_ms()
-        return self.core.park_ms(due, now, self._socket_timeout_s)
+        mono = time.monotonic()
+        pairs = list(zip(self.lineup.cores, sightings, strict=True))
+        for core, sighting in pairs:
+            core.learned_due(sighting.due, now, mono)
+        return min(core.park_ms(sighting.due, now, self._parking_timeout_s, mono)
+                   for core, sighting in pairs)
+
+    def _woke(self, now: float) -> None:
+        for core in self.lineup.cores:
+            core.woke(now)
 
     # one job ------------------------------------------------------------------------------
 
@@ -649,7 +759,7 @@ class Consumer(LoopShell):
             if asked and self.lanes:
                 job = await queue.claim_lane(self.lease_ms, now=self._now())
                 if job is not None:
-                    self._took(index, [job])
+                    await self._took_jobs(index, [job])
                     taken += 1
                     continue
             taken += len(await self._send(index, self.lineup.cores[index].take_round(asked)))
@@ -687,15 +797,31 @@ class Consumer(LoopShell):
         except Exception:
             self.lineup.cores[index].unsent(round_, time.monotonic())
             raise
-        self._took(index, jobs)
+        await self._took_jobs(index, jobs)
         report_settled(round_.outcomes, verdicts, self.on_ack)
         return jobs
 
-    def _took(self, index: int, jobs: list[Job]) -> None:
-        self.lineup.cores[index].sent()
-        self.lineup.cores[index].claimed(jobs, time.monotonic())
+    async def _took_jobs(self, index: int, jobs: list[Job]) -> None:
+        """As ``echomq.Consumer._took``: the first leases in hand of queue ``index`` leave a
+        watch token."""
+        if self._took(index, jobs):
+            await self._guarded(self._watch, index)
+
+    def _took(self, index: int, jobs: list[Job]) -> bool:
+        """``jobs`` are in hand; True when they are the first of queue ``index``."""
+        core = self.lineup.cores[index]
+        first = bool(jobs) and not core.in_hand
+        core.sent()
+        core.claimed(jobs, time.monotonic())
         if jobs and (self._keeper is None or self._keeper.done()):
             self._keeper = asyncio.ensure_future(self._keep())
+        return first
+
+    async def _watch(self, index: int) -> None:
+        queue = self.queues[index]
+        async with queue.conn.pipeline(transaction=False) as pipe:
+            queue_watch(pipe, queue.key(WATCH_ROLE))
+            await pipe.execute()
 
     # the keeper ---------------------------------------------------------------------------
 
@@ -726,7 +852,7 @@ class Consumer(LoopShell):
         if due is not None:
             await self._guarded(self._send, index, due)
         if housekeep:
-            await self._guarded(self._recover_and_promote, index)
+            await self._guarded(self._housekeep_queue, index)
 
     async def _keeper_done(self) -> None:
         """Let the keeper see that nothing is in hand, and wait for it to end."""
@@ -770,19 +896,39 @@ class Consumer(LoopShell):
     # internals ----------------------------------------------------------------------------
 
     async def _housekeep(self, *, force: bool = False) -> None:
+        """As ``echomq.Consumer._housekeep``."""
         for index, core in enumerate(self.lineup.cores):
-            if core.take_housekeeping(time.monotonic(), force=force):
+            if not core.take_housekeeping(time.monotonic(), force=force):
+                continue
+            if force:
                 await self._recover_and_promote(index)
+            else:
+                await self._housekeep_queue(index)
+
+    async def _housekeep_queue(self, index: int) -> None:
+        """Recover + promote queue ``index`` if this consumer takes its housekeeping token."""
+        queue, core = self.queues[index], self.lineup.cores[index]
+        try:
+            reply = await take_token(queue.conn, queue.key(TOKEN_ROLE), self._name,
+                                     self.settings.housekeeping_ms)
+        finally:
+            core.token_answered(time.monotonic())
+        if token_taken(reply, self._name):
+            await self._recover_and_promote(index)
 
     async def _recover_and_promote(self, index: int = 0) -> None:
+        """As ``echomq.Consumer._recover_and_promote``: in steps until none is due."""
         queue = self.queues[index]
-        await queue.recover(now=self._now(), max_attempts=self.max_attempts)
-        await queue.promote(now=self._now())
+        while more_due(await queue.recover(now=self._now(), limit=HOUSEKEEPING_STEP,
+                                           max_attempts=self.max_attempts)):
+            pass
+        while more_due(await queue.promote(now=self._now(), limit=HOUSEKEEPING_STEP)):
+            pass
 
     async def _guarded_beat(self) -> None:
         """A beat; a transient error waits (stop-aware) with back-off, a fatal one raises."""
         try:
-            await self.beat()
+            await self._beat(force=False)
         except Exception as exc:
             await _until(self._stopping, self._pause_after(exc))
             return

@@ -54,7 +54,7 @@ from echomq.embedded import EmbeddedValkey
 from echomq.errors import EchoMQError, MetricsUnavailable, Wire6Unsupported
 from echomq.ids import new_job_id
 from echomq.lanes import lane_report
-from echomq.loop import PREFETCH
+from echomq.loop import PARK_CAP_MS, PREFETCH
 from echomq.queue import Queue
 from echomq.workers import WorkerInfo, counts_by_queue, live_workers, running_by_queue
 
@@ -120,8 +120,8 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--time-limit", default=None, type=click.FloatRange(0, min_open=True),
               metavar="SECONDS", help="a job running longer fails its attempt (retried or "
               "dead) and its worker process is replaced  [default: no limit]")
-@click.option("--park-cap-ms", default=5_000, show_default=True, type=click.IntRange(1),
-              help="longest park on the wake key")
+@click.option("--park-cap-ms", default=PARK_CAP_MS, show_default=True, type=click.IntRange(1),
+              help="longest park on the wake key when nothing can fall due sooner")
 @click.option("--prefetch", default=PREFETCH, show_default=True, type=click.IntRange(1),
               help="most jobs a process holds leased at once (claimed in one batch, run one at "
               "a time; a job claimed before runs alone); 1 claims one job at a time, as "
@@ -466,9 +466,10 @@ def forget(queue: str, url: str) -> None:
 @url_option
 @json_option
 def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
-    """Return QUEUE's expired leases and promote its due retries now."""
-    q = Queue(_connect(url), queue, wire=int(wire))
-    moved = {"recovered": q.recover(), "promoted": q.promote()}
+    """Return QUEUE's expired leases and promote its due retries now, every one that is due
+    (in short steps of 1,000)."""
+    recovered, promoted = admin.recover_due(Queue(_connect(url), queue, wire=int(wire)))
+    moved = {"recovered": recovered, "promoted": promoted}
     _emit(as_json, moved, lambda: [f"recovered {moved['recovered']}, "
                                    f"promoted {moved['promoted']}"])
 

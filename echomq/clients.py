@@ -61,16 +61,19 @@ def is_cluster(conn: Any) -> bool:
     return False
 
 
-def private_twin(conn: Any) -> Any:
-    """A client of ``conn``'s own class, on its pool, that keeps one connection for itself
-    (a consumer parks on it); None for anything but a blocking client of one server
-    (``redis.Redis``, ``valkey.Valkey``)."""
-    valkey_client = getattr(sys.modules.get("valkey.client"), "Valkey", None)
-    kinds = (redis.Redis, valkey_client) if isinstance(valkey_client, type) else (redis.Redis,)
-    if not any(isinstance(conn, kind) for kind in kinds):
+def private_twin(conn: Any, socket_timeout: float | None) -> Any:
+    """A client of ``conn``'s own class (blocking or asyncio, either library) on a pool of its
+    own to the same server, with ``conn``'s options but ``socket_timeout`` as its read timeout,
+    keeping one connection for itself (a consumer parks on it); None for a client that has no
+    single pool (a cluster client, or anything else)."""
+    pool = getattr(conn, "connection_pool", None)
+    if pool is None or is_cluster(conn) or client_library(conn) not in ("redis", "valkey"):
         return None
+    options = dict(pool.connection_kwargs)
+    options["socket_timeout"] = socket_timeout
+    own_pool = type(pool)(connection_class=pool.connection_class, **options)
     client_class: Any = type(conn)
-    return client_class(connection_pool=conn.connection_pool, single_connection_client=True)
+    return client_class(connection_pool=own_pool, single_connection_client=True)
 
 
 def async_twin(conn: Any) -> Any:

@@ -3,12 +3,14 @@
 The loop's decisions live in ``echomq.loop`` (no I/O: a ``LoopCore`` per queue, and a ``Lineup``
 ordering several queues by priority); this module is its blocking shell, and
 ``echomq.aio.Consumer`` its asyncio one. A consumer of several queues parks on all their wake
-keys at once and runs each one's housekeeping. Each beat runs recover + promote, then claims
-and runs jobs until none is left (or a stop is asked for), then parks on the queue's wake key with
-``BLPOP`` — never polls. Jobs are claimed in batches of up to ``prefetch`` and run one at a time;
+keys at once and runs each one's housekeeping. Each beat runs recover + promote (when due),
+then claims and runs jobs until none is left (or a stop is asked for), then parks on the queue's
+wake key with ``BLPOP`` — never polls — until the earliest thing read due, at most the park cap
+(``echomq.parking``). Jobs are claimed in batches of up to ``prefetch`` and run one at a time;
 their outcomes go out with the next claim, in one ``settle`` call per batch. Recover + promote
 also run every ``housekeeping_ms`` while the queue stays busy, between jobs and, from the keeper
-thread, while a handler runs: an expired lease or a due retry is back in play within
+thread, while a handler runs, each round taken only with the queue's housekeeping token (one
+consumer an interval runs it): an expired lease or a due retry is back in play within
 ``housekeeping_ms`` of falling due, whatever the queue's depth.
 
 The keeper thread also extends every lease in hand every ``lease_ms / 3`` (the heartbeat, one
@@ -33,12 +35,14 @@ from typing import Any
 import redis
 
 from echomq import calls
+from echomq.admin import recover_due
 from echomq.calls import text
 from echomq.clients import is_cluster, private_twin, twins
 from echomq.connection import socket_timeout_of
 from echomq.errors import Wire6Unsupported
 from echomq.loop import (
     HOUSEKEEPING_MS,
+    PARK_CAP_MS,
     PARK_FLOOR_MS,
     PREFETCH,
     SETTLE_DELAY_MS,
@@ -53,7 +57,18 @@ from echomq.loop import (
     error_text,
     fatal_error,
     first_line,
+    park_socket_timeout,
     park_window,
+)
+from echomq.parking import (
+    TOKEN_ROLE,
+    WATCH_ROLE,
+    is_watch,
+    queue_reads,
+    queue_watch,
+    sighting_of,
+    take_token,
+    token_taken,
 )
 from echomq.queue import DEFAULT_LEASE_MS, Job, Outcome, Queue, Verdict
 from echomq.transitions import LANE_CLAIM
@@ -86,6 +101,14 @@ def push_wake_token(queue: Queue, key: str | None = None) -> None:
         pipe.execute()
 
 
+def push_watch_token(queue: Queue, key: str | None = None) -> None:
+    """Leave the one token of ``key`` (None: the queue's watch key): a parked consumer of the
+    queue reads its heads again (see ``echomq.parking``)."""
+    with queue.conn.pipeline(transaction=False) as pipe:
+        queue_watch(pipe, queue.key(WATCH_ROLE) if key is None else key)
+        pipe.execute()
+
+
 def queue_list(queue_or_queues: Any) -> list[Any]:
     """The queues a consumer serves, in priority order: one queue, or a sequence of them (at
     least one, all distinct by name, of one wire)."""
@@ -108,6 +131,21 @@ def queue_list(queue_or_queues: Any) -> list[Any]:
 def wake_keys(queues: Iterable[Any]) -> list[str]:
     """The wake keys a consumer of ``queues`` parks on (a token on any wakes it)."""
     return [queue.key("wake") for queue in queues]
+
+
+def park_keys(queues: Sequence[Any]) -> list[str]:
+    """What a consumer of ``queues`` parks on: their wake keys first (BLPOP serves the first
+    key holding a token), then their watch keys."""
+    return [*wake_keys(queues), *(queue.key(WATCH_ROLE) for queue in queues)]
+
+
+def consumer_name() -> str:
+    """This consumer's name in a queue's housekeeping token: host, process and a number."""
+    import os
+    import socket
+    import uuid
+
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def server_ms(conn: Any) -> int:
@@ -286,9 +324,11 @@ class Parker:
     flag before it reads the mark, so one of the two always sees the other (and a stop from a
     signal handler cannot deadlock on a lock its own thread holds)."""
 
-    def __init__(self, queues: Sequence[Queue]) -> None:
+    def __init__(self, queues: Sequence[Queue], cap_ms: int) -> None:
         self._queue = queues[0]
-        self._keys = wake_keys(queues)
+        self._queues = list(queues)
+        self._keys = park_keys(queues)
+        self._cap_ms = cap_ms
         self._parked_in: int | None = None  # the parking thread, while it parks
         self._own: Queue | None = None
         self._client_id: int | None = None
@@ -299,33 +339,57 @@ class Parker:
         if self._own is not None:
             return self._own
         conn = self._queue.conn
-        private = private_twin(conn)
+        self.socket_timeout_s = socket_timeout_of(conn)
+        # A pool of its own, whose read timeout outlasts the longest park.
+        private = private_twin(conn, park_socket_timeout(self.socket_timeout_s, self._cap_ms))
         if private is not None:
+            self.socket_timeout_s = private.connection_pool.connection_kwargs["socket_timeout"]
             self._client_id = int(private.client_id())
             self._own = copy.copy(self._queue)  # the same queue, parked through ``private``
             self._own.conn = private
         else:  # a cluster client: stop() falls back to a wake token
             self._own = self._queue
-        self.socket_timeout_s = socket_timeout_of(conn)
         return self._own
 
-    def park(self, timeout_s: float, stopping: threading.Event) -> bool:
-        """Block until a token on any of the wake keys, ``timeout_s``, or ``interrupt``."""
+    def read(self, *, ready: bool, lanes: bool) -> list[Any]:
+        """A Sighting of each queue, read through the parking connection in one flush (it was
+        used last by a BLPOP, so no health check goes before it)."""
+        own = self.bind()
+        with own.conn.pipeline(transaction=False) as pipe:
+            for queue in self._queues:
+                queue_reads(pipe, queue.key, ready=ready, lanes=lanes)
+            replies = pipe.execute()
+        per_queue = len(replies) // len(self._queues)
+        return [sighting_of(replies[n * per_queue:(n + 1) * per_queue])
+                for n in range(len(self._queues))]
+
+    def server_ms(self) -> int:
+        return server_ms(self.bind().conn)
+
+    def park(self, timeout_s: float, stopping: threading.Event) -> str | None:
+        """Block until a token on any of the wake or watch keys, ``timeout_s``, or
+        ``interrupt``: "wake", "watch" (which token), or None."""
         own = self.bind()
         self._parked_in = threading.get_ident()
         try:
             if stopping.is_set():
-                return False
+                return None
             popped = own.conn.blpop(self._keys, timeout=timeout_s)
         except twins(*CONNECTION_ERRORS):
             self.close()
             raise
         finally:
             self._parked_in = None
-        if popped is not None and stopping.is_set():
-            # A stopping consumer hands its token on, to the queue it came from.
-            push_wake_token(self._queue, text(popped[0]))
-        return popped is not None
+        if popped is None:
+            return None
+        watch = is_watch(popped[0])
+        if stopping.is_set():
+            # A stopping consumer hands its token on, to the key it came from.
+            if watch:
+                push_watch_token(self._queue, text(popped[0]))
+            else:
+                push_wake_token(self._queue, text(popped[0]))
+        return "watch" if watch else "wake"
 
     def interrupt(self) -> None:
         """Make a park in progress return now (called after the stop flag is set)."""
@@ -347,6 +411,7 @@ class Parker:
         if own is not None and own is not self._queue:
             with suppress(Exception):
                 own.conn.close()
+                own.conn.connection_pool.disconnect()
 
     def _unblock(self) -> bool | None:
         """CLIENT UNBLOCK the parking connection: whether it was blocked; None if impossible."""
@@ -435,8 +500,9 @@ class Consumer(LoopShell):
     only: a ``wire=6`` queue raises Wire6Unsupported("gclaim2") here); outcomes still go out in
     batches. ``heartbeat``: extend a running job's lease
     every ``lease_ms / 3``. ``max_attempts``: None means the queue's own. ``housekeeping_ms``:
-    the most time between two rounds of recover + promote while the loop runs (also the longest
-    park). ``time_limit_ms``: fail an attempt that runs longer (retried or dead) and call
+    the most time between two rounds of recover + promote while the loop runs (one consumer of the
+    queue runs each round). ``park_cap_ms``: the longest park when nothing can fall due sooner
+    (a minute). ``time_limit_ms``: fail an attempt that runs longer (retried or dead) and call
     ``on_overrun(job)`` (on the keeper thread: to end the process, use a signal or ``os._exit``);
     an ``async def`` handler is cancelled, a plain one cannot be and keeps running —
     ``on_overrun`` is where a worker process exits so it is replaced. ``on_ack``:
@@ -459,7 +525,7 @@ class Consumer(LoopShell):
     def __init__(self, queue: Queue | Sequence[Queue], handler: Handler, *,
                  lanes: bool = False,
                  lease_ms: int = DEFAULT_LEASE_MS, retry_delay_ms: int = 1_000,
-                 max_attempts: int | None = None, park_cap_ms: int = 5_000,
+                 max_attempts: int | None = None, park_cap_ms: int = PARK_CAP_MS,
                  heartbeat: bool = True, retention_ms: int | None = None,
                  on_ack: Callable[[Job], object] | None = None, clock: Clock | None = None,
                  park_floor_ms: int = PARK_FLOOR_MS, housekeeping_ms: int = HOUSEKEEPING_MS,
@@ -481,8 +547,9 @@ class Consumer(LoopShell):
         self.clock = clock
         self._stopping = threading.Event()
         self._keeper = Keeper(self)
-        self._parker = Parker(self.queues)
+        self._parker = Parker(self.queues, park_cap_ms)
         self._runner = AwaitableRunner()
+        self._name = consumer_name()
 
     @property
     def park_cap_ms(self) -> int:
@@ -500,8 +567,16 @@ class Consumer(LoopShell):
                 self._guarded_beat()
         finally:
             self._hand_back_quietly()
+            self._hand_on_watch()
             self.close()
             log.info("consumer stopped: queue %s", self.names)
+
+    def _hand_on_watch(self) -> None:
+        """A consumer that stops knowing when something falls due leaves a watch token, so a
+        consumer still parked reads the heads again and watches in its place."""
+        for index, core in enumerate(self.lineup.cores):
+            if core.due_at is not None:
+                self._guarded(push_watch_token, self.queues[index])
 
     def stop(self) -> None:
         """Stop claiming; a parked consumer returns at once, a running job finishes first,
@@ -524,9 +599,14 @@ class Consumer(LoopShell):
     def beat(self, *, park: bool = True) -> int:
         """One round: recover, promote, drain, then park (unless ``park`` is False or a stop
         was asked for). Returns how many jobs were run."""
+        return self._beat(force=True, park=park)
+
+    def _beat(self, *, force: bool, park: bool = True) -> int:
+        """A beat of ``run``: housekeeping only at this consumer's turn and with the queue's
+        token (``force``: at once, without the token, as ``beat`` does)."""
         with self._keeper.lock:
             self.lineup.rested()
-        self._housekeep(force=True)
+        self._housekeep(force=force)
         handled = self.drain()
         if park and not self._stopping.is_set():
             self.park()
@@ -549,20 +629,54 @@ class Consumer(LoopShell):
         return handled
 
     def park(self) -> bool:
-        """Block on the wake key until a token, the next due time, or the cap; True if woken."""
-        return self._parker.park(self.park_timeout_ms() / 1000, self._stopping)
+        """Block on the wake keys until a token or a stop. Before each park the heads are read
+        (``echomq.parking``): when what they show has fallen due and it is this consumer's
+        turn to housekeep, it returns False (the next beat housekeeps); else it parks until
+        then. A watch token or the end of a park reads again and parks on (the read after a
+        park's end also counts the jobs waiting: True when there are some). True when woken
+        for work."""
+        ready = False
+        while not self._stopping.is_set():
+            sightings = self._parker.read(ready=ready, lanes=self.lanes)
+            if any(sighting.ready for sighting in sightings):
+                self._woke(time.monotonic())
+                return True
+            timeout_ms = self._plan(sightings)
+            now = time.monotonic()
+            if any(core.housekeeping_wanted(now) for core in self.lineup.cores):
+                self._woke(now)
+                return False
+            popped = self._parker.park(timeout_ms / 1000, self._stopping)
+            if popped == "wake":
+                self._woke(time.monotonic())
+                return True
+            ready = popped is None
+        return False
 
     def park_timeout_ms(self) -> int:
-        """How long to park: until the next retry or lease deadline falls due, within
-        [park_floor_ms, the park cap]; the cap is at most ``housekeeping_ms`` and stays below
-        the parking connection's socket timeout."""
-        self._parker.bind()
-        due = min((d for queue in self.queues if (d := queue.next_due()) is not None),
-                  default=None)
+        """How long to park: until the earliest lease deadline, retry or rate window falls due
+        (no sooner than this consumer's next turn to housekeep), within [park_floor_ms, the
+        park cap]; the cap stays below the parking connection's socket timeout."""
+        return self._plan(self._parker.read(ready=False, lanes=self.lanes))
+
+    def _plan(self, sightings: Sequence[Any]) -> int:
+        """The park for what each queue's read saw (each core learns its due time)."""
+        due = min((s.due for s in sightings if s.due is not None), default=None)
         now = None
         if due is not None:
-            now = self.clock() if self.clock is not None else server_ms(self.queue.conn)
-        return self.core.park_ms(due, now, self._parker.socket_timeout_s)
+            now = self.clock() if self.clock is not None else self._parker.server_ms()
+        mono = time.monotonic()
+        timeout_s = self._parker.socket_timeout_s
+        with self._keeper.lock:
+            for core, sighting in zip(self.lineup.cores, sightings, strict=True):
+                core.learned_due(sighting.due, now, mono)
+            return min(core.park_ms(sighting.due, now, timeout_s, mono)
+                       for core, sighting in zip(self.lineup.cores, sightings, strict=True))
+
+    def _woke(self, now: float) -> None:
+        with self._keeper.lock:
+            for core in self.lineup.cores:
+                core.woke(now)
 
     # one job ------------------------------------------------------------------------------
 
@@ -686,12 +800,18 @@ class Consumer(LoopShell):
         return jobs
 
     def _took(self, index: int, jobs: list[Job]) -> None:
+        """``jobs`` of queue ``index`` are in hand. The first leases in hand of that queue
+        leave a watch token, so a consumer parked on it learns their deadline."""
+        core = self.lineup.cores[index]
         with self._keeper.lock:
-            self.lineup.cores[index].sent()
+            core.sent()
             idle = not self.lineup.in_hand
-            self.lineup.cores[index].claimed(jobs, time.monotonic())
+            first = bool(jobs) and not core.in_hand
+            core.claimed(jobs, time.monotonic())
             if idle and jobs:
                 self._keeper.wake()
+        if first:
+            self._guarded(push_watch_token, self.queues[index])
 
     # the keeper's work (on its thread) ------------------------------------------------------
 
@@ -707,7 +827,7 @@ class Consumer(LoopShell):
         if due is not None:
             self._guarded(self._send, index, due)
         if housekeep:
-            self._guarded(self._recover_and_promote, index)
+            self._guarded(self._housekeep_queue, index)
 
     def _guarded(self, action: Callable[..., object], *args: Any) -> None:
         try:
@@ -747,25 +867,40 @@ class Consumer(LoopShell):
     # internals ----------------------------------------------------------------------------
 
     def _housekeep(self, *, force: bool = False) -> None:
-        """Recover + promote each queue whose round is due (``force``: every queue)."""
+        """Recover + promote each queue at this consumer's turn, when it takes the queue's
+        housekeeping token (``force``: every queue now, without the token)."""
         now = time.monotonic()
         for index, core in enumerate(self.lineup.cores):
             if not force and now < core.housekeeping_at:
                 continue  # not due: checked without the lock first, as between every two jobs
             with self._keeper.lock:
                 due = core.take_housekeeping(time.monotonic(), force=force)
-            if due:
+            if force:
                 self._recover_and_promote(index)
+            elif due:
+                self._housekeep_queue(index)
+
+    def _housekeep_queue(self, index: int) -> None:
+        """Recover + promote queue ``index`` if this consumer takes its housekeeping token."""
+        queue, core = self.queues[index], self.lineup.cores[index]
+        try:
+            reply = take_token(queue.conn, queue.key(TOKEN_ROLE), self._name,
+                               self.settings.housekeeping_ms)
+        finally:
+            with self._keeper.lock:
+                core.token_answered(time.monotonic())
+        if token_taken(reply, self._name):
+            self._recover_and_promote(index)
 
     def _recover_and_promote(self, index: int = 0) -> None:
-        queue = self.queues[index]
-        queue.recover(now=self._now(), max_attempts=self.max_attempts)
-        queue.promote(now=self._now())
+        """Recover, then promote, in steps of at most HOUSEKEEPING_STEP jobs each, until a step
+        leaves nothing due."""
+        recover_due(self.queues[index], now=self._now(), max_attempts=self.max_attempts)
 
     def _guarded_beat(self) -> None:
         """A beat; a transient error waits (stop-aware) with back-off, a fatal one raises."""
         try:
-            self.beat()
+            self._beat(force=False)
         except Exception as exc:
             self._stopping.wait(self._pause_after(exc))
             return

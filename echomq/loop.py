@@ -25,6 +25,7 @@ other job an attempt: see ``LoopCore.isolate``.
 from __future__ import annotations
 
 import enum
+import math
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -42,12 +43,21 @@ Clock = Callable[[], int]
 
 HOUSEKEEPING_MS = 1_000
 PARK_FLOOR_MS = 10
+# The longest park when nothing can fall due: an idle consumer's one re-read and BLPOP a minute.
+PARK_CAP_MS = 60_000
+# Each recover or promote call takes at most this many jobs; a round calls again while a call
+# came back full, so a backlog of expired leases comes back in short steps, all in one round.
+HOUSEKEEPING_STEP = calls.DEFAULT_BATCH_LIMIT
+# The most time between two tries after transient errors (the park cap may be far longer).
+BACKOFF_CAP_S = 5.0
 PREFETCH = 64
 SETTLE_DELAY_MS = 5
 BACKOFF_FIRST_S = 0.1
 SETTLE_PAUSE_CAP_S = 1.0
 # How far below a client's socket timeout a park stays, so BLPOP always answers before it trips.
 PARK_TIMEOUT_MARGIN_S = 1.0
+# How much longer than the longest park the parking connection of a consumer waits for a reply.
+PARK_SOCKET_MARGIN_S = 5.0
 ERROR_TEXT_CAP = 4_096
 MESSAGE_CAP = 1_024
 TRACE_FRAMES = 8
@@ -147,6 +157,20 @@ def park_cap_for(socket_timeout_s: float | None, cap_ms: int) -> int:
         return cap_ms
     margin = min(PARK_TIMEOUT_MARGIN_S, socket_timeout_s / 2)
     return max(1, min(cap_ms, int((socket_timeout_s - margin) * 1000)))
+
+
+def park_socket_timeout(socket_timeout_s: float | None, cap_ms: int) -> float | None:
+    """The read timeout of a consumer's own parking connection: the client's, raised to the park
+    cap plus a margin so a long park never trips it (None: the client has none)."""
+    if socket_timeout_s is None or socket_timeout_s <= 0:
+        return None
+    return max(socket_timeout_s, cap_ms / 1000 + PARK_SOCKET_MARGIN_S)
+
+
+def more_due(moved: int) -> bool:
+    """Whether a recover or promote step that took ``moved`` jobs may have left more due: it
+    came back full, so the round takes another step."""
+    return moved >= HOUSEKEEPING_STEP
 
 
 def fatal_error(queue_name: str, exc: BaseException) -> FatalServerError:
@@ -270,6 +294,9 @@ class LoopCore:
     leases: dict[Job, Lease] = field(default_factory=dict)
     running: set[Job] = field(default_factory=set)
     housekeeping_at: float = 0.0  # due at once
+    # When (monotonic s) the earliest thing read before the last park falls due: a lease runs
+    # out, a retry is due or a lane's rate window opens. None: nothing can fall due.
+    due_at: float | None = None
     backoff: Backoff = field(init=False)
     # Jobs claimed and not started, in claim order (each also in ``leases``).
     prefetched: deque[Job] = field(default_factory=deque)
@@ -281,18 +308,52 @@ class LoopCore:
     isolation: Round | None = None
 
     def __post_init__(self) -> None:
-        self.backoff = Backoff(max(self.settings.park_cap_ms / 1000, BACKOFF_FIRST_S))
+        self.backoff = Backoff(min(max(self.settings.park_cap_ms / 1000, BACKOFF_FIRST_S),
+                                   BACKOFF_CAP_S))
         self._ack = Ack(self.settings.retention_ms)
 
     # housekeeping ---------------------------------------------------------------------------
 
     def take_housekeeping(self, now: float, *, force: bool = False) -> bool:
-        """Whether recover + promote are due at ``now`` (or ``force``d); if so they count as
-        run from now, so two callers never both run one round."""
+        """Whether this consumer's turn to try recover + promote has come at ``now`` (or is
+        ``force``d); if so it counts as taken from now, so two callers never both take one. The
+        shell then asks for the queue's housekeeping token (``echomq.parking.take_token``): of
+        all its consumers, one a ``housekeeping_ms`` runs the round."""
         if not force and now < self.housekeeping_at:
             return False
         self.housekeeping_at = now + self.settings.housekeeping_ms / 1000
         return True
+
+    def token_answered(self, now: float) -> None:
+        """The token's ``SET`` answered at ``now``: this consumer's next try comes a whole
+        interval later, when the token it may have taken has expired on the server."""
+        self.housekeeping_at = max(self.housekeeping_at,
+                                   now + self.settings.housekeeping_ms / 1000)
+
+    def learned_due(self, due: int | None, now: int | None, mono: float) -> None:
+        """The queue was read at ``mono`` (monotonic s): the earliest thing that can fall due is
+        at ``due`` (ms on the clock of ``now``), or nothing (None)."""
+        if due is None or now is None:
+            self.due_at = None
+        else:
+            self.due_at = mono + max(0, due - now) / 1000
+
+    def due_passed(self, now: float) -> bool:
+        """Whether what was known due before the park has fallen due by ``now``."""
+        return self.due_at is not None and now >= self.due_at
+
+    def housekeeping_wanted(self, now: float) -> bool:
+        """Whether what was read due has fallen due by ``now`` and this consumer's turn to
+        housekeep has come: then it ends its park for a beat, which housekeeps."""
+        return self.due_passed(now) and now >= self.housekeeping_at
+
+    def woke(self, now: float) -> None:
+        """The park ended at ``now``. Something known due has fallen due: housekeeping is due at
+        this consumer's turn. Else (a wake token) its first round waits one interval, so a
+        short wake costs no housekeeping, and a longer drain still has it every interval."""
+        if not self.due_passed(now):
+            self.housekeeping_at = max(self.housekeeping_at,
+                                       now + self.settings.housekeeping_ms / 1000)
 
     # claims ---------------------------------------------------------------------------------
 
@@ -554,18 +615,22 @@ class LoopCore:
     # parking --------------------------------------------------------------------------------
 
     def park_cap_ms(self, socket_timeout_s: float | None) -> int:
-        """The longest park: ``park_cap_ms``, no longer than the housekeeping interval (a parked
-        consumer is the one left to recover a dead worker's lease), and below the socket
-        timeout of the parking connection."""
-        cap = min(self.settings.park_cap_ms, self.settings.housekeeping_ms)
-        return park_cap_for(socket_timeout_s, cap)
+        """The longest park: ``park_cap_ms``, below the socket timeout of the parking
+        connection. A park ends sooner when something falls due (``park_ms``), and a lease
+        taken while the consumers park wakes one of them to look (the watch token)."""
+        return park_cap_for(socket_timeout_s, self.settings.park_cap_ms)
 
-    def park_ms(self, due: int | None, now: int | None, socket_timeout_s: float | None) -> int:
-        """How long to park: until ``due`` (a retry or lease deadline, server ms) from ``now``,
-        within [park_floor_ms, the park cap]."""
+    def park_ms(self, due: int | None, now: int | None, socket_timeout_s: float | None,
+                mono: float | None = None) -> int:
+        """How long to park: until ``due`` (a lease deadline, a retry or a rate window, ms on
+        the clock of ``now``), and (given ``mono``, the monotonic now) no sooner than this
+        consumer's next turn to housekeep, for only housekeeping acts on what fell due; within
+        [park_floor_ms, the park cap]."""
         cap = self.park_cap_ms(socket_timeout_s)
         if due is None or now is None:
             return cap
+        if mono is not None:
+            due = max(due, now + math.ceil((self.housekeeping_at - mono) * 1000))
         return park_window(due, now, min(self.settings.park_floor_ms, cap), cap)
 
 

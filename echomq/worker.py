@@ -59,7 +59,7 @@ from echomq.consumer import Consumer, error_text, refuse_unsupported
 from echomq.embedded import die_with_parent
 from echomq.errors import EchoMQError, TrafikeyMissing
 from echomq.executors import executor_for
-from echomq.loop import PREFETCH
+from echomq.loop import PARK_CAP_MS, PREFETCH
 from echomq.queue import DEFAULT_LEASE_MS, Job, Queue
 from echomq.transitions import CLAIM
 from echomq.workers import Announcer
@@ -105,7 +105,7 @@ class WorkerSpec:
     lease_ms: int = DEFAULT_LEASE_MS
     retry_delay_ms: int = 1_000
     max_attempts: int | None = None
-    park_cap_ms: int = 5_000
+    park_cap_ms: int = PARK_CAP_MS
     on_ack: str | None = None
     log_level: str = "INFO"
     time_limit_ms: int | None = None

@@ -78,13 +78,16 @@ def test_each_library_s_clients_are_told_apart() -> None:
 
 
 def test_the_parking_connection_is_of_the_client_s_own_library(library_conn: Any) -> None:
-    private = private_twin(library_conn)
+    private = private_twin(library_conn, 65.0)
     try:
         assert type(private) is type(library_conn)
-        assert private.connection_pool is library_conn.connection_pool
+        assert private.connection_pool is not library_conn.connection_pool
+        assert private.connection_pool.connection_kwargs["socket_timeout"] == 65.0
+        assert private.ping()
     finally:
         private.close()
-    assert private_twin(object()) is None
+        private.connection_pool.disconnect()
+    assert private_twin(object(), 65.0) is None
 
 
 @pytest.mark.parametrize("wire", [5, 6])

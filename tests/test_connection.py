@@ -102,14 +102,17 @@ def test_a_server_that_stops_answering_is_noticed_within_the_timeout() -> None:
         silent.close()
 
 
-def test_a_consumer_on_redis_from_url_parks_below_its_timeout(
+def test_a_consumer_on_redis_from_url_parks_below_its_parking_connections_timeout(
         valkey: EmbeddedValkey) -> None:
     client = redis_from_url(f"redis://127.0.0.1:{valkey.port}", socket_timeout=1.0)
     queue = Queue(client, "idle")
     from echomq import Consumer
 
     consumer = Consumer(queue, lambda job: None, park_cap_ms=60_000, housekeeping_ms=60_000)
-    assert consumer.park_timeout_ms() == 500
+    assert consumer.park_timeout_ms() == 60_000
+    parking = consumer._parker.bind().conn.connection_pool.connection_kwargs
+    assert parking["socket_timeout"] == 65.0  # the park's own connection outlasts it
+    assert client.connection_pool.connection_kwargs["socket_timeout"] == 1.0  # the client's
     consumer.close()
     client.close()
 

@@ -166,3 +166,23 @@ def test_housekeeping_goes_on_while_a_handler_runs_past_its_time_limit(
             release.set()
     assert overrun_at and overrun_at[0] < expires_at
     assert back - expires_at <= HOUSEKEEPING_MS + ALLOWANCE_MS
+
+
+def test_five_thousand_expired_leases_are_back_within_the_bound_under_a_producer(
+        make: Make, queue: Queue) -> None:
+    lost = 5_000
+    conn = queue.conn
+    for first in range(0, lost, 1_000):
+        queue.enqueue_many([(f"JOB:lost{n}", b"x") for n in range(first, first + 1_000)])
+    assert len(queue.claim_many(lost, lease_ms=LEASE_MS)) == lost  # a worker that dies at once
+    expires_at = server_ms(conn) + LEASE_MS
+    consumer = make(queue, lambda job: None, lease_ms=30_000)
+
+    def expired_left() -> bool:  # leases of the dead worker still in active
+        return conn.zcount(queue.key("active"), "-inf", expires_at) == 0
+
+    with producing(queue) as done, running(consumer):
+        assert wait_until(expired_left, timeout=PRODUCING_S), "the backlog was not recovered"
+        back = server_ms(conn)
+        assert not done.is_set()  # the queue was still busy when they were all back
+    assert back - expires_at <= HOUSEKEEPING_MS + ALLOWANCE_MS

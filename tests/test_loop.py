@@ -15,7 +15,18 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from echomq.calls import Job
-from echomq.loop import Ack, Lineup, LoopCore, Retry, Settings, park_cap_for
+from echomq.loop import (
+    HOUSEKEEPING_STEP,
+    Ack,
+    Lineup,
+    LoopCore,
+    Retry,
+    Settings,
+    more_due,
+    park_cap_for,
+    park_socket_timeout,
+)
+from echomq.parking import token_taken
 
 
 def settings(**overrides: Any) -> Settings:
@@ -70,13 +81,41 @@ def test_the_next_tick_is_the_earliest_of_heartbeat_housekeeping_and_time_limit(
 
 def test_park_bounds() -> None:
     core = LoopCore(settings(park_cap_ms=5_000, housekeeping_ms=1_000))
-    assert core.park_ms(None, None, None) == 1_000  # capped by housekeeping
+    assert core.park_ms(None, None, None) == 5_000  # nothing due: the cap, past housekeeping
     assert core.park_ms(1_500, 1_000, None) == 501
     assert core.park_ms(900, 1_000, None) == 10  # overdue: the floor
     assert core.park_ms(None, None, 1.0) == 500  # below a 1 s socket timeout
     assert park_cap_for(5.0, 60_000) == 4_000
     assert park_cap_for(None, 60_000) == 60_000
     assert park_cap_for(0.1, 60_000) == 50
+    assert park_socket_timeout(10.0, 60_000) == 65.0  # a parking connection outlasts the park
+    assert park_socket_timeout(None, 60_000) is None
+
+
+def test_a_park_for_something_due_waits_for_this_consumers_turn_to_housekeep() -> None:
+    core = LoopCore(settings(park_cap_ms=60_000, housekeeping_ms=1_000, park_floor_ms=10))
+    assert core.take_housekeeping(100.0)
+    core.token_answered(100.0)  # lost (or won): the next turn is at 101.0
+    assert core.park_ms(900, 1_000, None, 100.2) == 801  # overdue, yet not its turn: 100.2→101
+    assert core.park_ms(5_000, 1_000, None, 100.2) == 4_001  # due later than its turn
+    core.learned_due(1_500, 1_000, 100.2)
+    assert not core.due_passed(100.6) and core.due_passed(100.7)
+    core.woke(100.7)  # what was due has fallen due: housekeeping at its turn
+    assert core.housekeeping_at == 101.0
+    core.learned_due(None, None, 101.0)
+    assert not core.due_passed(1e9)  # nothing can fall due
+    core.woke(130.0)  # a wake token after a long park: housekeeping one interval on
+    assert not core.take_housekeeping(130.5) and core.take_housekeeping(131.0)
+
+
+def test_the_housekeeping_token_is_taken_when_free_or_already_ones_own() -> None:
+    assert token_taken(None, "a")
+    assert token_taken(b"a", "a")
+    assert not token_taken(b"b", "a")
+
+
+def test_housekeeping_steps_go_on_while_a_step_comes_back_full() -> None:
+    assert more_due(HOUSEKEEPING_STEP) and not more_due(HOUSEKEEPING_STEP - 1)
 
 
 def test_backoff_grows_to_its_cap_and_resets() -> None:

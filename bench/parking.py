@@ -1,0 +1,196 @@
+"""``python -m bench.parking``: what parked consumers cost the wire, and what recovery costs.
+
+Three measurements on each wire, each on a fresh server state, consumers with their defaults:
+
+- idle: 4 consumers parked on an empty queue for ``--idle-s`` (at least the park cap, a minute,
+  for the figure to mean anything): the server's own count of commands (``INFO commandstats``, a
+  script's inner calls included on ``wire=5``) per consumer per second;
+- recovery: 5,000 leases of a worker that died (lease 100 ms) ahead of ``--pending`` pending jobs,
+  one consumer running: how long after the leases expired the last of them left ``active``
+  (server clock), and the rate of recover itself (``echomq.admin.recover_due`` on 5,000 expired
+  leases: steps of 1,000, wall time);
+- wake one: 200 consumers parked, then ``--enqueues`` jobs one at a time (each handled and the
+  crowd parked again before the next): claims that came back empty, and BLPOPs, per enqueue.
+
+Measured, not asserted: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from bench.common import running_server
+from echomq import Consumer, Job, Queue
+from echomq.admin import recover_due
+from echomq.consumer import server_ms
+
+LOST = 5_000
+LOST_LEASE_MS = 100
+CROWD = 200
+IDLE_CONSUMERS = 4
+
+
+def calls(conn: redis.Redis) -> dict[str, int]:
+    return {name.removeprefix("cmdstat_"): int(row["calls"])
+            for name, row in conn.info("commandstats").items() if name != "cmdstat_info"}
+
+
+def spent(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {name: n - before.get(name, 0) for name, n in after.items()}
+
+
+def blocked(conn: redis.Redis) -> int:
+    return int(conn.info("clients")["blocked_clients"])
+
+
+def until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+class Running:
+    """Consumers run in threads for a with-block, stopped and closed at its end."""
+
+    def __init__(self, consumers: list[Consumer]) -> None:
+        self.consumers = consumers
+        self.threads = [threading.Thread(target=c.run, daemon=True) for c in consumers]
+
+    def __enter__(self) -> Running:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for consumer in self.consumers:
+            consumer.stop()
+        for thread in self.threads:
+            thread.join(30)
+        for consumer in self.consumers:
+            consumer.close()
+
+
+def idle(conn: redis.Redis, wire: int, window_s: float) -> dict[str, Any]:
+    conn.flushall()
+    queue = Queue(conn, "idle", wire=wire)
+    with Running([Consumer(queue, lambda job: None) for _ in range(IDLE_CONSUMERS)]):
+        until(lambda: blocked(conn) == IDLE_CONSUMERS, 30)
+        time.sleep(1.0)
+        before = calls(conn)
+        time.sleep(window_s)
+        delta = spent(before, calls(conn))
+    total = sum(delta.values())
+    return {"window_s": window_s, "commands": total,
+            "per_consumer_per_s": total / IDLE_CONSUMERS / window_s,
+            "blpop": delta.get("blpop", 0)}
+
+
+def lost_leases(conn: redis.Redis, queue: Queue, pending: int) -> int:
+    """5,000 leases of a dead worker, ahead of ``pending`` pending jobs: their deadline (ms)."""
+    conn.flushall()
+    for first in range(0, LOST, 1_000):
+        queue.enqueue_many([(f"JOB:lost{n}", b"x") for n in range(first, first + 1_000)])
+    for first in range(0, pending, 1_000):
+        queue.enqueue_many([(f"JOB:p{n}", b"x") for n in range(first, first + 1_000)])
+    assert len(queue.claim_many(LOST, lease_ms=LOST_LEASE_MS)) == LOST  # the oldest: the lost
+    return server_ms(conn) + LOST_LEASE_MS
+
+
+def recovery(conn: redis.Redis, wire: int, pending: int) -> dict[str, Any]:
+    queue = Queue(conn, "backlog", wire=wire)
+    expires_at = lost_leases(conn, queue, pending)
+    with Running([Consumer(queue, lambda job: None)]):
+        until(lambda: conn.zcount(queue.key("active"), "-inf", expires_at) == 0, 60)
+        back = server_ms(conn)
+    lost_leases(conn, queue, 0)
+    time.sleep(LOST_LEASE_MS / 1000 * 2)
+    started = time.perf_counter()
+    recovered, _ = recover_due(queue)
+    took = time.perf_counter() - started
+    return {"pending": pending, "after_expiry_ms": max(0, back - expires_at),
+            "recovered": recovered, "recover_s": took, "rate_per_s": recovered / took}
+
+
+class CountingQueue(Queue):
+    """A queue that counts the claims coming back empty."""
+
+    empty = 0
+    taken = 0
+
+    def settle_leased(self, *args: Any, **options: Any) -> Any:
+        verdicts, jobs = super().settle_leased(*args, **options)
+        if args[1]:
+            CountingQueue.empty += not jobs
+            CountingQueue.taken += len(jobs)
+        return verdicts, jobs
+
+
+def wake_one(conn: redis.Redis, wire: int, enqueues: int) -> dict[str, Any]:
+    conn.flushall()
+    shared = redis.Redis(connection_pool=redis.ConnectionPool(
+        max_connections=4 * CROWD, **conn.connection_pool.connection_kwargs))
+    queue = CountingQueue(shared, "crowd", wire=wire)
+    handled = threading.Semaphore(0)
+
+    def handler(job: Job) -> None:
+        handled.release()
+
+    with Running([Consumer(queue, handler) for _ in range(CROWD)]):
+        until(lambda: blocked(conn) == CROWD, 120)
+        CountingQueue.empty = CountingQueue.taken = 0
+        before = calls(conn)
+        for n in range(enqueues):
+            queue.enqueue(f"JOB:{n}", b"x")
+            handled.acquire(timeout=30)
+            until(lambda: blocked(conn) == CROWD and not conn.llen(queue.key("watch")), 30)
+        delta = spent(before, calls(conn))
+    shared.close()
+    return {"enqueues": enqueues, "empty_claims_per_enqueue": CountingQueue.empty / enqueues,
+            "jobs_taken": CountingQueue.taken, "blpop_per_enqueue": delta["blpop"] / enqueues}
+
+
+def run(conn: redis.Redis, idle_s: float, pending: int, enqueues: int) -> dict[str, Any]:
+    return {str(wire): {"idle": idle(conn, wire, idle_s), "recovery": recovery(conn, wire, pending),
+                        "wake_one": wake_one(conn, wire, enqueues)} for wire in (5, 6)}
+
+
+def section(results: dict[str, Any]) -> str:
+    rows = []
+    for wire, r in results.items():
+        i, rec, w = r["idle"], r["recovery"], r["wake_one"]
+        rows.append(f"| {wire} | {i['per_consumer_per_s']:.3f} ({i['commands']} in "
+                    f"{i['window_s']:.0f} s, 4 consumers) | {rec['after_expiry_ms']} ms "
+                    f"({LOST:,} leases, {rec['pending']:,} pending) | "
+                    f"{rec['rate_per_s']:,.0f} | {w['empty_claims_per_enqueue']:.2f} | "
+                    f"{w['blpop_per_enqueue']:.2f} |")
+    return "\n".join([
+        "| wire | idle: commands/s per consumer | last expired lease out of `active`, after "
+        "expiry | recover: leases/s | empty claims per enqueue (200 parked) | BLPOPs per "
+        "enqueue |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *rows,
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.parking", description=__doc__)
+    parser.add_argument("--idle-s", type=float, default=65.0)
+    parser.add_argument("--pending", type=int, default=200_000)
+    parser.add_argument("--enqueues", type=int, default=10)
+    args = parser.parse_args(argv)
+    with running_server() as server:
+        print(section(run(server.client(), args.idle_s, args.pending, args.enqueues)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

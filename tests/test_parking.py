@@ -1,0 +1,213 @@
+"""Parking costs the wire next to nothing, and the recovery bound holds all the same.
+
+An idle consumer sends one re-read and one ``BLPOP`` per park (the park cap, a minute by default),
+so it costs at most a tenth of a command a second; one consumer a housekeeping interval runs
+recover + promote (the queue's housekeeping token); a lease taken while the others park leaves a
+watch token, so a SIGKILLed holder's lease is back within ``lease_ms + housekeeping_ms`` although
+every other consumer parks long; and one enqueue to a parked crowd costs one claim. Commands are
+the server's own count (``INFO commandstats``, a script's inner calls included on ``wire=5``);
+times are the server's clock.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import pytest
+import redis
+
+from echomq import Consumer, Job, Queue
+from echomq.consumer import server_ms
+from echomq.embedded import EmbeddedValkey
+from echomq.loop import PARK_CAP_MS
+from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
+from tests.test_consumer import blocked_clients, command_calls, running, wait_until
+
+HOUSEKEEPING_MS = 1_000
+ALLOWANCE_MS = 500
+# The most commands one park may cost: the re-read (three heads and the jobs waiting) and BLPOP.
+PER_PARK = 5
+
+
+@pytest.fixture(params=[5, 6], ids=["wire5", "wire6"])
+def wire(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+def total(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {name: calls - before.get(name, 0) for name, calls in after.items()
+            if calls != before.get(name, 0)}
+
+
+def test_idle_consumers_cost_one_read_and_one_blpop_per_park(
+        make: Make, conn: redis.Redis, wire: int) -> None:
+    consumers, cap_ms, window_s = 4, 1_000, 5.0
+    queue = Queue(conn, "idle", wire=wire)
+    crowd = [make(queue, lambda job: None, park_cap_ms=cap_ms) for _ in range(consumers)]
+    with running(*crowd):
+        assert wait_until(lambda: blocked_clients(conn) == consumers)
+        time.sleep(0.2)  # the first parks settle (each consumer's start is not the idle cost)
+        before = command_calls(conn)
+        time.sleep(window_s)  # the idle window measured, in the server's own count
+        after = command_calls(conn)
+    spent = total(before, after)
+    parks = spent.get("blpop", 0)
+    assert parks <= consumers * (window_s * 1000 / cap_ms + 1)
+    per_park = sum(spent.values()) / max(parks, 1)
+    assert per_park <= PER_PARK, spent  # no housekeeping, no claim: nothing could fall due
+    # So with the default cap an idle consumer costs at most a tenth of a command a second.
+    assert per_park / (PARK_CAP_MS / 1000) <= 0.1
+
+
+HOLDER = """
+import sys, time
+import redis
+from echomq import Consumer, Queue
+conn = redis.Redis(port=int(sys.argv[1]))
+queue = Queue(conn, "held", wire=int(sys.argv[2]))
+def handler(job):
+    conn.set("holding", job.id)
+    time.sleep(600)
+Consumer(queue, handler, lease_ms=int(sys.argv[3])).run()
+"""
+
+
+@contextmanager
+def holder_process(valkey: EmbeddedValkey, wire: int, lease_ms: int) -> Iterator[Any]:
+    process = subprocess.Popen([sys.executable, "-c", HOLDER, str(valkey.port), str(wire),
+                                str(lease_ms)])
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+def test_a_sigkilled_holders_lease_is_back_within_the_bound_while_fifty_consumers_park(
+        conn: redis.Redis, valkey: EmbeddedValkey, wire: int) -> None:
+    lease_ms, crowd_size, idle_s = 1_000, 50, 2.5
+    short = valkey.client(socket_timeout=1.0)  # the crowd's client: idle past its timeout
+    queue = Queue(short, "held", wire=wire)
+    ran: list[tuple[str, int]] = []
+
+    def handler(job: Job) -> None:
+        ran.append((job.id, server_ms(conn)))
+
+    with holder_process(valkey, wire, lease_ms) as holder, ExitStack() as stack:
+        # The holder parks first: the first client blocked on a key is the first served.
+        assert wait_until(lambda: blocked_clients(conn) == 1, timeout=20.0)
+        stack.callback(short.close)
+        crowd = [Consumer(queue, handler) for _ in range(crowd_size)]
+        for consumer in crowd:
+            stack.callback(consumer.close)
+        stack.enter_context(running(*crowd, stop_within=10.0))
+        assert wait_until(lambda: blocked_clients(conn) == crowd_size + 1, timeout=20.0)
+        # Idle longer than every timeout: the client's, the housekeeping interval, the lease.
+        time.sleep(idle_s)
+        before = command_calls(conn)
+        queue.enqueue("JOB:held", b"x")  # its wake token goes to the holder
+        assert wait_until(lambda: conn.get("holding") == b"JOB:held", timeout=10.0)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        expires_at = conn.zscore(queue.key("active"), "JOB:held")
+        assert expires_at is not None  # its lease as its last heartbeat left it
+        assert wait_until(lambda: bool(ran), timeout=10.0), "the lost lease never came back"
+        after = command_calls(conn)
+    job_id, back_at = ran[0]
+    assert job_id == "JOB:held"
+    assert back_at - int(expires_at) <= HOUSEKEEPING_MS + ALLOWANCE_MS
+    # One consumer a housekeeping interval ran recover, not every parked one.
+    spent = total(before, after)
+    window_s = max(1.0, (back_at - int(expires_at) + lease_ms) / 1000 + 1)
+    recovers = spent.get("emq.recover", 0) if wire == 6 else spent.get("zrangebyscore", 0) // 3
+    assert recovers <= 2 * (window_s * 1000 / HOUSEKEEPING_MS + 1), spent
+
+
+def test_one_enqueue_to_two_hundred_parked_consumers_costs_one_claim(
+        conn: redis.Redis, valkey: EmbeddedValkey, wire: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    crowd_size = 200
+    shared = valkey.client(max_connections=4 * crowd_size)  # the crowd's client, pool and all
+    queue = Queue(shared, "crowd", wire=wire)
+    claims: list[int] = []
+    settle_leased = Queue.settle_leased
+
+    def counted(self: Queue, *args: Any, **options: Any) -> Any:
+        verdicts, jobs = settle_leased(self, *args, **options)
+        if args[1]:  # a round that claimed: how many jobs it took
+            claims.append(len(jobs))
+        return verdicts, jobs
+
+    monkeypatch.setattr(Queue, "settle_leased", counted)
+    handled = threading.Event()
+    crowd = [Consumer(queue, lambda job: handled.set()) for _ in range(crowd_size)]
+    try:
+        with running(*crowd, stop_within=20.0):
+            assert wait_until(lambda: blocked_clients(conn) == crowd_size, timeout=60.0)
+            claims.clear()
+            queue.enqueue("JOB:one", b"x")
+            assert handled.wait(10.0)
+            # Settled: the woken consumer parked again, and so did the one its watch token woke.
+            assert wait_until(lambda: blocked_clients(conn) == crowd_size
+                              and conn.llen(queue.key("watch")) == 0, timeout=10.0)
+            time.sleep(2.0)  # a window longer than any housekeeping interval: nobody else claims
+            empty = claims.count(0)
+            taken = sum(claims)
+    finally:
+        for consumer in crowd:
+            consumer.close()
+        shared.close()
+    assert taken == 1
+    assert empty <= 1, claims  # the woken consumer's own last claim, which carried its ack
+
+
+def test_a_consumer_that_stops_hands_on_what_it_watched(
+        make: Make, conn: redis.Redis, wire: int) -> None:
+    queue = Queue(conn, "watched", wire=wire)
+    ran: list[int] = []
+    queue.enqueue("JOB:lost", b"x")
+    lost = queue.claim(60_000)  # a worker that will die; its lease looks long for now
+    assert lost is not None
+    stayer = make(queue, lambda job: ran.append(server_ms(conn)))
+    with running(stayer):
+        assert wait_until(lambda: blocked_clients(conn) == 1)  # parked, the lease a minute off
+        queue.extend(lost, lease_ms=1_000)  # news to the stayer: no token says so
+        expires_at = server_ms(conn) + 1_000
+        leaver = make(queue, lambda job: None)
+        with running(leaver):  # reads the new deadline before it parks, then stops
+            assert wait_until(lambda: blocked_clients(conn) == 2)
+        assert wait_until(lambda: bool(ran), timeout=5.0), "nobody watched the lease"
+    assert ran[0] - expires_at <= HOUSEKEEPING_MS + ALLOWANCE_MS
+
+
+@pytest.mark.parametrize("denied", ["set", "zcard"])
+def test_a_user_denied_the_parking_commands_stops_the_loop_saying_which(
+        make: Make, valkey: EmbeddedValkey, denied: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from tests.test_server_errors import fails_fatally
+
+    admin = valkey.client()
+    admin.flushall()
+    admin.execute_command("ACL", "SETUSER", "no-token", "reset", "on", ">pw", "~*", "+@all",
+                          f"-{denied}")
+    conn = valkey.client(username="no-token", password="pw")
+    try:
+        queue = Queue(conn, "acl")
+        if denied == "zcard":  # asked only in the read after a park's end
+            consumer = make(queue, lambda job: None, park_cap_ms=50)
+        else:
+            consumer = make(queue, lambda job: None)
+        message = fails_fatally(consumer, caplog)
+        assert denied in message.lower() and "queue acl" in message
+    finally:
+        admin.execute_command("ACL", "DELUSER", "no-token")
+        conn.close()
+        admin.close()
