@@ -630,7 +630,7 @@ class Consumer(LoopShell):
         timeout outlasts the longest park (a cluster client: the queue's own)."""
         if self._parking_conn is None:
             timeout_s = park_socket_timeout(self._socket_timeout_s, self.settings.park_cap_ms)
-            private = private_twin(self.queue.conn, timeout_s)
+            private = private_twin(self.queue.conn, timeout_s, single=False)
             if private is not None:
                 self._parking_timeout_s = timeout_s
             self._parking_conn = self.queue.conn if private is None else private

@@ -61,11 +61,12 @@ def is_cluster(conn: Any) -> bool:
     return False
 
 
-def private_twin(conn: Any, socket_timeout: float | None) -> Any:
+def private_twin(conn: Any, socket_timeout: float | None, *, single: bool = True) -> Any:
     """A client of ``conn``'s own class (blocking or asyncio, either library) on a pool of its
     own to the same server, with ``conn``'s options but ``socket_timeout`` as its read timeout,
-    keeping one connection for itself (a consumer parks on it); None for a client that has no
-    single pool (a cluster client, or anything else)."""
+    keeping one connection for itself when ``single`` (a blocking consumer parks on it; an
+    asyncio one's pipelines take the pool's); None for a client that has no single pool (a
+    cluster client, or anything else)."""
     pool = getattr(conn, "connection_pool", None)
     if pool is None or is_cluster(conn) or client_library(conn) not in ("redis", "valkey"):
         return None
@@ -73,7 +74,7 @@ def private_twin(conn: Any, socket_timeout: float | None) -> Any:
     options["socket_timeout"] = socket_timeout
     own_pool = type(pool)(connection_class=pool.connection_class, **options)
     client_class: Any = type(conn)
-    return client_class(connection_pool=own_pool, single_connection_client=True)
+    return client_class(connection_pool=own_pool, single_connection_client=single)
 
 
 def async_twin(conn: Any) -> Any:
