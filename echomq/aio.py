@@ -55,6 +55,7 @@ from echomq.lanes import AsyncLaneControls, lane_groups, shown_depths
 from echomq.loop import (
     HOUSEKEEPING_MS,
     PARK_FLOOR_MS,
+    PAUSE_CHECK_MS,
     PREFETCH,
     SETTLE_DELAY_MS,
     Lineup,
@@ -407,7 +408,8 @@ class Consumer(LoopShell):
                  on_ack: Callable[[Job], object] | None = None,
                  housekeeping_ms: int = HOUSEKEEPING_MS, time_limit_ms: int | None = None,
                  on_overrun: Callable[[Job], object] | None = None, prefetch: int = PREFETCH,
-                 settle_delay_ms: int = SETTLE_DELAY_MS, concurrency: int = 1) -> None:
+                 settle_delay_ms: int = SETTLE_DELAY_MS, concurrency: int = 1,
+                 pause_check_ms: int = PAUSE_CHECK_MS) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive int, got {concurrency!r}")
         self.queues: list[Queue] = queue_list(queue)
@@ -417,8 +419,8 @@ class Consumer(LoopShell):
             park_cap_ms=park_cap_ms, park_floor_ms=park_floor_ms,
             housekeeping_ms=housekeeping_ms, time_limit_ms=time_limit_ms,
             retention_ms=retention_ms, heartbeat=heartbeat, lanes=lanes,
-            capacity=max(prefetch, concurrency), settle_delay_ms=settle_delay_ms),
-            len(self.queues))
+            capacity=max(prefetch, concurrency), settle_delay_ms=settle_delay_ms,
+            pause_check_ms=pause_check_ms), len(self.queues))
         self.queue = self.queues[0]
         self.handler = handler
         self.concurrency = concurrency
@@ -629,6 +631,7 @@ class Consumer(LoopShell):
 
     async def _next_job(self) -> tuple[int, Job] | None:
         """As ``echomq.Consumer._next_job``: a prefetched job, else one of the next batch."""
+        await self._check_pauses()
         picked = self.lineup.next_job(time.monotonic())
         if picked is None:
             await self._claim_round()
@@ -636,6 +639,13 @@ class Consumer(LoopShell):
         for index, round_ in self.lineup.take_isolations():
             await self._guarded(self._send, index, round_)
         return picked
+
+    async def _check_pauses(self) -> None:
+        """As ``echomq.Consumer._check_pauses``."""
+        for index in self.lineup.pause_checks_due(time.monotonic()):
+            sent_at = time.monotonic()
+            paused = await self.queues[index].is_paused()
+            self.lineup.cores[index].pause_checked(paused, sent_at)
 
     async def _claim_round(self) -> None:
         """As ``echomq.Consumer._claim_round``: the queues in priority order, each asked for
@@ -645,9 +655,10 @@ class Consumer(LoopShell):
         for index, queue in enumerate(self.queues):
             asked = self.lineup.ask(wanted, taken)
             if asked and self.lanes:
+                sent_at = time.monotonic()
                 job = await queue.claim_lane(self.lease_ms, now=self._now())
                 if job is not None:
-                    self._took(index, [job])
+                    self._took(index, [job], sent_at)
                     taken += 1
                     continue
             taken += len(await self._send(index, self.lineup.cores[index].take_round(asked)))
@@ -678,6 +689,7 @@ class Consumer(LoopShell):
         """As ``echomq.Consumer._send``: one settle call for ``round_`` on queue ``index``."""
         if not round_.outcomes and not round_.claim:
             return []
+        sent_at = time.monotonic()
         try:
             verdicts, jobs = await self.queues[index].settle_leased(
                 round_.outcomes, round_.claim, self.lease_ms, self.settings.retention_ms,
@@ -685,13 +697,13 @@ class Consumer(LoopShell):
         except Exception:
             self.lineup.cores[index].unsent(round_, time.monotonic())
             raise
-        self._took(index, jobs)
+        self._took(index, jobs, sent_at)
         report_settled(round_.outcomes, verdicts, self.on_ack)
         return jobs
 
-    def _took(self, index: int, jobs: list[Job]) -> None:
+    def _took(self, index: int, jobs: list[Job], sent_at: float) -> None:
         self.lineup.cores[index].sent()
-        self.lineup.cores[index].claimed(jobs, time.monotonic())
+        self.lineup.cores[index].claimed(jobs, time.monotonic(), sent_at)
         if jobs and (self._keeper is None or self._keeper.done()):
             self._keeper = asyncio.ensure_future(self._keep())
 
@@ -741,11 +753,13 @@ class Consumer(LoopShell):
 
     async def _heartbeat(self, index: int, jobs: list[Job]) -> None:
         verdicts = None
+        sent_at = time.monotonic()
         try:
             verdicts = await self.queues[index].extend_many(jobs, lease_ms=self.lease_ms,
                                                             now=self._now())
         finally:
-            lost = self.lineup.cores[index].heartbeat_done(jobs, verdicts, time.monotonic())
+            lost = self.lineup.cores[index].heartbeat_done(jobs, verdicts, time.monotonic(),
+                                                           sent_at)
         warn_lost(lost)
 
     async def _overrun(self, index: int, job: Job) -> None:

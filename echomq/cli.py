@@ -29,7 +29,7 @@ from echomq.embedded import EmbeddedValkey
 from echomq.errors import EchoMQError, MetricsUnavailable, Wire6Unsupported
 from echomq.ids import new_job_id
 from echomq.lanes import lane_report
-from echomq.loop import PREFETCH
+from echomq.loop import MAX_PREFETCH, PREFETCH
 from echomq.queue import Queue
 from echomq.workers import EXPIRY_MS, WorkerInfo, counts_by_queue, live_workers
 
@@ -92,13 +92,14 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
               "dead) and its worker process is replaced  [default: no limit]")
 @click.option("--park-cap-ms", default=5_000, show_default=True, type=click.IntRange(1),
               help="longest park on the wake key")
-@click.option("--prefetch", default=PREFETCH, show_default=True, type=click.IntRange(1),
+@click.option("--prefetch", default=PREFETCH, show_default=True,
+              type=click.IntRange(1, MAX_PREFETCH),
               help="most jobs a process holds leased at once (claimed in one batch, run one at "
-              "a time; a job claimed before runs alone); 1 claims one job at a time, as "
-              "--max-attempts 1 wants")
+              "a time; a job claimed before runs alone), at most "
+              f"{MAX_PREFETCH:,}; 1 claims one job at a time, as --max-attempts 1 wants")
 @click.option("--on-ack", metavar="MODULE:FUNC", default=None,
               help="called with each job once its ack returned ACKED")
-@click.option("--async-concurrency", default=None, type=click.IntRange(1),
+@click.option("--async-concurrency", default=None, type=click.IntRange(1, MAX_PREFETCH),
               help="jobs in flight per process for an App whose tasks are all async (the "
               "asyncio consumer); refused for any other target  [default: 10]")
 @click.option("--log-level", default="INFO", show_default=True,
