@@ -434,10 +434,13 @@ class Consumer(LoopShell):
     lanes before its flat jobs. The handler may return a directive (``echomq.Done``,
     ``RetryIn``, ``Reject``) to say how its job is settled.
 
-    ``prefetch``: the most jobs in hand at once — claimed in one batch, run one at a time in
-    claim order, their outcomes sent with the next claim in one ``settle`` call. An outcome
-    waits at most ``settle_delay_ms`` for that call (the keeper sends it otherwise). 1 claims,
-    runs and settles one job at a time.
+    ``prefetch``: the most jobs in hand at once (at most ``MAX_PREFETCH``, 1,000) — claimed in
+    one batch, run one at a time in claim order, their outcomes sent with the next claim in one
+    ``settle`` call. An outcome waits at most ``settle_delay_ms`` for that call (the keeper
+    sends it otherwise). 1 claims, runs and settles one job at a time. A prefetched job whose
+    lease is within a third of its end by this consumer's clock is released, never started;
+    so are the prefetched jobs of a queue found paused, which the consumer asks before it
+    starts one once its last word on it is ``pause_check_ms`` old (0: before every start).
 
     ``lanes``: claim through the lanes in turn, then flat jobs, one job at a time (scripts
     only: a ``wire=6`` queue raises Wire6Unsupported("gclaim2") here); outcomes still go out in

@@ -1,7 +1,8 @@
 """Prefetched jobs under faults, on both wires and both shells: a job whose lease lapsed while
 the network was down is never started (a real outage: a TCP proxy on loopback, cut and
 restored), and no prefetched job starts once ``pause()`` returned. Starts are kept in a ledger;
-the waits are driven by the server (its clock recovers the leases) and by the handlers.
+the waits are driven by the server (its clock recovers the leases) and by the handlers. The
+prefetch has a cap, refused past it by the consumers and the command line.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from click.testing import CliRunner
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from echomq import Job, Queue
+from echomq.cli import main
 from echomq.embedded import EmbeddedValkey
+from echomq.loop import MAX_PREFETCH
 from tests.faultproxy import FaultProxy
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import wait_until
@@ -123,3 +127,16 @@ def test_no_prefetched_job_starts_once_pause_returned(make: Make, conn: redis.Re
     queue.resume()
     job = queue.claim()
     assert job is not None and job.id == "JOB:08" and job.attempt == 1
+
+
+def test_the_prefetch_is_capped(make: Make, conn: redis.Redis) -> None:
+    queue = Queue(conn, "capped")
+    make(queue, lambda job: None, prefetch=MAX_PREFETCH)  # the cap itself is allowed
+    with pytest.raises(ValueError, match=f"at most {MAX_PREFETCH}"):
+        make(queue, lambda job: None, prefetch=MAX_PREFETCH + 1)
+    result = CliRunner().invoke(main, ["worker", "tests.handlers:work", "--queue", "q",
+                                       "--prefetch", str(MAX_PREFETCH + 1)])
+    assert result.exit_code == 2 and "--prefetch" in result.output
+    assert "Traceback" not in result.output
+    help_text = CliRunner().invoke(main, ["worker", "--help"]).output
+    assert f"at most {MAX_PREFETCH:,}" in " ".join(help_text.split())
