@@ -20,6 +20,13 @@ consumer's ``prefetch``): a parked crowd woken by a small burst shares it rather
 consumer taking it all. A job claimed before (a retry, or a lease that ran out: perhaps its
 handler killed the worker) runs with nothing else in hand, so a worker it takes down charges no
 other job an attempt: see ``LoopCore.isolate``.
+
+Starting a prefetched job needs no network, so the core keeps, for each lease in hand, when it
+runs out at the earliest by the consumer's clock (``lease_ms`` after the sending of the call
+that granted or last extended it): a job within a third of a lease of that is released, never
+started (``LoopCore.next_job``). Likewise a prefetched job starts only while the consumer's last
+word that its queue is not paused is at most ``pause_check_ms`` old; past that the shell asks
+first, and a paused queue's prefetched jobs are released (``LoopCore.pause_checked``).
 """
 
 from __future__ import annotations
@@ -358,7 +365,7 @@ class LoopCore:
             if lease is None:
                 continue
             if self.lapsed(lease, now):
-                self.hand_back(job, now)
+                self.release_later(job, now)
                 continue
             lease.started = now
             self.running.add(job)
@@ -371,7 +378,7 @@ class LoopCore:
         """Whether ``lease`` has run out by ``now``, or will within ``lapse_margin_s``."""
         return now >= lease.expires - self.settings.lapse_margin_s
 
-    def hand_back(self, job: Job, now: float) -> None:
+    def release_later(self, job: Job, now: float) -> None:
         """Let go of prefetched ``job``: a release of it waits for the next round."""
         if self.leases.pop(job, None) is not None:
             self.outbox.append(calls.Release(job))
@@ -394,7 +401,7 @@ class LoopCore:
             self.unpaused_at = max(self.unpaused_at, sent_at)
             return
         for job in list(self.prefetched):
-            self.hand_back(job, sent_at)
+            self.release_later(job, sent_at)
         self.prefetched.clear()
 
     def isolate(self) -> None:
