@@ -399,8 +399,10 @@ def configure_logging(level: str) -> None:
 
 class _StatusPipe:
     """The child's side of its status pipe: ``ready <monotonic s>`` once the server answered,
-    ``ran`` when its first job starts, ``failed <reason>`` before a failure exit.
-    CLOCK_MONOTONIC is the same for every process."""
+    ``ran`` when its first job starts, ``ended <monotonic s>`` when its loop ended by itself,
+    ``failed <reason>`` before a failure exit. CLOCK_MONOTONIC is the same for every process;
+    the supervisor times a death from ``ended`` when there is one, not from the exit, which
+    comes after the interpreter's own shutdown (half a second, more on a busy machine)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -415,6 +417,9 @@ class _StatusPipe:
         if not self._ran:
             self._ran = True
             self._write("ran")
+
+    def ended(self) -> None:
+        self._write(f"ended {time.monotonic()!r}")
 
     def failed(self, exc: BaseException) -> None:
         self._write("failed " + " ".join(error_text(exc).split()))
@@ -467,6 +472,8 @@ def _serve(consumer: WorkerLoop, status: _StatusPipe, announcer: Announcer,
     thread = threading.Thread(target=_run_loop, args=(consumer, failed), name="echomq-consumer")
     thread.start()
     received = signals.wait()
+    if received == _ENDED:
+        status.ended()
     if received == _ENDED and not failed:
         log.warning("the consumer stopped by itself (a handler raised SystemExit or "
                     "KeyboardInterrupt); the supervisor replaces this worker")
@@ -533,6 +540,14 @@ class _Exit:
     ready_at: float | None
     reason: str
     ran: bool = False  # it started a job
+    ended_at: float | None = None  # when its loop ended by itself, if it did
+
+    def quick(self, now: float) -> bool:
+        """Whether it died before reaching the server, or within QUICK_DEATH_S of it."""
+        if self.ready_at is None:
+            return True
+        died = self.ended_at if self.ended_at is not None else now
+        return died - self.ready_at < QUICK_DEATH_S
 
 
 class Supervisor:
@@ -636,15 +651,14 @@ class Supervisor:
         log.warning("worker %d (pid %s) exited with %s", slot.index, process.pid, ended.code)
         if ended.code == EXIT_OVERRUN:
             slot.restart_at = time.monotonic()  # a replacement, not a failure
-        elif not ended.ran and (ended.ready_at is None
-                                or time.monotonic() - ended.ready_at < QUICK_DEATH_S):
+        elif not ended.ran and ended.quick(time.monotonic()):
             self._failed_at_start(slot, ended.reason)
         else:
             slot.failures, slot.backoff, slot.restart_at = 0, 0.0, time.monotonic()
 
     def _release(self, slot: _Slot, code: int) -> _Exit:
         """Close the ended child's descriptors; what its status pipe said."""
-        ready_at, reason, ran = None, _exit_reason(code), False
+        ready_at, reason, ran, ended_at = None, _exit_reason(code), False, None
         with contextlib.suppress(BlockingIOError):
             for line in os.read(slot.status, 65536).decode(errors="replace").splitlines():
                 word, _, rest = line.partition(" ")
@@ -652,6 +666,8 @@ class Supervisor:
                     ready_at = float(rest)
                 elif word == "ran":
                     ran = True
+                elif word == "ended":
+                    ended_at = float(rest)
                 elif word == "failed":
                     reason = rest
         os.close(slot.status)
@@ -661,7 +677,7 @@ class Supervisor:
 
             process_ended(slot.process.pid, self.spec.metrics_dir)
         slot.process, slot.status, slot.pidfd = None, -1, -1
-        return _Exit(code, ready_at, reason, ran)
+        return _Exit(code, ready_at, reason, ran, ended_at)
 
     def _failed_at_start(self, slot: _Slot, reason: str) -> None:
         slot.failures += 1
