@@ -60,6 +60,7 @@ from echomq.loop import (
     HOUSEKEEPING_STEP,
     PARK_CAP_MS,
     PARK_FLOOR_MS,
+    PAUSE_CHECK_MS,
     PREFETCH,
     SETTLE_DELAY_MS,
     Lineup,
@@ -426,7 +427,8 @@ class Consumer(LoopShell):
                  on_ack: Callable[[Job], object] | None = None,
                  housekeeping_ms: int = HOUSEKEEPING_MS, time_limit_ms: int | None = None,
                  on_overrun: Callable[[Job], object] | None = None, prefetch: int = PREFETCH,
-                 settle_delay_ms: int = SETTLE_DELAY_MS, concurrency: int = 1) -> None:
+                 settle_delay_ms: int = SETTLE_DELAY_MS, concurrency: int = 1,
+                 pause_check_ms: int = PAUSE_CHECK_MS) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive int, got {concurrency!r}")
         self.queues: list[Queue] = queue_list(queue)
@@ -436,8 +438,8 @@ class Consumer(LoopShell):
             park_cap_ms=park_cap_ms, park_floor_ms=park_floor_ms,
             housekeeping_ms=housekeeping_ms, time_limit_ms=time_limit_ms,
             retention_ms=retention_ms, heartbeat=heartbeat, lanes=lanes,
-            capacity=max(prefetch, concurrency), settle_delay_ms=settle_delay_ms),
-            len(self.queues))
+            capacity=max(prefetch, concurrency), settle_delay_ms=settle_delay_ms,
+            pause_check_ms=pause_check_ms), len(self.queues))
         self.queue = self.queues[0]
         self.handler = handler
         self.concurrency = concurrency
@@ -741,6 +743,7 @@ class Consumer(LoopShell):
 
     async def _next_job(self) -> tuple[int, Job] | None:
         """As ``echomq.Consumer._next_job``: a prefetched job, else one of the next batch."""
+        await self._check_pauses()
         picked = self.lineup.next_job(time.monotonic())
         if picked is None:
             await self._claim_round()
@@ -748,6 +751,13 @@ class Consumer(LoopShell):
         for index, round_ in self.lineup.take_isolations():
             await self._guarded(self._send, index, round_)
         return picked
+
+    async def _check_pauses(self) -> None:
+        """As ``echomq.Consumer._check_pauses``."""
+        for index in self.lineup.pause_checks_due(time.monotonic()):
+            sent_at = time.monotonic()
+            paused = await self.queues[index].is_paused()
+            self.lineup.cores[index].pause_checked(paused, sent_at)
 
     async def _claim_round(self) -> None:
         """As ``echomq.Consumer._claim_round``: the queues in priority order, each asked for
@@ -757,9 +767,10 @@ class Consumer(LoopShell):
         for index, queue in enumerate(self.queues):
             asked = self.lineup.ask(wanted, taken)
             if asked and self.lanes:
+                sent_at = time.monotonic()
                 job = await queue.claim_lane(self.lease_ms, now=self._now())
                 if job is not None:
-                    await self._took_jobs(index, [job])
+                    await self._took_jobs(index, [job], sent_at)
                     taken += 1
                     continue
             taken += len(await self._send(index, self.lineup.cores[index].take_round(asked)))
@@ -790,6 +801,7 @@ class Consumer(LoopShell):
         """As ``echomq.Consumer._send``: one settle call for ``round_`` on queue ``index``."""
         if not round_.outcomes and not round_.claim:
             return []
+        sent_at = time.monotonic()
         try:
             verdicts, jobs = await self.queues[index].settle_leased(
                 round_.outcomes, round_.claim, self.lease_ms, self.settings.retention_ms,
@@ -797,22 +809,23 @@ class Consumer(LoopShell):
         except Exception:
             self.lineup.cores[index].unsent(round_, time.monotonic())
             raise
-        await self._took_jobs(index, jobs)
+        await self._took_jobs(index, jobs, sent_at)
         report_settled(round_.outcomes, verdicts, self.on_ack)
         return jobs
 
-    async def _took_jobs(self, index: int, jobs: list[Job]) -> None:
+    async def _took_jobs(self, index: int, jobs: list[Job], sent_at: float) -> None:
         """As ``echomq.Consumer._took``: the first leases in hand of queue ``index`` leave a
         watch token."""
-        if self._took(index, jobs):
+        if self._took(index, jobs, sent_at):
             await self._guarded(self._watch, index)
 
-    def _took(self, index: int, jobs: list[Job]) -> bool:
-        """``jobs`` are in hand; True when they are the first of queue ``index``."""
+    def _took(self, index: int, jobs: list[Job], sent_at: float) -> bool:
+        """``jobs``, claimed by a call sent at ``sent_at``, are in hand; True when they are the
+        first of queue ``index``."""
         core = self.lineup.cores[index]
         first = bool(jobs) and not core.in_hand
         core.sent()
-        core.claimed(jobs, time.monotonic())
+        core.claimed(jobs, time.monotonic(), sent_at)
         if jobs and (self._keeper is None or self._keeper.done()):
             self._keeper = asyncio.ensure_future(self._keep())
         return first
@@ -869,11 +882,13 @@ class Consumer(LoopShell):
 
     async def _heartbeat(self, index: int, jobs: list[Job]) -> None:
         verdicts = None
+        sent_at = time.monotonic()
         try:
             verdicts = await self.queues[index].extend_many(jobs, lease_ms=self.lease_ms,
                                                             now=self._now())
         finally:
-            lost = self.lineup.cores[index].heartbeat_done(jobs, verdicts, time.monotonic())
+            lost = self.lineup.cores[index].heartbeat_done(jobs, verdicts, time.monotonic(),
+                                                           sent_at)
         warn_lost(lost)
 
     async def _overrun(self, index: int, job: Job) -> None:

@@ -54,7 +54,7 @@ from echomq.embedded import EmbeddedValkey
 from echomq.errors import EchoMQError, MetricsUnavailable, Wire6Unsupported
 from echomq.ids import new_job_id
 from echomq.lanes import lane_report
-from echomq.loop import PARK_CAP_MS, PREFETCH
+from echomq.loop import MAX_PREFETCH, PARK_CAP_MS, PREFETCH
 from echomq.queue import Queue
 from echomq.workers import WorkerInfo, counts_by_queue, live_workers, running_by_queue
 
@@ -122,13 +122,14 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
               "dead) and its worker process is replaced  [default: no limit]")
 @click.option("--park-cap-ms", default=PARK_CAP_MS, show_default=True, type=click.IntRange(1),
               help="longest park on the wake key when nothing can fall due sooner")
-@click.option("--prefetch", default=PREFETCH, show_default=True, type=click.IntRange(1),
+@click.option("--prefetch", default=PREFETCH, show_default=True,
+              type=click.IntRange(1, MAX_PREFETCH),
               help="most jobs a process holds leased at once (claimed in one batch, run one at "
-              "a time; a job claimed before runs alone); 1 claims one job at a time, as "
-              "--max-attempts 1 wants")
+              "a time; a job claimed before runs alone), at most "
+              f"{MAX_PREFETCH:,}; 1 claims one job at a time, as --max-attempts 1 wants")
 @click.option("--on-ack", metavar="MODULE:FUNC", default=None,
               help="called with each job once its ack returned ACKED")
-@click.option("--async-concurrency", default=None, type=click.IntRange(1),
+@click.option("--async-concurrency", default=None, type=click.IntRange(1, MAX_PREFETCH),
               help="jobs in flight per process for an App with async def tasks (the asyncio "
               "consumer; its plain tasks run in threads beside them); refused for any other "
               "target  [default: 10]")

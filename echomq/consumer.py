@@ -44,6 +44,7 @@ from echomq.loop import (
     HOUSEKEEPING_MS,
     PARK_CAP_MS,
     PARK_FLOOR_MS,
+    PAUSE_CHECK_MS,
     PREFETCH,
     SETTLE_DELAY_MS,
     Clock,
@@ -491,10 +492,13 @@ class Consumer(LoopShell):
     lanes before its flat jobs. The handler may return a directive (``echomq.Done``,
     ``RetryIn``, ``Reject``) to say how its job is settled.
 
-    ``prefetch``: the most jobs in hand at once — claimed in one batch, run one at a time in
-    claim order, their outcomes sent with the next claim in one ``settle`` call. An outcome
-    waits at most ``settle_delay_ms`` for that call (the keeper sends it otherwise). 1 claims,
-    runs and settles one job at a time.
+    ``prefetch``: the most jobs in hand at once (at most ``MAX_PREFETCH``, 1,000) — claimed in
+    one batch, run one at a time in claim order, their outcomes sent with the next claim in one
+    ``settle`` call. An outcome waits at most ``settle_delay_ms`` for that call (the keeper
+    sends it otherwise). 1 claims, runs and settles one job at a time. A prefetched job whose
+    lease is within a third of its end by this consumer's clock is released, never started;
+    so are the prefetched jobs of a queue found paused, which the consumer asks before it
+    starts one once its last word on it is ``pause_check_ms`` old (0: before every start).
 
     ``lanes``: claim through the lanes in turn, then flat jobs, one job at a time (scripts
     only: a ``wire=6`` queue raises Wire6Unsupported("gclaim2") here); outcomes still go out in
@@ -531,7 +535,8 @@ class Consumer(LoopShell):
                  park_floor_ms: int = PARK_FLOOR_MS, housekeeping_ms: int = HOUSEKEEPING_MS,
                  time_limit_ms: int | None = None,
                  on_overrun: Callable[[Job], object] | None = None, prefetch: int = PREFETCH,
-                 settle_delay_ms: int = SETTLE_DELAY_MS) -> None:
+                 settle_delay_ms: int = SETTLE_DELAY_MS,
+                 pause_check_ms: int = PAUSE_CHECK_MS) -> None:
         self.queues: list[Queue] = queue_list(queue)
         refuse_unsupported(self.queues[0].wire, lanes)
         self.lineup = Lineup.of(Settings(
@@ -539,7 +544,7 @@ class Consumer(LoopShell):
             park_cap_ms=park_cap_ms, park_floor_ms=park_floor_ms,
             housekeeping_ms=housekeeping_ms, time_limit_ms=time_limit_ms,
             retention_ms=retention_ms, heartbeat=heartbeat, lanes=lanes, capacity=prefetch,
-            settle_delay_ms=settle_delay_ms), len(self.queues))
+            settle_delay_ms=settle_delay_ms, pause_check_ms=pause_check_ms), len(self.queues))
         self.queue = self.queues[0]
         self.handler = handler
         self.on_ack = on_ack
@@ -712,6 +717,7 @@ class Consumer(LoopShell):
     def _next_job(self) -> tuple[int, Job] | None:
         """The next job to run with its queue's index, its lease in hand: a prefetched one,
         else one of the batch the next round claims (sending the outcomes waiting with it)."""
+        self._check_pauses()
         with self._keeper.mutex:
             picked = self.lineup.next_job(time.monotonic())
         if picked is None:
@@ -724,6 +730,17 @@ class Consumer(LoopShell):
             with self._keeper.lock:
                 self._keeper.wake()  # its time limit is a new deadline
         return picked
+
+    def _check_pauses(self) -> None:
+        """Ask each queue whose prefetched jobs may start next and whose last word on a pause
+        is too old whether it is paused; a paused one's prefetched jobs go back."""
+        with self._keeper.mutex:
+            due = self.lineup.pause_checks_due(time.monotonic())
+        for index in due:
+            sent_at = time.monotonic()
+            paused = self.queues[index].is_paused()
+            with self._keeper.mutex:
+                self.lineup.cores[index].pause_checked(paused, sent_at)
 
     def _isolate(self) -> None:
         """Send the rounds that leave the job about to start alone in hand (the lineup's
@@ -745,9 +762,10 @@ class Consumer(LoopShell):
         for index, queue in enumerate(self.queues):
             asked = self.lineup.ask(wanted, taken)
             if asked and self.lanes:
+                sent_at = time.monotonic()
                 job = queue.claim_lane(self.lease_ms, now=self._now())
                 if job is not None:
-                    self._took(index, [job])
+                    self._took(index, [job], sent_at)
                     taken += 1
                     continue
             with self._keeper.lock:
@@ -787,6 +805,7 @@ class Consumer(LoopShell):
         (and is returned). If it fails, its outcomes wait for the next round."""
         if not round_.outcomes and not round_.claim:
             return []
+        sent_at = time.monotonic()
         try:
             verdicts, jobs = self.queues[index].settle_leased(
                 round_.outcomes, round_.claim, self.lease_ms, self.settings.retention_ms,
@@ -795,19 +814,20 @@ class Consumer(LoopShell):
             with self._keeper.lock:
                 self.lineup.cores[index].unsent(round_, time.monotonic())
             raise
-        self._took(index, jobs)
+        self._took(index, jobs, sent_at)
         report_settled(round_.outcomes, verdicts, self.on_ack)
         return jobs
 
-    def _took(self, index: int, jobs: list[Job]) -> None:
-        """``jobs`` of queue ``index`` are in hand. The first leases in hand of that queue
-        leave a watch token, so a consumer parked on it learns their deadline."""
+    def _took(self, index: int, jobs: list[Job], sent_at: float) -> None:
+        """``jobs`` of queue ``index``, claimed by a call sent at ``sent_at``, are in hand. The
+        first leases in hand of that queue leave a watch token, so a consumer parked on it
+        learns their deadline."""
         core = self.lineup.cores[index]
         with self._keeper.lock:
             core.sent()
             idle = not self.lineup.in_hand
             first = bool(jobs) and not core.in_hand
-            core.claimed(jobs, time.monotonic())
+            core.claimed(jobs, time.monotonic(), sent_at)
             if idle and jobs:
                 self._keeper.wake()
         if first:
@@ -839,13 +859,14 @@ class Consumer(LoopShell):
         """Extend every lease in hand of queue ``index`` in one call; a lease found lost is let
         go of."""
         verdicts = None
+        sent_at = time.monotonic()
         try:
             verdicts = self.queues[index].extend_many(jobs, lease_ms=self.lease_ms,
                                                       now=self._now())
         finally:
             with self._keeper.lock:
                 lost = self.lineup.cores[index].heartbeat_done(jobs, verdicts,
-                                                               time.monotonic())
+                                                               time.monotonic(), sent_at)
         warn_lost(lost)
 
     def _overrun(self, index: int, job: Job) -> None:

@@ -132,6 +132,11 @@ class LaneControls:
             whole, parked = pipe.execute()
         return bool(whole), paused_lanes(parked)
 
+    def is_paused(self: _Queue) -> bool:
+        """Whether the whole queue is paused (one ``EXISTS``: what a consumer asks before it
+        starts a prefetched job it has had for a while)."""
+        return bool(self.conn.exists(self.key("paused")))
+
     def leased_by_lane(self: _Queue) -> dict[str, int]:
         """How many leases each group holds."""
         return {text(g): int(n) for g, n in self.conn.hgetall(self.key("leased")).items()}
@@ -175,6 +180,10 @@ class AsyncLaneControls:
 
     async def resume(self: _AsyncQueue, lane: str | None = None) -> None:
         await _scripted_async(self.conn, lane_pause_call(self.calls.base, lane, False))
+
+    async def is_paused(self: _AsyncQueue) -> bool:
+        """As ``LaneControls.is_paused``."""
+        return bool(await self.conn.exists(self.key("paused")))
 
     async def paused(self: _AsyncQueue) -> tuple[bool, list[str]]:
         async with self.conn.pipeline(transaction=False) as pipe:

@@ -20,6 +20,13 @@ consumer's ``prefetch``): a parked crowd woken by a small burst shares it rather
 consumer taking it all. A job claimed before (a retry, or a lease that ran out: perhaps its
 handler killed the worker) runs with nothing else in hand, so a worker it takes down charges no
 other job an attempt: see ``LoopCore.isolate``.
+
+Starting a prefetched job needs no network, so the core keeps, for each lease in hand, when it
+runs out at the earliest by the consumer's clock (``lease_ms`` after the sending of the call
+that granted or last extended it): a job within a third of a lease of that is released, never
+started (``LoopCore.next_job``). Likewise a prefetched job starts only while the consumer's last
+word that its queue is not paused is at most ``pause_check_ms`` old; past that the shell asks
+first, and a paused queue's prefetched jobs are released (``LoopCore.pause_checked``).
 """
 
 from __future__ import annotations
@@ -51,6 +58,12 @@ HOUSEKEEPING_STEP = calls.DEFAULT_BATCH_LIMIT
 # The most time between two tries after transient errors (the park cap may be far longer).
 BACKOFF_CAP_S = 5.0
 PREFETCH = 64
+# The largest prefetch: a batch is one settle call and every lease in hand goes into one heartbeat,
+# each of which blocks the server for as long as it takes (tens of microseconds a job).
+MAX_PREFETCH = 1_000
+# How stale the consumer's knowledge that its queue is not paused may be when it starts a
+# prefetched job: older, it asks first (a prefetched job starts at most this long after ``pause``).
+PAUSE_CHECK_MS = 100
 SETTLE_DELAY_MS = 5
 BACKOFF_FIRST_S = 0.1
 SETTLE_PAUSE_CAP_S = 1.0
@@ -199,6 +212,7 @@ class Settings:
     lanes: bool
     capacity: int = 1  # the consumer's prefetch: most jobs in hand at once
     settle_delay_ms: int = SETTLE_DELAY_MS
+    pause_check_ms: int = PAUSE_CHECK_MS
 
     def __post_init__(self) -> None:
         positive = (self.lease_ms, self.park_cap_ms, self.housekeeping_ms, self.capacity)
@@ -206,6 +220,11 @@ class Settings:
                 or self.settle_delay_ms < 0:
             raise ValueError("lease_ms, park_cap_ms, housekeeping_ms, prefetch must be positive, "
                              "retry_delay_ms, park_floor_ms, settle_delay_ms non-negative")
+        if self.capacity > MAX_PREFETCH:
+            raise ValueError(f"prefetch (and an async consumer's concurrency) must be at most "
+                             f"{MAX_PREFETCH}, got {self.capacity}")
+        if self.pause_check_ms < 0:
+            raise ValueError("pause_check_ms must be non-negative")
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError("max_attempts must be positive (or None: the queue's)")
         if self.time_limit_ms is not None and self.time_limit_ms < 1:
@@ -214,6 +233,17 @@ class Settings:
     @property
     def extend_every_s(self) -> float:
         return max(self.lease_ms / 3, 1) / 1000
+
+    @property
+    def lease_s(self) -> float:
+        return self.lease_ms / 1000
+
+    @property
+    def lapse_margin_s(self) -> float:
+        """How long before its lease runs out (by the consumer's clock) a prefetched job is no
+        longer started: a third of the lease, the heartbeat's interval, so a job that starts
+        has that long for its first extend to get through."""
+        return self.lease_s / 3
 
     @property
     def batch_cap(self) -> int:
@@ -256,11 +286,14 @@ Settlement = Ack | Retry
 
 @dataclass
 class Lease:
-    """A job in hand: since when (monotonic s), and when its next extend is due."""
+    """A job in hand: since when (monotonic s), when its next extend is due, and when it runs
+    out at the earliest by this consumer's clock (the lease counted from when the call that
+    granted or last extended it was sent)."""
 
     job: Job
     started: float
     extend_at: float
+    expires: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -306,6 +339,8 @@ class LoopCore:
     unsent_rounds: int = 0  # consecutive rounds that could not be sent
     # A round to send before the job just started runs: see ``isolate``.
     isolation: Round | None = None
+    # When the last call was sent whose reply showed the queue not paused (monotonic s).
+    unpaused_at: float = float("-inf")
 
     def __post_init__(self) -> None:
         self.backoff = Backoff(min(max(self.settings.park_cap_ms / 1000, BACKOFF_FIRST_S),
@@ -363,31 +398,74 @@ class LoopCore:
 
     def took(self, job: Job, now: float) -> None:
         """``job`` was claimed at ``now`` and its handler starts: its lease is in hand."""
-        self.leases[job] = Lease(job, now, now + self.settings.extend_every_s)
+        self.leases[job] = Lease(job, now, now + self.settings.extend_every_s,
+                                 now + self.settings.lease_s)
         self.running.add(job)
 
-    def claimed(self, jobs: Sequence[Job], now: float) -> None:
-        """A claim returned ``jobs`` at ``now``: their leases are in hand, queued to run in
-        claim order."""
+    def claimed(self, jobs: Sequence[Job], now: float, sent_at: float | None = None) -> None:
+        """A claim sent at ``sent_at`` (None: ``now``) returned ``jobs`` at ``now``: their
+        leases are in hand, queued to run in claim order, each running out ``lease_ms`` after
+        ``sent_at`` at the earliest. A claim that returned jobs shows the queue was not paused."""
+        granted = now if sent_at is None else sent_at
         every = now + self.settings.extend_every_s
+        expires = granted + self.settings.lease_s
         for job in jobs:
-            self.leases[job] = Lease(job, now, every)
+            self.leases[job] = Lease(job, now, every, expires)
         self.prefetched.extend(jobs)
+        if jobs:
+            self.unpaused_at = max(self.unpaused_at, granted)
 
     def next_job(self, now: float) -> Job | None:
         """The next prefetched job still in hand, its handler starting at ``now``; None when
-        none is left (a lease lost at its heartbeat, or handed back, is skipped). A job
+        none is left (a lease lost at its heartbeat, or handed back, is skipped). A job whose
+        lease has run out by this consumer's clock, or is within ``lapse_margin_s`` of it, is
+        never started: it is let go of and released with the next round (if the server took
+        it back meanwhile, the release is refused and whoever holds it now runs it). A job
         claimed before (a suspect) is isolated first: see ``isolate``."""
         while self.prefetched:
             job = self.prefetched.popleft()
             lease = self.leases.get(job)
-            if lease is not None:
-                lease.started = now
-                self.running.add(job)
-                if job.attempt > 1:
-                    self.isolate()
-                return job
+            if lease is None:
+                continue
+            if self.lapsed(lease, now):
+                self.release_later(job, now)
+                continue
+            lease.started = now
+            self.running.add(job)
+            if job.attempt > 1:
+                self.isolate()
+            return job
         return None
+
+    def lapsed(self, lease: Lease, now: float) -> bool:
+        """Whether ``lease`` has run out by ``now``, or will within ``lapse_margin_s``."""
+        return now >= lease.expires - self.settings.lapse_margin_s
+
+    def release_later(self, job: Job, now: float) -> None:
+        """Let go of prefetched ``job``: a release of it waits for the next round."""
+        if self.leases.pop(job, None) is not None:
+            self.outbox.append(calls.Release(job))
+            if self.outbox_since is None:
+                self.outbox_since = now
+
+    # pauses ---------------------------------------------------------------------------------
+
+    def pause_check_due(self, now: float) -> bool:
+        """Whether the shell asks if the queue is paused before the next prefetched job starts:
+        jobs are prefetched and no reply has shown the queue unpaused within ``pause_check_ms``
+        (a claim that returned jobs is such a reply)."""
+        return bool(self.prefetched) \
+            and now - self.unpaused_at >= self.settings.pause_check_ms / 1000
+
+    def pause_checked(self, paused: bool, sent_at: float) -> None:
+        """The shell asked, at ``sent_at``, whether the queue is paused: if so, every job
+        prefetched and not started is released with the next round."""
+        if not paused:
+            self.unpaused_at = max(self.unpaused_at, sent_at)
+            return
+        for job in list(self.prefetched):
+            self.release_later(job, sent_at)
+        self.prefetched.clear()
 
     def isolate(self) -> None:
         """The job about to start was claimed before (a retry, or a lease that ran out: perhaps
@@ -459,28 +537,33 @@ class LoopCore:
         when any of them is due an extend (one call for all); else none."""
         if not self.extends_due(now):
             return []
-        return [*self.leases, *(outcome.job for outcome in self.outbox)]
+        return [*self.leases, *(outcome.job for outcome in self.outbox
+                                if not isinstance(outcome, calls.Release))]
 
     def heartbeat_done(self, jobs: Iterable[Job], verdicts: Sequence[Verdict] | None,
-                       now: float) -> list[Job]:
-        """The heartbeat of ``jobs`` replied ``verdicts`` (None: it failed). Schedules the next
-        extends; returns the jobs whose lease was found lost, let go of here."""
+                       now: float, sent_at: float | None = None) -> list[Job]:
+        """The heartbeat of ``jobs``, sent at ``sent_at`` (None: ``now``), replied ``verdicts``
+        (None: it failed). Schedules the next extends; returns the jobs whose lease was found
+        lost, let go of here."""
         lost: list[Job] = []
         for n, job in enumerate(jobs):
             stale = verdicts is not None and verdicts[n] is Verdict.STALE
             if stale and self.release(job):
                 lost.append(job)
             else:
-                self.extended(job, now, ok=verdicts is not None)
+                self.extended(job, now, ok=verdicts is not None, sent_at=sent_at)
         return lost
 
-    def extended(self, job: Job, now: float, *, ok: bool) -> None:
-        """An extend of ``job`` returned (``ok``) or failed; schedule the next one — sooner
+    def extended(self, job: Job, now: float, *, ok: bool, sent_at: float | None = None) -> None:
+        """An extend of ``job`` sent at ``sent_at`` (None: ``now``) returned (``ok``: its lease
+        runs ``lease_ms`` from then at the earliest) or failed; schedule the next one — sooner
         after a failure, so a passing error does not cost the lease."""
         lease = self.leases.get(job)
         if lease is not None:
             every = self.settings.extend_every_s
             lease.extend_at = now + (every if ok else max(every / 4, 0.01))
+            if ok:
+                lease.expires = (now if sent_at is None else sent_at) + self.settings.lease_s
 
     def overruns(self, now: float) -> list[Job]:
         """Running attempts in hand that have run past the time limit."""
@@ -716,6 +799,12 @@ class Lineup:
                         other.isolate()
             return index, job
         return None
+
+    def pause_checks_due(self, now: float) -> list[int]:
+        """The queues (by index) to ask whether they are paused before the next job starts:
+        each whose prefetched jobs may start and whose last word on it is too old (see
+        ``LoopCore.pause_check_due``). The shell asks each once, then takes ``next_job``."""
+        return [index for index, core in enumerate(self.cores) if core.pause_check_due(now)]
 
     def take_isolations(self) -> list[tuple[int, Round]]:
         """The rounds to send before a job claimed before starts (see ``next_job``)."""

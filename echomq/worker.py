@@ -16,10 +16,14 @@ processes, each a fresh interpreter that dies with the supervisor: the die-with-
 already gone by then ends at once — so no worker outlives a supervisor killed at any moment.
 
 A child that dies is restarted. One that dies at start (before it reached the server, or within
-``QUICK_DEATH_S`` of it: an import error, a refused connection, a server error that cannot heal)
-is restarted after a growing pause; after ``START_TRIES`` such deaths in a row the supervisor
-stops the others and exits 1 with the last reason in one line. A child that exits because a job
-overran ``--time-limit`` (the attempt already failed) is replaced at once.
+``QUICK_DEATH_S`` of it without having started a job: an import error, a refused connection, a
+server error that cannot heal) is restarted after a growing pause; after ``START_TRIES`` such
+deaths in a row the supervisor stops the others and exits 1 with the last reason in one line. A
+child that started a job is never a failed start, however soon it died (a job that kills its
+process, retried on a short lease): it is replaced at once, and that job alone is charged the
+attempts. A child that exits because a job overran ``--time-limit`` (the attempt already failed)
+is replaced at once, and so is one whose handler raised SystemExit or KeyboardInterrupt (a
+library calling ``sys.exit()``): that attempt is failed and sent first, and the consumer stops.
 
 On SIGTERM or SIGINT the supervisor asks every child to stop: each stops claiming, lets its
 running job finish and exits; a child still running after the grace period is killed, and its job
@@ -36,6 +40,7 @@ import asyncio
 import contextlib
 import functools
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -53,6 +58,7 @@ from types import FrameType
 from typing import Any
 
 from echomq import aio
+from echomq.childsignals import SignalWaiter
 from echomq.clients import async_twin
 from echomq.connection import client_like, redis_from_url
 from echomq.consumer import Consumer, error_text, refuse_unsupported
@@ -276,10 +282,12 @@ def app_queue(target: Any, name: str) -> Any:
 
 
 def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None = None,
-                   announcer: Announcer | None = None, target: Any = None) -> Consumer:
+                   announcer: Announcer | None = None, target: Any = None,
+                   on_job: Callable[[], None] | None = None) -> Consumer:
     """The blocking consumer ``spec`` describes; ``on_overrun(job)`` runs after a job overran
     its time limit (and its attempt was failed); ``announcer`` (the worker registry's record)
-    is told of each job the handler runs; ``target``: the App or handler (None: loaded)."""
+    is told of each job the handler runs; ``target``: the App or handler (None: loaded);
+    ``on_job()`` is called as each job starts."""
     target = load_target(spec.handler) if target is None else target
     conn = connect(spec, target)
     queues = [Queue(conn, name, wire=spec.wire, **queue_options(spec, target, name))
@@ -287,8 +295,7 @@ def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None 
     handler = handler_of(target, spec)
     if spec.metrics_dir is not None and not is_app(target):  # an App counts through its hooks
         handler = _counted(handler, spec, queues[0].max_attempts)
-    if announcer is not None:
-        handler = announcer.track(handler)
+    handler = _tracked(handler, announcer, on_job)
     return Consumer(queues if len(queues) > 1 else queues[0], handler,
                     **consumer_options(spec, on_overrun))
 
@@ -376,16 +383,16 @@ WorkerLoop = Consumer | AsyncWorkerLoop
 
 def build_worker_loop(spec: WorkerSpec, target: Any,
                       on_overrun: Callable[[Job], object] | None,
-                      announcer: Announcer | None) -> WorkerLoop:
-    """The blocking consumer, or (``async_concurrency``) the asyncio one, ``spec`` describes.
-    With metrics on, an App counts its tasks through ``PrometheusHooks`` (added if missing)."""
+                      announcer: Announcer | None,
+                      on_job: Callable[[], None] | None = None) -> WorkerLoop:
+    """The blocking consumer, or (``async_concurrency``) the asyncio one, ``spec`` describes;
+    ``on_job()`` is called as each job starts. With metrics on, an App counts its tasks through
+    ``PrometheusHooks`` (added if missing)."""
     if spec.metrics_dir is not None and is_app(target):
         _count_app(target, spec)
     if spec.async_concurrency is None:
-        return build_consumer(spec, on_overrun, announcer, target)
-    handler = handler_of(target, spec)
-    if announcer is not None:
-        handler = announcer.track(handler)
+        return build_consumer(spec, on_overrun, announcer, target, on_job)
+    handler = _tracked(handler_of(target, spec), announcer, on_job)
     # An async handler past its time limit is cancelled: the process, with the other jobs in
     # flight, goes on. A plain task of the App runs in a thread, which cannot be: the process
     # is replaced once the other jobs in flight are done.
@@ -396,6 +403,29 @@ def _ran_in_thread(target: Any, job: Job) -> bool:
     """Whether the App ran ``job`` in a thread (``runs_in_thread``) on the asyncio consumer."""
     runs_in_thread = getattr(target, "runs_in_thread", None)
     return callable(runs_in_thread) and bool(runs_in_thread(job))
+
+
+def _tracked(handler: Callable[[Job], object], announcer: Announcer | None,
+             on_job: Callable[[], None] | None) -> Callable[[Job], object]:
+    """``handler`` told to ``announcer`` and calling ``on_job()`` as each job starts (an
+    ``async def`` handler stays one)."""
+    if announcer is not None:
+        handler = announcer.track(handler)
+    if on_job is None:
+        return handler
+    note, inner = on_job, handler
+    if inspect.iscoroutinefunction(inner):
+        async def noted_async(job: Job) -> object:
+            note()
+            return await inner(job)
+
+        return noted_async
+
+    def noted(job: Job) -> object:
+        note()
+        return inner(job)
+
+    return noted
 
 
 def call_app(target: Any, name: str, *args: Any) -> None:
@@ -432,14 +462,27 @@ def configure_logging(level: str) -> None:
 
 class _StatusPipe:
     """The child's side of its status pipe: ``ready <monotonic s>`` once the server answered,
-    ``failed <reason>`` before a failure exit. CLOCK_MONOTONIC is the same for every process."""
+    ``ran`` when its first job starts, ``ended <monotonic s>`` when its loop ended by itself,
+    ``failed <reason>`` before a failure exit. CLOCK_MONOTONIC is the same for every process;
+    the supervisor times a death from ``ended`` when there is one, not from the exit, which
+    comes after the interpreter's own shutdown (half a second, more on a busy machine)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        self._ran = False
         os.set_inheritable(fd, False)  # the handler's own subprocesses do not hold it
 
     def ready(self) -> None:
         self._write(f"ready {time.monotonic()!r}")
+
+    def ran(self) -> None:
+        """A job starts here: from now on, this child's death is no failed start."""
+        if not self._ran:
+            self._ran = True
+            self._write("ran")
+
+    def ended(self) -> None:
+        self._write(f"ended {time.monotonic()!r}")
 
     def failed(self, exc: BaseException) -> None:
         self._write("failed " + " ".join(error_text(exc).split()))
@@ -450,12 +493,11 @@ class _StatusPipe:
 
 
 def child_main(spec_json: str, status_fd: int) -> None:
-    """A worker process: the consumer loop runs in a thread; this one waits for a signal.
-
-    The stop signals are blocked in every thread and taken with ``sigwait``, so a stop never
-    interrupts the loop midway; the loop's thread raises ``SIGUSR1`` if it ends by itself, and
-    ``SIGUSR2`` asks for an exit after a job overran its time limit."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {*STOP_SIGNALS, _ENDED, _OVERRUN})
+    """A worker process: the consumer loop runs in a thread; this one waits for a signal
+    (``SignalWaiter``, which blocks none: what a handler starts inherits no blocked signal):
+    a stop, the loop's thread ending by itself (``SIGUSR1``), or a job past its time limit
+    (``SIGUSR2``)."""
+    signals = SignalWaiter((*STOP_SIGNALS, _ENDED, _OVERRUN))
     status = _StatusPipe(status_fd)
     spec = WorkerSpec.from_json(spec_json)
     configure_logging(spec.log_level)
@@ -464,7 +506,7 @@ def child_main(spec_json: str, status_fd: int) -> None:
     try:
         target = load_target(spec.handler)
         announcer = Announcer(connect(spec, target), spec.queues, spec.wire)
-        consumer = build_worker_loop(spec, target, _ask_for_replacement, announcer)
+        consumer = build_worker_loop(spec, target, _ask_for_replacement, announcer, status.ran)
         check_server(consumer.queue.conn, spec.wire)
         call_app(target, "worker_started", spec)
     except Exception as exc:
@@ -474,7 +516,7 @@ def child_main(spec_json: str, status_fd: int) -> None:
     status.ready()
     announcer.start()
     try:
-        code = _serve(consumer, status, announcer, target)
+        code = _serve(consumer, status, announcer, target, signals)
     finally:
         _app_stopping(target)
     sys.exit(code)
@@ -488,11 +530,16 @@ def _app_stopping(target: Any) -> None:
 
 
 def _serve(consumer: WorkerLoop, status: _StatusPipe, announcer: Announcer,
-           target: Any) -> int:
+           target: Any, signals: SignalWaiter) -> int:
     failed: list[BaseException] = []
     thread = threading.Thread(target=_run_loop, args=(consumer, failed), name="echomq-consumer")
     thread.start()
-    received = signal.sigwait({*STOP_SIGNALS, _ENDED, _OVERRUN})
+    received = signals.wait()
+    if received == _ENDED:
+        status.ended()
+    if received == _ENDED and not failed:
+        log.warning("the consumer stopped by itself (a handler raised SystemExit or "
+                    "KeyboardInterrupt); the supervisor replaces this worker")
     consumer.stop()
     if received == _OVERRUN:
         if isinstance(consumer, AsyncWorkerLoop):
@@ -531,14 +578,16 @@ def _drain_beside_the_overrun(consumer: AsyncWorkerLoop) -> None:
 
 
 def _run_loop(consumer: WorkerLoop, failed: list[BaseException]) -> None:
+    """Run the loop; when it ends, for whatever reason, tell the main thread (``SIGUSR1``): if
+    no stop signal came first, this worker exits to be replaced (a handler that raised
+    SystemExit stops the loop, and a worker that no longer consumes must not look alive)."""
     try:
         consumer.run()
     except BaseException as exc:
         failed.append(exc)
         log.exception("consumer crashed")
     finally:
-        if not consumer.stopping:
-            os.kill(os.getpid(), _ENDED)
+        os.kill(os.getpid(), _ENDED)
 
 
 # the supervisor ----------------------------------------------------------------------------
@@ -565,6 +614,15 @@ class _Exit:
     code: int
     ready_at: float | None
     reason: str
+    ran: bool = False  # it started a job
+    ended_at: float | None = None  # when its loop ended by itself, if it did
+
+    def quick(self, now: float) -> bool:
+        """Whether it died before reaching the server, or within QUICK_DEATH_S of it."""
+        if self.ready_at is None:
+            return True
+        died = self.ended_at if self.ended_at is not None else now
+        return died - self.ready_at < QUICK_DEATH_S
 
 
 class Supervisor:
@@ -668,19 +726,23 @@ class Supervisor:
         log.warning("worker %d (pid %s) exited with %s", slot.index, process.pid, ended.code)
         if ended.code == EXIT_OVERRUN:
             slot.restart_at = time.monotonic()  # a replacement, not a failure
-        elif ended.ready_at is None or time.monotonic() - ended.ready_at < QUICK_DEATH_S:
+        elif not ended.ran and ended.quick(time.monotonic()):
             self._failed_at_start(slot, ended.reason)
         else:
             slot.failures, slot.backoff, slot.restart_at = 0, 0.0, time.monotonic()
 
     def _release(self, slot: _Slot, code: int) -> _Exit:
         """Close the ended child's descriptors; what its status pipe said."""
-        ready_at, reason = None, _exit_reason(code)
+        ready_at, reason, ran, ended_at = None, _exit_reason(code), False, None
         with contextlib.suppress(BlockingIOError):
             for line in os.read(slot.status, 65536).decode(errors="replace").splitlines():
                 word, _, rest = line.partition(" ")
                 if word == "ready":
                     ready_at = float(rest)
+                elif word == "ran":
+                    ran = True
+                elif word == "ended":
+                    ended_at = float(rest)
                 elif word == "failed":
                     reason = rest
         os.close(slot.status)
@@ -690,7 +752,7 @@ class Supervisor:
 
             process_ended(slot.process.pid, self.spec.metrics_dir)
         slot.process, slot.status, slot.pidfd = None, -1, -1
-        return _Exit(code, ready_at, reason)
+        return _Exit(code, ready_at, reason, ran, ended_at)
 
     def _failed_at_start(self, slot: _Slot, reason: str) -> None:
         slot.failures += 1

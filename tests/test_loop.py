@@ -14,9 +14,10 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from echomq.calls import Job
+from echomq.calls import Job, Release, Verdict
 from echomq.loop import (
     HOUSEKEEPING_STEP,
+    MAX_PREFETCH,
     Ack,
     Lineup,
     LoopCore,
@@ -139,7 +140,8 @@ def test_settlements() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"lease_ms": 0}, {"housekeeping_ms": 0}, {"max_attempts": 0},
-                                 {"time_limit_ms": 0}, {"retry_delay_ms": -1}])
+                                 {"time_limit_ms": 0}, {"retry_delay_ms": -1},
+                                 {"capacity": MAX_PREFETCH + 1}, {"pause_check_ms": -1}])
 def test_bad_settings_are_refused(bad: dict[str, int]) -> None:
     with pytest.raises(ValueError):
         settings(**bad)
@@ -344,11 +346,16 @@ class BatchMachine(RuleBasedStateMachine):
     — sent as one outcome, handed back, or lost —, each queue's jobs run in claim order, no
     later queue's job starts while an earlier queue's is prefetched, a round asks a later queue
     only for what the earlier ones left unfilled, and the hand never holds more than the
-    prefetch over both queues."""
+    prefetch over both queues. As the clock moves, no job starts once its lease has lapsed (by
+    a model of the leases: a claim or an extend that got through grants ``lease_ms`` from its
+    sending), nor within a third of a lease of that, and none after a pause check found the
+    queue paused: those go back."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.lineup = Lineup.of(settings(capacity=5, settle_delay_ms=5), 2)
+        self.lineup = Lineup.of(settings(capacity=5, settle_delay_ms=5, pause_check_ms=100), 2)
+        self.now = 0.0
+        self.expiry: dict[Job, float] = {}
         self.next_id = 0
         self.claimed: list[tuple[int, Job]] = []
         self.ran: list[tuple[int, Job]] = []
@@ -372,18 +379,20 @@ class BatchMachine(RuleBasedStateMachine):
                 attempt = data.draw(st.sampled_from([1, 1, 1, 2, 5]))
                 jobs.append(Job(f"JOB:{self.next_id}", b"", attempt))
             self.claimed += [(index, claimed) for claimed in jobs]
-            core.claimed(jobs, 0.0)
+            core.claimed(jobs, self.now + 0.01, sent_at=self.now)
+            self.expiry.update(dict.fromkeys(jobs, self.now + 0.3))
             taken += len(jobs)
         self.lineup.round_claimed(wanted, taken)
 
     @precondition(lambda self: self.current is None)
     @rule()
     def start(self) -> None:
-        self.current = self.lineup.next_job(0.0)
+        self.current = self.lineup.next_job(self.now)
         for _, isolation in self.lineup.take_isolations():
             self.sent(isolation.outcomes)
         if self.current is not None:
             index, started = self.current
+            assert self.now < self.expiry[started] - 0.1  # in time, with its margin
             self.ran.append(self.current)
             if index:  # nothing of the earlier queue was waiting to start
                 assert not self.lineup.cores[0].prefetched
@@ -410,22 +419,38 @@ class BatchMachine(RuleBasedStateMachine):
     def keeper_flush(self, index: int) -> None:
         self.sent(self.lineup.cores[index].take_round().outcomes)
 
-    @rule(index=st.integers(0, 1), data=st.data())
-    def heartbeat(self, index: int, data: st.DataObject) -> None:
-        from echomq.calls import Verdict
+    @rule(step=st.floats(min_value=0, max_value=0.15))
+    def tick(self, step: float) -> None:
+        self.now += step
 
+    @rule(index=st.integers(0, 1), through=st.booleans(), data=st.data())
+    def heartbeat(self, index: int, through: bool, data: st.DataObject) -> None:
         core = self.lineup.cores[index]
-        beat = core.heartbeat(1_000.0)
+        beat = core.heartbeat(self.now + 1_000.0)  # every lease in hand, due or not
         verdicts = [data.draw(st.sampled_from([Verdict.EXTENDED, Verdict.STALE]))
-                    for _ in beat]
-        for lost in core.heartbeat_done(beat, verdicts, 1_000.0):
+                    for _ in beat] if through else None
+        for n, extended in enumerate(beat):
+            if verdicts is not None and verdicts[n] is Verdict.EXTENDED:
+                self.expiry[extended] = self.now + 0.3
+        for lost in core.heartbeat_done(beat, verdicts, self.now + 0.01, sent_at=self.now):
             assert lost not in self.ended
             self.ended[lost] = "lost"
+
+    @precondition(lambda self: self.current is None)
+    @rule(paused=st.booleans())
+    def pause_check(self, paused: bool) -> None:
+        for index in self.lineup.pause_checks_due(self.now):
+            self.lineup.cores[index].pause_checked(paused, self.now)
+            assert not paused or not self.lineup.cores[index].prefetched
 
     @rule(index=st.integers(0, 1))
     def round_fails(self, index: int) -> None:
         core = self.lineup.cores[index]
-        core.unsent(core.take_round(), 0.0)
+        round_ = core.take_round()
+        for outcome in round_.outcomes:  # a release not sent: the lease runs out, recovered
+            if type(outcome).__name__ == "Release":
+                self.ended[outcome.job] = "left to recovery"
+        core.unsent(round_, 0.0)
 
     @precondition(lambda self: self.current is None)
     @rule()
@@ -469,3 +494,70 @@ def test_a_job_held_back_for_the_others_to_finish_starts_its_time_limit_when_it_
     assert core.overruns(10.0) == [] and core.heartbeat(10.0) == [suspect(1)]
     core.restarted(suspect(1), 10.0)
     assert core.overruns(10.3) == [] and core.overruns(10.4) == [suspect(1)]
+
+
+# lapsed leases and pauses --------------------------------------------------------------------
+
+
+def released(core: LoopCore) -> list[Job]:
+    return [outcome.job for outcome in core.outbox if isinstance(outcome, Release)]
+
+
+def test_a_prefetched_job_whose_lease_lapsed_by_the_consumers_clock_is_released_not_run() -> None:
+    """lease 300 ms from the claim's sending (10.0): a job starts until 10.2 (a third of the
+    lease before its end), not after; those left go back with the next round."""
+    core = LoopCore(settings(lease_ms=300))
+    core.claimed([job(1), job(2), job(3)], 10.05, sent_at=10.0)
+    assert core.next_job(10.19) == job(1)
+    assert core.finished(job(1))
+    assert core.next_job(10.21) is None
+    assert released(core) == [job(2), job(3)] and not core.leases
+    assert core.outbox_due(10.21 + core.settings.settle_delay_ms / 1000)
+    assert [type(o) for o in core.take_round(claim=4).outcomes] == [Release, Release]
+
+
+def test_a_heartbeat_that_got_through_keeps_the_prefetched_jobs_startable() -> None:
+    core = LoopCore(settings(lease_ms=300))
+    core.claimed([job(1), job(2), job(3)], 0.01, sent_at=0.0)
+    beat = core.heartbeat(0.11)
+    assert beat == [job(1), job(2), job(3)]
+    core.heartbeat_done(beat, [Verdict.EXTENDED] * len(beat), 0.12, sent_at=0.1)
+    assert core.next_job(0.29) == job(1)  # 0.1 + 0.3 - 0.1: still in time
+    core.finished(job(1))
+    beat = core.heartbeat(0.22)
+    assert beat
+    core.heartbeat_done(beat, None, 0.23, sent_at=0.22)  # failed: no time gained
+    assert core.next_job(0.31) is None
+    assert released(core) == [job(2), job(3)]
+
+
+def test_a_consumer_without_heartbeat_starts_no_job_late_in_its_batchs_lease() -> None:
+    core = LoopCore(settings(lease_ms=300, heartbeat=False))
+    core.claimed([job(1), job(2)], 0.0)
+    assert core.next_job(0.15) == job(1)
+    core.finished(job(1))
+    assert core.next_job(0.25) is None and released(core) == [job(2)]
+
+
+def test_a_pause_check_is_due_once_the_last_word_is_older_than_the_interval() -> None:
+    core = LoopCore(settings(pause_check_ms=100))
+    assert not core.pause_check_due(50.0)  # nothing prefetched: nothing to ask about
+    core.claimed([job(1), job(2), job(3)], 0.01, sent_at=0.0)  # jobs came: not paused then
+    assert not core.pause_check_due(0.09)
+    assert core.pause_check_due(0.1)
+    core.pause_checked(False, 0.1)
+    assert not core.pause_check_due(0.15)
+    assert core.next_job(0.15) == job(1)
+    core.finished(job(1))
+    core.pause_checked(True, 0.3)
+    assert not core.prefetched and released(core) == [job(2), job(3)]
+    assert core.next_job(0.3) is None and not core.pause_check_due(0.5)
+
+
+def test_with_no_interval_every_prefetched_start_asks_first() -> None:
+    lineup = Lineup.of(settings(pause_check_ms=0), 2)
+    lineup.cores[1].claimed([job(1)], 0.0)
+    assert lineup.pause_checks_due(0.0) == [1]
+    lineup.cores[1].pause_checked(False, 0.0)
+    assert lineup.next_job(0.0) == (1, job(1))
+    assert lineup.pause_checks_due(0.0) == []
