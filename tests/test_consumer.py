@@ -379,8 +379,10 @@ def test_wire6_drains_the_flat_queue_natively(make: Make, conn: redis.Redis) -> 
     assert handled == [f"JOB:{n:02d}" for n in range(20)]
     assert after.get("evalsha", 0) == before.get("evalsha", 0)
     assert after.get("emq.ack", 0) == before.get("emq.ack", 0)  # acks ride on the claims
-    # batches of 1, 2, 4, 8, then the 5 left, then the empty claim that sends the last acks
-    assert after["emq.settle"] - before.get("emq.settle", 0) == 6
+    # batches of 1, 2, 4, 8, then the 5 left, then the empty claim that sends the last acks; on
+    # a busy machine an outcome that waited too long may go in a settle of its own
+    settles = after["emq.settle"] - before.get("emq.settle", 0)
+    assert 6 <= settles < 20, settles
     assert queue.counts()["pending"] == 0
 
 

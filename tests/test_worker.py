@@ -222,17 +222,18 @@ def test_wire6_without_trafikey_exits_at_once_saying_why(
         assert supervisor.exit_code(within=20) == 1
     finally:
         bare.stop()
-    lines = supervisor.log().strip().splitlines()
-    assert len(lines) == 1, lines
-    assert "trafikey" in lines[0] and "--loadmodule" in lines[0]
+    error, hint = supervisor.log().strip().splitlines()
+    assert error.startswith("error: ") and "trafikey" in error, error
+    assert hint.startswith("hint: ") and "--loadmodule" in hint, hint
 
 
 def test_an_unreachable_server_exits_at_once_saying_why(workers: Callable[..., Workers]) -> None:
     url = f"redis://127.0.0.1:{free_port()}"
     supervisor = workers("q", url=url)
     assert supervisor.exit_code(within=20) == 1
-    lines = supervisor.log().strip().splitlines()
-    assert len(lines) == 1 and url in lines[0] and "Connection refused" in lines[0], lines
+    error, hint = supervisor.log().strip().splitlines()
+    assert error.startswith("error: ") and url in error and "Connection refused" in error, error
+    assert hint.startswith("hint: "), hint
 
 
 @pytest.fixture
