@@ -82,6 +82,7 @@ from echomq.parking import (
     take_token,
     token_taken,
 )
+from echomq.once import async_flush_once, async_send_once
 from echomq.registry import REGISTRY_KEY
 from echomq.scripts import script_for
 from echomq.transitions import Transition
@@ -122,11 +123,7 @@ class AsyncExecutor(ABC):
                 for call, reply in zip(calls, replies, strict=True)]
 
     async def _flush(self, client: Any, calls: Sequence[Call]) -> list[Any]:
-        async with client.pipeline(transaction=False) as pipe:
-            for transition, keys, args in calls:
-                self._queue(pipe, transition, keys, args)
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
-        return replies
+        return await async_flush_once(client, [self.command(*call) for call in calls])
 
     async def _settle(self, client: Any, call: Call, reply: Any) -> Any:
         if isinstance(reply, twins(NoScriptError)):
@@ -150,8 +147,8 @@ class AsyncExecutor(ABC):
                     args: Sequence[Arg]) -> Any: ...
 
     @abstractmethod
-    def _queue(self, pipe: Any, transition: Transition, keys: Sequence[str],
-               args: Sequence[Arg]) -> None: ...
+    def command(self, transition: Transition, keys: Sequence[str],
+                 args: Sequence[Arg]) -> tuple[Any, ...]: ...
 
 
 class AsyncScriptExecutor(AsyncExecutor):
@@ -167,16 +164,17 @@ class AsyncScriptExecutor(AsyncExecutor):
 
     async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
                     args: Sequence[Arg]) -> Any:
-        script = script_for(transition)
-        try:  # execute_command: a cluster pipeline refuses .evalsha(), not EVALSHA itself
-            return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        command = self.command(transition, keys, args)
+        try:
+            return await async_send_once(client, *command)
         except twins(NoScriptError):
-            await client.script_load(script.source)
-            return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            await client.script_load(script_for(transition).source)
+            return await async_send_once(client, *command)
 
-    def _queue(self, pipe: Any, transition: Transition, keys: Sequence[str],
-               args: Sequence[Arg]) -> None:
-        pipe.execute_command("EVALSHA", script_for(transition).sha, len(keys), *keys, *args)
+    def command(self, transition: Transition, keys: Sequence[str],
+                 args: Sequence[Arg]) -> tuple[Any, ...]:
+        # EVALSHA as a command: a cluster pipeline refuses .evalsha(), not EVALSHA itself
+        return ("EVALSHA", script_for(transition).sha, len(keys), *keys, *args)
 
 
 class AsyncNativeExecutor(AsyncExecutor):
@@ -194,11 +192,11 @@ class AsyncNativeExecutor(AsyncExecutor):
     async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
                     args: Sequence[Arg]) -> Any:
         await self.prepare(client, transition)
-        return await client.execute_command(transition.native, len(keys), *keys, *args)
+        return await async_send_once(client, *self.command(transition, keys, args))
 
-    def _queue(self, pipe: Any, transition: Transition, keys: Sequence[str],
-               args: Sequence[Arg]) -> None:
-        pipe.execute_command(transition.native, len(keys), *keys, *args)
+    def command(self, transition: Transition, keys: Sequence[str],
+                 args: Sequence[Arg]) -> tuple[Any, ...]:
+        return (transition.native, len(keys), *keys, *args)
 
 
 _EXECUTORS: dict[int, AsyncExecutor] = {5: AsyncScriptExecutor(), 6: AsyncNativeExecutor()}
