@@ -58,6 +58,8 @@ def send_once(client: Any, *command: Any) -> Any:
 
 def flush_once(client: Any, commands: Sequence[Command]) -> list[Any]:
     """A reply (or the server's error, not raised) per command, sent together once."""
+    if not commands:
+        return []
     if not sends_once(client):
         with client.pipeline(transaction=False) as pipe:
             for command in commands:
@@ -119,6 +121,8 @@ async def async_send_once(client: Any, *command: Any) -> Any:
 
 async def async_flush_once(client: Any, commands: Sequence[Command]) -> list[Any]:
     """``flush_once`` for an asyncio client."""
+    if not commands:
+        return []
     if not sends_once(client):
         async with client.pipeline(transaction=False) as pipe:
             for command in commands:
