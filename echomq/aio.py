@@ -29,11 +29,13 @@ from echomq.calls import (
     Outcome,
     QueueCalls,
     Verdict,
+    admission_reads,
     earliest,
     evicting_policy,
     eviction_message,
     fenced,
     job_of,
+    lost_admission,
     outcome_of,
     settled,
 )
@@ -82,7 +84,7 @@ from echomq.parking import (
     take_token,
     token_taken,
 )
-from echomq.once import async_flush_once, async_send_once
+from echomq.once import LOST_REPLY, async_flush_once, async_send_once
 from echomq.registry import REGISTRY_KEY
 from echomq.scripts import script_for
 from echomq.transitions import Transition
@@ -253,9 +255,30 @@ class Queue(AsyncLaneControls):
                       now: int | None = None) -> Verdict:
         """As ``echomq.Queue.enqueue``: at once, or delayed with ``delay_ms`` / ``at_ms``."""
         call = self.calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms)
-        verdict = Verdict.of(await self._send(call))
+        started = time.monotonic()
+        try:
+            verdict = Verdict.of(await self._send(call))
+        except LOST_REPLY:
+            verdict = await self._after_lost_reply(call, started)
         await self._register()
         return verdict
+
+    async def _after_lost_reply(self, call: Call, started: float) -> Verdict:
+        """As ``echomq.Queue._after_lost_reply``."""
+        verdict = await self._lost_admission(call, started)
+        if verdict is not None:
+            return verdict
+        verdict = Verdict.of(await self._send(call))
+        if verdict is Verdict.DUPLICATE:
+            return await self._lost_admission(call, started) or verdict
+        return verdict
+
+    async def _lost_admission(self, call: Call, started: float) -> Verdict | None:
+        async with self.conn.pipeline(transaction=False) as pipe:
+            for command in admission_reads(call):
+                pipe.execute_command(*command)
+            replies = await pipe.execute()
+        return lost_admission(call, replies, time.monotonic() - started)
 
     async def enqueue_many(self, items: Iterable[Item], *,
                            now: int | None = None) -> list[Verdict]:

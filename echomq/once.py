@@ -22,11 +22,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from redis.exceptions import ResponseError
+from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
 from echomq.clients import twins
 
 Command = Sequence[Any]
+# The errors after which a call sent may have been applied without its reply reaching us.
+LOST_REPLY: tuple[type[Exception], ...] = (ConnectionError, TimeoutError)
 
 
 def sends_once(client: Any) -> bool:

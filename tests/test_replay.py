@@ -4,7 +4,8 @@ and on clients built to retry (``Retry``, as redis-py 6 and later do by default)
 
 A transition is never sent again by the client: the caller sees the connection error, and what
 it sends again is safe — the consumer's own retry of an ack whose reply was lost answers ACKED
-(its ``on_ack`` runs, no refused ack is logged); an admin purge sends nothing twice.
+(its ``on_ack`` runs, no refused ack is logged), an enqueue that went through answers ENQUEUED;
+an admin purge or requeue sends nothing twice.
 """
 
 from __future__ import annotations
@@ -107,17 +108,36 @@ def test_an_ack_whose_reply_was_lost_raises_and_its_replay_answers_acked(
     assert proxy.dropped == 1
 
 
-def test_an_enqueue_whose_reply_was_lost_is_not_sent_again(
-        proxy: ReplyDropper, conn: redis.Redis, wire: int) -> None:
-    """Sent again, the admission would have answered DUPLICATE for the job it admitted; the
-    caller hears the lost reply instead, and the job is admitted once."""
+@pytest.mark.parametrize("now", [NOW, None], ids=["explicit-now", "server-clock"])
+def test_an_enqueue_whose_reply_was_lost_answers_enqueued(
+        proxy: ReplyDropper, conn: redis.Redis, wire: int, now: int | None) -> None:
+    """Sent again blindly, the admission would answer DUPLICATE for the job it admitted: the
+    queue reads the row instead, finds its own admission, and answers ENQUEUED, once."""
     queue = Queue(retrying_client(proxy), "work", wire=wire)
     sha_or_name = marker(ENQUEUE, wire)
     proxy.drop(lambda chunk: sha_or_name in chunk)
-    with pytest.raises(redis.ConnectionError):
-        queue.enqueue("JOB:1", b"x", now=NOW)
+    assert queue.enqueue("JOB:1", b"x", now=now) is Verdict.ENQUEUED
     assert conn.zrange("emq:{work}:pending", 0, -1) == [b"JOB:1"]
     assert proxy.dropped == 1
+    assert queue.enqueue("JOB:1", b"x", now=now) is Verdict.DUPLICATE  # a second call's
+
+
+def test_an_admission_whose_reply_was_lost_is_told_from_another_producers() -> None:
+    """The rule behind it: the row must hold the call's payload, admitted within the call."""
+    from echomq.calls import QueueCalls, lost_admission
+
+    calls = QueueCalls("work")
+    explicit, clocked = calls.enqueue("JOB:1", b"x", None, NOW), calls.enqueue("JOB:1", b"x",
+                                                                              None, None)
+    clock = (NOW // 1000, (NOW % 1000) * 1000)
+    assert lost_admission(explicit, [(None, None), clock], 0.1) is None
+    assert lost_admission(explicit, [(b"x", str(NOW).encode()), clock], 0.1) is Verdict.ENQUEUED
+    assert lost_admission(explicit, [(b"y", str(NOW).encode()), clock], 0.1) is Verdict.DUPLICATE
+    assert lost_admission(explicit, [(b"x", b"5"), clock], 0.1) is Verdict.DUPLICATE
+    assert lost_admission(clocked, [(b"x", str(NOW - 50).encode()), clock], 0.1) \
+        is Verdict.ENQUEUED
+    assert lost_admission(clocked, [(b"x", str(NOW - 500).encode()), clock], 0.1) \
+        is Verdict.DUPLICATE  # admitted before this call was sent
 
 
 def dead_jobs(conn: redis.Redis, count: int) -> None:
@@ -169,8 +189,12 @@ def test_the_asyncio_client_sends_a_transition_once(proxy: ReplyDropper, conn: r
             await queue.claim_many(1, now=NOW)
         # the lost claim leased the job once, not twice
         assert await queue.claim_many(1, now=NOW) == []
+        proxy.drop(lambda chunk: marker(ENQUEUE, wire) in chunk)
+        assert await queue.enqueue("JOB:2", b"y") is Verdict.ENQUEUED
         await client.aclose() if hasattr(client, "aclose") else await client.close()
 
     asyncio.run(body())
     assert conn.zrange("emq:{work}:active", 0, -1) == [b"JOB:1"]
     assert conn.hget("emq:{work}:job:JOB:1", "attempts") == b"1"
+    assert conn.zrange("emq:{work}:pending", 0, -1) == [b"JOB:2"]
+    assert proxy.dropped == 2
