@@ -123,7 +123,7 @@ int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModule
 
 /* replayed of the prelude: what a lease that is not current answers when its settlement went
  * through already (docs/PROTOCOL.md, Replays). error NULL: an ack, ACKED when the row is a
- * tombstone (no payload) at fence. Else a retry: the row at fence, its payload kept and its error
+ * tombstone (no payload, expiring) at fence. Else a retry: the row at fence, its payload kept and its error
  * exactly error, DEAD while the id is in dead, else RETRYING. STALE otherwise. Reads only. */
 const char *replayed(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence, ValkeyModuleString *error,
                      ValkeyModuleKey *dead, ValkeyModuleString *id) {
@@ -138,7 +138,7 @@ const char *replayed(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence
     }
     if (payload != NULL) ValkeyModule_FreeString(ctx, payload);
     if (kept != NULL) ValkeyModule_FreeString(ctx, kept);
-    if (error == NULL) return has_payload ? "STALE" : "ACKED";
+    if (error == NULL) return has_payload || ValkeyModule_GetAbsExpire(row) < 0 ? "STALE" : "ACKED";
     if (!has_payload || !same) return "STALE";
     double score;
     return ValkeyModule_ZsetScore(dead, id, &score) == VALKEYMODULE_OK ? "DEAD" : "RETRYING";

@@ -303,10 +303,11 @@ class QueueMachine(RuleBasedStateMachine):
         refused whole."""
         job_id, fence = self.pick_lease(data)
         argv = [2, key(b"active"), key(b"job", job_id), job_id, fence, retention_ms, result]
+        current = self.is_current(job_id, fence)
         reply = self.fenced(ACK_RESULT, job_id, fence, argv)
         if len(result) > 524_288:
             assert reply.startswith(b"-EMQSIZE "), reply
-        if reply == status("ACKED"):
+        if reply == status("ACKED") and current:  # a replay writes nothing
             self.live.discard(job_id)
             self.check_result(job_id, result, retention_ms)
 
@@ -402,7 +403,7 @@ class QueueMachine(RuleBasedStateMachine):
             return
         verdicts, jobs = parsed(reply)
         self.check_settled(items, current, verdicts)
-        self.check_results(items, verdicts, retention_ms)
+        self.check_results(items, current, verdicts, retention_ms)
         self.check_released(items, verdicts, attempts, [job[0] for job in jobs])
         assert [job[0] for job in jobs] == waiting, "settle skipped the oldest live jobs"
         for job_id, _payload, _attempt, fence in jobs:
@@ -435,12 +436,16 @@ class QueueMachine(RuleBasedStateMachine):
             if verdict == b"ACKED":
                 self.live.discard(job_id)
 
-    def check_results(self, items: list[tuple[bytes, bytes, int, Argv]], verdicts: list[bytes],
-                      retention_ms: int) -> None:
-        """A done item that acked left its result in the tombstone."""
-        for (op, job_id, _, tail), verdict in zip(items, verdicts, strict=True):
-            if op == b"done" and verdict == b"ACKED":
+    def check_results(self, items: list[tuple[bytes, bytes, int, Argv]], current: list[bool],
+                      verdicts: list[bytes], retention_ms: int) -> None:
+        """A done item that acked its current lease left its result in the tombstone (a replay
+        writes nothing)."""
+        first: set[bytes] = set()
+        for (op, job_id, _, tail), was_current, verdict in zip(items, current, verdicts,
+                                                               strict=True):
+            if op == b"done" and verdict == b"ACKED" and was_current and job_id not in first:
                 self.check_result(job_id, tail[0], retention_ms)
+            first.add(job_id)
 
     def check_released(self, items: list[tuple[bytes, bytes, int, Argv]], verdicts: list[bytes],
                        attempts: dict[bytes, int], claimed: list[bytes]) -> None:

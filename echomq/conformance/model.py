@@ -522,13 +522,14 @@ class Model:
     def replayed(self, row: bytes, fence: int, error: bytes | None = None,
                  dead: bytes = b"", job_id: bytes = b"") -> str:
         """What a lease that is not current answers when its settlement went through already:
-        an ack (``error`` None) left a tombstone (no payload) at ``fence``, ACKED; a retry left
-        the row at ``fence`` with its error, DEAD while in ``dead``, else RETRYING. Else STALE."""
+        an ack (``error`` None) left a tombstone (no payload, expiring) at ``fence``, ACKED; a
+        retry left the row at ``fence`` with its error, DEAD while in ``dead``, else RETRYING.
+        Else STALE."""
         if self.kind(row) != b"hash" or int_field(self.hget(row, b"fence"), 0) != fence:
             return "STALE"
         has_payload = self.hget(row, b"payload") is not None
         if error is None:
-            return "STALE" if has_payload else "ACKED"
+            return "STALE" if has_payload or not self.keys[row].expires else "ACKED"
         if not has_payload or self.hget(row, b"error") != error:
             return "STALE"
         in_dead = self.kind(dead) == b"zset" and job_id in self.keys[dead].data

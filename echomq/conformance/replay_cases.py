@@ -30,6 +30,8 @@ def single_verb_cases() -> Iterator[Case]:
         yield _case(name, "replay-of-an-ack-with-result", _argv(name), b"+ACKED",
                     ACKED_WITH_RESULT)
         yield _case(name, "replay-other-fence", _argv(name, fence=2), b"+STALE", ACKED)
+        yield _case(name, "replay-row-without-payload-not-expiring", _argv(name), b"+STALE",
+                    ACKED[:1])
         yield _case(name, "replay-after-a-retry", _argv(name), b"+STALE", retried("delayed"))
         yield _case(name, "replay-while-leased-again", _argv(name), b"+STALE",
                     leased("JOB:1", attempt=2, fence=2))

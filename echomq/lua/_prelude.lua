@@ -172,7 +172,7 @@ end
 
 -- What a lease that is not current answers when its settlement went through already: a replay
 -- (docs/PROTOCOL.md, Replays). An ack (error nil) left the tombstone, a row without payload
--- (only an ack removes it) at the lease's fence: ACKED. A retry left the row at that fence with
+-- (only an ack removes it) at the lease's fence, expiring: ACKED. A retry left the row at that fence with
 -- its error: DEAD while it is in dead, else RETRYING. Fences never repeat, so no other lease
 -- leaves a row so; anything else is STALE. Reads only.
 local function replayed(row, fence, error, dead, id)
@@ -180,7 +180,7 @@ local function replayed(row, fence, error, dead, id)
   if int_field(redis.call('HGET', row, 'fence'), 0) ~= fence then return 'STALE' end
   local has_payload = redis.call('HEXISTS', row, 'payload') == 1
   if error == nil then
-    if has_payload then return 'STALE' end
+    if has_payload or redis.call('PTTL', row) < 0 then return 'STALE' end
     return 'ACKED'
   end
   if not has_payload or redis.call('HGET', row, 'error') ~= error then return 'STALE' end
