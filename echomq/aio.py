@@ -73,6 +73,7 @@ from echomq.loop import (
     more_due,
     park_socket_timeout,
 )
+from echomq.once import async_flush_once, async_send_once, lost_reply
 from echomq.parking import (
     TOKEN_ROLE,
     WATCH_ROLE,
@@ -84,7 +85,6 @@ from echomq.parking import (
     take_token,
     token_taken,
 )
-from echomq.once import LOST_REPLY, async_flush_once, async_send_once
 from echomq.registry import REGISTRY_KEY
 from echomq.scripts import script_for
 from echomq.transitions import Transition
@@ -258,7 +258,7 @@ class Queue(AsyncLaneControls):
         started = time.monotonic()
         try:
             verdict = Verdict.of(await self._send(call))
-        except LOST_REPLY:
+        except lost_reply():
             verdict = await self._after_lost_reply(call, started)
         await self._register()
         return verdict

@@ -31,6 +31,11 @@ Command = Sequence[Any]
 LOST_REPLY: tuple[type[Exception], ...] = (ConnectionError, TimeoutError)
 
 
+def lost_reply() -> tuple[type[BaseException], ...]:
+    """``LOST_REPLY`` from either client library (``echomq.clients.twins``)."""
+    return twins(*LOST_REPLY)
+
+
 def sends_once(client: Any) -> bool:
     """Whether ``client`` is one this module sends on (a standalone client, not a pipeline)."""
     return hasattr(client, "connection_pool") and hasattr(client, "parse_response") \

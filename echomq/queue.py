@@ -41,7 +41,7 @@ from echomq.clients import twins
 from echomq.errors import EvictionPolicyWarning
 from echomq.executors import executor_for
 from echomq.lanes import LaneControls, lane_depths_of
-from echomq.once import LOST_REPLY
+from echomq.once import lost_reply
 from echomq.registry import REGISTRY_KEY
 from echomq.waiting import next_block_s, wait_slice_s
 
@@ -125,7 +125,7 @@ class Queue(LaneControls):
         started = time.monotonic()
         try:
             verdict = Verdict.of(self._send(call))
-        except LOST_REPLY:
+        except lost_reply():
             verdict = self._after_lost_reply(call, started)
         self._register()
         return verdict
