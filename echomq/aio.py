@@ -29,11 +29,13 @@ from echomq.calls import (
     Outcome,
     QueueCalls,
     Verdict,
+    admission_reads,
     earliest,
     evicting_policy,
     eviction_message,
     fenced,
     job_of,
+    lost_admission,
     outcome_of,
     settled,
 )
@@ -71,6 +73,7 @@ from echomq.loop import (
     more_due,
     park_socket_timeout,
 )
+from echomq.once import async_flush_once, async_send_once, lost_reply
 from echomq.parking import (
     TOKEN_ROLE,
     WATCH_ROLE,
@@ -122,11 +125,7 @@ class AsyncExecutor(ABC):
                 for call, reply in zip(calls, replies, strict=True)]
 
     async def _flush(self, client: Any, calls: Sequence[Call]) -> list[Any]:
-        async with client.pipeline(transaction=False) as pipe:
-            for transition, keys, args in calls:
-                self._queue(pipe, transition, keys, args)
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
-        return replies
+        return await async_flush_once(client, [self.command(*call) for call in calls])
 
     async def _settle(self, client: Any, call: Call, reply: Any) -> Any:
         if isinstance(reply, twins(NoScriptError)):
@@ -150,8 +149,8 @@ class AsyncExecutor(ABC):
                     args: Sequence[Arg]) -> Any: ...
 
     @abstractmethod
-    def _queue(self, pipe: Any, transition: Transition, keys: Sequence[str],
-               args: Sequence[Arg]) -> None: ...
+    def command(self, transition: Transition, keys: Sequence[str],
+                 args: Sequence[Arg]) -> tuple[Any, ...]: ...
 
 
 class AsyncScriptExecutor(AsyncExecutor):
@@ -167,16 +166,17 @@ class AsyncScriptExecutor(AsyncExecutor):
 
     async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
                     args: Sequence[Arg]) -> Any:
-        script = script_for(transition)
-        try:  # execute_command: a cluster pipeline refuses .evalsha(), not EVALSHA itself
-            return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        command = self.command(transition, keys, args)
+        try:
+            return await async_send_once(client, *command)
         except twins(NoScriptError):
-            await client.script_load(script.source)
-            return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            await client.script_load(script_for(transition).source)
+            return await async_send_once(client, *command)
 
-    def _queue(self, pipe: Any, transition: Transition, keys: Sequence[str],
-               args: Sequence[Arg]) -> None:
-        pipe.execute_command("EVALSHA", script_for(transition).sha, len(keys), *keys, *args)
+    def command(self, transition: Transition, keys: Sequence[str],
+                 args: Sequence[Arg]) -> tuple[Any, ...]:
+        # EVALSHA as a command: a cluster pipeline refuses .evalsha(), not EVALSHA itself
+        return ("EVALSHA", script_for(transition).sha, len(keys), *keys, *args)
 
 
 class AsyncNativeExecutor(AsyncExecutor):
@@ -194,11 +194,11 @@ class AsyncNativeExecutor(AsyncExecutor):
     async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
                     args: Sequence[Arg]) -> Any:
         await self.prepare(client, transition)
-        return await client.execute_command(transition.native, len(keys), *keys, *args)
+        return await async_send_once(client, *self.command(transition, keys, args))
 
-    def _queue(self, pipe: Any, transition: Transition, keys: Sequence[str],
-               args: Sequence[Arg]) -> None:
-        pipe.execute_command(transition.native, len(keys), *keys, *args)
+    def command(self, transition: Transition, keys: Sequence[str],
+                 args: Sequence[Arg]) -> tuple[Any, ...]:
+        return (transition.native, len(keys), *keys, *args)
 
 
 _EXECUTORS: dict[int, AsyncExecutor] = {5: AsyncScriptExecutor(), 6: AsyncNativeExecutor()}
@@ -255,9 +255,30 @@ class Queue(AsyncLaneControls):
                       now: int | None = None) -> Verdict:
         """As ``echomq.Queue.enqueue``: at once, or delayed with ``delay_ms`` / ``at_ms``."""
         call = self.calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms)
-        verdict = Verdict.of(await self._send(call))
+        started = time.monotonic()
+        try:
+            verdict = Verdict.of(await self._send(call))
+        except lost_reply():
+            verdict = await self._after_lost_reply(call, started)
         await self._register()
         return verdict
+
+    async def _after_lost_reply(self, call: Call, started: float) -> Verdict:
+        """As ``echomq.Queue._after_lost_reply``."""
+        verdict = await self._lost_admission(call, started)
+        if verdict is not None:
+            return verdict
+        verdict = Verdict.of(await self._send(call))
+        if verdict is Verdict.DUPLICATE:
+            return await self._lost_admission(call, started) or verdict
+        return verdict
+
+    async def _lost_admission(self, call: Call, started: float) -> Verdict | None:
+        async with self.conn.pipeline(transaction=False) as pipe:
+            for command in admission_reads(call):
+                pipe.execute_command(*command)
+            replies = await pipe.execute()
+        return lost_admission(call, replies, time.monotonic() - started)
 
     async def enqueue_many(self, items: Iterable[Item], *,
                            now: int | None = None) -> list[Verdict]:

@@ -218,6 +218,33 @@ def fenced(job: Job, reply: Any) -> Verdict:
     return verdict
 
 
+def admission_reads(call: Call) -> list[tuple[str, ...]]:
+    """What tells whether an admission whose reply was lost went through, read after it: the
+    row's payload and enqueued_at, then the server's clock (``TIME``)."""
+    return [("HMGET", call[1][0], "payload", "enqueued_at"), ("TIME",)]
+
+
+def lost_admission(call: Call, replies: Sequence[Any], elapsed_s: float) -> Verdict | None:
+    """What an admission whose reply was lost did, from ``admission_reads`` sent
+    ``elapsed_s`` after it was: ENQUEUED when the row holds its payload and was admitted within
+    the call — enqueued_at the call's ``now``, or (``now`` ``*``) no earlier than the server's
+    clock less the time the call took; DUPLICATE for any other row; None when there is no row
+    (nothing was admitted: the call may be sent again)."""
+    (payload, enqueued_at), (seconds, micros) = replies
+    if payload is None:
+        return None
+    transition, _keys, args = call
+    stamp = text(args[transition.args.index("now")])
+    sent = payload_bytes(args[transition.args.index("payload")])
+    at = int(enqueued_at) if enqueued_at is not None and text(enqueued_at).isdigit() else -1
+    if stamp == "*":
+        clock_ms = int(seconds) * 1000 + int(micros) // 1000
+        within = at >= clock_ms - int(elapsed_s * 1000) - 1
+    else:
+        within = at == int(stamp)
+    return Verdict.ENQUEUED if within and payload_bytes(payload) == sent else Verdict.DUPLICATE
+
+
 def earliest(heads: Sequence[Any]) -> int | None:
     """The lowest score among ``ZRANGE key 0 0 WITHSCORES`` replies, as ms."""
     times = [int(head[0][1]) for head in heads if head]

@@ -1,6 +1,9 @@
 """Clients for workers: every connection has timeouts, TCP keepalive and a health check, so a
 server that died (or a network that dropped it) is noticed instead of waited on for ever.
 
+These clients keep redis-py's own retry policy for reads; transitions are sent once whatever
+it is (``echomq.once``: a transition replayed after a lost reply would be applied twice).
+
 Parking is safe on these clients and on any other: a consumer parks for less than the socket
 timeout of the connection it parks on (``socket_timeout_of``), so a BLPOP always answers first.
 """

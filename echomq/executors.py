@@ -1,7 +1,8 @@
 """The two executors of every transition, chosen by ``wire=``: scripts (5) and native (6).
 
 Both take the same keys and arguments and receive byte-identical replies; the Queue talks to the
-``Executor`` interface and never branches on the wire itself.
+``Executor`` interface and never branches on the wire itself. A transition is sent once, never
+through the client's automatic retry (``echomq.once``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from echomq.calls import Arg, Call
 from echomq.clients import twins
 from echomq.errors import TrafikeyMissing, Wire6Unsupported, from_reply
+from echomq.once import flush_once, send_once
 from echomq.scripts import script_for
 from echomq.transitions import Transition
 
@@ -65,11 +67,7 @@ class Executor(ABC):
                                                                          strict=True)]
 
     def _flush(self, client: Any, calls: Sequence[Call]) -> list[Any]:
-        with client.pipeline(transaction=False) as pipe:
-            for transition, keys, args in calls:
-                self._send(pipe, transition, keys, args)
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-        return replies
+        return flush_once(client, [self.command(*call) for call in calls])
 
     def _settle(self, client: Any, call: Call, reply: Any) -> Any:
         if isinstance(reply, twins(NoScriptError)):
@@ -90,6 +88,11 @@ class Executor(ABC):
         """Makes ``transition`` runnable again on a server that refused it with NOSCRIPT."""
 
     @abstractmethod
+    def command(self, transition: Transition, keys: Sequence[str],
+                args: Sequence[Arg]) -> tuple[Any, ...]:
+        """The command that runs ``transition`` on this wire."""
+
+    @abstractmethod
     def _send(self, client: Any, transition: Transition, keys: Sequence[str],
               args: Sequence[Arg]) -> Any: ...
 
@@ -99,14 +102,19 @@ class ScriptExecutor(Executor):
 
     wire = 5
 
+    def command(self, transition: Transition, keys: Sequence[str],
+                args: Sequence[Arg]) -> tuple[Any, ...]:
+        # EVALSHA as a command: a RedisCluster pipeline refuses .evalsha(), not EVALSHA itself
+        return ("EVALSHA", script_for(transition).sha, len(keys), *keys, *args)
+
     def _send(self, client: Any, transition: Transition, keys: Sequence[str],
               args: Sequence[Arg]) -> Any:
-        script = script_for(transition)
-        try:  # execute_command: a RedisCluster pipeline refuses .evalsha(), not EVALSHA itself
-            return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        command = self.command(transition, keys, args)
+        try:
+            return send_once(client, *command)
         except twins(NoScriptError):
-            client.script_load(script.source)
-            return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            client.script_load(script_for(transition).source)
+            return send_once(client, *command)
 
     def prepare(self, client: Any, transition: Transition) -> None:
         """Nothing: a batch is sent as EVALSHA, and only a NOSCRIPT reply loads the script."""
@@ -120,10 +128,14 @@ class NativeExecutor(Executor):
 
     wire = 6
 
+    def command(self, transition: Transition, keys: Sequence[str],
+                args: Sequence[Arg]) -> tuple[Any, ...]:
+        return (transition.native, len(keys), *keys, *args)
+
     def _send(self, client: Any, transition: Transition, keys: Sequence[str],
               args: Sequence[Arg]) -> Any:
         self.prepare(client, transition)
-        return client.execute_command(transition.native, len(keys), *keys, *args)
+        return send_once(client, *self.command(transition, keys, args))
 
     def prepare(self, client: Any, transition: Transition) -> None:
         if transition.native is None:

@@ -306,7 +306,8 @@ class Round:
 
 @dataclass
 class Backoff:
-    """The pause after consecutive transient errors: 0.1 s, doubling, up to ``cap_s``."""
+    """The pause after consecutive transient errors: 0.1 s, doubling, up to ``cap_s`` (the
+    park cap, and at most half a lease: ``LoopCore.pause_cap_s``)."""
 
     cap_s: float
     pause_s: float = 0.0
@@ -344,8 +345,14 @@ class LoopCore:
 
     def __post_init__(self) -> None:
         self.backoff = Backoff(min(max(self.settings.park_cap_ms / 1000, BACKOFF_FIRST_S),
-                                   BACKOFF_CAP_S))
+                                   BACKOFF_CAP_S, self.pause_cap_s))
         self._ack = Ack(self.settings.retention_ms)
+
+    @property
+    def pause_cap_s(self) -> float:
+        """The longest pause after an error: half a lease at most, so a consumer that lost a
+        reply tries again (its replays are safe) while the leases it holds are still its own."""
+        return self.settings.lease_ms / 2000
 
     # housekeeping ---------------------------------------------------------------------------
 
@@ -634,7 +641,7 @@ class LoopCore:
         kept = [outcome for outcome in round_.outcomes if not isinstance(outcome, calls.Release)]
         if kept:
             self.outbox[:0] = kept
-            pause = self.settle_pause(self.unsent_rounds, 0.0) or SETTLE_PAUSE_CAP_S
+            pause = self.settle_pause(self.unsent_rounds, 0.0) or self.pause_cap_s
             self.outbox_since = now + pause - self.settings.settle_delay_ms / 1000
 
     def sent(self) -> None:
@@ -687,7 +694,8 @@ class LoopCore:
         length has passed (recover then runs the job again)."""
         if elapsed_s >= self.settings.lease_ms / 1000:
             return None
-        return float(min(BACKOFF_FIRST_S * 2.0 ** max(failures - 1, 0), SETTLE_PAUSE_CAP_S))
+        return float(min(BACKOFF_FIRST_S * 2.0 ** max(failures - 1, 0), SETTLE_PAUSE_CAP_S,
+                         self.pause_cap_s))
 
     @staticmethod
     def stops_loop(failure: BaseException | None) -> bool:

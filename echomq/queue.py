@@ -27,11 +27,13 @@ from echomq.calls import (
     Release,
     Retry,
     Verdict,
+    admission_reads,
     earliest,
     evicting_policy,
     eviction_message,
     fenced,
     job_of,
+    lost_admission,
     outcome_of,
     settled,
 )
@@ -39,6 +41,7 @@ from echomq.clients import twins
 from echomq.errors import EvictionPolicyWarning
 from echomq.executors import executor_for
 from echomq.lanes import LaneControls, lane_depths_of
+from echomq.once import lost_reply
 from echomq.registry import REGISTRY_KEY
 from echomq.waiting import next_block_s, wait_slice_s
 
@@ -119,9 +122,31 @@ class Queue(LaneControls):
         waits in the delayed set until the later of now + ``delay_ms`` and ``at_ms``; promote
         then moves it to pending (a lane job to its lane)."""
         call = self.calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms)
-        verdict = Verdict.of(self._send(call))
+        started = time.monotonic()
+        try:
+            verdict = Verdict.of(self._send(call))
+        except lost_reply():
+            verdict = self._after_lost_reply(call, started)
         self._register()
         return verdict
+
+    def _after_lost_reply(self, call: Call, started: float) -> Verdict:
+        """An admission whose reply was lost: ENQUEUED if it went through (docs/PROTOCOL.md,
+        Replays), else sent once more."""
+        verdict = self._lost_admission(call, started)
+        if verdict is not None:
+            return verdict
+        verdict = Verdict.of(self._send(call))
+        if verdict is Verdict.DUPLICATE:  # the first one arrived after all
+            return self._lost_admission(call, started) or verdict
+        return verdict
+
+    def _lost_admission(self, call: Call, started: float) -> Verdict | None:
+        with self.conn.pipeline(transaction=False) as pipe:
+            for command in admission_reads(call):
+                pipe.execute_command(*command)
+            replies = pipe.execute()
+        return lost_admission(call, replies, time.monotonic() - started)
 
     def enqueue_many(self, items: Iterable[Item], *, now: int | None = None) -> list[Verdict]:
         """Admit many jobs in one wire flush; a verdict per item, in order. Items are

@@ -121,6 +121,29 @@ int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModule
     return row_int_field(ctx, row, "fence", 0) == fence;
 }
 
+/* replayed of the prelude: what a lease that is not current answers when its settlement went
+ * through already (docs/PROTOCOL.md, Replays). error NULL: an ack, ACKED when the row is a
+ * tombstone (no payload, expiring) at fence. Else a retry: the row at fence, its payload kept and its error
+ * exactly error, DEAD while the id is in dead, else RETRYING. STALE otherwise. Reads only. */
+const char *replayed(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence, ValkeyModuleString *error,
+                     ValkeyModuleKey *dead, ValkeyModuleString *id) {
+    if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_EMPTY) return "STALE";
+    if (row_int_field(ctx, row, "fence", 0) != fence) return "STALE";
+    ValkeyModuleString *payload = NULL, *kept = NULL;
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "payload", &payload, "error", &kept, NULL);
+    int has_payload = payload != NULL, same = 0;
+    if (kept != NULL && error != NULL) {
+        Bytes a = bytes_of(kept), b = bytes_of(error);
+        same = a.n == b.n && (a.n == 0 || memcmp(a.p, b.p, a.n) == 0);
+    }
+    if (payload != NULL) ValkeyModule_FreeString(ctx, payload);
+    if (kept != NULL) ValkeyModule_FreeString(ctx, kept);
+    if (error == NULL) return has_payload || ValkeyModule_GetAbsExpire(row) < 0 ? "STALE" : "ACKED";
+    if (!has_payload || !same) return "STALE";
+    double score;
+    return ValkeyModule_ZsetScore(dead, id, &score) == VALKEYMODULE_OK ? "DEAD" : "RETRYING";
+}
+
 /* fence_counter of the prelude: the value of the queue's fence counter (absent: 0); 0 when it
  * holds anything but an integer from 0 to EMQ_FENCE_MAX. The key is open and a string. */
 int fence_counter(ValkeyModuleKey *key, long long *out) {

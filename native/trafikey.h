@@ -87,6 +87,8 @@ const char *check_ended(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModule
 long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field, long long fallback);
 int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleKey *row, ValkeyModuleString *id,
                      long long fence);
+const char *replayed(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence, ValkeyModuleString *error,
+                     ValkeyModuleKey *dead, ValkeyModuleString *id);
 int fence_counter(ValkeyModuleKey *key, long long *out);
 
 /* effects.c: each write with its keyspace event, modified-key signal and replication. */

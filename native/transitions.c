@@ -261,7 +261,7 @@ int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleString *id = call->args[EMQ_ACK_ARG_ID];
     ValkeyModuleKey *active = k[EMQ_ACK_KEY_ACTIVE], *row = k[EMQ_ACK_KEY_JOB];
     if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_ARG_FENCE]))
-        return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+        return ValkeyModule_ReplyWithSimpleString(ctx, replayed(ctx, row, call->num[EMQ_ACK_ARG_FENCE], NULL, NULL, id));
     const char *err = lane_bookkeeping_error(ctx, call->base, row);
     if (err) return reply_error(ctx, err);
     const char *verdict = finish_ack(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row, call->keys[EMQ_ACK_KEY_JOB], id,
@@ -291,7 +291,7 @@ int tx_ack_result(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (err) {
         rc = reply_error(ctx, err);
     } else if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_RESULT_ARG_FENCE])) {
-        rc = ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+        rc = ValkeyModule_ReplyWithSimpleString(ctx, replayed(ctx, row, call->num[EMQ_ACK_RESULT_ARG_FENCE], NULL, NULL, id));
     } else if ((err = lane_bookkeeping_error(ctx, call->base, row)) != NULL) {
         rc = reply_error(ctx, err);
     } else {
@@ -318,7 +318,8 @@ int tx_retry(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (err) {
         rc = reply_error(ctx, err);
     } else if (!is_current_lease(ctx, k[EMQ_RETRY_KEY_ACTIVE], row, id, call->num[EMQ_RETRY_ARG_FENCE])) {
-        rc = ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
+        rc = ValkeyModule_ReplyWithSimpleString(ctx, replayed(ctx, row, call->num[EMQ_RETRY_ARG_FENCE],
+                                                              call->args[EMQ_RETRY_ARG_ERROR], k[EMQ_RETRY_KEY_DEAD], id));
     } else if ((err = lane_bookkeeping_error(ctx, call->base, row)) != NULL) {
         rc = reply_error(ctx, err);
     } else {
@@ -424,9 +425,15 @@ static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const
     RetryKeys rk = {sk->k[EMQ_SETTLE_KEY_ACTIVE], sk->k[EMQ_SETTLE_KEY_DELAYED], sk->k[EMQ_SETTLE_KEY_DEAD],
                     sk->names[EMQ_SETTLE_KEY_ACTIVE], sk->names[EMQ_SETTLE_KEY_DELAYED],
                     sk->names[EMQ_SETTLE_KEY_DEAD], &ring};
-    /* Not the current lease (or one settled earlier in this batch): STALE, nothing changes. */
+    /* Not the current lease (or one settled earlier in this batch): a replay's verdict, or STALE
+     * (a release's always); nothing changes. */
     const char *verdict = "STALE";
-    if (is_current_lease(ctx, rk.active, row, ITEM_ID(it), ITEM_FENCE(it))) {
+    if (!is_current_lease(ctx, rk.active, row, ITEM_ID(it), ITEM_FENCE(it))) {
+        if (it->form != EMQ_SETTLE_FORM_RELEASE)
+            verdict = replayed(ctx, row, ITEM_FENCE(it),
+                               it->form == EMQ_SETTLE_FORM_RETRY ? it->args[EMQ_SETTLE_RETRY_ARG_ERROR] : NULL,
+                               rk.dead, ITEM_ID(it));
+    } else {
         if (it->form == EMQ_SETTLE_FORM_RETRY)
             verdict = finish_retry(ctx, &rk, row, it->row_name, ITEM_ID(it), it->args[EMQ_SETTLE_RETRY_ARG_ERROR],
                                    it->num[EMQ_SETTLE_RETRY_ARG_DELAY_MS], it->num[EMQ_SETTLE_RETRY_ARG_MAX_ATTEMPTS],

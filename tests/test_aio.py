@@ -238,6 +238,23 @@ def test_async_pipelines_send_evalsha_as_a_plain_command() -> None:
         def execute_command(self, *args: Any) -> None:
             self.sent.append(args)
 
-    pipe = Pipe()
-    async_executor_for(5)._queue(pipe, CLAIM, ["emq:{q}:pending", "emq:{q}:active"], ["1", "2"])
-    assert [args[0] for args in pipe.sent] == ["EVALSHA"]
+        async def execute(self, raise_on_error: bool) -> list[Any]:
+            return [None for _ in self.sent]
+
+        async def __aenter__(self) -> Pipe:
+            return self
+
+        async def __aexit__(self, *exc: object) -> None:
+            return None
+
+    class ClusterLike:  # no connection pool of its own: sent to through its pipeline
+        def __init__(self) -> None:
+            self.pipe = Pipe()
+
+        def pipeline(self, transaction: bool) -> Pipe:
+            return self.pipe
+
+    client = ClusterLike()
+    call = (CLAIM, ["emq:{q}:pending", "emq:{q}:active"], ["1", "2"])
+    assert asyncio.run(async_executor_for(5).call_many(client, [call])) == [None]
+    assert [args[0] for args in client.pipe.sent] == ["EVALSHA"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -120,10 +121,22 @@ def test_housekeeping_steps_go_on_while_a_step_comes_back_full() -> None:
 
 
 def test_backoff_grows_to_its_cap_and_resets() -> None:
-    core = LoopCore(settings(park_cap_ms=500))
+    core = LoopCore(settings(park_cap_ms=500, lease_ms=30_000))
     assert [core.backoff.failed() for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
     core.backoff.succeeded()
     assert core.backoff.failed() == 0.1
+
+
+@given(lease_ms=st.integers(1, 120_000), park_cap_ms=st.integers(1, 120_000),
+       failures=st.integers(1, 40))
+def test_every_pause_after_an_error_stays_below_the_lease(lease_ms: int, park_cap_ms: int,
+                                                           failures: int) -> None:
+    """The loop's back-off and its pause before sending outcomes again are capped below the
+    lease, so a consumer whose reply was lost sends again while its leases are its own."""
+    core = LoopCore(settings(lease_ms=lease_ms, park_cap_ms=park_cap_ms))
+    pauses = [core.backoff.failed() for _ in range(failures)]
+    pauses += [core.settle_pause(n, 0.0) or 0.0 for n in range(1, failures + 1)]
+    assert max(pauses) < lease_ms / 1000
 
 
 def test_settlements() -> None:
@@ -133,7 +146,8 @@ def test_settlements() -> None:
     assert isinstance(retry, Retry) and retry.error == "ValueError: x" and retry.max_attempts == 3
     assert core.overrun_settlement().error.endswith("time limit of 100 ms exceeded")
     assert core.settle_pause(1, 0.0) == 0.1
-    assert core.settle_pause(9, 0.0) == 1.0
+    assert core.settle_pause(9, 0.0) == 0.15  # half the lease of 300 ms
+    assert LoopCore(settings(lease_ms=30_000)).settle_pause(9, 0.0) == 1.0
     assert core.settle_pause(1, 0.3) is None  # a lease's length has passed
     assert core.stops_loop(SystemExit()) and core.stops_loop(KeyboardInterrupt())
     assert not core.stops_loop(ValueError())

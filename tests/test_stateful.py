@@ -8,7 +8,8 @@ expired tombstones, wrong-typed keys, odd row fields, lane jobs) and crash worke
 lease runs out, then recover). Every call runs on the Lua and the native scratch keys of a ``Pair``
 (requeue, scripts only, runs its script on both); after every step both keyspaces must equal each
 other and the model's (echomq/conformance/model.py), and SPEC invariants 1-4, 8 and 10 are checked
-explicitly: a stale holder is always refused, a fence never repeats for an id, a job recovered at
+explicitly: a stale holder is always refused (a settlement sent again after it went through answers
+as it did the first time, changing nothing), a fence never repeats for an id, a job recovered at
 its last attempt ends dead.
 """
 
@@ -66,6 +67,13 @@ ZSETS = (b"pending", b"active", b"delayed", b"dead")
 LANE_BOOKKEEPING = {b"laneconf": b"hash", b"leased": b"hash", b"parked": b"hash",
                     b"throttled": b"zset"}
 START = 1_700_000_000_000
+# What a settlement of a lease that is not current may answer, replaying one that went through
+# (each also STALE): the single verbs by name, settle's items by op word.
+REPLAYS: dict[str, tuple[bytes, ...]] = {
+    "ack": (b"+ACKED\r\n",), "ack_result": (b"+ACKED\r\n",),
+    "retry": (b"+RETRYING\r\n", b"+DEAD\r\n")}
+ITEM_REPLAYS: dict[bytes, tuple[bytes, ...]] = {
+    b"ack": (b"ACKED",), b"done": (b"ACKED",), b"retry": (b"RETRYING", b"DEAD")}
 # transitions whose replies the machine's bookkeeping follows
 TRACKED = (ENQUEUE, ENQUEUE_DELAYED, CLAIM, ACK, ACK_RESULT, SETTLE)
 
@@ -117,6 +125,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.live: set[bytes] = set()
         self.ghosts: set[bytes] = set()
         self.foreign: set[bytes] = set()
+        # Settlements that went through, to send again: (verb, argv, reply, id, row state after).
+        self.settlements: list[tuple[Transition, Argv, bytes, bytes, Any]] = []
 
     def teardown(self) -> None:
         self.pair.close()
@@ -247,15 +257,20 @@ class QueueMachine(RuleBasedStateMachine):
         self.leases.append((job_id, fence))
 
     def fenced(self, transition: Transition, job_id: bytes, fence: int, argv: Argv) -> bytes:
-        """Runs an ack/retry/extend; a lease that is not current gets +STALE, nothing changed."""
+        """Runs an ack/retry/extend; a lease that is not current gets +STALE (or, replaying a
+        settlement that went through, its verdict), nothing changed."""
         checked = self.model.validate(transition, argv)
         current = not isinstance(checked, bytes) and self.is_current(job_id, fence)
         reply, outcomes = self.execute(transition, argv)
         if not isinstance(checked, bytes) and not current:  # invariant 3: fencing
-            assert reply == status("STALE"), reply
+            assert reply in (status("STALE"), *REPLAYS.get(transition.name, ())), reply
             assert outcomes["lua"].after == outcomes["lua"].before
+            if reply != status("STALE"):
+                event("a replayed settlement answered as the first time")
         if current:
             assert reply != status("STALE")
+            if reply in REPLAYS.get(transition.name, ()):
+                self.settlements.append((transition, argv, reply, job_id, self.row_state(job_id)))
         # invariant 3, by the machine's own count: only the id's latest lease may be current
         latest = self.fences.get(job_id, [None])[-1]
         if not isinstance(checked, bytes) and fence != latest:
@@ -288,10 +303,11 @@ class QueueMachine(RuleBasedStateMachine):
         refused whole."""
         job_id, fence = self.pick_lease(data)
         argv = [2, key(b"active"), key(b"job", job_id), job_id, fence, retention_ms, result]
+        current = self.is_current(job_id, fence)
         reply = self.fenced(ACK_RESULT, job_id, fence, argv)
         if len(result) > 524_288:
             assert reply.startswith(b"-EMQSIZE "), reply
-        if reply == status("ACKED"):
+        if reply == status("ACKED") and current:  # a replay writes nothing
             self.live.discard(job_id)
             self.check_result(job_id, result, retention_ms)
 
@@ -312,6 +328,28 @@ class QueueMachine(RuleBasedStateMachine):
         argv = [4, key(b"active"), key(b"delayed"), key(b"dead"), key(b"job", job_id), job_id,
                 fence, delay_ms, max_attempts, error, self.now]
         self.fenced(RETRY, job_id, fence, argv)
+
+    def row_state(self, job_id: bytes) -> Any:
+        """What a replay of a settlement of ``job_id`` reads: its row's fields, and whether it
+        is dead (None when there is no row)."""
+        value = self.model.keys.get(key(b"job", job_id))
+        if value is None or value.kind != b"hash":
+            return None
+        return dict(value.data), job_id in self.zmembers(b"dead")
+
+    @precondition(lambda self: self.settlements)
+    @rule(data=st.data())
+    def replay(self, data: st.DataObject) -> None:
+        """A settlement sent again (its reply lost): while the row is as it left it, the replay
+        answers what the settlement did, and changes nothing."""
+        transition, argv, first, job_id, state = data.draw(st.sampled_from(self.settlements),
+                                                           label="replayed")
+        fence = int(argv[len(transition.keys) + 2])
+        unchanged = state is not None and self.row_state(job_id) == state
+        reply = self.fenced(transition, job_id, fence, argv)
+        if unchanged:
+            assert reply == first, (transition.name, job_id, reply, first)
+            event("a replay answered as the first time")
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data(), lease_ms=st.sampled_from([1, 1_000, 30_000]))
@@ -365,7 +403,7 @@ class QueueMachine(RuleBasedStateMachine):
             return
         verdicts, jobs = parsed(reply)
         self.check_settled(items, current, verdicts)
-        self.check_results(items, verdicts, retention_ms)
+        self.check_results(items, current, verdicts, retention_ms)
         self.check_released(items, verdicts, attempts, [job[0] for job in jobs])
         assert [job[0] for job in jobs] == waiting, "settle skipped the oldest live jobs"
         for job_id, _payload, _attempt, fence in jobs:
@@ -377,13 +415,17 @@ class QueueMachine(RuleBasedStateMachine):
     def check_settled(self, items: list[tuple[bytes, bytes, int, Argv]], current: list[bool],
                       verdicts: list[bytes]) -> None:
         """Each item as its single verb would have fared, in order: a lease not current (or
-        settled earlier in the same batch) is STALE; an acked job is no longer live."""
+        settled earlier in the same batch) is STALE, or replays a settlement that went through;
+        an acked job is no longer live."""
         settled: set[bytes] = set()
         for (op, job_id, fence, _), was_current, verdict in zip(items, current, verdicts,
                                                                 strict=True):
             latest = self.fences.get(job_id, [None])[-1]
-            if not was_current or job_id in settled or fence != latest:
+            if fence != latest:
                 assert verdict == b"STALE", (op, job_id, fence, verdict)
+                continue
+            if not was_current or job_id in settled:
+                assert verdict in (b"STALE", *ITEM_REPLAYS.get(op, ())), (op, job_id, verdict)
                 if job_id in settled:
                     event("an id settled twice in one batch")
                 continue
@@ -394,12 +436,16 @@ class QueueMachine(RuleBasedStateMachine):
             if verdict == b"ACKED":
                 self.live.discard(job_id)
 
-    def check_results(self, items: list[tuple[bytes, bytes, int, Argv]], verdicts: list[bytes],
-                      retention_ms: int) -> None:
-        """A done item that acked left its result in the tombstone."""
-        for (op, job_id, _, tail), verdict in zip(items, verdicts, strict=True):
-            if op == b"done" and verdict == b"ACKED":
+    def check_results(self, items: list[tuple[bytes, bytes, int, Argv]], current: list[bool],
+                      verdicts: list[bytes], retention_ms: int) -> None:
+        """A done item that acked its current lease left its result in the tombstone (a replay
+        writes nothing)."""
+        first: set[bytes] = set()
+        for (op, job_id, _, tail), was_current, verdict in zip(items, current, verdicts,
+                                                               strict=True):
+            if op == b"done" and verdict == b"ACKED" and was_current and job_id not in first:
                 self.check_result(job_id, tail[0], retention_ms)
+            first.add(job_id)
 
     def check_released(self, items: list[tuple[bytes, bytes, int, Argv]], verdicts: list[bytes],
                        attempts: dict[bytes, int], claimed: list[bytes]) -> None:

@@ -519,6 +519,22 @@ class Model:
             return False
         return int_field(self.hget(row, b"fence"), 0) == fence
 
+    def replayed(self, row: bytes, fence: int, error: bytes | None = None,
+                 dead: bytes = b"", job_id: bytes = b"") -> str:
+        """What a lease that is not current answers when its settlement went through already:
+        an ack (``error`` None) left a tombstone (no payload, expiring) at ``fence``, ACKED; a
+        retry left the row at ``fence`` with its error, DEAD while in ``dead``, else RETRYING.
+        Else STALE."""
+        if self.kind(row) != b"hash" or int_field(self.hget(row, b"fence"), 0) != fence:
+            return "STALE"
+        has_payload = self.hget(row, b"payload") is not None
+        if error is None:
+            return "STALE" if has_payload or not self.keys[row].expires else "ACKED"
+        if not has_payload or self.hget(row, b"error") != error:
+            return "STALE"
+        in_dead = self.kind(dead) == b"zset" and job_id in self.keys[dead].data
+        return "DEAD" if in_dead else "RETRYING"
+
     def mark_ended(self, row: bytes, job_id: bytes, retention_ms: int | None) -> None:
         """The job's ended key (beside its row) holds one token; with retention_ms it expires."""
         key = row[:len(row) - len(job_id) - 4] + b"ended:" + job_id
@@ -597,7 +613,7 @@ class Model:
     def _ack(self, call: Call) -> bytes:
         active, row = call.keys
         if not self.is_current(active, row, call.args[0], call.numbers["fence"]):
-            return status("STALE")
+            return status(self.replayed(row, call.numbers["fence"]))
         if not self.lane_bookkeeping_ok(call.base, row):
             return error(E_TYPE)
         return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"]))
@@ -605,7 +621,7 @@ class Model:
     def _ack_result(self, call: Call) -> bytes:
         active, row = call.keys
         if not self.is_current(active, row, call.args[0], call.numbers["fence"]):
-            return status("STALE")
+            return status(self.replayed(row, call.numbers["fence"]))
         if not self.lane_bookkeeping_ok(call.base, row):
             return error(E_TYPE)
         return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"],
@@ -631,7 +647,7 @@ class Model:
         active, row = call.keys[0], call.keys[3]
         job_id, number = call.args[0], call.numbers
         if not self.is_current(active, row, job_id, number["fence"]):
-            return status("STALE")
+            return status(self.replayed(row, number["fence"], call.args[4], call.keys[2], job_id))
         if not self.lane_bookkeeping_ok(call.base, row):
             return error(E_TYPE)
         item = Item(b"retry", job_id, number["fence"], number["delay_ms"],
@@ -684,7 +700,10 @@ class Model:
     def settle_item(self, call: Call, item: Item) -> str:
         row = call.base + b"job:" + item.id
         if not self.is_current(call.keys[0], row, item.id, item.fence):
-            return "STALE"
+            if item.op == b"release":
+                return "STALE"
+            error = item.error if item.op == b"retry" else None
+            return self.replayed(row, item.fence, error, call.keys[2], item.id)
         if item.op in (b"ack", b"done"):
             return self.finish_ack(call.keys[0], row, item.id, call.numbers["retention_ms"],
                                    item.result)

@@ -5,6 +5,8 @@
     ARGV[1] id               JOB:<rest>
     ARGV[2] fence            integer >= 1, the lease's fence (claim's reply)
     ARGV[3] retention_ms     integer >= 0
+  A replay of an ack that went through (the tombstone keeps the fence) answers ACKED, changing
+  nothing.
   Replies: +ACKED | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
 if #KEYS ~= 2 or #ARGV ~= 3 then return arity_error('ACK', 2, 3) end
@@ -18,7 +20,9 @@ if retention_ms == nil then return number_error('retention_ms', 0) end
 if not types_ok({ 'zset', 'hash' }) then return redis.error_reply(E_TYPE) end
 
 local active, row = KEYS[1], KEYS[2]
-if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
+if not is_current_lease(active, row, id, fence) then
+  return redis.status_reply(replayed(row, fence))
+end
 local failure = check_lane_bookkeeping(string.sub(active, 1, -7), row)
 if failure then return failure end
 return redis.status_reply(finish_ack(active, row, id, retention_ms))

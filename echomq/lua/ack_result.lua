@@ -9,6 +9,8 @@
     ARGV[3] retention_ms     integer >= 0 (0: the row is deleted, the result with it)
     ARGV[4] result           any bytes, at most 524288
   Derived: <base>ended:<id>, the job's ended key (list).
+  A replay of an ack that went through (the tombstone keeps the fence) answers ACKED, changing
+  nothing.
   Replies: +ACKED | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, EMQSIZE, WRONGTYPE, NOPERM,
   TRYAGAIN errors.
 ]]
@@ -27,7 +29,9 @@ if not types_ok({ 'zset', 'hash' }) then return redis.error_reply(E_TYPE) end
 local active, row, ended = KEYS[1], KEYS[2], base .. 'ended:' .. id
 local err = check_ended(ended)
 if err then return err end
-if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
+if not is_current_lease(active, row, id, fence) then
+  return redis.status_reply(replayed(row, fence))
+end
 local failure = check_lane_bookkeeping(base, row)
 if failure then return failure end
 return redis.status_reply(finish_ack(active, row, id, retention_ms, ARGV[4], ended))

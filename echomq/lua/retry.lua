@@ -12,6 +12,7 @@
     ARGV[5] error            any bytes
     ARGV[6] now              ms, or * for the server clock
   Derived: <base>ended:<id>, the job's ended key (list): a token there when it goes dead.
+  A replay of a retry that went through answers what it did (DEAD or RETRYING), changing nothing.
   Replies: +RETRYING | +DEAD | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM,
   TRYAGAIN errors.
 ]]
@@ -34,7 +35,9 @@ local active, delayed, dead, row = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ended = base .. 'ended:' .. id
 local err = check_ended(ended)
 if err then return err end
-if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
+if not is_current_lease(active, row, id, fence) then
+  return redis.status_reply(replayed(row, fence, ARGV[5], dead, id))
+end
 local failure = check_lane_bookkeeping(base, row)
 if failure then return failure end
 return redis.status_reply(finish_retry(active, delayed, dead, row, id, ARGV[5], delay_ms,

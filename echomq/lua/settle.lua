@@ -18,7 +18,7 @@
   Derived: <base>job:<id> of every item's id and of each pending id walked; <base>lane:<lane> of
   a release item's row that has a lane; <base>ended:<id> of a done or retry item.
   Items are applied in order with ack's, ack_result's (done) and retry's semantics (an id settled twice: the second is
-  STALE); release hands a lease back unrun: the job goes where recover would put it (a flat job to
+  the first's replay, STALE for a release); release hands a lease back unrun: the job goes where recover would put it (a flat job to
   pending at its enqueued_at, a lane job to its lane's head), its attempt is uncounted (never below
   0; the fence counter is not rewound) and a wake token is left. Then jobs are leased as claim
   leases them, ghosts on the way dropped. The claim walk is planned before anything is written, so
@@ -135,7 +135,8 @@ for n = 1, #items do
   local item = items[n]
   local verdict
   if not is_current_lease(active, item.row, item.id, item.fence) then
-    verdict = 'STALE'
+    verdict = item.op == 'release' and 'STALE' or replayed(item.row, item.fence, item.error, dead,
+      item.id)
   elseif item.op == 'ack' or item.op == 'done' then
     verdict = finish_ack(active, item.row, item.id, retention_ms, item.result, item.ended)
   elseif item.op == 'release' then
