@@ -12,6 +12,7 @@ Commands are the server's own count (``INFO commandstats``, a script's inner cal
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 import pytest
 import redis
 
-from echomq import Consumer, Job, Queue
+from echomq import Consumer, Job, Queue, aio
 from echomq.consumer import server_ms
 from echomq.embedded import EmbeddedValkey
 from echomq.loop import PARK_CAP_MS
@@ -389,3 +390,24 @@ def test_a_lease_stays_watched_when_the_watcher_dies_and_then_the_holder(
         holder.send_signal(signal.SIGKILL)
         holder.wait(10)
         back_within_the_bound(conn, queue, ran, conn.zscore(queue.key("active"), "JOB:held"))
+
+
+@pytest.mark.parametrize("shell", ["sync", "async"])
+def test_a_claim_refused_with_noscript_is_sent_again_with_its_watch_tokens(
+        conn: redis.Redis, valkey: EmbeddedValkey, shell: str) -> None:
+    queue = Queue(conn, "flushed", wire=5)
+    queue.enqueue("JOB:a", b"x")
+    conn.script_flush()  # the server lost its scripts: the claim's first flush meets NOSCRIPT
+    if shell == "sync":
+        _, jobs = queue.settle_leased([], 1, 1_000, None, None, watch=True)
+    else:
+        async def claimed() -> list[Job]:
+            client = redis.asyncio.Redis(port=valkey.port)
+            try:
+                aqueue = aio.Queue(client, "flushed", wire=5)
+                return (await aqueue.settle_leased([], 1, 1_000, None, None, watch=True))[1]
+            finally:
+                await client.aclose()
+        jobs = asyncio.run(claimed())
+    assert [job.id for job in jobs] == ["JOB:a"]
+    assert conn.lrange(queue.key("watch"), 0, -1) == [b"1", b"1"]  # two, however many flushes
