@@ -6,13 +6,13 @@ decides how long). Before it parks it reads the heads of ``active``, ``delayed``
 lease runs out, a retry is due, a lane's rate window opens — and the park ends then. A lease
 taken while the others park cannot be in what they read, so a consumer that claims with nothing
 in hand sends WATCH_TOKENS tokens on the queue's watch key (which keeps no more) in the claim's
-own flush, after the claim (``queue_watch``): the server has applied the claim before any parked
-consumer pops a token, and a holder killed as the reply comes back has left its tokens all the
-same. Each of up to two parked consumers pops one, reads the heads again and parks until the new
-earliest, so the lease is watched even if one of them dies too. A watcher pushes nothing back
-(no token goes round the crowd), and claims nothing for it, so an enqueue to a parked crowd still
-costs one claim. When a park ends by its
-cap, the re-read also counts the jobs ready, and a claim follows only when there are some.
+own flush, after the claim (``watch_commands``): the server has applied the claim before any
+parked consumer pops a token, and a holder killed as the reply comes back has left its tokens all
+the same. Each of up to two parked consumers pops one, reads the heads again and parks until the
+new earliest, so the lease is watched even if one of them dies too. A watcher pushes nothing
+back (no token goes round the crowd), and claims nothing for it, so an enqueue to a parked crowd
+still costs one claim. When a park ends by its cap, the re-read also counts the jobs ready, and
+a claim follows only when there are some.
 """
 
 from __future__ import annotations
