@@ -163,6 +163,26 @@ def run(conn: redis.Redis, idle_s: float, pending: int, enqueues: int) -> dict[s
                         "wake_one": wake_one(conn, wire, enqueues)} for wire in (5, 6)}
 
 
+def phase(conn: redis.Redis, config: dict[str, Any]) -> dict[str, Any]:
+    """The ``parking`` phase of ``python -m bench``, on the bench's server."""
+    return run(conn, config["parking_idle_s"], config["parking_pending"],
+               config["parking_enqueues"])
+
+
+def report_section(results: dict[str, Any]) -> str:
+    """The RESULTS.md section of the ``parking`` phase (the rows of ``results["parking"]``)."""
+    return "\n".join([
+        "## Parking: idle cost, recovery, wake one",
+        "",
+        f"Consumers with their defaults (park cap a minute): {IDLE_CONSUMERS} idle consumers "
+        "on an empty queue (the server's own command count, scripts' inner calls included); "
+        f"{LOST:,} leases of a dead worker expired ahead of a backlog, one consumer running "
+        f"(server clock); {CROWD} consumers parked, one enqueue at a time.",
+        "",
+        section(results["parking"]),
+    ])
+
+
 def section(results: dict[str, Any]) -> str:
     rows = []
     for wire, r in results.items():

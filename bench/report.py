@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker
 
 from bench.lanes import section as lanes_section
+from bench.parking import report_section as parking_section
 from bench.tasks import section as tasks_section
 from bench.tasks import targets as task_targets
 
@@ -562,6 +563,7 @@ def write(results: dict[str, Any], out: str) -> str:
         "scaling": lambda: scaling_section(results, out),
         "lanes": lambda: lanes_section(results),
         "tasks": lambda: tasks_section(results),
+        "parking": lambda: parking_section(results),
     }
     for phase, section in sections.items():
         if phase in results:

@@ -84,6 +84,7 @@ from echomq.parking import (
     sighting_of,
     take_token,
     token_taken,
+    watch_commands,
 )
 from echomq.registry import REGISTRY_KEY
 from echomq.scripts import script_for
@@ -107,25 +108,29 @@ class AsyncExecutor(ABC):
         except twins(ResponseError) as exc:
             raise_mapped(exc)
 
-    async def call_many(self, client: Any, calls: Sequence[Call]) -> list[Any]:
+    async def call_many(self, client: Any, calls: Sequence[Call],
+                        then: Sequence[tuple[Any, ...]] = ()) -> list[Any]:
         """Runs many calls in one pipeline flush; a reply each (see Executor.call_many: calls
-        refused with NOSCRIPT are sent again, together, once their scripts are loaded)."""
+        refused with NOSCRIPT are sent again, together, once their scripts are loaded; ``then``
+        queues plain commands after the calls of every flush)."""
         for transition in {call[0] for call in calls}:
             await self.prepare(client, transition)
-        replies = await self._flush(client, calls)
+        replies = await self._flush(client, calls, then)
         no_script = twins(NoScriptError)
         lost = [n for n, reply in enumerate(replies) if isinstance(reply, no_script)]
         if lost:
             for transition in {calls[n][0] for n in lost}:
                 await self.load(client, transition)
-            again = await self._flush(client, [calls[n] for n in lost])
+            again = await self._flush(client, [calls[n] for n in lost], then)
             for n, reply in zip(lost, again, strict=True):
                 replies[n] = reply
         return [await self._settle(client, call, reply)
                 for call, reply in zip(calls, replies, strict=True)]
 
-    async def _flush(self, client: Any, calls: Sequence[Call]) -> list[Any]:
-        return await async_flush_once(client, [self.command(*call) for call in calls])
+    async def _flush(self, client: Any, calls: Sequence[Call],
+                     then: Sequence[tuple[Any, ...]] = ()) -> list[Any]:
+        commands = [self.command(*call) for call in calls]
+        return (await async_flush_once(client, [*commands, *then]))[:len(calls)]
 
     async def _settle(self, client: Any, call: Call, reply: Any) -> Any:
         if isinstance(reply, twins(NoScriptError)):
@@ -247,8 +252,13 @@ class Queue(AsyncLaneControls):
     async def check_policy(self) -> str | None:
         return await warn_if_evicting(self.conn)
 
-    async def _send(self, call: Call) -> Any:
-        return await self.executor.call(self.conn, *call)
+    async def _send(self, call: Call, *, watch: bool = False) -> Any:
+        """As ``echomq.Queue._send``: with ``watch``, the watch tokens follow in the flush."""
+        if not watch:
+            return await self.executor.call(self.conn, *call)
+        watch_key = self.key(WATCH_ROLE)
+        return (await self.executor.call_many(self.conn, [call],
+                                              then=watch_commands(watch_key)))[0]
 
     async def enqueue(self, job_id: str, payload: bytes | str, *, lane: str | None = None,
                       delay_ms: int = 0, at_ms: int | None = None,
@@ -300,9 +310,9 @@ class Queue(AsyncLaneControls):
                     now: int | None = None) -> Job | None:
         return job_of(await self._send(self.calls.claim(lease_ms, now)))
 
-    async def claim_lane(self, lease_ms: int = DEFAULT_LEASE_MS, *,
-                         now: int | None = None) -> Job | None:
-        return job_of(await self._send(self.calls.claim_lane(lease_ms, now)))
+    async def claim_lane(self, lease_ms: int = DEFAULT_LEASE_MS, *, now: int | None = None,
+                         watch: bool = False) -> Job | None:
+        return job_of(await self._send(self.calls.claim_lane(lease_ms, now), watch=watch))
 
     async def ack(self, job: Job, *, retention_ms: int | None = None,
                   result: bytes | str | None = None) -> Verdict:
@@ -326,11 +336,11 @@ class Queue(AsyncLaneControls):
         return settled(await self._send(call))
 
     async def settle_leased(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
-                            retention_ms: int | None,
-                            now: int | None) -> tuple[list[Verdict], list[Job]]:
+                            retention_ms: int | None, now: int | None, *,
+                            watch: bool = False) -> tuple[list[Verdict], list[Job]]:
         """As ``echomq.Queue.settle_leased``."""
         call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now, leased=True)
-        return settled(await self._send(call))
+        return settled(await self._send(call, watch=watch))
 
     async def claim_many(self, count: int, lease_ms: int = DEFAULT_LEASE_MS, *,
                          now: int | None = None) -> list[Job]:
@@ -789,9 +799,10 @@ class Consumer(LoopShell):
             asked = self.lineup.ask(wanted, taken)
             if asked and self.lanes:
                 sent_at = time.monotonic()
-                job = await queue.claim_lane(self.lease_ms, now=self._now())
+                watch = self.lineup.cores[index].watches(Round([], 1))
+                job = await queue.claim_lane(self.lease_ms, now=self._now(), watch=watch)
                 if job is not None:
-                    await self._took_jobs(index, [job], sent_at)
+                    self._took(index, [job], sent_at)
                     taken += 1
                     continue
             taken += len(await self._send(index, self.lineup.cores[index].take_round(asked)))
@@ -823,33 +834,26 @@ class Consumer(LoopShell):
         if not round_.outcomes and not round_.claim:
             return []
         sent_at = time.monotonic()
+        watch = self.lineup.cores[index].watches(round_)
         try:
             verdicts, jobs = await self.queues[index].settle_leased(
                 round_.outcomes, round_.claim, self.lease_ms, self.settings.retention_ms,
-                self._now())
+                self._now(), watch=watch)
         except Exception:
             self.lineup.cores[index].unsent(round_, time.monotonic())
             raise
-        await self._took_jobs(index, jobs, sent_at)
+        self._took(index, jobs, sent_at)
         report_settled(round_.outcomes, verdicts, self.on_ack)
         return jobs
 
-    async def _took_jobs(self, index: int, jobs: list[Job], sent_at: float) -> None:
-        """As ``echomq.Consumer._took``: the first leases in hand of queue ``index`` leave a
-        watch token."""
-        if self._took(index, jobs, sent_at):
-            await self._guarded(self._watch, index)
-
-    def _took(self, index: int, jobs: list[Job], sent_at: float) -> bool:
-        """``jobs``, claimed by a call sent at ``sent_at``, are in hand; True when they are the
-        first of queue ``index``."""
+    def _took(self, index: int, jobs: list[Job], sent_at: float) -> None:
+        """``jobs``, claimed by a call sent at ``sent_at``, are in hand (as
+        ``echomq.Consumer._took``; the watch tokens went out with the claim)."""
         core = self.lineup.cores[index]
-        first = bool(jobs) and not core.in_hand
         core.sent()
         core.claimed(jobs, time.monotonic(), sent_at)
         if jobs and (self._keeper is None or self._keeper.done()):
             self._keeper = asyncio.ensure_future(self._keep())
-        return first
 
     async def _watch(self, index: int) -> None:
         queue = self.queues[index]

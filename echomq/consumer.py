@@ -64,6 +64,7 @@ from echomq.loop import (
 from echomq.parking import (
     TOKEN_ROLE,
     WATCH_ROLE,
+    WATCH_TOKENS,
     is_watch,
     queue_reads,
     queue_watch,
@@ -102,11 +103,11 @@ def push_wake_token(queue: Queue, key: str | None = None) -> None:
         pipe.execute()
 
 
-def push_watch_token(queue: Queue, key: str | None = None) -> None:
-    """Leave the one token of ``key`` (None: the queue's watch key): a parked consumer of the
-    queue reads its heads again (see ``echomq.parking``)."""
+def push_watch_token(queue: Queue, key: str | None = None, tokens: int = WATCH_TOKENS) -> None:
+    """Leave ``tokens`` on ``key`` (None: the queue's watch key): as many parked consumers of
+    the queue read its heads again (see ``echomq.parking``)."""
     with queue.conn.pipeline(transaction=False) as pipe:
-        queue_watch(pipe, queue.key(WATCH_ROLE) if key is None else key)
+        queue_watch(pipe, queue.key(WATCH_ROLE) if key is None else key, tokens)
         pipe.execute()
 
 
@@ -387,7 +388,7 @@ class Parker:
         if stopping.is_set():
             # A stopping consumer hands its token on, to the key it came from.
             if watch:
-                push_watch_token(self._queue, text(popped[0]))
+                push_watch_token(self._queue, text(popped[0]), tokens=1)
             else:
                 push_wake_token(self._queue, text(popped[0]))
         return "watch" if watch else "wake"
@@ -763,7 +764,9 @@ class Consumer(LoopShell):
             asked = self.lineup.ask(wanted, taken)
             if asked and self.lanes:
                 sent_at = time.monotonic()
-                job = queue.claim_lane(self.lease_ms, now=self._now())
+                with self._keeper.lock:
+                    watch = self.lineup.cores[index].watches(Round([], 1))
+                job = queue.claim_lane(self.lease_ms, now=self._now(), watch=watch)
                 if job is not None:
                     self._took(index, [job], sent_at)
                     taken += 1
@@ -806,10 +809,12 @@ class Consumer(LoopShell):
         if not round_.outcomes and not round_.claim:
             return []
         sent_at = time.monotonic()
+        with self._keeper.lock:
+            watch = self.lineup.cores[index].watches(round_)
         try:
             verdicts, jobs = self.queues[index].settle_leased(
                 round_.outcomes, round_.claim, self.lease_ms, self.settings.retention_ms,
-                self._now())
+                self._now(), watch=watch)
         except Exception:
             with self._keeper.lock:
                 self.lineup.cores[index].unsent(round_, time.monotonic())
@@ -819,19 +824,16 @@ class Consumer(LoopShell):
         return jobs
 
     def _took(self, index: int, jobs: list[Job], sent_at: float) -> None:
-        """``jobs`` of queue ``index``, claimed by a call sent at ``sent_at``, are in hand. The
-        first leases in hand of that queue leave a watch token, so a consumer parked on it
-        learns their deadline."""
+        """``jobs`` of queue ``index``, claimed by a call sent at ``sent_at``, are in hand (a
+        claim with nothing of that queue in hand sent its watch tokens in its own flush, so a
+        consumer parked on them learns their deadline)."""
         core = self.lineup.cores[index]
         with self._keeper.lock:
             core.sent()
             idle = not self.lineup.in_hand
-            first = bool(jobs) and not core.in_hand
             core.claimed(jobs, time.monotonic(), sent_at)
             if idle and jobs:
                 self._keeper.wake()
-        if first:
-            self._guarded(push_watch_token, self.queues[index])
 
     # the keeper's work (on its thread) ------------------------------------------------------
 

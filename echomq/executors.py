@@ -49,25 +49,30 @@ class Executor(ABC):
         except twins(ResponseError) as exc:
             raise_mapped(exc)
 
-    def call_many(self, client: Any, calls: Sequence[Call]) -> list[Any]:
+    def call_many(self, client: Any, calls: Sequence[Call],
+                  then: Sequence[tuple[Any, ...]] = ()) -> list[Any]:
         """Runs many calls in one pipeline flush; a reply each. Every transition is prepared (and
         a refused one raises) before anything is sent. Calls refused with NOSCRIPT (a server that
-        lost its scripts) have their scripts loaded once and are sent again in one more flush."""
+        lost its scripts) have their scripts loaded once and are sent again in one more flush.
+        ``then``: plain commands sent after the calls in every flush (their replies dropped)."""
         for transition in {call[0] for call in calls}:
             self.prepare(client, transition)
-        replies = self._flush(client, calls)
+        replies = self._flush(client, calls, then)
         no_script = twins(NoScriptError)
         lost = [n for n, reply in enumerate(replies) if isinstance(reply, no_script)]
         if lost:
             for transition in {calls[n][0] for n in lost}:
                 self.load(client, transition)
-            for n, reply in zip(lost, self._flush(client, [calls[n] for n in lost]), strict=True):
+            again = self._flush(client, [calls[n] for n in lost], then)
+            for n, reply in zip(lost, again, strict=True):
                 replies[n] = reply
         return [self._settle(client, call, reply) for call, reply in zip(calls, replies,
                                                                          strict=True)]
 
-    def _flush(self, client: Any, calls: Sequence[Call]) -> list[Any]:
-        return flush_once(client, [self.command(*call) for call in calls])
+    def _flush(self, client: Any, calls: Sequence[Call],
+               then: Sequence[tuple[Any, ...]] = ()) -> list[Any]:
+        commands = [self.command(*call) for call in calls]
+        return flush_once(client, [*commands, *then])[:len(calls)]
 
     def _settle(self, client: Any, call: Call, reply: Any) -> Any:
         if isinstance(reply, twins(NoScriptError)):

@@ -644,6 +644,12 @@ class LoopCore:
             pause = self.settle_pause(self.unsent_rounds, 0.0) or self.pause_cap_s
             self.outbox_since = now + pause - self.settings.settle_delay_ms / 1000
 
+    def watches(self, round_: Round) -> bool:
+        """Whether ``round_`` sends the queue's watch tokens in its flush: it claims with
+        nothing of the queue in hand, so the leases it takes may be the only ones the parked
+        consumers do not know of (``echomq.parking``)."""
+        return round_.claim > 0 and not round_.outcomes and not self.in_hand
+
     def sent(self) -> None:
         """A round went out."""
         self.unsent_rounds = 0

@@ -4,11 +4,15 @@ A parked consumer costs the wire one re-read and one ``BLPOP`` per park (``echom
 decides how long). Before it parks it reads the heads of ``active``, ``delayed`` and
 ``throttled`` (``queue_reads``): the earliest of them is when the next thing can fall due — a
 lease runs out, a retry is due, a lane's rate window opens — and the park ends then. A lease
-taken while the others park cannot be in what they read, so a consumer that takes leases with
-nothing in hand leaves one token on the queue's watch key (``watch_key``, at most one token): a
-parked consumer pops it, reads the heads again and parks until the new earliest. It claims
-nothing for it, so an enqueue to a parked crowd still costs one claim. When a park ends by its
-cap, the re-read also counts the jobs ready, and a claim follows only when there are some.
+taken while the others park cannot be in what they read, so a consumer that claims with nothing
+in hand sends WATCH_TOKENS tokens on the queue's watch key (which keeps no more) in the claim's
+own flush, after the claim (``watch_commands``): the server has applied the claim before any
+parked consumer pops a token, and a holder killed as the reply comes back has left its tokens all
+the same. Each of up to two parked consumers pops one, reads the heads again and parks until the
+new earliest, so the lease is watched even if one of them dies too. A watcher pushes nothing
+back (no token goes round the crowd), and claims nothing for it, so an enqueue to a parked crowd
+still costs one claim. When a park ends by its cap, the re-read also counts the jobs ready, and
+a claim follows only when there are some.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from echomq.calls import earliest, text
 
 WATCH_ROLE = "watch"
 TOKEN_ROLE = "housekeeping"
+# How many consumers learn of a lease taken with nothing in hand: one of them may die as well.
+WATCH_TOKENS = 2
 # The zsets whose head is when the next thing can fall due.
 HEADS = ("delayed", "active", "throttled")
 
@@ -51,10 +57,16 @@ def sighting_of(replies: Sequence[Any]) -> Sighting:
     return Sighting(earliest(heads), any(int(count) > 0 for count in counts))
 
 
-def queue_watch(pipe: Any, key: str) -> None:
-    """Queue on ``pipe`` one token on the watch key ``key``, which keeps at most one."""
-    pipe.rpush(key, 1)
-    pipe.ltrim(key, 0, 0)
+def watch_commands(key: str, tokens: int = WATCH_TOKENS) -> list[tuple[Any, ...]]:
+    """The commands that leave ``tokens`` tokens on the watch key ``key``, which keeps at most
+    WATCH_TOKENS (one ``RPUSH``: the consumers blocked on it are served one token each)."""
+    return [("RPUSH", key, *[1] * tokens), ("LTRIM", key, 0, WATCH_TOKENS - 1)]
+
+
+def queue_watch(pipe: Any, key: str, tokens: int = WATCH_TOKENS) -> None:
+    """Queue ``watch_commands`` on ``pipe``."""
+    for command in watch_commands(key, tokens):
+        pipe.execute_command(*command)
 
 
 def take_token(conn: Any, key: str, holder: str, interval_ms: int) -> Any:

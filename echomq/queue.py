@@ -42,6 +42,7 @@ from echomq.errors import EvictionPolicyWarning
 from echomq.executors import executor_for
 from echomq.lanes import LaneControls, lane_depths_of
 from echomq.once import lost_reply
+from echomq.parking import WATCH_ROLE, watch_commands
 from echomq.registry import REGISTRY_KEY
 from echomq.waiting import next_block_s, wait_slice_s
 
@@ -104,8 +105,13 @@ class Queue(LaneControls):
         id; ``lane`` with a group) of this queue."""
         return self.calls.key(role, job_id, lane)
 
-    def _send(self, call: Call) -> Any:
-        return self.executor.call(self.conn, *call)
+    def _send(self, call: Call, *, watch: bool = False) -> Any:
+        """Run ``call``; with ``watch``, the queue's watch tokens follow it in the same flush
+        (``echomq.parking``)."""
+        if not watch:
+            return self.executor.call(self.conn, *call)
+        return self.executor.call_many(self.conn, [call],
+                                       then=watch_commands(self.key(WATCH_ROLE)))[0]
 
     # producer -------------------------------------------------------------------------------
 
@@ -174,11 +180,12 @@ class Queue(LaneControls):
         """Lease the oldest pending job for ``lease_ms``, or None when there is none."""
         return job_of(self._send(self.calls.claim(lease_ms, now)))
 
-    def claim_lane(self, lease_ms: int = DEFAULT_LEASE_MS, *,
-                   now: int | None = None) -> Job | None:
+    def claim_lane(self, lease_ms: int = DEFAULT_LEASE_MS, *, now: int | None = None,
+                   watch: bool = False) -> Job | None:
         """Lease the head job of the next lane in turn (the ring rotates one step per claim),
-        or None when every lane is empty. Scripts only (``wire=6`` raises Wire6Unsupported)."""
-        return job_of(self._send(self.calls.claim_lane(lease_ms, now)))
+        or None when every lane is empty. Scripts only (``wire=6`` raises Wire6Unsupported).
+        ``watch``: the queue's watch tokens go out in the claim's flush, after it."""
+        return job_of(self._send(self.calls.claim_lane(lease_ms, now), watch=watch))
 
     def ack(self, job: Job, *, retention_ms: int | None = None,
             result: Payload | None = None) -> Verdict:
@@ -213,12 +220,13 @@ class Queue(LaneControls):
         return settled(self._send(call))
 
     def settle_leased(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
-                      retention_ms: int | None, now: int | None) -> tuple[list[Verdict],
-                                                                         list[Job]]:
+                      retention_ms: int | None, now: int | None, *,
+                      watch: bool = False) -> tuple[list[Verdict], list[Job]]:
         """``settle`` for a consumer's own round: the outcomes' jobs came from this queue's
-        claims, so their ids and fences are not checked again."""
+        claims, so their ids and fences are not checked again. ``watch``: the queue's watch
+        tokens go out in the same flush, after the call (``echomq.parking``)."""
         call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now, leased=True)
-        return settled(self._send(call))
+        return settled(self._send(call, watch=watch))
 
     def claim_many(self, count: int, lease_ms: int = DEFAULT_LEASE_MS, *,
                    now: int | None = None) -> list[Job]:

@@ -193,11 +193,11 @@ def test_outcomes_that_finish_together_go_out_in_one_round(valkey: EmbeddedValke
         rounds: list[int] = []
         send = queue.settle_leased
 
-        async def counted(outcomes: Any, *args: Any) -> Any:
+        async def counted(outcomes: Any, *args: Any, **options: Any) -> Any:
             outcomes = list(outcomes)
             if outcomes:
                 rounds.append(len(outcomes))
-            return await send(outcomes, *args)
+            return await send(outcomes, *args, **options)
 
         queue.settle_leased = counted  # type: ignore[method-assign]
         gate, consumer, task = await all_in_flight(queue, 4, 4, prefetch=4)

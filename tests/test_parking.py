@@ -2,15 +2,17 @@
 
 An idle consumer sends one re-read and one ``BLPOP`` per park (the park cap, a minute by default),
 so it costs at most a tenth of a command a second; one consumer a housekeeping interval runs
-recover + promote (the queue's housekeeping token); a lease taken while the others park leaves a
-watch token, so a SIGKILLed holder's lease is back within ``lease_ms + housekeeping_ms`` although
-every other consumer parks long; and one enqueue to a parked crowd costs one claim. Commands are
-the server's own count (``INFO commandstats``, a script's inner calls included on ``wire=5``);
-times are the server's clock.
+recover + promote (the queue's housekeeping token); a claim with nothing in hand sends two watch
+tokens in its own flush, so a SIGKILLed holder's lease is back within ``lease_ms +
+housekeeping_ms`` although every other consumer parks long — killed as its claim's reply came
+back, or after one of its two watchers died; and one enqueue to a parked crowd costs one claim.
+Commands are the server's own count (``INFO commandstats``, a script's inner calls included on
+``wire=5``); times are the server's clock.
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -23,7 +25,7 @@ from typing import Any
 import pytest
 import redis
 
-from echomq import Consumer, Job, Queue
+from echomq import Consumer, Job, Queue, aio
 from echomq.consumer import server_ms
 from echomq.embedded import EmbeddedValkey
 from echomq.loop import PARK_CAP_MS
@@ -66,7 +68,35 @@ def test_idle_consumers_cost_one_read_and_one_blpop_per_park(
     assert per_park / (PARK_CAP_MS / 1000) <= 0.1
 
 
-HOLDER = """
+# Every subprocess consumer counts the watch tokens it pops on "pops:<its role>", so a test can
+# tell where it stands in the line of parked consumers (``first_in_line``); with "hold:<role>"
+# set, it leaves the line after its next pop until a token on "go:<role>".
+COUNTED = """
+import sys
+import redis
+from echomq import consumer
+counter = redis.Redis(port=int(sys.argv[1]))
+park = consumer.Parker.park
+def counted(self, *args, **options):
+    popped = park(self, *args, **options)
+    if popped == "watch":
+        counter.incr("pops:" + ROLE)
+        if counter.delete("hold:" + ROLE):  # asked to leave the line until "go:<role>"
+            counter.blpop(["go:" + ROLE])
+    return popped
+consumer.Parker.park = counted
+from echomq import aio
+blpop = aio.Consumer._blpop
+async def counted_async(self, *args, **options):
+    popped = await blpop(self, *args, **options)
+    if popped == "watch":
+        counter.incr("pops:" + ROLE)
+    return popped
+aio.Consumer._blpop = counted_async
+"""
+
+HOLDER = """ROLE = "holder"
+""" + COUNTED + """
 import sys, time
 import redis
 from echomq import Consumer, Queue
@@ -91,6 +121,39 @@ def holder_process(valkey: EmbeddedValkey, wire: int, lease_ms: int) -> Iterator
         process.wait(10)
 
 
+def hand_tokens(conn: redis.Redis, queue: Queue, parked: int, count: int = 1) -> None:
+    """Hand ``count`` watch tokens, one at a time, to the head of the line of ``parked``
+    consumers: each pops one, reads the heads and parks again at the end of the line."""
+    for _ in range(count):
+        conn.rpush(queue.key("watch"), 1)
+        assert wait_until(lambda: conn.llen(queue.key("watch")) == 0
+                          and blocked_clients(conn) == parked, timeout=10.0)
+
+
+def hand_tokens_until(conn: redis.Redis, queue: Queue, role: str, parked: int) -> None:
+    """Hand watch tokens one at a time until the consumer counting on ``pops:<role>`` popped
+    one: it stands last in the line now."""
+    start = int(conn.get("pops:" + role) or 0)
+    for _ in range(parked):
+        hand_tokens(conn, queue, parked)
+        if int(conn.get("pops:" + role) or 0) > start:
+            return
+    raise AssertionError(f"the {role} never popped a token")
+
+
+def first_in_line(conn: redis.Redis, queue: Queue, role: str, parked: int) -> None:
+    """Make the consumer counting on ``pops:<role>`` the first in the line of ``parked``: the
+    next token pushed on the queue (wake or watch) is served to it."""
+    hand_tokens_until(conn, queue, role, parked)
+    hand_tokens(conn, queue, parked, parked - 1)
+
+
+def settled(conn: redis.Redis, queue: Queue, parked: int) -> None:
+    """Every consumer parked, every watch token of their first claims popped."""
+    assert wait_until(lambda: blocked_clients(conn) == parked
+                      and conn.llen(queue.key("watch")) == 0, timeout=20.0)
+
+
 def test_a_sigkilled_holders_lease_is_back_within_the_bound_while_fifty_consumers_park(
         conn: redis.Redis, valkey: EmbeddedValkey, wire: int) -> None:
     lease_ms, crowd_size, idle_s = 1_000, 50, 2.5
@@ -102,16 +165,16 @@ def test_a_sigkilled_holders_lease_is_back_within_the_bound_while_fifty_consumer
         ran.append((job.id, server_ms(conn)))
 
     with holder_process(valkey, wire, lease_ms) as holder, ExitStack() as stack:
-        # The holder parks first: the first client blocked on a key is the first served.
         assert wait_until(lambda: blocked_clients(conn) == 1, timeout=20.0)
         stack.callback(short.close)
         crowd = [Consumer(queue, handler) for _ in range(crowd_size)]
         for consumer in crowd:
             stack.callback(consumer.close)
         stack.enter_context(running(*crowd, stop_within=10.0))
-        assert wait_until(lambda: blocked_clients(conn) == crowd_size + 1, timeout=20.0)
+        settled(conn, queue, crowd_size + 1)
         # Idle longer than every timeout: the client's, the housekeeping interval, the lease.
         time.sleep(idle_s)
+        first_in_line(conn, queue, "holder", crowd_size + 1)
         before = command_calls(conn)
         queue.enqueue("JOB:held", b"x")  # its wake token goes to the holder
         assert wait_until(lambda: conn.get("holding") == b"JOB:held", timeout=10.0)
@@ -211,3 +274,140 @@ def test_a_user_denied_the_parking_commands_stops_the_loop_saying_which(
         admin.execute_command("ACL", "DELUSER", "no-token")
         conn.close()
         admin.close()
+
+
+# A holder that dies the instant its claim's reply is back, before it sends anything else: the
+# settle call that claimed SIGKILLs its own process as it returns with a job.
+KILLED_AT_CLAIM = """ROLE = "holder"
+""" + COUNTED + """
+import asyncio, os, signal, sys
+import redis
+from echomq import aio, Consumer, Queue
+port, wire, lease_ms, shell = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+shells = {"sync": Queue, "async": aio.Queue}
+settle_leased = shells[shell].settle_leased
+def killed(replies):
+    if replies[1]:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return replies
+if shell == "sync":
+    def at_claim(self, *args, **options):
+        return killed(settle_leased(self, *args, **options))
+    Queue.settle_leased = at_claim
+    Consumer(Queue(redis.Redis(port=port), "held", wire=wire), lambda job: None,
+             lease_ms=lease_ms).run()
+else:
+    async def at_claim_async(self, *args, **options):
+        return killed(await settle_leased(self, *args, **options))
+    aio.Queue.settle_leased = at_claim_async
+    async def main():
+        queue = aio.Queue(redis.asyncio.Redis(port=port), "held", wire=wire)
+        await aio.Consumer(queue, lambda job: None, lease_ms=lease_ms).run()
+    asyncio.run(main())
+"""
+
+
+@contextmanager
+def process_of(script: str, *args: object) -> Iterator[Any]:
+    process = subprocess.Popen([sys.executable, "-c", script, *map(str, args)])
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+def back_within_the_bound(conn: redis.Redis, queue: Queue, ran: list[tuple[str, int]],
+                          expires_at: Any) -> None:
+    """The lost lease came back to a parked consumer within lease + housekeeping (+ allowance)
+    of its deadline, in the server's clock; the crowd parks a minute, so no park's end did it."""
+    assert expires_at is not None
+    assert wait_until(lambda: bool(ran), timeout=10.0), "the lost lease never came back"
+    job_id, back_at = ran[0]
+    assert job_id == "JOB:held"
+    assert back_at - int(expires_at) <= HOUSEKEEPING_MS + ALLOWANCE_MS
+
+
+@pytest.mark.parametrize("shell", ["sync", "async"])
+def test_a_holder_sigkilled_as_its_claim_returns_has_left_the_watch_token_with_the_claim(
+        conn: redis.Redis, valkey: EmbeddedValkey, wire: int, shell: str) -> None:
+    lease_ms, crowd_size = 1_000, 10
+    queue = Queue(conn, "held", wire=wire)
+    ran: list[tuple[str, int]] = []
+    with process_of(KILLED_AT_CLAIM, valkey.port, wire, lease_ms, shell) as holder, \
+            ExitStack() as stack:
+        assert wait_until(lambda: blocked_clients(conn) == 1, timeout=20.0)  # served first
+        crowd = [Consumer(queue, lambda job: ran.append((job.id, server_ms(conn))))
+                 for _ in range(crowd_size)]
+        for consumer in crowd:
+            stack.callback(consumer.close)
+        stack.enter_context(running(*crowd, stop_within=10.0))
+        settled(conn, queue, crowd_size + 1)
+        first_in_line(conn, queue, "holder", crowd_size + 1)
+        queue.enqueue("JOB:held", b"x")  # its wake token goes to the holder, which dies
+        assert holder.wait(10) == -signal.SIGKILL
+        back_within_the_bound(conn, queue, ran, conn.zscore(queue.key("active"), "JOB:held"))
+
+
+WATCHER = """ROLE = "watcher"
+""" + COUNTED + """
+import sys
+import redis
+from echomq import Consumer, Queue
+queue = Queue(redis.Redis(port=int(sys.argv[1])), "held", wire=int(sys.argv[2]))
+Consumer(queue, lambda job: None).run()
+"""
+
+
+def test_a_lease_stays_watched_when_the_watcher_dies_and_then_the_holder(
+        conn: redis.Redis, valkey: EmbeddedValkey, wire: int) -> None:
+    lease_ms, crowd_size = 1_000, 10
+    queue = Queue(conn, "held", wire=wire)
+    ran: list[tuple[str, int]] = []
+    with holder_process(valkey, wire, lease_ms) as holder, \
+            process_of(WATCHER, valkey.port, wire) as watcher, ExitStack() as stack:
+        crowd = [Consumer(queue, lambda job: ran.append((job.id, server_ms(conn))))
+                 for _ in range(crowd_size)]
+        for consumer in crowd:
+            stack.callback(consumer.close)
+        stack.enter_context(running(*crowd, stop_within=10.0))
+        parked = crowd_size + 2
+        settled(conn, queue, parked)
+        # Blocked clients are served in the order they blocked: line up the holder first and
+        # the watcher second (out of the line until the holder's turn has come round).
+        conn.set("hold:watcher", 1)
+        hand_tokens_until(conn, queue, "watcher", parked)
+        hand_tokens_until(conn, queue, "holder", parked)
+        conn.rpush("go:watcher", 1)
+        assert wait_until(lambda: blocked_clients(conn) == parked, timeout=10.0)
+        hand_tokens(conn, queue, parked, parked - 2)
+        # The holder takes the wake token; its claim's first watch token is the watcher's.
+        queue.enqueue("JOB:held", b"x")
+        assert wait_until(lambda: conn.get("holding") == b"JOB:held", timeout=10.0)
+        watcher.send_signal(signal.SIGKILL)  # it popped its token when the claim was applied
+        watcher.wait(10)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        back_within_the_bound(conn, queue, ran, conn.zscore(queue.key("active"), "JOB:held"))
+
+
+@pytest.mark.parametrize("shell", ["sync", "async"])
+def test_a_claim_refused_with_noscript_is_sent_again_with_its_watch_tokens(
+        conn: redis.Redis, valkey: EmbeddedValkey, shell: str) -> None:
+    queue = Queue(conn, "flushed", wire=5)
+    queue.enqueue("JOB:a", b"x")
+    conn.script_flush()  # the server lost its scripts: the claim's first flush meets NOSCRIPT
+    if shell == "sync":
+        _, jobs = queue.settle_leased([], 1, 1_000, None, None, watch=True)
+    else:
+        async def claimed() -> list[Job]:
+            client = redis.asyncio.Redis(port=valkey.port)
+            try:
+                aqueue = aio.Queue(client, "flushed", wire=5)
+                return (await aqueue.settle_leased([], 1, 1_000, None, None, watch=True))[1]
+            finally:
+                await client.aclose()
+        jobs = asyncio.run(claimed())
+    assert [job.id for job in jobs] == ["JOB:a"]
+    assert conn.lrange(queue.key("watch"), 0, -1) == [b"1", b"1"]  # two, however many flushes
