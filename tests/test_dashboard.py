@@ -135,12 +135,20 @@ def fill(conn: redis.Redis) -> Queue:
     return queue
 
 
-def test_dashboard_renders_and_requeues(conn: redis.Redis, dashboard: str,
+@pytest.fixture
+def worker(conn: redis.Redis) -> Iterator[Announcer]:
+    """A worker of queue "mail" with JOB:t9 in hand, beating, so its record outlives a slow
+    page load; stopped however the test ends, so it beats into no later test's server."""
+    announcer = Announcer(conn, "mail", 6)
+    announcer.began(Job("JOB:t9", b"", 1))
+    announcer.start()
+    yield announcer
+    announcer.stop()
+
+
+def test_dashboard_renders_and_requeues(conn: redis.Redis, dashboard: str, worker: Announcer,
                                         tmp_path: Path) -> None:
     queue = fill(conn)
-    worker = Announcer(conn, "mail", 6)
-    worker.began(Job("JOB:t9", b"", 1))
-    worker.start()  # beating, so its record outlives a slow page load
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -191,7 +199,6 @@ def test_dashboard_renders_and_requeues(conn: redis.Redis, dashboard: str,
         page.click('button[data-resume="mail"]')
         page.wait_for_selector('button[data-pause="mail"]', timeout=15_000)
         browser.close()
-    worker.stop()
     assert complaints == []
     assert conn.zscore(queue.key("pending"), "JOB:poison0") is not None
     assert conn.zscore(queue.key("pending"), "JOB:poison1") is not None
@@ -218,11 +225,8 @@ ATTACKS = """async (target) => {
 
 
 def test_a_page_on_another_port_cannot_change_anything(conn: redis.Redis, dashboard: str,
-                                                       elsewhere: str) -> None:
+                                                       elsewhere: str, worker: Announcer) -> None:
     queue = fill(conn)
-    worker = Announcer(conn, "mail", 6)
-    worker.began(Job("JOB:t9", b"", 1))
-    worker.start()  # beating, so its record outlives a slow page load
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page()

@@ -156,7 +156,7 @@ def test_housekeeping_goes_on_while_a_handler_runs_past_its_time_limit(
     queue.enqueue("JOB:stuck", b"x")
     consumer = make(queue, handler, time_limit_ms=200, retry_delay_ms=60_000,
                     on_overrun=lambda job: overrun_at.append(server_ms(conn)))
-    with running(consumer):
+    with running(consumer, stop_within=10.0):  # the stuck handler's thread ends first
         try:
             assert wait_until(
                 lambda: rerun.is_set() or conn.zscore(queue.key("pending"), "JOB:lost") is not None,
