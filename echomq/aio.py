@@ -90,6 +90,7 @@ from echomq.registry import REGISTRY_KEY
 from echomq.scripts import script_for
 from echomq.transitions import Transition
 from echomq.waiting import next_block_s, wait_slice_s
+from echomq.workers import announced_async
 
 __all__ = ["AsyncExecutor", "Consumer", "Job", "Queue", "Verdict", "async_executor_for"]
 
@@ -447,7 +448,8 @@ class Consumer(LoopShell):
     While anything is in hand, a keeper task extends the leases in hand, sends outcomes that
     waited ``settle_delay_ms``, runs due housekeeping and enforces the time limit. ``stop()``
     must be called from the loop's own thread; the handlers in flight finish, the jobs
-    prefetched and not started are handed back."""
+    prefetched and not started are handed back. ``announce``: as ``echomq.Consumer``'s, the
+    record rewritten by a task of the loop."""
 
     def __init__(self, queue: Queue | Sequence[Queue], handler: AsyncHandler, *,
                  lanes: bool = False, lease_ms: int = DEFAULT_LEASE_MS,
@@ -459,7 +461,7 @@ class Consumer(LoopShell):
                  housekeeping_ms: int = HOUSEKEEPING_MS, time_limit_ms: int | None = None,
                  on_overrun: Callable[[Job], object] | None = None, prefetch: int = PREFETCH,
                  settle_delay_ms: int = SETTLE_DELAY_MS, concurrency: int = 1,
-                 pause_check_ms: int = PAUSE_CHECK_MS) -> None:
+                 pause_check_ms: int = PAUSE_CHECK_MS, announce: bool = True) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive int, got {concurrency!r}")
         self.queues: list[Queue] = queue_list(queue)
@@ -477,6 +479,7 @@ class Consumer(LoopShell):
         self.on_ack = on_ack
         self.on_overrun = on_overrun
         self.clock = clock
+        self.announce = announce
         self._socket_timeout_s = socket_timeout_of(self.queue.conn)
         self._parking_conn: Any = None  # made on the first park: see ``_parking_client``
         self._running = False  # inside ``run``
@@ -499,8 +502,14 @@ class Consumer(LoopShell):
         return sum(len(core.running) for core in self.lineup.cores)
 
     async def run(self) -> None:
-        """Beat until ``stop()``. Transient server errors are retried with a growing pause;
-        one that cannot heal raises FatalServerError."""
+        """Beat until ``stop()``, listed in the registry of live workers meanwhile (unless
+        ``announce`` is False; the record beats from a task of this loop). Transient server
+        errors are retried with a growing pause; one that cannot heal raises
+        FatalServerError."""
+        async with announced_async(self, self.announce):
+            await self._run()
+
+    async def _run(self) -> None:
         log.info("async consumer started: queue %s, wire %d, %s, lease %d ms, concurrency %d",
                  self.names, self.queue.wire, "lanes" if self.lanes else "flat", self.lease_ms,
                  self.concurrency)

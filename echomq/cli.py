@@ -162,7 +162,8 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency:
                       lease_ms=lease_ms, retry_delay_ms=retry_delay_ms,
                       max_attempts=max_attempts, park_cap_ms=park_cap_ms, on_ack=on_ack,
                       log_level=log_level.upper(), time_limit_ms=limit_ms,
-                      prefetch=prefetch, async_concurrency=async_in_flight)
+                      prefetch=prefetch, async_concurrency=async_in_flight,
+                      debug=bool(click.get_current_context().find_root().params.get("debug")))
     try:
         check_spec(spec)
     except (ImportError, SyntaxError, AttributeError) as exc:
@@ -176,7 +177,10 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency:
     try:
         metrics_at = None if metrics_port is None else (metrics_addr, metrics_port)
         sys.exit(run_workers(spec, concurrency, grace, metrics_at))
-    except (WorkersFailed, MetricsUnavailable) as exc:
+    except WorkersFailed as exc:
+        raise Failure(str(exc), "fix what the worker's start raised (the log above says where); "
+                      "run again with --debug for its traceback") from exc
+    except MetricsUnavailable as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -74,6 +74,7 @@ from echomq.parking import (
 )
 from echomq.queue import DEFAULT_LEASE_MS, Job, Outcome, Queue, Verdict
 from echomq.transitions import LANE_CLAIM
+from echomq.workers import announced
 
 __all__ = ["Consumer", "error_text", "park_window", "refuse_unsupported", "server_ms"]
 
@@ -513,7 +514,9 @@ class Consumer(LoopShell):
     ``on_overrun`` is where a worker process exits so it is replaced. ``on_ack``:
     called with each job whose ack returned ACKED (on the loop's thread, or on the keeper's when
     it sends outcomes a running handler would otherwise hold back). ``clock``: the ms clock for
-    every transition (None: the server's).
+    every transition (None: the server's). ``announce``: while ``run()`` runs, keep a record in
+    the registry of live workers (``echomq workers``: the queues, the jobs in hand), rewritten
+    every 2 s by a thread; False for none (an ``echomq worker`` process keeps its own).
 
     A handler may be ``async def`` (or return an awaitable): it runs to the end on this
     consumer's own event loop. A handler that raises SystemExit or KeyboardInterrupt fails its
@@ -537,7 +540,7 @@ class Consumer(LoopShell):
                  time_limit_ms: int | None = None,
                  on_overrun: Callable[[Job], object] | None = None, prefetch: int = PREFETCH,
                  settle_delay_ms: int = SETTLE_DELAY_MS,
-                 pause_check_ms: int = PAUSE_CHECK_MS) -> None:
+                 pause_check_ms: int = PAUSE_CHECK_MS, announce: bool = True) -> None:
         self.queues: list[Queue] = queue_list(queue)
         refuse_unsupported(self.queues[0].wire, lanes)
         self.lineup = Lineup.of(Settings(
@@ -551,6 +554,7 @@ class Consumer(LoopShell):
         self.on_ack = on_ack
         self.on_overrun = on_overrun
         self.clock = clock
+        self.announce = announce
         self._stopping = threading.Event()
         self._keeper = Keeper(self)
         self._parker = Parker(self.queues, park_cap_ms)
@@ -564,8 +568,13 @@ class Consumer(LoopShell):
     # control ------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Beat until ``stop()``. Transient server errors are retried with a growing pause;
-        one that cannot heal raises FatalServerError."""
+        """Beat until ``stop()``, listed in the registry of live workers meanwhile (unless
+        ``announce`` is False). Transient server errors are retried with a growing pause; one
+        that cannot heal raises FatalServerError."""
+        with announced(self, self.announce):
+            self._run()
+
+    def _run(self) -> None:
         log.info("consumer started: queue %s, wire %d, %s, lease %d ms", self.names,
                  self.queue.wire, "lanes" if self.lanes else "flat", self.lease_ms)
         try:

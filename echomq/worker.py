@@ -50,6 +50,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
@@ -61,7 +62,7 @@ from echomq import aio
 from echomq.childsignals import SignalWaiter
 from echomq.clients import async_twin
 from echomq.connection import client_like, redis_from_url
-from echomq.consumer import Consumer, error_text, refuse_unsupported
+from echomq.consumer import Consumer, refuse_unsupported
 from echomq.embedded import die_with_parent
 from echomq.errors import EchoMQError, TrafikeyMissing
 from echomq.executors import executor_for
@@ -118,6 +119,7 @@ class WorkerSpec:
     prefetch: int = PREFETCH
     async_concurrency: int | None = None
     metrics_dir: str | None = None  # count jobs in prometheus_client files there
+    debug: bool = False  # a start failure logs its traceback, not one line
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -252,8 +254,9 @@ def handler_of(target: Any, spec: WorkerSpec) -> Callable[[Job], object]:
 
 def consumer_options(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None
                      ) -> dict[str, Any]:
-    """The options both consumers take from ``spec``."""
-    return {"lanes": spec.lanes, "lease_ms": spec.lease_ms,
+    """The options both consumers take from ``spec``; the process, not its consumer, keeps
+    the worker's record in the registry."""
+    return {"announce": False, "lanes": spec.lanes, "lease_ms": spec.lease_ms,
             "retry_delay_ms": spec.retry_delay_ms, "park_cap_ms": spec.park_cap_ms,
             "on_ack": load_callable(spec.on_ack) if spec.on_ack else None,
             "time_limit_ms": spec.time_limit_ms, "on_overrun": on_overrun,
@@ -485,11 +488,28 @@ class _StatusPipe:
         self._write(f"ended {time.monotonic()!r}")
 
     def failed(self, exc: BaseException) -> None:
-        self._write("failed " + " ".join(error_text(exc).split()))
+        self._write("failed " + start_failure(exc))
 
     def _write(self, line: str) -> None:
         with contextlib.suppress(OSError):
             os.write(self.fd, (line + "\n").encode(errors="backslashreplace"))
+
+
+START_FAILURE_CAP = 500
+
+
+def start_failure(exc: BaseException) -> str:
+    """What a worker process's failed start says, in one line: ``Type: message`` and where it
+    was raised (the file and line of its last frame, or of a syntax error); its traceback only
+    in the log of a worker run with ``--debug``."""
+    message = " ".join(str(exc).split())
+    if len(message) > START_FAILURE_CAP:
+        message = message[:START_FAILURE_CAP] + "…"
+    head = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__)
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{head} (at {exc.filename}:{exc.lineno})"
+    return f"{head} (at {frames[-1].filename}:{frames[-1].lineno})" if frames else head
 
 
 def child_main(spec_json: str, status_fd: int) -> None:
@@ -510,13 +530,13 @@ def child_main(spec_json: str, status_fd: int) -> None:
         check_server(consumer.queue.conn, spec.wire)
         call_app(target, "worker_started", spec)
     except Exception as exc:
-        log.error("worker could not start: %s", error_text(exc))
+        log.error("worker could not start: %s", start_failure(exc), exc_info=spec.debug)
         status.failed(exc)
         sys.exit(1)
     status.ready()
     announcer.start()
     try:
-        code = _serve(consumer, status, announcer, target, signals)
+        code = _serve(consumer, status, announcer, target, signals, spec.debug)
     finally:
         _app_stopping(target)
     sys.exit(code)
@@ -530,9 +550,10 @@ def _app_stopping(target: Any) -> None:
 
 
 def _serve(consumer: WorkerLoop, status: _StatusPipe, announcer: Announcer,
-           target: Any, signals: SignalWaiter) -> int:
+           target: Any, signals: SignalWaiter, debug: bool = False) -> int:
     failed: list[BaseException] = []
-    thread = threading.Thread(target=_run_loop, args=(consumer, failed), name="echomq-consumer")
+    thread = threading.Thread(target=_run_loop, args=(consumer, failed, debug),
+                              name="echomq-consumer")
     thread.start()
     received = signals.wait()
     if received == _ENDED:
@@ -577,15 +598,18 @@ def _drain_beside_the_overrun(consumer: AsyncWorkerLoop) -> None:
                     "they come back through their leases", limit_s + DRAIN_SLACK_S)
 
 
-def _run_loop(consumer: WorkerLoop, failed: list[BaseException]) -> None:
+def _run_loop(consumer: WorkerLoop, failed: list[BaseException], debug: bool = False) -> None:
     """Run the loop; when it ends, for whatever reason, tell the main thread (``SIGUSR1``): if
     no stop signal came first, this worker exits to be replaced (a handler that raised
-    SystemExit stops the loop, and a worker that no longer consumes must not look alive)."""
+    SystemExit stops the loop, and a worker that no longer consumes must not look alive). The
+    crash is logged in one line (a server's refusal ends a start this way), its traceback only
+    with ``debug``."""
     try:
         consumer.run()
     except BaseException as exc:
         failed.append(exc)
-        log.exception("consumer crashed")
+        log.error("consumer crashed: %s%s", start_failure(exc),
+                  "" if debug else " (--debug logs its traceback)", exc_info=debug)
     finally:
         os.kill(os.getpid(), _ENDED)
 

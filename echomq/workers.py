@@ -1,15 +1,17 @@
 """The registry of live workers, read by the operator's tools (``echomq workers``, ``stats``, the
 dashboard).
 
-Each worker process keeps a hash ``emq:worker:<host>:<pid>:<started ms>`` (host, pid, queue and
-queues — the first and every queue it serves, in priority order, as a JSON list —, wire,
-started, the job in hand and since when, how many jobs are in hand — ``running``: a lease
-prefetched and not yet started is not —, jobs done and failed, last beat) and its key in the set
-``emq:workers``. A thread of its own rewrites the hash every ``BEAT_S`` and sets it to expire
-``EXPIRY_BEATS`` beats later, so it keeps beating while a handler runs long, and a process that
-dies without a word (SIGKILL) drops out within ``EXPIRY_MS``; a clean stop deletes it at once. The
-set is pruned of expired members when read. Like the registry of queues, these keys lie outside
-every queue's hash slot and are written by the client, never inside a transition.
+Each worker process, and each consumer whose ``run()`` runs in a process of the user's own
+(``announced``, ``announced_async``: a script, a web process), keeps a hash
+``emq:worker:<host>:<pid>:<started ms>`` (host, pid, queue and queues — the first and every queue it
+serves, in priority order, as a JSON list —, wire, started, the job in hand and since when, how many
+jobs are in hand — ``running``: a lease prefetched and not yet started is not —, jobs done and
+failed, last beat) and its key in the set ``emq:workers``. A thread of its own (on an asyncio
+consumer, a task of its loop) rewrites the hash every ``BEAT_S`` and sets it to expire
+``EXPIRY_BEATS`` beats later, so it keeps beating while a handler runs long, and a process that dies
+without a word (SIGKILL) drops out within ``EXPIRY_MS``; a clean stop deletes it at once. The set is
+pruned of expired members when read. Like the registry of queues, these keys lie outside every
+queue's hash slot and are written by the client, never inside a transition.
 
 Times are the server's clock (ms), so ages read on any host agree. A server that refuses these
 writes (an ACL without ``emq:worker*``) is logged once; the worker runs on without its record.
@@ -17,6 +19,8 @@ writes (an ACL without ``emq:worker*``) is logged once; the worker runs on witho
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import json
 import logging
@@ -24,7 +28,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -74,7 +78,9 @@ class WorkerInfo:
 
 
 class Announcer:
-    """A worker process's record in the registry, refreshed by a thread every ``beat_s``."""
+    """A worker's record in the registry, refreshed every ``beat_s``: by a thread of its own
+    (``start``/``stop``, ``conn`` a blocking client) or by a task of the running loop
+    (``astart``/``astop``, ``conn`` an asyncio client)."""
 
     def __init__(self, conn: Any, queue: str | Sequence[str], wire: int, *,
                  beat_s: float = BEAT_S) -> None:
@@ -94,6 +100,7 @@ class Announcer:
         self._refused = False
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._task: asyncio.Task[None] | None = None
 
     # what the worker does -----------------------------------------------------------------
 
@@ -197,31 +204,123 @@ class Announcer:
                 "done": done, "failed": failed, "beat_ms": server_ms, "running": running}
 
     def _refresh(self) -> None:
-        seconds, micros = self.conn.time()
-        fields = self.fields(int(seconds) * 1000 + int(micros) // 1000)
+        server_time = self.conn.time()
         with self.conn.pipeline(transaction=False) as pipe:
-            pipe.hset(self.key, mapping=fields)
-            pipe.pexpire(self.key, self.expiry_ms)
-            pipe.sadd(WORKERS_KEY, self.key)
+            self._queue_refresh(pipe, server_time)
             pipe.execute()
 
     def _remove(self) -> None:
         with self.conn.pipeline(transaction=False) as pipe:
-            pipe.delete(self.key)
-            pipe.srem(WORKERS_KEY, self.key)
+            self._queue_remove(pipe)
             pipe.execute()
+
+    def _queue_refresh(self, pipe: Any, server_time: tuple[Any, Any]) -> None:
+        """The record's rewrite, queued on ``pipe`` (either library, blocking or asyncio)."""
+        seconds, micros = server_time
+        pipe.hset(self.key, mapping=self.fields(int(seconds) * 1000 + int(micros) // 1000))
+        pipe.pexpire(self.key, self.expiry_ms)
+        pipe.sadd(WORKERS_KEY, self.key)
+
+    def _queue_remove(self, pipe: Any) -> None:
+        pipe.delete(self.key)
+        pipe.srem(WORKERS_KEY, self.key)
 
     def _write(self, action: Callable[[], None]) -> bool:
         try:
             action()
         except twins(redis.RedisError) as exc:
-            if not self._refused:
-                log.warning("the worker registry could not be written (%s); this worker runs "
-                            "on without its record", exc)
-            self._refused = True
-            return False
+            return self._refusal(exc)
         self._refused = False
         return True
+
+    def _refusal(self, exc: BaseException) -> bool:
+        if not self._refused:
+            log.warning("the worker registry could not be written (%s); this worker runs "
+                        "on without its record", exc)
+        self._refused = True
+        return False
+
+    # the asyncio beat (``conn`` an asyncio client): a task on the running loop ----------------
+
+    async def astart(self) -> None:
+        """Write the record now, then every ``beat_s`` from a task on the running loop (a
+        handler that blocks the loop holds the beat back as it holds the consumer)."""
+        await self._awrite(self._arefresh)
+        self._task = asyncio.create_task(self._abeats(), name="echomq-announcer")
+
+    async def astop(self) -> None:
+        """Stop beating and delete the record (a clean stop)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._awrite(self._aremove)
+
+    async def _abeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.beat_s)
+            await self._awrite(self._arefresh)
+
+    async def _arefresh(self) -> None:
+        server_time = await self.conn.time()
+        async with self.conn.pipeline(transaction=False) as pipe:
+            self._queue_refresh(pipe, server_time)
+            await pipe.execute()
+
+    async def _aremove(self) -> None:
+        async with self.conn.pipeline(transaction=False) as pipe:
+            self._queue_remove(pipe)
+            await pipe.execute()
+
+    async def _awrite(self, action: Callable[[], Awaitable[None]]) -> bool:
+        try:
+            await action()
+        except twins(redis.RedisError) as exc:
+            return self._refusal(exc)
+        self._refused = False
+        return True
+
+
+def _tracking(consumer: Any) -> tuple[Announcer, Callable[[Job], Any]]:
+    """A record of ``consumer``'s (a blocking or asyncio consumer: its queues, the first's
+    client and wire) and its handler before tracking; the handler tracked."""
+    first = consumer.queues[0]
+    announcer = Announcer(first.conn, [queue.name for queue in consumer.queues], first.wire)
+    handler = consumer.handler
+    consumer.handler = announcer.track(handler)
+    return announcer, handler
+
+
+@contextlib.contextmanager
+def announced(consumer: Any, announce: bool = True) -> Iterator[None]:
+    """``consumer`` (a blocking one) listed in the registry of live workers while the block
+    runs, the jobs its handler runs shown in hand; nothing when ``announce`` is False."""
+    if not announce:
+        yield
+        return
+    announcer, handler = _tracking(consumer)
+    announcer.start()
+    try:
+        yield
+    finally:
+        consumer.handler = handler
+        announcer.stop()
+
+
+@contextlib.asynccontextmanager
+async def announced_async(consumer: Any, announce: bool = True) -> AsyncIterator[None]:
+    """As ``announced``, for an asyncio consumer: its client beats from a task of the loop."""
+    if not announce:
+        yield
+        return
+    announcer, handler = _tracking(consumer)
+    await announcer.astart()
+    try:
+        yield
+    finally:
+        consumer.handler = handler
+        await announcer.astop()
 
 
 def live_workers(conn: Any) -> list[WorkerInfo]:

@@ -19,6 +19,7 @@ from echomq import App, Verdict
 from echomq.contrib.starlette import async_twin, lifespan
 from echomq.embedded import EmbeddedValkey
 from echomq.tasks import TaskHandle
+from tests.test_worker import wait_until
 
 
 def tasks_app(conn: redis.Redis) -> App:
@@ -132,6 +133,8 @@ def test_the_consumer_in_the_web_process_is_a_live_worker(valkey: EmbeddedValkey
 
     app = tasks_app(app_client(valkey))
     with TestClient(web_app(app, consume=True, park_cap_ms=200)) as client:
+        # The consumer's own ``run`` announces it, as it starts on the web process's loop.
+        assert wait_until(lambda: len(live_workers(observer)) == 1, timeout=20)
         (record,) = live_workers(observer)
         assert (record.queues, record.pid, record.wire) == (["web"], os.getpid(), 5)
         job_id = client.post("/enqueue", params={"text": "seen"}).json()["id"]

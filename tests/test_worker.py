@@ -249,9 +249,50 @@ def test_workers_that_keep_failing_at_start_make_the_supervisor_give_up(
         workers: Callable[..., Workers], no_scripts_user: str) -> None:
     supervisor = workers("q", "--concurrency", "2", url=no_scripts_user)
     assert supervisor.exit_code(within=30) == 1
-    last = supervisor.log().strip().splitlines()[-1]
-    assert "at start" in last and "NoPermissionError" in last, supervisor.log()
+    error, hint = supervisor.log().strip().splitlines()[-2:]
+    assert "at start" in error and "NoPermissionError" in error, supervisor.log()
+    assert error.startswith("error: ") and hint.startswith("hint: "), supervisor.log()
+    assert one_line_reports(supervisor.log()), supervisor.log()
     assert supervisor.group() == []
+
+
+# A module whose first import works (the supervisor's check) and every later one raises (each
+# worker process's): a start failure of the children alone.
+FIRST_IMPORT_ONLY = """\
+import os
+if os.path.exists("imported"):
+    raise RuntimeError("imported once already")
+open("imported", "w").close()
+def handler(job):
+    return None
+"""
+
+
+def one_line_reports(log: str) -> bool:
+    """No traceback and no frame line anywhere in ``log``."""
+    return "Traceback" not in log and not any(
+        line.lstrip().startswith('File "') for line in log.splitlines())
+
+
+@pytest.mark.parametrize("debug", [False, True], ids=["plain", "debug"])
+def test_a_start_failure_of_the_worker_processes_is_one_line_and_a_hint(
+        valkey: EmbeddedValkey, tmp_path: Path, debug: bool) -> None:
+    (tmp_path / "firstonly.py").write_text(FIRST_IMPORT_ONLY)
+    argv = [sys.executable, "-m", "echomq", *(["--debug"] if debug else []), "worker",
+            "firstonly:handler", "--queue", "q", "--url", valkey.url]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ended = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL, timeout=120)
+    assert ended.returncode == 1, ended.stderr
+    error, hint = ended.stderr.strip().splitlines()[-2:]
+    assert error.startswith("error: ") and "failed at start" in error, ended.stderr
+    assert "RuntimeError: imported once already" in error
+    assert f"{tmp_path / 'firstonly.py'}:3" in error  # where it was raised, in the line
+    assert hint.startswith("hint: ") and "--debug" in hint
+    if debug:  # the traceback, in the log of each process that failed
+        assert "Traceback" in ended.stderr and 'firstonly.py", line 3' in ended.stderr
+    else:
+        assert one_line_reports(ended.stderr), ended.stderr
 
 
 def restarted(supervisor: Workers, times: int) -> bool:

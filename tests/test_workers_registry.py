@@ -25,7 +25,7 @@ from hypothesis.stateful import (
 )
 from starlette.testclient import TestClient
 
-from echomq import Job, Queue, admin
+from echomq import Consumer, Job, Queue, admin, aio
 from echomq.cli import main
 from echomq.dashboard import create_app
 from echomq.embedded import EmbeddedValkey
@@ -295,3 +295,97 @@ def test_the_record_follows_its_worker(valkey: EmbeddedValkey) -> None:
     run_state_machine_as_test(lambda: RecordMachine(valkey.port),
                               settings=settings(max_examples=40, stateful_step_count=30,
                                                 deadline=None))
+
+
+# Consumers run in a process of the user's own (a script, a web process) ----------------------
+
+
+def record_of(conn: redis.Redis, queue: str) -> WorkerInfo | None:
+    return next((w for w in live_workers(conn) if queue in w.queues), None)
+
+
+def in_hand_shown(conn: redis.Redis, queue: str, job_id: str) -> bool:
+    record = record_of(conn, queue)
+    return record is not None and (record.job, record.running) == (job_id, 1)
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_a_consumer_run_in_the_users_process_is_a_live_worker(
+        conn: redis.Redis, wire: int) -> None:
+    queue = Queue(conn, "script", wire=wire)
+    started, release = threading.Event(), threading.Event()
+
+    def handler(job: Job) -> None:
+        started.set()
+        release.wait(30)
+
+    consumer = Consumer(queue, handler, park_cap_ms=200)
+    thread = threading.Thread(target=consumer.run)
+    thread.start()
+    try:
+        (record,) = announced(conn, 1)
+        assert (record.queues, record.pid, record.wire) == (["script"], os.getpid(), wire)
+        assert (record.job, record.running) == (None, 0)
+        queue.enqueue("JOB:held", b"")
+        assert started.wait(20)
+        assert wait_until(lambda: in_hand_shown(conn, "script", "JOB:held"), timeout=20)
+    finally:
+        release.set()
+        consumer.stop()
+        thread.join()
+    assert live_workers(conn) == []  # a clean stop takes the record off at once
+
+    ran = threading.Event()
+    unlisted = Consumer(queue, lambda job: ran.set(), park_cap_ms=200, announce=False)
+    thread = threading.Thread(target=unlisted.run)
+    thread.start()
+    try:
+        queue.enqueue("JOB:unlisted", b"")
+        assert ran.wait(20)
+        assert live_workers(conn) == []
+    finally:
+        unlisted.stop()
+        thread.join()
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_an_asyncio_consumer_run_in_the_users_process_is_a_live_worker(
+        valkey: EmbeddedValkey, conn: redis.Redis, wire: int) -> None:
+    import redis.asyncio as aredis
+
+    async def poll(condition: Callable[[], bool], timeout: float) -> bool:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not await asyncio.to_thread(condition):
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    async def scenario() -> None:
+        client = aredis.Redis(port=valkey.port)
+        queue = aio.Queue(client, "web", wire=wire)
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def handler(job: Job) -> None:
+            started.set()
+            await release.wait()
+
+        consumer = aio.Consumer(queue, handler, park_cap_ms=200, concurrency=2)
+        running = asyncio.create_task(consumer.run())
+        try:
+            assert await poll(lambda: record_of(conn, "web") is not None, timeout=20)
+            record = record_of(conn, "web")
+            assert record is not None
+            assert (record.queues, record.pid, record.wire) == (["web"], os.getpid(), wire)
+            assert (record.job, record.running) == (None, 0)
+            await queue.enqueue("JOB:awaited", b"")
+            await asyncio.wait_for(started.wait(), 20)
+            assert await poll(lambda: in_hand_shown(conn, "web", "JOB:awaited"), timeout=20)
+        finally:
+            release.set()
+            consumer.stop()
+            await running
+            await client.aclose()
+        assert live_workers(conn) == []  # a clean stop takes the record off at once
+
+    asyncio.run(scenario())

@@ -20,7 +20,6 @@ from typing import Any
 
 from echomq import aio, clients
 from echomq.tasks import App
-from echomq.workers import Announcer
 
 __all__ = ["async_twin", "lifespan"]
 
@@ -56,9 +55,7 @@ async def _consuming(app: App, options: dict[str, Any]) -> AsyncIterator[aio.Con
     conn = async_twin(app.conn)
     queue = aio.Queue(conn, app.queue.name, wire=app.queue.wire,
                       retention_ms=app.queue.retention_ms, max_attempts=app.queue.max_attempts)
-    announcer = Announcer(app.conn, [queue.name], queue.wire)
-    consumer = aio.Consumer(queue, announcer.track(app.async_handler), **options)
-    await asyncio.to_thread(announcer.start)
+    consumer = aio.Consumer(queue, app.async_handler, **options)  # its ``run`` announces it
     running = asyncio.create_task(consumer.run(), name=f"echomq-consumer-{queue.name}")
     try:
         yield consumer
@@ -67,5 +64,4 @@ async def _consuming(app: App, options: dict[str, Any]) -> AsyncIterator[aio.Con
         try:
             await running
         finally:
-            await asyncio.to_thread(announcer.stop)
             await conn.aclose(close_connection_pool=True)
