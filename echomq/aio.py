@@ -461,7 +461,7 @@ class Consumer(LoopShell):
                  housekeeping_ms: int = HOUSEKEEPING_MS, time_limit_ms: int | None = None,
                  on_overrun: Callable[[Job], object] | None = None, prefetch: int = PREFETCH,
                  settle_delay_ms: int = SETTLE_DELAY_MS, concurrency: int = 1,
-                 pause_check_ms: int = PAUSE_CHECK_MS, announce: bool = True) -> None:
+                 pause_check_ms: int = PAUSE_CHECK_MS, announce: bool = False) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive int, got {concurrency!r}")
         self.queues: list[Queue] = queue_list(queue)
@@ -502,8 +502,8 @@ class Consumer(LoopShell):
         return sum(len(core.running) for core in self.lineup.cores)
 
     async def run(self) -> None:
-        """Beat until ``stop()``, listed in the registry of live workers meanwhile (unless
-        ``announce`` is False; the record beats from a task of this loop). Transient server
+        """Beat until ``stop()``, listed in the registry of live workers meanwhile when
+        ``announce`` is True (the record beats from a task of this loop). Transient server
         errors are retried with a growing pause; one that cannot heal raises
         FatalServerError."""
         async with announced_async(self, self.announce):

@@ -514,9 +514,10 @@ class Consumer(LoopShell):
     ``on_overrun`` is where a worker process exits so it is replaced. ``on_ack``:
     called with each job whose ack returned ACKED (on the loop's thread, or on the keeper's when
     it sends outcomes a running handler would otherwise hold back). ``clock``: the ms clock for
-    every transition (None: the server's). ``announce``: while ``run()`` runs, keep a record in
-    the registry of live workers (``echomq workers``: the queues, the jobs in hand), rewritten
-    every 2 s by a thread; False for none (an ``echomq worker`` process keeps its own).
+    every transition (None: the server's). ``announce``: True to keep a record in the registry
+    of live workers while ``run()`` runs (``echomq workers``: the queues, the jobs in hand),
+    rewritten every 2 s by a thread, 2 commands/s; False, the default, for none, so an idle
+    consumer costs the wire what its park does (an ``echomq worker`` process keeps its own).
 
     A handler may be ``async def`` (or return an awaitable): it runs to the end on this
     consumer's own event loop. A handler that raises SystemExit or KeyboardInterrupt fails its
@@ -540,7 +541,7 @@ class Consumer(LoopShell):
                  time_limit_ms: int | None = None,
                  on_overrun: Callable[[Job], object] | None = None, prefetch: int = PREFETCH,
                  settle_delay_ms: int = SETTLE_DELAY_MS,
-                 pause_check_ms: int = PAUSE_CHECK_MS, announce: bool = True) -> None:
+                 pause_check_ms: int = PAUSE_CHECK_MS, announce: bool = False) -> None:
         self.queues: list[Queue] = queue_list(queue)
         refuse_unsupported(self.queues[0].wire, lanes)
         self.lineup = Lineup.of(Settings(
@@ -568,8 +569,8 @@ class Consumer(LoopShell):
     # control ------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Beat until ``stop()``, listed in the registry of live workers meanwhile (unless
-        ``announce`` is False). Transient server errors are retried with a growing pause; one
+        """Beat until ``stop()``, listed in the registry of live workers meanwhile when
+        ``announce`` is True. Transient server errors are retried with a growing pause; one
         that cannot heal raises FatalServerError."""
         with announced(self, self.announce):
             self._run()

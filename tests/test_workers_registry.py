@@ -319,7 +319,7 @@ def test_a_consumer_run_in_the_users_process_is_a_live_worker(
         started.set()
         release.wait(30)
 
-    consumer = Consumer(queue, handler, park_cap_ms=200)
+    consumer = Consumer(queue, handler, park_cap_ms=200, announce=True)
     thread = threading.Thread(target=consumer.run)
     thread.start()
     try:
@@ -336,7 +336,7 @@ def test_a_consumer_run_in_the_users_process_is_a_live_worker(
     assert live_workers(conn) == []  # a clean stop takes the record off at once
 
     ran = threading.Event()
-    unlisted = Consumer(queue, lambda job: ran.set(), park_cap_ms=200, announce=False)
+    unlisted = Consumer(queue, lambda job: ran.set(), park_cap_ms=200)  # the default
     thread = threading.Thread(target=unlisted.run)
     thread.start()
     try:
@@ -370,7 +370,7 @@ def test_an_asyncio_consumer_run_in_the_users_process_is_a_live_worker(
             started.set()
             await release.wait()
 
-        consumer = aio.Consumer(queue, handler, park_cap_ms=200, concurrency=2)
+        consumer = aio.Consumer(queue, handler, park_cap_ms=200, concurrency=2, announce=True)
         running = asyncio.create_task(consumer.run())
         try:
             assert await poll(lambda: record_of(conn, "web") is not None, timeout=20)
