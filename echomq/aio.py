@@ -431,6 +431,19 @@ async def _until(event: asyncio.Event, timeout_s: float) -> None:
         await asyncio.wait_for(event.wait(), timeout_s)
 
 
+def _closing(client: Any) -> Callable[[asyncio.Future[Any]], None]:
+    """A done callback for an abandoned park: its outcome is consumed, and the parking
+    ``client`` it ran on is closed once it has unwound."""
+    def close(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled():
+            future.exception()
+        if client is not None:
+            with suppress(RuntimeError):  # no running loop left: the client goes with it
+                asyncio.get_running_loop().create_task(client.aclose())
+
+    return close
+
+
 class Consumer(LoopShell):
     """The consumer loop for asyncio code; see ``echomq.Consumer``: the same parameters, the
     same decisions (``echomq.loop.Lineup`` over a ``LoopCore`` per queue), driven by
@@ -648,16 +661,27 @@ class Consumer(LoopShell):
         return False
 
     async def _park_for(self, timeout_s: float) -> str | None:
-        """One BLPOP that ``stop()`` can cancel: what it popped, or None."""
-        self._parking = asyncio.ensure_future(self._blpop(timeout_s))
+        """One BLPOP that ``stop()`` ends: what it popped, or None. A stop does not wait for
+        the cancelled BLPOP to unwind (a cancel that meets the client's own read timeout can be
+        swallowed, and the call then blocks to its end): its parking client is dropped instead,
+        and the next park, if any, opens another."""
+        parking = self._parking = asyncio.ensure_future(self._blpop(timeout_s))
+        stopped = asyncio.ensure_future(self._stopping.wait())
         try:
-            return await self._parking
-        except asyncio.CancelledError:
-            if not self._stopping.is_set():
-                raise
-            return None
+            await asyncio.wait({parking, stopped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._parking = None
+            stopped.cancel()
+        if parking.done():
+            if parking.cancelled():
+                if not self._stopping.is_set():
+                    raise asyncio.CancelledError
+                return None
+            return parking.result()
+        parking.cancel()
+        abandoned, self._parking_conn = self._parking_conn, None
+        parking.add_done_callback(_closing(None if abandoned is self.queue.conn else abandoned))
+        return None
 
     async def _blpop(self, timeout_s: float) -> str | None:
         """"wake", "watch" (which token it popped), or None (the timeout)."""
