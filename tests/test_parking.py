@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any
 
 import pytest
@@ -111,16 +111,9 @@ Consumer(queue, handler, lease_ms=int(sys.argv[3])).run()
 """
 
 
-@contextmanager
-def holder_process(valkey: EmbeddedValkey, wire: int, lease_ms: int) -> Iterator[Any]:
-    process = subprocess.Popen([sys.executable, "-c", HOLDER, str(valkey.port), str(wire),
-                                str(lease_ms)])
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(10)
+def holder_process(valkey: EmbeddedValkey, wire: int,
+                   lease_ms: int) -> AbstractContextManager[Any]:
+    return process_of(HOLDER, valkey.port, wire, lease_ms)
 
 
 def hand_tokens(conn: redis.Redis, queue: Queue, parked: int, count: int = 1) -> None:
