@@ -11,8 +11,10 @@ one); the caller decides what to do, and the consumer's own retries are replay-s
 keep the client's own policy.
 
 A standalone client, blocking or asyncio, takes this path: anything with a connection pool and
-``parse_response`` that is not a pipeline (redis-py's clients, and forks of them). Any other
-client (a cluster client) is sent to as it sends, retries included.
+``parse_response`` that is not a pipeline (redis-py's clients, and forks of them). A cluster
+client (``echomq.cluster_once``) sends each command to the node of its keys' slot, named as the
+call's target: the client then follows MOVED, ASK and TRYAGAIN (refusals: nothing ran) but never
+sends it again after a connection error. Any other client is sent to as it sends.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import Any
 
 from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
-from echomq.clients import twins
+from echomq import cluster_once
+from echomq.clients import is_cluster, twins
 
 Command = Sequence[Any]
 # The errors after which a call sent may have been applied without its reply reaching us.
@@ -56,6 +59,8 @@ def _pool_args(pool: Any, name: Any) -> tuple[Any, ...]:
 
 def send_once(client: Any, *command: Any) -> Any:
     """The reply of ``command`` sent once on ``client`` (its server error raised as such)."""
+    if is_cluster(client):
+        return cluster_once.send(client, command)
     if not sends_once(client):
         return client.execute_command(*command)
     with _borrowed(client, command[0]) as conn:
@@ -67,6 +72,8 @@ def flush_once(client: Any, commands: Sequence[Command]) -> list[Any]:
     """A reply (or the server's error, not raised) per command, sent together once."""
     if not commands:
         return []
+    if is_cluster(client):
+        return cluster_once.flush(client, commands)
     if not sends_once(client):
         with client.pipeline(transaction=False) as pipe:
             for command in commands:
@@ -111,6 +118,8 @@ def _borrowed(client: Any, name: Any) -> Iterator[Any]:
 
 async def async_send_once(client: Any, *command: Any) -> Any:
     """``send_once`` for an asyncio client."""
+    if is_cluster(client):
+        return await cluster_once.async_send(client, command)
     if not sends_once(client):
         return await client.execute_command(*command)
     conn, single = await _async_borrow(client, command[0])
@@ -130,6 +139,8 @@ async def async_flush_once(client: Any, commands: Sequence[Command]) -> list[Any
     """``flush_once`` for an asyncio client."""
     if not commands:
         return []
+    if is_cluster(client):
+        return await cluster_once.async_flush(client, commands)
     if not sends_once(client):
         async with client.pipeline(transaction=False) as pipe:
             for command in commands:
