@@ -16,7 +16,13 @@ import redis
 
 from echomq import Queue
 from echomq.embedded import EmbeddedValkey
-from tests.test_worker import Workers, assert_each_acked_once, blocked_clients, wait_until
+from tests.test_worker import (
+    Workers,
+    assert_each_acked_once,
+    blocked_clients,
+    reaches,
+    wait_until,
+)
 
 CAPPED, CAP = "capped", 2
 RATED, RATE, WINDOW_MS = "rated", 5, 400
@@ -59,7 +65,7 @@ def test_limits_hold_across_worker_processes(conn: redis.Redis, supervisor: Work
              for n in range(max(JOBS.values())) for lane, count in JOBS.items() if n < count]
     queue.enqueue_many(items)
     total = sum(JOBS.values())
-    assert wait_until(lambda: conn.hlen("test:acked") == total, 60), supervisor.log()
+    assert reaches(lambda: int(conn.hlen("test:acked")), total, 30), supervisor.log()
     assert supervisor.terminate(within=6) == 0
     assert_each_acked_once(conn, queue, [job_id for job_id, _, _ in items])
 

@@ -89,7 +89,8 @@ def test_no_prefetched_job_starts_after_its_lease_lapsed(
     # no housekeeping of its own: the leases lapse and are recovered by the test alone
     consumer = make(Queue(proxied, "lapse", wire=wire), handler, prefetch=8, lease_ms=1_000,
                     housekeeping_ms=600_000)
-    with pytest.raises(redis.ConnectionError):  # the first round after the cut
+    # the first round after the cut: refused, or timed out connecting on a loaded machine
+    with pytest.raises((redis.ConnectionError, redis.TimeoutError)):
         consumer.beat(park=False)
     assert recovered == [8]  # the head and the seven prefetched behind it
     proxy.up()
