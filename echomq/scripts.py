@@ -91,7 +91,7 @@ def assemble(head: bytes, filename: str,
     """``head`` (the shebang line), the line map, the includes ``filename`` reaches, then the file.
 
     The map is one comment line naming the line where each file starts (``-- lines:
-    include/numbers.lua 3, include/args.lua 21, ..., ack.lua 363``): a reader subtracts to find
+    include/numbers.lua 3, include/args.lua 21, ..., ack.lua <n>``): a reader subtracts to find
     the file's own line of an error."""
     body = read(filename)
     files = [include_path(name) for name in include_order(body, read)] + [filename]
