@@ -1,4 +1,4 @@
-/* emq_core: see emq_core.h. Every rule here has a twin in echomq/lua/_prelude.lua. */
+/* emq_core: see emq_core.h. Every rule here has a twin in echomq/lua/include/. */
 #include "emq_core.h"
 
 #include <stdio.h>

@@ -17,7 +17,7 @@
 /* The most bytes a result kept by an ack may hold (echomq.transitions.MAX_RESULT_BYTES). */
 #define EMQ_RESULT_MAX 524288
 
-/* Errors, byte for byte as docs/PROTOCOL.md and echomq/lua/_prelude.lua state them. */
+/* Errors, byte for byte as docs/PROTOCOL.md and echomq/lua/include/errors.lua state them. */
 #define EMQ_ERR_KIND "EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
 #define EMQ_ERR_KEYS "EMQKEYS keys must be one queue's keys in the documented order"
 #define EMQ_ERR_TYPE "WRONGTYPE Operation against a key holding the wrong kind of value"

@@ -1,5 +1,5 @@
 /* lanes.c: the lane bookkeeping the flat transitions share with the lane scripts (the lane part
- * of _prelude.lua). Lanes themselves are scripts only, but their leases are settled by ack, retry,
+ * of the includes). Lanes themselves are scripts only, but their leases are settled by ack, retry,
  * recover and settle, and their delayed jobs moved by promote, on either executor:
  *   - a lease of a lane job leaving active gives its group's slot back (release_lane_slot), and a
  *     group parked at its concurrency limit comes back to the ring when it is below it again;

@@ -114,9 +114,8 @@ def test_script_number_errors_name_the_tables_minimums(transition: Transition) -
 
 
 def test_scripts_name_each_lists_shape_as_the_table() -> None:
-    """The EMQITEM shapes: the prelude's SETTLE_ITEM, extend_many's pair."""
-    prelude = (LUA / "_prelude.lua").read_text()
-    found = re.findall(r"^local SETTLE_ITEM =\s*'([^']*)'", prelude, re.M)
+    """The EMQITEM shapes: settle's SETTLE_ITEM, extend_many's pair."""
+    found = re.findall(r"^local SETTLE_ITEM =\s*'([^']*)'", script(SETTLE), re.M)
     assert found == [SETTLE.item_shape]
     assert f"item_error(n, '{EXTEND_MANY.item_shape}')" in script(EXTEND_MANY)
 

@@ -9,6 +9,13 @@
   nothing.
   Replies: +ACKED | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
+--- @include "args"
+--- @include "errors"
+--- @include "keys"
+--- @include "lane_slots"
+--- @include "leases"
+--- @include "numbers"
+--- @include "settlements"
 if #KEYS ~= 2 or #ARGV ~= 3 then return arity_error('ACK', 2, 3) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end

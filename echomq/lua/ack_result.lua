@@ -14,6 +14,14 @@
   Replies: +ACKED | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, EMQSIZE, WRONGTYPE, NOPERM,
   TRYAGAIN errors.
 ]]
+--- @include "args"
+--- @include "ended"
+--- @include "errors"
+--- @include "keys"
+--- @include "lane_slots"
+--- @include "leases"
+--- @include "numbers"
+--- @include "settlements"
 if #KEYS ~= 2 or #ARGV ~= 4 then return arity_error('ACK_RESULT', 2, 4) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end

@@ -11,6 +11,11 @@
   Replies: [id, payload, attempt, fence] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, EMQFENCE,
   NOPERM, TRYAGAIN errors.
 ]]
+--- @include "args"
+--- @include "claims"
+--- @include "errors"
+--- @include "keys"
+--- @include "numbers"
 if #KEYS ~= 3 or #ARGV ~= 2 then return arity_error('CLAIM', 3, 2) end
 local base = keys_base({ 'pending', 'active', 'fence' })
 if base == nil then return redis.error_reply(E_KEYS) end

@@ -8,6 +8,11 @@
     ARGV[3] now              ms, or * for the server clock
   Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
+--- @include "args"
+--- @include "errors"
+--- @include "keys"
+--- @include "numbers"
+--- @include "wake"
 if #KEYS ~= 3 or #ARGV ~= 3 then return arity_error('ENQUEUE', 3, 3) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end

@@ -12,6 +12,11 @@
   One wake token, so a parked consumer looks again at when the next job falls due.
   Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
+--- @include "args"
+--- @include "errors"
+--- @include "keys"
+--- @include "numbers"
+--- @include "wake"
 if #KEYS ~= 3 or #ARGV ~= 5 then return arity_error('ENQUEUE_DELAYED', 3, 5) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end

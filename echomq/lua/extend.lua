@@ -8,6 +8,11 @@
     ARGV[4] now              ms, or * for the server clock
   Replies: +EXTENDED | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
+--- @include "args"
+--- @include "errors"
+--- @include "keys"
+--- @include "leases"
+--- @include "numbers"
 if #KEYS ~= 2 or #ARGV ~= 4 then return arity_error('EXTEND', 2, 4) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end

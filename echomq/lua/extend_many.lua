@@ -8,6 +8,12 @@
   Replies: [+EXTENDED | +STALE per pair] | EMQARITY, EMQKEYS, EMQNUM, EMQITEM, EMQKIND,
   WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
+--- @include "args"
+--- @include "derived"
+--- @include "errors"
+--- @include "keys"
+--- @include "leases"
+--- @include "numbers"
 if #KEYS ~= 1 or #ARGV < 2 then return variadic_arity_error('EXTEND_MANY', 1, 2) end
 local base = keys_base({ 'active' })
 if base == nil then return redis.error_reply(E_KEYS) end

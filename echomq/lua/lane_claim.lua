@@ -24,6 +24,15 @@
   Replies: [id, payload, attempt, fence, group] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE,
   EMQFENCE, NOPERM, TRYAGAIN errors.
 ]]
+--- @include "args"
+--- @include "claims"
+--- @include "derived"
+--- @include "errors"
+--- @include "keys"
+--- @include "lane_limits"
+--- @include "lanes"
+--- @include "numbers"
+--- @include "reopen"
 if #KEYS ~= 10 or #ARGV ~= 2 then return arity_error('LANE_CLAIM', 10, 2) end
 local base = keys_base({ 'ring', 'active', 'fence', 'laneconf', 'leased', 'parked', 'throttled', 'windows', 'turn', 'paused' })
 if base == nil then return redis.error_reply(E_KEYS) end

@@ -13,6 +13,13 @@
   Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM,
   TRYAGAIN errors.
 ]]
+--- @include "args"
+--- @include "derived"
+--- @include "errors"
+--- @include "keys"
+--- @include "lanes"
+--- @include "numbers"
+--- @include "wake"
 if #KEYS ~= 4 or #ARGV ~= 4 then return arity_error('LANE_ENQUEUE', 4, 4) end
 local id, group = ARGV[1], ARGV[3]
 if not id_ok(id) then return redis.error_reply(E_KIND) end

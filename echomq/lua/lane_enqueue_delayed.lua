@@ -12,6 +12,11 @@
     ARGV[6] at_ms            integer >= 0, an absolute due time (0: none)
   Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
+--- @include "args"
+--- @include "errors"
+--- @include "keys"
+--- @include "numbers"
+--- @include "wake"
 if #KEYS ~= 3 or #ARGV ~= 6 then return arity_error('LANE_ENQUEUE_DELAYED', 3, 6) end
 local id, group = ARGV[1], ARGV[3]
 if not id_ok(id) then return redis.error_reply(E_KIND) end

@@ -14,6 +14,12 @@
   Derived: <base>lane:<group> of the group.
   Replies: +OK | EMQARITY, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
+--- @include "args"
+--- @include "derived"
+--- @include "errors"
+--- @include "keys"
+--- @include "lanes"
+--- @include "wake"
 if #KEYS ~= 6 or #ARGV ~= 2 then return arity_error('LANE_PAUSE', 6, 2) end
 local scope = ARGV[1]
 if scope ~= '*' and not lane_ok(scope) then return redis.error_reply(E_LANE) end

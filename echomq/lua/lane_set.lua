@@ -23,6 +23,12 @@
   Derived: <base>lane:<group> of each group looked at.
   Replies: +OK | EMQARITY, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
+--- @include "args"
+--- @include "derived"
+--- @include "errors"
+--- @include "keys"
+--- @include "lane_limits"
+--- @include "numbers"
 if #KEYS ~= 7 or #ARGV ~= 6 then return arity_error('LANE_SET', 7, 6) end
 local scope = ARGV[1]
 if scope ~= '*' and not lane_ok(scope) then return redis.error_reply(E_LANE) end

@@ -13,6 +13,13 @@
   from <base>throttled) come back to the ring, a wake token each (scripts only: lanes are).
   Replies: :<jobs moved> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
+--- @include "args"
+--- @include "errors"
+--- @include "keys"
+--- @include "moves"
+--- @include "numbers"
+--- @include "reopen"
+--- @include "wake"
 if #KEYS ~= 4 or #ARGV ~= 2 then return arity_error('PROMOTE', 4, 2) end
 local base = keys_base({ 'delayed', 'pending', 'ring', 'wake' })
 if base == nil then return redis.error_reply(E_KEYS) end

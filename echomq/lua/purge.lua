@@ -6,6 +6,11 @@
   Derived: <base>job:<id> and <base>ended:<id> of each purged job.
   Replies: :<jobs purged> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
+--- @include "derived"
+--- @include "ended"
+--- @include "errors"
+--- @include "keys"
+--- @include "numbers"
 if #KEYS ~= 1 or #ARGV ~= 1 then return arity_error('PURGE', 1, 1) end
 local base = keys_base({ 'dead' })
 if base == nil then return redis.error_reply(E_KEYS) end

@@ -18,6 +18,11 @@
   Replies: :<jobs taken: back to run or dead> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM,
   TRYAGAIN errors.
 ]]
+--- @include "args"
+--- @include "errors"
+--- @include "keys"
+--- @include "moves"
+--- @include "numbers"
 if #KEYS ~= 5 or #ARGV ~= 3 then return arity_error('RECOVER', 5, 3) end
 local base = keys_base({ 'active', 'pending', 'ring', 'wake', 'dead' })
 if base == nil then return redis.error_reply(E_KEYS) end

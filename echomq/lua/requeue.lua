@@ -13,6 +13,15 @@
   runs again).
   Replies: +REQUEUED | +NOT_DEAD | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
+--- @include "args"
+--- @include "derived"
+--- @include "ended"
+--- @include "errors"
+--- @include "keys"
+--- @include "lanes"
+--- @include "moves"
+--- @include "numbers"
+--- @include "wake"
 if #KEYS ~= 5 or #ARGV ~= 2 then return arity_error('REQUEUE', 5, 2) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end

@@ -16,6 +16,14 @@
   Replies: +RETRYING | +DEAD | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM,
   TRYAGAIN errors.
 ]]
+--- @include "args"
+--- @include "ended"
+--- @include "errors"
+--- @include "keys"
+--- @include "lane_slots"
+--- @include "leases"
+--- @include "numbers"
+--- @include "settlements"
 if #KEYS ~= 4 or #ARGV ~= 6 then return arity_error('RETRY', 4, 6) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end

@@ -28,6 +28,22 @@
   and the jobs leased (each id, payload, attempt, fence) | EMQARITY, EMQKEYS, EMQNUM, EMQITEM,
   EMQKIND, EMQSIZE, WRONGTYPE, EMQFENCE, NOPERM, TRYAGAIN errors.
 ]]
+--- @include "args"
+--- @include "claims"
+--- @include "derived"
+--- @include "ended"
+--- @include "errors"
+--- @include "keys"
+--- @include "lane_slots"
+--- @include "lanes"
+--- @include "leases"
+--- @include "numbers"
+--- @include "settlements"
+--- @include "wake"
+-- The shape an item must have (EMQITEM), as the protocol table's settle row states it.
+local SETTLE_ITEM =
+  'ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>'
+
 if #KEYS ~= 7 or #ARGV < 4 then return variadic_arity_error('SETTLE', 7, 4) end
 local base = keys_base({ 'active', 'delayed', 'dead', 'pending', 'fence', 'ring', 'wake' })
 if base == nil then return redis.error_reply(E_KEYS) end

@@ -1,0 +1,60 @@
+-- Leasing jobs: the fence counter, the walk of pending, a paused queue.
+--- @include "derived"
+--- @include "errors"
+--- @include "numbers"
+
+local FENCE_MAX = 999999999999998
+
+-- The value of the queue's fence counter (absent: 0), or nil when it holds anything else than
+-- an integer the next claim can still count up from.
+local function fence_counter(key)
+  local value = redis.call('GET', key)
+  if value == false then return 0 end
+  local n = int_arg(value, 0)
+  if n == nil or n > FENCE_MAX then return nil end
+  return n
+end
+
+-- Lease a job: count the attempt, take the next fence (SET, so a replica copies the value the
+-- lease was given), put the id in active until now + lease_ms. Returns attempt, fence.
+local function lease(row, id, active, fence_key, last_fence, deadline)
+  local attempt = int_field(redis.call('HGET', row, 'attempts'), 0) + 1
+  local fence = last_fence + 1
+  redis.call('SET', fence_key, dec(fence))
+  redis.call('HSET', row, 'attempts', dec(attempt), 'fence', dec(fence))
+  redis.call('ZADD', active, dec(deadline), id)
+  return attempt, fence
+end
+
+-- The walk of claim, for up to count jobs: from pending's lowest entry, live rows to lease and
+-- ghosts (no row, or a row of another type) to drop, every row checked before anything is
+-- written. Returns claims ({id, row} each), ghosts, or nil, nil, the error reply.
+local function plan_claims(base, pending, count)
+  local claims, ghosts = {}, {}
+  local rank = 0
+  while #claims < count do
+    local head = redis.call('ZRANGE', pending, rank, rank)
+    if #head == 0 then break end
+    local row = base .. 'job:' .. head[1]
+    if not may_access(row) then return nil, nil, redis.error_reply(E_PERM) end
+    local row_type = derived_type(row)
+    if row_type == nil then return nil, nil, redis.error_reply(E_MOVING) end
+    if row_type == 'hash' then
+      claims[#claims + 1] = { id = head[1], row = row }
+    else
+      ghosts[#ghosts + 1] = head[1]
+    end
+    rank = rank + 1
+  end
+  return claims, ghosts
+end
+
+-- Whether the whole queue is paused (<base>paused exists), the flag checked as a derived key (the
+-- caller's ACL, a slot that moves): true or false, or nil and the error reply.
+local function queue_paused(base)
+  local key = base .. 'paused'
+  if not may_access(key) then return nil, redis.error_reply(E_PERM) end
+  local t = derived_type(key)
+  if t == nil then return nil, redis.error_reply(E_MOVING) end
+  return t ~= 'none'
+end

@@ -1,0 +1,43 @@
+-- A lane job's lease leaving active: the bookkeeping checked first, then its group's slot given
+-- back.
+--- @include "derived"
+--- @include "errors"
+--- @include "lanes"
+--- @include "numbers"
+
+-- The keys a lane job's lease touches when it leaves active (the ring, the knobs, the leases
+-- held, the parked groups, and the group's lane when the group is parked at its limit: it may
+-- come back to the ring if its lane holds jobs), checked as derived keys before anything is
+-- written: nil, or the error reply. Nothing is checked for a flat job.
+local LANE_BOOKKEEPING = { { 'ring', 'list' }, { 'laneconf', 'hash' }, { 'leased', 'hash' },
+  { 'parked', 'hash' } }
+local function check_lane_bookkeeping(base, row)
+  local group = redis.call('HGET', row, 'lane')
+  if not group then return nil end
+  for i = 1, #LANE_BOOKKEEPING do
+    local key = base .. LANE_BOOKKEEPING[i][1]
+    if not may_access(key) then return redis.error_reply(E_PERM) end
+    local t = derived_type(key)
+    if t == nil then return redis.error_reply(E_MOVING) end
+    if t ~= 'none' and t ~= LANE_BOOKKEEPING[i][2] then return redis.error_reply(E_TYPE) end
+  end
+  if bit.band(parked_mask(base, group), PARKED_FULL) == 0 then return nil end
+  return check_derived(base .. 'lane:' .. group, 'list')
+end
+
+-- A lease of a lane job leaves active (acked, retried, dead, recovered, released): its group
+-- holds one lease less, and comes back from its concurrency limit when below it.
+local function release_lane_slot(base, row)
+  local group = redis.call('HGET', row, 'lane')
+  if not group then return end
+  local held = int_field(redis.call('HGET', base .. 'leased', group), 0) - 1
+  if held <= 0 then
+    redis.call('HDEL', base .. 'leased', group)
+  else
+    redis.call('HSET', base .. 'leased', group, dec(held))
+  end
+  local mask = parked_mask(base, group)
+  if bit.band(mask, PARKED_FULL) == 0 then return end
+  local limit = lane_knobs(base, group).concurrency
+  if limit == nil or held < limit then set_parked(base, group, mask - PARKED_FULL) end
+end

@@ -1,0 +1,27 @@
+-- Whether a lease is current, and what a settlement of one that is not answers.
+--- @include "numbers"
+
+-- The current lease: the id is in active and the row's fence equals the given fence.
+local function is_current_lease(active, row, id, fence)
+  if redis.call('ZSCORE', active, id) == false then return false end
+  if redis.call('EXISTS', row) == 0 then return false end
+  return int_field(redis.call('HGET', row, 'fence'), 0) == fence
+end
+
+-- What a lease that is not current answers when its settlement went through already: a replay
+-- (docs/PROTOCOL.md, Replays). An ack (error nil) left the tombstone, a row without payload
+-- (only an ack removes it) at the lease's fence, expiring: ACKED. A retry left the row at that fence with
+-- its error: DEAD while it is in dead, else RETRYING. Fences never repeat, so no other lease
+-- leaves a row so; anything else is STALE. Reads only.
+local function replayed(row, fence, error, dead, id)
+  if redis.call('EXISTS', row) == 0 then return 'STALE' end
+  if int_field(redis.call('HGET', row, 'fence'), 0) ~= fence then return 'STALE' end
+  local has_payload = redis.call('HEXISTS', row, 'payload') == 1
+  if error == nil then
+    if has_payload or redis.call('PTTL', row) < 0 then return 'STALE' end
+    return 'ACKED'
+  end
+  if not has_payload or redis.call('HGET', row, 'error') ~= error then return 'STALE' end
+  if redis.call('ZSCORE', dead, id) ~= false then return 'DEAD' end
+  return 'RETRYING'
+end

@@ -1,0 +1,93 @@
+-- Jobs due by now going back to run (recover, promote) or out of dead (requeue).
+--- @include "derived"
+--- @include "ended"
+--- @include "errors"
+--- @include "lane_slots"
+--- @include "lanes"
+--- @include "numbers"
+--- @include "wake"
+
+-- First pass of recover/promote/requeue: sort due ids into live moves and ghosts, checking every
+-- derived key before anything is written. With max_attempts (recover), a job whose attempts are
+-- used up is marked spent: it goes dead, so its lane is not looked at, and its ended key is
+-- checked. Returns moves, ghosts or nil, error reply.
+local function plan_moves(base, ids, fallback_score, max_attempts)
+  local moves, ghosts = {}, {}
+  for i = 1, #ids, 2 do
+    local id, score = ids[i], ids[i + 1]
+    local row = base .. 'job:' .. id
+    if not may_access(row) then return nil, redis.error_reply(E_PERM) end
+    local row_type = derived_type(row)
+    if row_type == nil then return nil, redis.error_reply(E_MOVING) end
+    if row_type == 'hash' then
+      if max_attempts then
+        local failure = check_lane_bookkeeping(base, row)
+        if failure then return nil, failure end
+      end
+      local move = { id = id, row = row, score = score }
+      local lane = redis.call('HGET', row, 'lane')
+      local attempts = max_attempts and int_field(redis.call('HGET', row, 'attempts'), 0)
+      if attempts and attempts >= max_attempts then
+        move.spent = attempts
+        move.ended = base .. 'ended:' .. id
+        local err = check_ended(move.ended)
+        if err then return nil, err end
+      elseif lane then
+        local lane_key = base .. 'lane:' .. lane
+        if not may_access(lane_key) then return nil, redis.error_reply(E_PERM) end
+        local t = derived_type(lane_key)
+        if t == nil then return nil, redis.error_reply(E_MOVING) end
+        if t ~= 'none' and t ~= 'list' then return nil, redis.error_reply(E_TYPE) end
+        move.lane, move.lane_key = lane, lane_key
+      elseif fallback_score ~= nil then
+        move.score = dec(int_field(redis.call('HGET', row, 'enqueued_at'), fallback_score))
+      end
+      moves[#moves + 1] = move
+    else
+      ghosts[#ghosts + 1] = id
+    end
+  end
+  return moves, ghosts
+end
+
+-- recover and promote, once their call is checked: the entries of KEYS[1] due by now (at most
+-- limit) go back to run; ghosts are dropped from KEYS[1]. recover (max_attempts given) returns flat
+-- jobs to pending at their enqueued_at and lane jobs to their lane's head, latest deadline first so
+-- the lane keeps their order, and sends a job whose attempts are used up to dead (KEYS[5]);
+-- promote returns flat jobs with their due time as score and lane jobs to their lane's tail, in
+-- due order. Replies the jobs taken (back to run or dead); wake tokens only for those back to run.
+local function move_due(base, now, limit, max_attempts, check)
+  local recover = max_attempts ~= nil
+  local from, pending, ring, wake_key, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+  local due = redis.call('ZRANGEBYSCORE', from, '-inf', dec(now), 'WITHSCORES', 'LIMIT', '0',
+    dec(limit))
+  local moves, ghosts = plan_moves(base, due, recover and now or nil, max_attempts)
+  if moves == nil then return ghosts end
+  if check then
+    local failure = check()
+    if failure then return failure end
+  end
+  for i = 1, #ghosts do redis.call('ZREM', from, ghosts[i]) end
+  local first, last, step, push = 1, #moves, 1, 'RPUSH'
+  if recover then first, last, step, push = #moves, 1, -1, 'LPUSH' end
+  local back = 0
+  for i = first, last, step do
+    local move = moves[i]
+    redis.call('ZREM', from, move.id)
+    if recover then release_lane_slot(base, move.row) end
+    if move.spent then
+      redis.call('HSET', move.row, 'error',
+        'lease expired during attempt ' .. dec(move.spent) .. ': the worker was lost')
+      redis.call('ZADD', dead, dec(now), move.id)
+      mark_ended(move.ended, nil)
+    elseif move.lane then
+      push_lane(ring, move, push)
+      back = back + 1
+    else
+      redis.call('ZADD', pending, move.score, move.id)
+      back = back + 1
+    end
+  end
+  wake(wake_key, back)
+  return #moves
+end

@@ -1,0 +1,45 @@
+-- The effects of ack and retry on a current lease.
+--- @include "ended"
+--- @include "lane_slots"
+--- @include "numbers"
+
+local RESULT_MAX = 524288
+
+-- A result an ack keeps: any bytes, at most RESULT_MAX of them.
+local function result_ok(result)
+  return #result <= RESULT_MAX
+end
+
+-- ack's effect on a current lease: leave active; the row becomes a tombstone for retention_ms
+-- (0: deleted), holding result when one is given, and then the job's ended key (ended) wakes
+-- its waiters. Returns the verdict.
+local function finish_ack(active, row, id, retention_ms, result, ended)
+  redis.call('ZREM', active, id)
+  release_lane_slot(string.sub(active, 1, -7), row)
+  if retention_ms == 0 then
+    redis.call('DEL', row)
+  else
+    if result ~= nil then redis.call('HSET', row, 'result', result) end
+    redis.call('HDEL', row, 'payload')
+    redis.call('PEXPIRE', row, dec(retention_ms))
+    if result ~= nil then mark_ended(ended, retention_ms) end
+  end
+  return 'ACKED'
+end
+
+-- retry's effect on a current lease: leave active, record the error, go dead when the row's
+-- attempts reach max_attempts (its ended key then wakes its waiters), else wait in delayed until
+-- now + delay_ms. Returns the verdict.
+local function finish_retry(active, delayed, dead, row, id, error, delay_ms, max_attempts, now,
+                            ended)
+  redis.call('ZREM', active, id)
+  release_lane_slot(string.sub(active, 1, -7), row)
+  redis.call('HSET', row, 'error', error)
+  if int_field(redis.call('HGET', row, 'attempts'), 0) >= max_attempts then
+    redis.call('ZADD', dead, dec(now), id)
+    mark_ended(ended, nil)
+    return 'DEAD'
+  end
+  redis.call('ZADD', delayed, dec(now + delay_ms), id)
+  return 'RETRYING'
+end
