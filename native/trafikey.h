@@ -1,6 +1,6 @@
 /* trafikey.h: what the files of the trafikey module share. Not a public API.
  *
- *   commands.c     the module's face: registration from the protocol table, key positions,
+ *   trafikey.c     the module's face: registration from the protocol table, key positions,
  *                  numkeys, validation steps 1-5 (shape, gates, keys, numbers, items, key types)
  *   transitions.c  each transition's logic on its opened keys: derived keys, effects, reply
  *   effects.c      each write as the command the Lua twin runs: event, signal, replication
@@ -18,7 +18,7 @@
 /* "job:" + the longest id the kind gate admits. */
 #define ROW_SUFFIX_MAX (4 + EMQ_ID_KIND_LEN + EMQ_ID_REST_MAX)
 
-/* Strings made once at load (commands.c): the arguments of the ACL probe and the wake token. */
+/* Strings made once at load (trafikey.c): the arguments of the ACL probe and the wake token. */
 extern ValkeyModuleString *s_hincrby, *s_attempts, *s_one, *s_zero;
 
 typedef struct {
@@ -61,7 +61,7 @@ typedef struct {
     long long nitems;
 } Call;
 
-/* commands.c */
+/* trafikey.c */
 int reply_error(ValkeyModuleCtx *ctx, const char *err);
 
 /* The logic of each command (transitions.c): runs on the call's declared keys, open and of their

@@ -1,4 +1,4 @@
-/* commands.c: trafikey's face to the server, a Valkey module running echomq's transitions.
+/* trafikey.c: trafikey's face to the server, a Valkey module running echomq's transitions.
  *
  * Every command is registered from the protocol table (protocol.h, generated from
  * echomq/transitions.py): its name, flags, summary, complexity, arity and key spec. A call runs the
