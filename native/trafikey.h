@@ -1,7 +1,8 @@
 /* trafikey.h: what the files of the trafikey module share. Not a public API.
  *
- *   trafikey.c     the module's face: registration from the protocol table, key positions,
- *                  numkeys, validation steps 1-5 (shape, gates, keys, numbers, items, key types)
+ *   trafikey.c     the module's face: OnLoad, registration from the protocol table, key
+ *                  positions, the handler table
+ *   validate.c     validation steps 1-5 (numkeys, shape, gates, keys, numbers, items, key types)
  *   transitions.c  each transition's logic on its opened keys: derived keys, effects, reply
  *   effects.c      each write as the command the Lua twin runs: event, signal, replication
  *   derived.c      keys a transition derives itself: ACL, a moving slot, rows, the fence counter
@@ -63,6 +64,16 @@ typedef struct {
 
 /* trafikey.c */
 int reply_error(ValkeyModuleCtx *ctx, const char *err);
+
+/* validate.c: steps 1-5 of the validation order. check_call and parse_items return 0 after
+ * replying with (check_call) or writing into err (parse_items) the call's error; open_typed
+ * returns 0, its keys closed, when a declared key has another type. The items and what the
+ * transition derived for them are freed with items_free. */
+int check_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, const EmqCommandSpec *spec, Call *call);
+int parse_items(Call *call, char *err, size_t cap);
+void items_free(ValkeyModuleCtx *ctx, Call *call);
+int open_typed(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **out);
+void close_keys(ValkeyModuleKey **keys, int n);
 
 /* The logic of each command (transitions.c): runs on the call's declared keys, open and of their
  * types, replies, and returns VALKEYMODULE_OK. The caller closes the keys and frees the items. */
