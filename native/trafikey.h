@@ -104,7 +104,6 @@ int fence_counter(ValkeyModuleKey *key, long long *out);
 
 /* effects.c: each write with its keyspace event, modified-key signal and replication. */
 size_t decimal(long long v, char *buf);
-void touched(ValkeyModuleCtx *ctx, int type, const char *event, ValkeyModuleString *keyname);
 void fx_zadd(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, double score,
              ValkeyModuleString *member);
 void fx_zrem(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString *member);
@@ -112,9 +111,14 @@ void fx_push(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *key
              ValkeyModuleString *element);
 void fx_hset1(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *field,
               ValkeyModuleString *value);
+void fx_hset_int(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString *field,
+                 long long v);
+void fx_new_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *payload,
+                long long now);
 void fx_set_counter(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, long long v);
 void fx_del(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname);
 void fx_hdel(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *field);
+void fx_hdel_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString *field);
 void fx_pexpire(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, long long ms);
 void fx_wake(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, long long n);
 void fx_mark_ended(ValkeyModuleCtx *ctx, ValkeyModuleString *ended, long long retention_ms);

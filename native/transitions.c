@@ -167,20 +167,6 @@ static void claim_planned(ValkeyModuleCtx *ctx, Bytes base, const ClaimKeys *ck,
 
 /* ---- One job at a time ----------------------------------------------------------------------- */
 
-/* The row of a new job: payload, attempts 0, enqueued_at now (and lane when not NULL), as one
- * HSET, the enqueue scripts' own. */
-static void write_new_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
-                          ValkeyModuleString *payload, long long now) {
-    char num[32];
-    ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, decimal(now, num));
-    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
-                         enqueued_at, NULL);
-    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
-    ValkeyModule_Replicate(ctx, "HSET", "scscscs", row_name, "payload", payload, "attempts", s_zero, "enqueued_at",
-                           enqueued_at);
-    ValkeyModule_FreeString(ctx, enqueued_at);
-}
-
 /* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now>
  * Twin of enqueue.lua. +ENQUEUED | +DUPLICATE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 int tx_enqueue(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
@@ -191,7 +177,7 @@ int tx_enqueue(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_EMPTY)
         return ValkeyModule_ReplyWithSimpleString(ctx, "DUPLICATE");
 
-    write_new_row(ctx, row, names[EMQ_ENQUEUE_KEY_JOB], payload, now);
+    fx_new_row(ctx, row, names[EMQ_ENQUEUE_KEY_JOB], payload, now);
     fx_zadd(ctx, k[EMQ_ENQUEUE_KEY_PENDING], names[EMQ_ENQUEUE_KEY_PENDING], (double)now, id);
     fx_wake(ctx, k[EMQ_ENQUEUE_KEY_WAKE], names[EMQ_ENQUEUE_KEY_WAKE], 1);
     return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
@@ -208,7 +194,7 @@ int tx_enqueue_delayed(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     long long due = now + call->num[EMQ_ENQUEUE_DELAYED_ARG_DELAY_MS];
     if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_EMPTY)
         return ValkeyModule_ReplyWithSimpleString(ctx, "DUPLICATE");
-    write_new_row(ctx, row, names[EMQ_ENQUEUE_DELAYED_KEY_JOB], call->args[EMQ_ENQUEUE_DELAYED_ARG_PAYLOAD], now);
+    fx_new_row(ctx, row, names[EMQ_ENQUEUE_DELAYED_KEY_JOB], call->args[EMQ_ENQUEUE_DELAYED_ARG_PAYLOAD], now);
     fx_zadd(ctx, k[EMQ_ENQUEUE_DELAYED_KEY_DELAYED], names[EMQ_ENQUEUE_DELAYED_KEY_DELAYED],
             (double)(at > due ? at : due), call->args[EMQ_ENQUEUE_DELAYED_ARG_ID]);
     fx_wake(ctx, k[EMQ_ENQUEUE_DELAYED_KEY_WAKE], names[EMQ_ENQUEUE_DELAYED_KEY_WAKE], 1);
