@@ -1,10 +1,10 @@
 /* trafikey.c: trafikey's face to the server, a Valkey module running echomq's transitions.
  *
  * ValkeyModule_OnLoad registers every command from the protocol table (protocol.h, generated from
- * echomq/transitions.py): its name, flags, summary, complexity, arity and key spec. The module
- * names no ACL category of its own: a command's categories are those its flags give it (every one
- * writes: @write; "fast" or else @slow), as for the server's own commands. Key positions for ACL,
- * COMMAND GETKEYS and the cluster are answered here, numkeys read as the server reads EVALSHA's.
+ * echomq/transitions.py): its name, flags, summary, complexity, arity and key spec. It names no
+ * ACL category (COMMAND INFO lists none: the server gives a module's commands none of their own),
+ * so a user is granted EMQ.* by name (+emq.claim) or with +@all. Key positions for ACL, COMMAND
+ * GETKEYS and the cluster are answered here, numkeys read as the server reads EVALSHA's.
  * The handler table gives each command one handler: it runs the validation order of
  * docs/PROTOCOL.md from the same table (validate.c), then its logic (transitions.c), which checks
  * the keys it derives, writes through effects.c (each effect replicating itself) and replies. */
@@ -51,7 +51,8 @@ static int report_keys(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc
 /* ---- Running a command ----------------------------------------------------------------------- */
 
 /* Every EMQ.* command: a key-position request is answered from numkeys; otherwise steps 1-5 run
- * from the table, then the command's logic gets its declared keys open and of their types. */
+ * from the table (validate.c), then the command's logic gets its declared keys open and of their
+ * types. */
 static int run_command(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, int id,
                        int (*logic)(ValkeyModuleCtx *, Call *, ValkeyModuleKey **)) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);

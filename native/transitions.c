@@ -1,4 +1,4 @@
-/* transitions.c: what each EMQ.* command does once commands.c has checked its call (steps 1-5 of
+/* transitions.c: what each EMQ.* command does once validate.c has checked its call (steps 1-5 of
  * docs/PROTOCOL.md) and opened its declared keys: step 6 (the keys it derives: ACL, slot, type,
  * ghosts), then its effects (effects.c, each replicating itself) and its reply.
  *
