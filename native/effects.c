@@ -1,4 +1,6 @@
-/* effects.c: every write a transition makes, one function per command its Lua twin runs.
+/* effects.c: every write a transition makes, one function per command its Lua twin runs. No other
+ * file of the module writes a key, fires a keyspace event or replicates (tests/test_native_layout.py
+ * checks the sources), so no write can skip its event, its signal or its replication.
  *
  * Replication style, for every command: EFFECTS. Each write is replicated with
  * ValkeyModule_Replicate as the plain command the Lua twin would have run (HSET, HDEL, DEL,
@@ -45,7 +47,8 @@ static size_t score_text(double score, char *buf, size_t cap) {
     return (size_t)n;
 }
 
-void touched(ValkeyModuleCtx *ctx, int type, const char *event, ValkeyModuleString *keyname) {
+/* The event of a write and its modified-key signal. */
+static void touched(ValkeyModuleCtx *ctx, int type, const char *event, ValkeyModuleString *keyname) {
     ValkeyModule_NotifyKeyspaceEvent(ctx, type, event, keyname);
     ValkeyModule_SignalModifiedKey(ctx, keyname);
 }
@@ -100,6 +103,32 @@ void fx_hset1(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *ke
     ValkeyModule_Replicate(ctx, "HSET", "scs", keyname, field, value);
 }
 
+/* HSET key field <v>, the field a string (a lane's group): fires "hset" whether it changed or not,
+ * as HSET. */
+void fx_hset_int(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString *field,
+                 long long v) {
+    char num[24];
+    ValkeyModuleString *value = ValkeyModule_CreateString(ctx, num, decimal(v, num));
+    ValkeyModule_HashSet(key, VALKEYMODULE_HASH_NONE, field, value, NULL);
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", keyname);
+    ValkeyModule_Replicate(ctx, "HSET", "sss", keyname, field, value);
+    ValkeyModule_FreeString(ctx, value);
+}
+
+/* The row of a new job: payload, attempts 0, enqueued_at now, as one HSET, the enqueue scripts'
+ * own. */
+void fx_new_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
+                ValkeyModuleString *payload, long long now) {
+    char num[32];
+    ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, decimal(now, num));
+    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
+                         enqueued_at, NULL);
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
+    ValkeyModule_Replicate(ctx, "HSET", "scscscs", row_name, "payload", payload, "attempts", s_zero, "enqueued_at",
+                           enqueued_at);
+    ValkeyModule_FreeString(ctx, enqueued_at);
+}
+
 /* SET key <v> for a counter (a string, its TTL dropped as SET drops it), run by the server's own
  * SET through ValkeyModule_Call (not replicated by it: the effect is replicated here). So the value
  * is stored as the script's SET stores it (an integer encoding), and an existing key fires "set"
@@ -137,6 +166,16 @@ void fx_hdel(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *key
     if (deleted <= 0) return;
     removed_from(ctx, key, VALKEYMODULE_NOTIFY_HASH, "hdel", keyname);
     ValkeyModule_Replicate(ctx, "HDEL", "sc", keyname, field);
+}
+
+/* HDEL key field, the field a string (a lane's group), on a key that may be of any type: "hdel"
+ * when the hash held it, then "del" when the hash is gone. */
+void fx_hdel_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
+                   ValkeyModuleString *field) {
+    if (ValkeyModule_KeyType(key) != VALKEYMODULE_KEYTYPE_HASH) return;
+    if (ValkeyModule_HashSet(key, VALKEYMODULE_HASH_NONE, field, VALKEYMODULE_HASH_DELETE, NULL) <= 0) return;
+    removed_from(ctx, key, VALKEYMODULE_NOTIFY_HASH, "hdel", keyname);
+    ValkeyModule_Replicate(ctx, "HDEL", "ss", keyname, field);
 }
 
 /* PEXPIRE key ms (ms >= 1): a no-op on a missing key; replicated as PEXPIREAT, as the server does. */

@@ -62,27 +62,6 @@ static long long hash_int(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModu
     return ok ? out : fallback;
 }
 
-/* HSET key field <v>: fires "hset" whether it changed or not, as HSET. */
-static void hset_int(ValkeyModuleCtx *ctx, Opened *o, ValkeyModuleString *field, long long v) {
-    char num[24];
-    ValkeyModuleString *value = ValkeyModule_CreateString(ctx, num, decimal(v, num));
-    ValkeyModule_HashSet(o->key, VALKEYMODULE_HASH_NONE, field, value, NULL);
-    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", o->name);
-    ValkeyModule_Replicate(ctx, "HSET", "sss", o->name, field, value);
-    ValkeyModule_FreeString(ctx, value);
-}
-
-/* HDEL key field: "hdel" when it was there, then "del" when the hash is gone. */
-static void hdel_field(ValkeyModuleCtx *ctx, Opened *o, ValkeyModuleString *field) {
-    if (ValkeyModule_KeyType(o->key) != VALKEYMODULE_KEYTYPE_HASH) return;
-    if (ValkeyModule_HashSet(o->key, VALKEYMODULE_HASH_NONE, field, VALKEYMODULE_HASH_DELETE, NULL) <= 0) return;
-    ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_HASH, "hdel", o->name);
-    if (ValkeyModule_KeyType(o->key) == VALKEYMODULE_KEYTYPE_EMPTY)
-        ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_GENERIC, "del", o->name);
-    ValkeyModule_SignalModifiedKey(ctx, o->name);
-    ValkeyModule_Replicate(ctx, "HDEL", "ss", o->name, field);
-}
-
 /* lane_knob of the prelude: a group's knob, else the queue's default, else fallback. */
 static long long lane_knob(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group, const char *knob,
                            long long fallback) {
@@ -118,8 +97,8 @@ static long long lane_knob(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString 
  * back at the ring's tail when no bit is left and its lane holds jobs. */
 static void lower_parked(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, Opened *parked,
                          ValkeyModuleString *group, long long was, long long mask) {
-    if (mask == 0) hdel_field(ctx, parked, group);
-    else hset_int(ctx, parked, group, mask);
+    if (mask == 0) fx_hdel_field(ctx, parked->key, parked->name, group);
+    else fx_hset_int(ctx, parked->key, parked->name, group, mask);
     if ((was & PARKED_RATE) && !(mask & PARKED_RATE)) {
         Opened throttled = open_of(ctx, base, "throttled", NULL);
         if (ValkeyModule_KeyType(throttled.key) == VALKEYMODULE_KEYTYPE_ZSET)
@@ -148,8 +127,8 @@ void release_lane_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, V
     if (group == NULL) return;
     Opened leased = open_of(ctx, base, "leased", NULL);
     long long held = hash_int(ctx, leased.key, group, 0, 0) - 1;
-    if (held <= 0) hdel_field(ctx, &leased, group);
-    else hset_int(ctx, &leased, group, held);
+    if (held <= 0) fx_hdel_field(ctx, leased.key, leased.name, group);
+    else fx_hset_int(ctx, leased.key, leased.name, group, held);
     close_of(ctx, &leased);
     Opened parked = open_of(ctx, base, "parked", NULL);
     long long mask = hash_int(ctx, parked.key, group, 0, 0);

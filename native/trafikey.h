@@ -1,7 +1,8 @@
 /* trafikey.h: what the files of the trafikey module share. Not a public API.
  *
- *   commands.c     the module's face: registration from the protocol table, key positions,
- *                  numkeys, validation steps 1-5 (shape, gates, keys, numbers, items, key types)
+ *   trafikey.c     the module's face: OnLoad, registration from the protocol table, key
+ *                  positions, the handler table
+ *   validate.c     validation steps 1-5 (numkeys, shape, gates, keys, numbers, items, key types)
  *   transitions.c  each transition's logic on its opened keys: derived keys, effects, reply
  *   effects.c      each write as the command the Lua twin runs: event, signal, replication
  *   derived.c      keys a transition derives itself: ACL, a moving slot, rows, the fence counter
@@ -18,7 +19,7 @@
 /* "job:" + the longest id the kind gate admits. */
 #define ROW_SUFFIX_MAX (4 + EMQ_ID_KIND_LEN + EMQ_ID_REST_MAX)
 
-/* Strings made once at load (commands.c): the arguments of the ACL probe and the wake token. */
+/* Strings made once at load (trafikey.c): the arguments of the ACL probe and the wake token. */
 extern ValkeyModuleString *s_hincrby, *s_attempts, *s_one, *s_zero;
 
 typedef struct {
@@ -61,8 +62,18 @@ typedef struct {
     long long nitems;
 } Call;
 
-/* commands.c */
+/* trafikey.c */
 int reply_error(ValkeyModuleCtx *ctx, const char *err);
+
+/* validate.c: steps 1-5 of the validation order. check_call and parse_items return 0 after
+ * replying with (check_call) or writing into err (parse_items) the call's error; open_typed
+ * returns 0, its keys closed, when a declared key has another type. The items and what the
+ * transition derived for them are freed with items_free. */
+int check_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, const EmqCommandSpec *spec, Call *call);
+int parse_items(Call *call, char *err, size_t cap);
+void items_free(ValkeyModuleCtx *ctx, Call *call);
+int open_typed(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **out);
+void close_keys(ValkeyModuleKey **keys, int n);
 
 /* The logic of each command (transitions.c): runs on the call's declared keys, open and of their
  * types, replies, and returns VALKEYMODULE_OK. The caller closes the keys and frees the items. */
@@ -93,7 +104,6 @@ int fence_counter(ValkeyModuleKey *key, long long *out);
 
 /* effects.c: each write with its keyspace event, modified-key signal and replication. */
 size_t decimal(long long v, char *buf);
-void touched(ValkeyModuleCtx *ctx, int type, const char *event, ValkeyModuleString *keyname);
 void fx_zadd(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, double score,
              ValkeyModuleString *member);
 void fx_zrem(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString *member);
@@ -101,9 +111,14 @@ void fx_push(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *key
              ValkeyModuleString *element);
 void fx_hset1(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *field,
               ValkeyModuleString *value);
+void fx_hset_int(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString *field,
+                 long long v);
+void fx_new_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *payload,
+                long long now);
 void fx_set_counter(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, long long v);
 void fx_del(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname);
 void fx_hdel(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *field);
+void fx_hdel_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString *field);
 void fx_pexpire(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, long long ms);
 void fx_wake(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, long long n);
 void fx_mark_ended(ValkeyModuleCtx *ctx, ValkeyModuleString *ended, long long retention_ms);

@@ -1,4 +1,4 @@
-/* transitions.c: what each EMQ.* command does once commands.c has checked its call (steps 1-5 of
+/* transitions.c: what each EMQ.* command does once validate.c has checked its call (steps 1-5 of
  * docs/PROTOCOL.md) and opened its declared keys: step 6 (the keys it derives: ACL, slot, type,
  * ghosts), then its effects (effects.c, each replicating itself) and its reply.
  *
@@ -167,20 +167,6 @@ static void claim_planned(ValkeyModuleCtx *ctx, Bytes base, const ClaimKeys *ck,
 
 /* ---- One job at a time ----------------------------------------------------------------------- */
 
-/* The row of a new job: payload, attempts 0, enqueued_at now (and lane when not NULL), as one
- * HSET, the enqueue scripts' own. */
-static void write_new_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
-                          ValkeyModuleString *payload, long long now) {
-    char num[32];
-    ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, decimal(now, num));
-    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
-                         enqueued_at, NULL);
-    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
-    ValkeyModule_Replicate(ctx, "HSET", "scscscs", row_name, "payload", payload, "attempts", s_zero, "enqueued_at",
-                           enqueued_at);
-    ValkeyModule_FreeString(ctx, enqueued_at);
-}
-
 /* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now>
  * Twin of enqueue.lua. +ENQUEUED | +DUPLICATE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 int tx_enqueue(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
@@ -191,7 +177,7 @@ int tx_enqueue(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_EMPTY)
         return ValkeyModule_ReplyWithSimpleString(ctx, "DUPLICATE");
 
-    write_new_row(ctx, row, names[EMQ_ENQUEUE_KEY_JOB], payload, now);
+    fx_new_row(ctx, row, names[EMQ_ENQUEUE_KEY_JOB], payload, now);
     fx_zadd(ctx, k[EMQ_ENQUEUE_KEY_PENDING], names[EMQ_ENQUEUE_KEY_PENDING], (double)now, id);
     fx_wake(ctx, k[EMQ_ENQUEUE_KEY_WAKE], names[EMQ_ENQUEUE_KEY_WAKE], 1);
     return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
@@ -208,7 +194,7 @@ int tx_enqueue_delayed(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     long long due = now + call->num[EMQ_ENQUEUE_DELAYED_ARG_DELAY_MS];
     if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_EMPTY)
         return ValkeyModule_ReplyWithSimpleString(ctx, "DUPLICATE");
-    write_new_row(ctx, row, names[EMQ_ENQUEUE_DELAYED_KEY_JOB], call->args[EMQ_ENQUEUE_DELAYED_ARG_PAYLOAD], now);
+    fx_new_row(ctx, row, names[EMQ_ENQUEUE_DELAYED_KEY_JOB], call->args[EMQ_ENQUEUE_DELAYED_ARG_PAYLOAD], now);
     fx_zadd(ctx, k[EMQ_ENQUEUE_DELAYED_KEY_DELAYED], names[EMQ_ENQUEUE_DELAYED_KEY_DELAYED],
             (double)(at > due ? at : due), call->args[EMQ_ENQUEUE_DELAYED_ARG_ID]);
     fx_wake(ctx, k[EMQ_ENQUEUE_DELAYED_KEY_WAKE], names[EMQ_ENQUEUE_DELAYED_KEY_WAKE], 1);
@@ -598,13 +584,27 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
     return err;
 }
 
+/* recover and promote share their layout: the source zset (recover: active, promote: delayed),
+ * pending, ring, wake (recover: then dead), then now and limit (recover: then max_attempts). The
+ * shared keys are named by recover's macros; promote's must agree. */
+enum {
+    MOVE_KEY_SOURCE = EMQ_RECOVER_KEY_ACTIVE,
+    MOVE_KEY_PENDING = EMQ_RECOVER_KEY_PENDING,
+    MOVE_KEY_RING = EMQ_RECOVER_KEY_RING,
+    MOVE_KEY_WAKE = EMQ_RECOVER_KEY_WAKE
+};
+_Static_assert(EMQ_PROMOTE_KEY_DELAYED == MOVE_KEY_SOURCE && EMQ_PROMOTE_KEY_PENDING == MOVE_KEY_PENDING &&
+                   EMQ_PROMOTE_KEY_RING == MOVE_KEY_RING && EMQ_PROMOTE_KEY_WAKE == MOVE_KEY_WAKE &&
+                   EMQ_PROMOTE_ARG_NOW == EMQ_RECOVER_ARG_NOW && EMQ_PROMOTE_ARG_LIMIT == EMQ_RECOVER_ARG_LIMIT,
+               "recover and promote must share their keys and leading arguments");
+
 /* Second pass, one live move: leave the source zset, then pending or the lane (the group joins
  * the ring's tail when its lane was empty: push_lane of the prelude). */
 static void apply_move(ValkeyModuleCtx *ctx, const Move *m, ValkeyModuleKey **k, const Call *call,
                        int lane_end) {
-    fx_zrem(ctx, k[0], call->keys[0], m->id);
+    fx_zrem(ctx, k[MOVE_KEY_SOURCE], call->keys[MOVE_KEY_SOURCE], m->id);
     if (lane_end == VALKEYMODULE_LIST_HEAD) { /* recover: the lease leaves active */
-        LaneRing ring = {k[2], call->keys[2]};
+        LaneRing ring = {k[MOVE_KEY_RING], call->keys[MOVE_KEY_RING]};
         ValkeyModuleString *row_name = derived_key(ctx, call->base, "job:", m->id);
         ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
         release_lane_slot(ctx, call->base, &ring, row);
@@ -614,11 +614,11 @@ static void apply_move(ValkeyModuleCtx *ctx, const Move *m, ValkeyModuleKey **k,
     if (m->lane) {
         ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, m->lane_key, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
         if (ValkeyModule_ValueLength(lane) == 0 && !lane_parked(ctx, call->base, m->lane))
-            fx_push(ctx, k[2], call->keys[2], VALKEYMODULE_LIST_TAIL, m->lane);
+            fx_push(ctx, k[MOVE_KEY_RING], call->keys[MOVE_KEY_RING], VALKEYMODULE_LIST_TAIL, m->lane);
         fx_push(ctx, lane, m->lane_key, lane_end, m->id);
         ValkeyModule_CloseKey(lane);
     } else {
-        fx_zadd(ctx, k[1], call->keys[1], m->score, m->id);
+        fx_zadd(ctx, k[MOVE_KEY_PENDING], call->keys[MOVE_KEY_PENDING], m->score, m->id);
     }
 }
 
@@ -626,10 +626,10 @@ static void apply_move(ValkeyModuleCtx *ctx, const Move *m, ValkeyModuleKey **k,
  * any, is left as it is). */
 static void apply_death(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyModuleKey **k,
                         const Call *call, long long now) {
-    fx_zrem(ctx, k[0], call->keys[0], m->id);
+    fx_zrem(ctx, k[EMQ_RECOVER_KEY_ACTIVE], call->keys[EMQ_RECOVER_KEY_ACTIVE], m->id);
     ValkeyModuleString *row_name = derived_key(ctx, base, "job:", m->id);
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-    LaneRing ring = {k[2], call->keys[2]};
+    LaneRing ring = {k[EMQ_RECOVER_KEY_RING], call->keys[EMQ_RECOVER_KEY_RING]};
     release_lane_slot(ctx, base, &ring, row);
     char text[96];
     int len = snprintf(text, sizeof text, "lease expired during attempt %lld: the worker was lost", m->spent);
@@ -638,17 +638,9 @@ static void apply_death(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyM
     ValkeyModule_FreeString(ctx, error);
     ValkeyModule_CloseKey(row);
     ValkeyModule_FreeString(ctx, row_name);
-    fx_zadd(ctx, k[4], call->keys[4], (double)now, m->id);
+    fx_zadd(ctx, k[EMQ_RECOVER_KEY_DEAD], call->keys[EMQ_RECOVER_KEY_DEAD], (double)now, m->id);
     fx_mark_ended(ctx, m->ended, 0);
 }
-
-/* recover and promote share their layout: the source zset, pending, ring, wake (recover: dead),
- * then now and limit (recover: max_attempts). */
-_Static_assert(EMQ_PROMOTE_KEY_DELAYED == EMQ_RECOVER_KEY_ACTIVE &&
-                   EMQ_PROMOTE_KEY_PENDING == EMQ_RECOVER_KEY_PENDING &&
-                   EMQ_PROMOTE_KEY_RING == EMQ_RECOVER_KEY_RING && EMQ_PROMOTE_KEY_WAKE == EMQ_RECOVER_KEY_WAKE &&
-                   EMQ_PROMOTE_ARG_NOW == EMQ_RECOVER_ARG_NOW && EMQ_PROMOTE_ARG_LIMIT == EMQ_RECOVER_ARG_LIMIT,
-               "recover and promote must share their keys and leading arguments");
 
 /* recover and promote share their shape: take the source zset's entries with score <= now, lowest
  * first, at most limit; drop ghosts; move the live ones (recover: a spent one to dead); leave a
@@ -657,7 +649,7 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
     Bytes base = call->base;
     long long now = call->num[EMQ_RECOVER_ARG_NOW], limit = call->num[EMQ_RECOVER_ARG_LIMIT];
     long long max_attempts = recover ? call->num[EMQ_RECOVER_ARG_MAX_ATTEMPTS] : 0;
-    ValkeyModuleKey *source = k[0], *wake = k[3];
+    ValkeyModuleKey *source = k[MOVE_KEY_SOURCE], *wake = k[MOVE_KEY_WAKE];
 
     /* ZRANGEBYSCORE source -inf now WITHSCORES LIMIT 0 limit */
     Move *moves = NULL;
@@ -692,7 +684,7 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
 
     long long taken = 0, back = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!moves[i].live) fx_zrem(ctx, source, call->keys[0], moves[i].id);
+        if (!moves[i].live) fx_zrem(ctx, source, call->keys[MOVE_KEY_SOURCE], moves[i].id);
         else taken++;
     }
     /* recover pushes lane jobs at the head, latest deadline first, so a lane keeps their order. */
@@ -706,11 +698,11 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
             back++;
         }
     }
-    fx_wake(ctx, wake, call->keys[3], back);
+    fx_wake(ctx, wake, call->keys[MOVE_KEY_WAKE], back);
     moves_free(ctx, moves, n);
     if (!recover) { /* promote: then the groups whose rate window has opened come back */
-        LaneRing ring = {k[2], call->keys[2]};
-        fx_wake(ctx, wake, call->keys[3], reopen_lanes(ctx, base, &ring, &due));
+        LaneRing ring = {k[MOVE_KEY_RING], call->keys[MOVE_KEY_RING]};
+        fx_wake(ctx, wake, call->keys[MOVE_KEY_WAKE], reopen_lanes(ctx, base, &ring, &due));
     }
     return ValkeyModule_ReplyWithLongLong(ctx, taken);
 }

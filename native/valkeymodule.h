@@ -6,7 +6,7 @@
  * pointer below (Valkey also exports every name as "RedisModule_<name>" for old modules).
  * TRAFIKEY_API lists each function once; the pointers and ValkeyModule_Init are generated from it.
  *
- * Every file of the module includes this header; exactly one (commands.c) defines TRAFIKEY_API_DEFINE
+ * Every file of the module includes this header; exactly one (trafikey.c) defines TRAFIKEY_API_DEFINE
  * before it, and so holds the pointers and ValkeyModule_Init. The pointers are hidden from the
  * shared object's exported symbols. */
 #ifndef TRAFIKEY_VALKEYMODULE_H

@@ -1,53 +1,11 @@
-/* commands.c: trafikey's face to the server, a Valkey module running echomq's transitions.
- *
- * Every command is registered from the protocol table (protocol.h, generated from
- * echomq/transitions.py): its name, flags, summary, complexity, arity and key spec. A call runs the
- * validation order of docs/PROTOCOL.md from the same table: numkeys and shape -> id -> keys ->
- * integers and now -> the list's items -> open the declared keys and check their types; then its
- * logic (transitions.c) checks the keys it derives, mutates (each effect replicates itself, see
- * effects.c) and replies. Key positions for ACL, COMMAND GETKEYS and the cluster are answered
- * here, numkeys read as the server reads EVALSHA's. */
+/* validate.c: steps 1-5 of docs/PROTOCOL.md's validation order, driven by the protocol table
+ * (protocol.h): numkeys and shape -> id -> keys -> integers and now -> the list's items -> the
+ * declared keys opened and their types checked. Nothing is written before they all pass; a call
+ * that fails one gets its error, the same bytes the Lua twin replies. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#define EMQ_PROTOCOL_DEFINE
-#define TRAFIKEY_API_DEFINE
 #include "trafikey.h"
-
-#define TRAFIKEY_VERSION 1
-
-/* Strings made once at load: the arguments of the ACL probe and the wake token. */
-ValkeyModuleString *s_hincrby, *s_attempts, *s_one, *s_zero;
-
-int reply_error(ValkeyModuleCtx *ctx, const char *err) {
-    ValkeyModule_ReplyWithError(ctx, err);
-    return VALKEYMODULE_OK;
-}
-
-/* ---- Key positions --------------------------------------------------------------------------- */
-
-/* The flags every declared key carries, in the key spec and in getkeys answers alike. */
-#define DECLARED_KEY_FLAGS (VALKEYMODULE_CMD_KEY_RW | VALKEYMODULE_CMD_KEY_ACCESS | VALKEYMODULE_CMD_KEY_UPDATE)
-
-/* numkeys as the server reads EVALSHA's when it looks for the keys (evalGetKeys: atoi, so leading
- * blanks, a sign, leading zeros and trailing bytes pass), for ACL, COMMAND GETKEYS and the
- * cluster's slot check alike: the key spec's strict read refuses " 3" and the server falls back to
- * this callback. 0 when there are no keys to report: numkeys below 1 or above the arguments. The
- * handler reads numkeys strictly (split_numkeys), as EVALSHA's handler does. */
-static int declared_key_count(ValkeyModuleString **argv, int argc) {
-    if (argc < 2) return 0;
-    int numkeys = atoi(ValkeyModule_StringPtrLen(argv[1], NULL));
-    return numkeys < 1 || numkeys > argc - 2 ? 0 : numkeys;
-}
-
-/* Answers a getkeys request (cluster redirection, COMMAND GETKEYS, ACL): the numkeys keys after
- * argv[1], as EVALSHA declares its own. */
-static int report_keys(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
-    int numkeys = declared_key_count(argv, argc);
-    for (int i = 0; i < numkeys; i++) ValkeyModule_KeyAtPosWithFlags(ctx, 2 + i, DECLARED_KEY_FLAGS);
-    return VALKEYMODULE_OK;
-}
 
 /* ---- Validation steps 1-4, in the order of docs/PROTOCOL.md ---------------------------------- */
 
@@ -124,7 +82,7 @@ static Bytes key_suffix(const Call *call, int i, char *room) {
  * one queue's. The gates ran first, so a derived suffix fits its room. */
 static int keys_base(Call *call) {
     char room[ROW_SUFFIX_MAX];
-    Bytes first = bytes_of(call->keys[0]), suffix = key_suffix(call, 0, room);
+    Bytes first = bytes_of(*call->keys), suffix = key_suffix(call, 0, room);
     size_t blen;
     if (!emq_split_base(first.p, first.n, suffix.p, suffix.n, &blen)) return 0;
     for (int i = 1; i < call->nkeys; i++) {
@@ -171,7 +129,7 @@ static int parse_number(const EmqArgSpec *spec, const ValkeyModuleString *s, lon
 
 /* Steps 1-4 for the fixed arguments of the command spec: numkeys and shape, the gates, the keys,
  * the integers and now in argument order. Returns 0 after replying with the error. */
-static int check_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, const EmqCommandSpec *spec,
+int check_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, const EmqCommandSpec *spec,
                       Call *call) {
     call->spec = spec;
     if (!split_numkeys(ctx, argv, argc, call) || !check_shape(ctx, call)) return 0;
@@ -228,7 +186,7 @@ static int check_item_arg(const EmqArgSpec *spec, const ValkeyModuleString *s, l
 /* Step 4's tail: the list after the fixed arguments, each element checked whole before the next:
  * its form (the word and the width) -> EMQITEM, then its arguments in order (id -> EMQKIND,
  * integers -> EMQNUM). 0 after writing the error into err. */
-static int parse_items(Call *call, char *err, size_t cap) {
+int parse_items(Call *call, char *err, size_t cap) {
     const EmqCommandSpec *spec = call->spec;
     call->items = NULL;
     call->nitems = 0;
@@ -256,7 +214,7 @@ static int parse_items(Call *call, char *err, size_t cap) {
 }
 
 /* The items and what the transition derived for them. */
-static void items_free(ValkeyModuleCtx *ctx, Call *call) {
+void items_free(ValkeyModuleCtx *ctx, Call *call) {
     for (long long i = 0; i < call->nitems; i++) {
         Item *it = &call->items[i];
         if (it->row_name) ValkeyModule_FreeString(ctx, it->row_name);
@@ -270,13 +228,13 @@ static void items_free(ValkeyModuleCtx *ctx, Call *call) {
 
 /* ---- Step 5: the declared keys, open and typed ----------------------------------------------- */
 
-static void close_keys(ValkeyModuleKey **keys, int n) {
+void close_keys(ValkeyModuleKey **keys, int n) {
     for (int i = 0; i < n; i++) ValkeyModule_CloseKey(keys[i]);
 }
 
 /* Step 5, types_ok of the prelude: opens the declared keys in order, each absent or of the table's
  * type. Stops at the first bad key, as the script does, closing what it opened; returns 0 then. */
-static int open_typed(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **out) {
+int open_typed(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **out) {
     for (int i = 0; i < call->nkeys; i++) {
         out[i] = ValkeyModule_OpenKey(ctx, call->keys[i], VALKEYMODULE_READ | VALKEYMODULE_WRITE);
         int t = ValkeyModule_KeyType(out[i]);
@@ -286,104 +244,4 @@ static int open_typed(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **
         }
     }
     return 1;
-}
-
-/* ---- Running a command ----------------------------------------------------------------------- */
-
-/* Every EMQ.* command: a key-position request is answered from numkeys; otherwise steps 1-5 run
- * from the table, then the command's logic gets its declared keys open and of their types. */
-static int run_command(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, int id,
-                       int (*logic)(ValkeyModuleCtx *, Call *, ValkeyModuleKey **)) {
-    if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
-    Call call;
-    if (!check_call(ctx, argv, argc, &emq_commands[id], &call)) return VALKEYMODULE_OK;
-    char err[256];
-    ValkeyModuleKey *k[EMQ_KEYS_MAX];
-    int rc;
-    if (!parse_items(&call, err, sizeof err)) {
-        rc = reply_error(ctx, err);
-    } else if (!open_typed(ctx, &call, k)) {
-        rc = reply_error(ctx, EMQ_ERR_TYPE);
-    } else {
-        rc = logic(ctx, &call, k);
-        close_keys(k, call.nkeys);
-    }
-    items_free(ctx, &call);
-    return rc;
-}
-
-/* One handler per command of the table, EMQ_CMD_<ID> running tx_<name> (its usage line heads
- * tx_<name> in transitions.c, and its layout heads its macros in protocol.h). */
-#define EMQ_HANDLER(ID, name)                                                                       \
-    static int handle_##name(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {          \
-        return run_command(ctx, argv, argc, EMQ_CMD_##ID, tx_##name);                              \
-    }
-EMQ_FOR_EACH_COMMAND(EMQ_HANDLER)
-#undef EMQ_HANDLER
-
-/* ---- Registration ---------------------------------------------------------------------------- */
-
-/* Like EVAL's: the keys are the numkeys arguments after argv[1]; used as EVAL declares them. */
-static ValkeyModuleCommandKeySpec keynum_specs[] = {
-    {.notes = "numkeys keys follow numkeys, as with EVALSHA; each may be read and written",
-     .flags = DECLARED_KEY_FLAGS,
-     .begin_search_type = VALKEYMODULE_KSPEC_BS_INDEX,
-     .bs.index.pos = 1,
-     .find_keys_type = VALKEYMODULE_KSPEC_FK_KEYNUM,
-     .fk.keynum = {.keynumidx = 0, .firstkey = 1, .keystep = 1}},
-    {0}};
-
-/* The handler of each command of the table, by its index there. */
-static const ValkeyModuleCmdFunc handlers[EMQ_COMMAND_COUNT] = {
-#define EMQ_HANDLER_ENTRY(ID, name) [EMQ_CMD_##ID] = handle_##name,
-    EMQ_FOR_EACH_COMMAND(EMQ_HANDLER_ENTRY)
-#undef EMQ_HANDLER_ENTRY
-};
-
-/* Registers every command of the table: its name (lower-case, as the server's arity error quotes
- * it), flags ("fast" only where the work is O(1) or O(log N); only admitting work is "deny-oom",
- * so a full server refuses new jobs but can still drain), summary, complexity and arity. */
-static int register_commands(ValkeyModuleCtx *ctx) {
-    for (int i = 0; i < EMQ_COMMAND_COUNT; i++) {
-        const EmqCommandSpec *spec = &emq_commands[i];
-        if (ValkeyModule_CreateCommand(ctx, spec->name, handlers[i], spec->flags, 0, 0, 0) != VALKEYMODULE_OK)
-            return VALKEYMODULE_ERR;
-        ValkeyModuleCommand *command = ValkeyModule_GetCommand(ctx, spec->name);
-        if (command == NULL) return VALKEYMODULE_ERR;
-        ValkeyModuleCommandInfo info = {
-            .version = VALKEYMODULE_COMMAND_INFO_VERSION,
-            .summary = spec->summary,
-            .complexity = spec->complexity,
-            .since = "1.0.0",
-            .arity = spec->arity,
-            .key_specs = keynum_specs,
-        };
-        if (ValkeyModule_SetCommandInfo(command, &info) != VALKEYMODULE_OK) return VALKEYMODULE_ERR;
-    }
-    return VALKEYMODULE_OK;
-}
-
-int ValkeyModule_OnLoad(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
-    (void)argv;
-    (void)argc;
-    if (ValkeyModule_Init(ctx, "trafikey", TRAFIKEY_VERSION, VALKEYMODULE_APIVER_1) != VALKEYMODULE_OK)
-        return VALKEYMODULE_ERR;
-    ValkeyModule_SetModuleOptions(ctx, VALKEYMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
-
-    s_hincrby = ValkeyModule_CreateString(NULL, "HINCRBY", 7);
-    s_attempts = ValkeyModule_CreateString(NULL, "attempts", 8);
-    s_one = ValkeyModule_CreateString(NULL, "1", 1);
-    s_zero = ValkeyModule_CreateString(NULL, "0", 1);
-
-    if (register_commands(ctx) != VALKEYMODULE_OK) return VALKEYMODULE_ERR;
-    return VALKEYMODULE_OK;
-}
-
-int ValkeyModule_OnUnload(ValkeyModuleCtx *ctx) {
-    (void)ctx;
-    ValkeyModule_FreeString(NULL, s_hincrby);
-    ValkeyModule_FreeString(NULL, s_attempts);
-    ValkeyModule_FreeString(NULL, s_one);
-    ValkeyModule_FreeString(NULL, s_zero);
-    return VALKEYMODULE_OK;
 }
