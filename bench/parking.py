@@ -9,6 +9,10 @@ Three measurements on each wire, each on a fresh server state, consumers with th
   one consumer running: how long after the leases expired the last of them left ``active``
   (server clock), and the rate of recover itself (``echomq.admin.recover_due`` on 5,000 expired
   leases: steps of 1,000, wall time);
+- lease back: a holder process takes a job (lease 1 s) and 50 consumers park beside it, idle past
+  the lease and the housekeeping interval; the holder is SIGKILLed: how long after its lease
+  expired (its last heartbeat's deadline, server clock) one of the 50 ran the job (bound:
+  ``housekeeping_ms``, 1 s by default);
 - wake one: 200 consumers parked, then ``--enqueues`` jobs one at a time (each handled and the
   crowd parked again before the next): claims that came back empty, and BLPOPs, per enqueue.
 
@@ -18,6 +22,9 @@ Measured, not asserted: the machine is shared.
 from __future__ import annotations
 
 import argparse
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,11 +36,24 @@ from bench.common import running_server
 from echomq import Consumer, Job, Queue
 from echomq.admin import recover_due
 from echomq.consumer import server_ms
+from echomq.loop import HOUSEKEEPING_MS
 
 LOST = 5_000
 LOST_LEASE_MS = 100
 CROWD = 200
 IDLE_CONSUMERS = 4
+PARKED = 50
+HOLDER_LEASE_MS = 1_000
+HOLDER = """
+import sys, time
+import redis
+from echomq import Consumer, Queue
+conn = redis.Redis(port=int(sys.argv[1]))
+def handler(job):
+    conn.set("holding", job.id)
+    time.sleep(600)
+Consumer(Queue(conn, "held", wire=int(sys.argv[2])), handler, lease_ms=int(sys.argv[3])).run()
+"""
 
 
 def calls(conn: redis.Redis) -> dict[str, int]:
@@ -120,6 +140,44 @@ def recovery(conn: redis.Redis, wire: int, pending: int) -> dict[str, Any]:
             "recovered": recovered, "recover_s": took, "rate_per_s": recovered / took}
 
 
+def crowd_client(conn: redis.Redis, consumers: int) -> redis.Redis:
+    """A client whose pool has room for ``consumers`` parked consumers and their pipelines."""
+    return redis.Redis(connection_pool=redis.ConnectionPool(
+        max_connections=4 * consumers, **conn.connection_pool.connection_kwargs))
+
+
+def lease_back(conn: redis.Redis, wire: int) -> dict[str, Any]:
+    """A holder process SIGKILLed with a job in hand, 50 consumers parked beside it: how long
+    after its lease expired the job ran again (server clock)."""
+    conn.flushall()
+    shared = crowd_client(conn, PARKED)
+    queue = Queue(shared, "held", wire=wire)
+    ran: list[int] = []
+    port = conn.connection_pool.connection_kwargs["port"]
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(port), str(wire),
+                               str(HOLDER_LEASE_MS)])
+    try:
+        until(lambda: blocked(conn) == 1, 30)
+        queue.enqueue("JOB:held", b"x")
+        until(lambda: conn.get("holding") == b"JOB:held", 30)
+        with Running([Consumer(queue, lambda job: ran.append(server_ms(conn)))
+                      for _ in range(PARKED)]):
+            until(lambda: blocked(conn) >= PARKED and not conn.llen(queue.key("watch")), 60)
+            # Idle past the lease and the housekeeping interval, the holder heartbeating.
+            time.sleep((HOLDER_LEASE_MS + HOUSEKEEPING_MS) / 1000 + 0.5)
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(10)
+            expires_at = int(float(conn.zscore(queue.key("active"), "JOB:held") or 0))
+            until(lambda: bool(ran), 30)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(10)
+        shared.close()
+    return {"parked": PARKED, "lease_ms": HOLDER_LEASE_MS, "bound_ms": HOUSEKEEPING_MS,
+            "after_expiry_ms": max(0, ran[0] - expires_at) if ran and expires_at else None}
+
+
 class CountingQueue(Queue):
     """A queue that counts the claims coming back empty."""
 
@@ -136,8 +194,7 @@ class CountingQueue(Queue):
 
 def wake_one(conn: redis.Redis, wire: int, enqueues: int) -> dict[str, Any]:
     conn.flushall()
-    shared = redis.Redis(connection_pool=redis.ConnectionPool(
-        max_connections=4 * CROWD, **conn.connection_pool.connection_kwargs))
+    shared = crowd_client(conn, CROWD)
     queue = CountingQueue(shared, "crowd", wire=wire)
     handled = threading.Semaphore(0)
 
@@ -160,6 +217,7 @@ def wake_one(conn: redis.Redis, wire: int, enqueues: int) -> dict[str, Any]:
 
 def run(conn: redis.Redis, idle_s: float, pending: int, enqueues: int) -> dict[str, Any]:
     return {str(wire): {"idle": idle(conn, wire, idle_s), "recovery": recovery(conn, wire, pending),
+                        "lease_back": lease_back(conn, wire),
                         "wake_one": wake_one(conn, wire, enqueues)} for wire in (5, 6)}
 
 
@@ -172,15 +230,26 @@ def phase(conn: redis.Redis, config: dict[str, Any]) -> dict[str, Any]:
 def report_section(results: dict[str, Any]) -> str:
     """The RESULTS.md section of the ``parking`` phase (the rows of ``results["parking"]``)."""
     return "\n".join([
-        "## Parking: idle cost, recovery, wake one",
+        "## Parking: idle cost, a lease back after SIGKILL, recovery, wake one",
         "",
         f"Consumers with their defaults (park cap a minute): {IDLE_CONSUMERS} idle consumers "
         "on an empty queue (the server's own command count, scripts' inner calls included); "
-        f"{LOST:,} leases of a dead worker expired ahead of a backlog, one consumer running "
-        f"(server clock); {CROWD} consumers parked, one enqueue at a time.",
+        f"a holder process SIGKILLed with a job in hand (lease {HOLDER_LEASE_MS:,} ms) while "
+        f"{PARKED} consumers park beside it, how long after the lease expired one of them ran "
+        f"the job (server clock; bound `housekeeping_ms`, {HOUSEKEEPING_MS:,} ms); {LOST:,} "
+        "leases of a dead worker expired ahead of a backlog, one consumer running (server "
+        f"clock); {CROWD} consumers parked, one enqueue at a time.",
         "",
         section(results["parking"]),
     ])
+
+
+def _lease_back(row: dict[str, Any] | None) -> str:
+    if not row:
+        return "—"
+    if row["after_expiry_ms"] is None:
+        return "never came back"
+    return f"{row['after_expiry_ms']:,} ms ({row['parked']} parked)"
 
 
 def section(results: dict[str, Any]) -> str:
@@ -188,15 +257,16 @@ def section(results: dict[str, Any]) -> str:
     for wire, r in results.items():
         i, rec, w = r["idle"], r["recovery"], r["wake_one"]
         rows.append(f"| {wire} | {i['per_consumer_per_s']:.3f} ({i['commands']} in "
-                    f"{i['window_s']:.0f} s, 4 consumers) | {rec['after_expiry_ms']} ms "
+                    f"{i['window_s']:.0f} s, {IDLE_CONSUMERS} consumers) | "
+                    f"{_lease_back(r.get('lease_back'))} | {rec['after_expiry_ms']} ms "
                     f"({LOST:,} leases, {rec['pending']:,} pending) | "
                     f"{rec['rate_per_s']:,.0f} | {w['empty_claims_per_enqueue']:.2f} | "
                     f"{w['blpop_per_enqueue']:.2f} |")
     return "\n".join([
-        "| wire | idle: commands/s per consumer | last expired lease out of `active`, after "
-        "expiry | recover: leases/s | empty claims per enqueue (200 parked) | BLPOPs per "
-        "enqueue |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| wire | idle: commands/s per consumer | SIGKILLed holder's lease run again, after "
+        f"expiry | last expired lease out of `active`, after expiry | recover: leases/s | "
+        f"empty claims per enqueue ({CROWD} parked) | BLPOPs per enqueue |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
         *rows,
     ])
 
