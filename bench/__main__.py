@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import platform
+import subprocess
 import sys
 import time
 import traceback
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             "valkey": server_version(conn), "server": server.server, "module": module_path(),
             "python": sys.version.split()[0], "machine": f"{platform.machine()}, "
             f"{os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "commit": checkout_commit(),
         }
         for phase in phases:
             results[phase] = run_phase(phase, conn, server.port, config)
@@ -81,6 +83,18 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(results, out, indent=1, default=str)
     print(report.write(results, args.out))
     return 0
+
+
+def checkout_commit() -> str:
+    """The commit the measured checkout is at (``+changes`` when its files differ from it)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.dirname(__file__))).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return "unknown (not a git checkout)"
+    return commit + (" +changes" if git("status", "--porcelain", "--untracked-files=no")
+                     else "")
 
 
 def run_phase(phase: str, conn: Any, port: int, config: dict[str, Any]) -> Any:
