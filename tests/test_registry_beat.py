@@ -28,7 +28,7 @@ from echomq.consumer import server_ms
 from echomq.dashboard import create_app
 from echomq.embedded import EmbeddedValkey
 from echomq.loop import PARK_CAP_MS
-from echomq.workers import PARKED_EXPIRY_CAPS, WorkerInfo, live_workers
+from echomq.workers import PARKED_EXPIRY_CAPS, Announcer, WorkerInfo, live_workers
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import blocked_clients, command_calls, running, wait_until
 
@@ -186,3 +186,34 @@ def test_a_busy_consumer_beats_every_two_seconds_and_parks_with_the_long_expiry(
         assert 0 < conn.pttl(busy.key) <= busy.expiry_ms == 6_000
         # Back in its park: the record is the park's again.
         assert wait_until(lambda: parked_record(conn, "busy") is not None, timeout=20)
+
+
+def test_a_consumer_denied_the_registry_parks_serves_and_logs_it_once(
+        make: Make, conn: redis.Redis, valkey: EmbeddedValkey, wire: int,
+        caplog: pytest.LogCaptureFixture) -> None:
+    conn.acl_setuser("noregistry", enabled=True, passwords=["+secret"],
+                     keys=["emq:{*", "emq:queues*"], channels=["*"], commands=["+@all"])
+    try:
+        denied = redis.Redis.from_url(f"redis://noregistry:secret@127.0.0.1:{valkey.port}")
+        queue = Queue(denied, "denied", wire=wire)
+        ran: list[str] = []
+        consumer = make(queue, lambda job: ran.append(job.id), park_cap_ms=200)
+        with caplog.at_level("WARNING", logger="echomq"), running(consumer):
+            assert wait_until(lambda: blocked_clients(conn) == 1, timeout=20)
+            time.sleep(1.0)  # parks past the record's expiry: each tries its rewrite again
+            Queue(conn, "denied", wire=wire).enqueue("JOB:1", b"")
+            assert wait_until(lambda: ran == ["JOB:1"], timeout=20)
+        refusals = [r for r in caplog.records if "registry could not be written" in r.message]
+        assert len(refusals) == 1
+        assert live_workers(conn) == []
+        denied.close()
+    finally:
+        conn.acl_deluser("noregistry")
+
+
+def test_consumers_started_in_one_millisecond_keep_a_record_each(conn: redis.Redis) -> None:
+    announcers = [Announcer(conn, "same", 5) for _ in range(50)]
+    assert len({announcer.key for announcer in announcers}) == 50
+    for announcer in announcers:
+        assert announcer.beat()
+    assert len(live_workers(conn)) == 50
