@@ -80,7 +80,7 @@ def test_a_consumer_with_default_arguments_is_a_live_worker_in_the_cli_and_the_d
 
 def test_idle_announced_consumers_cost_a_tenth_of_a_command_a_second(
         make: Make, conn: redis.Redis, wire: int) -> None:
-    consumers, cap_ms = 4, 500
+    consumers, cap_ms = 4, 800
     expiry_ms = PARKED_EXPIRY_CAPS * cap_ms
     window_s = 3 * expiry_ms / 1000  # longer than the park cap and the record's expiry
     queue = Queue(conn, "idle", wire=wire)
