@@ -82,6 +82,7 @@ from echomq.parking import (
     queue_reads,
     queue_watch,
     sighting_of,
+    split_beat,
     take_token,
     token_taken,
     watch_commands,
@@ -90,7 +91,7 @@ from echomq.registry import REGISTRY_KEY
 from echomq.scripts import script_for
 from echomq.transitions import Transition
 from echomq.waiting import next_block_s, wait_slice_s
-from echomq.workers import announced_async
+from echomq.workers import Announcer, announced_async
 
 __all__ = ["AsyncExecutor", "Consumer", "Job", "Queue", "Verdict", "async_executor_for"]
 
@@ -474,7 +475,7 @@ class Consumer(LoopShell):
                  housekeeping_ms: int = HOUSEKEEPING_MS, time_limit_ms: int | None = None,
                  on_overrun: Callable[[Job], object] | None = None, prefetch: int = PREFETCH,
                  settle_delay_ms: int = SETTLE_DELAY_MS, concurrency: int = 1,
-                 pause_check_ms: int = PAUSE_CHECK_MS, announce: bool = False) -> None:
+                 pause_check_ms: int = PAUSE_CHECK_MS, announce: bool = True) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive int, got {concurrency!r}")
         self.queues: list[Queue] = queue_list(queue)
@@ -515,10 +516,10 @@ class Consumer(LoopShell):
         return sum(len(core.running) for core in self.lineup.cores)
 
     async def run(self) -> None:
-        """Beat until ``stop()``, listed in the registry of live workers meanwhile when
-        ``announce`` is True (the record beats from a task of this loop). Transient server
-        errors are retried with a growing pause; one that cannot heal raises
-        FatalServerError."""
+        """Beat until ``stop()``, listed in the registry of live workers meanwhile unless
+        ``announce`` is False (the record beats from a task of this loop while busy, and rides
+        in the parks' flushes while parked). Transient server errors are retried with a
+        growing pause; one that cannot heal raises FatalServerError."""
         async with announced_async(self, self.announce):
             await self._run()
 
@@ -640,9 +641,16 @@ class Consumer(LoopShell):
         """As ``echomq.Consumer.park``: on every queue's wake and watch keys until a wake
         token or ``stop()``, returning False for a beat when what it read has fallen due at
         this consumer's turn to housekeep. True when woken for work."""
+        try:
+            return await self._park()
+        finally:
+            if self.announcer is not None:
+                self.announcer.unparked()
+
+    async def _park(self) -> bool:
         ready = False
         while not self._stopping.is_set():
-            sightings = await self._read(ready=ready)
+            sightings = await self._read(ready=ready, announcer=self.announcer)
             if any(sighting.ready for sighting in sightings):
                 self._woke(time.monotonic())
                 return True
@@ -709,13 +717,18 @@ class Consumer(LoopShell):
                 await conn.aclose()
                 await conn.connection_pool.disconnect()
 
-    async def _read(self, *, ready: bool) -> list[Sighting]:
-        """Each queue's Sighting, read in one flush through the parking client."""
+    async def _read(self, *, ready: bool, announcer: Announcer | None = None) -> list[Sighting]:
+        """Each queue's Sighting, read in one flush through the parking client (``announcer``:
+        before a park, as ``echomq.consumer.Parker.read``)."""
         client = await self._parking_client()
         async with client.pipeline(transaction=False) as pipe:
             for queue in self.queues:
                 queue_reads(pipe, queue.key, ready=ready, lanes=self.lanes)
-            replies = await pipe.execute()
+            beat = 0 if announcer is None else await announcer.aqueue_parked(
+                pipe, self.settings.park_cap_ms)
+            replies, written = split_beat(await pipe.execute(raise_on_error=not beat), beat)
+        if announcer is not None and beat and announcer.parked_written(written):
+            await announcer.arelist()
         per_queue = len(replies) // len(self.queues)
         return [sighting_of(replies[n * per_queue:(n + 1) * per_queue])
                 for n in range(len(self.queues))]

@@ -134,17 +134,18 @@ def print_workers(found: list[WorkerInfo], now_ms: int) -> None:
     out = console()
     if not found:
         out.print(f"no live workers (a worker drops out {EXPIRY_MS // 1000} s after its "
-                  "last beat)")
+                  "last beat, a parked one 3 park caps after it)")
         return
     rows = table("host", "pid", "queue", "wire", "up", "in hand", "job", "had run", "done",
                  "failed", "last beat")
     for w in found:
         rows.add_row(Text(w.host), str(w.pid), Text(", ".join(w.queues) or w.queue), str(w.wire),
                      human_age(max(0, now_ms - w.started_ms)), str(w.running),
-                     Text(w.job or "idle"), human_age(w.job_ran_ms), str(w.done), str(w.failed),
-                     human_age(max(0, now_ms - w.beat_ms)) + " ago")
+                     Text(w.job or ("parked" if w.parked else "idle")), human_age(w.job_ran_ms),
+                     str(w.done), str(w.failed), human_age(max(0, now_ms - w.beat_ms)) + " ago")
     out.print(rows)
-    out.print("in hand, job and had run: as at each worker's last beat")
+    out.print("in hand, job and had run: as at each worker's last beat (a parked worker beats "
+              "once a park or two, up to a few minutes apart)")
 
 
 # inspect ---------------------------------------------------------------------------------------

@@ -69,12 +69,13 @@ from echomq.parking import (
     queue_reads,
     queue_watch,
     sighting_of,
+    split_beat,
     take_token,
     token_taken,
 )
 from echomq.queue import DEFAULT_LEASE_MS, Job, Outcome, Queue, Verdict
 from echomq.transitions import LANE_CLAIM
-from echomq.workers import announced
+from echomq.workers import Announcer, announced
 
 __all__ = ["Consumer", "error_text", "park_window", "refuse_unsupported", "server_ms"]
 
@@ -354,14 +355,19 @@ class Parker:
             self._own = self._queue
         return self._own
 
-    def read(self, *, ready: bool, lanes: bool) -> list[Any]:
+    def read(self, *, ready: bool, lanes: bool,
+             announcer: Announcer | None = None) -> list[Any]:
         """A Sighting of each queue, read through the parking connection in one flush (it was
-        used last by a BLPOP, so no health check goes before it)."""
+        used last by a BLPOP, so no health check goes before it); ``announcer``: the read goes
+        before a park, and the record rides in the flush when due."""
         own = self.bind()
         with own.conn.pipeline(transaction=False) as pipe:
             for queue in self._queues:
                 queue_reads(pipe, queue.key, ready=ready, lanes=lanes)
-            replies = pipe.execute()
+            beat = 0 if announcer is None else announcer.queue_parked(pipe, self._cap_ms)
+            replies, written = split_beat(pipe.execute(raise_on_error=not beat), beat)
+        if announcer is not None and beat and announcer.parked_written(written):
+            announcer.relist()
         per_queue = len(replies) // len(self._queues)
         return [sighting_of(replies[n * per_queue:(n + 1) * per_queue])
                 for n in range(len(self._queues))]
@@ -437,6 +443,9 @@ class LoopShell:
     lineup: Lineup
     clock: Clock | None
     on_overrun: Callable[[Job], object] | None
+    # The record in the registry of live workers while ``run()`` runs (``announce``); its
+    # parks carry its rewrite.
+    announcer: Announcer | None = None
 
     @property
     def core(self) -> LoopCore:
@@ -514,10 +523,11 @@ class Consumer(LoopShell):
     ``on_overrun`` is where a worker process exits so it is replaced. ``on_ack``:
     called with each job whose ack returned ACKED (on the loop's thread, or on the keeper's when
     it sends outcomes a running handler would otherwise hold back). ``clock``: the ms clock for
-    every transition (None: the server's). ``announce``: True to keep a record in the registry
-    of live workers while ``run()`` runs (``echomq workers``: the queues, the jobs in hand),
-    rewritten every 2 s by a thread, 2 commands/s; False, the default, for none, so an idle
-    consumer costs the wire what its park does (an ``echomq worker`` process keeps its own).
+    every transition (None: the server's). ``announce``: keep a record in the registry of live
+    workers while ``run()`` runs (``echomq workers``: the queues, the jobs in hand; the
+    default), rewritten every 2 s by a thread while the consumer is busy and by its parks while
+    it parks (every other park, in the flush of the park's read: an idle consumer stays within
+    0.1 commands/s); False for none (an ``echomq worker`` process keeps its own).
 
     A handler may be ``async def`` (or return an awaitable): it runs to the end on this
     consumer's own event loop. A handler that raises SystemExit or KeyboardInterrupt fails its
@@ -541,7 +551,7 @@ class Consumer(LoopShell):
                  time_limit_ms: int | None = None,
                  on_overrun: Callable[[Job], object] | None = None, prefetch: int = PREFETCH,
                  settle_delay_ms: int = SETTLE_DELAY_MS,
-                 pause_check_ms: int = PAUSE_CHECK_MS, announce: bool = False) -> None:
+                 pause_check_ms: int = PAUSE_CHECK_MS, announce: bool = True) -> None:
         self.queues: list[Queue] = queue_list(queue)
         refuse_unsupported(self.queues[0].wire, lanes)
         self.lineup = Lineup.of(Settings(
@@ -569,8 +579,8 @@ class Consumer(LoopShell):
     # control ------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Beat until ``stop()``, listed in the registry of live workers meanwhile when
-        ``announce`` is True. Transient server errors are retried with a growing pause; one
+        """Beat until ``stop()``, listed in the registry of live workers meanwhile (unless
+        ``announce`` is False). Transient server errors are retried with a growing pause; one
         that cannot heal raises FatalServerError."""
         with announced(self, self.announce):
             self._run()
@@ -651,9 +661,17 @@ class Consumer(LoopShell):
         then. A watch token or the end of a park reads again and parks on (the read after a
         park's end also counts the jobs waiting: True when there are some). True when woken
         for work."""
+        try:
+            return self._park()
+        finally:
+            if self.announcer is not None:
+                self.announcer.unparked()
+
+    def _park(self) -> bool:
         ready = False
         while not self._stopping.is_set():
-            sightings = self._parker.read(ready=ready, lanes=self.lanes)
+            sightings = self._parker.read(ready=ready, lanes=self.lanes,
+                                          announcer=self.announcer)
             if any(sighting.ready for sighting in sightings):
                 self._woke(time.monotonic())
                 return True

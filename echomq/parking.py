@@ -12,7 +12,9 @@ the same. Each of up to two parked consumers pops one, reads the heads again and
 new earliest, so the lease is watched even if one of them dies too. A watcher pushes nothing
 back (no token goes round the crowd), and claims nothing for it, so an enqueue to a parked crowd
 still costs one claim. When a park ends by its cap, the re-read also counts the jobs ready, and
-a claim follows only when there are some.
+a claim follows only when there are some. An announced consumer's record in the registry of live
+workers rides in the same flush as the re-read, written again every other park or so
+(``echomq.workers.Announcer.queue_parked``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,16 @@ def sighting_of(replies: Sequence[Any]) -> Sighting:
     """The Sighting of the replies to ``queue_reads``."""
     heads, counts = replies[:len(HEADS)], replies[len(HEADS):]
     return Sighting(earliest(heads), any(int(count) > 0 for count in counts))
+
+
+def split_beat(replies: Sequence[Any], beat: int) -> tuple[list[Any], list[Any]]:
+    """The replies of a flush read with errors as values, its last ``beat`` the record's rewrite:
+    the reads' replies (an error among them raised) and the rewrite's."""
+    reads, written = list(replies[:len(replies) - beat]), list(replies[len(replies) - beat:])
+    failed = next((reply for reply in reads if isinstance(reply, Exception)), None)
+    if failed is not None:
+        raise failed
+    return reads, written
 
 
 def watch_commands(key: str, tokens: int = WATCH_TOKENS) -> list[tuple[Any, ...]]:

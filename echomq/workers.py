@@ -6,12 +6,16 @@ Each worker process, and each consumer whose ``run()`` runs in a process of the 
 ``emq:worker:<host>:<pid>:<started ms>`` (host, pid, queue and queues — the first and every queue it
 serves, in priority order, as a JSON list —, wire, started, the job in hand and since when, how many
 jobs are in hand — ``running``: a lease prefetched and not yet started is not —, jobs done and
-failed, last beat) and its key in the set ``emq:workers``. A thread of its own (on an asyncio
-consumer, a task of its loop) rewrites the hash every ``BEAT_S`` and sets it to expire
-``EXPIRY_BEATS`` beats later, so it keeps beating while a handler runs long, and a process that dies
-without a word (SIGKILL) drops out within ``EXPIRY_MS``; a clean stop deletes it at once. The set is
-pruned of expired members when read. Like the registry of queues, these keys lie outside every
-queue's hash slot and are written by the client, never inside a transition.
+failed, last beat, whether a park wrote it, its expiry) and its key in the set ``emq:workers``. A
+thread of its own (on an asyncio consumer, a task of its loop) rewrites the hash every ``BEAT_S``
+and sets it to expire ``EXPIRY_BEATS`` beats later, so it keeps beating while a handler runs long,
+and a process that dies without a word (SIGKILL) drops out within ``EXPIRY_MS``; a clean stop
+deletes it at once. While a consumer parks, the thread is quiet: the flush of the read before each
+park carries the rewrite when it is due (``Announcer.queue_parked``, every other park when parks
+run to their cap), the record then expiring ``PARKED_EXPIRY_CAPS`` park caps later, so an idle
+consumer's record costs it one command a park. The set is pruned of expired members when read.
+Like the registry of queues, these keys lie outside every queue's hash slot and are written by the
+client, never inside a transition.
 
 Times are the server's clock (ms), so ages read on any host agree. A server that refuses these
 writes (an ACL without ``emq:worker*``) is logged once; the worker runs on without its record.
@@ -46,6 +50,24 @@ WORKER_PREFIX = "emq:worker:"
 BEAT_S = 2.0
 EXPIRY_BEATS = 3
 EXPIRY_MS = int(BEAT_S * 1000 * EXPIRY_BEATS)
+# A parked consumer's record expires this many park caps after it was written (3 minutes with the
+# default cap) ...
+PARKED_EXPIRY_CAPS = 3
+# ... and is written again, in the flush before a park, when less than this many caps of its
+# expiry are left (a park lasts a cap at most): every other park when parks run to their cap.
+PARKED_REWRITE_CAPS = 1.5
+
+
+_stamps = {"last": 0}
+_stamps_lock = threading.Lock()
+
+
+def _start_stamp() -> int:
+    """The start of a record's worker (ms, this host's clock), one later than the last one of this
+    process if need be: consumers started in one millisecond keep a record each."""
+    with _stamps_lock:
+        _stamps["last"] = max(int(time.time() * 1000), _stamps["last"] + 1)
+        return _stamps["last"]
 
 
 @dataclass
@@ -66,6 +88,8 @@ class WorkerInfo:
     beat_ms: int
     queues: list[str] = field(default_factory=list)
     running: int = 0  # jobs in hand at the last beat (a prefetched lease is not in hand)
+    parked: bool = False  # written by the consumer's park: nothing in hand, beating once a park
+    expiry_ms: int = EXPIRY_MS  # how long after ``beat_ms`` the record expires
 
     @property
     def job_ran_ms(self) -> int | None:
@@ -91,7 +115,7 @@ class Announcer:
         self.queue = self.queues[0]
         self.wire = wire
         self._born = time.monotonic()
-        self.key = f"{WORKER_PREFIX}{socket.gethostname()}:{os.getpid()}:{int(time.time() * 1000)}"
+        self.key = f"{WORKER_PREFIX}{socket.gethostname()}:{os.getpid()}:{_start_stamp()}"
         self._lock = threading.Lock()
         # The jobs in hand, by id: since when (monotonic s), in the order they began.
         self._jobs: dict[str, float] = {}
@@ -101,6 +125,16 @@ class Announcer:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._task: asyncio.Task[None] | None = None
+        # The park's record (see ``queue_parked``): writes are serialised by these locks, so a
+        # beat of the thread (or task) never lands after the park's own and shortens its expiry.
+        self._write_lock = threading.Lock()
+        self._alock: asyncio.Lock | None = None
+        self._parked = False  # the consumer parks: the thread's (task's) beats are skipped
+        self._shown_parked = False  # the record on the server was written by a park
+        self._lapses_at = 0.0  # when the record on the server expires, at the soonest (monotonic)
+        self._writing_lapse = 0.0  # the same, for the parked write in flight
+        # The server's clock less the monotonic one (ms), as read by the last TIME.
+        self._offset_ms = time.time() * 1000 - time.monotonic() * 1000
 
     # what the worker does -----------------------------------------------------------------
 
@@ -190,8 +224,9 @@ class Announcer:
         """Write the record with a fresh expiry; False if the server refused."""
         return self._write(self._refresh)
 
-    def fields(self, server_ms: int) -> dict[str, str | int]:
-        """The record's fields, its times on the server's clock ``server_ms`` (now)."""
+    def fields(self, server_ms: int, expiry_ms: int | None = None) -> dict[str, str | int]:
+        """The record's fields, its times on the server's clock ``server_ms`` (now); ``parked``
+        is 1 when a park writes it, ``expiry_ms`` how long after ``beat_ms`` it expires."""
         with self._lock:
             job, done, failed = self._job, self._done, self._failed
             running = len(self._jobs)
@@ -201,13 +236,20 @@ class Announcer:
                 "queues": json.dumps(self.queues), "wire": self.wire,
                 "started_ms": server_ms - int((now - self._born) * 1000),
                 "job": "" if job is None else job[0], "job_since_ms": since,
-                "done": done, "failed": failed, "beat_ms": server_ms, "running": running}
+                "done": done, "failed": failed, "beat_ms": server_ms, "running": running,
+                "parked": int(self._parked),
+                "expiry_ms": self.expiry_ms if expiry_ms is None else expiry_ms}
 
     def _refresh(self) -> None:
-        server_time = self.conn.time()
-        with self.conn.pipeline(transaction=False) as pipe:
-            self._queue_refresh(pipe, server_time)
-            pipe.execute()
+        with self._write_lock:
+            if self._parked:
+                return  # the park rewrites the record
+            sent = time.monotonic()
+            server_time = self.conn.time()
+            with self.conn.pipeline(transaction=False) as pipe:
+                self._queue_refresh(pipe, server_time)
+                pipe.execute()
+            self._written(sent + self.expiry_ms / 1000, parked=False)
 
     def _remove(self) -> None:
         with self.conn.pipeline(transaction=False) as pipe:
@@ -217,9 +259,76 @@ class Announcer:
     def _queue_refresh(self, pipe: Any, server_time: tuple[Any, Any]) -> None:
         """The record's rewrite, queued on ``pipe`` (either library, blocking or asyncio)."""
         seconds, micros = server_time
-        pipe.hset(self.key, mapping=self.fields(int(seconds) * 1000 + int(micros) // 1000))
-        pipe.pexpire(self.key, self.expiry_ms)
+        server_ms = int(seconds) * 1000 + int(micros) // 1000
+        self._offset_ms = server_ms - time.monotonic() * 1000
+        self._queue_write(pipe, server_ms, self.expiry_ms)
         pipe.sadd(WORKERS_KEY, self.key)
+
+    def _queue_write(self, pipe: Any, server_ms: int, expiry_ms: int) -> None:
+        pipe.hset(self.key, mapping=self.fields(server_ms, expiry_ms))
+        pipe.pexpire(self.key, expiry_ms)
+
+    def _written(self, lapses_at: float, *, parked: bool) -> None:
+        self._lapses_at, self._shown_parked = lapses_at, parked
+
+    # the park's record: the consumer's parks carry it, both shells ---------------------------
+
+    def queue_parked(self, pipe: Any, cap_ms: int) -> int:
+        """The consumer parks (the beats of the thread or task stop until ``unparked``); queue
+        on ``pipe``, the flush of its read before a park of at most ``cap_ms``, the record's
+        rewrite (``HSET``, ``PEXPIRE``: it expires ``PARKED_EXPIRY_CAPS`` caps later) when the
+        record on the server is not a parked one or has under ``PARKED_REWRITE_CAPS`` caps left.
+        How many replies it adds to the flush (0 or 2), for ``parked_written``. Its times are
+        the server's clock as of the last ``TIME``, carried on by the monotonic clock."""
+        with self._write_lock:
+            self._parked = True
+            now = time.monotonic()
+            left_s = self._lapses_at - now
+            if self._shown_parked and left_s >= PARKED_REWRITE_CAPS * cap_ms / 1000:
+                return 0
+            expiry_ms = PARKED_EXPIRY_CAPS * cap_ms
+            self._queue_write(pipe, int(self._offset_ms + now * 1000), expiry_ms)
+            self._writing_lapse = now + expiry_ms / 1000
+            return 2
+
+    def parked_written(self, replies: Sequence[Any]) -> bool:
+        """Note the replies (``HSET``, ``PEXPIRE``; errors as values) to ``queue_parked``'s
+        commands; True when the record was written afresh (it had expired, and a reader may
+        have taken it off ``emq:workers``): ``relist`` puts it back. A refusal is logged once
+        and tried again at the next rewrite."""
+        self._written(self._writing_lapse, parked=True)
+        refused = next((reply for reply in replies if isinstance(reply, Exception)), None)
+        if refused is not None:
+            self._refusal(refused)
+            return False
+        self._refused = False
+        return int(replies[0]) > 0
+
+    def relist(self) -> bool:
+        """Put the record's key back on ``emq:workers`` (blocking client)."""
+        return self._write(lambda: self.conn.sadd(WORKERS_KEY, self.key))
+
+    async def arelist(self) -> bool:
+        """As ``relist``, on the asyncio client."""
+
+        async def add() -> None:
+            await self.conn.sadd(WORKERS_KEY, self.key)
+
+        return await self._awrite(add)
+
+    async def aqueue_parked(self, pipe: Any, cap_ms: int) -> int:
+        """``queue_parked`` on an asyncio consumer, once the task's beat in flight is done."""
+        async with self._async_lock():
+            return self.queue_parked(pipe, cap_ms)
+
+    def unparked(self) -> None:
+        """The consumer's park ended: the thread's (task's) beats go on."""
+        self._parked = False
+
+    def _async_lock(self) -> asyncio.Lock:
+        if self._alock is None:
+            self._alock = asyncio.Lock()
+        return self._alock
 
     def _queue_remove(self, pipe: Any) -> None:
         pipe.delete(self.key)
@@ -263,10 +372,15 @@ class Announcer:
             await self._awrite(self._arefresh)
 
     async def _arefresh(self) -> None:
-        server_time = await self.conn.time()
-        async with self.conn.pipeline(transaction=False) as pipe:
-            self._queue_refresh(pipe, server_time)
-            await pipe.execute()
+        async with self._async_lock():
+            if self._parked:
+                return  # the park rewrites the record
+            sent = time.monotonic()
+            server_time = await self.conn.time()
+            async with self.conn.pipeline(transaction=False) as pipe:
+                self._queue_refresh(pipe, server_time)
+                await pipe.execute()
+            self._written(sent + self.expiry_ms / 1000, parked=False)
 
     async def _aremove(self) -> None:
         async with self.conn.pipeline(transaction=False) as pipe:
@@ -284,12 +398,19 @@ class Announcer:
 
 def _tracking(consumer: Any) -> tuple[Announcer, Callable[[Job], Any]]:
     """A record of ``consumer``'s (a blocking or asyncio consumer: its queues, the first's
-    client and wire) and its handler before tracking; the handler tracked."""
+    client and wire), which its parks carry (``consumer.announcer``), and its handler before
+    tracking; the handler tracked."""
     first = consumer.queues[0]
     announcer = Announcer(first.conn, [queue.name for queue in consumer.queues], first.wire)
     handler = consumer.handler
     consumer.handler = announcer.track(handler)
+    consumer.announcer = announcer
     return announcer, handler
+
+
+def _untracking(consumer: Any, handler: Callable[[Job], Any]) -> None:
+    consumer.handler = handler
+    consumer.announcer = None
 
 
 @contextlib.contextmanager
@@ -304,7 +425,7 @@ def announced(consumer: Any, announce: bool = True) -> Iterator[None]:
     try:
         yield
     finally:
-        consumer.handler = handler
+        _untracking(consumer, handler)
         announcer.stop()
 
 
@@ -319,7 +440,7 @@ async def announced_async(consumer: Any, announce: bool = True) -> AsyncIterator
     try:
         yield
     finally:
-        consumer.handler = handler
+        _untracking(consumer, handler)
         await announcer.astop()
 
 
@@ -384,4 +505,6 @@ def _info(key: str, record: dict[Any, Any]) -> WorkerInfo:
                       job_since_ms=number("job_since_ms") if job else None,
                       done=number("done"), failed=number("failed"), beat_ms=number("beat_ms"),
                       queues=queues_field(fields.get("queues"), fields.get("queue", "")),
-                      running=number("running") if "running" in fields else int(job is not None))
+                      running=number("running") if "running" in fields else int(job is not None),
+                      parked=fields.get("parked") == "1",
+                      expiry_ms=number("expiry_ms") if "expiry_ms" in fields else EXPIRY_MS)

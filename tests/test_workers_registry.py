@@ -336,7 +336,7 @@ def test_a_consumer_run_in_the_users_process_is_a_live_worker(
     assert live_workers(conn) == []  # a clean stop takes the record off at once
 
     ran = threading.Event()
-    unlisted = Consumer(queue, lambda job: ran.set(), park_cap_ms=200)  # the default
+    unlisted = Consumer(queue, lambda job: ran.set(), park_cap_ms=200, announce=False)
     thread = threading.Thread(target=unlisted.run)
     thread.start()
     try:

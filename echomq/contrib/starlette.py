@@ -55,8 +55,9 @@ async def _consuming(app: App, options: dict[str, Any]) -> AsyncIterator[aio.Con
     conn = async_twin(app.conn)
     queue = aio.Queue(conn, app.queue.name, wire=app.queue.wire,
                       retention_ms=app.queue.retention_ms, max_attempts=app.queue.max_attempts)
-    # Its ``run`` announces it: the web process's consumer is listed in ``echomq workers``.
-    consumer = aio.Consumer(queue, app.async_handler, **{"announce": True, **options})
+    # Its ``run`` announces it (the default): the web process's consumer is listed in
+    # ``echomq workers``.
+    consumer = aio.Consumer(queue, app.async_handler, **options)
     running = asyncio.create_task(consumer.run(), name=f"echomq-consumer-{queue.name}")
     try:
         yield consumer

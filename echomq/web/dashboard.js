@@ -179,7 +179,7 @@ function renderWorkers(answer) {
     // In hand, the job and how long it had run: as at the last beat (the job may have ended
     // since), never the time since then.
     [w.host, w.pid, w.queues.join(", ") || w.queue, w.wire, age(Math.max(0, now - w.started_ms)),
-      w.running, w.job || "idle", age(w.job_ran_ms), w.done, w.failed,
+      w.running, w.job || (w.parked ? "parked" : "idle"), age(w.job_ran_ms), w.done, w.failed,
       `${age(Math.max(0, now - w.beat_ms))} ago`].forEach((v) => cell(row, v));
   }
   if (!answer.workers.length) cell(body.insertRow(), "no live workers", "empty").colSpan = 11;
