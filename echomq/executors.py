@@ -137,7 +137,7 @@ class NativeExecutor(Executor):
 
     def prepare(self, client: Any, transition: Transition) -> None:
         if transition.native is None:
-            raise Wire6Unsupported(transition.public_name)
+            raise Wire6Unsupported(transition.name)
 
     def load(self, client: Any, transition: Transition) -> None:
         """Nothing: a module's commands are never lost as scripts are."""

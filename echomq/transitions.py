@@ -204,18 +204,12 @@ class Transition:
     # A transition that admits work is refused by a server out of memory; the others stay allowed
     # so a full queue can still drain. Scripts say so in their shebang, the module in its flags.
     admits: bool = False
-    # The name a wire=6 refusal gives (the seed's name for the lane claim is "gclaim2").
-    label: str = ""
     # A transition taking a list after its fixed arguments: the forms one element of it takes.
     item_forms: tuple[ItemForm, ...] = ()
     # O(1) or O(log N) work: the module flags the command "fast".
     fast: bool = False
     summary: str = ""
     complexity: str = ""
-
-    @property
-    def public_name(self) -> str:
-        return self.label or self.name
 
     @property
     def script_file(self) -> str:
@@ -370,7 +364,7 @@ LANE_CLAIM = Transition(
     "lane_claim",
     ("ring", "active", "fence", "laneconf", "leased", "parked", "throttled", "windows", "turn",
      "paused"),
-    ("lease_ms", "now"), None, label="gclaim2",
+    ("lease_ms", "now"), None,
     summary="Lease the head job of the ring's head lane, within its limits and weight.",
 )
 LANE_SET = Transition(
