@@ -193,7 +193,7 @@ class AsyncNativeExecutor(AsyncExecutor):
 
     async def prepare(self, client: Any, transition: Transition) -> None:
         if transition.native is None:
-            raise Wire6Unsupported(transition.public_name)
+            raise Wire6Unsupported(transition.name)
 
     async def load(self, client: Any, transition: Transition) -> None:
         """Nothing: a module's commands are never lost as scripts are."""

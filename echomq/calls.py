@@ -28,7 +28,7 @@ DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BATCH_LIMIT = 1000
 ZSETS = ("pending", "active", "delayed", "dead")
 MAX_RESULT_BYTES = t.MAX_RESULT_BYTES
-RESULT_ERROR = f"EMQSIZE result must be at most {MAX_RESULT_BYTES} bytes"
+RESULT_ERROR = t.ERRORS["RESULT"].text
 
 
 def checked_arg(name: str, value: int) -> str:

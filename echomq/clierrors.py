@@ -62,7 +62,7 @@ def failure_for(exc: BaseException) -> Failure | None:
     """The one-line report of ``exc``, or None for an error nothing is known about."""
     url = server_url()
     if isinstance(exc, TrafikeyMissing):
-        return Failure(str(exc).split(";")[0], "start valkey-server with --loadmodule "
+        return Failure(exc.reason, "start valkey-server with --loadmodule "
                        "<trafikey.so> (`echomq serve` does), or use --wire 5", REFUSED)
     if isinstance(exc, KindError | LaneError):
         return Failure(str(exc), "job ids look like JOB:<1-200 of A-Za-z0-9._:->; lanes are "

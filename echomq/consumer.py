@@ -89,10 +89,10 @@ CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
 
 def refuse_unsupported(wire: int, lanes: bool) -> None:
-    """Raise Wire6Unsupported("gclaim2") when a lane consumer is asked of a ``wire=6`` queue:
+    """Raise Wire6Unsupported("lane_claim") when a lane consumer is asked of a ``wire=6`` queue:
     the lane claim has no native twin, so such a loop would have no way to drain."""
     if lanes and wire == 6 and LANE_CLAIM.native is None:
-        raise Wire6Unsupported(LANE_CLAIM.public_name)
+        raise Wire6Unsupported(LANE_CLAIM.name)
 
 
 def push_wake_token(queue: Queue, key: str | None = None) -> None:
@@ -512,7 +512,7 @@ class Consumer(LoopShell):
     starts one once its last word on it is ``pause_check_ms`` old (0: before every start).
 
     ``lanes``: claim through the lanes in turn, then flat jobs, one job at a time (scripts
-    only: a ``wire=6`` queue raises Wire6Unsupported("gclaim2") here); outcomes still go out in
+    only: a ``wire=6`` queue raises Wire6Unsupported("lane_claim") here); outcomes still go out in
     batches. ``heartbeat``: extend a running job's lease
     every ``lease_ms / 3``. ``max_attempts``: None means the queue's own. ``housekeeping_ms``:
     the most time between two rounds of recover + promote while the loop runs (one consumer of the

@@ -7,7 +7,6 @@ through the client's automatic retry (``echomq.once``).
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
@@ -16,24 +15,18 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from echomq.calls import Arg, Call
 from echomq.clients import twins
-from echomq.errors import TrafikeyMissing, Wire6Unsupported, from_reply
+from echomq.errors import Wire6Unsupported, mapped_error
 from echomq.once import flush_once, send_once
 from echomq.scripts import script_for
 from echomq.transitions import Transition
-
-_UNKNOWN_NATIVE = re.compile(r"^unknown command '(?P<command>EMQ\.[A-Z0-9]+)'", re.IGNORECASE)
 
 
 def raise_mapped(exc: BaseException) -> None:
     """Re-raise a server error as the echomq error its code names, if it is one of ours; an
     ``EMQ.*`` command the server does not know means trafikey is missing there."""
-    message = str(exc)
-    mapped = from_reply(message)
+    mapped = mapped_error(exc)
     if mapped is not None:
         raise mapped from exc
-    unknown = _UNKNOWN_NATIVE.match(message)
-    if unknown is not None:
-        raise TrafikeyMissing(unknown["command"]) from exc
     raise exc
 
 
@@ -144,7 +137,7 @@ class NativeExecutor(Executor):
 
     def prepare(self, client: Any, transition: Transition) -> None:
         if transition.native is None:
-            raise Wire6Unsupported(transition.public_name)
+            raise Wire6Unsupported(transition.name)
 
     def load(self, client: Any, transition: Transition) -> None:
         """Nothing: a module's commands are never lost as scripts are."""

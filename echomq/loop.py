@@ -44,7 +44,7 @@ from echomq import calls
 from echomq.calls import Job, Outcome, Verdict
 from echomq.clients import twins
 from echomq.directives import Done, Reject, RetryIn
-from echomq.errors import EchoMQError, FatalServerError, StaleLease
+from echomq.errors import EchoMQError, FatalServerError, StaleLease, reply_code
 
 Clock = Callable[[], int]
 
@@ -114,8 +114,7 @@ def classify(exc: BaseException) -> Fault | None:
     if isinstance(exc, twins(*TRANSIENT_TYPES, *CONNECTION_TYPES)):
         return Fault.TRANSIENT
     if isinstance(exc, twins(redis.exceptions.ResponseError)):
-        code = str(exc).split(" ", 1)[0]
-        return Fault.TRANSIENT if code in TRANSIENT_CODES else Fault.FATAL
+        return Fault.TRANSIENT if reply_code(exc) in TRANSIENT_CODES else Fault.FATAL
     if isinstance(exc, StaleLease):
         return None
     if isinstance(exc, twins(EchoMQError, redis.exceptions.RedisError)):

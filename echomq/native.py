@@ -8,10 +8,10 @@ from pathlib import Path
 
 from echomq._core import ffi, lib
 from echomq.errors import ArgumentError, KindError, LaneError
+from echomq.transitions import ERRORS, INT_MAX
 
-KIND_ERROR = "EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
-LANE_ERROR = "EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
-INT_MAX = 999_999_999_999_999
+KIND_ERROR = ERRORS["KIND"].text
+LANE_ERROR = ERRORS["LANE"].text
 
 
 def module_path() -> str:
@@ -58,7 +58,7 @@ def checked_int(name: str, value: int, minimum: int) -> str:
     raw = text.encode()
     out = ffi.new("long long *")
     if not lib.emq_parse_int(raw, len(raw), minimum, out):
-        raise ArgumentError(f"EMQNUM {name} must be an integer from {minimum} to {INT_MAX}")
+        raise ArgumentError(ERRORS["NUMBER"].format(name=name, min=minimum))
     return text
 
 
@@ -69,4 +69,4 @@ def checked_now(now: int | None) -> str:
     try:
         return checked_int("now", now, 0)
     except ArgumentError:
-        raise ArgumentError(f"EMQNUM now must be * or an integer from 0 to {INT_MAX}") from None
+        raise ArgumentError(ERRORS["NOW"].text) from None

@@ -1,10 +1,12 @@
-"""Writes native/protocol.h, the C view of the protocol table in echomq.transitions.
+"""Writes native/protocol.h, the C view of the protocol table in echomq.transitions, and
+native/emq_errors.h, the C view of its error table (echomq.error_header).
 
-    python -m echomq.protocol_gen            # rewrites native/protocol.h in this checkout
-    python -m echomq.protocol_gen --check    # exit 1 when the checked-in header is stale
+    python -m echomq.protocol_gen            # rewrites both headers in this checkout
+    python -m echomq.protocol_gen --check    # exit 1 when a checked-in header is stale
 
-The header is checked in, so a user's ``pip install`` builds the module without running Python
-first; tests/test_protocol_table.py regenerates it and fails on any byte of difference.
+The headers are checked in, so a user's ``pip install`` builds the module without running Python
+first; tests/test_protocol_table.py and tests/test_error_table.py regenerate them and fail on any
+byte of difference.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from echomq import error_header
 from echomq.transitions import (
     ARGUMENTS,
     DERIVED_ROLES,
@@ -216,13 +219,14 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = render()
+    generated = [(HEADER, render()), (error_header.HEADER, error_header.render())]
     if "--check" in argv:
-        stale = not HEADER.exists() or HEADER.read_text() != text
-        if stale:
-            print(f"{HEADER} is stale: run python -m echomq.protocol_gen", file=sys.stderr)
+        stale = [path for path, text in generated if not path.exists() or path.read_text() != text]
+        for path in stale:
+            print(f"{path} is stale: run python -m echomq.protocol_gen", file=sys.stderr)
         return 1 if stale else 0
-    HEADER.write_text(text)
+    for path, text in generated:
+        path.write_text(text)
     return 0
 
 

@@ -10,10 +10,16 @@ kind and minimum (``ARGUMENTS``), so a row lists names and the grammar gives the
 The C side reads this table through ``native/protocol.h``, which ``python -m echomq.protocol_gen``
 writes from it (a test fails when the checked-in header is stale); the Lua side and
 docs/PROTOCOL.md are checked against it by tests/test_protocol_table.py.
+
+The error table (``ERROR_CODES``, ``ERROR_TEXTS``) states every error reply byte for byte and the
+exception each code raises in Python: the generator writes native/emq_errors.h from it, the client
+builds its own refusals and echomq.errors its mapping from it, and tests/test_error_table.py
+checks the scripts' texts and docs/PROTOCOL.md's error table against it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # The type of each key role: a declared key must be absent or of this type (WRONGTYPE otherwise).
@@ -74,6 +80,105 @@ ARGUMENTS: dict[str, Argument] = {
 # The most bytes a result an ack keeps may hold (EMQSIZE above it, on both executors and in the
 # client before sending): a tombstone stays small enough to keep for a whole retention window.
 MAX_RESULT_BYTES = 512 * 1024
+# The largest integer argument: 15 digits. A queue's fence counter stays below it (EMQFENCE).
+INT_MAX = 999_999_999_999_999
+FENCE_MAX = INT_MAX - 1
+
+
+@dataclass(frozen=True)
+class ErrorCode:
+    """An error code: the first word of an error reply, and the exception the client raises for
+    it (``echomq.errors.<name>``, or for a code the server itself gives, the client library's
+    ``redis.exceptions.<name>``)."""
+
+    code: str
+    exception: str
+    meaning: str
+
+    @property
+    def ours(self) -> bool:
+        """Whether the code is echomq's own (mapped to an ``echomq.errors`` class)."""
+        return self.code.startswith("EMQ")
+
+
+ERROR_CODES: tuple[ErrorCode, ...] = (
+    ErrorCode("EMQARITY", "ArgumentError", "wrong number of keys or arguments"),
+    ErrorCode("EMQITEM", "ItemError", "an element of the list after the fixed arguments is bad"),
+    ErrorCode("EMQKIND", "KindError", "a job id fails the kind gate"),
+    ErrorCode("EMQLANE", "LaneError", "a group fails the lane gate"),
+    ErrorCode("EMQKEYS", "ArgumentError", "a key has the wrong suffix or another queue's base"),
+    ErrorCode("EMQNUM", "ArgumentError", "a bad integer, now or knob argument"),
+    ErrorCode("EMQSIZE", "ArgumentError", "a result too long to keep"),
+    ErrorCode("EMQFENCE", "FenceError", "the queue's fence counter cannot number another lease"),
+    ErrorCode("WRONGTYPE", "ResponseError", "a key of the wrong type"),
+    ErrorCode("NOPERM", "NoPermissionError", "the caller's ACL denies a derived key"),
+    ErrorCode("TRYAGAIN", "TryAgainError", "a derived key's slot is moving between cluster nodes"),
+    ErrorCode("ERR", "ResponseError", "a bad numkeys, refused as EVALSHA refuses it"),
+)
+# The type a placeholder of an error text takes in C (the scripts' format is %s or %d).
+ERROR_FIELDS: dict[str, str] = {"verb": "const char *", "nkeys": "int", "nargs": "int",
+                                "n": "long long", "shape": "const char *",
+                                "name": "const char *", "min": "long long"}
+
+
+@dataclass(frozen=True)
+class ErrorText:
+    """An error reply, byte for byte, without its leading ``-``: fixed, or a template whose
+    ``{field}`` placeholders (``ERROR_FIELDS``) the call fills. ``executors``: which write it
+    (``both``, ``scripts`` only, or ``native`` only: numkeys, which EVALSHA parses itself).
+    C: ``EMQ_ERR_<NAME>`` for a fixed text, ``EMQ_FMT_<NAME>`` for a template; Lua: ``E_<NAME>``."""
+
+    name: str
+    text: str
+    executors: str = "both"
+
+    @property
+    def code(self) -> str:
+        return self.text.split(" ", 1)[0]
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(re.findall(r"\{(\w+)\}", self.text))
+
+    def format(self, **fields: object) -> str:
+        """The reply for these fields (a fixed text is itself)."""
+        return self.text.format(**fields)
+
+    def printf(self, c: bool = False) -> str:
+        """The text as a format of C's printf (``c``: each field as its C type gives it) or of
+        Lua's string.format (strings %s, integers %d)."""
+        def spec(match: re.Match[str]) -> str:
+            kind = ERROR_FIELDS[match[1]]
+            if kind == "const char *":
+                return "%s"
+            return "%lld" if c and kind == "long long" else "%d"
+        return re.sub(r"\{(\w+)\}", spec, self.text.replace("%", "%%"))
+
+
+ERROR_TEXTS: tuple[ErrorText, ...] = (
+    ErrorText("ARITY", "EMQARITY EMQ.{verb} takes {nkeys} keys and {nargs} arguments"),
+    ErrorText("VARIADIC_ARITY",
+              "EMQARITY EMQ.{verb} takes {nkeys} keys and at least {nargs} arguments"),
+    ErrorText("ITEM", "EMQITEM item {n} must be {shape}"),
+    ErrorText("KIND", "EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of "
+                      "A-Z a-z 0-9 . _ : -"),
+    ErrorText("LANE", "EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -"),
+    ErrorText("KEYS", "EMQKEYS keys must be one queue's keys in the documented order"),
+    ErrorText("NUMBER", "EMQNUM {name} must be an integer from {min} to " + str(INT_MAX)),
+    ErrorText("NOW", f"EMQNUM now must be * or an integer from 0 to {INT_MAX}"),
+    ErrorText("KNOB", "EMQNUM {name} must be = (keep), - (clear) or an integer from 1 to "
+                      + str(INT_MAX), "scripts"),
+    ErrorText("PAUSED", "EMQNUM paused must be 1 (pause) or 0 (resume)", "scripts"),
+    ErrorText("RESULT", f"EMQSIZE result must be at most {MAX_RESULT_BYTES} bytes"),
+    ErrorText("TYPE", "WRONGTYPE Operation against a key holding the wrong kind of value"),
+    ErrorText("FENCE", f"EMQFENCE the fence counter must hold an integer from 0 to {FENCE_MAX}"),
+    ErrorText("PERM", "NOPERM No permissions to access a key"),
+    ErrorText("MOVING", "TRYAGAIN a job's keys are moving between cluster nodes; try again"),
+    ErrorText("NUMKEYS_INT", "ERR value is not an integer or out of range", "native"),
+    ErrorText("NUMKEYS_NEG", "ERR Number of keys can't be negative", "native"),
+    ErrorText("NUMKEYS_BIG", "ERR Number of keys can't be greater than number of args", "native"),
+)
+ERRORS: dict[str, ErrorText] = {error.name: error for error in ERROR_TEXTS}
 
 
 @dataclass(frozen=True)
@@ -99,18 +204,12 @@ class Transition:
     # A transition that admits work is refused by a server out of memory; the others stay allowed
     # so a full queue can still drain. Scripts say so in their shebang, the module in its flags.
     admits: bool = False
-    # The name a wire=6 refusal gives (the seed's name for the lane claim is "gclaim2").
-    label: str = ""
     # A transition taking a list after its fixed arguments: the forms one element of it takes.
     item_forms: tuple[ItemForm, ...] = ()
     # O(1) or O(log N) work: the module flags the command "fast".
     fast: bool = False
     summary: str = ""
     complexity: str = ""
-
-    @property
-    def public_name(self) -> str:
-        return self.label or self.name
 
     @property
     def script_file(self) -> str:
@@ -265,7 +364,7 @@ LANE_CLAIM = Transition(
     "lane_claim",
     ("ring", "active", "fence", "laneconf", "leased", "parked", "throttled", "windows", "turn",
      "paused"),
-    ("lease_ms", "now"), None, label="gclaim2",
+    ("lease_ms", "now"), None,
     summary="Lease the head job of the ring's head lane, within its limits and weight.",
 )
 LANE_SET = Transition(

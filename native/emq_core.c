@@ -55,18 +55,17 @@ int emq_is_base_plus(const char *key, size_t len, const char *base, size_t blen,
 }
 
 int emq_arity_error(char *buf, size_t cap, const char *verb, int nkeys, int nargs) {
-    return snprintf(buf, cap, "EMQARITY EMQ.%s takes %d keys and %d arguments", verb, nkeys, nargs);
+    return snprintf(buf, cap, EMQ_FMT_ARITY, verb, nkeys, nargs);
 }
 
 int emq_number_error(char *buf, size_t cap, const char *name, long long min) {
-    return snprintf(buf, cap, "EMQNUM %s must be an integer from %lld to 999999999999999", name, min);
+    return snprintf(buf, cap, EMQ_FMT_NUMBER, name, min);
 }
 
 int emq_variadic_arity_error(char *buf, size_t cap, const char *verb, int nkeys, int nargs) {
-    return snprintf(buf, cap, "EMQARITY EMQ.%s takes %d keys and at least %d arguments", verb, nkeys,
-                    nargs);
+    return snprintf(buf, cap, EMQ_FMT_VARIADIC_ARITY, verb, nkeys, nargs);
 }
 
 int emq_item_error(char *buf, size_t cap, long long n, const char *shape) {
-    return snprintf(buf, cap, "EMQITEM item %lld must be %s", n, shape);
+    return snprintf(buf, cap, EMQ_FMT_ITEM, n, shape);
 }

@@ -17,19 +17,9 @@
 /* The most bytes a result kept by an ack may hold (echomq.transitions.MAX_RESULT_BYTES). */
 #define EMQ_RESULT_MAX 524288
 
-/* Errors, byte for byte as docs/PROTOCOL.md and echomq/lua/include/errors.lua state them. */
-#define EMQ_ERR_KIND "EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
-#define EMQ_ERR_KEYS "EMQKEYS keys must be one queue's keys in the documented order"
-#define EMQ_ERR_TYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
-#define EMQ_ERR_PERM "NOPERM No permissions to access a key"
-#define EMQ_ERR_LANE "EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
-#define EMQ_ERR_MOVING "TRYAGAIN a job's keys are moving between cluster nodes; try again"
-#define EMQ_ERR_NOW "EMQNUM now must be * or an integer from 0 to 999999999999999"
-#define EMQ_ERR_FENCE "EMQFENCE the fence counter must hold an integer from 0 to 999999999999998"
-#define EMQ_ERR_RESULT "EMQSIZE result must be at most 524288 bytes"
-#define EMQ_ERR_NUMKEYS_INT "ERR value is not an integer or out of range"
-#define EMQ_ERR_NUMKEYS_NEG "ERR Number of keys can't be negative"
-#define EMQ_ERR_NUMKEYS_BIG "ERR Number of keys can't be greater than number of args"
+/* The error replies, EMQ_ERR_* and EMQ_FMT_*: generated from the error table of
+ * echomq/transitions.py, as the scripts' texts are checked against it. */
+#include "emq_errors.h"
 
 /* 1 when id is JOB:<rest>, rest 1..200 bytes of [A-Za-z0-9._:-]; else 0. */
 int emq_id_ok(const char *id, size_t len);

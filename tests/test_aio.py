@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
-from echomq import Job, KindError, StaleLease, Verdict, Wire6Unsupported
+from echomq import EchoMQError, Job, KindError, StaleLease, Verdict, Wire6Unsupported
 from echomq.aio import Queue, async_executor_for
 from echomq.clients import async_twin, twins
 from echomq.conformance.cases import Case, all_cases
@@ -46,7 +46,7 @@ def outcome(call: Callable[[], Any]) -> tuple[str, Any]:
         return "reply", call()
     except twins(redis.RedisError) as exc:
         return type(exc).__name__, str(exc)
-    except ValueError as exc:
+    except (ValueError, EchoMQError) as exc:
         return type(exc).__name__, str(exc)
 
 
@@ -78,7 +78,7 @@ def test_conformance_case_through_both_clients(conn: Any, case: Case, wire: int)
         try:
             executor = async_executor_for(wire)
             return "reply", await executor.call(client, case.transition, keys, args)
-        except twins(redis.RedisError, ValueError) as exc:
+        except (*twins(redis.RedisError, ValueError), EchoMQError) as exc:
             return type(exc).__name__, str(exc)
         finally:
             await client.aclose()

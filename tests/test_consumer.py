@@ -391,7 +391,7 @@ def test_wire6_refuses_a_lane_consumer_at_construction(make: Make, conn: redis.R
     before = command_calls(conn)
     with pytest.raises(Wire6Unsupported) as refused:
         make(queue, lambda job: None, lanes=True)
-    assert refused.value.name == "gclaim2"
+    assert refused.value.name == "lane_claim"
     assert command_calls(conn) == before
 
 

@@ -116,7 +116,7 @@ def test_wire6_refuses_lanes_before_sending(conn: redis.Redis) -> None:
         queue.enqueue("JOB:1", b"", lane="a")
     with pytest.raises(Wire6Unsupported):
         queue.enqueue_many([("JOB:2", b""), ("JOB:3", b"", "a")])
-    assert claim.value.name == "gclaim2"
+    assert claim.value.name == "lane_claim"
     assert enqueue.value.name == "lane_enqueue"
     calls_after = conn.info("commandstats")
     calls_after.pop("cmdstat_info")

@@ -168,11 +168,11 @@ def test_scripts_reload_after_flush(conn: redis.Redis) -> None:
 
 
 def test_wire6_refuses_a_script_only_transition_before_sending(conn: redis.Redis) -> None:
-    script_only = Transition("gclaim2", ("ring",), ("lease_ms", "now"), None)
+    script_only = Transition("scripted", ("ring",), ("lease_ms", "now"), None)
     before = commands_sent(conn)
     with pytest.raises(Wire6Unsupported) as refused:
         NativeExecutor().call(conn, script_only, ["emq:{q}:ring"], ["1", "*"])
-    assert refused.value.name == "gclaim2"
+    assert refused.value.name == "scripted"
     assert commands_sent(conn) == before
 
 

@@ -402,7 +402,7 @@ def test_the_command_refuses_a_lane_worker_on_wire6() -> None:
     result = CliRunner().invoke(main, ["worker", "tests.handlers:work", "--queue", "q",
                                        "--lanes", "--wire", "6"])
     assert result.exit_code == 2
-    assert "gclaim2" in result.output
+    assert "lane_claim has no native twin" in result.output
 
 
 def test_the_command_refuses_a_handler_it_cannot_import() -> None:

@@ -1,5 +1,5 @@
 --[[
-  lane_claim (the seed's @gclaim2): serve the lanes in turn, within their limits. Groups whose
+  lane_claim: serve the lanes in turn, within their limits. Groups whose
   rate window has opened come back to the ring's tail first. The ring's head group has its lane's
   head job leased; it stays at the head until served weight times in its turn, then rotates to
   the tail. A group leaves the ring (parked) when its lane empties, when it reaches its

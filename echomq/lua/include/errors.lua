@@ -1,5 +1,5 @@
--- The error replies every executor answers with, byte for byte the texts of native/emq_core.h
--- and docs/PROTOCOL.md "Errors".
+-- The error replies every executor answers with, byte for byte the texts of the error table in
+-- echomq/transitions.py (tests/test_error_table.py checks them against it).
 local E_KIND = 'EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of A-Z a-z 0-9 . _ : -'
 local E_KEYS = "EMQKEYS keys must be one queue's keys in the documented order"
 local E_TYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
