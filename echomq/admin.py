@@ -18,6 +18,7 @@ from echomq.executors import executor_for
 from echomq.lanes import lane_groups, paused_lanes, shown_depths
 from echomq.loop import HOUSEKEEPING_STEP, more_due
 from echomq.registry import DISCOVERED_KEY, REGISTRY_KEY
+from echomq.server_time import time_ms
 
 _SCRIPTS = executor_for(5)
 _QUEUE_KEY = re.compile(rb"^emq:\{(?P<name>[^{}]+)\}:(pending|active|delayed|dead|ring)$")
@@ -93,11 +94,6 @@ def readable_error(error: str) -> str:
     return f"{last}\n{trace}" if trace else kind
 
 
-def server_time_ms(conn: Any) -> int:
-    seconds, micros = conn.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
 def register_queue(conn: Any, name: str) -> None:
     """Add ``name`` to the registry of queues (idempotent; one SADD)."""
     conn.sadd(REGISTRY_KEY, name)
@@ -159,8 +155,8 @@ def stats(conn: Any, name: str) -> QueueStats:
         pipe.hgetall(calls.key("parked"))
         pipe.exists(calls.key("paused"))
         pipe.time()
-        *sizes, oldest, groups, parked, paused, (seconds, micros) = pipe.execute()
-    now = int(seconds) * 1000 + int(micros) // 1000
+        *sizes, oldest, groups, parked, paused, clock = pipe.execute()
+    now = time_ms(clock)
     lanes, lane_oldest = _lanes_of(conn, calls, groups, parked)
     times = [int(oldest[0][1])] if oldest else []
     times += [lane_oldest] if lane_oldest is not None else []

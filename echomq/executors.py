@@ -1,4 +1,5 @@
-"""The two executors of every transition, chosen by ``wire=``: scripts (5) and native (6).
+"""The two executors of every transition, chosen by ``wire=``: scripts (``Wire.SCRIPTS``, 5) and
+native (``Wire.NATIVE``, 6).
 
 Both take the same keys and arguments and receive byte-identical replies; the Queue talks to the
 ``Executor`` interface and never branches on the wire itself. A transition is sent once, never
@@ -20,6 +21,7 @@ from echomq.errors import TrafikeyMissing, Wire6Unsupported, from_reply
 from echomq.once import flush_once, send_once
 from echomq.scripts import script_for
 from echomq.transitions import Transition
+from echomq.wire import Wire
 
 _UNKNOWN_NATIVE = re.compile(r"^unknown command '(?P<command>EMQ\.[A-Z0-9]+)'", re.IGNORECASE)
 
@@ -40,7 +42,7 @@ def raise_mapped(exc: BaseException) -> None:
 class Executor(ABC):
     """Runs transitions on a redis-py client (``Redis``, ``RedisCluster``) or its pipeline."""
 
-    wire: int
+    wire: Wire
 
     def call(self, client: Any, transition: Transition, keys: Sequence[str],
              args: Sequence[Arg]) -> Any:
@@ -105,7 +107,7 @@ class Executor(ABC):
 class ScriptExecutor(Executor):
     """wire=5: ``EVALSHA`` of the transition's Lua script, loaded again on ``NOSCRIPT``."""
 
-    wire = 5
+    wire = Wire.SCRIPTS
 
     def command(self, transition: Transition, keys: Sequence[str],
                 args: Sequence[Arg]) -> tuple[Any, ...]:
@@ -131,7 +133,7 @@ class ScriptExecutor(Executor):
 class NativeExecutor(Executor):
     """wire=6: the trafikey module's ``EMQ.*`` command; script-only transitions are refused."""
 
-    wire = 6
+    wire = Wire.NATIVE
 
     def command(self, transition: Transition, keys: Sequence[str],
                 args: Sequence[Arg]) -> tuple[Any, ...]:
@@ -150,7 +152,7 @@ class NativeExecutor(Executor):
         """Nothing: a module's commands are never lost as scripts are."""
 
 
-_EXECUTORS: dict[int, Executor] = {5: ScriptExecutor(), 6: NativeExecutor()}
+_EXECUTORS: dict[int, Executor] = {Wire.SCRIPTS: ScriptExecutor(), Wire.NATIVE: NativeExecutor()}
 
 
 def executor_for(wire: int) -> Executor:
