@@ -18,7 +18,7 @@ from echomq.executors import executor_for
 from echomq.lanes import lane_groups, paused_lanes, shown_depths
 from echomq.loop import HOUSEKEEPING_STEP, more_due
 from echomq.registry import DISCOVERED_KEY, REGISTRY_KEY
-from echomq.server_time import time_ms
+from echomq.server_time import server_ms, time_ms
 
 _SCRIPTS = executor_for(5)
 _QUEUE_KEY = re.compile(rb"^emq:\{(?P<name>[^{}]+)\}:(pending|active|delayed|dead|ring)$")
@@ -92,6 +92,10 @@ def readable_error(error: str) -> str:
         return error
     last = trace.rpartition("\n")[2] or kind
     return f"{last}\n{trace}" if trace else kind
+
+
+# The server's clock in ms, under the name the operator's tools have always called it by.
+server_time_ms = server_ms
 
 
 def register_queue(conn: Any, name: str) -> None:

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from echomq.embedded import EmbeddedValkey
 from tests.conftest import start_server
+from tests.reliability.servers import low_port
 
 SLOTS = 16384
 FORMING_S = 30.0
@@ -19,9 +20,12 @@ def three_primaries() -> Iterator[list[EmbeddedValkey]]:
     """Three servers joined into one cluster, its slots split between them; stopped after."""
     nodes: list[EmbeddedValkey] = []
     try:
+        taken: set[int] = set()
         for _ in range(3):
-            nodes.append(start_server(config={"cluster-enabled": "yes",
-                                              "cluster-config-file": "nodes.conf"}))
+            # A port whose cluster bus port (10000 above) is a port too.
+            taken.add(port := low_port(taken))
+            nodes.append(start_server(port=port, config={"cluster-enabled": "yes",
+                                                         "cluster-config-file": "nodes.conf"}))
         share = SLOTS // len(nodes)
         for index, node in enumerate(nodes):
             last = SLOTS - 1 if index == len(nodes) - 1 else (index + 1) * share - 1
