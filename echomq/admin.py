@@ -19,8 +19,9 @@ from echomq.lanes import lane_groups, paused_lanes, shown_depths
 from echomq.loop import HOUSEKEEPING_STEP, more_due
 from echomq.registry import DISCOVERED_KEY, REGISTRY_KEY
 from echomq.server_time import server_ms, time_ms
+from echomq.wire import Wire
 
-_SCRIPTS = executor_for(5)
+_SCRIPTS = executor_for(Wire.SCRIPTS)
 _QUEUE_KEY = re.compile(rb"^emq:\{(?P<name>[^{}]+)\}:(pending|active|delayed|dead|ring)$")
 
 
