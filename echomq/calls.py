@@ -16,6 +16,7 @@ from typing import Any
 from echomq import transitions as t
 from echomq.errors import ArgumentError, StaleLease
 from echomq.native import checked_id, checked_int, checked_lane, checked_now
+from echomq.server_time import time_ms
 
 Arg = str | bytes
 Call = tuple[t.Transition, Sequence[str], Sequence[Arg]]
@@ -230,7 +231,7 @@ def lost_admission(call: Call, replies: Sequence[Any], elapsed_s: float) -> Verd
     the call — enqueued_at the call's ``now``, or (``now`` ``*``) no earlier than the server's
     clock less the time the call took; DUPLICATE for any other row; None when there is no row
     (nothing was admitted: the call may be sent again)."""
-    (payload, enqueued_at), (seconds, micros) = replies
+    (payload, enqueued_at), clock = replies
     if payload is None:
         return None
     transition, _keys, args = call
@@ -238,7 +239,7 @@ def lost_admission(call: Call, replies: Sequence[Any], elapsed_s: float) -> Verd
     sent = payload_bytes(args[transition.args.index("payload")])
     at = int(enqueued_at) if enqueued_at is not None and text(enqueued_at).isdigit() else -1
     if stamp == "*":
-        clock_ms = int(seconds) * 1000 + int(micros) // 1000
+        clock_ms = time_ms(clock)
         within = at >= clock_ms - int(elapsed_s * 1000) - 1
     else:
         within = at == int(stamp)

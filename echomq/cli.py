@@ -56,10 +56,14 @@ from echomq.ids import new_job_id
 from echomq.lanes import lane_report
 from echomq.loop import MAX_PREFETCH, PARK_CAP_MS, PREFETCH
 from echomq.queue import Queue
+from echomq.server_time import server_ms
+from echomq.wire import Wire, wire_of
 from echomq.workers import WorkerInfo, counts_by_queue, live_workers, running_by_queue
 
 # Where a worker serving a handler (or an App with no connection of one server) looks.
 DEFAULT_URL = "redis://127.0.0.1:6379"
+# --wire takes the number or the name: 5 or scripts, 6 or native.
+WIRE_CHOICES = ["5", "6", "scripts", "native"]
 
 
 @click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -108,8 +112,8 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--url", envvar="ECHOMQ_URL", default=None, show_envvar=True,
               help="the Valkey server; an App's must be its own  [default: an App's own "
               f"connection, else {DEFAULT_URL}]")
-@click.option("--wire", type=click.Choice(["5", "6"]), default=None,
-              help="5: scripts (EVALSHA), 6: trafikey's native EMQ.* commands  [default: an "
+@click.option("--wire", type=click.Choice(WIRE_CHOICES), default=None,
+              help="5 or scripts (EVALSHA), 6 or native (trafikey's EMQ.* commands)  [default: an "
               "App's wire, else 5]")
 @click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(0),
               help="seconds running jobs get to finish after SIGTERM/SIGINT")
@@ -210,8 +214,8 @@ def _served_server(target: str, url: str | None, wire: str | None
     if getattr(app_conn, "connection_pool", None) is None:  # a handler, or a cluster App
         chosen = url or DEFAULT_URL
         _connect(chosen)  # a URL that is not one is bad input (exit 2), like any command's
-        return chosen, int(wire or 5), chosen
-    served_wire = int(wire) if wire else int(getattr(found, "wire", 5))
+        return chosen, wire_of(wire or Wire.SCRIPTS), chosen
+    served_wire = wire_of(wire if wire else int(getattr(found, "wire", Wire.SCRIPTS)))
     if url is not None:
         asked = _connect(url)
         if server_of_url(url) != server_of(app_conn):
@@ -292,7 +296,7 @@ def _jsonable(value: Any) -> Any:
 @click.argument("payload")
 @click.option("--id", "job_id", default=None, help="the job id (default: a new time-sortable id)")
 @click.option("--lane", default=None, help="the group's lane to join")
-@click.option("--wire", type=click.Choice(["5", "6"]), default="5", show_default=True)
+@click.option("--wire", type=click.Choice(WIRE_CHOICES), default="5", show_default=True)
 @url_option
 @json_option
 def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, wire: str, url: str,
@@ -300,7 +304,7 @@ def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, wire
     """Admit one job with PAYLOAD into QUEUE."""
     job_id = job_id or new_job_id()
     conn = _connect(url)
-    verdict = Queue(conn, queue, wire=int(wire)).enqueue(job_id, payload.encode(), lane=lane)
+    verdict = Queue(conn, queue, wire=wire_of(wire)).enqueue(job_id, payload.encode(), lane=lane)
     admin.register_queue(conn, queue)
     _emit(as_json, {"id": job_id, "verdict": verdict.value},
           lambda: [f"{verdict.value} {job_id}"])
@@ -366,7 +370,7 @@ def workers(url: str, as_json: bool) -> None:
     if as_json:
         _print_json([w.as_dict() for w in found])
         return
-    print_workers(found, admin.server_time_ms(conn))
+    print_workers(found, server_ms(conn))
 
 
 @main.command()
@@ -385,7 +389,7 @@ def inspect(queue: str, job_id: str, url: str, as_json: bool) -> None:
     if as_json:
         _print_json(found)
         return
-    print_job(job_id, queue, found, admin.server_time_ms(conn))
+    print_job(job_id, queue, found, server_ms(conn))
 
 
 @main.group()
@@ -408,7 +412,7 @@ def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
     if not jobs:
         _console().print(f"no dead jobs in {queue}")
         return
-    now = admin.server_time_ms(conn)
+    now = server_ms(conn)
     table = _table("job", "task", "attempts", "lane", "died", "error")
     for j in jobs:
         table.add_row(Text(j.id), Text(j.task or "-"), str(j.attempts), Text(j.lane or "-"),
@@ -467,13 +471,13 @@ def forget(queue: str, url: str) -> None:
 
 @main.command()
 @click.argument("queue", type=QUEUE)
-@click.option("--wire", type=click.Choice(["5", "6"]), default="5", show_default=True)
+@click.option("--wire", type=click.Choice(WIRE_CHOICES), default="5", show_default=True)
 @url_option
 @json_option
 def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
     """Return QUEUE's expired leases and promote its due retries now, every one that is due
     (in short steps of 1,000)."""
-    recovered, promoted = admin.recover_due(Queue(_connect(url), queue, wire=int(wire)))
+    recovered, promoted = admin.recover_due(Queue(_connect(url), queue, wire=wire_of(wire)))
     moved = {"recovered": recovered, "promoted": promoted}
     _emit(as_json, moved, lambda: [f"recovered {moved['recovered']}, "
                                    f"promoted {moved['promoted']}"])

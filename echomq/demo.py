@@ -23,6 +23,7 @@ import redis
 from echomq.consumer import Consumer
 from echomq.embedded import EmbeddedValkey
 from echomq.queue import Job, Queue
+from echomq.wire import Wire
 
 Say = Callable[[str], None]
 GREEDY = "greedy"
@@ -166,7 +167,8 @@ def run_demo(greedy_jobs: int = 6_000, tenants: int = 5, per_tenant: int = 100,
             f"{greedy_jobs} jobs from '{GREEDY}' enqueued before {tenants}x{per_tenant} from "
             f"small tenants; {workers} workers")
         runs = []
-        for label, wire, lanes in (("lanes, wire=5", 5, True), ("flat FIFO, wire=6", 6, False)):
+        for label, wire, lanes in (("lanes, wire=5", Wire.SCRIPTS, True),
+                                   ("flat FIFO, wire=6", Wire.NATIVE, False)):
             runs.append(_one_pass(server, label, wire, lanes, work, workers, _line_writer(say)))
             if sys.stdout.isatty():
                 print()

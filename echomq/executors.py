@@ -1,4 +1,5 @@
-"""The two executors of every transition, chosen by ``wire=``: scripts (5) and native (6).
+"""The two executors of every transition, chosen by ``wire=``: scripts (``Wire.SCRIPTS``, 5) and
+native (``Wire.NATIVE``, 6).
 
 Both take the same keys and arguments and receive byte-identical replies; the Queue talks to the
 ``Executor`` interface and never branches on the wire itself. A transition is sent once, never
@@ -19,6 +20,7 @@ from echomq.errors import Wire6Unsupported, mapped_error
 from echomq.once import flush_once, send_once
 from echomq.scripts import script_for
 from echomq.transitions import Transition
+from echomq.wire import Wire
 
 
 def raise_mapped(exc: BaseException) -> None:
@@ -33,7 +35,7 @@ def raise_mapped(exc: BaseException) -> None:
 class Executor(ABC):
     """Runs transitions on a redis-py client (``Redis``, ``RedisCluster``) or its pipeline."""
 
-    wire: int
+    wire: Wire
 
     def call(self, client: Any, transition: Transition, keys: Sequence[str],
              args: Sequence[Arg]) -> Any:
@@ -98,7 +100,7 @@ class Executor(ABC):
 class ScriptExecutor(Executor):
     """wire=5: ``EVALSHA`` of the transition's Lua script, loaded again on ``NOSCRIPT``."""
 
-    wire = 5
+    wire = Wire.SCRIPTS
 
     def command(self, transition: Transition, keys: Sequence[str],
                 args: Sequence[Arg]) -> tuple[Any, ...]:
@@ -124,7 +126,7 @@ class ScriptExecutor(Executor):
 class NativeExecutor(Executor):
     """wire=6: the trafikey module's ``EMQ.*`` command; script-only transitions are refused."""
 
-    wire = 6
+    wire = Wire.NATIVE
 
     def command(self, transition: Transition, keys: Sequence[str],
                 args: Sequence[Arg]) -> tuple[Any, ...]:
@@ -143,7 +145,7 @@ class NativeExecutor(Executor):
         """Nothing: a module's commands are never lost as scripts are."""
 
 
-_EXECUTORS: dict[int, Executor] = {5: ScriptExecutor(), 6: NativeExecutor()}
+_EXECUTORS: dict[int, Executor] = {Wire.SCRIPTS: ScriptExecutor(), Wire.NATIVE: NativeExecutor()}
 
 
 def executor_for(wire: int) -> Executor:

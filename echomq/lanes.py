@@ -17,9 +17,11 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from echomq import transitions as t
+from echomq.async_executors import async_executor_for
 from echomq.calls import Arg, Call, text
 from echomq.executors import executor_for
 from echomq.native import checked_int, checked_lane, checked_now
+from echomq.wire import Wire
 
 KNOBS = ("concurrency", "rate", "window_ms", "weight")
 ALL = "*"
@@ -70,13 +72,11 @@ def paused_lanes(parked: dict[Any, Any]) -> list[str]:
 
 
 def _scripted(conn: Any, call: Call) -> Any:
-    return executor_for(5).call(conn, *call)
+    return executor_for(Wire.SCRIPTS).call(conn, *call)
 
 
 async def _scripted_async(conn: Any, call: Call) -> Any:
-    from echomq.aio import async_executor_for  # echomq.aio imports this module
-
-    return await async_executor_for(5).call(conn, *call)
+    return await async_executor_for(Wire.SCRIPTS).call(conn, *call)
 
 
 class _Queue(Protocol):

@@ -31,20 +31,16 @@ first, and a paused queue's prefetched jobs are released (``LoopCore.pause_check
 
 from __future__ import annotations
 
-import enum
 import math
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-import redis
-
 from echomq import calls
 from echomq.calls import Job, Outcome, Verdict
-from echomq.clients import twins
 from echomq.directives import Done, Reject, RetryIn
-from echomq.errors import EchoMQError, FatalServerError, StaleLease, reply_code
+from echomq.errors import FatalServerError
 
 Clock = Callable[[], int]
 
@@ -77,49 +73,8 @@ TRACE_FRAMES = 8
 # The largest result a ``Done`` may keep with its tombstone (the server's cap on an ack's result).
 MAX_RESULT_BYTES = calls.MAX_RESULT_BYTES
 
-# Server error codes that heal by themselves: a failover (READONLY, MASTERDOWN), a resharding or a
-# cluster still forming (TRYAGAIN, CLUSTERDOWN), a restart loading its data (LOADING), a script
-# cache flushed between load and call (NOSCRIPT), a long script (BUSY).
-TRANSIENT_CODES = frozenset({"TRYAGAIN", "CLUSTERDOWN", "READONLY", "MASTERDOWN", "LOADING",
-                             "NOSCRIPT", "BUSY"})
-TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
-    redis.exceptions.ReadOnlyError, redis.exceptions.NoScriptError,
-    redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError,
-)
-# A refused login or permission never heals by waiting (redis-py files them under ConnectionError).
-FATAL_CONNECTION_TYPES: tuple[type[BaseException], ...] = (
-    redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError,
-)
-CONNECTION_TYPES: tuple[type[BaseException], ...] = (
-    redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-    redis.exceptions.ClusterError, ConnectionError, TimeoutError,
-)
 # Raised by a handler, these ask the process to stop: the attempt is failed, then the loop ends.
 STOPPING_TYPES: tuple[type[BaseException], ...] = (SystemExit, KeyboardInterrupt)
-
-
-class Fault(enum.Enum):
-    """What an error from the server (or the way to it) means for the loop."""
-
-    TRANSIENT = "transient"  # back off and try again
-    FATAL = "fatal"  # stop the loop with FatalServerError
-
-
-def classify(exc: BaseException) -> Fault | None:
-    """TRANSIENT or FATAL for a server or connection error (of redis-py or valkey-py); None for
-    anything else (a lost lease or an error that is not the server's, which the loop does not
-    judge)."""
-    if isinstance(exc, twins(*FATAL_CONNECTION_TYPES)):
-        return Fault.FATAL
-    if isinstance(exc, twins(*TRANSIENT_TYPES, *CONNECTION_TYPES)):
-        return Fault.TRANSIENT
-    if isinstance(exc, twins(redis.exceptions.ResponseError)):
-        return Fault.TRANSIENT if reply_code(exc) in TRANSIENT_CODES else Fault.FATAL
-    if isinstance(exc, StaleLease):
-        return None
-    if isinstance(exc, twins(EchoMQError, redis.exceptions.RedisError)):
-        return Fault.FATAL
-    return None
 
 
 def safe_text(text: str) -> str:

@@ -57,7 +57,6 @@ log = logging.getLogger("echomq")
 
 LABELS = ("queue", "task")
 DEPTH_STATES = ("pending", "active", "delayed", "dead", "lanes")
-MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
                900.0)
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,

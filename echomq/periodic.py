@@ -58,10 +58,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from echomq.admin import server_time_ms
 from echomq.calls import Payload
 from echomq.native import id_ok
 from echomq.queue import Queue
+from echomq.server_time import server_ms
 
 __all__ = ["MARK_AHEAD_LIMIT_MS", "Admission", "Periodic", "Schedule", "Scheduler"]
 
@@ -248,7 +248,7 @@ class Scheduler:
     bounds the wait between passes (so a clock that jumps is noticed), ``retry_s`` the wait after
     a pass that failed."""
 
-    def __init__(self, entries: Iterable[Periodic] = (), *, clock: Clock = server_time_ms,
+    def __init__(self, entries: Iterable[Periodic] = (), *, clock: Clock = server_ms,
                  max_wait_s: float = 60.0, retry_s: float = 1.0) -> None:
         self.entries: list[Periodic] = []
         self.clock = clock

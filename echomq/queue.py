@@ -45,6 +45,7 @@ from echomq.once import lost_reply
 from echomq.parking import WATCH_ROLE, watch_commands
 from echomq.registry import REGISTRY_KEY
 from echomq.waiting import next_block_s, wait_slice_s
+from echomq.wire import Wire
 
 __all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "JobOutcome", "Outcome", "Queue", "Release", "Retry",
            "Verdict", "warn_if_evicting"]
@@ -73,7 +74,7 @@ class Queue(LaneControls):
     takes ``now`` (ms); None lets the server's clock decide.
     """
 
-    def __init__(self, conn: Any, name: str, *, wire: int = 5,
+    def __init__(self, conn: Any, name: str, *, wire: int = Wire.SCRIPTS,
                  retention_ms: int = DEFAULT_RETENTION_MS,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, check_policy: bool = True) -> None:
         self.conn = conn

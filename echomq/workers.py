@@ -42,6 +42,7 @@ from echomq.calls import text
 from echomq.clients import twins
 from echomq.directives import Reject, RetryIn
 from echomq.queue import Job
+from echomq.server_time import time_ms
 
 log = logging.getLogger("echomq")
 
@@ -113,7 +114,7 @@ class Announcer:
         self.expiry_ms = int(beat_s * 1000 * EXPIRY_BEATS)
         self.queues = [queue] if isinstance(queue, str) else list(queue)
         self.queue = self.queues[0]
-        self.wire = wire
+        self.wire = int(wire)  # a number in the record, whatever Wire member or int it was
         self._born = time.monotonic()
         self.key = f"{WORKER_PREFIX}{socket.gethostname()}:{os.getpid()}:{_start_stamp()}"
         self._lock = threading.Lock()
@@ -256,10 +257,9 @@ class Announcer:
             self._queue_remove(pipe)
             pipe.execute()
 
-    def _queue_refresh(self, pipe: Any, server_time: tuple[Any, Any]) -> None:
+    def _queue_refresh(self, pipe: Any, server_time: Any) -> None:
         """The record's rewrite, queued on ``pipe`` (either library, blocking or asyncio)."""
-        seconds, micros = server_time
-        server_ms = int(seconds) * 1000 + int(micros) // 1000
+        server_ms = time_ms(server_time)
         self._offset_ms = server_ms - time.monotonic() * 1000
         self._queue_write(pipe, server_ms, self.expiry_ms)
         pipe.sadd(WORKERS_KEY, self.key)

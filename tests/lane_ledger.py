@@ -13,12 +13,12 @@ import os
 import time
 
 from echomq import Job
+from echomq.server_time import server_ms
 from tests.handlers import conn
 
 
 def note(what: str, job: Job) -> None:
-    seconds, micros = conn().time()
-    at_ms = seconds * 1000 + micros // 1000
+    at_ms = server_ms(conn())
     conn().rpush("test:ledger", f"{what} {job.lane} {job.id} {os.getpid()} {at_ms}")
 
 

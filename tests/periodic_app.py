@@ -10,7 +10,7 @@ from typing import Any
 import redis
 
 from echomq import App
-from echomq.admin import server_time_ms
+from echomq.server_time import server_ms
 
 URL = os.environ.get("ECHOMQ_URL", "redis://127.0.0.1:1")
 SKEW_MS = int(os.environ.get("PERIODIC_SKEW_MS", "0"))
@@ -19,7 +19,7 @@ app = App(redis.Redis.from_url(URL), queue="cron", check_policy=False)
 
 
 def skewed_clock(conn: Any) -> int:
-    return server_time_ms(conn) + SKEW_MS
+    return server_ms(conn) + SKEW_MS
 
 
 if SKEW_MS:

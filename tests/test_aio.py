@@ -12,7 +12,8 @@ import redis
 from echomq import EchoMQError, Job, KindError, StaleLease, Verdict, Wire6Unsupported
 from echomq.aio import Queue, async_executor_for
 from echomq.clients import async_twin, twins
-from echomq.conformance.cases import Case, all_cases
+from echomq.conformance.cases import Case
+from echomq.conformance.catalog import all_cases
 from echomq.executors import executor_for
 
 NOW = 1_700_000_000_000

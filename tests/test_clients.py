@@ -29,7 +29,7 @@ from echomq.connection import (
     shown_server,
 )
 from echomq.errors import EchoMQError
-from echomq.loop import classify
+from echomq.faults import classify
 from tests.conftest import start_server
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import running

@@ -26,6 +26,7 @@ from echomq import Ack, Job, Queue, Retry, StaleLease
 from echomq.conformance.harness import snapshot
 from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey
+from echomq.server_time import server_ms
 from tests.conftest import start_server
 
 QUEUES = ("a", "b")
@@ -239,8 +240,7 @@ def expire_leases(conn: redis.Redis, queue: Queue) -> None:
     """Bounded polling until some 1 ms lease is past the server's clock."""
     deadline = time.monotonic() + 5
     while True:
-        seconds, micros = conn.time()
-        now_ms = seconds * 1000 + micros // 1000
+        now_ms = server_ms(conn)
         if conn.zcount(queue.key("active"), "-inf", now_ms - 1):
             return
         assert time.monotonic() < deadline

@@ -21,7 +21,7 @@ from redis.retry import Retry
 from echomq import Job, Queue
 from echomq.embedded import EmbeddedValkey
 from echomq.errors import FatalServerError
-from echomq.loop import Fault, classify
+from echomq.faults import Fault, classify
 from tests.conftest import start_server
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import running, wait_until

@@ -562,20 +562,6 @@ def promote_cases() -> Iterator[Case]:
                  ["ZADD", key("delayed"), "-inf", "JOB:1", "1.5", "JOB:2"]])
 
 
-def all_cases() -> list[Case]:
-    from echomq.conformance.batch_cases import batch_cases
-    from echomq.conformance.lane_cases import lane_cases
-    from echomq.conformance.replay_cases import replay_cases
-
-    cases = [*generic_cases(), *enqueue_cases(), *claim_cases(), *ack_cases(), *retry_cases(),
-             *extend_cases(), *recover_cases(), *promote_cases(), *batch_cases(),
-             *enqueue_delayed_cases(), *ack_result_cases(), *lane_cases(), *replay_cases()]
-    ids = [case.id for case in cases]
-    duplicates = {i for i in ids if ids.count(i) > 1}
-    assert not duplicates, duplicates
-    return cases
-
-
 def case_differences(pair: Pair, case: Case) -> list[str]:
     """Runs ``case`` on both executors of ``pair``: what differs between them, and whether
     their reply is the one the table expects. Empty when the case passes."""

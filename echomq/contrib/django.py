@@ -50,6 +50,7 @@ from echomq.connection import redis_from_url
 from echomq.directives import Directive, Done, Reject, RetryIn
 from echomq.ids import new_job_id
 from echomq.queue import Job, Queue
+from echomq.wire import Wire
 
 __all__ = ["Call", "EchoMQBackend", "error_text", "handler"]
 
@@ -126,7 +127,7 @@ class EchoMQBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.url: str = self.options.get("URL", "redis://localhost:6379/0")
-        self.wire: int = self.options.get("WIRE", 5)
+        self.wire: int = self.options.get("WIRE", Wire.SCRIPTS)
         self.max_attempts: int = self.options.get("MAX_ATTEMPTS", 1)
         self.retry_delay_ms: int = self.options.get("RETRY_DELAY_MS", 1_000)
 

@@ -45,6 +45,7 @@ from echomq.dashboard.requests import MAX_DEPTH, BodyRefused, checked, nesting, 
 from echomq.errors import EchoMQError
 from echomq.lanes import lane_report
 from echomq.queue import Queue
+from echomq.server_time import server_ms
 from echomq.workers import counts_by_queue, live_workers, running_by_queue
 
 __all__ = ["LOOPBACK_HOSTS", "History", "Policy", "create_app"]
@@ -181,7 +182,7 @@ class _Views:
         return JSONResponse({"paused": whole, "paused_lanes": lanes})
 
     def workers(self, request: Request) -> Response:
-        return JSONResponse({"server_time_ms": admin.server_time_ms(self.conn),
+        return JSONResponse({"server_time_ms": server_ms(self.conn),
                              "workers": [{**w.as_dict(), "job_ran_ms": w.job_ran_ms}
                                          for w in live_workers(self.conn)]})
 

@@ -52,6 +52,7 @@ from echomq.tasks.hooks import (
 )
 from echomq.tasks.retry import DEFAULT_BACKOFF, Backoff, Draw, RetryPolicy
 from echomq.tasks.signature import ArgumentsRejected, Signature
+from echomq.wire import Wire
 
 __all__ = ["App", "Task", "TaskCall"]
 
@@ -82,7 +83,7 @@ class App:
     numbers in [0, 1) (a fixed one makes delays exact in tests); ``check_policy``: warn once
     when the server may evict keys (a CONFIG GET when the first queue is made)."""
 
-    def __init__(self, conn: Any, queue: str = "default", *, wire: int = 5,
+    def __init__(self, conn: Any, queue: str = "default", *, wire: int = Wire.SCRIPTS,
                  serializer: str = "json", max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  backoff: Backoff = DEFAULT_BACKOFF, retention_ms: int = DEFAULT_RETENTION_MS,
                  hooks: TaskHooks | Sequence[TaskHooks] = (), draw: Draw = random.random,

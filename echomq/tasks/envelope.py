@@ -13,7 +13,6 @@ import msgspec
 
 Serializer = Literal["json", "msgpack"]
 SERIALIZERS: tuple[Serializer, ...] = ("json", "msgpack")
-JSON_FIRST_BYTE = ord("{")
 
 
 class Envelope(msgspec.Struct, forbid_unknown_fields=False):

@@ -3,25 +3,38 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from echomq.errors import TaskFailed
 from echomq.tasks.envelope import decode_result, is_json
+from echomq.tasks.signature import Signature
 
 if TYPE_CHECKING:
     from echomq.queue import JobOutcome, Queue, Verdict
-    from echomq.tasks.app import Task
 
 R = TypeVar("R")
 
 WAITING = frozenset({"pending", "delayed", "active"})
 
 
+class HandledTask(Protocol):
+    """What a handle reads of the task it ran (an ``echomq.tasks.app.Task``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def keep_result(self) -> bool: ...
+
+    @property
+    def signature(self) -> Signature: ...
+
+
 class TaskHandle(Generic[R]):
     """One enqueued run of a task: ``id`` (its job id), ``verdict`` (ENQUEUED, or DUPLICATE
     when that id was admitted before), ``queue`` (the Queue it went to)."""
 
-    def __init__(self, job_id: str, queue: Queue, task: Task[Any, R], verdict: Verdict) -> None:
+    def __init__(self, job_id: str, queue: Queue, task: HandledTask, verdict: Verdict) -> None:
         self.id = job_id
         self.queue = queue
         self.task = task

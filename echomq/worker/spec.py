@@ -18,6 +18,7 @@ from echomq.executors import executor_for
 from echomq.loop import PARK_CAP_MS, PREFETCH
 from echomq.queue import DEFAULT_LEASE_MS
 from echomq.transitions import CLAIM
+from echomq.wire import Wire
 
 log = logging.getLogger("echomq")
 
@@ -46,7 +47,7 @@ class WorkerSpec:
     queue: str | tuple[str, ...]
     url: str | None
     lanes: bool = False
-    wire: int = 5
+    wire: int = Wire.SCRIPTS
     lease_ms: int = DEFAULT_LEASE_MS
     retry_delay_ms: int = 1_000
     max_attempts: int | None = None
@@ -146,7 +147,7 @@ def check_spec(spec: WorkerSpec) -> None:
         raise ValueError("no queue to serve: give --queue (or a target App with queues)")
     if spec.async_concurrency is not None and spec.async_concurrency < 1:
         raise ValueError("async_concurrency must be at least 1")
-    executor_for(spec.wire)  # 5 or 6
+    executor_for(spec.wire)  # Wire.SCRIPTS or Wire.NATIVE
     refuse_unsupported(spec.wire, spec.lanes)
 
 
@@ -154,7 +155,7 @@ def check_server(conn: Any, wire: int) -> None:
     """Raise what keeps this server from serving a worker at all: no connection (a redis
     error), or for ``wire=6`` no trafikey (TrafikeyMissing). Changes nothing."""
     conn.ping()
-    if wire == 6 and CLAIM.native is not None:
+    if wire == Wire.NATIVE and CLAIM.native is not None:
         # One string, so redis-py's COMMAND parser (which fails on a nil entry) is not used.
         found = conn.execute_command("COMMAND INFO", CLAIM.native)
         if not found or found[0] is None:

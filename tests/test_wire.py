@@ -1,0 +1,56 @@
+"""``Wire`` names the two executors: ``Wire.SCRIPTS`` is 5 and ``Wire.NATIVE`` is 6, so the
+numbers still work wherever ``wire=`` is taken, and the command line's ``--wire`` takes the
+number or the name."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from echomq import Queue, Verdict, Wire
+from echomq.aio import Queue as AsyncQueue
+from echomq.cli import main
+from echomq.embedded import EmbeddedValkey
+from echomq.executors import executor_for
+from echomq.wire import wire_of
+from echomq.workers import Announcer
+
+
+def test_the_members_are_the_numbers_and_either_picks_the_executor(conn: redis.Redis) -> None:
+    assert (Wire.SCRIPTS, Wire.NATIVE) == (5, 6)
+    assert executor_for(5) is executor_for(Wire.SCRIPTS)
+    assert executor_for(6) is executor_for(Wire.NATIVE)
+    assert Queue(conn, "q").wire is Wire.SCRIPTS
+    assert Queue(conn, "q", wire=6).wire is Wire.NATIVE
+    assert AsyncQueue(conn, "q", wire=Wire.NATIVE).wire is Wire.NATIVE
+    with pytest.raises(ValueError, match=r"wire must be 5 \(scripts\) or 6 \(native\)"):
+        executor_for(7)
+
+
+@pytest.mark.parametrize(("given", "wire"), [(5, Wire.SCRIPTS), ("6", Wire.NATIVE),
+                                             ("scripts", Wire.SCRIPTS), ("Native", Wire.NATIVE),
+                                             (Wire.NATIVE, Wire.NATIVE)])
+def test_a_wire_is_named_by_its_number_or_its_name(given: int | str, wire: Wire) -> None:
+    assert wire_of(given) is wire
+
+
+@pytest.mark.parametrize("given", [4, "7", "lua", "", "5.0"])
+def test_anything_else_is_no_wire(given: int | str) -> None:
+    with pytest.raises(ValueError, match=r"wire must be 5 \(scripts\) or 6 \(native\)"):
+        wire_of(given)
+
+
+@pytest.mark.parametrize("name", ["native", "6"])
+def test_the_command_line_takes_the_name_or_the_number(valkey: EmbeddedValkey, conn: redis.Redis,
+                                                       name: str) -> None:
+    result = CliRunner().invoke(main, ["enqueue", "mail", "x", "--id", "JOB:1", "--wire", name],
+                                env={"ECHOMQ_URL": valkey.url}, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert Queue(conn, "mail").enqueue("JOB:1", b"x") is Verdict.DUPLICATE
+
+
+def test_the_live_worker_record_keeps_the_number(conn: redis.Redis) -> None:
+    announcer = Announcer(conn, "q", Wire.NATIVE)
+    announcer._refresh()
+    assert conn.hget(announcer.key, "wire") == b"6"
