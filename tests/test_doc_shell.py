@@ -42,6 +42,7 @@ from tests.shell_blocks import (
 VENV_BIN = Path(sys.executable).parent
 READY_S = 120.0  # a loaded 2-core machine: bounds on waiting, never a speed
 COMMAND_S = 900.0  # `echomq conformance` and `make demo` run for a minute or more there
+BLOCK_S = 1800  # a block of several such commands
 SERVER_PORT, DASHBOARD_PORT, CLUSTER_PORTS = 6379, 8042, (7000, 7001, 7002)  # as written
 
 
@@ -262,11 +263,13 @@ def run_block(block: Fenced, cwd: Path) -> None:
 
 
 @pytest.mark.parametrize("block", shell_blocks(django=False), ids=lambda block: block.name)
+@pytest.mark.timeout(BLOCK_S)
 def test_the_shell_block_runs_as_written(block: Fenced, tmp_path: Path) -> None:
     run_block(block, tmp_path)
 
 
 @pytest.mark.parametrize("block", shell_blocks(django=True), ids=lambda block: block.name)
+@pytest.mark.timeout(BLOCK_S)
 def test_the_django_block_runs_as_written(block: Fenced, tmp_path: Path) -> None:
     pytest.importorskip("django.tasks", reason="Django 6 (Python 3.12+): make test-django runs it")
     run_block(block, tmp_path)
