@@ -91,7 +91,8 @@ django-python:
 	@echo "$(DJANGO_PYTHON)"
 
 test-django-suite: $(DJANGO_VENV)/.installed
-	$(DJANGO_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_contrib_django.py
+	$(DJANGO_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_contrib_django.py \
+		tests/test_doc_shell.py::test_the_django_block_runs_as_written
 
 # The sdist and a wheel for this machine's platform and Python in dist/, as `python -m build`
 # makes them (the wheel built from the sdist); `make test-wheel` installs that wheel in a fresh venv

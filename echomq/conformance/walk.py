@@ -37,6 +37,10 @@ BASE = b"emq:{q}:"
 IDS = [b"JOB:%d" % i for i in range(1, 9)]
 PAYLOADS = [b"", b"p", b"\x00\xff\r\n$-1\r\n", b"*3\r\n", b"x" * 300]
 TICKS = [0, 0, 1, 7, 1_000, 30_000, 600_000]
+# A tombstone's retention expires by the server's real clock, whatever the sequence's `now`: it
+# outlasts any run, so neither executor's tombstone expires before the two are compared (a minute
+# did not, on a loaded machine).
+RETENTION_MS = 86_400_000
 Call = tuple[Transition, list[Arg]]
 
 
@@ -132,12 +136,12 @@ class Walk:
     def ack(self) -> Call:
         job_id = self.pick()
         return ACK, [2, key(b"active"), key(b"job", job_id), job_id, self.fence(job_id),
-                     self.rng.choice([0, 60_000])]
+                     self.rng.choice([0, RETENTION_MS])]
 
     def ack_result(self) -> Call:
         job_id = self.pick()
         return ACK_RESULT, [2, key(b"active"), key(b"job", job_id), job_id, self.fence(job_id),
-                            self.rng.choice([0, 60_000]), self.rng.choice(PAYLOADS)]
+                            self.rng.choice([0, RETENTION_MS]), self.rng.choice(PAYLOADS)]
 
     def retry(self) -> Call:
         job_id = self.pick()
@@ -160,7 +164,7 @@ class Walk:
                 [b"retry", *lease, self.rng.choice([0, 500]), self.rng.choice([1, 3]), b"e"]])
         return SETTLE, [7, key(b"active"), key(b"delayed"), key(b"dead"), key(b"pending"),
                         key(b"fence"), key(b"ring"), key(b"wake"), self.now,
-                        self.rng.choice([0, 60_000]), 30_000, self.rng.randint(0, 3), *items]
+                        self.rng.choice([0, RETENTION_MS]), 30_000, self.rng.randint(0, 3), *items]
 
     def extend_many(self) -> Call:
         pairs: list[Arg] = []
