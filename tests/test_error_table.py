@@ -31,7 +31,7 @@ from echomq.errors import (
     mapped_error,
 )
 from echomq.executors import executor_for
-from echomq.loop import Fault, classify
+from echomq.faults import Fault, classify
 from echomq.transitions import (
     CLAIM,
     ERROR_CODES,
