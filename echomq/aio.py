@@ -185,13 +185,15 @@ class Queue(AsyncLaneControls):
         except twins(ResponseError) as exc:
             log.debug("queue %s not entered in %s: %s", self.name, REGISTRY_KEY, exc)
 
-    async def claim(self, lease_ms: int = DEFAULT_LEASE_MS, *,
-                    now: int | None = None) -> Job | None:
-        return job_of(await self._send(self.calls.claim(lease_ms, now)))
+    async def claim(self, lease_ms: int = DEFAULT_LEASE_MS, *, now: int | None = None,
+                    claim_id: str | None = None) -> Job | None:
+        """As ``echomq.Queue.claim``."""
+        return job_of(await self._send(self.calls.claim(lease_ms, now, claim_id)))
 
     async def claim_lane(self, lease_ms: int = DEFAULT_LEASE_MS, *, now: int | None = None,
-                         watch: bool = False) -> Job | None:
-        return job_of(await self._send(self.calls.claim_lane(lease_ms, now), watch=watch))
+                         watch: bool = False, claim_id: str | None = None) -> Job | None:
+        call = self.calls.claim_lane(lease_ms, now, claim_id)
+        return job_of(await self._send(call, watch=watch))
 
     async def ack(self, job: Job, *, retention_ms: int | None = None,
                   result: bytes | str | None = None) -> Verdict:
@@ -209,21 +211,25 @@ class Queue(AsyncLaneControls):
 
     async def settle(self, outcomes: Iterable[Outcome], *, claim: int = 0,
                      lease_ms: int = DEFAULT_LEASE_MS, retention_ms: int | None = None,
-                     now: int | None = None) -> tuple[list[Verdict], list[Job]]:
+                     now: int | None = None,
+                     claim_id: str | None = None) -> tuple[list[Verdict], list[Job]]:
         """As ``echomq.Queue.settle``: outcomes settled in order, then up to ``claim`` leases."""
-        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now)
+        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now, claim_id=claim_id)
         return settled(await self._send(call))
 
     async def settle_leased(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
                             retention_ms: int | None, now: int | None, *,
-                            watch: bool = False) -> tuple[list[Verdict], list[Job]]:
+                            watch: bool = False,
+                            claim_id: str | None = None) -> tuple[list[Verdict], list[Job]]:
         """As ``echomq.Queue.settle_leased``."""
-        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now, leased=True)
+        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now, leased=True,
+                                 claim_id=claim_id)
         return settled(await self._send(call, watch=watch))
 
     async def claim_many(self, count: int, lease_ms: int = DEFAULT_LEASE_MS, *,
-                         now: int | None = None) -> list[Job]:
-        return settled(await self._send(self.calls.claim_many(count, lease_ms, now)))[1]
+                         now: int | None = None, claim_id: str | None = None) -> list[Job]:
+        call = self.calls.claim_many(count, lease_ms, now, claim_id)
+        return settled(await self._send(call))[1]
 
     async def extend_many(self, jobs: Iterable[Job], *, lease_ms: int = DEFAULT_LEASE_MS,
                           now: int | None = None) -> list[Verdict]:
@@ -720,15 +726,19 @@ class Consumer(LoopShell):
         taken = 0
         for index, queue in enumerate(self.queues):
             asked = self.lineup.ask(wanted, taken)
+            core = self.lineup.cores[index]
             if asked and self.lanes:
                 sent_at = time.monotonic()
-                watch = self.lineup.cores[index].watches(Round([], 1))
-                job = await queue.claim_lane(self.lease_ms, now=self._now(), watch=watch)
+                watch, claim_id = core.watches(Round([], 1)), core.next_claim_id(sent_at)
+                job = await queue.claim_lane(self.lease_ms, now=self._now(), watch=watch,
+                                             claim_id=claim_id)
+                sent_at = core.claim_answered(claim_id, sent_at)
                 if job is not None:
                     self._took(index, [job], sent_at)
                     taken += 1
                     continue
-            taken += len(await self._send(index, self.lineup.cores[index].take_round(asked)))
+            round_ = core.take_round(asked, now=time.monotonic())
+            taken += len(await self._send(index, round_))
         self.lineup.round_claimed(wanted, taken)
 
     async def _wind_down(self) -> None:
@@ -761,10 +771,11 @@ class Consumer(LoopShell):
         try:
             verdicts, jobs = await self.queues[index].settle_leased(
                 round_.outcomes, round_.claim, self.lease_ms, self.settings.retention_ms,
-                self._now(), watch=watch)
+                self._now(), watch=watch, claim_id=round_.claim_id)
         except Exception:
             self.lineup.cores[index].unsent(round_, time.monotonic())
             raise
+        sent_at = self.lineup.cores[index].claim_answered(round_.claim_id, sent_at)
         self._took(index, jobs, sent_at)
         report_settled(round_.outcomes, verdicts, self.on_ack)
         return jobs

@@ -9,13 +9,14 @@ two clients cannot drift apart.
 from __future__ import annotations
 
 import enum
+import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from echomq import transitions as t
 from echomq.errors import ArgumentError, StaleLease
-from echomq.native import checked_id, checked_int, checked_lane, checked_now
+from echomq.native import checked_claim_id, checked_id, checked_int, checked_lane, checked_now
 from echomq.server_time import time_ms
 
 Arg = str | bytes
@@ -30,6 +31,11 @@ DEFAULT_BATCH_LIMIT = 1000
 ZSETS = ("pending", "active", "delayed", "dead")
 MAX_RESULT_BYTES = t.MAX_RESULT_BYTES
 RESULT_ERROR = t.ERRORS["RESULT"].text
+
+
+def new_claim_id() -> str:
+    """A claim id no other call uses: 96 random bits (a claim record lives for a lease)."""
+    return secrets.token_hex(12)
 
 
 def checked_arg(name: str, value: int) -> str:
@@ -277,8 +283,10 @@ class QueueCalls:
         return t.key_of(self.base, role, job_id, lane)
 
     def _call(self, transition: t.Transition, args: Sequence[Arg], job_id: str | None = None,
-              lane: str | None = None) -> Call:
-        return transition, t.keys_for(self.base, transition, job_id, lane), args
+              lane: str | None = None, claim_id: str | None = None) -> Call:
+        if claim_id is not None:
+            checked_claim_id(claim_id)
+        return transition, t.keys_for(self.base, transition, job_id, lane, claim_id), args
 
     def enqueue(self, job_id: str, payload: Payload, lane: str | None,
                 now: int | None, delay_ms: int = 0, at_ms: int | None = None) -> Call:
@@ -311,11 +319,16 @@ class QueueCalls:
         args = (job_id, payload_bytes(payload), checked_lane(lane), stamp)
         return self._call(t.LANE_ENQUEUE, args, job_id, lane)
 
-    def claim(self, lease_ms: int, now: int | None) -> Call:
-        return self._call(t.CLAIM, (checked_arg("lease_ms", lease_ms), checked_now(now)))
+    def claim(self, lease_ms: int, now: int | None, claim_id: str | None = None) -> Call:
+        """A claim; with ``claim_id``, one whose leases are recorded under it, so the same call
+        sent again after a lost reply answers them rather than lease more (docs/PROTOCOL.md,
+        "Claim records")."""
+        return self._call(t.CLAIM, (checked_arg("lease_ms", lease_ms), checked_now(now)),
+                          claim_id=claim_id)
 
-    def claim_lane(self, lease_ms: int, now: int | None) -> Call:
-        return self._call(t.LANE_CLAIM, (checked_arg("lease_ms", lease_ms), checked_now(now)))
+    def claim_lane(self, lease_ms: int, now: int | None, claim_id: str | None = None) -> Call:
+        return self._call(t.LANE_CLAIM, (checked_arg("lease_ms", lease_ms), checked_now(now)),
+                          claim_id=claim_id)
 
     def ack(self, job: Job, retention_ms: int | None, result: Payload | None = None) -> Call:
         keep = self.retention_ms if retention_ms is None else retention_ms
@@ -339,18 +352,20 @@ class QueueCalls:
         return self._call(t.EXTEND, args, job.id)
 
     def settle(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
-               retention_ms: int | None, now: int | None, *, leased: bool = False) -> Call:
+               retention_ms: int | None, now: int | None, *, leased: bool = False,
+               claim_id: str | None = None) -> Call:
         """One call that settles every outcome in order, then leases up to ``claim`` jobs.
         ``leased``: every outcome is ``echomq.loop``'s own, of a job this queue's claim
         returned (its id and fence are the server's), so only the outcome's own fields are
-        checked — this runs for every job a consumer settles."""
+        checked — this runs for every job a consumer settles. ``claim_id``: the claim's record
+        (see ``claim``)."""
         keep = self.retention_ms if retention_ms is None else retention_ms
         args: list[Arg] = [checked_now(now), checked_arg("retention_ms", keep),
                            checked_arg("lease_ms", lease_ms), checked_arg("count", claim)]
         item = self._leased_item if leased else self._item
         for outcome in outcomes:
             args += item(outcome)
-        return self._call(t.SETTLE, args)
+        return self._call(t.SETTLE, args, claim_id=claim_id)
 
     def _leased_item(self, outcome: Outcome) -> list[Arg]:
         job = outcome.job
@@ -362,10 +377,11 @@ class QueueCalls:
             return ["release", job.id, str(job.fence)]
         return self._item(outcome)
 
-    def claim_many(self, count: int, lease_ms: int, now: int | None) -> Call:
+    def claim_many(self, count: int, lease_ms: int, now: int | None,
+                   claim_id: str | None = None) -> Call:
         """A settle with no outcomes: lease up to ``count`` (>= 1) jobs."""
         checked_int("count", count, 1)
-        return self.settle((), count, lease_ms, None, now)
+        return self.settle((), count, lease_ms, None, now, claim_id=claim_id)
 
     def _item(self, outcome: Outcome) -> list[Arg]:
         if not isinstance(outcome, Ack | Retry | Release):

@@ -620,15 +620,20 @@ class Consumer(LoopShell):
             asked = self.lineup.ask(wanted, taken)
             if asked and self.lanes:
                 sent_at = time.monotonic()
+                core = self.lineup.cores[index]
                 with self._keeper.lock:
-                    watch = self.lineup.cores[index].watches(Round([], 1))
-                job = queue.claim_lane(self.lease_ms, now=self._now(), watch=watch)
+                    watch = core.watches(Round([], 1))
+                    claim_id = core.next_claim_id(sent_at)
+                job = queue.claim_lane(self.lease_ms, now=self._now(), watch=watch,
+                                       claim_id=claim_id)
+                with self._keeper.lock:
+                    sent_at = core.claim_answered(claim_id, sent_at)
                 if job is not None:
                     self._took(index, [job], sent_at)
                     taken += 1
                     continue
             with self._keeper.lock:
-                round_ = self.lineup.cores[index].take_round(asked)
+                round_ = self.lineup.cores[index].take_round(asked, now=time.monotonic())
             taken += len(self._send(index, round_))
         with self._keeper.lock:
             self.lineup.round_claimed(wanted, taken)
@@ -670,11 +675,13 @@ class Consumer(LoopShell):
         try:
             verdicts, jobs = self.queues[index].settle_leased(
                 round_.outcomes, round_.claim, self.lease_ms, self.settings.retention_ms,
-                self._now(), watch=watch)
+                self._now(), watch=watch, claim_id=round_.claim_id)
         except Exception:
             with self._keeper.lock:
                 self.lineup.cores[index].unsent(round_, time.monotonic())
             raise
+        with self._keeper.lock:
+            sent_at = self.lineup.cores[index].claim_answered(round_.claim_id, sent_at)
         self._took(index, jobs, sent_at)
         report_settled(round_.outcomes, verdicts, self.on_ack)
         return jobs

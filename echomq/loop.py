@@ -252,10 +252,12 @@ class Lease:
 
 @dataclass(frozen=True)
 class Round:
-    """One settle call: the outcomes to send, in order, and how many jobs to claim with them."""
+    """One settle call: the outcomes to send, in order, and how many jobs to claim with them
+    (under ``claim_id``: ``LoopCore.next_claim_id``)."""
 
     outcomes: list[Outcome]
     claim: int
+    claim_id: str | None = None
 
 
 @dataclass
@@ -296,6 +298,10 @@ class LoopCore:
     isolation: Round | None = None
     # When the last call was sent whose reply showed the queue not paused (monotonic s).
     unpaused_at: float = float("-inf")
+    # The claim sent whose reply has not come (its id, and when it was first sent): the next
+    # claim is sent under the same id, so it answers the leases that one recorded, if it ran.
+    claim_id: str | None = None
+    claim_sent_at: float = 0.0
 
     def __post_init__(self) -> None:
         self.backoff = Backoff(min(max(self.settings.park_cap_ms / 1000, BACKOFF_FIRST_S),
@@ -555,6 +561,25 @@ class LoopCore:
             due.append(self.outbox_since + self.settings.settle_delay_ms / 1000)
         return max(0.0, min(due) - now)
 
+    # claim records ----------------------------------------------------------------------------
+
+    def next_claim_id(self, now: float) -> str:
+        """The id the claim sent at ``now`` goes under: the last claim's while its reply has not
+        come — a claim whose reply was lost, sent again under its id, answers the leases it
+        recorded (their attempts counted once) and leases nothing more (docs/PROTOCOL.md, "Claim
+        records") — else a new one."""
+        if self.claim_id is None:
+            self.claim_id, self.claim_sent_at = calls.new_claim_id(), now
+        return self.claim_id
+
+    def claim_answered(self, claim_id: str | None, sent_at: float) -> float:
+        """The claim sent under ``claim_id`` at ``sent_at`` was answered: the next one goes
+        under a new id. Returns when the claim was first sent (its leases count from then)."""
+        if claim_id is None or claim_id != self.claim_id:
+            return sent_at
+        self.claim_id = None
+        return min(self.claim_sent_at, sent_at)
+
     # rounds ---------------------------------------------------------------------------------
 
     def record(self, job: Job, settlement: Settlement, now: float) -> bool:
@@ -578,14 +603,16 @@ class LoopCore:
         since = self.outbox_since
         return since is not None and now - since >= self.settings.settle_delay_ms / 1000
 
-    def take_round(self, claim: int = 0, hand_back: bool = False) -> Round:
+    def take_round(self, claim: int = 0, hand_back: bool = False,
+                   now: float = 0.0) -> Round:
         """The next settle call: every outcome waiting (and, when ``hand_back``, a release of
-        each job prefetched and not started), with a claim of ``claim`` jobs."""
+        each job prefetched and not started), with a claim of ``claim`` jobs, sent at ``now``
+        under ``next_claim_id``."""
         outcomes = self.outbox
         self.outbox, self.outbox_since = [], None
         if hand_back:
             outcomes += [calls.Release(job) for job in self.take_prefetched()]
-        return Round(outcomes, claim)
+        return Round(outcomes, claim, self.next_claim_id(now) if claim > 0 else None)
 
     def unsent(self, round_: Round, now: float) -> None:
         """``round_`` could not be sent: its outcomes wait again, ahead of newer ones, and go

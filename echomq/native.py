@@ -47,6 +47,15 @@ def checked_lane(group: str) -> str:
     return group
 
 
+def checked_claim_id(claim_id: str) -> str:
+    """``claim_id`` if it may name a claim record (the lane rule: 1-200 bytes of
+    ``[A-Za-z0-9._:-]``); ArgumentError if not, before anything is sent."""
+    raw = claim_id.encode() if isinstance(claim_id, str) else b""
+    if not raw or not lib.emq_lane_ok(raw, len(raw)):
+        raise ArgumentError("claim_id must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -")
+    return claim_id
+
+
 def checked_int(name: str, value: int, minimum: int) -> str:
     """``value`` as the decimal argument the protocol takes; ArgumentError if out of range.
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from echomq import error_header
 from echomq.transitions import (
     ARGUMENTS,
+    CLAIM_RECORD_PREFIX,
     DERIVED_ROLES,
     ROLE_TYPES,
     TRANSITIONS,
@@ -90,6 +91,7 @@ typedef struct {
     int nforms;
     const EmqItemForm *forms;
     const char *item_shape; /* EMQITEM item <n> must be <item_shape> */
+    int record;             /* 1: a claim record may follow the keys (EMQ_RECORD_PREFIX) */
 } EmqCommandSpec;
 """
 
@@ -136,6 +138,8 @@ def _macros(transition: Transition) -> list[str]:
              f"#define EMQ_{ident}_NUMKEYS {len(transition.keys)}",
              f"#define EMQ_{ident}_NARGS {len(transition.args)}"]
     lines += _indexes(f"EMQ_{ident}_KEY", transition.keys)
+    if transition.record:
+        lines.append(f"#define EMQ_{ident}_KEY_RECORD {len(transition.keys)}")
     lines += _indexes(f"EMQ_{ident}_ARG", transition.args)
     for n, form in enumerate(transition.item_forms):
         word = (form.word or "item").upper()
@@ -183,6 +187,7 @@ def _entry(transition: Transition) -> str:
         f"EMQ_{_ident(transition)}_NARGS", f"emq_{ident}_args",
         str(len(transition.item_forms)), forms,
         _c_string(transition.item_shape) if transition.item_forms else "NULL",
+        "1" if transition.record else "0",
     ]
     return "    {" + ",\n     ".join(fields) + "},"
 
@@ -195,10 +200,13 @@ def render() -> str:
     out.append("enum {")
     out += [f"    EMQ_CMD_{_ident(t)}," for t in native]
     out += ["    EMQ_COMMAND_COUNT", "};", ""]
-    out.append(f"#define EMQ_KEYS_MAX {max(len(t.keys) for t in native)}")
+    out.append(f"#define EMQ_KEYS_MAX {max(len(t.keys) + t.record for t in native)}")
     out.append(f"#define EMQ_ARGS_MAX {max(len(t.args) for t in native)}")
     form_args = [len(f.args) for t in native for f in t.item_forms]
     out.append(f"#define EMQ_ITEM_ARGS_MAX {max(form_args)}")
+    out.append("")
+    out.append("/* A claim record's key: base + this prefix + the claim id (the lane gate). */")
+    out.append(f"#define EMQ_RECORD_PREFIX {_c_string(CLAIM_RECORD_PREFIX)}")
     out.append("")
     out.append("/* X(ID, name) for every command: EMQ_CMD_<ID>, its logic tx_<name>. */")
     out.append("#define EMQ_FOR_EACH_COMMAND(X) \\")

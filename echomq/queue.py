@@ -177,16 +177,24 @@ class Queue(LaneControls):
 
     # worker ---------------------------------------------------------------------------------
 
-    def claim(self, lease_ms: int = DEFAULT_LEASE_MS, *, now: int | None = None) -> Job | None:
-        """Lease the oldest pending job for ``lease_ms``, or None when there is none."""
-        return job_of(self._send(self.calls.claim(lease_ms, now)))
+    def claim(self, lease_ms: int = DEFAULT_LEASE_MS, *, now: int | None = None,
+              claim_id: str | None = None) -> Job | None:
+        """Lease the oldest pending job for ``lease_ms``, or None when there is none.
+
+        ``claim_id`` (1 to 200 bytes of ``[A-Za-z0-9._:-]``, unique to this call, e.g.
+        ``echomq.calls.new_claim_id()``): the lease is recorded under it for ``lease_ms``, so
+        the same call sent again after its reply was lost answers the lease still held rather
+        than lease another job and count another attempt."""
+        return job_of(self._send(self.calls.claim(lease_ms, now, claim_id)))
 
     def claim_lane(self, lease_ms: int = DEFAULT_LEASE_MS, *, now: int | None = None,
-                   watch: bool = False) -> Job | None:
+                   watch: bool = False, claim_id: str | None = None) -> Job | None:
         """Lease the head job of the next lane in turn (the ring rotates one step per claim),
         or None when every lane is empty. Scripts only (``wire=6`` raises Wire6Unsupported).
-        ``watch``: the queue's watch tokens go out in the claim's flush, after it."""
-        return job_of(self._send(self.calls.claim_lane(lease_ms, now), watch=watch))
+        ``watch``: the queue's watch tokens go out in the claim's flush, after it.
+        ``claim_id``: as for ``claim``."""
+        call = self.calls.claim_lane(lease_ms, now, claim_id)
+        return job_of(self._send(call, watch=watch))
 
     def ack(self, job: Job, *, retention_ms: int | None = None,
             result: Payload | None = None) -> Verdict:
@@ -211,28 +219,33 @@ class Queue(LaneControls):
 
     def settle(self, outcomes: Iterable[Outcome], *, claim: int = 0,
                lease_ms: int = DEFAULT_LEASE_MS, retention_ms: int | None = None,
-               now: int | None = None) -> tuple[list[Verdict], list[Job]]:
+               now: int | None = None,
+               claim_id: str | None = None) -> tuple[list[Verdict], list[Job]]:
         """A worker's round in one round trip: settle each outcome (``Ack(job)``,
         ``Retry(job, delay_ms, error, max_attempts)`` or ``Release(job)``) in order, then lease
         up to ``claim`` jobs for ``lease_ms``, atomically. Returns a verdict per outcome — STALE
         for a lease that is not current (not raised, so the others stand) — and the jobs leased,
-        oldest first. Every outcome is checked before anything is sent."""
-        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now)
+        oldest first. Every outcome is checked before anything is sent. ``claim_id``: the
+        leases are recorded under it, as for ``claim``: sent again, the call answers them."""
+        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now, claim_id=claim_id)
         return settled(self._send(call))
 
     def settle_leased(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
                       retention_ms: int | None, now: int | None, *,
-                      watch: bool = False) -> tuple[list[Verdict], list[Job]]:
+                      watch: bool = False,
+                      claim_id: str | None = None) -> tuple[list[Verdict], list[Job]]:
         """``settle`` for a consumer's own round: the outcomes' jobs came from this queue's
         claims, so their ids and fences are not checked again. ``watch``: the queue's watch
         tokens go out in the same flush, after the call (``echomq.parking``)."""
-        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now, leased=True)
+        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now, leased=True,
+                                 claim_id=claim_id)
         return settled(self._send(call, watch=watch))
 
     def claim_many(self, count: int, lease_ms: int = DEFAULT_LEASE_MS, *,
-                   now: int | None = None) -> list[Job]:
-        """Lease up to ``count`` (>= 1) pending jobs, oldest first, in one round trip."""
-        return settled(self._send(self.calls.claim_many(count, lease_ms, now)))[1]
+                   now: int | None = None, claim_id: str | None = None) -> list[Job]:
+        """Lease up to ``count`` (>= 1) pending jobs, oldest first, in one round trip
+        (``claim_id``: as for ``claim``)."""
+        return settled(self._send(self.calls.claim_many(count, lease_ms, now, claim_id)))[1]
 
     def extend_many(self, jobs: Iterable[Job], *, lease_ms: int = DEFAULT_LEASE_MS,
                     now: int | None = None) -> list[Verdict]:

@@ -40,9 +40,18 @@ ROLE_TYPES: dict[str, str] = {
     "windows": "hash",  # each rate-limited group's window: '<start> <claims>'
     "turn": "string",  # '<served> <group>': the ring head's claims in its turn
     "paused": "string",  # present while the whole queue is paused
+    # A claim's record, <base>claim:<claim_id>: the leases a claim that named it handed out,
+    # '<id> <fence>' each, space-separated, for a lease's time (see CLAIM_RECORD).
+    "claim": "string",
 }
 # Roles whose key is derived from an argument rather than a fixed suffix: role -> (prefix, arg).
 DERIVED_ROLES: dict[str, tuple[str, str]] = {"job": ("job:", "id"), "lane": ("lane:", "group")}
+# The optional last key of a claiming transition (``Transition.record``): its claim record,
+# <base>claim:<claim_id>, the claim id chosen by the caller (1 to 200 bytes of A-Z a-z 0-9 . _ : -,
+# as a lane name). A claim sent again with it after a lost reply answers the leases recorded
+# that are still held, and leases nothing more.
+CLAIM_RECORD = "claim"
+CLAIM_RECORD_PREFIX = "claim:"
 
 
 @dataclass(frozen=True)
@@ -208,6 +217,8 @@ class Transition:
     item_forms: tuple[ItemForm, ...] = ()
     # O(1) or O(log N) work: the module flags the command "fast".
     fast: bool = False
+    # The call may declare one more key after ``keys``: its claim record (CLAIM_RECORD).
+    record: bool = False
     summary: str = ""
     complexity: str = ""
 
@@ -251,12 +262,17 @@ class Transition:
         return " ".join([*words, "getkeys-api", "no-mandatory-keys"])
 
     def layout(self) -> str:
-        """The call as docs/PROTOCOL.md writes it; integers carry their minimum: <lease_ms:1>."""
+        """The call as docs/PROTOCOL.md writes it; integers carry their minimum: <lease_ms:1>.
+        The optional claim record: ``3|4 ... [<base>claim:<claim_id>]``."""
         head = self.native or "EVALSHA <sha>"
         keys = [_key_text(role) for role in self.keys]
+        numkeys = str(len(self.keys))
+        if self.record:
+            numkeys += f"|{len(self.keys) + 1}"
+            keys.append(f"[<base>{CLAIM_RECORD_PREFIX}<claim_id>]")
         args = [_arg_text(name) for name in self.args]
         tail = [_tail_text(self.item_forms)] if self.item_forms else []
-        return " ".join([head, str(len(self.keys)), *keys, *args, *tail])
+        return " ".join([head, numkeys, *keys, *args, *tail])
 
 
 def _key_text(role: str) -> str:
@@ -289,7 +305,7 @@ ENQUEUE = Transition(
     complexity="O(log N) with N the pending jobs",
 )
 CLAIM = Transition(
-    "claim", ("pending", "active", "fence"), ("lease_ms", "now"), "EMQ.CLAIM",
+    "claim", ("pending", "active", "fence"), ("lease_ms", "now"), "EMQ.CLAIM", record=True,
     summary="Lease the oldest pending job (twin of claim.lua).",
     complexity="O(G + log N) with G the ghosts dropped",
 )
@@ -323,7 +339,7 @@ SETTLE = Transition(
     "settle",
     ("active", "delayed", "dead", "pending", "fence", "ring", "wake"),
     ("now", "retention_ms", "lease_ms", "count"),
-    "EMQ.SETTLE",
+    "EMQ.SETTLE", record=True,
     item_forms=(
         ItemForm("ack", ("id", "fence")),
         ItemForm("done", ("id", "fence", "result")),
@@ -364,7 +380,7 @@ LANE_CLAIM = Transition(
     "lane_claim",
     ("ring", "active", "fence", "laneconf", "leased", "parked", "throttled", "windows", "turn",
      "paused"),
-    ("lease_ms", "now"), None,
+    ("lease_ms", "now"), None, record=True,
     summary="Lease the head job of the ring's head lane, within its limits and weight.",
 )
 LANE_SET = Transition(
@@ -405,7 +421,10 @@ def queue_base(name: str) -> str:
 
 def key_of(base: str, role: str, job_id: str | None = None, lane: str | None = None) -> str:
     """The key of ``role`` (pending, active, ...; ``job``: the row of ``job_id``; ``ended``: the
-    token that wakes the waiters of ``job_id``; ``lane``: the lane of group ``lane``)."""
+    token that wakes the waiters of ``job_id``; ``lane``: the lane of group ``lane``; ``claim``:
+    the record of claim id ``job_id``)."""
+    if role == CLAIM_RECORD:
+        return f"{base}{CLAIM_RECORD_PREFIX}{job_id}"
     if role in ("job", "ended"):
         return f"{base}{role}:{job_id}"
     if role == "lane":
@@ -414,6 +433,12 @@ def key_of(base: str, role: str, job_id: str | None = None, lane: str | None = N
 
 
 def keys_for(base: str, transition: Transition, job_id: str | None = None,
-             lane: str | None = None) -> list[str]:
-    """The declared keys of ``transition`` on the queue at ``base``, in protocol order."""
-    return [key_of(base, role, job_id, lane) for role in transition.keys]
+             lane: str | None = None, claim_id: str | None = None) -> list[str]:
+    """The declared keys of ``transition`` on the queue at ``base``, in protocol order; with
+    ``claim_id`` (a transition taking a record), its claim record last."""
+    keys = [key_of(base, role, job_id, lane) for role in transition.keys]
+    if claim_id is not None:
+        if not transition.record:
+            raise ValueError(f"{transition.name} takes no claim record")
+        keys.append(key_of(base, CLAIM_RECORD, claim_id))
+    return keys

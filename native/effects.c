@@ -15,6 +15,7 @@
  * and client-side caching see what they would see with the scripts. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "trafikey.h"
 
@@ -222,4 +223,31 @@ void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *ro
     fx_zadd(ctx, active, active_name, (double)deadline, id);
     ValkeyModule_FreeString(ctx, attempt_str);
     ValkeyModule_FreeString(ctx, fence_str);
+}
+
+/* A claim's record (claimrecord.c): SET key '<id> <fence> ...' PX lease_ms for the n leases just
+ * made, ids[i] fenced first_fence + i, run by the server's own SET as fx_set_counter runs it (the
+ * script's events: "set", "expire"), replicated as SET ... PXAT with the absolute expiry. */
+void fx_record(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString **ids,
+               size_t n, long long first_fence, long long lease_ms) {
+    size_t cap = 0;
+    for (size_t i = 0; i < n; i++) cap += bytes_of(ids[i]).n + 23;
+    char *buf = ValkeyModule_Alloc(cap + 1), num[24];
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        Bytes id = bytes_of(ids[i]);
+        if (i > 0) buf[len++] = ' ';
+        memcpy(buf + len, id.p, id.n);
+        len += id.n;
+        buf[len++] = ' ';
+        size_t m = decimal(first_fence + (long long)i, num);
+        memcpy(buf + len, num, m);
+        len += m;
+    }
+    ValkeyModule_CloseKey(*key);
+    ValkeyModuleCallReply *reply = ValkeyModule_Call(ctx, "SET", "sbcl", keyname, buf, len, "PX", lease_ms);
+    if (reply != NULL) ValkeyModule_FreeCallReply(reply);
+    *key = ValkeyModule_OpenKey(ctx, keyname, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    ValkeyModule_Replicate(ctx, "SET", "sbcl", keyname, buf, len, "PXAT", (long long)ValkeyModule_GetAbsExpire(*key));
+    ValkeyModule_Free(buf);
 }

@@ -60,6 +60,7 @@ typedef struct {
     int nforms;
     const EmqItemForm *forms;
     const char *item_shape; /* EMQITEM item <n> must be <item_shape> */
+    int record;             /* 1: a claim record may follow the keys (EMQ_RECORD_PREFIX) */
 } EmqCommandSpec;
 
 /* The commands, in the order of emq_commands. */
@@ -78,9 +79,12 @@ enum {
     EMQ_COMMAND_COUNT
 };
 
-#define EMQ_KEYS_MAX 7
+#define EMQ_KEYS_MAX 8
 #define EMQ_ARGS_MAX 6
 #define EMQ_ITEM_ARGS_MAX 5
+
+/* A claim record's key: base + this prefix + the claim id (the lane gate). */
+#define EMQ_RECORD_PREFIX "claim:"
 
 /* X(ID, name) for every command: EMQ_CMD_<ID>, its logic tx_<name>. */
 #define EMQ_FOR_EACH_COMMAND(X) \
@@ -107,12 +111,13 @@ enum {
 #define EMQ_ENQUEUE_ARG_PAYLOAD 1
 #define EMQ_ENQUEUE_ARG_NOW 2
 
-/* EMQ.CLAIM 3 <base>pending <base>active <base>fence <lease_ms:1> <now> */
+/* EMQ.CLAIM 3|4 <base>pending <base>active <base>fence [<base>claim:<claim_id>] <lease_ms:1> <now> */
 #define EMQ_CLAIM_NUMKEYS 3
 #define EMQ_CLAIM_NARGS 2
 #define EMQ_CLAIM_KEY_PENDING 0
 #define EMQ_CLAIM_KEY_ACTIVE 1
 #define EMQ_CLAIM_KEY_FENCE 2
+#define EMQ_CLAIM_KEY_RECORD 3
 #define EMQ_CLAIM_ARG_LEASE_MS 0
 #define EMQ_CLAIM_ARG_NOW 1
 
@@ -149,7 +154,7 @@ enum {
 #define EMQ_EXTEND_ARG_LEASE_MS 2
 #define EMQ_EXTEND_ARG_NOW 3
 
-/* EMQ.SETTLE 7 <base>active <base>delayed <base>dead <base>pending <base>fence <base>ring <base>wake <now> <retention_ms:0> <lease_ms:1> <count:0> [item ...] */
+/* EMQ.SETTLE 7|8 <base>active <base>delayed <base>dead <base>pending <base>fence <base>ring <base>wake [<base>claim:<claim_id>] <now> <retention_ms:0> <lease_ms:1> <count:0> [item ...] */
 #define EMQ_SETTLE_NUMKEYS 7
 #define EMQ_SETTLE_NARGS 4
 #define EMQ_SETTLE_KEY_ACTIVE 0
@@ -159,6 +164,7 @@ enum {
 #define EMQ_SETTLE_KEY_FENCE 4
 #define EMQ_SETTLE_KEY_RING 5
 #define EMQ_SETTLE_KEY_WAKE 6
+#define EMQ_SETTLE_KEY_RECORD 7
 #define EMQ_SETTLE_ARG_NOW 0
 #define EMQ_SETTLE_ARG_RETENTION_MS 1
 #define EMQ_SETTLE_ARG_LEASE_MS 2
@@ -402,7 +408,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_enqueue_args,
      0,
      NULL,
-     NULL},
+     NULL,
+     0},
     {"emq.claim",
      "CLAIM",
      "write getkeys-api no-mandatory-keys",
@@ -415,7 +422,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_claim_args,
      0,
      NULL,
-     NULL},
+     NULL,
+     1},
     {"emq.ack",
      "ACK",
      "write fast getkeys-api no-mandatory-keys",
@@ -428,7 +436,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_ack_args,
      0,
      NULL,
-     NULL},
+     NULL,
+     0},
     {"emq.retry",
      "RETRY",
      "write fast getkeys-api no-mandatory-keys",
@@ -441,7 +450,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_retry_args,
      0,
      NULL,
-     NULL},
+     NULL,
+     0},
     {"emq.extend",
      "EXTEND",
      "write fast getkeys-api no-mandatory-keys",
@@ -454,7 +464,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_extend_args,
      0,
      NULL,
-     NULL},
+     NULL,
+     0},
     {"emq.settle",
      "SETTLE",
      "write getkeys-api no-mandatory-keys",
@@ -467,7 +478,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_settle_args,
      4,
      emq_settle_forms,
-     "ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>"},
+     "ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>",
+     1},
     {"emq.extend_many",
      "EXTEND_MANY",
      "write getkeys-api no-mandatory-keys",
@@ -480,7 +492,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_extend_many_args,
      1,
      emq_extend_many_forms,
-     "<id> <fence>"},
+     "<id> <fence>",
+     0},
     {"emq.recover",
      "RECOVER",
      "write getkeys-api no-mandatory-keys",
@@ -493,7 +506,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_recover_args,
      0,
      NULL,
-     NULL},
+     NULL,
+     0},
     {"emq.promote",
      "PROMOTE",
      "write getkeys-api no-mandatory-keys",
@@ -506,7 +520,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_promote_args,
      0,
      NULL,
-     NULL},
+     NULL,
+     0},
     {"emq.enqueue_delayed",
      "ENQUEUE_DELAYED",
      "write deny-oom fast getkeys-api no-mandatory-keys",
@@ -519,7 +534,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_enqueue_delayed_args,
      0,
      NULL,
-     NULL},
+     NULL,
+     0},
     {"emq.ack_result",
      "ACK_RESULT",
      "write fast getkeys-api no-mandatory-keys",
@@ -532,7 +548,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_ack_result_args,
      0,
      NULL,
-     NULL},
+     NULL,
+     0},
 };
 #endif
 

@@ -150,4 +150,18 @@ const char *due_lanes(ValkeyModuleCtx *ctx, Bytes base, long long now, long long
 void due_lanes_free(ValkeyModuleCtx *ctx, DueLanes *due);
 long long reopen_lanes(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, DueLanes *due);
 
+/* claimrecord.c: a claim's record, the optional last key of a claiming command: whether it is
+ * there, and the leases it holds. */
+typedef struct {
+    int present;
+    ValkeyModuleString **ids;
+    long long *fences;
+    size_t n;
+} Recorded;
+const char *read_record(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *record, Recorded *r);
+void reply_recorded(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleKey *active, const Recorded *r, int single);
+void recorded_free(ValkeyModuleCtx *ctx, Recorded *r);
+void fx_record(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString **ids,
+               size_t n, long long first_fence, long long lease_ms);
+
 #endif

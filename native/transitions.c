@@ -201,20 +201,45 @@ int tx_enqueue_delayed(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
 }
 
-/* EMQ.CLAIM 3 <base>pending <base>active <base>fence <lease_ms:1> <now>
+/* The call's claim record when it declares one (the key after the table's), else NULL. */
+static ValkeyModuleKey *record_of(const Call *call, ValkeyModuleKey **k) {
+    return call->nkeys > call->spec->nkeys ? k[call->spec->nkeys] : NULL;
+}
+
+/* After a claim leased n jobs (ids, fenced from first_fence on): its record, if it declares one. */
+static void record_claims(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **k, const StrList *claims,
+                          long long first_fence, long long lease_ms) {
+    if (record_of(call, k) == NULL || claims->n == 0) return;
+    int at = call->spec->nkeys;
+    fx_record(ctx, &k[at], call->keys[at], claims->v, claims->n, first_fence, lease_ms);
+}
+
+/* EMQ.CLAIM 3|4 <base>pending <base>active <base>fence [<base>claim:<claim_id>] <lease_ms:1> <now>
  * Twin of claim.lua. *4 id payload :attempt :fence | null | EMQARITY EMQKEYS EMQNUM WRONGTYPE
  * EMQFENCE NOPERM TRYAGAIN.
  * Walks pending from its lowest entry (plan_claims for one job); ghosts met on the way are dropped
- * once the walk is over. */
+ * once the walk is over. With its claim record: a record found answers its first lease still
+ * held (or null) and nothing is written; else the lease made is recorded. */
 int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleKey *pending = k[EMQ_CLAIM_KEY_PENDING], *active = k[EMQ_CLAIM_KEY_ACTIVE],
                     *fence_key = k[EMQ_CLAIM_KEY_FENCE];
     long long lease_ms = call->num[EMQ_CLAIM_ARG_LEASE_MS], now = call->num[EMQ_CLAIM_ARG_NOW];
     long long last_fence;
-    if (!fence_counter(fence_key, &last_fence)) return reply_error(ctx, EMQ_ERR_FENCE);
     Acl acl = {ctx, NULL, 0};
+    Recorded recorded;
+    const char *err = read_record(ctx, &acl, call->base, record_of(call, k), &recorded);
+    if (err || recorded.present) {
+        acl_release(&acl);
+        if (!err) reply_recorded(ctx, call->base, active, &recorded, 1);
+        recorded_free(ctx, &recorded);
+        return err ? reply_error(ctx, err) : VALKEYMODULE_OK;
+    }
+    if (!fence_counter(fence_key, &last_fence)) {
+        acl_release(&acl);
+        return reply_error(ctx, EMQ_ERR_FENCE);
+    }
     int paused;
-    const char *err = queue_paused(ctx, &acl, call->base, &paused);
+    err = queue_paused(ctx, &acl, call->base, &paused);
     if (err || paused) {
         acl_release(&acl);
         return err ? reply_error(ctx, err) : ValkeyModule_ReplyWithNull(ctx);
@@ -233,8 +258,10 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
                         names[EMQ_CLAIM_KEY_PENDING],
                         names[EMQ_CLAIM_KEY_ACTIVE],
                         names[EMQ_CLAIM_KEY_FENCE]};
+        long long first_fence = last_fence + 1;
         if (claims.n == 0) ValkeyModule_ReplyWithNull(ctx);
         else claim_planned(ctx, call->base, &ck, claims.v[0], &last_fence, now + lease_ms);
+        record_claims(ctx, call, k, &claims, first_fence, lease_ms);
     }
     strlist_free(ctx, &claims);
     strlist_free(ctx, &ghosts);
@@ -435,12 +462,14 @@ static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const
     return verdict;
 }
 
-/* EMQ.SETTLE 7 <base>active <base>delayed <base>dead <base>pending <base>fence <base>ring <base>wake
- *             <now> <retention_ms:0> <lease_ms:1> <count:0> [ack <id> <fence:1> | release <id> <fence:1> |
+/* EMQ.SETTLE 7|8 <base>active <base>delayed <base>dead <base>pending <base>fence <base>ring <base>wake
+ *             [<base>claim:<claim_id>] <now> <retention_ms:0> <lease_ms:1> <count:0> [ack <id> <fence:1> | release <id> <fence:1> |
  *             retry <id> <fence:1> <delay_ms:0> <max_attempts:1> <error>]...
  * Twin of settle.lua. *2 [+verdict...] [[id payload :attempt :fence]...] | EMQARITY EMQKEYS EMQNUM
  * EMQITEM EMQKIND WRONGTYPE EMQFENCE NOPERM TRYAGAIN.
- * Items are applied in order, then up to count jobs leased; everything is checked first. */
+ * Items are applied in order, then up to count jobs leased; everything is checked first. With
+ * its claim record and count > 0: a record found answers its leases still held as the jobs (no
+ * job is leased); else the leases made are recorded. */
 int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     long long now = call->num[EMQ_SETTLE_ARG_NOW], retention_ms = call->num[EMQ_SETTLE_ARG_RETENTION_MS],
               lease_ms = call->num[EMQ_SETTLE_ARG_LEASE_MS], count = call->num[EMQ_SETTLE_ARG_COUNT];
@@ -449,7 +478,10 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     const char *fail = NULL;
     Acl acl = {ctx, NULL, 0};
     int paused = 0;
-    if (count > 0) fail = queue_paused(ctx, &acl, call->base, &paused);
+    Recorded recorded = {0};
+    if (count > 0) fail = read_record(ctx, &acl, call->base, record_of(call, k), &recorded);
+    if (recorded.present) count = 0;
+    if (!fail && count > 0) fail = queue_paused(ctx, &acl, call->base, &paused);
     if (paused) count = 0;
     if (!fail && count > 0 && !fence_counter(k[EMQ_SETTLE_KEY_FENCE], &last_fence)) fail = EMQ_ERR_FENCE;
     StrList claims = {0}, ghosts = {0};
@@ -472,10 +504,17 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
                         names[EMQ_SETTLE_KEY_PENDING],
                         names[EMQ_SETTLE_KEY_ACTIVE],
                         names[EMQ_SETTLE_KEY_FENCE]};
-        ValkeyModule_ReplyWithArray(ctx, (long)claims.n);
-        for (size_t i = 0; i < claims.n; i++)
-            claim_planned(ctx, call->base, &ck, claims.v[i], &last_fence, now + lease_ms);
+        long long first_fence = last_fence + 1;
+        if (recorded.present) {
+            reply_recorded(ctx, call->base, k[EMQ_SETTLE_KEY_ACTIVE], &recorded, 0);
+        } else {
+            ValkeyModule_ReplyWithArray(ctx, (long)claims.n);
+            for (size_t i = 0; i < claims.n; i++)
+                claim_planned(ctx, call->base, &ck, claims.v[i], &last_fence, now + lease_ms);
+            record_claims(ctx, call, k, &claims, first_fence, lease_ms);
+        }
     }
+    recorded_free(ctx, &recorded);
     strlist_free(ctx, &claims);
     strlist_free(ctx, &ghosts);
     return fail ? reply_error(ctx, fail) : VALKEYMODULE_OK;

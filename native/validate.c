@@ -41,7 +41,8 @@ static int split_numkeys(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int ar
 static int check_shape(ValkeyModuleCtx *ctx, const Call *call) {
     const EmqCommandSpec *spec = call->spec;
     int args_ok = spec->nforms ? call->nargs >= spec->nargs : call->nargs == spec->nargs;
-    if (call->nkeys == spec->nkeys && args_ok) return 1;
+    int keys_ok = call->nkeys == spec->nkeys || (spec->record && call->nkeys == spec->nkeys + 1);
+    if (keys_ok && args_ok) return 1;
     char buf[128];
     if (spec->nforms) emq_variadic_arity_error(buf, sizeof buf, spec->verb, spec->nkeys, spec->nargs);
     else emq_arity_error(buf, sizeof buf, spec->verb, spec->nkeys, spec->nargs);
@@ -77,6 +78,16 @@ static Bytes key_suffix(const Call *call, int i, char *room) {
     return out;
 }
 
+/* A claim record declared after the table's keys: base + EMQ_RECORD_PREFIX + a claim id (the
+ * lane gate), record_key_ok of the scripts' claim record helpers. */
+static int record_key_ok(const Call *call, Bytes first, size_t blen) {
+    Bytes k = bytes_of(call->keys[call->spec->nkeys]);
+    size_t plen = strlen(EMQ_RECORD_PREFIX);
+    if (k.n <= blen + plen || memcmp(k.p, first.p, blen) != 0 || memcmp(k.p + blen, EMQ_RECORD_PREFIX, plen) != 0)
+        return 0;
+    return emq_lane_ok(k.p + blen + plen, k.n - blen - plen);
+}
+
 /* Step 3, keys_base of the prelude: the first key ends with its suffix and every other key is
  * exactly base + its suffix. Sets call->base (a view into the first key); 0 when the keys are not
  * one queue's. The gates ran first, so a derived suffix fits its room. */
@@ -85,11 +96,12 @@ static int keys_base(Call *call) {
     Bytes first = bytes_of(*call->keys), suffix = key_suffix(call, 0, room);
     size_t blen;
     if (!emq_split_base(first.p, first.n, suffix.p, suffix.n, &blen)) return 0;
-    for (int i = 1; i < call->nkeys; i++) {
+    for (int i = 1; i < call->spec->nkeys; i++) {
         Bytes k = bytes_of(call->keys[i]);
         suffix = key_suffix(call, i, room);
         if (!emq_is_base_plus(k.p, k.n, first.p, blen, suffix.p, suffix.n)) return 0;
     }
+    if (call->nkeys > call->spec->nkeys && !record_key_ok(call, first, blen)) return 0;
     call->base.p = first.p;
     call->base.n = blen;
     return 1;
@@ -238,7 +250,8 @@ int open_typed(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **out) {
     for (int i = 0; i < call->nkeys; i++) {
         out[i] = ValkeyModule_OpenKey(ctx, call->keys[i], VALKEYMODULE_READ | VALKEYMODULE_WRITE);
         int t = ValkeyModule_KeyType(out[i]);
-        if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != call->spec->keys[i].type) {
+        int expected = i < call->spec->nkeys ? call->spec->keys[i].type : VALKEYMODULE_KEYTYPE_STRING;
+        if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != expected) {
             close_keys(out, i + 1);
             return 0;
         }

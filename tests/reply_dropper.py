@@ -14,7 +14,8 @@ Watch = Callable[[bytes], bool]
 
 class ReplyDropper:
     """Proxies 127.0.0.1:``port`` to the server at ``upstream``; ``drop(watch, n)`` loses the
-    replies of the next ``n`` requests ``watch`` picks; ``dropped`` counts those lost."""
+    replies of the next ``n`` requests ``watch`` picks (with ``reply``: of those whose reply it
+    picks too); ``dropped`` counts those lost."""
 
     def __init__(self, upstream: int) -> None:
         self.upstream = upstream
@@ -22,14 +23,15 @@ class ReplyDropper:
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._watch: Watch | None = None
+        self._reply: Watch | None = None
         self._left = 0
         self.dropped = 0
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def drop(self, watch: Watch, count: int = 1) -> None:
+    def drop(self, watch: Watch, count: int = 1, reply: Watch | None = None) -> None:
         with self._lock:
-            self._watch, self._left = watch, count
+            self._watch, self._left, self._reply = watch, count, reply
 
     def close(self) -> None:
         self._listener.close()
@@ -55,7 +57,8 @@ class ReplyDropper:
         while chunk := _recv(client):
             with self._lock:
                 if self._left and self._watch is not None and self._watch(chunk):
-                    self._left -= 1
+                    if self._reply is None:
+                        self._left -= 1
                     armed.set()
             try:
                 server.sendall(chunk)
@@ -66,16 +69,25 @@ class ReplyDropper:
     def _replies(self, server: socket.socket, client: socket.socket,
                  armed: threading.Event) -> None:
         while chunk := _recv(server):
-            if armed.is_set():  # the watched call's reply: applied, and lost
-                with self._lock:
-                    self.dropped += 1
+            if armed.is_set() and self._lose(chunk):  # the watched call's reply: applied, lost
                 _close(client, server)
                 return
+            armed.clear()
             try:
                 client.sendall(chunk)
             except OSError:
                 return
         _close(client, server)
+
+
+    def _lose(self, reply: bytes) -> bool:
+        with self._lock:
+            if self._reply is not None:
+                if not self._left or not self._reply(reply):
+                    return False
+                self._left -= 1
+            self.dropped += 1
+            return True
 
 
 def _recv(sock: socket.socket) -> bytes:

@@ -66,11 +66,27 @@ def argv_locals(source: str) -> dict[str, int]:
 
 @by_name
 def test_script_arity_check_is_the_tables(transition: Transition) -> None:
-    check = r"if #KEYS ~= (\d+) or #ARGV (~=|<) (\d+) then return (\w+)\('(\w+)', (\d+), (\d+)\)"
+    keys = r"\(#KEYS ~= (\d+) and #KEYS ~= (\d+)\)" if transition.record else r"#KEYS ~= (\d+)()"
+    check = keys + r" or #ARGV (~=|<) (\d+) then return (\w+)\('(\w+)', (\d+), (\d+)\)"
     found = re.findall(check, script(transition))
     op, error = ("<", "variadic_arity_error") if transition.variadic else ("~=", "arity_error")
     nkeys, nargs = str(len(transition.keys)), str(len(transition.args))
-    assert found == [(nkeys, op, nargs, error, transition.verb, nkeys, nargs)]
+    with_record = str(len(transition.keys) + 1) if transition.record else ""
+    assert found == [(nkeys, with_record, op, nargs, error, transition.verb, nkeys, nargs)]
+
+
+@by_name
+def test_script_checks_its_claim_record_as_the_table(transition: Transition) -> None:
+    """A transition taking a record names it after its keys, checks its name with the keys and
+    its type after theirs; the others never read one."""
+    source = script(transition)
+    checks = [f"local record_key = KEYS[{len(transition.keys) + 1}]",
+              "(record_key and not record_key_ok(base, record_key))",
+              "if record_key and not record_type_ok(record_key) then return redis.error_reply(E_TYPE)"]
+    for check in checks:
+        assert (check in source) is transition.record, check
+    if transition.record:
+        assert source.index(checks[2]) > source.index("types_ok(")
 
 
 @by_name

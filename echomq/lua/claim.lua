@@ -3,11 +3,14 @@
     KEYS[1] <base>pending    flat jobs ready to run (zset)
     KEYS[2] <base>active     leased jobs, score = lease deadline (zset)
     KEYS[3] <base>fence      the queue's fence counter, one up per lease (string)
+    KEYS[4] <base>claim:<claim_id>  optional: the call's claim record (string, include/records.lua)
     ARGV[1] lease_ms         integer >= 1
     ARGV[2] now              ms, or * for the server clock
   Derived: <base>job:<id> of each id walked.
   The lease is (id, fence): the counter's next value, also written to the row's fence field.
   While the queue is paused (<base>paused present, see lane_pause) nothing is leased: null.
+  With a record: a record found answers its first lease still held (or null), writing nothing;
+  else the lease made is recorded for lease_ms.
   Replies: [id, payload, attempt, fence] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, EMQFENCE,
   NOPERM, TRYAGAIN errors.
 ]]
@@ -16,16 +19,24 @@
 --- @include "errors"
 --- @include "keys"
 --- @include "numbers"
-if #KEYS ~= 3 or #ARGV ~= 2 then return arity_error('CLAIM', 3, 2) end
+--- @include "records"
+local record_key = KEYS[4]
+if (#KEYS ~= 3 and #KEYS ~= 4) or #ARGV ~= 2 then return arity_error('CLAIM', 3, 2) end
 local base = keys_base({ 'pending', 'active', 'fence' })
-if base == nil then return redis.error_reply(E_KEYS) end
+if base == nil or (record_key and not record_key_ok(base, record_key)) then
+  return redis.error_reply(E_KEYS)
+end
 local lease_ms = int_arg(ARGV[1], 1)
 if lease_ms == nil then return number_error('lease_ms', 1) end
 local now = now_arg(ARGV[2])
 if now == nil then return redis.error_reply(E_NOW) end
 if not types_ok({ 'zset', 'zset', 'string' }) then return redis.error_reply(E_TYPE) end
+if record_key and not record_type_ok(record_key) then return redis.error_reply(E_TYPE) end
 
 local pending, active, fence_key = KEYS[1], KEYS[2], KEYS[3]
+local recorded, record_failure = read_record(base, record_key)
+if record_failure then return record_failure end
+if recorded then return held_leases(active, recorded)[1] or false end
 local last_fence = fence_counter(fence_key)
 if last_fence == nil then return redis.error_reply(E_FENCE) end
 local paused, failure = queue_paused(base)
@@ -39,4 +50,5 @@ if #claims == 0 then return false end
 local id, row = claims[1].id, claims[1].row
 redis.call('ZREM', pending, id)
 local attempt, fence = lease(row, id, active, fence_key, last_fence, now + lease_ms)
+write_record(record_key, { { id, fence } }, lease_ms)
 return { id, redis.call('HGET', row, 'payload') or '', attempt, fence }

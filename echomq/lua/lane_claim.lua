@@ -17,10 +17,12 @@
     KEYS[8] <base>windows    each rate-limited group's window: '<start> <claims>' (hash)
     KEYS[9] <base>turn       '<served> <group>': the ring head's claims in its turn (string)
     KEYS[10] <base>paused    present while the whole queue is paused (string)
+    KEYS[11] <base>claim:<claim_id>  optional: the call's claim record (string, include/records.lua)
     ARGV[1] lease_ms         integer >= 1
     ARGV[2] now              ms, or * for the server clock
   Derived: <base>lane:<group> of the groups walked, <base>job:<id> of the ids walked.
-  The job is leased as by claim.
+  The job is leased as by claim. With a record: a record found answers its first lease of a lane
+  job still held (with its group), or null, writing nothing; else the lease made is recorded.
   Replies: [id, payload, attempt, fence, group] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE,
   EMQFENCE, NOPERM, TRYAGAIN errors.
 ]]
@@ -32,10 +34,14 @@
 --- @include "lane_limits"
 --- @include "lanes"
 --- @include "numbers"
+--- @include "records"
 --- @include "reopen"
-if #KEYS ~= 10 or #ARGV ~= 2 then return arity_error('LANE_CLAIM', 10, 2) end
+local record_key = KEYS[11]
+if (#KEYS ~= 10 and #KEYS ~= 11) or #ARGV ~= 2 then return arity_error('LANE_CLAIM', 10, 2) end
 local base = keys_base({ 'ring', 'active', 'fence', 'laneconf', 'leased', 'parked', 'throttled', 'windows', 'turn', 'paused' })
-if base == nil then return redis.error_reply(E_KEYS) end
+if base == nil or (record_key and not record_key_ok(base, record_key)) then
+  return redis.error_reply(E_KEYS)
+end
 local lease_ms = int_arg(ARGV[1], 1)
 if lease_ms == nil then return number_error('lease_ms', 1) end
 local now = now_arg(ARGV[2])
@@ -43,8 +49,18 @@ if now == nil then return redis.error_reply(E_NOW) end
 if not types_ok({ 'list', 'zset', 'string', 'hash', 'hash', 'hash', 'zset', 'hash', 'string', 'string' }) then
   return redis.error_reply(E_TYPE)
 end
+if record_key and not record_type_ok(record_key) then return redis.error_reply(E_TYPE) end
 
 local ring, active, fence_key = KEYS[1], KEYS[2], KEYS[3]
+local recorded, record_failure = read_record(base, record_key)
+if record_failure then return record_failure end
+if recorded then
+  for _, job in ipairs(held_leases(active, recorded)) do
+    local group = redis.call('HGET', base .. 'job:' .. job[1], 'lane')
+    if group then return { job[1], job[2], job[3], job[4], group } end
+  end
+  return false
+end
 local last_fence = fence_counter(fence_key)
 if last_fence == nil then return redis.error_reply(E_FENCE) end
 if redis.call('EXISTS', KEYS[10]) == 1 then return false end
@@ -126,4 +142,5 @@ else
   redis.call('SET', KEYS[9], dec(served) .. ' ' .. group)
 end
 local attempt, fence = lease(found.row, found.id, active, fence_key, last_fence, now + lease_ms)
+write_record(record_key, { { found.id, fence } }, lease_ms)
 return { found.id, redis.call('HGET', found.row, 'payload') or '', attempt, fence, group }

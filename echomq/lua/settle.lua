@@ -8,6 +8,7 @@
     KEYS[5] <base>fence      the queue's fence counter (string)
     KEYS[6] <base>ring       groups with waiting lane jobs (list)
     KEYS[7] <base>wake       wake tokens (list)
+    KEYS[8] <base>claim:<claim_id>  optional: the call's claim record (string, include/records.lua)
     ARGV[1] now              ms, or * for the server clock
     ARGV[2] retention_ms     integer >= 0, an acked row's tombstone time (0: deleted)
     ARGV[3] lease_ms         integer >= 1, the lease of each job claimed
@@ -24,6 +25,8 @@
   leases them, ghosts on the way dropped. The claim walk is planned before anything is written, so
   a job released by this call is not claimed by it. While the queue is paused (<base>paused
   present) no job is leased. A lease of a lane job that leaves active gives its group's slot back.
+  With a record and count > 0: a record found answers its leases still held as the jobs, and no
+  job is leased; else the leases made are recorded for lease_ms.
   Replies: a pair: the verdicts (+ACKED, +RETRYING, +DEAD, +RELEASED or +STALE per item, in order)
   and the jobs leased (each id, payload, attempt, fence) | EMQARITY, EMQKEYS, EMQNUM, EMQITEM,
   EMQKIND, EMQSIZE, WRONGTYPE, EMQFENCE, NOPERM, TRYAGAIN errors.
@@ -38,15 +41,19 @@
 --- @include "lanes"
 --- @include "leases"
 --- @include "numbers"
+--- @include "records"
 --- @include "settlements"
 --- @include "wake"
 -- The shape an item must have (EMQITEM), as the protocol table's settle row states it.
 local SETTLE_ITEM =
   'ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>'
 
-if #KEYS ~= 7 or #ARGV < 4 then return variadic_arity_error('SETTLE', 7, 4) end
+local record_key = KEYS[8]
+if (#KEYS ~= 7 and #KEYS ~= 8) or #ARGV < 4 then return variadic_arity_error('SETTLE', 7, 4) end
 local base = keys_base({ 'active', 'delayed', 'dead', 'pending', 'fence', 'ring', 'wake' })
-if base == nil then return redis.error_reply(E_KEYS) end
+if base == nil or (record_key and not record_key_ok(base, record_key)) then
+  return redis.error_reply(E_KEYS)
+end
 local now = now_arg(ARGV[1])
 if now == nil then return redis.error_reply(E_NOW) end
 local retention_ms = int_arg(ARGV[2], 0)
@@ -85,6 +92,7 @@ end
 if not types_ok({ 'zset', 'zset', 'zset', 'zset', 'string', 'list', 'list' }) then
   return redis.error_reply(E_TYPE)
 end
+if record_key and not record_type_ok(record_key) then return redis.error_reply(E_TYPE) end
 
 local active, delayed, dead, pending, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ring, wake_key = KEYS[6], KEYS[7]
@@ -118,6 +126,13 @@ local function finish_release(item)
   end
   wake(wake_key, 1)
   return 'RELEASED'
+end
+local recorded
+if count > 0 then
+  local record_failure
+  recorded, record_failure = read_record(base, record_key)
+  if record_failure then return record_failure end
+  if recorded then count = 0 end
 end
 if count > 0 then
   local paused, failure = queue_paused(base)
@@ -164,13 +179,16 @@ for n = 1, #items do
   verdicts[n] = redis.status_reply(verdict)
 end
 
+if recorded then return { verdicts, held_leases(active, recorded) } end
 for n = 1, #ghosts do redis.call('ZREM', pending, ghosts[n]) end
-local jobs = {}
+local jobs, leases = {}, {}
 for n = 1, #claims do
   local id, row = claims[n].id, claims[n].row
   redis.call('ZREM', pending, id)
   local attempt, fence = lease(row, id, active, fence_key, last_fence, now + lease_ms)
   last_fence = fence
   jobs[n] = { id, redis.call('HGET', row, 'payload') or '', attempt, fence }
+  leases[n] = { id, fence }
 end
+write_record(record_key, leases, lease_ms)
 return { verdicts, jobs }
