@@ -82,7 +82,8 @@ def test_script_checks_its_claim_record_as_the_table(transition: Transition) -> 
     source = script(transition)
     checks = [f"local record_key = KEYS[{len(transition.keys) + 1}]",
               "(record_key and not record_key_ok(base, record_key))",
-              "if record_key and not record_type_ok(record_key) then return redis.error_reply(E_TYPE)"]
+              "if record_key and not record_type_ok(record_key) then return redis.error_reply("
+              "E_TYPE)"]
     for check in checks:
         assert (check in source) is transition.record, check
     if transition.record:

@@ -160,7 +160,11 @@ def shape_cases(t: Transition) -> Iterator[Case]:
         yield Case(t, f"numkeys-{label}", _with(good, 0, numkeys), expect)
     yield Case(t, "numkeys-beyond-args", _with(good, 0, len(good)), E_TOOMANY)
     yield Case(t, "numkeys-one-less", _with(good, 0, nkeys - 1), E_ARITY)
-    yield Case(t, "numkeys-one-more", _with(good, 0, nkeys + 1), E_ARITY)
+    # one more key is a claim record where the transition takes one: then the first argument
+    # is taken for it (EMQKEYS), unless too few arguments are left
+    one_more = E_KEYS if t.record and t.items else E_ARITY
+    yield Case(t, "numkeys-one-more", _with(good, 0, nkeys + 1), one_more)
+    yield Case(t, "numkeys-two-more", _with(good, 0, nkeys + 2), E_ARITY)
     yield Case(t, "numkeys-zero", _with(good, 0, 0), E_ARITY)
     fixed = 1 + nkeys + len(t.args)
     yield Case(t, "last-arg-missing", good[: fixed - 1] if t.items else good[:-1], E_ARITY)

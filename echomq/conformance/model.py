@@ -42,6 +42,7 @@ KEY_TYPE = {"job": b"hash", "pending": b"zset", "active": b"zset", "delayed": b"
             "dead": b"zset", "ring": b"list", "wake": b"list", "fence": b"string"}
 
 _ID = re.compile(rb"JOB:[A-Za-z0-9._:-]{1,200}\Z")
+_LANE = re.compile(rb"[A-Za-z0-9._:-]{1,200}\Z")
 _INT = re.compile(rb"[0-9]{1,15}\Z")
 _LL = re.compile(rb"(-?[1-9][0-9]*|0)\Z")
 
@@ -219,6 +220,30 @@ class Call:
     base: bytes
     numbers: dict[str, int] = field(default_factory=dict)
     items: list[Item] = field(default_factory=list)
+    record: bytes | None = None  # the claim record declared after the keys
+    recorded: list[tuple[bytes, int]] | None = None  # its leases, when it was found
+
+
+def split_record(transition: Transition, keys: list[bytes]) -> tuple[list[bytes], bytes | None]:
+    """The call's own keys, and its claim record when it declares one after them."""
+    if transition.record and len(keys) == len(transition.keys) + 1:
+        return keys[:-1], keys[-1]
+    return keys, None
+
+
+def record_name_ok(base: bytes, key: bytes) -> bool:
+    """A claim record's name: base + claim: + a claim id of the lane rule."""
+    prefix = base + b"claim:"
+    return key.startswith(prefix) and _LANE.match(key[len(prefix):]) is not None
+
+
+def parse_record(value: bytes) -> list[tuple[bytes, int]]:
+    """The '<id> <fence>' pairs of a record's value; none when it is not such a list."""
+    words = value.split(b" ")
+    pairs = [(words[i], int_arg(words[i + 1], 1)) for i in range(0, len(words) - 1, 2)]
+    if len(words) % 2 or any(not id_ok(job_id) or fence is None for job_id, fence in pairs):
+        return []
+    return [(job_id, fence) for job_id, fence in pairs if fence is not None]
 
 
 def parse_items(words: list[bytes]) -> list[Item] | bytes:
@@ -347,7 +372,7 @@ class Model:
         self.keys.pop(key, None)
 
     def _setup_set(self, key: bytes, rest: list[bytes]) -> None:
-        self.keys[key] = Value(b"string", rest[0])
+        self.keys[key] = Value(b"string", rest[0], expires=b"PX" in rest[1:])
 
     def _setup_hset(self, key: bytes, rest: list[bytes]) -> None:
         value = self.keys.setdefault(key, Value(b"hash", {}))
@@ -379,18 +404,19 @@ class Model:
         if isinstance(split, bytes):
             return split
         keys, args = split
+        keys, record = split_record(transition, keys)
         verb = transition.name.upper()
         if transition.items:
-            return self._validate_batch(transition, keys, args)
+            return self._validate_batch(transition, keys, args, record)
         if len(keys) != len(transition.keys) or len(args) != len(transition.args):
             return arity_error(verb, len(transition.keys), len(transition.args))
         job_id = args[0] if transition.args[0] == "id" else b""
         if transition.args[0] == "id" and not id_ok(job_id):
             return error(E_KIND)
         base = self._base(transition, keys, job_id)
-        if base is None:
+        if base is None or (record is not None and not record_name_ok(base, record)):
             return error(E_KEYS)
-        call = Call(keys, args, base)
+        call = Call(keys, args, base, record=record)
         failure = self._numbers(call, transition.args, args)
         if failure is not None:
             return failure
@@ -412,15 +438,15 @@ class Model:
         return None
 
     def _validate_batch(self, transition: Transition, keys: list[bytes],
-                        args: list[bytes]) -> Call | bytes:
+                        args: list[bytes], record: bytes | None) -> Call | bytes:
         """settle and extend_many: keys, fixed numbers, items, types, then every item's row."""
         fixed = len(transition.args)
         if len(keys) != len(transition.keys) or len(args) < fixed:
             return variadic_arity_error(transition.name.upper(), len(transition.keys), fixed)
         base = self._base(transition, keys, b"")
-        if base is None:
+        if base is None or (record is not None and not record_name_ok(base, record)):
             return error(E_KEYS)
-        call = Call(keys, args, base)
+        call = Call(keys, args, base, record=record)
         failure = self._numbers(call, transition.args, args[:fixed])
         if failure is not None:
             return failure
@@ -453,7 +479,12 @@ class Model:
         for role, key in zip(transition.keys, call.keys, strict=True):
             if self.kind(key) not in (b"none", KEY_TYPE[role]):
                 return error(E_TYPE)
-        if transition.name == "settle" and call.numbers["count"] == 0:
+        failure = self.record_checked(transition, call)
+        if failure is not None:
+            return failure
+        if call.recorded is not None:
+            call.numbers["last_fence"] = 0  # a call that finds its record leases nothing
+        elif transition.name == "settle" and call.numbers["count"] == 0:
             call.numbers["last_fence"] = 0  # a settle that claims nothing never reads it
         elif "fence" in transition.keys:
             counter = self.fence_counter(call.keys[transition.keys.index("fence")])
@@ -461,6 +492,39 @@ class Model:
                 return error(E_FENCE)
             call.numbers["last_fence"] = counter
         return call
+
+    def record_checked(self, transition: Transition, call: Call) -> bytes | None:
+        """The claim record's type, then (claim, or settle claiming) whether the call finds it
+        (its leases then ``call.recorded``) and the type of each recorded row: the error, or
+        None."""
+        if call.record is None or call.record not in self.keys:
+            return None
+        if self.kind(call.record) != b"string":
+            return error(E_TYPE)
+        if transition.name == "settle" and call.numbers["count"] == 0:
+            return None
+        call.recorded = parse_record(self.keys[call.record].data)
+        if any(self.kind(call.base + b"job:" + job_id) not in (b"none", b"hash")
+               for job_id, _fence in call.recorded):
+            return error(E_TYPE)
+        return None
+
+    def held(self, call: Call, active: bytes) -> list[bytes]:
+        """The recorded leases still held, each as a claim replies it."""
+        jobs = []
+        for job_id, fence in call.recorded or ():
+            row = call.base + b"job:" + job_id
+            if self.is_current(active, row, job_id, fence):
+                attempt = int_field(self.hget(row, b"attempts"), 0)
+                jobs.append(b"*4\r\n" + bulk(job_id) + bulk(self.hget(row, b"payload") or b"")
+                            + integer(attempt) + integer(fence))
+        return jobs
+
+    def write_record(self, call: Call, leases: list[tuple[bytes, int]]) -> None:
+        """The leases just made, recorded (expiring) when the call declares a record."""
+        if call.record is not None and leases:
+            value = b" ".join(job_id + b" " + dec(fence) for job_id, fence in leases)
+            self.keys[call.record] = Value(b"string", value, expires=True)
 
     def fence_counter(self, key: bytes) -> int | None:
         """The queue's fence counter (absent: 0), or None when it cannot count on."""
@@ -570,12 +634,15 @@ class Model:
 
     def _claim(self, call: Call) -> bytes:
         pending, active, counter = call.keys
+        if call.recorded is not None:
+            return next(iter(self.held(call, active)), null(self.protocol))
         for member, _score in self.zitems(pending):
             row = call.base + b"job:" + member
             self.zrem(pending, member)
             if self.kind(row) != b"hash":
                 continue  # a ghost: dropped, never returned
             attempt, fence = self.lease(call, row, member, active, counter)
+            self.write_record(call, [(member, fence)])
             payload = self.hget(row, b"payload") or b""
             return (b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt)
                     + integer(fence))
@@ -668,21 +735,26 @@ class Model:
 
     def _settle(self, call: Call) -> bytes:
         active, pending, counter = call.keys[0], call.keys[3], call.keys[4]
-        claims, ghosts = self.plan_claims(call.base, pending, call.numbers["count"])
+        count = 0 if call.recorded is not None else call.numbers["count"]
+        claims, ghosts = self.plan_claims(call.base, pending, count)
         if call.numbers["last_fence"] + len(claims) > INT_MAX:
             return error(E_FENCE)
         verdicts = [status(self.settle_item(call, item)) for item in call.items]
+        if call.recorded is not None:
+            return b"*2\r\n" + array(verdicts) + array(self.held(call, active))
         for ghost in ghosts:
             self.zrem(pending, ghost)
-        jobs = []
+        jobs, leases = [], []
         for member in claims:
             row = call.base + b"job:" + member
             self.zrem(pending, member)
             attempt, fence = self.lease(call, row, member, active, counter)
             call.numbers["last_fence"] = fence
+            leases.append((member, fence))
             payload = self.hget(row, b"payload") or b""
             jobs.append(b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt)
                         + integer(fence))
+        self.write_record(call, leases)
         return b"*2\r\n" + array(verdicts) + array(jobs)
 
     def plan_claims(self, base: bytes, pending: bytes, count: int) -> tuple[list[bytes],
