@@ -54,6 +54,12 @@ USERS: dict[str, list[str]] = {
     "lane-hidden": ["~emq:{t}:[^l]*", "~emq:{t}:laneconf", "~emq:{t}:leased", "+@all"],
     # Every key of the queue but the groups over their rate (throttled).
     "throttled-hidden": ["~emq:{t}:[^t]*", "~emq:{t}:turn", "+@all"],
+    # Every key of the queue but its claim records (claim:<claim_id>, declared keys).
+    "records-hidden": ["~emq:{t}:[^c]*", "+@all"],
+    # A claim's own keys and its records, not the rows: a record's leases are derived rows.
+    "record-rows-hidden": [*(f"~emq:{{t}}:{role}" for role in ("pending", "active", "delayed",
+                                                                 "dead", "ring", "wake", "fence",
+                                                                 "claim:*")), "+@all"],
     # Every key, but not the command the derived-key check names.
     "no-hincrby": ["~emq:{t}:*", "+@all", "-hincrby"],
     # Scripts only: the native commands are not granted.
@@ -103,9 +109,11 @@ class Tenant:
         self.admin = {"lua": RawConnection(port, 2, SCRIPT_DB),
                       "native": RawConnection(port, 2, NATIVE_DB)}
 
-    def run(self, transition: Transition, queue: str,
-            setup: Sequence[Sequence[Arg]]) -> dict[str, tuple[bytes, bool]]:
-        """Per executor: the raw reply, and whether the keyspace is unchanged."""
+    def run(self, transition: Transition, queue: str, setup: Sequence[Sequence[Arg]],
+            argv: Sequence[Arg] | None = None) -> dict[str, tuple[bytes, bool]]:
+        """Per executor: the raw reply to ``argv`` (the case table's good call), and whether the
+        keyspace is unchanged."""
+        argv = GOOD[transition.name] if argv is None else argv
         out = {}
         for name, conn in self.conns.items():
             admin = self.admin[name]
@@ -113,8 +121,7 @@ class Tenant:
             for command in setup:
                 assert not admin.call(*on_queue(command, queue)).startswith(b"-")
             before = snapshot(admin)
-            reply = conn.call(*command_for(name, transition, on_queue(GOOD[transition.name],
-                                                                      queue)))
+            reply = conn.call(*command_for(name, transition, on_queue(argv, queue)))
             out[name] = (reply, snapshot(admin) == before)
         return out
 
@@ -169,6 +176,27 @@ def test_derived_keys_are_checked_alike(server: EmbeddedValkey, user: str, trans
     tenant = Tenant(server.port, user, protocol)
     try:
         outcome = tenant.run(BY_NAME[transition], "t", setup)
+        assert outcome["lua"] == outcome["native"] == (NOPERM_KEY, True), outcome
+    finally:
+        tenant.close()
+
+
+@pytest.mark.parametrize(("user", "setup"), [
+    ("records-hidden", READY["claim"]),
+    ("record-rows-hidden", [*leased("JOB:1"), ["SET", f"{BASE}claim:c-1", "JOB:1 1"]]),
+], ids=["record-hidden", "record-rows-hidden"])
+@pytest.mark.parametrize("transition", ["claim", "settle"])
+def test_claim_records_are_checked_alike(server: EmbeddedValkey, user: str, transition: str,
+                                         setup: list[list[Arg]], protocol: int) -> None:
+    """A claim record is a declared key (the server's own check); the rows of the leases it
+    holds are derived (the transition's): refused alike, nothing written."""
+    from echomq.conformance.harness import BY_NAME
+    from echomq.conformance.record_cases import claim, settle
+
+    argv = claim() if transition == "claim" else settle()
+    tenant = Tenant(server.port, user, protocol)
+    try:
+        outcome = tenant.run(BY_NAME[transition], "t", setup, argv)
         assert outcome["lua"] == outcome["native"] == (NOPERM_KEY, True), outcome
     finally:
         tenant.close()
