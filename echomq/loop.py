@@ -567,8 +567,9 @@ class LoopCore:
         """The id the claim sent at ``now`` goes under: the last claim's while its reply has not
         come — a claim whose reply was lost, sent again under its id, answers the leases it
         recorded (their attempts counted once) and leases nothing more (docs/PROTOCOL.md, "Claim
-        records") — else a new one."""
-        if self.claim_id is None:
+        records") — else a new one, as after a lease or more: that record has expired, and the
+        claim sent now leases afresh."""
+        if self.claim_id is None or now - self.claim_sent_at >= self.settings.lease_s:
             self.claim_id, self.claim_sent_at = calls.new_claim_id(), now
         return self.claim_id
 
