@@ -221,7 +221,7 @@ def test_replica_sees_every_transition(primary: EmbeddedValkey,
             queue.retry(j3, delay_ms=0, max_attempts=1, error=b"dead")
             queue.extend(j4, lease_ms=600_000)
             queue.enqueue_many([(f"JOB:b{i}", b"b%d" % i) for i in range(4)])
-            batch = queue.claim_many(4, lease_ms=600_000)
+            batch = queue.claim_many(4, lease_ms=600_000, claim_id=f"c-{wire}")  # recorded
             verdicts, _ = queue.settle([Ack(batch[0], result=b"r"),
                                         Retry(batch[1], delay_ms=600_000),
                                         Retry(batch[2], max_attempts=1), Ack(batch[0])],

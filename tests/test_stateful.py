@@ -248,6 +248,24 @@ class QueueMachine(RuleBasedStateMachine):
         assert not set(walked) & set(self.zmembers(b"pending")), walked
         return job_id
 
+    @rule(lease_ms=st.sampled_from([30_000, 600_000]))
+    def claim_sent_again(self, lease_ms: int) -> None:
+        """A claim whose reply was lost, sent again under its claim record: the same reply, and
+        nothing written the second time (no attempt counted again, nothing more leased). The
+        record lives lease_ms on the server's own clock, past the end of any run."""
+        self.records = getattr(self, "records", 0) + 1
+        record = key(b"claim:r%d" % self.records)
+        argv = [4, key(b"pending"), key(b"active"), key(b"fence"), record, lease_ms, self.now]
+        first, _ = self.execute(CLAIM, argv)
+        if first.startswith(b"*"):
+            job_id, _payload, _attempt, fence = parsed(first)
+            self.check_fresh_fence(job_id, fence)
+            event("a claim sent again under its record")
+        again, outcomes = self.execute(CLAIM, argv)
+        if not first.startswith(b"-"):
+            assert again == first, (first, again)
+            assert outcomes["lua"].after == outcomes["lua"].before
+
     def check_fresh_fence(self, job_id: bytes, fence: int) -> None:
         """Invariant 3: a fence never repeats for an id (nor, here, for the queue)."""
         given = [f for fences in self.fences.values() for f in fences]
