@@ -43,14 +43,20 @@ static int parse_record(ValkeyModuleCtx *ctx, const char *p, size_t len, Recorde
 }
 
 /* read_record of the scripts: whether the call's record is there (r->present), its leases, and
- * each lease's row checked (ACL, slot, type) as any row the call reads. NULL, or the error. */
-const char *read_record(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *record, Recorded *r) {
+ * each lease's row checked (ACL, slot, type) as any row the call reads. NULL, or the error. The
+ * value is read by the server's own GET, as the script reads it: a direct read of a short string
+ * would change its encoding (embstr to raw). */
+const char *read_record(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *record,
+                        ValkeyModuleString *record_name, Recorded *r) {
     memset(r, 0, sizeof *r);
     if (record == NULL || ValkeyModule_KeyType(record) == VALKEYMODULE_KEYTYPE_EMPTY) return NULL;
     r->present = 1;
-    size_t len;
-    const char *p = ValkeyModule_StringDMA(record, &len, VALKEYMODULE_READ);
-    if (p == NULL || !parse_record(ctx, p, len, r)) return NULL;
+    size_t len = 0;
+    ValkeyModuleCallReply *reply = ValkeyModule_Call(ctx, "GET", "s", record_name);
+    const char *p = reply ? ValkeyModule_CallReplyStringPtr(reply, &len) : NULL;
+    int parsed = p != NULL && parse_record(ctx, p, len, r);
+    if (reply) ValkeyModule_FreeCallReply(reply);
+    if (!parsed) return NULL;
     for (size_t i = 0; i < r->n; i++) {
         ValkeyModuleString *row_name = derived_key(ctx, base, "job:", r->ids[i]);
         const char *err = check_row(ctx, acl, row_name, base);

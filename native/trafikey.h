@@ -158,7 +158,8 @@ typedef struct {
     long long *fences;
     size_t n;
 } Recorded;
-const char *read_record(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *record, Recorded *r);
+const char *read_record(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *record,
+                        ValkeyModuleString *record_name, Recorded *r);
 void reply_recorded(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleKey *active, const Recorded *r, int single);
 void recorded_free(ValkeyModuleCtx *ctx, Recorded *r);
 void fx_record(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString **ids,

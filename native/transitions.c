@@ -206,6 +206,11 @@ static ValkeyModuleKey *record_of(const Call *call, ValkeyModuleKey **k) {
     return call->nkeys > call->spec->nkeys ? k[call->spec->nkeys] : NULL;
 }
 
+/* Its name (NULL when it declares none). */
+static ValkeyModuleString *record_name_of(const Call *call) {
+    return call->nkeys > call->spec->nkeys ? call->keys[call->spec->nkeys] : NULL;
+}
+
 /* After a claim leased n jobs (ids, fenced from first_fence on): its record, if it declares one. */
 static void record_claims(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **k, const StrList *claims,
                           long long first_fence, long long lease_ms) {
@@ -227,7 +232,7 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     long long last_fence;
     Acl acl = {ctx, NULL, 0};
     Recorded recorded;
-    const char *err = read_record(ctx, &acl, call->base, record_of(call, k), &recorded);
+    const char *err = read_record(ctx, &acl, call->base, record_of(call, k), record_name_of(call), &recorded);
     if (err || recorded.present) {
         acl_release(&acl);
         if (!err) reply_recorded(ctx, call->base, active, &recorded, 1);
@@ -479,7 +484,7 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     Acl acl = {ctx, NULL, 0};
     int paused = 0;
     Recorded recorded = {0};
-    if (count > 0) fail = read_record(ctx, &acl, call->base, record_of(call, k), &recorded);
+    if (count > 0) fail = read_record(ctx, &acl, call->base, record_of(call, k), record_name_of(call), &recorded);
     if (recorded.present) count = 0;
     if (!fail && count > 0) fail = queue_paused(ctx, &acl, call->base, &paused);
     if (paused) count = 0;

@@ -260,7 +260,8 @@ typedef struct {
     X(void, KeyAtPosWithFlags, (ValkeyModuleCtx * ctx, int pos, int flags))                        \
     X(ValkeyModuleCallReply *, Call, (ValkeyModuleCtx * ctx, const char *cmdname, const char *fmt, \
                                       ...))                                                        \
-    X(void, FreeCallReply, (ValkeyModuleCallReply * reply))
+    X(void, FreeCallReply, (ValkeyModuleCallReply * reply))                                        \
+    X(const char *, CallReplyStringPtr, (ValkeyModuleCallReply * reply, size_t * len))
 
 #ifdef TRAFIKEY_API_DEFINE
 #define TRAFIKEY_API_POINTER(ret, name, params) __attribute__((visibility("hidden"))) ret(*ValkeyModule_##name) params;

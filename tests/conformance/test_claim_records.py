@@ -1,5 +1,6 @@
 """Claim records, case by case (echomq/conformance/record_cases.py): the model agrees with both
-executors — reply, and keyspace with its expiries — under RESP2 and RESP3."""
+executors — reply, and keyspace with its expiries — under RESP2 and RESP3; a record read keeps
+its encoding on both."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from echomq.conformance.cases import NULL, NULLS, Case
 from echomq.conformance.harness import Pair
 from echomq.conformance.model import Model, normalise
-from echomq.conformance.record_cases import record_cases
+from echomq.conformance.record_cases import RECORD, record_cases
 from echomq.embedded import EmbeddedValkey
 
 # The model leaves a paused queue aside (lane_pause is scripts only): those cases are the
@@ -40,3 +41,16 @@ def test_the_model_agrees_with_both_executors(pair: Pair, case: Case) -> None:
         assert expected == NULLS[pair.protocol]
     else:
         assert expected.startswith(case.expect)
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if "answers" in case.label],
+                         ids=lambda case: case.id)
+def test_a_record_read_keeps_its_encoding(pair: Pair, case: Case) -> None:
+    """A claim that finds its record reads it as the script does: a direct read of a short
+    string would turn it from embstr to raw on the native side."""
+    pair.reset(case.setup)
+    pair.run(case.transition, case.argv)
+    encodings = {name: pair.inspect.call("OBJECT", "ENCODING",
+                                         pair.scratch.prefix(name) + RECORD.encode())
+                 for name in ("lua", "native")}
+    assert encodings["native"] == encodings["lua"] == b"$6\r\nembstr\r\n", encodings
