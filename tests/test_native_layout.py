@@ -20,7 +20,7 @@ WRITING_API = re.compile(
     r"|ReplicateVerbatim|NotifyKeyspaceEvent|SignalModifiedKey|ModuleTypeSetValue"
     r"|ModuleTypeReplaceValue)\b")
 # ValkeyModule_Call may run these outside effects.c: they read only.
-READING_COMMANDS = {"EXISTS"}
+READING_COMMANDS = {"EXISTS", "GET"}  # GET: a claim record read as the script reads it
 SERVER_CALL = re.compile(r"\bValkeyModule_Call\(\s*\w+\s*,\s*(\"[^\"]*\"|[^,]+)")
 WRITABLE_DMA = re.compile(r"\bValkeyModule_StringDMA\([^;]*VALKEYMODULE_WRITE")
 # A declared key by its position: k[2] (the open keys), names[2] or call->keys[2] (their names).
