@@ -26,7 +26,7 @@ FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_
         "scale_calls": 3_000, "worker_jobs": 50_000, "worker_reps": 5,
         "worker_counts": [1, 2, 4, 8], "latency_samples": 1_000, "memory_jobs": 20_000,
         "limit_lanes": [10, 100, 1_000, 10_000, 100_000], "limit_calls": 3_000,
-        "task_jobs": 20_000, "task_reps": 3, "parking_idle_s": 65.0,
+        "task_jobs": 20_000, "task_reps": 3, "parking_idle_s": 80.0,
         "parking_pending": 200_000, "parking_enqueues": 10}
 QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_reps": 1,
          "e2e_jobs": 300, "sizes": [10**3, 10**4], "lanes": [10, 1_000], "scale_calls": 300,

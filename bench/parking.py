@@ -2,7 +2,7 @@
 
 Three measurements on each wire, each on a fresh server state, consumers with their defaults:
 
-- idle: 4 consumers parked on an empty queue for ``--idle-s`` (at least the park cap, a minute,
+- idle: 4 consumers parked on an empty queue for ``--idle-s`` (at least the park cap, 75 s,
   for the figure to mean anything): the server's own count of commands (``INFO commandstats``, a
   script's inner calls included on ``wire=5``) per consumer per second;
 - recovery: 5,000 leases of a worker that died (lease 100 ms) ahead of ``--pending`` pending jobs,
@@ -232,7 +232,7 @@ def report_section(results: dict[str, Any]) -> str:
     return "\n".join([
         "## Parking: idle cost, a lease back after SIGKILL, recovery, wake one",
         "",
-        f"Consumers with their defaults (park cap a minute): {IDLE_CONSUMERS} idle consumers "
+        f"Consumers with their defaults (park cap 75 s): {IDLE_CONSUMERS} idle consumers "
         "on an empty queue (the server's own command count, scripts' inner calls included); "
         f"a holder process SIGKILLed with a job in hand (lease {HOLDER_LEASE_MS:,} ms) while "
         f"{PARKED} consumers park beside it, how long after the lease expired one of them ran "
@@ -273,7 +273,7 @@ def section(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.parking", description=__doc__)
-    parser.add_argument("--idle-s", type=float, default=65.0)
+    parser.add_argument("--idle-s", type=float, default=80.0)
     parser.add_argument("--pending", type=int, default=200_000)
     parser.add_argument("--enqueues", type=int, default=10)
     args = parser.parse_args(argv)

@@ -345,7 +345,7 @@ class Consumer(LoopShell):
     every ``lease_ms / 3``. ``max_attempts``: None means the queue's own. ``housekeeping_ms``:
     the most time between two rounds of recover + promote while the loop runs (one consumer of the
     queue runs each round). ``park_cap_ms``: the longest park when nothing can fall due sooner
-    (a minute). ``time_limit_ms``: fail an attempt that runs longer (retried or dead) and call
+    (75 s). ``time_limit_ms``: fail an attempt that runs longer (retried or dead) and call
     ``on_overrun(job)`` (on the keeper thread: to end the process, use a signal or ``os._exit``);
     an ``async def`` handler is cancelled, a plain one cannot be and keeps running —
     ``on_overrun`` is where a worker process exits so it is replaced. ``on_ack``:

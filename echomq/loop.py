@@ -46,8 +46,10 @@ Clock = Callable[[], int]
 
 HOUSEKEEPING_MS = 1_000
 PARK_FLOOR_MS = 10
-# The longest park when nothing can fall due: an idle consumer's one re-read and BLPOP a minute.
-PARK_CAP_MS = 60_000
+# The longest park when nothing can fall due: an idle consumer's one re-read and BLPOP every
+# 75 s, its record's rewrite every other park with them (a lane consumer included: under 0.1
+# commands/s).
+PARK_CAP_MS = 75_000
 # Each recover or promote call takes at most this many jobs; a round calls again while a call
 # came back full, so a backlog of expired leases comes back in short steps, all in one round.
 HOUSEKEEPING_STEP = calls.DEFAULT_BATCH_LIMIT

@@ -51,8 +51,8 @@ WORKER_PREFIX = "emq:worker:"
 BEAT_S = 2.0
 EXPIRY_BEATS = 3
 EXPIRY_MS = int(BEAT_S * 1000 * EXPIRY_BEATS)
-# A parked consumer's record expires this many park caps after it was written (3 minutes with the
-# default cap) ...
+# A parked consumer's record expires this many park caps after it was written (225 s with
+# the default cap) ...
 PARKED_EXPIRY_CAPS = 3
 # ... and is written again, in the flush before a park, when less than this many caps of its
 # expiry are left (a park lasts a cap at most): every other park when parks run to their cap.
