@@ -53,4 +53,7 @@ def test_a_record_read_keeps_its_encoding(pair: Pair, case: Case) -> None:
     encodings = {name: pair.inspect.call("OBJECT", "ENCODING",
                                          pair.scratch.prefix(name) + RECORD.encode())
                  for name in ("lua", "native")}
-    assert encodings["native"] == encodings["lua"] == b"$6\r\nembstr\r\n", encodings
+    # embstr or raw by the size of key and value together (Valkey 8 embeds the key), which the
+    # scratch prefix's length moves from run to run: the property is that both read alike.
+    assert encodings["native"] == encodings["lua"], encodings
+    assert encodings["lua"] in (b"$6\r\nembstr\r\n", b"$3\r\nraw\r\n"), encodings
