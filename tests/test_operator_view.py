@@ -190,12 +190,15 @@ def envelope(task: str) -> bytes:
 def test_dead_jobs_show_their_task_and_requeue_by_it(valkey: EmbeddedValkey,
                                                      conn: redis.Redis) -> None:
     queue = Queue(conn, "mail")
-    for job_id, task in (("JOB:m1", "send_mail"), ("JOB:r1", "build_report"),
-                         ("JOB:m2", "send_mail")):
+    # Each death a millisecond apart, by an explicit clock (dead jobs list in the order they
+    # died; two in one millisecond would list by id), all before the raw job's, on the server's.
+    for n, (job_id, task) in enumerate((("JOB:m1", "send_mail"), ("JOB:r1", "build_report"),
+                                        ("JOB:m2", "send_mail"))):
         queue.enqueue(job_id, envelope(task))
         job = queue.claim()
         assert job is not None
-        assert queue.retry(job, error="OSError: down", max_attempts=1) is Verdict.DEAD
+        assert queue.retry(job, error="OSError: down", max_attempts=1,
+                           now=1_700_000_000_000 + n) is Verdict.DEAD
     kill(queue, "JOB:raw", "ValueError: not a task")
     listed = json.loads(cli(valkey, "dead", "list", "mail", "--json"))
     assert [(j["id"], j["task"]) for j in listed] == [
