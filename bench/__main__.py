@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from bench import cost, e2e, lanes, memory, parking, report, scaling, tasks, throughput, workers
 from bench.common import load_scripts, missing_tools, running_server, server_version
-from echomq.native import module_path
+from echomq.engine.native import module_path
 
 FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_reps": 2,
         "e2e_jobs": 10_000, "sizes": [10**3, 10**4, 10**5, 10**6], "lanes": [10, 100_000],

@@ -13,9 +13,9 @@ from typing import Any
 import hiredis
 import redis
 
-from echomq import transitions as t
 from echomq.embedded import EmbeddedValkey, find_valkey_server
-from echomq.scripts import script_for
+from echomq.engine import transitions as t
+from echomq.engine.scripts import script_for
 
 # The Valkey tools the phases run, and where a machine without them gets them.
 INSTALL_HINT = {

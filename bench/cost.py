@@ -14,7 +14,7 @@ import redis
 from tqdm import tqdm
 
 from bench.common import call, commandstats, ids, pipelined, reset, stat_name
-from echomq import transitions as t
+from echomq.engine import transitions as t
 
 PAYLOAD = b'{"task":"noop","args":[]}'
 RETENTION_MS = 86_400_000

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.e2e import BATCH, BATCH_REPS
-from echomq.loop import PREFETCH
+from echomq.consumer.loop import PREFETCH
 
 TEMPLATE = os.path.join(os.path.dirname(__file__), "FINDINGS.md")
 PLACEHOLDER = re.compile(r"\{(run:|phase:)?([a-z0-9_]+)\}")
@@ -38,7 +38,7 @@ TARGETS = {"consumer_rate": 40_000, "over_get_loop": 4.0, "over_dramatiq": 15.0,
            "native_over_lua": 0.5, "native_over_bare": 1.3}
 
 ID_PREFIX = "JOB:"
-ID_MS_BITS = 45  # echomq.ids: the id's time part
+ID_MS_BITS = 45  # echomq.queue.ids: the id's time part
 ID_BITS_PER_CHAR = 6  # its base-64 alphabet
 COLLISION_IDS_PER_S = 1_000_000  # the rate the id's collision figures are stated at
 

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from bench.common import call, commandstats, ids, pipelined, reset
 from echomq import Queue
-from echomq import transitions as t
+from echomq.engine import transitions as t
 
 PAYLOAD = b"noop"
 REPS = 3

@@ -7,8 +7,8 @@ Three measurements on each wire, each on a fresh server state, consumers with th
   script's inner calls included on ``wire=5``) per consumer per second;
 - recovery: 5,000 leases of a worker that died (lease 100 ms) ahead of ``--pending`` pending jobs,
   one consumer running: how long after the leases expired the last of them left ``active``
-  (server clock), and the rate of recover itself (``echomq.admin.recover_due`` on 5,000 expired
-  leases: steps of 1,000, wall time);
+  (server clock), and the rate of recover itself (``echomq.queue.blocking.recover_due`` on 5,000
+  expired leases: steps of 1,000, wall time);
 - lease back: a holder process takes a job (lease 1 s) and 50 consumers park beside it, idle past
   the lease and the housekeeping interval; the holder is SIGKILLed: how long after its lease
   expired (its last heartbeat's deadline, server clock) one of the 50 ran the job (bound:
@@ -34,9 +34,9 @@ import redis
 
 from bench.common import running_server
 from echomq import Consumer, Job, Queue
-from echomq.admin import recover_due
-from echomq.consumer import server_ms
-from echomq.loop import HOUSEKEEPING_MS
+from echomq.consumer.blocking import server_ms
+from echomq.consumer.loop import HOUSEKEEPING_MS
+from echomq.queue.blocking import recover_due
 
 LOST = 5_000
 LOST_LEASE_MS = 100

@@ -24,7 +24,7 @@ from bench.common import (
     stat_name,
 )
 from echomq import Queue
-from echomq import transitions as t
+from echomq.engine import transitions as t
 
 PAYLOAD = b"noop"
 BASE = "emq:{scale}:"

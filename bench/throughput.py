@@ -19,7 +19,7 @@ import redis
 from tqdm import tqdm
 
 from bench.common import claim_cmd, enqueue_cmd, ids, mass_insert, script_for, tool
-from echomq import transitions as t
+from echomq.engine import transitions as t
 
 PAYLOAD = b'{"task":"noop","args":[]}'
 

@@ -5,18 +5,19 @@ Every transition runs on two executors with byte-identical replies: Lua scripts
 (``Wire.NATIVE``, ``wire=6``).
 
 The names below are loaded on first use (PEP 562), so importing one module of the package
-(``echomq.transitions``, say) loads only what that module imports.
+(``echomq.engine.transitions``, say) loads only what that module imports.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from echomq._lazy import lazy_face
 
 if TYPE_CHECKING:
-    from echomq.consumer import Consumer
-    from echomq.directives import Done, Reject, RetryIn
-    from echomq.errors import (
+    from echomq.consumer.blocking import Consumer
+    from echomq.consumer.directives import Done, Reject, RetryIn
+    from echomq.engine.errors import (
         ArgumentError,
         EchoMQError,
         EvictionPolicyWarning,
@@ -30,23 +31,23 @@ if TYPE_CHECKING:
         TrafikeyMissing,
         Wire6Unsupported,
     )
-    from echomq.ids import new_job_id
-    from echomq.queue import Ack, Job, JobOutcome, Queue, Release, Retry, Verdict
+    from echomq.engine.wire import Wire
+    from echomq.queue.blocking import Ack, Job, JobOutcome, Queue, Release, Retry, Verdict
+    from echomq.queue.ids import new_job_id
     from echomq.tasks import App, Backoff, RetryAfter, Task, TaskHandle
-    from echomq.wire import Wire
 
 # Each public name, and the module it lives in.
 _HOMES = {
-    "Consumer": "echomq.consumer",
-    **dict.fromkeys(("Done", "Reject", "RetryIn"), "echomq.directives"),
+    "Consumer": "echomq.consumer.blocking",
+    **dict.fromkeys(("Done", "Reject", "RetryIn"), "echomq.consumer.directives"),
     **dict.fromkeys(("ArgumentError", "EchoMQError", "EvictionPolicyWarning", "FatalServerError",
                      "FenceError", "ItemError", "KindError", "LaneError", "StaleLease",
-                     "TaskFailed", "TrafikeyMissing", "Wire6Unsupported"), "echomq.errors"),
-    "new_job_id": "echomq.ids",
+                     "TaskFailed", "TrafikeyMissing", "Wire6Unsupported"), "echomq.engine.errors"),
+    "new_job_id": "echomq.queue.ids",
     **dict.fromkeys(("Ack", "Job", "JobOutcome", "Queue", "Release", "Retry", "Verdict"),
-                    "echomq.queue"),
+                    "echomq.queue.blocking"),
     **dict.fromkeys(("App", "Backoff", "RetryAfter", "Task", "TaskHandle"), "echomq.tasks"),
-    "Wire": "echomq.wire",
+    "Wire": "echomq.engine.wire",
 }
 
 __all__ = [
@@ -83,22 +84,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use (then kept here); a submodule
-    (``echomq.aio``, ``echomq.embedded``) imported as ``import echomq.aio`` would."""
-    home = _HOMES.get(name)
-    if home is not None:
-        value = getattr(importlib.import_module(home), name)
-        globals()[name] = value
-        return value
-    if not name.startswith("__"):
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_face(__name__, _HOMES, __all__)

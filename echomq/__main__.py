@@ -1,3 +1,3 @@
-from echomq.cli import main
+from echomq.cli.main import main
 
 main()

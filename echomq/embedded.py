@@ -25,7 +25,7 @@ from typing import Any
 
 import redis
 
-from echomq.native import module_path
+from echomq.engine.native import module_path
 
 _PR_SET_PDEATHSIG = 1
 

@@ -14,11 +14,11 @@
 /* The highest value of a queue's fence counter a claim still counts up from (the next fence
  * stays a valid integer argument). */
 #define EMQ_FENCE_MAX (EMQ_INT_MAX - 1)
-/* The most bytes a result kept by an ack may hold (echomq.transitions.MAX_RESULT_BYTES). */
+/* The most bytes a result kept by an ack may hold (echomq.engine.transitions.MAX_RESULT_BYTES). */
 #define EMQ_RESULT_MAX 524288
 
 /* The error replies, EMQ_ERR_* and EMQ_FMT_*: generated from the error table of
- * echomq/transitions.py, as the scripts' texts are checked against it. */
+ * echomq/engine/transitions.py, as the scripts' texts are checked against it. */
 #include "emq_errors.h"
 
 /* 1 when id is JOB:<rest>, rest 1..200 bytes of [A-Za-z0-9._:-]; else 0. */

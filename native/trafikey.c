@@ -1,7 +1,7 @@
 /* trafikey.c: trafikey's face to the server, a Valkey module running echomq's transitions.
  *
  * ValkeyModule_OnLoad registers every command from the protocol table (protocol.h, generated from
- * echomq/transitions.py): its name, flags, summary, complexity, arity and key spec. It names no
+ * echomq/engine/transitions.py): its name, flags, summary, complexity, arity and key spec. It names no
  * ACL category (COMMAND INFO lists none: the server gives a module's commands none of their own),
  * so a user is granted EMQ.* by name (+emq.claim) or with +@all. Key positions for ACL, COMMAND
  * GETKEYS and the cluster are answered here, numkeys read as the server reads EVALSHA's.

@@ -6,7 +6,7 @@
  *   transitions.c  each transition's logic on its opened keys: derived keys, effects, reply
  *   effects.c      each write as the command the Lua twin runs: event, signal, replication
  *   derived.c      keys a transition derives itself: ACL, a moving slot, rows, the fence counter
- *   protocol.h     generated from echomq/transitions.py: the table all of the above read */
+ *   protocol.h     generated from echomq/engine/transitions.py: the table all of the above read */
 #ifndef TRAFIKEY_H
 #define TRAFIKEY_H
 
@@ -35,7 +35,7 @@ static inline Bytes bytes_of(const ValkeyModuleString *s) {
 
 /* One element of a command's list (an item of EMQ.SETTLE, a pair of EMQ.EXTEND_MANY): its form
  * in the table, its arguments after the form's word (views into argv), its integers by position.
- * Every form starts with the lease it names, <id> <fence> (echomq.protocol_gen checks it). */
+ * Every form starts with the lease it names, <id> <fence> (echomq.engine.protocol_gen checks it). */
 typedef struct {
     int form;
     ValkeyModuleString **args;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from echomq.cli import main
+from echomq.cli.main import main
 from echomq.embedded import EmbeddedValkey
 
 

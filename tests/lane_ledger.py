@@ -13,7 +13,7 @@ import os
 import time
 
 from echomq import Job
-from echomq.server_time import server_ms
+from echomq.engine.server_time import server_ms
 from tests.handlers import conn
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import redis
 
 from echomq import App, Backoff
-from echomq.metrics import PrometheusHooks
-from echomq.tracing import TracingHooks
+from echomq.ops.metrics import PrometheusHooks
+from echomq.ops.tracing import TracingHooks
 from tests.obs_handlers import worker_tracer
 
 app = App(redis.Redis.from_url(os.environ.get("ECHOMQ_URL", "redis://127.0.0.1:6379")),

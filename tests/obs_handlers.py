@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from echomq import Job
-from echomq.tracing import TracingHooks
+from echomq.ops.tracing import TracingHooks
 from tests.handlers import conn
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import redis
 
 from echomq import App
-from echomq.server_time import server_ms
+from echomq.engine.server_time import server_ms
 
 URL = os.environ.get("ECHOMQ_URL", "redis://127.0.0.1:1")
 SKEW_MS = int(os.environ.get("PERIODIC_SKEW_MS", "0"))

@@ -10,7 +10,7 @@ The classes:
 - ``session``: the README's ```text ``valkey-cli`` session, run step by step by
   ``tests/test_readme.py``;
 - ``illustration``: ```text that shows a shape (key names), no command: nothing to run;
-- ``queries``: ```promql: every metric it names is one ``echomq.metrics`` exports.
+- ``queries``: ```promql: every metric it names is one ``echomq.ops.metrics`` exports.
 
 Shell blocks, as ``tests/test_doc_shell.py`` runs them:
 

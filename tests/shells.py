@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import pytest
 
 from echomq import Job, Queue, aio
-from echomq.clients import client_library
-from echomq.consumer import Consumer
+from echomq.consumer.blocking import Consumer
+from echomq.engine.clients import client_library
 
 T = TypeVar("T")
 SHELLS = ["sync", "async"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import redis
 
-from echomq import KindError, Queue, Verdict, admin
-from echomq.calls import QueueCalls
-from echomq.executors import executor_for
-from echomq.transitions import PURGE, REQUEUE
+from echomq import KindError, Queue, Verdict
+from echomq.engine.calls import QueueCalls
+from echomq.engine.executors import executor_for
+from echomq.engine.transitions import PURGE, REQUEUE
+from echomq.ops import admin
 
 NOW = 1_700_000_000_000
 

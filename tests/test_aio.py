@@ -11,10 +11,10 @@ import redis
 
 from echomq import EchoMQError, Job, KindError, StaleLease, Verdict, Wire6Unsupported
 from echomq.aio import Queue, async_executor_for
-from echomq.clients import async_twin, twins
 from echomq.conformance.cases import Case
 from echomq.conformance.catalog import all_cases
-from echomq.executors import executor_for
+from echomq.engine.clients import async_twin, twins
+from echomq.engine.executors import executor_for
 
 NOW = 1_700_000_000_000
 T = TypeVar("T")
@@ -230,7 +230,7 @@ def test_async_lane_consumer_is_refused_on_wire6(conn: Any) -> None:
 def test_async_pipelines_send_evalsha_as_a_plain_command() -> None:
     """A cluster pipeline refuses ``.evalsha()`` (not EVALSHA itself): the asyncio executor
     queues EVALSHA through ``execute_command``, as the blocking one does."""
-    from echomq.transitions import CLAIM
+    from echomq.engine.transitions import CLAIM
 
     class Pipe:
         def __init__(self) -> None:

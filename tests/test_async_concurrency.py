@@ -244,7 +244,7 @@ def test_concurrency_must_be_positive(valkey: EmbeddedValkey) -> None:
 
 
 def test_the_registry_shows_a_job_in_hand_while_any_runs(conn: redis.Redis) -> None:
-    from echomq.workers import Announcer
+    from echomq.consumer.presence import Announcer
 
     announcer = Announcer(conn, "work", 5)
     first, second = Job("JOB:a", b"", 1), Job("JOB:b", b"", 1)

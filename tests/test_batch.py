@@ -248,7 +248,7 @@ def test_checked_int_takes_a_plain_int_exactly_as_the_c_rule_does(value: int,
     """checked_int answers a plain int in range without calling into C: the same answer."""
     from echomq._core import ffi, lib
 
-    from echomq.native import checked_int
+    from echomq.engine.native import checked_int
 
     text = str(value) if type(value) is int else ""
     accepted = bool(lib.emq_parse_int(text.encode(), len(text), minimum, ffi.new("long long *")))

@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from echomq import Queue
-from echomq.calls import new_claim_id
-from echomq.errors import ArgumentError
-from echomq.loop import LoopCore
+from echomq.consumer.loop import LoopCore
+from echomq.engine.calls import new_claim_id
+from echomq.engine.errors import ArgumentError
 from tests.test_loop import settings
 
 NOW = 1_700_000_000_000

@@ -16,7 +16,7 @@ import redis
 from click.testing import CliRunner
 
 from echomq import Queue, Verdict
-from echomq.cli import human_age, main
+from echomq.cli.main import human_age, main
 from echomq.embedded import EmbeddedValkey, free_port
 from tests.command_line import cli
 from tests.conftest import start_server

@@ -20,16 +20,16 @@ import valkey.asyncio
 import valkey.exceptions
 
 from echomq import Job, Queue
-from echomq.clients import async_twin, client_library, is_cluster, private_twin, twins
-from echomq.connection import (
+from echomq.consumer.faults import classify
+from echomq.engine.clients import async_twin, client_library, is_cluster, private_twin, twins
+from echomq.engine.errors import EchoMQError
+from echomq.queue.connection import (
     SOCKET_TIMEOUT_S,
     client_like,
     server_of,
     server_of_url,
     shown_server,
 )
-from echomq.errors import EchoMQError
-from echomq.faults import classify
 from tests.conftest import start_server
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import running

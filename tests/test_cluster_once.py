@@ -17,10 +17,11 @@ import valkey
 import valkey.asyncio.cluster
 import valkey.cluster
 
-from echomq import Queue, Verdict, admin
+from echomq import Queue, Verdict
 from echomq.aio import Queue as AsyncQueue
-from echomq.cluster_once import first_key
 from echomq.embedded import EmbeddedValkey
+from echomq.engine.cluster_once import first_key
+from echomq.ops import admin
 from tests.reliability.servers import low_port, node, wait_until
 from tests.reply_dropper import ReplyDropper
 

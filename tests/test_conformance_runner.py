@@ -20,7 +20,7 @@ from echomq.conformance.harness import Pair, ScratchNotEmpty, snapshot
 from echomq.conformance.resp import Arg, RawConnection
 from echomq.conformance.walk import Walk
 from echomq.embedded import EmbeddedValkey
-from echomq.transitions import TRANSITIONS, Transition
+from echomq.engine.transitions import TRANSITIONS, Transition
 from tests.conftest import start_server
 
 NOW = 1_700_000_000_000

@@ -18,8 +18,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from echomq import Job, Queue
-from echomq.connection import async_redis_from_url, redis_from_url, socket_timeout_of
 from echomq.embedded import EmbeddedValkey
+from echomq.queue.connection import async_redis_from_url, redis_from_url, socket_timeout_of
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import parked, running
 

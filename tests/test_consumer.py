@@ -18,9 +18,9 @@ import pytest
 import redis
 
 from echomq import Job, Queue, Verdict, Wire6Unsupported
-from echomq.consumer import Consumer, error_text
+from echomq.consumer.blocking import Consumer, error_text
+from echomq.consumer.loop import PARK_CAP_MS
 from echomq.embedded import EmbeddedValkey
-from echomq.loop import PARK_CAP_MS
 from tests.shells import AnyConsumer, Make, make_fixture, shell_fixture  # noqa: F401
 
 NOW = 1_700_000_000_000

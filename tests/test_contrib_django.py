@@ -29,7 +29,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.utils import timezone
 
 from echomq import Queue
-from echomq.directives import Done, Reject, RetryIn
+from echomq.consumer.directives import Done, Reject, RetryIn
 from echomq.embedded import EmbeddedValkey
 from tests.django_settings import settings_for
 

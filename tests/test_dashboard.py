@@ -20,9 +20,10 @@ import pytest
 import redis
 import uvicorn
 
-from echomq import Job, Queue, Verdict, admin
-from echomq.dashboard import History, create_app
-from echomq.workers import Announcer
+from echomq import Job, Queue, Verdict
+from echomq.consumer.presence import Announcer
+from echomq.ops import admin
+from echomq.ops.dashboard import History, create_app
 
 NOW = 1_700_000_000_000
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -18,9 +18,10 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from echomq import Queue, Verdict, admin
-from echomq.dashboard import History, create_app
-from echomq.dashboard.guard import host_allowed
+from echomq import Queue, Verdict
+from echomq.ops import admin
+from echomq.ops.dashboard import History, create_app
+from echomq.ops.dashboard.guard import host_allowed
 
 NOW = 1_700_000_000_000
 SITE = "http://127.0.0.1:8042"
@@ -112,13 +113,13 @@ def test_requeue_and_purge_from_the_page_are_logged_with_who(
     assert page.status_code == 200 and f'content="{CSRF}"' in page.text
     assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
     headers = {"Origin": SITE, "X-EchoMQ-CSRF": CSRF}
-    with caplog.at_level(logging.INFO, logger="echomq.dashboard"):
+    with caplog.at_level(logging.INFO, logger="echomq.ops.dashboard"):
         answer = client.post("/api/queues/mail/dead/requeue", headers=headers,
                              json={"ids": ["JOB:dead1", "JOB:nope"]}).json()
         assert answer == {"requeued": ["JOB:dead1"], "not_dead": ["JOB:nope"]}
         assert client.post("/api/queues/mail/dead/purge", headers=headers,
                            json={"limit": 5}).json() == {"purged": 1}
-    logged = [r.getMessage() for r in caplog.records if r.name == "echomq.dashboard"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "echomq.ops.dashboard"]
     assert any('requeue queue="mail"' in m and "JOB:dead1" in m and "client=testclient" in m
                for m in logged), logged
     assert any('purge queue="mail" limit=5 purged=1' in m for m in logged), logged
@@ -151,7 +152,7 @@ def test_a_token_is_required_when_set(conn: redis.Redis, queue: Queue,
             == 200
         basic = "Basic " + base64.b64encode(b"alice:s3cret").decode()
         assert requeue(client, {"Origin": SITE, "X-EchoMQ-CSRF": CSRF}) == 401
-        with caplog.at_level(logging.INFO, logger="echomq.dashboard"):
+        with caplog.at_level(logging.INFO, logger="echomq.ops.dashboard"):
             assert requeue(client, {"Origin": SITE, "X-EchoMQ-CSRF": CSRF,
                                     "Authorization": basic}) == 200
     assert any('user="alice"' in r.getMessage() for r in caplog.records)
@@ -242,7 +243,7 @@ def test_history_bounds_and_rates_hold_for_any_samples(
 
 def test_the_audit_log_cannot_be_forged_through_names(
         client: TestClient, queue: Queue, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="echomq.dashboard"):
+    with caplog.at_level(logging.INFO, logger="echomq.ops.dashboard"):
         response = client.post("/api/queues/mail%0Adashboard%20purge/dead/requeue",
                                json={"ids": ["JOB:x"]},
                                headers={"Origin": SITE, "X-EchoMQ-CSRF": CSRF})

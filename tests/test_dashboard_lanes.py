@@ -11,7 +11,7 @@ import redis
 from starlette.testclient import TestClient
 
 from echomq import Queue
-from echomq.dashboard import create_app
+from echomq.ops.dashboard import create_app
 
 NOW = 1_700_000_000_000
 SITE = "http://127.0.0.1:8042"
@@ -35,7 +35,7 @@ def queue(conn: redis.Redis) -> Queue:
 
 def test_pause_and_resume_a_lane_and_the_queue_from_the_page(
         client: TestClient, queue: Queue, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="echomq.dashboard"):
+    with caplog.at_level(logging.INFO, logger="echomq.ops.dashboard"):
         answer = client.post("/api/queues/mail/pause", json={"lane": "acme"}, headers=HEADERS)
         assert answer.json() == {"paused": False, "paused_lanes": ["acme"]}
         shown = next(s for s in client.get("/api/queues").json() if s["name"] == "mail")
@@ -48,7 +48,7 @@ def test_pause_and_resume_a_lane_and_the_queue_from_the_page(
         assert answer.json() == {"paused": False, "paused_lanes": []}
     assert queue.claim(now=NOW) is not None
     assert queue.claim_lane(now=NOW).lane == "acme"  # type: ignore[union-attr]
-    logged = [r.getMessage() for r in caplog.records if r.name == "echomq.dashboard"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "echomq.ops.dashboard"]
     assert any('pause queue="mail" lane="acme"' in m for m in logged), logged
     assert any('resume queue="mail" lane=null' in m for m in logged), logged
 

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 import redis
 
-from echomq import Queue, Verdict, admin
-from echomq.dashboard import History, create_app
-from echomq.workers import WORKER_PREFIX, WORKERS_KEY, WorkerInfo
+from echomq import Queue, Verdict
+from echomq.consumer.presence import WORKER_PREFIX, WORKERS_KEY, WorkerInfo
+from echomq.ops import admin
+from echomq.ops.dashboard import History, create_app
 from tests.test_dashboard import CHROMIUM, FLAGS, serve
 
 playwright = pytest.importorskip("playwright.sync_api")

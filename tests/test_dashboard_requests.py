@@ -18,9 +18,9 @@ import redis
 from starlette.testclient import TestClient
 
 from echomq import Queue
-from echomq.dashboard import create_app
-from echomq.dashboard.requests import MAX_BODY
 from echomq.embedded import EmbeddedValkey
+from echomq.ops.dashboard import create_app
+from echomq.ops.dashboard.requests import MAX_BODY
 
 SITE = "http://127.0.0.1:8042"
 CSRF = "page-token"

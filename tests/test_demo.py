@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from echomq.demo import CAPPED, CAPPED_LIMIT, GREEDY, run_demo
+from echomq.cli.demo import CAPPED, CAPPED_LIMIT, GREEDY, run_demo
 
 
 def test_demo_shows_lanes_serving_small_tenants_first() -> None:

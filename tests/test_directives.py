@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from echomq import Done, Job, Queue, Reject, RetryIn
-from echomq.loop import MAX_RESULT_BYTES, Ack, LoopCore, Retry, Settings
+from echomq.consumer.loop import MAX_RESULT_BYTES, Ack, LoopCore, Retry, Settings
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 
 NOW = 1_700_000_000_000
@@ -118,7 +118,7 @@ def test_async_handlers_return_directives_too(make: Make, queue: Queue) -> None:
 
 
 def test_the_worker_registry_counts_a_retry_or_a_rejection_as_failed(conn: redis.Redis) -> None:
-    from echomq.workers import Announcer
+    from echomq.consumer.presence import Announcer
 
     announcer = Announcer(conn, "work", 5)
     outcomes = iter([Done(b"r"), RetryIn(1, "e"), Reject("e"), None])

@@ -9,9 +9,10 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from echomq import Queue, Verdict, admin
-from echomq.dashboard import create_app
+from echomq import Queue, Verdict
 from echomq.embedded import EmbeddedValkey
+from echomq.ops import admin
+from echomq.ops.dashboard import create_app
 from tests.command_line import cli
 
 NOW = 1_700_000_000_000

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from echomq import Queue
+from echomq.consumer.presence import live_workers
 from echomq.embedded import EmbeddedValkey
-from echomq.workers import live_workers
 from tests.conftest import start_server
 from tests.doc_blocks import Block, blocks_of, every_block, modules_before
 from tests.reliability.servers import cluster

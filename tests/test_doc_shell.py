@@ -21,8 +21,8 @@ import pytest
 import redis
 
 from echomq import Queue, Verdict
+from echomq.consumer.presence import live_workers
 from echomq.embedded import EmbeddedValkey, free_port
-from echomq.workers import live_workers
 from tests.conftest import start_server
 from tests.doc_blocks import ROOT, every_block, modules_before
 from tests.reliability.servers import low_port, node

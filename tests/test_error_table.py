@@ -1,4 +1,5 @@
-"""The error table (echomq/transitions.py: ERROR_CODES, ERROR_TEXTS) is the single source of the
+"""The error table (echomq/engine/transitions.py: ERROR_CODES, ERROR_TEXTS) is the single source of
+the
 error replies: the C header is generated from it, every text a script writes is one of its texts,
 docs/PROTOCOL.md's error table is its texts, every code maps to a named exception, and a server
 error is told by its reply's code alone."""
@@ -16,11 +17,12 @@ import redis
 import redis.exceptions
 
 import echomq
-from echomq import errors
-from echomq.clients import twins
 from echomq.conformance import model
-from echomq.error_header import HEADER, render
-from echomq.errors import (
+from echomq.consumer.faults import Fault, classify
+from echomq.engine import errors
+from echomq.engine.clients import twins
+from echomq.engine.error_header import HEADER, render
+from echomq.engine.errors import (
     ArgumentError,
     EchoMQError,
     FatalServerError,
@@ -30,9 +32,8 @@ from echomq.errors import (
     error_reply,
     mapped_error,
 )
-from echomq.executors import executor_for
-from echomq.faults import Fault, classify
-from echomq.transitions import (
+from echomq.engine.executors import executor_for
+from echomq.engine.transitions import (
     CLAIM,
     ERROR_CODES,
     ERROR_TEXTS,
@@ -52,7 +53,7 @@ OURS = [row for row in ERROR_CODES if row.ours]
 
 
 def test_the_checked_in_error_header_is_what_the_table_gives() -> None:
-    """A stale native/emq_errors.h fails here: run `python -m echomq.protocol_gen`."""
+    """A stale native/emq_errors.h fails here: run `python -m echomq.engine.protocol_gen`."""
     assert HEADER.read_text() == render()
 
 
@@ -365,7 +366,7 @@ def text_parsing(tree: ast.AST) -> Iterator[int]:
 
 
 def test_the_package_tells_errors_by_their_code_in_one_place_only() -> None:
-    """Only ``echomq.errors.error_reply`` reads a server error's text (its code is the first
+    """Only ``echomq.engine.errors.error_reply`` reads a server error's text (its code is the first
     word); everything else asks it."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):

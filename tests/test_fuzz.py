@@ -19,7 +19,7 @@ from echomq.conformance.harness import Pair, assert_parity
 from echomq.conformance.model import Model, normalise
 from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey
-from echomq.transitions import TRANSITIONS, Transition
+from echomq.engine.transitions import TRANSITIONS, Transition
 
 BASE = b"emq:{q}:"
 NOW = 1_700_000_000_000

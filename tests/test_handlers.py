@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from echomq import Job, Queue
-from echomq.consumer import error_text
+from echomq.consumer.blocking import error_text
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import running, wait_until
 

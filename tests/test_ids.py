@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from echomq import ids
-from echomq.ids import ALPHABET, JobIds, new_job_id
-from echomq.native import id_ok
+from echomq.engine.native import id_ok
+from echomq.queue import ids
+from echomq.queue.ids import ALPHABET, JobIds, new_job_id
 
 SHAPE = re.compile(r"JOB:[-0-9A-Z_a-z]{18}")
 MAX_RANDOM = (1 << ids.RANDOM_BITS) - 1

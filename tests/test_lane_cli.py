@@ -8,7 +8,7 @@ import redis
 from click.testing import CliRunner
 
 from echomq import Queue
-from echomq.cli import main
+from echomq.cli.main import main
 from echomq.embedded import EmbeddedValkey
 from tests.command_line import cli
 

@@ -11,11 +11,12 @@ import pytest
 import redis
 import redis.asyncio
 
-from echomq import Queue, Verdict, admin
+from echomq import Queue, Verdict
 from echomq.aio import Queue as AsyncQueue
-from echomq.calls import Ack, Release, Retry
-from echomq.consumer import Consumer
+from echomq.consumer.blocking import Consumer
 from echomq.embedded import EmbeddedValkey
+from echomq.engine.calls import Ack, Release, Retry
+from echomq.ops import admin
 
 NOW = 1_700_000_000_000
 

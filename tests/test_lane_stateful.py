@@ -34,8 +34,8 @@ from hypothesis.stateful import (
 )
 
 from echomq import Job, Queue, Verdict
-from echomq.calls import Ack, Release, Retry
 from echomq.embedded import EmbeddedValkey
+from echomq.engine.calls import Ack, Release, Retry
 
 START = 1_700_000_000_000
 LEASE_MS = 1_000

@@ -100,7 +100,7 @@ def test_bad_lane_names_are_refused_by_client_and_server(conn: redis.Redis) -> N
     keys = [queue.key("job", "JOB:1"), queue.key("lane", lane="a b"), queue.key("ring"),
             queue.key("wake")]
     with pytest.raises(LaneError) as server_side:
-        from echomq import transitions
+        from echomq.engine import transitions
 
         queue.executor.call(conn, transitions.LANE_ENQUEUE, keys, ["JOB:1", b"", "a b", "*"])
     assert str(server_side.value).startswith("EMQLANE ")
@@ -244,8 +244,8 @@ LANE_WRONG_TYPES = [
 
 
 def _script_call(conn: RawConnection, name: str, argv: list[object]) -> bytes:
-    from echomq import transitions
-    from echomq.scripts import script_for
+    from echomq.engine import transitions
+    from echomq.engine.scripts import script_for
 
     transition = next(t for t in transitions.SCRIPT_ONLY if t.name == name)
     conn.call("SCRIPT", "LOAD", script_for(transition).source)

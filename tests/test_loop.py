@@ -1,4 +1,5 @@
-"""The loop's core (``echomq.loop``) with no server: its decisions over a set of leases in hand.
+"""The loop's core (``echomq.consumer.loop``) with no server: its decisions over a set of leases in
+hand.
 
 The core is what both shells drive, so its rules are checked here directly: every lease in hand
 is extended, each attempt has its own time limit, housekeeping is due once per interval and never
@@ -15,20 +16,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from echomq.calls import Job, Release, Verdict
-from echomq.loop import (
-    HOUSEKEEPING_STEP,
+from echomq.consumer.loop import (
     MAX_PREFETCH,
     Ack,
     Lineup,
     LoopCore,
     Retry,
     Settings,
-    more_due,
-    park_cap_for,
     park_socket_timeout,
 )
-from echomq.parking import token_taken
+from echomq.engine.calls import Job, Release, Verdict
+from echomq.queue.bounds import HOUSEKEEPING_STEP, more_due, park_cap_for
+from echomq.queue.parking import token_taken
 
 
 def settings(**overrides: Any) -> Settings:
@@ -279,7 +278,7 @@ def test_an_unsent_round_waits_again_ahead_of_newer_outcomes_after_a_pause() -> 
 
 
 def test_a_lease_lost_at_the_heartbeat_is_skipped_not_run() -> None:
-    from echomq.calls import Verdict
+    from echomq.engine.calls import Verdict
 
     core = LoopCore(settings(capacity=4))
     core.claimed([job(1), job(2)], 0.0)

@@ -25,8 +25,8 @@ from echomq import Consumer, Job, Queue
 from echomq.aio import Consumer as AsyncConsumer
 from echomq.aio import Queue as AsyncQueue
 from echomq.embedded import EmbeddedValkey
-from echomq.scripts import script_for
-from echomq.transitions import ALL_TRANSITIONS, LANE_CLAIM, SETTLE
+from echomq.engine.scripts import script_for
+from echomq.engine.transitions import ALL_TRANSITIONS, LANE_CLAIM, SETTLE
 from tests.reply_dropper import ReplyDropper
 
 JOBS = 6

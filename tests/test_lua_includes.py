@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echomq import script_sizes
 from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey
-from echomq.scripts import LuaScript, assemble, include_order, includes_named, script_for
-from echomq.transitions import ALL_TRANSITIONS, Transition
+from echomq.engine import script_sizes
+from echomq.engine.scripts import LuaScript, assemble, include_order, includes_named, script_for
+from echomq.engine.transitions import ALL_TRANSITIONS, Transition
 from tests.lua_bytecode import ABSENT_SCRIPT, DUMP_SCRIPT, global_uses
 from tests.lua_source import declared_names, names_used, top_level_locals
 
@@ -194,7 +194,7 @@ def test_each_scripts_line_map_is_its_parts(transition: Transition) -> None:
 
 
 def test_protocol_doc_states_each_scripts_loaded_size() -> None:
-    """A stale table fails here: run `python -m echomq.script_sizes`."""
+    """A stale table fails here: run `python -m echomq.engine.script_sizes`."""
     doc = script_sizes.PROTOCOL.read_text()
     assert script_sizes.rewritten(doc) == doc, script_sizes.render()
     for transition in ALL_TRANSITIONS:

@@ -19,9 +19,9 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from echomq import Job, Queue
-from echomq.directives import Done, Reject, RetryIn
+from echomq.consumer.directives import Done, Reject, RetryIn
 from echomq.embedded import free_port
-from echomq.metrics import PrometheusHooks, QueueDepths, instrument
+from echomq.ops.metrics import PrometheusHooks, QueueDepths, instrument
 from tests.obs_app import producer_of_charge
 from tests.test_worker import Workers, wait_until, workers
 
@@ -263,7 +263,7 @@ def test_a_worker_of_an_app_counts_each_task_by_name_through_its_hooks(
 
 def test_counted_app_adds_the_metrics_hooks_once_after_the_apps_own(conn: redis.Redis) -> None:
     from echomq import App
-    from echomq.metrics import counted_app
+    from echomq.ops.metrics import counted_app
     from echomq.tasks.hooks import NoHooks
 
     class Own:

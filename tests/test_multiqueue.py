@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from echomq import Job, Queue
-from echomq.consumer import Consumer
+from echomq.consumer.blocking import Consumer
 from echomq.embedded import EmbeddedValkey
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import parked, running

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from echomq import Queue
-from echomq.workers import counts_by_queue, live_workers
+from echomq.consumer.presence import counts_by_queue, live_workers
 from tests.test_worker import Workers, wait_until, workers  # noqa: F401
 
 
@@ -65,14 +65,14 @@ def test_an_all_async_app_runs_its_jobs_in_flight_per_process(
 def test_a_handler_target_needs_a_queue() -> None:
     from click.testing import CliRunner
 
-    from echomq.cli import main
+    from echomq.cli.main import main
 
     result = CliRunner().invoke(main, ["worker", "tests.worker_apps:record"])
     assert result.exit_code == 2 and "--queue" in result.output
 
 
 def test_the_registry_lists_every_queue_a_worker_serves(conn: redis.Redis) -> None:
-    from echomq.workers import Announcer
+    from echomq.consumer.presence import Announcer
 
     announcer = Announcer(conn, ["high", "low"], 5)
     announcer.beat()
@@ -116,7 +116,7 @@ def test_async_concurrency_is_refused_for_a_target_the_asyncio_consumer_does_not
         target: str, queue: list[str], said: str) -> None:
     from click.testing import CliRunner
 
-    from echomq.cli import main
+    from echomq.cli.main import main
 
     result = CliRunner().invoke(main, ["worker", target, *queue, "--async-concurrency", "4",
                                        "--url", "redis://127.0.0.1:1"])

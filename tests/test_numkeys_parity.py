@@ -15,8 +15,8 @@ import pytest
 
 from echomq.conformance.resp import Arg, RawConnection
 from echomq.embedded import EmbeddedValkey
-from echomq.scripts import script_for
-from echomq.transitions import ARGUMENTS, TRANSITIONS, Transition, keys_for, queue_base
+from echomq.engine.scripts import script_for
+from echomq.engine.transitions import ARGUMENTS, TRANSITIONS, Transition, keys_for, queue_base
 from tests.conftest import start_server
 
 PASSWORD = "pw"

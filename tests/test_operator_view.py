@@ -13,10 +13,11 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from echomq import Queue, Verdict, admin
-from echomq.cli import main
+from echomq import Queue, Verdict
+from echomq.cli.main import main
+from echomq.consumer.presence import WORKER_PREFIX, WORKERS_KEY, Announcer
 from echomq.embedded import EmbeddedValkey
-from echomq.workers import WORKER_PREFIX, WORKERS_KEY, Announcer
+from echomq.ops import admin
 from tests.command_line import cli
 from tests.test_cli import assert_one_error, echomq
 

@@ -31,7 +31,7 @@ CHECK_HEADER = """
 import runpy
 sys.argv = ["protocol_gen", "--check"]
 try:
-    runpy.run_module("echomq.protocol_gen", run_name="__main__")
+    runpy.run_module("echomq.engine.protocol_gen", run_name="__main__")
 except SystemExit as exc:
     assert exc.code in (0, None), exc.code
 """
@@ -46,8 +46,8 @@ def run_blocked(body: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("body", ["import echomq.transitions", "import echomq",
-                                  "import echomq.protocol_gen", CHECK_HEADER],
+@pytest.mark.parametrize("body", ["import echomq.engine.transitions", "import echomq",
+                                  "import echomq.engine.protocol_gen", CHECK_HEADER],
                          ids=["transitions", "package", "generator", "generator --check"])
 def test_the_table_and_its_generator_need_only_the_standard_library(body: str) -> None:
     assert run_blocked(body) == "[]"
@@ -62,13 +62,24 @@ def test_every_public_name_loads_on_first_use() -> None:
     from echomq import App, Consumer, Queue, Wire
 
     assert (Queue.__module__, Consumer.__module__, App.__module__) == (
-        "echomq.queue", "echomq.consumer", "echomq.tasks.app")
+        "echomq.queue.blocking", "echomq.consumer.blocking", "echomq.tasks.app")
     assert Wire.SCRIPTS == 5 and Wire.NATIVE == 6
 
 
 def test_submodules_are_reached_as_attributes_and_dir_lists_the_names() -> None:
-    assert echomq.aio.Queue.__module__ == "echomq.aio"
+    assert echomq.aio.Queue.__module__ == "echomq.queue.aio"
+    assert echomq.aio.Consumer.__module__ == "echomq.consumer.aio"
     assert echomq.embedded.EmbeddedValkey.__name__ == "EmbeddedValkey"
     assert set(echomq.__all__) <= set(dir(echomq))
     with pytest.raises(AttributeError, match="no attribute 'nowhere'"):
         echomq.nowhere  # noqa: B018 - the attribute access is the test
+
+
+def test_the_subpackage_faces_give_the_same_names() -> None:
+    from echomq.consumer import Consumer
+    from echomq.queue import Job, Queue
+
+    assert (Queue, Job, Consumer) == (echomq.Queue, echomq.Job, echomq.Consumer)
+    assert set(dir(echomq.queue)) >= {"Queue", "Job", "Verdict"}
+    with pytest.raises(AttributeError, match="no attribute 'nowhere'"):
+        echomq.consumer.nowhere  # noqa: B018 - the attribute access is the test

@@ -26,9 +26,9 @@ import pytest
 import redis
 
 from echomq import Consumer, Job, Queue, aio
-from echomq.consumer import server_ms
+from echomq.consumer.blocking import server_ms
+from echomq.consumer.loop import PARK_CAP_MS
 from echomq.embedded import EmbeddedValkey
-from echomq.loop import PARK_CAP_MS
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import blocked_clients, command_calls, running, wait_until
 
@@ -76,7 +76,7 @@ def test_idle_consumers_cost_one_read_and_one_blpop_per_park(
 COUNTED = """
 import sys
 import redis
-from echomq import consumer
+from echomq.consumer import blocking as consumer
 counter = redis.Redis(port=int(sys.argv[1]))
 park = consumer.Parker.park
 def counted(self, *args, **options):

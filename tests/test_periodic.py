@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echomq import Queue, Verdict
-from echomq.periodic import MARK_AHEAD_LIMIT_MS, Admission, Periodic, Schedule, Scheduler
+from echomq.tasks.periodic import MARK_AHEAD_LIMIT_MS, Admission, Periodic, Schedule, Scheduler
 
 MINUTE = 60_000
 
@@ -180,7 +180,7 @@ def test_downtime_is_coalesced_into_the_latest_tick(queue: Queue,
     recorder = Recorder(queue)
     entry = Periodic(Schedule("r", "* * * * *"), queue, recorder.admit)
     entry.run_due(T0)
-    with caplog.at_level(logging.WARNING, "echomq.periodic"):
+    with caplog.at_level(logging.WARNING, "echomq.tasks.periodic"):
         admitted = entry.run_due(T0 + 90 * MINUTE + 7_000)  # back after an hour and a half
     assert [a.tick_ms for a in admitted] == [T0 + 90 * MINUTE]
     assert "ticks missed before JOB:cron:r:20261130T083000Z are skipped" in caplog.text
@@ -200,7 +200,7 @@ def test_a_mark_far_ahead_of_a_clock_is_lowered_to_it_and_holds_back_no_due_tick
     entry.run_due(T0 + hour)
     early = [a.tick_ms for s in (1, 2, 3) for a in entry.run_due(T0 + hour + s * 1000)]
     assert early == [T0 + hour + s * 1000 for s in (1, 2, 3)]
-    with caplog.at_level(logging.WARNING, "echomq.periodic"):
+    with caplog.at_level(logging.WARNING, "echomq.tasks.periodic"):
         assert entry.run_due(T0 + 3_500) == []
     assert "its mark is 3600 s ahead of this scheduler's clock" in caplog.text
     assert entry.mark() == T0 + 3_500
@@ -346,7 +346,7 @@ def test_a_failing_pass_is_logged_and_retried_never_raised(
                           clock=fixed(T0), retry_s=0.25)
     scheduler.run_due()
     scheduler.clock = fixed(T0 + MINUTE)
-    with caplog.at_level(logging.ERROR, "echomq.periodic"):
+    with caplog.at_level(logging.ERROR, "echomq.tasks.periodic"):
         assert scheduler.beat() == 0.25
     assert "enqueue exploded" in caplog.text
     assert calls == ["JOB:cron:m:20261130T070100Z"]

@@ -41,7 +41,7 @@ from hypothesis.stateful import (
 
 from echomq import Queue, Verdict
 from echomq.embedded import EmbeddedValkey
-from echomq.periodic import MARK_AHEAD_LIMIT_MS, Periodic, Schedule
+from echomq.tasks.periodic import MARK_AHEAD_LIMIT_MS, Periodic, Schedule
 
 START = 1_796_000_000_000
 SCHEDULERS = 3

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from echomq.piddirs import pid_directory, remove_orphans
+from echomq.ops.piddirs import pid_directory, remove_orphans
 
 
 def gone_pid() -> int:

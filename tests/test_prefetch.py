@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from echomq import Job, Queue
-from echomq.consumer import server_ms
+from echomq.consumer.blocking import server_ms
 from echomq.embedded import EmbeddedValkey
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import command_calls, running, wait_until

@@ -17,9 +17,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from echomq import Job, Queue
-from echomq.cli import main
+from echomq.cli.main import main
+from echomq.consumer.loop import MAX_PREFETCH
 from echomq.embedded import EmbeddedValkey
-from echomq.loop import MAX_PREFETCH
 from tests.faultproxy import FaultProxy
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import wait_until

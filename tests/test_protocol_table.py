@@ -1,4 +1,5 @@
-"""The protocol table (echomq/transitions.py) is the single source: the generated C header is what
+"""The protocol table (echomq/engine/transitions.py) is the single source: the generated C header
+is what
 the table gives, every Lua script checks its shape, keys and types as the table states them, and
 docs/PROTOCOL.md documents every transition's call as the table lays it out."""
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from echomq import protocol_gen
-from echomq.transitions import (
+from echomq.engine import protocol_gen
+from echomq.engine.transitions import (
     ALL_TRANSITIONS,
     ARGUMENTS,
     DERIVED_ROLES,
@@ -28,7 +29,7 @@ by_name = pytest.mark.parametrize("transition", ALL_TRANSITIONS, ids=lambda t: t
 
 
 def test_the_checked_in_header_is_what_the_table_gives() -> None:
-    """A stale native/protocol.h fails here: run `python -m echomq.protocol_gen`."""
+    """A stale native/protocol.h fails here: run `python -m echomq.engine.protocol_gen`."""
     assert protocol_gen.HEADER.read_text() == protocol_gen.render()
 
 

@@ -23,16 +23,16 @@ from echomq import (
     StaleLease,
     Verdict,
     Wire6Unsupported,
-    admin,
     new_job_id,
 )
 from echomq.aio import Queue as AsyncQueue
-from echomq.calls import MAX_RESULT_BYTES
-from echomq.clients import async_twin
 from echomq.embedded import EmbeddedValkey
-from echomq.executors import NativeExecutor, executor_for
-from echomq.native import id_ok
-from echomq.transitions import SCRIPT_ONLY, Transition
+from echomq.engine.calls import MAX_RESULT_BYTES
+from echomq.engine.clients import async_twin
+from echomq.engine.executors import NativeExecutor, executor_for
+from echomq.engine.native import id_ok
+from echomq.engine.transitions import SCRIPT_ONLY, Transition
+from echomq.ops import admin
 
 NOW = 1_700_000_000_000
 
@@ -80,7 +80,7 @@ def test_client_checks_say_what_the_server_says(queue: Queue) -> None:
 
 
 def executor_transition(name: str) -> Transition:
-    from echomq.transitions import TRANSITIONS
+    from echomq.engine.transitions import TRANSITIONS
 
     return next(t for t in TRANSITIONS if t.name == name)
 
@@ -226,7 +226,7 @@ def test_a_fence_never_repeats_after_readmission(queue: Queue) -> None:
 def test_a_fence_never_repeats_after_requeue(queue: Queue) -> None:
     """A dead job requeued starts its attempts afresh; the holder of its first lease, stalled
     all along, cannot settle the new first attempt."""
-    from echomq.admin import requeue
+    from echomq.ops.admin import requeue
 
     queue.enqueue("JOB:1", b"x", now=NOW)
     stalled = queue.claim(lease_ms=10, now=NOW)

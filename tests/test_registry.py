@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import redis
 
-from echomq import Queue, admin
+from echomq import Queue
+from echomq.ops import admin
 
 NOW = 1_700_000_000_000
 JOB_ROWS = 200_000

@@ -23,12 +23,12 @@ from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from echomq import Job, Queue
-from echomq.cli import main
-from echomq.consumer import server_ms
-from echomq.dashboard import create_app
+from echomq.cli.main import main
+from echomq.consumer.blocking import server_ms
+from echomq.consumer.loop import PARK_CAP_MS
+from echomq.consumer.presence import PARKED_EXPIRY_CAPS, Announcer, WorkerInfo, live_workers
 from echomq.embedded import EmbeddedValkey
-from echomq.loop import PARK_CAP_MS
-from echomq.workers import PARKED_EXPIRY_CAPS, Announcer, WorkerInfo, live_workers
+from echomq.ops.dashboard import create_app
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import blocked_clients, command_calls, running, wait_until
 

@@ -22,11 +22,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from echomq import Consumer, Queue, Verdict
-from echomq.admin import purge, requeue
 from echomq.aio import Queue as AsyncQueue
 from echomq.embedded import EmbeddedValkey
-from echomq.scripts import script_for
-from echomq.transitions import (
+from echomq.engine.scripts import script_for
+from echomq.engine.transitions import (
     ACK,
     ALL_TRANSITIONS,
     ENQUEUE,
@@ -35,6 +34,7 @@ from echomq.transitions import (
     SETTLE,
     Transition,
 )
+from echomq.ops.admin import purge, requeue
 from tests.reply_dropper import ReplyDropper
 
 NOW = 1_700_000_000_000
@@ -124,7 +124,7 @@ def test_an_enqueue_whose_reply_was_lost_answers_enqueued(
 
 def test_an_admission_whose_reply_was_lost_is_told_from_another_producers() -> None:
     """The rule behind it: the row must hold the call's payload, admitted within the call."""
-    from echomq.calls import QueueCalls, lost_admission
+    from echomq.engine.calls import QueueCalls, lost_admission
 
     calls = QueueCalls("work")
     explicit, clocked = calls.enqueue("JOB:1", b"x", None, NOW), calls.enqueue("JOB:1", b"x",

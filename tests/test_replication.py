@@ -26,7 +26,7 @@ from echomq import Ack, Job, Queue, Retry, StaleLease
 from echomq.conformance.harness import snapshot
 from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey
-from echomq.server_time import server_ms
+from echomq.engine.server_time import server_ms
 from tests.conftest import start_server
 
 QUEUES = ("a", "b")

@@ -19,9 +19,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from echomq import Job, Queue
+from echomq.consumer.faults import Fault, classify
 from echomq.embedded import EmbeddedValkey
-from echomq.errors import FatalServerError
-from echomq.faults import Fault, classify
+from echomq.engine.errors import FatalServerError
 from tests.conftest import start_server
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import running, wait_until

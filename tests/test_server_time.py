@@ -1,4 +1,5 @@
-"""The server's clock (``TIME``) read one way everywhere: ``echomq.server_time`` decodes a plain
+"""The server's clock (``TIME``) read one way everywhere: ``echomq.engine.server_time`` decodes a
+plain
 client's reply and the per-node reply of a cluster client that asks several nodes, and both
 consumer shells read it through that decoder — checked on a real cluster of three primaries."""
 
@@ -17,10 +18,10 @@ import valkey.asyncio.cluster
 import valkey.cluster
 
 from echomq import aio
-from echomq.consumer import Consumer
+from echomq.consumer.blocking import Consumer
 from echomq.embedded import EmbeddedValkey
-from echomq.queue import Queue
-from echomq.server_time import server_ms, time_ms
+from echomq.engine.server_time import server_ms, time_ms
+from echomq.queue.blocking import Queue
 from tests.cluster import three_primaries
 
 # Below the asyncio cluster client's park cap (its 5 s socket timeout less a margin).

@@ -40,8 +40,8 @@ from echomq.conformance.model import (
     status,
 )
 from echomq.embedded import EmbeddedValkey
-from echomq.scripts import script_for
-from echomq.transitions import (
+from echomq.engine.scripts import script_for
+from echomq.engine.transitions import (
     ACK,
     ACK_RESULT,
     CLAIM,

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from echomq import App, Backoff, Job, Queue, RetryAfter, Verdict
-from echomq.directives import Done, Reject, RetryIn
+from echomq.consumer.directives import Done, Reject, RetryIn
 from echomq.tasks.envelope import Envelope, decode_envelope, decode_result, encode
 from echomq.tasks.hooks import RunRecord
 from tests.task_functions import add

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echomq.calls import Job
+from echomq.engine.calls import Job
 from echomq.tasks.envelope import (
     Envelope,
     PayloadError,

@@ -19,8 +19,8 @@ import redis
 import redis.asyncio as aioredis
 
 from echomq import App, Backoff, Consumer, RetryAfter, TaskFailed, aio
-from echomq.calls import MAX_RESULT_BYTES
 from echomq.embedded import EmbeddedValkey
+from echomq.engine.calls import MAX_RESULT_BYTES
 from tests.task_functions import add, broken
 from tests.test_readme import fenced_blocks
 

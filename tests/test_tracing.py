@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from echomq import Job, Queue
-from echomq.tracing import TracingHooks
+from echomq.ops.tracing import TracingHooks
 from tests.obs_app import producer_of_charge
 from tests.test_worker import Workers, wait_until, workers
 

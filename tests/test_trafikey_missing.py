@@ -12,8 +12,8 @@ import redis.asyncio as aredis
 
 from echomq import Queue, aio
 from echomq.embedded import EmbeddedValkey
-from echomq.errors import EchoMQError, TrafikeyMissing
-from echomq.executors import raise_mapped
+from echomq.engine.errors import EchoMQError, TrafikeyMissing
+from echomq.engine.executors import raise_mapped
 from tests.conftest import start_server
 
 

@@ -16,7 +16,7 @@ import redis.asyncio as aredis
 from echomq import Job, JobOutcome, Queue
 from echomq.aio import Queue as AsyncQueue
 from echomq.embedded import EmbeddedValkey
-from echomq.waiting import next_block_s, wait_slice_s
+from echomq.queue.waiting import next_block_s, wait_slice_s
 
 SOCKET_TIMEOUT_S = 0.3
 

@@ -10,11 +10,11 @@ from click.testing import CliRunner
 
 from echomq import Queue, Verdict, Wire
 from echomq.aio import Queue as AsyncQueue
-from echomq.cli import main
+from echomq.cli.main import main
+from echomq.consumer.presence import Announcer
 from echomq.embedded import EmbeddedValkey
-from echomq.executors import executor_for
-from echomq.wire import wire_of
-from echomq.workers import Announcer
+from echomq.engine.executors import executor_for
+from echomq.engine.wire import wire_of
 
 
 def test_the_members_are_the_numbers_and_either_picks_the_executor(conn: redis.Redis) -> None:

@@ -20,9 +20,10 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from echomq import Queue, admin
-from echomq.cli import main
+from echomq import Queue
+from echomq.cli.main import main
 from echomq.embedded import EmbeddedValkey, free_port
+from echomq.ops import admin
 from echomq.worker import (
     QUICK_DEATH_S,
     START_TRIES,

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from echomq.consumer.presence import live_workers
 from echomq.embedded import EmbeddedValkey
-from echomq.workers import live_workers
 from tests.conftest import client_of, start_server
 from tests.served_app import make_app
 from tests.test_worker import wait_until

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from echomq import Queue, admin
+from echomq import Queue
+from echomq.ops import admin
 from tests import test_worker
 from tests.test_worker import Workers, as_text, wait_until
 

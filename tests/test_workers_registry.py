@@ -25,17 +25,18 @@ from hypothesis.stateful import (
 )
 from starlette.testclient import TestClient
 
-from echomq import Consumer, Job, Queue, admin, aio
-from echomq.cli import main
-from echomq.dashboard import create_app
-from echomq.embedded import EmbeddedValkey
-from echomq.workers import (
+from echomq import Consumer, Job, Queue, aio
+from echomq.cli.main import main
+from echomq.consumer.presence import (
     EXPIRY_MS,
     WORKERS_KEY,
     Announcer,
     WorkerInfo,
     live_workers,
 )
+from echomq.embedded import EmbeddedValkey
+from echomq.ops import admin
+from echomq.ops.dashboard import create_app
 from tests.test_worker import Workers, as_text, wait_until, workers  # noqa: F401
 
 QUEUE = "mailq"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from echomq.conformance.harness import BY_NAME, Pair, parity_differences
 from echomq.conformance.resp import Arg
-from echomq.transitions import TRANSITIONS, Transition
+from echomq.engine.transitions import TRANSITIONS, Transition
 
 BASE = "emq:{q}:"
 OTHER = "emq:{other}:"

@@ -20,8 +20,8 @@ from typing import Any
 
 from echomq.conformance.model import numkeys_of, raw
 from echomq.conformance.resp import Address, Arg, RawConnection, parse
-from echomq.scripts import script_for
-from echomq.transitions import TRANSITIONS, Transition
+from echomq.engine.scripts import script_for
+from echomq.engine.transitions import TRANSITIONS, Transition
 
 EXECUTORS = ("lua", "native")
 _LEADING_DIGITS = re.compile(rb"[0-9]+")

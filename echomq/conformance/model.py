@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from echomq.conformance.resp import Arg
-from echomq.transitions import Transition
+from echomq.engine.transitions import Transition
 
 INT_MAX = 999_999_999_999_999
 FENCE_MAX = INT_MAX - 1

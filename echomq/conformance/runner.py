@@ -24,8 +24,8 @@ from echomq.conformance.catalog import all_cases
 from echomq.conformance.harness import Pair, Scratch, ScratchNotEmpty, scan
 from echomq.conformance.resp import Address, RawConnection, parse
 from echomq.conformance.walk import Walk
-from echomq.errors import TrafikeyMissing
-from echomq.transitions import TRANSITIONS
+from echomq.engine.errors import TrafikeyMissing
+from echomq.engine.transitions import TRANSITIONS
 
 PROTOCOLS = (2, 3)
 NAME = "echomq conformance"
@@ -81,7 +81,7 @@ def run(url: str, seed: int | None = None, random_steps: int = 500, as_json: boo
     except TrafikeyMissing as exc:
         return _fail(f"the server does not know {exc.command}: trafikey is not loaded there",
                      "start valkey-server with --loadmodule <path of trafikey.so>, which "
-                     "echomq.native.module_path() gives")
+                     "echomq.engine.native.module_path() gives")
     except (OSError, RuntimeError) as exc:
         return _fail(_describe(exc, address), _hint(exc))
     say(json.dumps(_jsonable(report)) if as_json else "\n".join(_lines(report)))

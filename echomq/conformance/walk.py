@@ -18,7 +18,7 @@ from echomq.conformance.catalog import all_cases
 from echomq.conformance.harness import Pair, parity_differences
 from echomq.conformance.model import Model, int_field, normalise
 from echomq.conformance.resp import Arg
-from echomq.transitions import (
+from echomq.engine.transitions import (
     ACK,
     ACK_RESULT,
     CLAIM,

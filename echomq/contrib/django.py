@@ -45,12 +45,12 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from echomq.calls import JobOutcome
-from echomq.connection import redis_from_url
-from echomq.directives import Directive, Done, Reject, RetryIn
-from echomq.ids import new_job_id
-from echomq.queue import Job, Queue
-from echomq.wire import Wire
+from echomq.consumer.directives import Directive, Done, Reject, RetryIn
+from echomq.engine.calls import JobOutcome
+from echomq.engine.wire import Wire
+from echomq.queue.blocking import Job, Queue
+from echomq.queue.connection import redis_from_url
+from echomq.queue.ids import new_job_id
 
 __all__ = ["Call", "EchoMQBackend", "error_text", "handler"]
 
@@ -109,7 +109,7 @@ def task_error(text: str) -> TaskError:
         return TaskError(exception_class_path=data["exception_class_path"],
                          traceback=data["traceback"])
     except (ValueError, TypeError, KeyError):
-        return TaskError(exception_class_path="echomq.errors.EchoMQError", traceback=text)
+        return TaskError(exception_class_path="echomq.engine.errors.EchoMQError", traceback=text)
 
 
 def moment(value: str | None) -> datetime | None:

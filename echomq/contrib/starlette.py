@@ -18,7 +18,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-from echomq import aio, clients
+from echomq import aio
+from echomq.engine import clients
 from echomq.tasks import App
 
 __all__ = ["async_twin", "lifespan"]

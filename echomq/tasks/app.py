@@ -22,12 +22,12 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from echomq.calls import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION_MS, MAX_RESULT_BYTES, Job
-from echomq.directives import Done, Reject, RetryIn
-from echomq.ids import new_job_id
-from echomq.loop import error_text
-from echomq.periodic import Periodic, Schedule, Scheduler
-from echomq.queue import Queue
+from echomq.consumer.directives import Done, Reject, RetryIn
+from echomq.consumer.loop import error_text
+from echomq.engine.calls import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION_MS, MAX_RESULT_BYTES, Job
+from echomq.engine.wire import Wire
+from echomq.queue.blocking import Queue
+from echomq.queue.ids import new_job_id
 from echomq.tasks.envelope import (
     Envelope,
     PayloadError,
@@ -50,9 +50,9 @@ from echomq.tasks.hooks import (
     TaskHooks,
     combined,
 )
+from echomq.tasks.periodic import Periodic, Schedule, Scheduler
 from echomq.tasks.retry import DEFAULT_BACKOFF, Backoff, Draw, RetryPolicy
 from echomq.tasks.signature import ArgumentsRejected, Signature
-from echomq.wire import Wire
 
 __all__ = ["App", "Task", "TaskCall"]
 
@@ -163,7 +163,7 @@ class App:
 
         return register if function is None else register(function)
 
-    # periodic tasks (echomq.periodic) -------------------------------------------------------
+    # periodic tasks (echomq.tasks.periodic) -------------------------------------------------------
 
     def periodic(self, cron: str, *, args: Sequence[Any] = (),
                  kwargs: dict[str, Any] | None = None, name: str | None = None,

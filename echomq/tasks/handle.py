@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from echomq.errors import TaskFailed
+from echomq.engine.errors import TaskFailed
 from echomq.tasks.envelope import decode_result, is_json
 from echomq.tasks.signature import Signature
 
 if TYPE_CHECKING:
-    from echomq.queue import JobOutcome, Queue, Verdict
+    from echomq.queue.blocking import JobOutcome, Queue, Verdict
 
 R = TypeVar("R")
 

@@ -13,8 +13,8 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from dataclasses import dataclass
 from typing import Protocol
 
-from echomq.calls import Job
-from echomq.loop import error_text
+from echomq.consumer.loop import error_text
+from echomq.engine.calls import Job
 
 SUCCEEDED = "succeeded"
 RETRIED = "retried"

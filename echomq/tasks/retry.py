@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from echomq.calls import DEFAULT_MAX_ATTEMPTS
+from echomq.engine.calls import DEFAULT_MAX_ATTEMPTS
 
 Draw = Callable[[], float]  # a number in [0, 1): random.random, or a fixed one in tests
 

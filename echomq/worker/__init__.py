@@ -30,7 +30,8 @@ running job finish and exits; a child still running after the grace period is ki
 comes back through its lease. The supervisor then exits 0. A second signal kills the children at
 once. A child whose supervisor died stops the same way (its running job finishes first).
 
-Each child announces itself in the registry of workers (``echomq.workers``) while it runs, and
+Each child announces itself in the registry of workers (``echomq.consumer.presence``) while it
+runs, and
 takes its record off on a clean stop.
 
 

@@ -16,11 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from echomq import aio
-from echomq.clients import async_twin
-from echomq.consumer import Consumer
-from echomq.queue import Job, Queue
+from echomq.consumer.blocking import Consumer
+from echomq.consumer.presence import Announcer
+from echomq.engine.clients import async_twin
+from echomq.queue.blocking import Job, Queue
 from echomq.worker.spec import WorkerSpec, connect, is_app, load_callable, load_target
-from echomq.workers import Announcer
 
 log = logging.getLogger("echomq")
 
@@ -233,14 +233,14 @@ def _counted(handler: Callable[[Job], object], spec: WorkerSpec,
              max_attempts: int) -> Callable[[Job], object]:
     """A plain handler counted in the metrics, labelled with the worker's queues (a job does
     not say which of them it came from) and ``MODULE:HANDLER``."""
-    from echomq.metrics import instrument  # only now: after PROMETHEUS_MULTIPROC_DIR is set
+    from echomq.ops.metrics import instrument  # only now: after PROMETHEUS_MULTIPROC_DIR is set
 
     return instrument(handler, ",".join(spec.queues), task=spec.handler,
                       max_attempts=max_attempts)
 
 
 def _count_app(target: Any, spec: WorkerSpec) -> None:
-    from echomq.metrics import counted_app  # only now: after PROMETHEUS_MULTIPROC_DIR is set
+    from echomq.ops.metrics import counted_app  # only now: after PROMETHEUS_MULTIPROC_DIR is set
 
     if not counted_app(target):
         log.warning("%s has no task hooks to count its jobs through: the metrics show the "

@@ -13,7 +13,7 @@ import time
 import traceback
 from typing import Any
 
-from echomq.childsignals import SignalWaiter
+from echomq.consumer.presence import Announcer
 from echomq.worker.build import (
     ENDED_SIGNAL,
     OVERRUN_SIGNAL,
@@ -23,6 +23,7 @@ from echomq.worker.build import (
     build_worker_loop,
     call_app,
 )
+from echomq.worker.signals import SignalWaiter
 from echomq.worker.spec import (
     DRAIN_SLACK_S,
     EXIT_OVERRUN,
@@ -33,7 +34,6 @@ from echomq.worker.spec import (
     connect,
     load_target,
 )
-from echomq.workers import Announcer
 
 log = logging.getLogger("echomq")
 

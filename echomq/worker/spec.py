@@ -11,14 +11,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from echomq.connection import client_like, redis_from_url
-from echomq.consumer import refuse_unsupported
-from echomq.errors import EchoMQError, TrafikeyMissing
-from echomq.executors import executor_for
-from echomq.loop import PARK_CAP_MS, PREFETCH
-from echomq.queue import DEFAULT_LEASE_MS
-from echomq.transitions import CLAIM
-from echomq.wire import Wire
+from echomq.consumer.blocking import refuse_unsupported
+from echomq.consumer.loop import PARK_CAP_MS, PREFETCH
+from echomq.engine.errors import EchoMQError, TrafikeyMissing
+from echomq.engine.executors import executor_for
+from echomq.engine.transitions import CLAIM
+from echomq.engine.wire import Wire
+from echomq.queue.blocking import DEFAULT_LEASE_MS
+from echomq.queue.connection import client_like, redis_from_url
 
 log = logging.getLogger("echomq")
 
@@ -164,7 +164,8 @@ def check_server(conn: Any, wire: int) -> None:
 
 def connect(spec: WorkerSpec, target: Any = None) -> Any:
     """A new blocking client to the server the workers serve: ``spec.url``'s, or (no URL) the
-    target App's own connection rebuilt, of its client library (``echomq.connection.client_like``);
+    target App's own connection rebuilt, of its client library
+    (``echomq.queue.connection.client_like``);
     ``target``: the App (None: loaded)."""
     if spec.url is not None:
         return redis_from_url(spec.url)

@@ -198,7 +198,7 @@ class Supervisor:
         os.close(slot.status)
         os.close(slot.pidfd)
         if self.spec.metrics_dir is not None and slot.process is not None:
-            from echomq.metrics import process_ended
+            from echomq.ops.metrics import process_ended
 
             process_ended(slot.process.pid, self.spec.metrics_dir)
         slot.process, slot.status, slot.pidfd = None, -1, -1
@@ -279,7 +279,7 @@ def run_workers(spec: WorkerSpec, concurrency: int, grace_s: float,
     probe_server(spec)
     if metrics_at is None:
         return Supervisor(spec, concurrency, grace_s).run()
-    from echomq.metrics import serving
+    from echomq.ops.metrics import serving
 
     with serving(spec.url or connect(spec), metrics_at[1], metrics_at[0]) as directory:
         return Supervisor(replace(spec, metrics_dir=directory), concurrency, grace_s).run()

@@ -19,8 +19,8 @@ from echomq.conformance.harness import EXECUTORS, Pair, assert_parity
 from echomq.conformance.lane_cases import fence_counter_cases
 from echomq.conformance.resp import parse
 from echomq.embedded import EmbeddedValkey
-from echomq.scripts import script_for
-from echomq.transitions import LANE_ENQUEUE, LANE_SET, REQUEUE, keys_for
+from echomq.engine.scripts import script_for
+from echomq.engine.transitions import LANE_ENQUEUE, LANE_SET, REQUEUE, keys_for
 
 FENCE_CASES = list(fence_counter_cases())
 

@@ -13,7 +13,7 @@ import redis
 from echomq.conformance.cases import GOOD, READY
 from echomq.conformance.harness import Pair, assert_parity
 from echomq.embedded import EmbeddedValkey
-from echomq.transitions import TRANSITIONS, Transition
+from echomq.engine.transitions import TRANSITIONS, Transition
 from tests.conftest import start_server
 
 

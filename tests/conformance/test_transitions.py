@@ -31,7 +31,7 @@ def test_case(pair: Pair, case: Case) -> None:
 
 
 def test_every_transition_has_cases() -> None:
-    from echomq.transitions import TRANSITIONS
+    from echomq.engine.transitions import TRANSITIONS
 
     covered = {case.transition.name for case in CASES if not case.expect.startswith(b"-")}
     assert covered == {t.name for t in TRANSITIONS}

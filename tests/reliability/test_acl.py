@@ -16,8 +16,8 @@ from echomq.conformance.harness import command_for, snapshot
 from echomq.conformance.lane_cases import lane_lease, parked
 from echomq.conformance.resp import Arg, RawConnection
 from echomq.embedded import EmbeddedValkey
-from echomq.scripts import script_for
-from echomq.transitions import (
+from echomq.engine.scripts import script_for
+from echomq.engine.transitions import (
     ALL_TRANSITIONS,
     LANE_CLAIM,
     LANE_ENQUEUE,

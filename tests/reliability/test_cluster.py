@@ -17,11 +17,12 @@ import pytest
 import redis
 from redis.cluster import RedisCluster, key_slot
 
-from echomq import Ack, Job, Queue, Verdict, admin
+from echomq import Ack, Job, Queue, Verdict
 from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey
-from echomq.scripts import script_for
-from echomq.transitions import ALL_TRANSITIONS, ENQUEUE
+from echomq.engine.scripts import script_for
+from echomq.engine.transitions import ALL_TRANSITIONS, ENQUEUE
+from echomq.ops import admin
 from tests.reliability.ledger import Ledger, assert_nothing_lost, reckon
 from tests.reliability.servers import Cluster, cli, server_version, wait_until
 from tests.reliability.servers import cluster as fresh_cluster
@@ -482,8 +483,8 @@ def test_pipeline_error_is_raised(wire: int) -> None:
     """ClusterPipeline.execute(raise_on_error=False) returns a ClusterError("TTL exhausted.")
     object when a slot keeps answering TRYAGAIN mid-migration; enqueue_many must raise it, not
     fail on Verdict("TTL exhausted.") with a ValueError."""
-    from echomq.executors import executor_for
-    from echomq.transitions import ENQUEUE
+    from echomq.engine.executors import executor_for
+    from echomq.engine.transitions import ENQUEUE
 
     error = redis.exceptions.ClusterError("TTL exhausted.")
     call = (ENQUEUE, ["emq:{q}:job:JOB:1", "emq:{q}:pending", "emq:{q}:wake"],

@@ -1,0 +1,105 @@
+"""Commands sent once through a cluster client (redis-py's or valkey-py's, blocking or asyncio).
+
+A cluster client sends a command again after a connection error or a timeout, to the same node
+or to the one its refreshed slot map names: for a transition, whose reply may have been lost
+after it ran, that is a replay. Named as a call's target, a node is sent to once: the client still
+follows MOVED and ASK and waits out TRYAGAIN (refusals, after which nothing ran), and refreshes
+its slot map after a connection error, but raises that error instead of sending again. So each
+command goes to the node of its first key's slot (every key of a queue shares its hash tag),
+found here from the command itself, which also spares the client asking the server for the keys
+of a module command. A refusal of the whole cluster (CLUSTERDOWN) is tried again, as the client
+would: nothing ran.
+
+A flush is sent command by command, in order (a cluster pipeline resends as the client does); a
+server error is a reply of the flush, as from a pipeline.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import ClusterDownError, ResponseError
+
+from echomq.engine.clients import client_library, twins
+
+Command = Sequence[Any]
+# CLUSTERDOWN refusals tried again before the error is raised (the client's own default count).
+CLUSTER_DOWN_TRIES = 3
+_SCRIPT_CALLS = frozenset({"EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO", "FCALL", "FCALL_RO"})
+
+
+def first_key(command: Command) -> Any | None:
+    """The first key ``command`` names: after the key count of a script call or of an ``EMQ.*``
+    command, else its first argument; None when it names none."""
+    name = command[0].decode() if isinstance(command[0], bytes) else str(command[0])
+    name = name.upper()
+    if name in _SCRIPT_CALLS or name.startswith("EMQ."):
+        count_at = 2 if name in _SCRIPT_CALLS else 1
+        if len(command) <= count_at + 1 or not str(command[count_at]).isdigit() \
+                or int(command[count_at]) < 1:
+            return None
+        return command[count_at + 1]
+    return command[1] if len(command) > 1 else None
+
+
+def _slot(client: Any, key: Any) -> int:
+    crc = importlib.import_module(f"{client_library(client)}.crc")
+    encoded = key if isinstance(key, bytes) else str(key).encode()
+    slot: int = crc.key_slot(encoded)
+    return slot
+
+
+def _target(client: Any, command: Command) -> dict[str, Any]:
+    """The ``target_nodes`` argument that sends ``command`` to its slot's node once; none for a
+    command naming no key (sent as the client sends it)."""
+    key = first_key(command)
+    if key is None:
+        return {}
+    return {"target_nodes": client.nodes_manager.get_node_from_slot(_slot(client, key))}
+
+
+def send(client: Any, command: Command) -> Any:
+    """The reply of ``command`` sent once through the blocking cluster ``client``."""
+    for tries_left in range(CLUSTER_DOWN_TRIES, -1, -1):
+        try:
+            return client.execute_command(*command, **_target(client, command))
+        except twins(ClusterDownError):
+            if not tries_left:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def flush(client: Any, commands: Sequence[Command]) -> list[Any]:
+    """A reply (or the server's error, not raised) per command, each sent once, in order."""
+    replies: list[Any] = []
+    for command in commands:
+        try:
+            replies.append(send(client, command))
+        except twins(ResponseError) as exc:
+            replies.append(exc)
+    return replies
+
+
+async def async_send(client: Any, command: Command) -> Any:
+    """``send`` for an asyncio cluster client."""
+    await client.initialize()  # its slot map, read at the first call
+    for tries_left in range(CLUSTER_DOWN_TRIES, -1, -1):
+        try:
+            return await client.execute_command(*command, **_target(client, command))
+        except twins(ClusterDownError):
+            if not tries_left:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def async_flush(client: Any, commands: Sequence[Command]) -> list[Any]:
+    """``flush`` for an asyncio cluster client."""
+    replies: list[Any] = []
+    for command in commands:
+        try:
+            replies.append(await async_send(client, command))
+        except twins(ResponseError) as exc:
+            replies.append(exc)
+    return replies

@@ -1,0 +1,445 @@
+"""The protocol table: one row per transition, the single source both executors, the client and
+the tests read.
+
+Each transition names its key roles (built from the queue's base and, for ``job``, the job id;
+``fence`` is the queue's lease counter, a string every claim increments), its arguments, its Lua
+file in ``echomq/lua/`` and its native twin in trafikey (or none), its flags, summary and
+complexity. A key role has one type wherever it appears (``ROLE_TYPES``) and an argument name one
+kind and minimum (``ARGUMENTS``), so a row lists names and the grammar gives the rest.
+
+The C side reads this table through ``native/protocol.h``, which ``python -m
+echomq.engine.protocol_gen``
+writes from it (a test fails when the checked-in header is stale); the Lua side and
+docs/PROTOCOL.md are checked against it by tests/test_protocol_table.py.
+
+The error table (``ERROR_CODES``, ``ERROR_TEXTS``) states every error reply byte for byte and the
+exception each code raises in Python: the generator writes native/emq_errors.h from it, the client
+builds its own refusals and echomq.engine.errors its mapping from it, and tests/test_error_table.py
+checks the scripts' texts and docs/PROTOCOL.md's error table against it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# The type of each key role: a declared key must be absent or of this type (WRONGTYPE otherwise).
+ROLE_TYPES: dict[str, str] = {
+    "job": "hash",  # the row of the id argument: <base>job:<id>
+    "pending": "zset",
+    "active": "zset",
+    "delayed": "zset",
+    "dead": "zset",
+    "wake": "list",
+    "ring": "list",
+    "lane": "list",  # the lane of the group argument: <base>lane:<group>
+    "fence": "string",
+    "laneconf": "hash",  # lane knobs: <knob> the queue's default, <knob>:<group> a group's
+    "leased": "hash",  # leases held per group
+    "parked": "hash",  # why a group is out of the ring: bits 1 limit, 2 rate, 4 paused
+    "throttled": "zset",  # groups over their rate, score = when their window opens
+    "windows": "hash",  # each rate-limited group's window: '<start> <claims>'
+    "turn": "string",  # '<served> <group>': the ring head's claims in its turn
+    "paused": "string",  # present while the whole queue is paused
+    # A claim's record, <base>claim:<claim_id>: the leases a claim that named it handed out,
+    # '<id> <fence>' each, space-separated, for a lease's time (see CLAIM_RECORD).
+    "claim": "string",
+}
+# Roles whose key is derived from an argument rather than a fixed suffix: role -> (prefix, arg).
+DERIVED_ROLES: dict[str, tuple[str, str]] = {"job": ("job:", "id"), "lane": ("lane:", "group")}
+# The optional last key of a claiming transition (``Transition.record``): its claim record,
+# <base>claim:<claim_id>, the claim id chosen by the caller (1 to 200 bytes of A-Z a-z 0-9 . _ : -,
+# as a lane name). A claim sent again with it after a lost reply answers the leases recorded
+# that are still held, and leases nothing more.
+CLAIM_RECORD = "claim"
+CLAIM_RECORD_PREFIX = "claim:"
+
+
+@dataclass(frozen=True)
+class Argument:
+    """How one argument reads: ``id`` (the kind gate), ``group`` (the lane gate), ``int`` (1 to 15
+    digits, at least ``min``), ``now`` (``*`` or an integer from 0), ``bytes`` (anything) or
+    ``result`` (any bytes, at most ``MAX_RESULT_BYTES`` of them)."""
+
+    kind: str
+    min: int = 0
+
+
+ARGUMENTS: dict[str, Argument] = {
+    "id": Argument("id"),
+    "group": Argument("group"),
+    "payload": Argument("bytes"),
+    "error": Argument("bytes"),
+    "now": Argument("now"),
+    "fence": Argument("int", 1),
+    "lease_ms": Argument("int", 1),
+    "retention_ms": Argument("int", 0),
+    "delay_ms": Argument("int", 0),
+    "max_attempts": Argument("int", 1),
+    "limit": Argument("int", 1),
+    "count": Argument("int", 0),
+    "at_ms": Argument("int", 0),
+    "result": Argument("result"),
+    "scope": Argument("scope"),  # a group, or * for the whole queue
+    "concurrency": Argument("knob"),  # = keep, - clear, or an integer from 1
+    "rate": Argument("knob"),
+    "window_ms": Argument("knob"),
+    "weight": Argument("knob"),
+    "paused": Argument("flag"),  # 1 or 0
+}
+# The most bytes a result an ack keeps may hold (EMQSIZE above it, on both executors and in the
+# client before sending): a tombstone stays small enough to keep for a whole retention window.
+MAX_RESULT_BYTES = 512 * 1024
+# The largest integer argument: 15 digits. A queue's fence counter stays below it (EMQFENCE).
+INT_MAX = 999_999_999_999_999
+FENCE_MAX = INT_MAX - 1
+
+
+@dataclass(frozen=True)
+class ErrorCode:
+    """An error code: the first word of an error reply, and the exception the client raises for
+    it (``echomq.engine.errors.<name>``, or for a code the server itself gives, the client library's
+    ``redis.exceptions.<name>``)."""
+
+    code: str
+    exception: str
+    meaning: str
+
+    @property
+    def ours(self) -> bool:
+        """Whether the code is echomq's own (mapped to an ``echomq.engine.errors`` class)."""
+        return self.code.startswith("EMQ")
+
+
+ERROR_CODES: tuple[ErrorCode, ...] = (
+    ErrorCode("EMQARITY", "ArgumentError", "wrong number of keys or arguments"),
+    ErrorCode("EMQITEM", "ItemError", "an element of the list after the fixed arguments is bad"),
+    ErrorCode("EMQKIND", "KindError", "a job id fails the kind gate"),
+    ErrorCode("EMQLANE", "LaneError", "a group fails the lane gate"),
+    ErrorCode("EMQKEYS", "ArgumentError", "a key has the wrong suffix or another queue's base"),
+    ErrorCode("EMQNUM", "ArgumentError", "a bad integer, now or knob argument"),
+    ErrorCode("EMQSIZE", "ArgumentError", "a result too long to keep"),
+    ErrorCode("EMQFENCE", "FenceError", "the queue's fence counter cannot number another lease"),
+    ErrorCode("WRONGTYPE", "ResponseError", "a key of the wrong type"),
+    ErrorCode("NOPERM", "NoPermissionError", "the caller's ACL denies a derived key"),
+    ErrorCode("TRYAGAIN", "TryAgainError", "a derived key's slot is moving between cluster nodes"),
+    ErrorCode("ERR", "ResponseError", "a bad numkeys, refused as EVALSHA refuses it"),
+)
+# The type a placeholder of an error text takes in C (the scripts' format is %s or %d).
+ERROR_FIELDS: dict[str, str] = {"verb": "const char *", "nkeys": "int", "nargs": "int",
+                                "n": "long long", "shape": "const char *",
+                                "name": "const char *", "min": "long long"}
+
+
+@dataclass(frozen=True)
+class ErrorText:
+    """An error reply, byte for byte, without its leading ``-``: fixed, or a template whose
+    ``{field}`` placeholders (``ERROR_FIELDS``) the call fills. ``executors``: which write it
+    (``both``, ``scripts`` only, or ``native`` only: numkeys, which EVALSHA parses itself).
+    C: ``EMQ_ERR_<NAME>`` for a fixed text, ``EMQ_FMT_<NAME>`` for a template; Lua: ``E_<NAME>``."""
+
+    name: str
+    text: str
+    executors: str = "both"
+
+    @property
+    def code(self) -> str:
+        return self.text.split(" ", 1)[0]
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(re.findall(r"\{(\w+)\}", self.text))
+
+    def format(self, **fields: object) -> str:
+        """The reply for these fields (a fixed text is itself)."""
+        return self.text.format(**fields)
+
+    def printf(self, c: bool = False) -> str:
+        """The text as a format of C's printf (``c``: each field as its C type gives it) or of
+        Lua's string.format (strings %s, integers %d)."""
+        def spec(match: re.Match[str]) -> str:
+            kind = ERROR_FIELDS[match[1]]
+            if kind == "const char *":
+                return "%s"
+            return "%lld" if c and kind == "long long" else "%d"
+        return re.sub(r"\{(\w+)\}", spec, self.text.replace("%", "%%"))
+
+
+ERROR_TEXTS: tuple[ErrorText, ...] = (
+    ErrorText("ARITY", "EMQARITY EMQ.{verb} takes {nkeys} keys and {nargs} arguments"),
+    ErrorText("VARIADIC_ARITY",
+              "EMQARITY EMQ.{verb} takes {nkeys} keys and at least {nargs} arguments"),
+    ErrorText("ITEM", "EMQITEM item {n} must be {shape}"),
+    ErrorText("KIND", "EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of "
+                      "A-Z a-z 0-9 . _ : -"),
+    ErrorText("LANE", "EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -"),
+    ErrorText("KEYS", "EMQKEYS keys must be one queue's keys in the documented order"),
+    ErrorText("NUMBER", "EMQNUM {name} must be an integer from {min} to " + str(INT_MAX)),
+    ErrorText("NOW", f"EMQNUM now must be * or an integer from 0 to {INT_MAX}"),
+    ErrorText("KNOB", "EMQNUM {name} must be = (keep), - (clear) or an integer from 1 to "
+                      + str(INT_MAX), "scripts"),
+    ErrorText("PAUSED", "EMQNUM paused must be 1 (pause) or 0 (resume)", "scripts"),
+    ErrorText("RESULT", f"EMQSIZE result must be at most {MAX_RESULT_BYTES} bytes"),
+    ErrorText("TYPE", "WRONGTYPE Operation against a key holding the wrong kind of value"),
+    ErrorText("FENCE", f"EMQFENCE the fence counter must hold an integer from 0 to {FENCE_MAX}"),
+    ErrorText("PERM", "NOPERM No permissions to access a key"),
+    ErrorText("MOVING", "TRYAGAIN a job's keys are moving between cluster nodes; try again"),
+    ErrorText("NUMKEYS_INT", "ERR value is not an integer or out of range", "native"),
+    ErrorText("NUMKEYS_NEG", "ERR Number of keys can't be negative", "native"),
+    ErrorText("NUMKEYS_BIG", "ERR Number of keys can't be greater than number of args", "native"),
+)
+ERRORS: dict[str, ErrorText] = {error.name: error for error in ERROR_TEXTS}
+
+
+@dataclass(frozen=True)
+class ItemForm:
+    """One form an element of a variadic tail takes: its op word (none for extend_many's pairs)
+    and its arguments after the word."""
+
+    word: str | None
+    args: tuple[str, ...]
+
+    @property
+    def shape(self) -> str:
+        words = ([self.word] if self.word else []) + [f"<{a}>" for a in self.args]
+        return " ".join(words)
+
+
+@dataclass(frozen=True)
+class Transition:
+    name: str
+    keys: tuple[str, ...]
+    args: tuple[str, ...]
+    native: str | None
+    # A transition that admits work is refused by a server out of memory; the others stay allowed
+    # so a full queue can still drain. Scripts say so in their shebang, the module in its flags.
+    admits: bool = False
+    # A transition taking a list after its fixed arguments: the forms one element of it takes.
+    item_forms: tuple[ItemForm, ...] = ()
+    # O(1) or O(log N) work: the module flags the command "fast".
+    fast: bool = False
+    # The call may declare one more key after ``keys``: its claim record (CLAIM_RECORD).
+    record: bool = False
+    summary: str = ""
+    complexity: str = ""
+
+    @property
+    def script_file(self) -> str:
+        return f"{self.name}.lua"
+
+    @property
+    def verb(self) -> str:
+        """The name in EMQARITY errors (``EMQ.<verb>``), on both executors."""
+        return self.name.upper()
+
+    @property
+    def variadic(self) -> bool:
+        return bool(self.item_forms)
+
+    @property
+    def items(self) -> str:
+        """How one element of the list after the fixed arguments reads ("" when there is none)."""
+        return " | ".join(form.shape for form in self.item_forms)
+
+    @property
+    def item_shape(self) -> str:
+        """The shape an EMQITEM error names: the forms, "a, b or c"."""
+        shapes = [form.shape for form in self.item_forms]
+        return " or ".join(filter(None, [", ".join(shapes[:-1]), shapes[-1]])) if shapes else ""
+
+    @property
+    def key_types(self) -> tuple[str, ...]:
+        return tuple(ROLE_TYPES[role] for role in self.keys)
+
+    @property
+    def arguments(self) -> tuple[Argument, ...]:
+        return tuple(ARGUMENTS[name] for name in self.args)
+
+    @property
+    def flags(self) -> str:
+        """The native command's flags: every transition writes; admitting work is deny-oom; the
+        keys are reported like EVALSHA's (getkeys-api), and none is mandatory, as for EVALSHA."""
+        words = ["write"] + (["deny-oom"] if self.admits else []) + (["fast"] if self.fast else [])
+        return " ".join([*words, "getkeys-api", "no-mandatory-keys"])
+
+    def layout(self) -> str:
+        """The call as docs/PROTOCOL.md writes it; integers carry their minimum: <lease_ms:1>.
+        The optional claim record: ``3|4 ... [<base>claim:<claim_id>]``."""
+        head = self.native or "EVALSHA <sha>"
+        keys = [_key_text(role) for role in self.keys]
+        numkeys = str(len(self.keys))
+        if self.record:
+            numkeys += f"|{len(self.keys) + 1}"
+            keys.append(f"[<base>{CLAIM_RECORD_PREFIX}<claim_id>]")
+        args = [_arg_text(name) for name in self.args]
+        tail = [_tail_text(self.item_forms)] if self.item_forms else []
+        return " ".join([head, numkeys, *keys, *args, *tail])
+
+
+def _key_text(role: str) -> str:
+    if role in DERIVED_ROLES:
+        prefix, arg = DERIVED_ROLES[role]
+        return f"<base>{prefix}<{arg}>"
+    return f"<base>{role}"
+
+
+def _arg_text(name: str) -> str:
+    argument = ARGUMENTS[name]
+    return f"<{name}:{argument.min}>" if argument.kind == "int" else f"<{name}>"
+
+
+def _tail_text(forms: tuple[ItemForm, ...]) -> str:
+    if len(forms) == 1 and forms[0].word is None:
+        return "[" + " ".join(_arg_text(a) for a in forms[0].args) + " ...]"
+    return "[item ...]"
+
+
+def item_layouts(transition: Transition) -> list[str]:
+    """The forms of a settle-like list as docs/PROTOCOL.md writes them, one per form."""
+    return [" ".join(([form.word] if form.word else []) + [_arg_text(a) for a in form.args])
+            for form in transition.item_forms]
+
+
+ENQUEUE = Transition(
+    "enqueue", ("job", "pending", "wake"), ("id", "payload", "now"), "EMQ.ENQUEUE", admits=True,
+    fast=True, summary="Admit a job once (twin of enqueue.lua).",
+    complexity="O(log N) with N the pending jobs",
+)
+CLAIM = Transition(
+    "claim", ("pending", "active", "fence"), ("lease_ms", "now"), "EMQ.CLAIM", record=True,
+    summary="Lease the oldest pending job (twin of claim.lua).",
+    complexity="O(G + log N) with G the ghosts dropped",
+)
+ENQUEUE_DELAYED = Transition(
+    "enqueue_delayed", ("job", "delayed", "wake"), ("id", "payload", "now", "delay_ms", "at_ms"),
+    "EMQ.ENQUEUE_DELAYED", admits=True, fast=True,
+    summary="Admit a job once, to run later (twin of enqueue_delayed.lua).",
+    complexity="O(log N) with N the delayed jobs",
+)
+ACK = Transition(
+    "ack", ("active", "job"), ("id", "fence", "retention_ms"), "EMQ.ACK", fast=True,
+    summary="Complete the current lease (twin of ack.lua).", complexity="O(log N)",
+)
+ACK_RESULT = Transition(
+    "ack_result", ("active", "job"), ("id", "fence", "retention_ms", "result"), "EMQ.ACK_RESULT",
+    fast=True, summary="Complete the current lease, keeping its result (twin of ack_result.lua).",
+    complexity="O(log N)",
+)
+RETRY = Transition(
+    "retry",
+    ("active", "delayed", "dead", "job"),
+    ("id", "fence", "delay_ms", "max_attempts", "error", "now"),
+    "EMQ.RETRY", fast=True,
+    summary="Fail the current lease: delayed or dead (twin of retry.lua).", complexity="O(log N)",
+)
+EXTEND = Transition(
+    "extend", ("active", "job"), ("id", "fence", "lease_ms", "now"), "EMQ.EXTEND", fast=True,
+    summary="Push the current lease's deadline (twin of extend.lua).", complexity="O(log N)",
+)
+SETTLE = Transition(
+    "settle",
+    ("active", "delayed", "dead", "pending", "fence", "ring", "wake"),
+    ("now", "retention_ms", "lease_ms", "count"),
+    "EMQ.SETTLE", record=True,
+    item_forms=(
+        ItemForm("ack", ("id", "fence")),
+        ItemForm("done", ("id", "fence", "result")),
+        ItemForm("release", ("id", "fence")),
+        ItemForm("retry", ("id", "fence", "delay_ms", "max_attempts", "error")),
+    ),
+    summary="Settle many leases, then lease the next jobs, in one call (twin of settle.lua).",
+    complexity="O((I + C + G) log N) with I the items, C the jobs claimed, G the ghosts dropped",
+)
+EXTEND_MANY = Transition(
+    "extend_many", ("active",), ("lease_ms", "now"), "EMQ.EXTEND_MANY",
+    item_forms=(ItemForm(None, ("id", "fence")),),
+    summary="Push many current leases' deadlines (twin of extend_many.lua).",
+    complexity="O(P log N) with P the pairs",
+)
+RECOVER = Transition(
+    "recover", ("active", "pending", "ring", "wake", "dead"), ("now", "limit", "max_attempts"),
+    "EMQ.RECOVER",
+    summary="Expired leases go back where they came from (twin of recover.lua).",
+    complexity="O(M log N) with M the leases taken",
+)
+PROMOTE = Transition(
+    "promote", ("delayed", "pending", "ring", "wake"), ("now", "limit"), "EMQ.PROMOTE",
+    summary="Due delayed jobs go back to run (twin of promote.lua).",
+    complexity="O(M log N) with M the jobs taken",
+)
+
+LANE_ENQUEUE = Transition(
+    "lane_enqueue", ("job", "lane", "ring", "wake"), ("id", "payload", "group", "now"), None,
+    admits=True, summary="Admit a job once into its group's lane.",
+)
+LANE_ENQUEUE_DELAYED = Transition(
+    "lane_enqueue_delayed", ("job", "delayed", "wake"),
+    ("id", "payload", "group", "now", "delay_ms", "at_ms"), None, admits=True,
+    summary="Admit a job once, to run later in its group's lane.",
+)
+LANE_CLAIM = Transition(
+    "lane_claim",
+    ("ring", "active", "fence", "laneconf", "leased", "parked", "throttled", "windows", "turn",
+     "paused"),
+    ("lease_ms", "now"), None, record=True,
+    summary="Lease the head job of the ring's head lane, within its limits and weight.",
+)
+LANE_SET = Transition(
+    "lane_set", ("ring", "laneconf", "leased", "parked", "throttled", "windows", "turn"),
+    ("scope", "concurrency", "rate", "window_ms", "weight", "now"), None,
+    summary="Set a group's lane knobs, or the queue's defaults.",
+)
+LANE_PAUSE = Transition(
+    "lane_pause", ("ring", "parked", "throttled", "turn", "paused", "wake"), ("scope", "paused"),
+    None, summary="Pause or resume a group's lane, or the whole queue.",
+)
+
+REQUEUE = Transition(
+    "requeue", ("dead", "pending", "ring", "wake", "job"), ("id", "now"), None,
+    summary="A dead job runs again with a fresh count of attempts.",
+)
+PURGE = Transition("purge", ("dead",), ("limit",), None, summary="Forget the oldest dead jobs.")
+
+# Every transition with a native twin; the conformance suite runs each on both executors.
+TRANSITIONS: tuple[Transition, ...] = (
+    ENQUEUE, CLAIM, ACK, RETRY, EXTEND, SETTLE, EXTEND_MANY, RECOVER, PROMOTE, ENQUEUE_DELAYED,
+    ACK_RESULT,
+)
+# Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
+SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM, LANE_ENQUEUE_DELAYED, LANE_SET,
+                                       LANE_PAUSE)
+# An operator's tools over dead jobs: scripts whatever the queue's wire (see echomq.ops.admin).
+ADMIN: tuple[Transition, ...] = (REQUEUE, PURGE)
+ALL_TRANSITIONS: tuple[Transition, ...] = TRANSITIONS + SCRIPT_ONLY + ADMIN
+
+
+def queue_base(name: str) -> str:
+    """The prefix of every key of queue ``name``; the hash tag keeps the queue in one slot."""
+    if not name or "{" in name or "}" in name:
+        raise ValueError(f"queue name must be non-empty and free of braces: {name!r}")
+    return f"emq:{{{name}}}:"
+
+
+def key_of(base: str, role: str, job_id: str | None = None, lane: str | None = None) -> str:
+    """The key of ``role`` (pending, active, ...; ``job``: the row of ``job_id``; ``ended``: the
+    token that wakes the waiters of ``job_id``; ``lane``: the lane of group ``lane``; ``claim``:
+    the record of claim id ``job_id``)."""
+    if role == CLAIM_RECORD:
+        return f"{base}{CLAIM_RECORD_PREFIX}{job_id}"
+    if role in ("job", "ended"):
+        return f"{base}{role}:{job_id}"
+    if role == "lane":
+        return f"{base}lane:{lane}"
+    return base + role
+
+
+def keys_for(base: str, transition: Transition, job_id: str | None = None,
+             lane: str | None = None, claim_id: str | None = None) -> list[str]:
+    """The declared keys of ``transition`` on the queue at ``base``, in protocol order; with
+    ``claim_id`` (a transition taking a record), its claim record last."""
+    keys = [key_of(base, role, job_id, lane) for role in transition.keys]
+    if claim_id is not None:
+        if not transition.record:
+            raise ValueError(f"{transition.name} takes no claim record")
+        keys.append(key_of(base, CLAIM_RECORD, claim_id))
+    return keys

@@ -1,0 +1,260 @@
+"""An operator's view of queues: what is where, how old, what died and why; requeue and purge.
+
+Everything here reads with plain commands, and writes only through the ``requeue`` and ``purge``
+scripts (atomic; scripts whatever wire the queue's workers use).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import msgspec
+
+from echomq.engine.calls import ZSETS, QueueCalls, payload_bytes, text
+from echomq.engine.executors import executor_for
+from echomq.engine.server_time import server_ms, time_ms
+from echomq.engine.wire import Wire
+from echomq.queue.lanes import lane_groups, paused_lanes, shown_depths
+from echomq.queue.registry import DISCOVERED_KEY, REGISTRY_KEY
+
+_SCRIPTS = executor_for(Wire.SCRIPTS)
+_QUEUE_KEY = re.compile(rb"^emq:\{(?P<name>[^{}]+)\}:(pending|active|delayed|dead|ring)$")
+
+
+@dataclass
+class QueueStats:
+    name: str
+    pending: int
+    active: int
+    delayed: int
+    dead: int
+    lanes: dict[str, int] = field(default_factory=dict)
+    oldest_pending_age_ms: int | None = None
+    server_time_ms: int = 0
+    paused: bool = False
+    paused_lanes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class DeadJob:
+    id: str
+    died_at_ms: int
+    attempts: int
+    error: str
+    lane: str | None
+    task: str | None = None  # the task a task job (an App's, or Django's) called
+
+
+class _TaskCall(msgspec.Struct):
+    task: str
+
+
+_TASK_DECODERS = (msgspec.json.Decoder(_TaskCall), msgspec.msgpack.Decoder(_TaskCall))
+
+
+def task_of(payload: bytes | None) -> str | None:
+    """The task name a task job's payload carries (JSON or MessagePack, an App's envelope or
+    a Django call); None for any other payload."""
+    if not payload:
+        return None
+    decoder = _TASK_DECODERS[0] if payload[:1] == b"{" else _TASK_DECODERS[1]
+    try:
+        return decoder.decode(payload).task
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def shown(value: Any) -> str:
+    """``value`` as text to show: stored errors and payloads are bytes that need not be UTF-8,
+    so bytes that do not decode show escaped (``\\xff``) instead of failing the view."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", errors="backslashreplace")
+    return str(value)
+
+
+def readable_error(error: str) -> str:
+    """A stored error as echomq writes its own, its last line first then the traceback: a
+    Django task's (JSON of ``exception_class_path`` and ``traceback``) is unpacked; any other
+    text is kept as it is."""
+    if not error.startswith("{"):
+        return error
+    try:
+        found = json.loads(error)
+        trace = str(found["traceback"]).rstrip("\n")
+        kind = str(found["exception_class_path"])
+    except (ValueError, TypeError, KeyError):
+        return error
+    last = trace.rpartition("\n")[2] or kind
+    return f"{last}\n{trace}" if trace else kind
+
+
+# The server's clock in ms, under the name the operator's tools have always called it by.
+server_time_ms = server_ms
+
+
+def register_queue(conn: Any, name: str) -> None:
+    """Add ``name`` to the registry of queues (idempotent; one SADD)."""
+    conn.sadd(REGISTRY_KEY, name)
+
+
+def is_listed(conn: Any, name: str) -> bool:
+    """Whether ``name`` is in the registry of queues."""
+    return bool(conn.sismember(REGISTRY_KEY, name))
+
+
+def forget_queue(conn: Any, name: str) -> bool:
+    """Take ``name`` off the registry (its keys stay); False if it was not registered."""
+    return bool(conn.srem(REGISTRY_KEY, name))
+
+
+def queue_names(conn: Any) -> list[str]:
+    """The registered queues of this server, sorted. The first call on a server whose keyspace
+    was never searched discovers the queues made before the registry (one SCAN); every later
+    call costs one SMEMBERS whatever the number of keys."""
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.exists(DISCOVERED_KEY)
+        pipe.smembers(REGISTRY_KEY)
+        discovered, members = pipe.execute()
+    names = {text(member) for member in members}
+    if not discovered:
+        names |= discover_queues(conn)
+    return sorted(names)
+
+
+def discover_queues(conn: Any) -> set[str]:
+    """Search the keyspace once for queues by their fixed key names (``emq:{q}:pending`` and its
+    siblings; job rows never match) and register them. Run again by ``echomq stats --rescan``."""
+    names = set()
+    # One pass; the server filters on the first letter of the five fixed names, so job rows
+    # (``job:``), lanes (``lane:``) and the rest never reach the client.
+    for key in conn.scan_iter(match="emq:{*}:[pdar]*", count=1000):
+        found = _QUEUE_KEY.match(key if isinstance(key, bytes) else key.encode())
+        if found:
+            names.add(found["name"].decode())
+    with conn.pipeline(transaction=False) as pipe:
+        if names:
+            pipe.sadd(REGISTRY_KEY, *names)
+        pipe.set(DISCOVERED_KEY, "1")
+        pipe.execute()
+    return names
+
+
+def stats(conn: Any, name: str) -> QueueStats:
+    """Depths of every part of queue ``name``, its lanes, whether it or any lane is paused,
+    and the age of its oldest waiting job (flat or at a lane's head). Three round trips
+    whatever the number of lanes: the queue's keys, each lane's depth and head, the heads'
+    admission times."""
+    calls = QueueCalls(name)
+    with conn.pipeline(transaction=False) as pipe:
+        for role in ZSETS:
+            pipe.zcard(calls.key(role))
+        pipe.zrange(calls.key("pending"), 0, 0, withscores=True)
+        pipe.lrange(calls.key("ring"), 0, -1)
+        pipe.hgetall(calls.key("parked"))
+        pipe.exists(calls.key("paused"))
+        pipe.time()
+        *sizes, oldest, groups, parked, paused, clock = pipe.execute()
+    now = time_ms(clock)
+    lanes, lane_oldest = _lanes_of(conn, calls, groups, parked)
+    times = [int(oldest[0][1])] if oldest else []
+    times += [lane_oldest] if lane_oldest is not None else []
+    pending, active, delayed, dead = (int(size) for size in sizes)
+    return QueueStats(name, pending, active, delayed, dead, lanes=lanes,
+                      oldest_pending_age_ms=max(0, now - min(times)) if times else None,
+                      server_time_ms=now, paused=bool(paused),
+                      paused_lanes=paused_lanes(parked))
+
+
+def _lanes_of(conn: Any, calls: QueueCalls, ring: list[Any],
+              parked: dict[Any, Any]) -> tuple[dict[str, int], int | None]:
+    """Each lane's depth (as ``shown_depths`` keeps them) and the earliest admission time of
+    the jobs at their heads (None: no lane job waits)."""
+    names = lane_groups(ring, parked)
+    if not names:
+        return {}, None
+    with conn.pipeline(transaction=False) as pipe:
+        for group in names:
+            pipe.llen(calls.key("lane", lane=group))
+            pipe.lindex(calls.key("lane", lane=group), 0)
+        replies = pipe.execute()
+    heads = [text(head) for head in replies[1::2] if head is not None]
+    with conn.pipeline(transaction=False) as pipe:
+        for job_id in heads:
+            pipe.hget(calls.key("job", job_id), "enqueued_at")
+        admitted = [int(at) for at in pipe.execute() if at is not None and text(at).isdigit()]
+    return shown_depths(names, replies[0::2], ring), min(admitted, default=None)
+
+
+def inspect(conn: Any, name: str, job_id: str) -> dict[str, Any] | None:
+    """The row of ``job_id`` and where the job is (with its score there), or None."""
+    calls = QueueCalls(name)
+    row = conn.hgetall(calls.key("job", job_id))
+    if not row:
+        return None
+    fields: dict[str, Any] = {shown(k): shown(v) for k, v in row.items() if shown(k) != "payload"}
+    if b"payload" in row or "payload" in row:
+        fields["payload"] = payload_bytes(row.get(b"payload", row.get("payload")))
+    where, score = _location(conn, calls, job_id, fields.get("lane"))
+    ttl = conn.pttl(calls.key("job", job_id))
+    return {"id": job_id, "state": where, "score": score, "fields": fields,
+            "expires_in_ms": ttl if ttl >= 0 else None}
+
+
+def _location(conn: Any, calls: QueueCalls, job_id: str,
+              lane: str | None) -> tuple[str, int | None]:
+    with conn.pipeline(transaction=False) as pipe:
+        for role in ZSETS:
+            pipe.zscore(calls.key(role), job_id)
+        scores = pipe.execute()
+    for role, score in zip(ZSETS, scores, strict=True):
+        if score is not None:
+            return role, int(score)
+    if lane is not None and conn.lpos(calls.key("lane", lane=lane), job_id) is not None:
+        return f"lane:{lane}", None
+    return "completed", None
+
+
+def dead_jobs(conn: Any, name: str, limit: int = 100, *, start: int = 0) -> list[DeadJob]:
+    """The dead jobs of queue ``name``, oldest death first (from the ``start``-th), with their
+    last errors."""
+    calls = QueueCalls(name)
+    entries = conn.zrange(calls.key("dead"), start, start + limit - 1, withscores=True)
+    with conn.pipeline(transaction=False) as pipe:
+        for job_id, _ in entries:
+            pipe.hmget(calls.key("job", text(job_id)), "attempts", "error", "lane", "payload")
+        rows = pipe.execute()
+    return [DeadJob(text(job_id), int(score), int(row[0] or 0),
+                    readable_error(shown(row[1] or b"")),
+                    text(row[2]) if row[2] is not None else None,
+                    task_of(payload_bytes(row[3]) if row[3] is not None else None))
+            for (job_id, score), row in zip(entries, rows, strict=True)]
+
+
+DEAD_PAGE = 1000
+
+
+def every_dead_job(conn: Any, name: str) -> list[DeadJob]:
+    """Every dead job of queue ``name``, oldest death first, read a page at a time."""
+    found: list[DeadJob] = []
+    while True:
+        page = dead_jobs(conn, name, DEAD_PAGE, start=len(found))
+        found += page
+        if len(page) < DEAD_PAGE:
+            return found
+
+
+def requeue(conn: Any, name: str, job_id: str, *, now: int | None = None) -> bool:
+    """Run dead job ``job_id`` again with fresh attempts; False if it is not dead."""
+    reply = _SCRIPTS.call(conn, *QueueCalls(name).requeue(job_id, now))
+    return text(reply) == "REQUEUED"
+
+
+def purge(conn: Any, name: str, *, limit: int = 1000) -> int:
+    """Delete up to ``limit`` dead jobs (oldest first) and their rows; how many went."""
+    return int(_SCRIPTS.call(conn, *QueueCalls(name).purge(limit)))

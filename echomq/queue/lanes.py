@@ -1,0 +1,250 @@
+"""Lane controls: each group's knobs (concurrency, rate, window, weight), the queue's defaults, and
+pausing a lane or the whole queue. An operator's tools: they run as scripts whatever the queue's
+wire (a paused queue stops the native claims too).
+
+A group's lane leaves the ring while it holds ``concurrency`` leases, or has had ``rate`` claims
+in its current ``window_ms``, or is paused; it comes back when a lease of it leaves active (acked,
+retried, dead, recovered, released), when its window opens (promote, or the next lane claim), or
+on resume. A group of weight ``w`` is served ``w`` times in a row per turn of the ring, so a
+group that may be served waits at most ``W`` lane claims, ``W`` the total weight of the groups
+in the ring (``k`` claims for ``k`` groups of weight 1).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from echomq.engine import transitions as t
+from echomq.engine.async_executors import async_executor_for
+from echomq.engine.calls import Arg, Call, text
+from echomq.engine.executors import executor_for
+from echomq.engine.native import checked_int, checked_lane, checked_now
+from echomq.engine.wire import Wire
+
+KNOBS = ("concurrency", "rate", "window_ms", "weight")
+ALL = "*"
+# A knob passed as ``...`` keeps its value; None clears it (a group then follows the default).
+Knob = int | None | types.EllipsisType
+PARKED_PAUSED = 4
+
+
+def knob_arg(name: str, value: Knob) -> str:
+    """A knob as lane_set takes it: ``=`` keep, ``-`` clear, or the integer (>= 1)."""
+    if value is Ellipsis:
+        return "="
+    if value is None:
+        return "-"
+    return checked_int(name, value, 1)
+
+
+def lane_set_call(base: str, group: str | None, knobs: dict[str, Knob],
+                  now: int | None) -> Call:
+    """The lane_set call for ``group`` (None: the queue's defaults)."""
+    scope = ALL if group is None else checked_lane(group)
+    args: list[Arg] = [scope, *(knob_arg(name, knobs[name]) for name in KNOBS), checked_now(now)]
+    return t.LANE_SET, t.keys_for(base, t.LANE_SET), args
+
+
+def lane_pause_call(base: str, group: str | None, paused: bool) -> Call:
+    """The lane_pause call for ``group`` (None: the whole queue)."""
+    scope = ALL if group is None else checked_lane(group)
+    return t.LANE_PAUSE, t.keys_for(base, t.LANE_PAUSE), [scope, "1" if paused else "0"]
+
+
+def settings_of(conf: dict[Any, Any], group: str | None) -> dict[str, int | None]:
+    """A group's knobs as they apply (its override, else the default; None: no limit, weight 1
+    and window 1000 ms when unset), from the laneconf hash."""
+    fields = {text(k): int(v) for k, v in conf.items()}
+    found: dict[str, int | None] = {}
+    for name in KNOBS:
+        own = fields.get(f"{name}:{group}") if group is not None else None
+        found[name] = own if own is not None else fields.get(name)
+    found["window_ms"] = found["window_ms"] or 1000
+    found["weight"] = found["weight"] or 1
+    return found
+
+
+def paused_lanes(parked: dict[Any, Any]) -> list[str]:
+    """The groups whose parked bits include paused, sorted."""
+    return sorted(text(group) for group, bits in parked.items() if int(bits) & PARKED_PAUSED)
+
+
+def _scripted(conn: Any, call: Call) -> Any:
+    return executor_for(Wire.SCRIPTS).call(conn, *call)
+
+
+async def _scripted_async(conn: Any, call: Call) -> Any:
+    return await async_executor_for(Wire.SCRIPTS).call(conn, *call)
+
+
+class _Queue(Protocol):
+    """What the lane controls use of the queue they are mixed into."""
+
+    conn: Any
+
+    @property
+    def base(self) -> str: ...
+
+    def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str: ...
+
+
+class LaneControls:
+    """The lane controls of ``echomq.Queue`` (mixed in)."""
+
+    def set_lane(self: _Queue, group: str, *, concurrency: Knob = ..., rate: Knob = ...,
+                 window_ms: Knob = ..., weight: Knob = ..., now: int | None = None) -> None:
+        """Set ``group``'s knobs (``...`` keeps one, None clears it so the queue's default
+        applies); the group moves in or out of the ring at once as its new limits say."""
+        knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
+                 "weight": weight}
+        _scripted(self.conn, lane_set_call(self.base, group, knobs, now))
+
+    def set_lane_defaults(self: _Queue, *, concurrency: Knob = ..., rate: Knob = ...,
+                          window_ms: Knob = ..., weight: Knob = ...,
+                          now: int | None = None) -> None:
+        """Set the queue's default knobs (None: no limit). Parked groups whose limits were
+        raised come back at once; a group in the ring over a lowered default is parked by the
+        lane claim that reaches it."""
+        knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
+                 "weight": weight}
+        _scripted(self.conn, lane_set_call(self.base, None, knobs, now))
+
+    def lane_settings(self: _Queue, group: str | None = None) -> dict[str, int | None]:
+        """``group``'s knobs as they apply (None: the queue's defaults)."""
+        return settings_of(self.conn.hgetall(self.key("laneconf")), group)
+
+    def pause(self: _Queue, lane: str | None = None) -> None:
+        """Pause ``lane`` (its jobs wait, out of the ring) or, with None, the whole queue (no
+        job is leased, flat or lane). Leases in hand run on."""
+        _scripted(self.conn, lane_pause_call(self.base, lane, True))
+
+    def resume(self: _Queue, lane: str | None = None) -> None:
+        """Undo ``pause``; parked consumers are woken."""
+        _scripted(self.conn, lane_pause_call(self.base, lane, False))
+
+    def paused(self: _Queue) -> tuple[bool, list[str]]:
+        """Whether the whole queue is paused, and the paused lanes."""
+        with self.conn.pipeline(transaction=False) as pipe:
+            pipe.exists(self.key("paused"))
+            pipe.hgetall(self.key("parked"))
+            whole, parked = pipe.execute()
+        return bool(whole), paused_lanes(parked)
+
+    def is_paused(self: _Queue) -> bool:
+        """Whether the whole queue is paused (one ``EXISTS``: what a consumer asks before it
+        starts a prefetched job it has had for a while)."""
+        return bool(self.conn.exists(self.key("paused")))
+
+    def leased_by_lane(self: _Queue) -> dict[str, int]:
+        """How many leases each group holds."""
+        return {text(g): int(n) for g, n in self.conn.hgetall(self.key("leased")).items()}
+
+
+
+class _AsyncQueue(Protocol):
+    """What the asyncio lane controls use of ``echomq.aio.Queue``."""
+
+    conn: Any
+    calls: Any
+
+    def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str: ...
+
+
+class AsyncLaneControls:
+    """The lane controls of ``echomq.aio.Queue``: as ``LaneControls``, awaited."""
+
+    async def set_lane(self: _AsyncQueue, group: str, *, concurrency: Knob = ...,
+                       rate: Knob = ..., window_ms: Knob = ..., weight: Knob = ...,
+                       now: int | None = None) -> None:
+        """As ``echomq.Queue.set_lane``."""
+        knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
+                 "weight": weight}
+        await _scripted_async(self.conn, lane_set_call(self.calls.base, group, knobs, now))
+
+    async def set_lane_defaults(self: _AsyncQueue, *, concurrency: Knob = ..., rate: Knob = ...,
+                                window_ms: Knob = ..., weight: Knob = ...,
+                                now: int | None = None) -> None:
+        """As ``echomq.Queue.set_lane_defaults``."""
+        knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
+                 "weight": weight}
+        await _scripted_async(self.conn, lane_set_call(self.calls.base, None, knobs, now))
+
+    async def lane_settings(self: _AsyncQueue,
+                            group: str | None = None) -> dict[str, int | None]:
+        return settings_of(await self.conn.hgetall(self.key("laneconf")), group)
+
+    async def pause(self: _AsyncQueue, lane: str | None = None) -> None:
+        await _scripted_async(self.conn, lane_pause_call(self.calls.base, lane, True))
+
+    async def resume(self: _AsyncQueue, lane: str | None = None) -> None:
+        await _scripted_async(self.conn, lane_pause_call(self.calls.base, lane, False))
+
+    async def is_paused(self: _AsyncQueue) -> bool:
+        """As ``LaneControls.is_paused``."""
+        return bool(await self.conn.exists(self.key("paused")))
+
+    async def paused(self: _AsyncQueue) -> tuple[bool, list[str]]:
+        async with self.conn.pipeline(transaction=False) as pipe:
+            pipe.exists(self.key("paused"))
+            pipe.hgetall(self.key("parked"))
+            whole, parked = await pipe.execute()
+        return bool(whole), paused_lanes(parked)
+
+PARKED_WHY = ((1, "limit"), (2, "rate"), (PARKED_PAUSED, "paused"))
+
+
+def lane_report(queue: Any) -> list[dict[str, Any]]:
+    """One row per known group (in the ring, parked, holding leases, or with knobs of its
+    own): its knobs as they apply, jobs waiting, leases held and whether it is in the ring or
+    why it is parked. Sorted by group."""
+    conn = queue.conn
+    with conn.pipeline(transaction=False) as pipe:
+        for role in ("laneconf", "parked", "leased"):
+            pipe.hgetall(queue.key(role))
+        pipe.lrange(queue.key("ring"), 0, -1)
+        conf, parked, leased, ring = pipe.execute()
+    own = {text(f).split(":", 1)[1] for f in conf if ":" in text(f)}
+    parked = {text(g): int(bits) for g, bits in parked.items()}
+    held = {text(g): int(n) for g, n in leased.items()}
+    groups = sorted(own | set(parked) | set(held) | {text(g) for g in ring})
+    with conn.pipeline(transaction=False) as pipe:
+        for group in groups:
+            pipe.llen(queue.key("lane", lane=group))
+        depths = pipe.execute()
+    return [{"group": group, **settings_of(conf, group), "waiting": int(depth),
+             "leased": held.get(group, 0), "state": _state(parked.get(group, 0))}
+            for group, depth in zip(groups, depths, strict=True)]
+
+
+def _state(bits: int) -> str:
+    why = [name for bit, name in PARKED_WHY if bits & bit]
+    return "parked: " + ", ".join(why) if why else "ready"
+
+
+def lane_groups(ring: Iterable[Any], parked: Iterable[Any]) -> list[str]:
+    """The groups whose lanes may hold jobs: the ring's, in serving order, then the parked ones
+    (out of the ring at a limit, over their rate or paused), by name."""
+    names = [text(group) for group in ring]
+    seen = set(names)
+    return names + sorted({text(group) for group in parked} - seen)
+
+
+def lane_depths_of(conn: Any, key: Any, ring: Iterable[Any],
+                   parked: Iterable[Any]) -> dict[str, int]:
+    """How many jobs wait in each lane of ``lane_groups`` (a parked group's empty lane left
+    out); ``key(group)`` names a group's lane."""
+    names = lane_groups(ring, parked)
+    with conn.pipeline(transaction=False) as pipe:
+        for group in names:
+            pipe.llen(key(group))
+        return shown_depths(names, pipe.execute(), ring)
+
+
+def shown_depths(names: list[str], depths: Iterable[Any],
+                 ring: Iterable[Any]) -> dict[str, int]:
+    """Each group's depth; a parked group whose lane is empty is left out."""
+    in_ring = {text(group) for group in ring}
+    return {group: n for group, n in zip(names, map(int, depths), strict=True)
+            if n or group in in_ring}
