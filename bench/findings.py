@@ -225,7 +225,20 @@ def _lease_back_ms(results: dict[str, Any], wire: str) -> str:
 
 def _range(values: list[float], fmt: str) -> str:
     lo, hi = format(min(values), fmt), format(max(values), fmt)
-    return lo if lo == hi else f"{lo}–{hi}"
+    if lo == hi:
+        return lo
+    # an en dash after a minus sign reads as a second minus: spell a range that crosses zero out
+    return f"{lo} to {hi}" if min(values) < 0 else f"{lo}–{hi}"
+
+
+def _knob_sentence(results: dict[str, Any]) -> str:
+    """What the lane knobs cost a claim, as the run measured it: a fixed amount when every size
+    paid more, else a difference lost in the run's noise (some sizes measured it cheaper)."""
+    costs = _knob_cost(results)
+    if min(costs) > 0:
+        return f"costs a fixed {_range(costs, '.1f')} µs more at every size"
+    return (f"costs no fixed amount this run could tell apart from its noise: "
+            f"from {_range(costs, '.1f')} µs beside the claim without knobs, size by size")
 
 
 Figure = Callable[[dict[str, Any]], str]
@@ -315,7 +328,7 @@ FIGURES: dict[str, Figure] = {
     "lanes_hi": lambda r: f"{r['scaling']['lanes'][-1]['lanes']:,}",
     "lanes_jobs": lambda r: f"{r['scaling']['lanes'][-1]['jobs']:,}",
     "lane_growth": lambda r: f"{_growth(r['scaling']['lanes'], 'lane_claim/5'):.2f}",
-    "knob_cost": lambda r: _range(_knob_cost(r), ".1f"),
+    "knob_cost": _knob_sentence,
     "limit_lanes": lambda r: ", ".join(
         f"{row['lane_claim_limits/5']:.1f} µs at {row['lanes']:,} lanes"
         for row in r["lanes"]["rows"]),

@@ -110,3 +110,13 @@ def test_the_published_analysis_is_rendered_from_the_published_results() -> None
     analysis = findings.render(run)
     assert analysis.split("\n", 1)[0] in published
     assert analysis in published
+
+
+def test_a_cost_lost_in_the_noise_is_not_called_fixed(results: dict[str, Any]) -> None:
+    rows = results["lanes"]["rows"]
+    for row in rows:
+        row["lane_claim_limits/5"] = row["lane_claim/5"] + 3.0
+    assert findings.FIGURES["knob_cost"](results) == "costs a fixed 3.0 µs more at every size"
+    rows[0]["lane_claim_limits/5"] = rows[0]["lane_claim/5"] - 2.5
+    noisy = findings.FIGURES["knob_cost"](results)
+    assert "no fixed amount" in noisy and "from -2.5 to 3.0 µs" in noisy
