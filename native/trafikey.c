@@ -19,11 +19,6 @@
 /* Strings made once at load: the arguments of the ACL probe and the wake token. */
 ValkeyModuleString *s_hincrby, *s_attempts, *s_one, *s_zero;
 
-int reply_error(ValkeyModuleCtx *ctx, const char *err) {
-    ValkeyModule_ReplyWithError(ctx, err);
-    return VALKEYMODULE_OK;
-}
-
 /* ---- Key positions --------------------------------------------------------------------------- */
 
 /* The flags every declared key carries, in the key spec and in getkeys answers alike. */

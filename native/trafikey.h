@@ -62,8 +62,11 @@ typedef struct {
     long long nitems;
 } Call;
 
-/* trafikey.c */
-int reply_error(ValkeyModuleCtx *ctx, const char *err);
+/* An error reply; VALKEYMODULE_OK, as a handler returns after replying. */
+static inline int reply_error(ValkeyModuleCtx *ctx, const char *err) {
+    ValkeyModule_ReplyWithError(ctx, err);
+    return VALKEYMODULE_OK;
+}
 
 /* validate.c: steps 1-5 of the validation order. check_call and parse_items return 0 after
  * replying with (check_call) or writing into err (parse_items) the call's error; open_typed

@@ -119,7 +119,7 @@ def test_one_at_a_time_stays_the_default(valkey: EmbeddedValkey) -> None:
 
 def test_the_heartbeat_keeps_every_lease_in_flight(valkey: EmbeddedValkey, wire: int) -> None:
     async def body(queue: aio.Queue, conn: redis.Redis) -> None:
-        gate, consumer, task = await all_in_flight(queue, 3, 3, lease_ms=150)
+        gate, consumer, task = await all_in_flight(queue, 3, 3, lease_ms=1_000)
         first = dict(conn.zrange(queue.key("active"), 0, -1, withscores=True))
         # Held for several lease lengths: every deadline moves on, twice.
         for _ in range(2):

@@ -168,7 +168,7 @@ def test_echomq_never_imports_valkey_py_itself() -> None:
     import subprocess
     import sys
 
-    probe = ("import sys, echomq, echomq.aio, echomq.cli, echomq.worker, "
+    probe = ("import sys, echomq, echomq.aio, echomq.cli.main, echomq.worker.build, "
              "echomq.contrib.starlette; print('valkey' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True)
