@@ -11,8 +11,7 @@ import redis
 
 from echomq import EchoMQError, Job, KindError, StaleLease, Verdict, Wire6Unsupported
 from echomq.aio import Queue, async_executor_for
-from echomq.conformance.cases import Case
-from echomq.conformance.catalog import all_cases
+from echomq.conformance.cases import Case, all_cases
 from echomq.engine.clients import async_twin, twins
 from echomq.engine.executors import executor_for
 

@@ -2,7 +2,7 @@
 
 Whatever the list — numkeys of any shape, keys mixing the queue's and junk, binary, empty and
 huge strings, numbers at their edges — both executors must send the same bytes, leave the same
-keyspace (an error changes nothing), agree with the model (echomq/conformance/model.py), and the
+keyspace (an error changes nothing), agree with the model (echomq/conformance/model/), and the
 server must still answer PING afterwards.
 """
 

@@ -7,7 +7,7 @@ explicit clock, while rules also tamper with the keyspace behind the queue's bac
 expired tombstones, wrong-typed keys, odd row fields, lane jobs) and crash workers (a claim whose
 lease runs out, then recover). Every call runs on the Lua and the native scratch keys of a ``Pair``
 (requeue, scripts only, runs its script on both); after every step both keyspaces must equal each
-other and the model's (echomq/conformance/model.py), and SPEC invariants 1-4, 8 and 10 are checked
+other and the model's (echomq/conformance/model/), and SPEC invariants 1-4, 8 and 10 are checked
 explicitly: a stale holder is always refused (a settlement sent again after it went through answers
 as it did the first time, changing nothing), a fence never repeats for an id, a job recovered at
 its last attempt ends dead.

@@ -19,8 +19,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from types import FrameType
 
-from echomq.conformance.cases import case_differences
-from echomq.conformance.catalog import all_cases
+from echomq.conformance.cases import all_cases, case_differences
 from echomq.conformance.harness import Pair, Scratch, ScratchNotEmpty, scan
 from echomq.conformance.resp import Address, RawConnection, parse
 from echomq.conformance.walk import Walk

@@ -13,8 +13,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from echomq.conformance.cases import NOW
-from echomq.conformance.catalog import all_cases
+from echomq.conformance.cases import NOW, all_cases
 from echomq.conformance.harness import Pair, parity_differences
 from echomq.conformance.model import Model, int_field, normalise
 from echomq.conformance.resp import Arg

@@ -1,4 +1,4 @@
-"""Claim records, case by case (echomq/conformance/record_cases.py): the model agrees with both
+"""Claim records, case by case (echomq/conformance/cases/records.py): the model agrees with both
 executors — reply, and keyspace with its expiries — under RESP2 and RESP3; a record read keeps
 its encoding on both."""
 
@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from echomq.conformance.cases import NULL, NULLS, Case
+from echomq.conformance.cases.records import RECORD, record_cases
 from echomq.conformance.harness import Pair
 from echomq.conformance.model import Model, normalise
-from echomq.conformance.record_cases import RECORD, record_cases
 from echomq.embedded import EmbeddedValkey
 
 # The model leaves a paused queue aside (lane_pause is scripts only): those cases are the

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 
 from echomq.conformance.cases import BASE, NOW, Case, key
+from echomq.conformance.cases.lanes import fence_counter_cases
 from echomq.conformance.harness import EXECUTORS, Pair, assert_parity
-from echomq.conformance.lane_cases import fence_counter_cases
 from echomq.conformance.resp import parse
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.scripts import script_for

@@ -14,10 +14,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from echomq.conformance.cases import Case
-from echomq.conformance.catalog import all_cases
+from echomq.conformance.cases import Case, all_cases
+from echomq.conformance.cases.lanes import lane_cases
 from echomq.conformance.harness import EXECUTORS, Pair
-from echomq.conformance.lane_cases import lane_cases
 from echomq.embedded import EmbeddedValkey
 
 MARKER = "emq-events-done"

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from echomq.conformance.cases import Case, case_differences
-from echomq.conformance.catalog import all_cases
+from echomq.conformance.cases import Case, all_cases, case_differences
 from echomq.conformance.harness import Pair
 from echomq.embedded import EmbeddedValkey
 

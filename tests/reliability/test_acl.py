@@ -12,8 +12,8 @@ import redis
 
 from echomq import Queue, Verdict
 from echomq.conformance.cases import BASE, GOOD, NOW, READY, delayed, leased
+from echomq.conformance.cases.lanes import lane_lease, parked
 from echomq.conformance.harness import command_for, snapshot
-from echomq.conformance.lane_cases import lane_lease, parked
 from echomq.conformance.resp import Arg, RawConnection
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.scripts import script_for
@@ -190,8 +190,8 @@ def test_claim_records_are_checked_alike(server: EmbeddedValkey, user: str, tran
                                          setup: list[list[Arg]], protocol: int) -> None:
     """A claim record is a declared key (the server's own check); the rows of the leases it
     holds are derived (the transition's): refused alike, nothing written."""
+    from echomq.conformance.cases.records import claim, settle
     from echomq.conformance.harness import BY_NAME
-    from echomq.conformance.record_cases import claim, settle
 
     argv = claim() if transition == "claim" else settle()
     tenant = Tenant(server.port, user, protocol)

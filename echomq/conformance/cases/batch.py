@@ -5,48 +5,35 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from echomq.conformance.cases import (
+from echomq.conformance.cases.common import (
     BASE,
     E_FENCE,
     E_ITEM,
     E_KIND,
+    E_SIZE,
     E_TYPE,
     GOOD_IDS,
     NOW,
     Case,
     Command,
     _case,
+    job,
     key,
     leased,
+    replied,
     row,
+    settle,
     waiting,
 )
 from echomq.conformance.resp import Arg
 
-SETTLE_KEYS: list[Arg] = [7, key("active"), key("delayed"), key("dead"), key("pending"),
-                          key("fence"), key("ring"), key("wake")]
 E_SETTLE_ITEM = (b" must be ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> "
                  b"or retry <id> <fence> <delay_ms> <max_attempts> <error>\r\n")
 NO_ITEMS_NO_JOBS = b"*2\r\n*0\r\n*0\r\n"
 
 
-def settle(*items: Arg, count: Arg = 0, retention: Arg = 60_000) -> list[Arg]:
-    return [*SETTLE_KEYS, NOW, retention, 30_000, count, *items]
-
-
 def extend_many(*pairs: Arg) -> list[Arg]:
     return [1, key("active"), 30_000, NOW, *pairs]
-
-
-def job(job_id: str, attempt: int, fence: int, payload: bytes = b"p") -> bytes:
-    raw = job_id.encode()
-    return (b"*4\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n:%d\r\n:%d\r\n"
-            % (len(raw), raw, len(payload), payload, attempt, fence))
-
-
-def replied(verdicts: list[bytes], jobs: list[bytes]) -> bytes:
-    head = b"*2\r\n*%d\r\n" % len(verdicts) + b"".join(b"+%s\r\n" % v for v in verdicts)
-    return head + b"*%d\r\n" % len(jobs) + b"".join(jobs)
 
 
 def lane_state() -> list[Command]:
@@ -237,9 +224,6 @@ BAD_FIELDS: list[tuple[str, list[Arg], bytes]] = [
     ("release-fence-zero", ["release", "JOB:1", 0], b"-EMQNUM fence must be an integer from 1 "),
     ("release-fence-word", ["ack", "JOB:1", 1, "release", "JOB:1", "x"], b"-EMQNUM fence "),
 ]
-
-
-E_SIZE = b"-EMQSIZE result must be at most 524288 bytes\r\n"
 
 
 def settle_done_cases() -> Iterator[Case]:

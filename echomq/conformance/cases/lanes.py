@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from echomq.conformance.batch_cases import job, settle
-from echomq.conformance.cases import (
+from echomq.conformance.cases.common import (
     NOW,
     NULL,
     Case,
@@ -17,8 +16,10 @@ from echomq.conformance.cases import (
     _argv,
     _case,
     delayed,
+    job,
     key,
     leased,
+    settle,
     waiting,
 )
 

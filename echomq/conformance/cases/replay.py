@@ -7,8 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from echomq.conformance.batch_cases import replied, settle
-from echomq.conformance.cases import NOW, Case, Command, _argv, _case, key, leased, row
+from echomq.conformance.cases.common import (
+    NOW,
+    Case,
+    Command,
+    _argv,
+    _case,
+    key,
+    leased,
+    replied,
+    row,
+    settle,
+)
 
 # What the first ack of lease (JOB:1, 1) left: a tombstone at fence 1, expiring.
 ACKED: list[Command] = [row("JOB:1", "attempts", "1", "enqueued_at", str(NOW - 5), "fence", "1"),

@@ -1,269 +1,33 @@
-"""The case table: for every transition, good calls on chosen states and every kind of bad input.
-
-A case is a state (raw data commands applied to both executors' dbs), an argument list from
-numkeys onwards, and the reply it must start with — so the table itself is checked, not only
-the parity of the two executors.
-"""
+"""Cases of the single verbs, each on chosen states: enqueue and enqueue_delayed (duplicates,
+wake tokens), ack_result (the result's cap), claim (ghosts, order, the fence counter in every
+state), ack and retry (fences current and stale, tombstones, the ended key), extend, recover
+(spent leases go dead) and promote."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
-from echomq.conformance.harness import BY_NAME, Pair, parity_differences
+from echomq.conformance.cases.common import (
+    E_FENCE,
+    E_NUM,
+    E_SIZE,
+    E_TYPE,
+    FENCE_MAX,
+    GOOD,
+    MAXINT,
+    NOW,
+    NULL,
+    Case,
+    Command,
+    _argv,
+    _case,
+    delayed,
+    key,
+    leased,
+    row,
+    waiting,
+)
 from echomq.conformance.resp import Arg
-from echomq.engine.transitions import TRANSITIONS, Transition
-
-BASE = "emq:{q}:"
-OTHER = "emq:{other}:"
-NOW = 1_700_000_000_000
-MAXINT = "999999999999999"
-FENCE_MAX = "999999999999998"
-
-E_ARITY = b"-EMQARITY "
-E_KIND = b"-EMQKIND "
-E_KEYS = b"-EMQKEYS "
-E_NUM = b"-EMQNUM "
-E_TYPE = b"-WRONGTYPE "
-E_FENCE = b"-EMQFENCE the fence counter must hold an integer from 0 to 999999999999998\r\n"
-E_ITEM = b"-EMQITEM item "
-E_NOTINT = b"-ERR value is not an integer or out of range"
-E_NEGATIVE = b"-ERR Number of keys can't be negative"
-E_TOOMANY = b"-ERR Number of keys can't be greater than number of args"
-NULL = b"<null>"  # $-1 under RESP2, _ under RESP3
-NULLS = {2: b"$-1\r\n", 3: b"_\r\n"}
-
-Command = Sequence[Arg]
-
-
-@dataclass
-class Case:
-    transition: Transition
-    label: str
-    argv: list[Arg]
-    expect: bytes
-    setup: list[Command] = field(default_factory=list)
-
-    @property
-    def id(self) -> str:
-        return f"{self.transition.name}:{self.label}"
-
-
-def key(role: str, job_id: str = "JOB:1", base: str = BASE) -> str:
-    return base + (f"job:{job_id}" if role == "job" else role)
-
-
-def row(job_id: str, *fields: Arg, base: str = BASE) -> list[Arg]:
-    return ["HSET", key("job", job_id, base), *fields]
-
-
-def waiting(job_id: str, at: int = NOW, payload: Arg = b"p") -> list[Command]:
-    """A flat job enqueued at ``at``, not yet claimed."""
-    return [row(job_id, "payload", payload, "attempts", "0", "enqueued_at", str(at)),
-            ["ZADD", key("pending"), str(at), job_id]]
-
-
-def leased(job_id: str, attempt: int = 1, deadline: int = NOW + 30_000,
-           lane: str | None = None, fence: int | None = None) -> list[Command]:
-    """A job under its ``attempt``-th lease, fenced ``fence`` (default: ``attempt``), until
-    ``deadline`` (a lane job if ``lane``)."""
-    fields: list[Arg] = ["payload", b"p", "attempts", str(attempt), "enqueued_at", str(NOW - 5),
-                         "fence", str(attempt if fence is None else fence)]
-    if lane is not None:
-        fields += ["lane", lane]
-    return [row(job_id, *fields), ["ZADD", key("active"), str(deadline), job_id]]
-
-
-def delayed(job_id: str, due: int, lane: str | None = None) -> list[Command]:
-    fields: list[Arg] = ["payload", b"p", "attempts", "1", "enqueued_at", str(NOW - 5)]
-    if lane is not None:
-        fields += ["lane", lane]
-    return [row(job_id, *fields), ["ZADD", key("delayed"), str(due), job_id]]
-
-
-GOOD: dict[str, list[Arg]] = {
-    "enqueue": [3, key("job"), key("pending"), key("wake"), "JOB:1", b"payload", NOW],
-    "claim": [3, key("pending"), key("active"), key("fence"), 30_000, NOW],
-    "ack": [2, key("active"), key("job"), "JOB:1", 1, 60_000],
-    "retry": [4, key("active"), key("delayed"), key("dead"), key("job"), "JOB:1", 1, 1_000, 3,
-              b"boom", NOW],
-    "extend": [2, key("active"), key("job"), "JOB:1", 1, 30_000, NOW],
-    "settle": [7, key("active"), key("delayed"), key("dead"), key("pending"), key("fence"),
-               key("ring"), key("wake"), NOW, 60_000, 30_000, 1, "ack", "JOB:1", 1,
-               "retry", "JOB:2", 1, 1_000, 3, b"boom"],
-    "extend_many": [1, key("active"), 30_000, NOW, "JOB:1", 1, "JOB:2", 1],
-    "recover": [5, key("active"), key("pending"), key("ring"), key("wake"), key("dead"), NOW, 100,
-                3],
-    "promote": [4, key("delayed"), key("pending"), key("ring"), key("wake"), NOW, 100],
-    "enqueue_delayed": [3, key("job"), key("delayed"), key("wake"), "JOB:1", b"payload", NOW,
-                        5_000, 0],
-    "ack_result": [2, key("active"), key("job"), "JOB:1", 1, 60_000, b"result"],
-}
-
-# A state on which each transition's GOOD call succeeds.
-READY: dict[str, list[Command]] = {
-    "enqueue": [],
-    "claim": waiting("JOB:1"),
-    "ack": leased("JOB:1"),
-    "retry": leased("JOB:1"),
-    "extend": leased("JOB:1"),
-    "settle": leased("JOB:1") + leased("JOB:2") + waiting("JOB:3"),
-    "extend_many": leased("JOB:1") + leased("JOB:2"),
-    "recover": leased("JOB:1", deadline=NOW - 1),
-    "promote": delayed("JOB:1", due=NOW - 1),
-    "enqueue_delayed": [],
-    "ack_result": leased("JOB:1"),
-}
-
-BAD_IDS: list[tuple[str, Arg]] = [
-    ("empty", ""), ("kind-only", "JOB:"), ("lowercase-kind", "job:1"), ("other-kind", "RUN:1"),
-    ("no-kind", "1234"), ("space", "JOB:a b"), ("nul", b"JOB:a\x00b"), ("high-byte", b"JOB:\xff"),
-    ("newline", "JOB:a\r\nb"), ("slash", "JOB:a/b"), ("brace", "JOB:{q}"),
-    ("too-long", "JOB:" + "a" * 201),
-]
-GOOD_IDS: list[tuple[str, Arg]] = [
-    ("longest", "JOB:" + "z" * 200), ("all-classes", "JOB:Az09._:-"), ("one-byte", "JOB:x"),
-]
-BAD_INTS: list[tuple[str, Arg]] = [
-    ("empty", ""), ("negative", "-1"), ("plus", "+1"), ("space", " 1"), ("float", "1.0"),
-    ("exponent", "1e3"), ("hex", "0x10"), ("sixteen-digits", "1" * 16), ("star", "*"),
-    ("word", "ten"), ("nul", b"1\x00"), ("arabic-digit", "\u0663"),
-]
-EDGE_INTS: list[tuple[str, Arg]] = [("max", MAXINT), ("leading-zeros", "000042")]
-BAD_NOWS: list[tuple[str, Arg]] = [pair for pair in BAD_INTS if pair[0] != "star"] + [
-    ("two-stars", "**"), ("star-digit", "*1")]
-BAD_NUMKEYS: list[tuple[str, Arg, bytes]] = [
-    ("word", "x", E_NOTINT), ("empty", "", E_NOTINT), ("float", "1.5", E_NOTINT),
-    ("huge", "99999999999999999999", E_NOTINT), ("negative", "-1", E_NEGATIVE),
-]
-MINIMUM = {"lease_ms": 1, "fence": 1, "max_attempts": 1, "limit": 1, "retention_ms": 0,
-           "delay_ms": 0, "count": 0, "at_ms": 0}
-WRONG_VALUE: dict[str, list[Command]] = {
-    "hash": [["SET", "{k}", "x"], ["RPUSH", "{k}", "x"]],
-    "zset": [["SET", "{k}", "x"], ["HSET", "{k}", "f", "v"]],
-    "list": [["SET", "{k}", "x"], ["ZADD", "{k}", "1", "m"]],
-    "string": [["HSET", "{k}", "f", "v"], ["RPUSH", "{k}", "1"], ["ZADD", "{k}", "1", "1"]],
-}
-KEY_TYPES = {"job": "hash", "pending": "zset", "active": "zset", "delayed": "zset",
-             "dead": "zset", "ring": "list", "wake": "list", "fence": "string"}
-
-
-def _with(argv: list[Arg], index: int, value: Arg) -> list[Arg]:
-    changed = list(argv)
-    changed[index] = value
-    return changed
-
-
-def shape_cases(t: Transition) -> Iterator[Case]:
-    good, nkeys = GOOD[t.name], len(t.keys)
-    for label, numkeys, expect in BAD_NUMKEYS:
-        yield Case(t, f"numkeys-{label}", _with(good, 0, numkeys), expect)
-    yield Case(t, "numkeys-beyond-args", _with(good, 0, len(good)), E_TOOMANY)
-    yield Case(t, "numkeys-one-less", _with(good, 0, nkeys - 1), E_ARITY)
-    # one more key is a claim record where the transition takes one: then the first argument
-    # is taken for it (EMQKEYS), unless too few arguments are left
-    one_more = E_KEYS if t.record and t.items else E_ARITY
-    yield Case(t, "numkeys-one-more", _with(good, 0, nkeys + 1), one_more)
-    yield Case(t, "numkeys-two-more", _with(good, 0, nkeys + 2), E_ARITY)
-    yield Case(t, "numkeys-zero", _with(good, 0, 0), E_ARITY)
-    fixed = 1 + nkeys + len(t.args)
-    yield Case(t, "last-arg-missing", good[: fixed - 1] if t.items else good[:-1], E_ARITY)
-    yield Case(t, "extra-arg", [*good, "extra"], E_ITEM if t.items else E_ARITY)
-    yield Case(t, "numkeys-only", [0], E_ARITY)
-    yield Case(t, "keys-only", good[: nkeys + 1], E_ARITY)
-
-
-def id_cases(t: Transition) -> Iterator[Case]:
-    if "id" not in t.args:
-        return
-    good, at = GOOD[t.name], 1 + len(t.keys) + t.args.index("id")
-    job_at = 1 + t.keys.index("job")
-    for label, bad in BAD_IDS:
-        yield Case(t, f"id-{label}", _with(good, at, bad), E_KIND)
-    for label, fine in GOOD_IDS:
-        argv = _with(_with(good, at, fine), job_at, BASE.encode() + b"job:" + _raw(fine))
-        expect = b"+ENQUEUED" if t.admits else b"+STALE"
-        yield Case(t, f"id-{label}", argv, expect)
-    yield Case(t, "id-not-the-rows", _with(good, at, "JOB:2"), E_KEYS)
-
-
-def _raw(value: Arg) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode()
-
-
-def key_cases(t: Transition) -> Iterator[Case]:
-    good = GOOD[t.name]
-    for i, role in enumerate(t.keys, start=1):
-        other = key(role, base=OTHER)
-        if len(t.keys) > 1:  # a lone key of another queue is that queue's whole call
-            yield Case(t, f"key{i}-other-queue", _with(good, i, other), E_KEYS)
-        yield Case(t, f"key{i}-empty", _with(good, i, ""), E_KEYS)
-        yield Case(t, f"key{i}-suffix-changed", _with(good, i, _raw(good[i]) + b"x"), E_KEYS)
-    yield Case(t, "keys-swapped", [good[0], good[2], good[1], *good[3:]], E_KEYS)
-    whole_other = [good[0], *(key(r, base=OTHER) for r in t.keys), *good[1 + len(t.keys):]]
-    yield Case(t, "all-keys-other-queue", whole_other, _expect_ok(t), READY_OTHER[t.name])
-
-
-READY_OTHER: dict[str, list[Command]] = {
-    name: [[_raw(p).replace(BASE.encode(), OTHER.encode()) for p in cmd] for cmd in cmds]
-    for name, cmds in READY.items()}
-
-
-def _expect_ok(t: Transition) -> bytes:
-    return {"enqueue": b"+ENQUEUED", "enqueue_delayed": b"+ENQUEUED", "ack_result": b"+ACKED",
-            "claim": b"*4", "ack": b"+ACKED", "retry": b"+RETRYING",
-            "extend": b"+EXTENDED", "recover": b":1", "promote": b":1",
-            "settle": b"*2\r\n*2\r\n+ACKED\r\n+RETRYING\r\n*1\r\n*4\r\n$5\r\nJOB:3\r\n",
-            "extend_many": b"*2\r\n+EXTENDED\r\n+EXTENDED\r\n"}[t.name]
-
-
-def number_cases(t: Transition) -> Iterator[Case]:
-    good = GOOD[t.name]
-    for index, name in enumerate(t.args, start=1 + len(t.keys)):
-        if name == "now":
-            for label, bad in BAD_NOWS:
-                yield Case(t, f"now-{label}", _with(good, index, bad), E_NUM)
-            nothing_due = t.name in ("recover", "promote")
-            yield Case(t, "now-zero", _with(good, index, "0"),
-                       b":0" if nothing_due else _expect_ok(t), READY[t.name])
-        elif name in MINIMUM:
-            for label, bad in BAD_INTS:
-                yield Case(t, f"{name}-{label}", _with(good, index, bad), E_NUM)
-            if MINIMUM[name] == 1:
-                yield Case(t, f"{name}-zero", _with(good, index, "0"), E_NUM)
-            for label, edge in EDGE_INTS:
-                yield Case(t, f"{name}-{label}", _with(good, index, edge), b"", READY[t.name])
-
-
-def type_cases(t: Transition) -> Iterator[Case]:
-    good = GOOD[t.name]
-    for i, role in enumerate(t.keys, start=1):
-        for j, command in enumerate(WRONG_VALUE[KEY_TYPES[role]]):
-            setup = [[_raw(good[i]) if part == "{k}" else part for part in command]]
-            yield Case(t, f"key{i}-{role}-wrongtype{j}", list(good), E_TYPE,
-                       [*READY[t.name], ["DEL", good[i]], *setup])
-
-
-def generic_cases() -> Iterator[Case]:
-    for t in TRANSITIONS:
-        yield Case(t, "good", list(GOOD[t.name]), _expect_ok(t), READY[t.name])
-        yield from shape_cases(t)
-        yield from id_cases(t)
-        yield from key_cases(t)
-        yield from number_cases(t)
-        yield from type_cases(t)
-
-
-def _case(name: str, label: str, argv: list[Arg], expect: bytes,
-          setup: Sequence[Command] = ()) -> Case:
-    return Case(BY_NAME[name], label, argv, expect, list(setup))
-
-
-def _argv(name: str, **changes: Arg) -> list[Arg]:
-    t, argv = BY_NAME[name], list(GOOD[name])
-    for arg, value in changes.items():
-        argv[1 + len(t.keys) + t.args.index(arg)] = value
-    return argv
 
 
 def enqueue_cases() -> Iterator[Case]:
@@ -313,7 +77,6 @@ def enqueue_delayed_cases() -> Iterator[Case]:
 
 RESULT_AT_CAP = b"r" * 524_288
 RESULT_OVER_CAP = b"r" * 524_289
-E_SIZE = b"-EMQSIZE result must be at most 524288 bytes\r\n"
 
 
 def ack_result_cases() -> Iterator[Case]:
@@ -564,19 +327,3 @@ def promote_cases() -> Iterator[Case]:
     yield _case("promote", "odd-scores", _argv("promote"), b":2",
                 [row("JOB:1", "attempts", "1"), row("JOB:2", "attempts", "1"),
                  ["ZADD", key("delayed"), "-inf", "JOB:1", "1.5", "JOB:2"]])
-
-
-def case_differences(pair: Pair, case: Case) -> list[str]:
-    """Runs ``case`` on both executors of ``pair``: what differs between them, and whether
-    their reply is the one the table expects. Empty when the case passes."""
-    pair.reset(case.setup)
-    outcomes = pair.run(case.transition, case.argv)
-    found = parity_differences(outcomes)
-    reply = outcomes["lua"].reply
-    if case.expect == NULL:
-        expected, met = NULLS[pair.protocol], reply == NULLS[pair.protocol]
-    else:
-        expected, met = case.expect, reply.startswith(case.expect)
-    if not met:
-        found.append(f"reply {reply[:60]!r} is not the expected {expected[:60]!r}")
-    return found

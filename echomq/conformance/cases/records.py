@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from echomq.conformance.batch_cases import SETTLE_KEYS, job, replied
-from echomq.conformance.cases import (
+from echomq.conformance.cases.common import (
     BASE,
     E_ARITY,
     E_KEYS,
@@ -17,11 +16,14 @@ from echomq.conformance.cases import (
     NOW,
     NULL,
     OTHER,
+    SETTLE_KEYS,
     Case,
     Command,
     _case,
+    job,
     key,
     leased,
+    replied,
     row,
     waiting,
 )

@@ -1,0 +1,85 @@
+"""The batched verbs: settle (its items in order, then its claim part) and extend_many."""
+
+from __future__ import annotations
+
+from echomq.conformance.model.call import Call, Item, Move
+from echomq.conformance.model.flat import FlatTransitions
+from echomq.conformance.model.replies import E_FENCE, array, bulk, error, integer, status
+from echomq.conformance.model.words import INT_MAX, dec, int_field
+
+
+class BatchTransitions(FlatTransitions):
+    """The batched verbs, built on the single ones' effects."""
+
+    def _settle(self, call: Call) -> bytes:
+        active, pending, counter = call.keys[0], call.keys[3], call.keys[4]
+        count = 0 if call.recorded is not None else call.numbers["count"]
+        claims, ghosts = self.plan_claims(call.base, pending, count)
+        if call.numbers["last_fence"] + len(claims) > INT_MAX:
+            return error(E_FENCE)
+        verdicts = [status(self.settle_item(call, item)) for item in call.items]
+        if call.recorded is not None:
+            return b"*2\r\n" + array(verdicts) + array(self.held(call, active))
+        for ghost in ghosts:
+            self.zrem(pending, ghost)
+        jobs, leases = [], []
+        for member in claims:
+            row = call.base + b"job:" + member
+            self.zrem(pending, member)
+            attempt, fence = self.lease(call, row, member, active, counter)
+            call.numbers["last_fence"] = fence
+            leases.append((member, fence))
+            payload = self.hget(row, b"payload") or b""
+            jobs.append(b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt)
+                        + integer(fence))
+        self.write_record(call, leases)
+        return b"*2\r\n" + array(verdicts) + array(jobs)
+
+    def plan_claims(self, base: bytes, pending: bytes, count: int) -> tuple[list[bytes],
+                                                                            list[bytes]]:
+        """claim's walk for up to ``count`` live rows, and the ghosts met on the way."""
+        claims: list[bytes] = []
+        ghosts: list[bytes] = []
+        for member, _score in self.zitems(pending):
+            if len(claims) == count:
+                break
+            live = self.kind(base + b"job:" + member) == b"hash"
+            (claims if live else ghosts).append(member)
+        return claims, ghosts
+
+    def settle_item(self, call: Call, item: Item) -> str:
+        row = call.base + b"job:" + item.id
+        if not self.is_current(call.keys[0], row, item.id, item.fence):
+            if item.op == b"release":
+                return "STALE"
+            error = item.error if item.op == b"retry" else None
+            return self.replayed(row, item.fence, error, call.keys[2], item.id)
+        if item.op in (b"ack", b"done"):
+            return self.finish_ack(call.keys[0], row, item.id, call.numbers["retention_ms"],
+                                   item.result)
+        if item.op == b"release":
+            return self.finish_release(call, row, item.id)
+        return self.finish_retry(call.keys, row, item, call.numbers["now"])
+
+    def finish_release(self, call: Call, row: bytes, job_id: bytes) -> str:
+        """Hand a lease back unrun: out of active, its attempt uncounted (never below 0), back
+        where recover puts it, a wake token."""
+        active, pending, ring, wake_key = call.keys[0], call.keys[3], call.keys[5], call.keys[6]
+        self.zrem(active, job_id)
+        attempts = int_field(self.hget(row, b"attempts"), 0)
+        self.keys[row].data[b"attempts"] = dec(max(attempts - 1, 0))
+        score = int_field(self.hget(row, b"enqueued_at"), call.numbers["now"])
+        self.put_back(call.base, ring, pending, Move(job_id, row, score, self.hget(row, b"lane")),
+                      head=True)
+        self.wake(wake_key, 1)
+        return "RELEASED"
+
+    def _extend_many(self, call: Call) -> bytes:
+        active, deadline = call.keys[0], call.numbers["now"] + call.numbers["lease_ms"]
+        verdicts = []
+        for item in call.items:
+            current = self.is_current(active, call.base + b"job:" + item.id, item.id, item.fence)
+            if current:
+                self.zadd(active, deadline, item.id)
+            verdicts.append(status("EXTENDED" if current else "STALE"))
+        return array(verdicts)

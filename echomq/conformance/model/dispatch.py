@@ -1,0 +1,25 @@
+"""The model: every concern's transitions on one keyspace, and the call that validates an
+argument list and runs the transition it names."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from echomq.conformance.model.batch import BatchTransitions
+from echomq.conformance.model.movers import Movers
+from echomq.conformance.model.validation import Validation
+from echomq.conformance.resp import Arg
+from echomq.engine.transitions import Transition
+
+
+class Model(Validation, BatchTransitions, Movers):
+    """The queue's keyspace in Python and every transition applied to it."""
+
+    def call(self, transition: Transition, argv: Sequence[Arg]) -> bytes:
+        """Runs ``argv`` (numkeys onwards); the raw reply the server must send."""
+        checked = self.validate(transition, argv)
+        if isinstance(checked, bytes):
+            return checked
+        handler = getattr(self, "_" + transition.name)
+        reply: bytes = handler(checked)
+        return reply

@@ -1,0 +1,126 @@
+"""The single verbs: enqueue, enqueue_delayed, claim, ack, ack_result, retry, extend."""
+
+from __future__ import annotations
+
+from echomq.conformance.model.call import Call, Item
+from echomq.conformance.model.records import Records
+from echomq.conformance.model.replies import E_TYPE, bulk, error, integer, null, status
+from echomq.conformance.model.state import Value
+from echomq.conformance.model.words import dec, int_field
+
+
+class FlatTransitions(Records):
+    """The single verbs applied to the keyspace."""
+
+    def admit(self, call: Call, score: int) -> bytes:
+        """Admit the job once (invariant 2): its row, and its id in the set of ``call``'s second
+        key at ``score`` (pending now, or delayed until it is due); an existing row is a
+        duplicate that changes nothing."""
+        row, waiting, wake_key = call.keys
+        job_id, payload = call.args[0], call.args[1]
+        if row in self.keys:
+            return status("DUPLICATE")
+        self.keys[row] = Value(b"hash", {b"payload": payload, b"attempts": b"0",
+                                         b"enqueued_at": dec(call.numbers["now"])})
+        self.zadd(waiting, score, job_id)
+        self.wake(wake_key, 1)
+        return status("ENQUEUED")
+
+    def _enqueue(self, call: Call) -> bytes:
+        return self.admit(call, call.numbers["now"])
+
+    def _enqueue_delayed(self, call: Call) -> bytes:
+        numbers = call.numbers
+        return self.admit(call, max(numbers["now"] + numbers["delay_ms"], numbers["at_ms"]))
+
+    def _claim(self, call: Call) -> bytes:
+        pending, active, counter = call.keys
+        if call.recorded is not None:
+            return next(iter(self.held(call, active)), null(self.protocol))
+        for member, _score in self.zitems(pending):
+            row = call.base + b"job:" + member
+            self.zrem(pending, member)
+            if self.kind(row) != b"hash":
+                continue  # a ghost: dropped, never returned
+            attempt, fence = self.lease(call, row, member, active, counter)
+            self.write_record(call, [(member, fence)])
+            payload = self.hget(row, b"payload") or b""
+            return (b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt)
+                    + integer(fence))
+        return null(self.protocol)
+
+    def lease(self, call: Call, row: bytes, member: bytes, active: bytes,
+              counter: bytes) -> tuple[int, int]:
+        """Counts the attempt and takes the queue's next fence (SET: any TTL goes)."""
+        attempt = int_field(self.hget(row, b"attempts"), 0) + 1
+        fence = call.numbers["last_fence"] + 1
+        self.keys[counter] = Value(b"string", dec(fence))
+        fields = self.keys.setdefault(row, Value(b"hash", {})).data
+        fields[b"attempts"] = dec(attempt)
+        fields[b"fence"] = dec(fence)
+        self.zadd(active, call.numbers["now"] + call.numbers["lease_ms"], member)
+        return attempt, fence
+
+    def _ack(self, call: Call) -> bytes:
+        active, row = call.keys
+        if not self.is_current(active, row, call.args[0], call.numbers["fence"]):
+            return status(self.replayed(row, call.numbers["fence"]))
+        if not self.lane_bookkeeping_ok(call.base, row):
+            return error(E_TYPE)
+        return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"]))
+
+    def _ack_result(self, call: Call) -> bytes:
+        active, row = call.keys
+        if not self.is_current(active, row, call.args[0], call.numbers["fence"]):
+            return status(self.replayed(row, call.numbers["fence"]))
+        if not self.lane_bookkeeping_ok(call.base, row):
+            return error(E_TYPE)
+        return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"],
+                                      call.args[3]))
+
+    def finish_ack(self, active: bytes, row: bytes, job_id: bytes, retention_ms: int,
+                   result: bytes | None = None) -> str:
+        self.zrem(active, job_id)
+        if retention_ms == 0:
+            del self.keys[row]
+        else:
+            value = self.keys[row]
+            if result is not None:
+                value.data[b"result"] = result
+            value.data.pop(b"payload", None)
+            value.expires = True
+            self._drop_empty(row)
+            if result is not None:
+                self.mark_ended(row, job_id, retention_ms)
+        return "ACKED"
+
+    def _retry(self, call: Call) -> bytes:
+        active, row = call.keys[0], call.keys[3]
+        job_id, number = call.args[0], call.numbers
+        if not self.is_current(active, row, job_id, number["fence"]):
+            return status(self.replayed(row, number["fence"], call.args[4], call.keys[2], job_id))
+        if not self.lane_bookkeeping_ok(call.base, row):
+            return error(E_TYPE)
+        item = Item(b"retry", job_id, number["fence"], number["delay_ms"],
+                    number["max_attempts"], call.args[4])
+        return status(self.finish_retry(call.keys, row, item, number["now"]))
+
+    def finish_retry(self, keys: list[bytes], row: bytes, item: Item, now: int) -> str:
+        """retry's effects; ``keys`` starts with active, delayed, dead."""
+        active, delayed, dead = keys[:3]
+        self.zrem(active, item.id)
+        self.keys[row].data[b"error"] = item.error
+        if int_field(self.hget(row, b"attempts"), 0) >= item.max_attempts:
+            self.zadd(dead, now, item.id)
+            self.mark_ended(row, item.id, None)
+            return "DEAD"
+        self.zadd(delayed, now + item.delay_ms, item.id)
+        return "RETRYING"
+
+    def _extend(self, call: Call) -> bytes:
+        active, row = call.keys
+        job_id, number = call.args[0], call.numbers
+        if not self.is_current(active, row, job_id, number["fence"]):
+            return status("STALE")
+        self.zadd(active, number["now"] + number["lease_ms"], job_id)
+        return status("EXTENDED")

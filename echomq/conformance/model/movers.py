@@ -1,0 +1,97 @@
+"""The verbs that move jobs back to be run: recover (expired leases; spent ones go dead),
+promote (delayed jobs due) and requeue (a dead job), each to pending or to its lane."""
+
+from __future__ import annotations
+
+from echomq.conformance.model.call import Call, Move
+from echomq.conformance.model.replies import E_TYPE, error, integer, status
+from echomq.conformance.model.state import REOPENING, State
+from echomq.conformance.model.words import int_field
+
+LOST = b"lease expired during attempt %d: the worker was lost"
+
+
+class Movers(State):
+    """recover, promote and requeue applied to the keyspace."""
+
+    def _plan(self, base: bytes, due: list[tuple[bytes, int]], fallback: int | None,
+              max_attempts: int | None = None) -> tuple[list[Move], list[bytes]] | bytes:
+        moves: list[Move] = []
+        ghosts: list[bytes] = []
+        for member, score in due:
+            row = base + b"job:" + member
+            if self.kind(row) != b"hash":
+                ghosts.append(member)
+                continue
+            attempts = int_field(self.hget(row, b"attempts"), 0)
+            if max_attempts is not None and attempts >= max_attempts:
+                if not self.list_or_none(base + b"ended:" + member):
+                    return error(E_TYPE)
+                moves.append(Move(member, row, score, spent=attempts))
+                continue
+            move = Move(member, row, score, self.hget(row, b"lane"))
+            if move.lane is not None:
+                if self.kind(base + b"lane:" + move.lane) not in (b"none", b"list"):
+                    return error(E_TYPE)
+            elif fallback is not None:
+                move.score = int_field(self.hget(row, b"enqueued_at"), fallback)
+            moves.append(move)
+        return moves, ghosts
+
+    def _move_back(self, call: Call, head: bool) -> bytes:
+        zsource, pending, ring, wake_key = call.keys[:4]
+        now, limit = call.numbers["now"], call.numbers["limit"]
+        due = [item for item in self.zitems(zsource) if item[1] <= now][:limit]
+        plan = self._plan(call.base, due, now if head else None, call.numbers.get("max_attempts"))
+        if isinstance(plan, bytes):
+            return plan
+        # Every key is checked before anything is written, each refusal a WRONGTYPE: recover
+        # checks the lane bookkeeping of each lane lease it takes, promote the keys of the groups
+        # it reopens.
+        if head and not all(self.lane_bookkeeping_ok(call.base, call.base + b"job:" + member)
+                            for member, _score in due):
+            return error(E_TYPE)
+        if not head and not self.typed(call.base, REOPENING):
+            return error(E_TYPE)
+        moves, ghosts = plan
+        for ghost in ghosts:
+            self.zrem(zsource, ghost)
+        back = 0
+        for move in reversed(moves) if head else moves:
+            self.zrem(zsource, move.member)
+            if move.spent:
+                self.keys[move.row].data[b"error"] = LOST % move.spent
+                self.zadd(call.keys[4], now, move.member)
+                self.mark_ended(move.row, move.member, None)
+            else:
+                self.put_back(call.base, ring, pending, move, head)
+                back += 1
+        self.wake(wake_key, back)
+        return integer(len(moves))
+
+    def _requeue(self, call: Call) -> bytes:
+        dead, pending, ring, wake_key, row = call.keys
+        job_id = call.args[0]
+        if self.kind(dead) != b"zset" or job_id not in self.keys[dead].data \
+                or self.kind(row) != b"hash":
+            return status("NOT_DEAD")
+        plan = self._plan(call.base, [(job_id, call.numbers["now"])], None)
+        if isinstance(plan, bytes):
+            return plan
+        if not self.list_or_none(call.base + b"ended:" + job_id):
+            return error(E_TYPE)
+        if plan[0][0].lane is not None and self.kind(call.base + b"parked") not in (b"none",
+                                                                                     b"hash"):
+            return error(E_TYPE)
+        self.zrem(dead, job_id)
+        self.keys[row].data[b"attempts"] = b"0"
+        self.keys.pop(call.base + b"ended:" + job_id, None)
+        self.put_back(call.base, ring, pending, plan[0][0], head=False)
+        self.wake(wake_key, 1)
+        return status("REQUEUED")
+
+    def _recover(self, call: Call) -> bytes:
+        return self._move_back(call, head=True)
+
+    def _promote(self, call: Call) -> bytes:
+        return self._move_back(call, head=False)
