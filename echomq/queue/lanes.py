@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import types
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from echomq.engine import transitions as t
-from echomq.engine.async_executors import async_executor_for
-from echomq.engine.calls import Arg, Call, text
-from echomq.engine.executors import executor_for
+from echomq.engine.calls import Arg, Call, QueueCalls, text
+from echomq.engine.execution import ExecutorMethods, ScriptWire
 from echomq.engine.native import checked_int, checked_lane, checked_now
-from echomq.engine.wire import Wire
+from echomq.engine.program import Invoke, Program, Reads, method, op
 
 KNOBS = ("concurrency", "rate", "window_ms", "weight")
 ALL = "*"
@@ -71,126 +70,79 @@ def paused_lanes(parked: dict[Any, Any]) -> list[str]:
     return sorted(text(group) for group, bits in parked.items() if int(bits) & PARKED_PAUSED)
 
 
-def _scripted(conn: Any, call: Call) -> Any:
-    return executor_for(Wire.SCRIPTS).call(conn, *call)
+_SCRIPTS = ScriptWire()
 
 
-async def _scripted_async(conn: Any, call: Call) -> Any:
-    return await async_executor_for(Wire.SCRIPTS).call(conn, *call)
-
-
-class _Queue(Protocol):
-    """What the lane controls use of the queue they are mixed into."""
-
-    conn: Any
-
-    @property
-    def base(self) -> str: ...
-
-    def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str: ...
+def _scripted(conn: Any, call: Call) -> Program[Any]:
+    """``call`` run as its script, whatever the queue's wire."""
+    return ExecutorMethods.call.program(_SCRIPTS, conn, *call)
 
 
 class LaneControls:
-    """The lane controls of ``echomq.Queue`` (mixed in)."""
+    """The lane controls of both Queues (mixed in): written once, as programs
+    (``echomq.engine.program``), run by the blocking ``echomq.Queue`` and awaited on
+    ``echomq.aio.Queue``."""
 
-    def set_lane(self: _Queue, group: str, *, concurrency: Knob = ..., rate: Knob = ...,
-                 window_ms: Knob = ..., weight: Knob = ..., now: int | None = None) -> None:
+    conn: Any
+    calls: QueueCalls
+
+    @op
+    def set_lane(self, group: str, *, concurrency: Knob = ..., rate: Knob = ...,
+                 window_ms: Knob = ..., weight: Knob = ...,
+                 now: int | None = None) -> Program[None]:
         """Set ``group``'s knobs (``...`` keeps one, None clears it so the queue's default
         applies); the group moves in or out of the ring at once as its new limits say."""
         knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
                  "weight": weight}
-        _scripted(self.conn, lane_set_call(self.base, group, knobs, now))
+        yield from _scripted(self.conn, lane_set_call(self.calls.base, group, knobs, now))
 
-    def set_lane_defaults(self: _Queue, *, concurrency: Knob = ..., rate: Knob = ...,
+    @op
+    def set_lane_defaults(self, *, concurrency: Knob = ..., rate: Knob = ...,
                           window_ms: Knob = ..., weight: Knob = ...,
-                          now: int | None = None) -> None:
+                          now: int | None = None) -> Program[None]:
         """Set the queue's default knobs (None: no limit). Parked groups whose limits were
         raised come back at once; a group in the ring over a lowered default is parked by the
         lane claim that reaches it."""
         knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
                  "weight": weight}
-        _scripted(self.conn, lane_set_call(self.base, None, knobs, now))
+        yield from _scripted(self.conn, lane_set_call(self.calls.base, None, knobs, now))
 
-    def lane_settings(self: _Queue, group: str | None = None) -> dict[str, int | None]:
+    @op
+    def lane_settings(self, group: str | None = None) -> Program[dict[str, int | None]]:
         """``group``'s knobs as they apply (None: the queue's defaults)."""
-        return settings_of(self.conn.hgetall(self.key("laneconf")), group)
+        conf = yield Invoke(self.conn, method("hgetall", self.calls.key("laneconf")))
+        return settings_of(conf, group)
 
-    def pause(self: _Queue, lane: str | None = None) -> None:
+    @op
+    def pause(self, lane: str | None = None) -> Program[None]:
         """Pause ``lane`` (its jobs wait, out of the ring) or, with None, the whole queue (no
         job is leased, flat or lane). Leases in hand run on."""
-        _scripted(self.conn, lane_pause_call(self.base, lane, True))
+        yield from _scripted(self.conn, lane_pause_call(self.calls.base, lane, True))
 
-    def resume(self: _Queue, lane: str | None = None) -> None:
+    @op
+    def resume(self, lane: str | None = None) -> Program[None]:
         """Undo ``pause``; parked consumers are woken."""
-        _scripted(self.conn, lane_pause_call(self.base, lane, False))
+        yield from _scripted(self.conn, lane_pause_call(self.calls.base, lane, False))
 
-    def paused(self: _Queue) -> tuple[bool, list[str]]:
+    @op
+    def paused(self) -> Program[tuple[bool, list[str]]]:
         """Whether the whole queue is paused, and the paused lanes."""
-        with self.conn.pipeline(transaction=False) as pipe:
-            pipe.exists(self.key("paused"))
-            pipe.hgetall(self.key("parked"))
-            whole, parked = pipe.execute()
+        whole, parked = yield Reads(self.conn, [method("exists", self.calls.key("paused")),
+                                                method("hgetall", self.calls.key("parked"))])
         return bool(whole), paused_lanes(parked)
 
-    def is_paused(self: _Queue) -> bool:
+    @op
+    def is_paused(self) -> Program[bool]:
         """Whether the whole queue is paused (one ``EXISTS``: what a consumer asks before it
         starts a prefetched job it has had for a while)."""
-        return bool(self.conn.exists(self.key("paused")))
+        return bool((yield Invoke(self.conn, method("exists", self.calls.key("paused")))))
 
-    def leased_by_lane(self: _Queue) -> dict[str, int]:
+    @op
+    def leased_by_lane(self) -> Program[dict[str, int]]:
         """How many leases each group holds."""
-        return {text(g): int(n) for g, n in self.conn.hgetall(self.key("leased")).items()}
+        leased = yield Invoke(self.conn, method("hgetall", self.calls.key("leased")))
+        return {text(g): int(n) for g, n in leased.items()}
 
-
-
-class _AsyncQueue(Protocol):
-    """What the asyncio lane controls use of ``echomq.aio.Queue``."""
-
-    conn: Any
-    calls: Any
-
-    def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str: ...
-
-
-class AsyncLaneControls:
-    """The lane controls of ``echomq.aio.Queue``: as ``LaneControls``, awaited."""
-
-    async def set_lane(self: _AsyncQueue, group: str, *, concurrency: Knob = ...,
-                       rate: Knob = ..., window_ms: Knob = ..., weight: Knob = ...,
-                       now: int | None = None) -> None:
-        """As ``echomq.Queue.set_lane``."""
-        knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
-                 "weight": weight}
-        await _scripted_async(self.conn, lane_set_call(self.calls.base, group, knobs, now))
-
-    async def set_lane_defaults(self: _AsyncQueue, *, concurrency: Knob = ..., rate: Knob = ...,
-                                window_ms: Knob = ..., weight: Knob = ...,
-                                now: int | None = None) -> None:
-        """As ``echomq.Queue.set_lane_defaults``."""
-        knobs = {"concurrency": concurrency, "rate": rate, "window_ms": window_ms,
-                 "weight": weight}
-        await _scripted_async(self.conn, lane_set_call(self.calls.base, None, knobs, now))
-
-    async def lane_settings(self: _AsyncQueue,
-                            group: str | None = None) -> dict[str, int | None]:
-        return settings_of(await self.conn.hgetall(self.key("laneconf")), group)
-
-    async def pause(self: _AsyncQueue, lane: str | None = None) -> None:
-        await _scripted_async(self.conn, lane_pause_call(self.calls.base, lane, True))
-
-    async def resume(self: _AsyncQueue, lane: str | None = None) -> None:
-        await _scripted_async(self.conn, lane_pause_call(self.calls.base, lane, False))
-
-    async def is_paused(self: _AsyncQueue) -> bool:
-        """As ``LaneControls.is_paused``."""
-        return bool(await self.conn.exists(self.key("paused")))
-
-    async def paused(self: _AsyncQueue) -> tuple[bool, list[str]]:
-        async with self.conn.pipeline(transaction=False) as pipe:
-            pipe.exists(self.key("paused"))
-            pipe.hgetall(self.key("parked"))
-            whole, parked = await pipe.execute()
-        return bool(whole), paused_lanes(parked)
 
 PARKED_WHY = ((1, "limit"), (2, "rate"), (PARKED_PAUSED, "paused"))
 
@@ -229,17 +181,6 @@ def lane_groups(ring: Iterable[Any], parked: Iterable[Any]) -> list[str]:
     names = [text(group) for group in ring]
     seen = set(names)
     return names + sorted({text(group) for group in parked} - seen)
-
-
-def lane_depths_of(conn: Any, key: Any, ring: Iterable[Any],
-                   parked: Iterable[Any]) -> dict[str, int]:
-    """How many jobs wait in each lane of ``lane_groups`` (a parked group's empty lane left
-    out); ``key(group)`` names a group's lane."""
-    names = lane_groups(ring, parked)
-    with conn.pipeline(transaction=False) as pipe:
-        for group in names:
-            pipe.llen(key(group))
-        return shown_depths(names, pipe.execute(), ring)
 
 
 def shown_depths(names: list[str], depths: Iterable[Any],

@@ -1,0 +1,168 @@
+"""Running a transition, written once for both clients: the programs (``echomq.engine.program``)
+of ``Executor.call`` and ``call_many`` — a refused transition raised before anything is sent,
+a script reloaded on ``NOSCRIPT`` and sent again, the batch in one flush, server errors mapped
+to echomq's — and the two wires, scripts (``Wire.SCRIPTS``, 5) and native (``Wire.NATIVE``, 6).
+``echomq.engine.executors`` and ``echomq.engine.async_executors`` are their blocking and asyncio
+shells, which only send.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from redis.exceptions import NoScriptError, ResponseError
+
+from echomq.engine.calls import Arg, Call
+from echomq.engine.clients import twins
+from echomq.engine.errors import Wire6Unsupported, mapped_error
+from echomq.engine.program import Flush, Invoke, Program, Send, Step, method, op
+from echomq.engine.scripts import script_for
+from echomq.engine.transitions import Transition
+from echomq.engine.wire import Wire
+
+E = TypeVar("E")
+
+
+def raise_mapped(exc: BaseException) -> None:
+    """Re-raise a server error as the echomq error its code names, if it is one of ours; an
+    ``EMQ.*`` command the server does not know means trafikey is missing there."""
+    mapped = mapped_error(exc)
+    if mapped is not None:
+        raise mapped from exc
+    raise exc
+
+
+def of_wire(executors: Mapping[int, E], wire: int) -> E:
+    """The executor of ``wire`` (5: scripts, 6: native) among ``executors``."""
+    try:
+        return executors[wire]
+    except KeyError:
+        raise ValueError(f"wire must be 5 (scripts) or 6 (native), not {wire!r}") from None
+
+
+class ExecutorMethods(ABC):
+    """Runs transitions on a client of either library (``Redis``, ``RedisCluster``, their
+    asyncio twins) or its pipeline; a wire says how (``ScriptWire``, ``NativeWire``)."""
+
+    wire: Wire
+
+    @abstractmethod
+    def command(self, transition: Transition, keys: Sequence[str],
+                args: Sequence[Arg]) -> tuple[Any, ...]:
+        """The command that runs ``transition`` on this wire."""
+
+    @abstractmethod
+    def refuse(self, transition: Transition) -> None:
+        """Raises if this wire cannot run ``transition``, before anything is sent."""
+
+    @abstractmethod
+    def reload(self, client: Any, transition: Transition) -> Step | None:
+        """The step that makes ``transition`` runnable again on a server that refused it with
+        NOSCRIPT; None when nothing can (the refusal then stands)."""
+
+    @op
+    def call(self, client: Any, transition: Transition, keys: Sequence[str],
+             args: Sequence[Arg]) -> Program[Any]:
+        try:
+            self.refuse(transition)
+            command = self.command(transition, keys, args)
+            try:
+                return (yield Send(client, command))
+            except twins(NoScriptError):
+                reload = self.reload(client, transition)
+                if reload is None:
+                    raise
+                yield reload
+                return (yield Send(client, command))
+        except twins(ResponseError) as exc:
+            raise_mapped(exc)
+
+    @op
+    def call_many(self, client: Any, calls: Sequence[Call],
+                  then: Sequence[tuple[Any, ...]] = ()) -> Program[list[Any]]:
+        """Runs many calls in one pipeline flush; a reply each. Every transition is prepared (and
+        a refused one raises) before anything is sent. Calls refused with NOSCRIPT (a server that
+        lost its scripts) have their scripts loaded once and are sent again in one more flush.
+        ``then``: plain commands sent after the calls in every flush (their replies dropped)."""
+        for transition in {call[0] for call in calls}:
+            self.refuse(transition)
+        replies = yield from self._flush(client, calls, then)
+        no_script = twins(NoScriptError)
+        lost = [n for n, reply in enumerate(replies) if isinstance(reply, no_script)]
+        if lost:
+            for transition in {calls[n][0] for n in lost}:
+                yield from ExecutorMethods.load.program(self, client, transition)
+            again = yield from self._flush(client, [calls[n] for n in lost], then)
+            for n, reply in zip(lost, again, strict=True):
+                replies[n] = reply
+        settled = []
+        for call, reply in zip(calls, replies, strict=True):
+            settled.append((yield from ExecutorMethods._settle.program(self, client, call, reply)))
+        return settled
+
+    def _flush(self, client: Any, calls: Sequence[Call],
+               then: Sequence[tuple[Any, ...]] = ()) -> Program[list[Any]]:
+        commands = [self.command(*call) for call in calls]
+        replies: list[Any] = (yield Flush(client, [*commands, *then]))[:len(calls)]
+        return replies
+
+    @op
+    def _settle(self, client: Any, call: Call, reply: Any) -> Program[Any]:
+        if isinstance(reply, twins(NoScriptError)):
+            # The server lost its scripts mid-flush (restart, SCRIPT FLUSH): run this one again.
+            return (yield from ExecutorMethods.call.program(self, client, *call))
+        if isinstance(reply, twins(ResponseError)):
+            raise_mapped(reply)
+        if isinstance(reply, Exception):  # a connection or cluster error in place of a reply
+            raise reply
+        return reply
+
+    @op
+    def prepare(self, client: Any, transition: Transition) -> Program[None]:
+        """Refuses ``transition`` before a pipeline is built if this wire cannot run it."""
+        self.refuse(transition)
+        yield from ()
+
+    @op
+    def load(self, client: Any, transition: Transition) -> Program[None]:
+        """Makes ``transition`` runnable again on a server that refused it with NOSCRIPT."""
+        reload = self.reload(client, transition)
+        if reload is not None:
+            yield reload
+
+
+class ScriptWire(ExecutorMethods):
+    """wire=5: ``EVALSHA`` of the transition's Lua script, loaded again on ``NOSCRIPT``."""
+
+    wire = Wire.SCRIPTS
+
+    def command(self, transition: Transition, keys: Sequence[str],
+                args: Sequence[Arg]) -> tuple[Any, ...]:
+        # EVALSHA as a command: a RedisCluster pipeline refuses .evalsha(), not EVALSHA itself
+        return ("EVALSHA", script_for(transition).sha, len(keys), *keys, *args)
+
+    def refuse(self, transition: Transition) -> None:
+        """Nothing: a batch is sent as EVALSHA, and only a NOSCRIPT reply loads the script."""
+
+    def reload(self, client: Any, transition: Transition) -> Step | None:
+        return Invoke(client, method("script_load", script_for(transition).source))
+
+
+class NativeWire(ExecutorMethods):
+    """wire=6: the trafikey module's ``EMQ.*`` command; script-only transitions are refused."""
+
+    wire = Wire.NATIVE
+
+    def command(self, transition: Transition, keys: Sequence[str],
+                args: Sequence[Arg]) -> tuple[Any, ...]:
+        return (transition.native, len(keys), *keys, *args)
+
+    def refuse(self, transition: Transition) -> None:
+        if transition.native is None:
+            raise Wire6Unsupported(transition.name)
+
+    def reload(self, client: Any, transition: Transition) -> Step | None:
+        """None: a module's commands are never lost as scripts are."""
+        return None

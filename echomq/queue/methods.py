@@ -1,0 +1,408 @@
+"""The Queue's methods, written once for both clients: each is a program
+(``echomq.engine.program``) that yields the calls ``echomq.engine.calls`` builds and the reads
+around them, and decodes the replies. ``echomq.queue.blocking.Queue`` runs them on a blocking
+client, ``echomq.queue.aio.Queue`` awaits them on an asyncio one; neither adds a method.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import warnings
+from abc import abstractmethod
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, TypeVar
+
+from redis.exceptions import RedisError, ResponseError
+
+from echomq.engine.calls import (
+    DEFAULT_BATCH_LIMIT,
+    DEFAULT_LEASE_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETENTION_MS,
+    ZSETS,
+    Call,
+    Item,
+    Job,
+    JobOutcome,
+    Outcome,
+    Payload,
+    QueueCalls,
+    Verdict,
+    admission_reads,
+    earliest,
+    evicting_policy,
+    eviction_message,
+    fenced,
+    job_of,
+    lost_admission,
+    outcome_of,
+    settled,
+)
+from echomq.engine.clients import twins
+from echomq.engine.errors import EvictionPolicyWarning
+from echomq.engine.execution import ExecutorMethods
+from echomq.engine.once import lost_reply
+from echomq.engine.program import Invoke, Program, Reads, method, op
+from echomq.engine.wire import Wire
+from echomq.queue.lanes import LaneControls, lane_groups, shown_depths
+from echomq.queue.parking import WATCH_ROLE, watch_commands
+from echomq.queue.registry import REGISTRY_KEY
+from echomq.queue.waiting import next_block_s, wait_slice_s
+
+log = logging.getLogger("echomq")
+R = TypeVar("R")
+
+
+def evicting_check(conn: Any) -> Program[str | None]:
+    """Warns (EvictionPolicyWarning, and the ``echomq`` log) when the server's maxmemory-policy
+    may evict keys: a queue's jobs would then vanish under memory pressure. Returns that policy;
+    None when it cannot evict or the server does not say (CONFIG denied by ACL, or renamed)."""
+    try:
+        policy = evicting_policy((yield Invoke(conn, method("config_get", "maxmemory-policy"))))
+    except twins(RedisError):
+        return None
+    if policy is not None:
+        log.warning(eviction_message(policy))
+        warnings.warn(eviction_message(policy), EvictionPolicyWarning,
+                      stacklevel=_outside_stacklevel())
+    return policy
+
+
+def verdicts(replies: Iterable[Any]) -> list[Verdict]:
+    """A verdict per reply of a batch (an enqueue_many's, an extend_many's), in order."""
+    return [Verdict.of(reply) for reply in replies]
+
+
+def _outside_stacklevel() -> int:
+    """The ``stacklevel`` of the nearest caller outside echomq, seen from a function called here
+    (a warning then names the user's line, however deep the program that warns)."""
+    frame, level = sys._getframe(2), 2
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("echomq."):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+class QueueMethods(LaneControls):
+    """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``):
+    what both Queues are, and do."""
+
+    executor: ExecutorMethods
+
+    def __init__(self, conn: Any, name: str, *, wire: int = Wire.SCRIPTS,
+                 retention_ms: int = DEFAULT_RETENTION_MS,
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, check_policy: bool = True) -> None:
+        self.conn = conn
+        self.name = name
+        self.calls = QueueCalls(name, retention_ms=retention_ms, max_attempts=max_attempts)
+        self.executor = self._executor_of(wire)
+        self._registered = False
+        self._policy_due = check_policy
+        self._made()
+
+    @staticmethod
+    @abstractmethod
+    def _executor_of(wire: int) -> ExecutorMethods:
+        """The shell's executor of ``wire``."""
+
+    def _made(self) -> None:
+        """What the shell does once the queue is made (the blocking one checks the policy)."""
+
+    @property
+    def wire(self) -> int:
+        return self.executor.wire
+
+    @property
+    def base(self) -> str:
+        return self.calls.base
+
+    @property
+    def retention_ms(self) -> int:
+        return self.calls.retention_ms
+
+    @property
+    def max_attempts(self) -> int:
+        return self.calls.max_attempts
+
+    def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str:
+        """The key of ``role`` (pending, active, delayed, dead, wake, ring; ``job`` with a job
+        id; ``lane`` with a group) of this queue."""
+        return self.calls.key(role, job_id, lane)
+
+    @op
+    def check_policy(self) -> Program[str | None]:
+        """Warns (EvictionPolicyWarning) when the server may evict keys, and returns its policy
+        (None when it cannot evict, or does not say). A queue made with ``check_policy`` asks
+        this itself: the blocking one when it is made, the asyncio one before its first command
+        (unless this was asked first)."""
+        self._policy_due = False  # on the call, before the program runs: asked now, not again
+        return evicting_check(self.conn)
+
+    def _sent(self, call: Call, decode: Callable[[Any], R], *, watch: bool = False) -> Program[R]:
+        """``call`` run on the queue's wire and its reply decoded: the one place a call's reply
+        meets its decoder. With ``watch``, the queue's watch tokens follow the call in the same
+        flush (``echomq.queue.parking``)."""
+        if not watch:
+            reply = yield from ExecutorMethods.call.program(self.executor, self.conn, *call)
+        else:
+            then = watch_commands(self.key(WATCH_ROLE))
+            replies = yield from ExecutorMethods.call_many.program(self.executor, self.conn,
+                                                                   [call], then)
+            reply = replies[0]
+        return decode(reply)
+
+    # producer -------------------------------------------------------------------------------
+
+    @op
+    def enqueue(self, job_id: str, payload: Payload, *, lane: str | None = None,
+                delay_ms: int = 0, at_ms: int | None = None,
+                now: int | None = None) -> Program[Verdict]:
+        """Admit a job once: ENQUEUED, or DUPLICATE when its row exists. KindError on a bad id;
+        TypeError, before anything is sent, for a payload that is not str or bytes-like.
+
+        With ``lane``, the job joins its group's lane and is served by ``claim_lane`` in turn
+        with the other groups (scripts only: a ``wire=6`` queue raises Wire6Unsupported).
+
+        With ``delay_ms`` or ``at_ms`` (an absolute time in ms on the server's clock), the job
+        waits in the delayed set until the later of now + ``delay_ms`` and ``at_ms``; promote
+        then moves it to pending (a lane job to its lane)."""
+        call = self.calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms)
+        started = time.monotonic()
+        try:
+            verdict = yield from self._sent(call, Verdict.of)
+        except lost_reply():
+            verdict = yield from self._after_lost_reply(call, started)
+        yield from self._register()
+        return verdict
+
+    def _after_lost_reply(self, call: Call, started: float) -> Program[Verdict]:
+        """An admission whose reply was lost: ENQUEUED if it went through (docs/PROTOCOL.md,
+        Replays), else sent once more."""
+        verdict = yield from self._lost_admission(call, started)
+        if verdict is not None:
+            return verdict
+        verdict = yield from self._sent(call, Verdict.of)
+        if verdict is Verdict.DUPLICATE:  # the first one arrived after all
+            return (yield from self._lost_admission(call, started)) or verdict
+        return verdict
+
+    def _lost_admission(self, call: Call, started: float) -> Program[Verdict | None]:
+        reads = [method("execute_command", *command) for command in admission_reads(call)]
+        replies = yield Reads(self.conn, reads)
+        return lost_admission(call, replies, time.monotonic() - started)
+
+    @op
+    def enqueue_many(self, items: Iterable[Item], *,
+                     now: int | None = None) -> Program[list[Verdict]]:
+        """Admit many jobs in one wire flush; a verdict per item, in order. Items are
+        ``(id, payload)`` or ``(id, payload, lane)``; every one is checked before anything is
+        sent."""
+        calls = self.calls.enqueue_many(items, now)
+        replies = yield from ExecutorMethods.call_many.program(self.executor, self.conn, calls)
+        yield from self._register()
+        return verdicts(replies)
+
+    def _register(self) -> Program[None]:
+        """Enter this queue in the server's registry of queues after its first admission (once
+        per Queue), so operators' tools list it without scanning the keyspace. A user whose ACL
+        denies the registry key still produces: the queue is then found by ``stats --rescan``."""
+        if self._registered:
+            return
+        self._registered = True
+        try:
+            yield Invoke(self.conn, method("sadd", REGISTRY_KEY, self.name))
+        except twins(ResponseError) as exc:
+            log.debug("queue %s not entered in %s: %s", self.name, REGISTRY_KEY, exc)
+
+    # worker ---------------------------------------------------------------------------------
+
+    @op
+    def claim(self, lease_ms: int = DEFAULT_LEASE_MS, *, now: int | None = None,
+              claim_id: str | None = None) -> Program[Job | None]:
+        """Lease the oldest pending job for ``lease_ms``, or None when there is none.
+
+        ``claim_id`` (1 to 200 bytes of ``[A-Za-z0-9._:-]``, unique to this call, e.g.
+        ``echomq.engine.calls.new_claim_id()``): the lease is recorded under it for ``lease_ms``, so
+        the same call sent again after its reply was lost answers the lease still held rather
+        than lease another job and count another attempt."""
+        return (yield from self._sent(self.calls.claim(lease_ms, now, claim_id), job_of))
+
+    @op
+    def claim_lane(self, lease_ms: int = DEFAULT_LEASE_MS, *, now: int | None = None,
+                   watch: bool = False, claim_id: str | None = None) -> Program[Job | None]:
+        """Lease the head job of the next lane in turn (the ring rotates one step per claim),
+        or None when every lane is empty. Scripts only (``wire=6`` raises Wire6Unsupported).
+        ``watch``: the queue's watch tokens go out in the claim's flush, after it.
+        ``claim_id``: as for ``claim``."""
+        call = self.calls.claim_lane(lease_ms, now, claim_id)
+        return (yield from self._sent(call, job_of, watch=watch))
+
+    @op
+    def ack(self, job: Job, *, retention_ms: int | None = None,
+            result: Payload | None = None) -> Program[Verdict]:
+        """Complete ``job``'s lease. The row stays as a tombstone for ``retention_ms`` so a
+        re-enqueue of the id is still a duplicate; with ``result`` (at most MAX_RESULT_BYTES,
+        ArgumentError before sending otherwise) the tombstone keeps it, in the same step.
+        StaleLease if the lease is not current."""
+        return (yield from self._sent(self.calls.ack(job, retention_ms, result),
+                                      partial(fenced, job)))
+
+    @op
+    def retry(self, job: Job, *, delay_ms: int = 1_000, error: Payload = "",
+              max_attempts: int | None = None, now: int | None = None) -> Program[Verdict]:
+        """Record ``error`` and run ``job`` again after ``delay_ms``: RETRYING, or DEAD when its
+        attempts are used up. StaleLease if the lease is not current."""
+        call = self.calls.retry(job, delay_ms, error, max_attempts, now)
+        return (yield from self._sent(call, partial(fenced, job)))
+
+    @op
+    def extend(self, job: Job, *, lease_ms: int = DEFAULT_LEASE_MS,
+               now: int | None = None) -> Program[Verdict]:
+        """Push ``job``'s lease deadline to now + ``lease_ms``. StaleLease if not current."""
+        return (yield from self._sent(self.calls.extend(job, lease_ms, now),
+                                      partial(fenced, job)))
+
+    # batches --------------------------------------------------------------------------------
+
+    @op
+    def settle(self, outcomes: Iterable[Outcome], *, claim: int = 0,
+               lease_ms: int = DEFAULT_LEASE_MS, retention_ms: int | None = None,
+               now: int | None = None,
+               claim_id: str | None = None) -> Program[tuple[list[Verdict], list[Job]]]:
+        """A worker's round in one round trip: settle each outcome (``Ack(job)``,
+        ``Retry(job, delay_ms, error, max_attempts)`` or ``Release(job)``) in order, then lease
+        up to ``claim`` jobs for ``lease_ms``, atomically. Returns a verdict per outcome — STALE
+        for a lease that is not current (not raised, so the others stand) — and the jobs leased,
+        oldest first. Every outcome is checked before anything is sent. ``claim_id``: the
+        leases are recorded under it, as for ``claim``: sent again, the call answers them."""
+        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now, claim_id=claim_id)
+        return (yield from self._sent(call, settled))
+
+    @op
+    def settle_leased(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
+                      retention_ms: int | None, now: int | None, *,
+                      watch: bool = False,
+                      claim_id: str | None = None
+                      ) -> Program[tuple[list[Verdict], list[Job]]]:
+        """``settle`` for a consumer's own round: the outcomes' jobs came from this queue's
+        claims, so their ids and fences are not checked again. ``watch``: the queue's watch
+        tokens go out in the same flush, after the call (``echomq.queue.parking``)."""
+        call = self.calls.settle(outcomes, claim, lease_ms, retention_ms, now, leased=True,
+                                 claim_id=claim_id)
+        return (yield from self._sent(call, settled, watch=watch))
+
+    @op
+    def claim_many(self, count: int, lease_ms: int = DEFAULT_LEASE_MS, *,
+                   now: int | None = None, claim_id: str | None = None) -> Program[list[Job]]:
+        """Lease up to ``count`` (>= 1) pending jobs, oldest first, in one round trip
+        (``claim_id``: as for ``claim``)."""
+        call = self.calls.claim_many(count, lease_ms, now, claim_id)
+        return (yield from self._sent(call, settled))[1]
+
+    @op
+    def extend_many(self, jobs: Iterable[Job], *, lease_ms: int = DEFAULT_LEASE_MS,
+                    now: int | None = None) -> Program[list[Verdict]]:
+        """Push each job's lease deadline to now + ``lease_ms`` in one round trip: EXTENDED or
+        STALE per job, in order (not raised)."""
+        return (yield from self._sent(self.calls.extend_many(jobs, lease_ms, now), verdicts))
+
+    # housekeeping ---------------------------------------------------------------------------
+
+    @op
+    def recover(self, *, now: int | None = None, limit: int = DEFAULT_BATCH_LIMIT,
+                max_attempts: int | None = None) -> Program[int]:
+        """Return expired leases (at most ``limit``) to where they came from; a job whose
+        attempts are used up (``max_attempts``, None: the queue's) goes dead instead, its worker
+        lost at its last attempt. How many leases were taken, back to run or dead."""
+        return (yield from self._sent(self.calls.recover(now, limit, max_attempts), int))
+
+    @op
+    def promote(self, *, now: int | None = None,
+                limit: int = DEFAULT_BATCH_LIMIT) -> Program[int]:
+        """Move delayed jobs that are due (at most ``limit``) back to run; how many moved."""
+        return (yield from self._sent(self.calls.promote(now, limit), int))
+
+    # parking --------------------------------------------------------------------------------
+
+    @op
+    def next_due(self) -> Program[int | None]:
+        """The earliest time (ms) at which a delayed job falls due, a lease expires or a lane's
+        rate window opens, if any."""
+        heads = [method("zrange", self.key(role), 0, 0, withscores=True)
+                 for role in ("delayed", "active", "throttled")]
+        return earliest((yield Reads(self.conn, heads)))
+
+    @op
+    def park(self, timeout_s: float) -> Program[bool]:
+        """Block on the wake key for at most ``timeout_s`` (> 0); True when a token woke us."""
+        popped = yield Invoke(self.conn, method("blpop", [self.key("wake")], timeout=timeout_s))
+        return popped is not None
+
+    # outcomes -------------------------------------------------------------------------------
+
+    @op
+    def outcome(self, job_id: str) -> Program[JobOutcome]:
+        """Where ``job_id`` stands now, in one round trip: its state, the result its ack kept,
+        its last error and its attempts (``state`` "unknown" when it has no row)."""
+        reads = [method("execute_command", *command)
+                 for command in self.calls.outcome_reads(job_id)]
+        return outcome_of((yield Reads(self.conn, reads, raise_on_error=False)))
+
+    @op
+    def wait(self, job_id: str, timeout_s: float) -> Program[JobOutcome]:
+        """Block until ``job_id`` is done or dead, or ``timeout_s`` passes (``math.inf``: as long
+        as it takes); its outcome then.
+
+        Never a polling loop: the transitions that end a job — an ack keeping a result, a retry
+        or a recover sending it dead — leave a token in its ended key, and this blocks on that
+        key (BLMOVE onto itself, so every waiter wakes). An ack without a result leaves none:
+        such a job is seen done when the timeout passes. Each blocking call ends before the
+        connection's socket timeout (``echomq.queue.waiting``), so any ``timeout_s`` works on any
+        client."""
+        deadline = time.monotonic() + timeout_s
+        slice_s = wait_slice_s(self.conn)
+        ended = self.key("ended", job_id)
+        outcome = QueueMethods.outcome.program
+        while True:
+            now = yield from outcome(self, job_id)
+            block_s = next_block_s(deadline, slice_s)
+            if now.ended or block_s is None:
+                return now
+            moved = yield Invoke(self.conn, method("blmove", ended, ended, block_s, "LEFT",
+                                                   "RIGHT"))
+            if moved is None:
+                continue  # the slice ran out: the loop reads the outcome again
+            now = yield from outcome(self, job_id)
+            if now.ended:
+                return now
+            # A token of an earlier life of the id (its row deleted behind the queue's back):
+            # it tells this one nothing, so it goes, and the wait goes on.
+            yield Invoke(self.conn, method("delete", ended))
+
+    # inspection -----------------------------------------------------------------------------
+
+    @op
+    def counts(self) -> Program[dict[str, int]]:
+        """How many jobs are pending, active, delayed and dead, and how many wait in lanes."""
+        reads = [*(method("zcard", self.key(role)) for role in ZSETS),
+                 method("lrange", self.key("ring"), 0, -1), method("hkeys", self.key("parked"))]
+        *sizes, groups, parked = yield Reads(self.conn, reads)
+        counts = dict(zip(ZSETS, map(int, sizes), strict=True))
+        depths = yield from QueueMethods.lane_depths.program(self, groups, parked)
+        counts["lanes"] = sum(depths.values())
+        return counts
+
+    @op
+    def lane_depths(self, groups: Iterable[Any] | None = None,
+                    parked: Iterable[Any] | None = None) -> Program[dict[str, int]]:
+        """How many jobs wait in each non-empty lane: the ring's groups in serving order, then
+        the parked ones (at a limit, over their rate, or paused)."""
+        if groups is None or parked is None:
+            groups = yield Invoke(self.conn, method("lrange", self.key("ring"), 0, -1))
+            parked = yield Invoke(self.conn, method("hkeys", self.key("parked")))
+        names = lane_groups(groups, parked)
+        depths = yield Reads(self.conn, [method("llen", self.key("lane", lane=group))
+                                         for group in names])
+        return shown_depths(names, depths, groups)
