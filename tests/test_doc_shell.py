@@ -317,7 +317,7 @@ def test_an_output_shape_stands_for_words_with_digits_and_elided_lines() -> None
 
 
 def test_the_metrics_the_queries_name_are_exported() -> None:
-    source = (ROOT / "echomq" / "metrics.py").read_text()
+    source = (ROOT / "echomq" / "ops" / "metrics.py").read_text()
     for block in every_fenced():
         if classify(block) != "queries":
             continue
