@@ -10,7 +10,7 @@ from echomq.cli.args import MAX_COUNT, QUEUE
 from echomq.cli.common import WIRE_CHOICES, connect, emit, json_option, print_json, url_option
 from echomq.cli.errors import Failure
 from echomq.cli.views import LANES_SHOWN, print_lanes, print_stats
-from echomq.consumer.presence import WorkerInfo, counts_by_queue, live_workers, running_by_queue
+from echomq.consumer.roster import WorkerInfo, counts_by_queue, live_workers, running_by_queue
 from echomq.engine.wire import wire_of
 from echomq.ops import admin
 from echomq.queue.blocking import Queue, recover_due

@@ -22,7 +22,7 @@ from echomq.cli.common import (
 from echomq.cli.errors import BAD_INPUT, Failure, failure_for
 from echomq.cli.views import print_workers
 from echomq.consumer.loop import MAX_PREFETCH, PARK_CAP_MS, PREFETCH
-from echomq.consumer.presence import live_workers
+from echomq.consumer.roster import live_workers
 from echomq.engine.clients import twins
 from echomq.engine.errors import EchoMQError, MetricsUnavailable, Wire6Unsupported
 from echomq.engine.server_time import server_ms
