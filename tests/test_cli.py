@@ -16,7 +16,8 @@ import redis
 from click.testing import CliRunner
 
 from echomq import Queue, Verdict
-from echomq.cli.main import human_age, main
+from echomq.cli.main import main
+from echomq.cli.views import human_age
 from echomq.embedded import EmbeddedValkey, free_port
 from tests.command_line import cli
 from tests.conftest import start_server

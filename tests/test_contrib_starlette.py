@@ -129,7 +129,7 @@ def test_fastapi_takes_the_same_lifespan(valkey: EmbeddedValkey, observer: redis
 
 def test_the_consumer_in_the_web_process_is_a_live_worker(valkey: EmbeddedValkey,
                                                           observer: redis.Redis) -> None:
-    from echomq.consumer.presence import live_workers
+    from echomq.consumer.roster import live_workers
 
     app = tasks_app(app_client(valkey))
     with TestClient(web_app(app, consume=True, park_cap_ms=200)) as client:

@@ -14,7 +14,8 @@ import pytest
 import redis
 
 from echomq import Queue, Verdict
-from echomq.consumer.presence import WORKER_PREFIX, WORKERS_KEY, WorkerInfo
+from echomq.consumer.presence import WORKER_PREFIX, WORKERS_KEY
+from echomq.consumer.roster import WorkerInfo
 from echomq.ops import admin
 from echomq.ops.dashboard import History, create_app
 from tests.test_dashboard import CHROMIUM, FLAGS, serve

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from echomq import Queue
-from echomq.consumer.presence import live_workers
+from echomq.consumer.roster import live_workers
 from echomq.embedded import EmbeddedValkey
 from tests.conftest import start_server
 from tests.doc_blocks import Block, blocks_of, every_block, modules_before

@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from echomq import Queue, Verdict
-from echomq.consumer.presence import live_workers
+from echomq.consumer.roster import live_workers
 from echomq.embedded import EmbeddedValkey, free_port
 from tests.conftest import start_server
 from tests.doc_blocks import ROOT, every_block, modules_before

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from echomq import Queue
-from echomq.consumer.presence import counts_by_queue, live_workers
+from echomq.consumer.roster import counts_by_queue, live_workers
 from tests.test_worker import Workers, wait_until, workers  # noqa: F401
 
 

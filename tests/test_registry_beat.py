@@ -26,7 +26,8 @@ from echomq import Job, Queue
 from echomq.cli.main import main
 from echomq.consumer.blocking import server_ms
 from echomq.consumer.loop import PARK_CAP_MS
-from echomq.consumer.presence import PARKED_EXPIRY_CAPS, Announcer, WorkerInfo, live_workers
+from echomq.consumer.presence import PARKED_EXPIRY_CAPS, Announcer
+from echomq.consumer.roster import WorkerInfo, live_workers
 from echomq.embedded import EmbeddedValkey
 from echomq.ops.dashboard import create_app
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from echomq.consumer.presence import live_workers
+from echomq.consumer.roster import live_workers
 from echomq.embedded import EmbeddedValkey
 from tests.conftest import client_of, start_server
 from tests.served_app import make_app

@@ -27,13 +27,8 @@ from starlette.testclient import TestClient
 
 from echomq import Consumer, Job, Queue, aio
 from echomq.cli.main import main
-from echomq.consumer.presence import (
-    EXPIRY_MS,
-    WORKERS_KEY,
-    Announcer,
-    WorkerInfo,
-    live_workers,
-)
+from echomq.consumer.presence import EXPIRY_MS, WORKERS_KEY, Announcer
+from echomq.consumer.roster import WorkerInfo, live_workers
 from echomq.embedded import EmbeddedValkey
 from echomq.ops import admin
 from echomq.ops.dashboard import create_app

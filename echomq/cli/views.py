@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from echomq.consumer.presence import EXPIRY_MS, WorkerInfo, counts_by_queue, running_by_queue
+from echomq.consumer.presence import EXPIRY_MS
+from echomq.consumer.roster import WorkerInfo, counts_by_queue, running_by_queue
 from echomq.ops import admin
 
 LANES_SHOWN = 10  # the deepest lanes ``stats QUEUE`` lists unless told

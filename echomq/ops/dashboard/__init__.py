@@ -39,7 +39,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from echomq.consumer.presence import counts_by_queue, live_workers, running_by_queue
+from echomq.consumer.roster import counts_by_queue, live_workers, running_by_queue
 from echomq.engine.errors import EchoMQError
 from echomq.engine.server_time import server_ms
 from echomq.ops import admin

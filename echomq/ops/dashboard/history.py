@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from echomq.consumer.presence import WorkerInfo, live_workers
+from echomq.consumer.roster import WorkerInfo, live_workers
 from echomq.ops import admin
 
 log = logging.getLogger("echomq.ops.dashboard")

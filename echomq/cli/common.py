@@ -1,0 +1,74 @@
+"""What the commands share: the ``--url``, ``--json`` and ``--wire`` options, the connection
+to the server, JSON and line output, and the signals a foreground command stops on."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import threading
+from collections.abc import Callable, Iterable
+from types import FrameType
+from typing import Any
+
+import click
+import redis
+
+from echomq.cli.errors import URL_META, bad_url
+from echomq.ops import admin
+
+# Where a worker serving a handler (or an App with no connection of one server) looks.
+DEFAULT_URL = "redis://127.0.0.1:6379"
+# --wire takes the number or the name: 5 or scripts, 6 or native.
+WIRE_CHOICES = ["5", "6", "scripts", "native"]
+
+url_option = click.option("--url", envvar="ECHOMQ_URL", default="redis://127.0.0.1:6379",
+                          show_default=True, show_envvar=True, help="the Valkey server")
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON, for scripts")
+
+
+def connect(url: str) -> redis.Redis:
+    click.get_current_context().meta[URL_META] = url
+    try:
+        conn = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+    except ValueError as exc:
+        raise bad_url(url, exc) from exc
+    return conn
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(value, default=_jsonable))
+
+
+def emit(as_json: bool, value: Any, lines: Callable[[], Iterable[str]]) -> None:
+    if as_json:
+        print_json(value)
+    else:
+        for line in lines():
+            click.echo(line)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return admin.shown(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def interrupt_on_sigterm() -> None:
+    """Take SIGTERM as Ctrl-C (KeyboardInterrupt in the main thread), so a command stopped by a
+    service manager, or started where SIGINT is ignored, cleans up the way Ctrl-C does."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def stop_on_signals() -> threading.Event:
+    """An event that SIGINT or SIGTERM sets."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop

@@ -1,0 +1,53 @@
+"""The commands on one job: ``enqueue`` admits it, ``inspect`` shows its row and where it is."""
+
+from __future__ import annotations
+
+import click
+
+from echomq.cli.args import QUEUE
+from echomq.cli.common import WIRE_CHOICES, connect, emit, json_option, print_json, url_option
+from echomq.cli.errors import Failure
+from echomq.cli.views import print_job
+from echomq.engine.server_time import server_ms
+from echomq.engine.wire import wire_of
+from echomq.ops import admin
+from echomq.queue.blocking import Queue
+from echomq.queue.ids import new_job_id
+
+
+@click.command()
+@click.argument("queue", type=QUEUE)
+@click.argument("payload")
+@click.option("--id", "job_id", default=None, help="the job id (default: a new time-sortable id)")
+@click.option("--lane", default=None, help="the group's lane to join")
+@click.option("--wire", type=click.Choice(WIRE_CHOICES), default="5", show_default=True)
+@url_option
+@json_option
+def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, wire: str, url: str,
+            as_json: bool) -> None:
+    """Admit one job with PAYLOAD into QUEUE."""
+    job_id = job_id or new_job_id()
+    conn = connect(url)
+    verdict = Queue(conn, queue, wire=wire_of(wire)).enqueue(job_id, payload.encode(), lane=lane)
+    admin.register_queue(conn, queue)
+    emit(as_json, {"id": job_id, "verdict": verdict.value},
+         lambda: [f"{verdict.value} {job_id}"])
+
+
+@click.command()
+@click.argument("queue", type=QUEUE)
+@click.argument("job_id", metavar="ID")
+@url_option
+@json_option
+def inspect(queue: str, job_id: str, url: str, as_json: bool) -> None:
+    """Show the row of job ID in QUEUE and where the job is."""
+    conn = connect(url)
+    found = admin.inspect(conn, queue, job_id)
+    if found is None:
+        raise Failure(f"no job {job_id} in queue {queue}",
+                      f"`echomq stats {queue}` shows what the queue holds; completed jobs are "
+                      "kept only for their retention")
+    if as_json:
+        print_json(found)
+        return
+    print_job(job_id, queue, found, server_ms(conn))
