@@ -96,3 +96,16 @@ def test_without_python_312_the_django_stage_is_skipped_loudly_outside_ci() -> N
 
 def test_ci_makes_sure_of_a_python_for_django() -> None:
     assert "install_django_python\n" in CI.read_text().split("main() {", 1)[1]
+
+
+def test_the_distribution_lists_every_package_of_the_tree() -> None:
+    """A subpackage missing from pyproject's list is missing from every wheel (``echomq worker``
+    once failed from one that lacked ``echomq.worker``): the list is the tree's packages, and the
+    Lua scripts' folder, whose files are data."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    packages = {".".join(init.parent.relative_to(ROOT).parts)
+                for init in (ROOT / "echomq").rglob("__init__.py")}
+    assert listed == packages | {"echomq.lua"}
