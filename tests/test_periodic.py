@@ -211,6 +211,46 @@ def test_a_mark_far_ahead_of_a_clock_is_lowered_to_it_and_holds_back_no_due_tick
     assert set(recorder.enqueued().values()) == {1}
 
 
+def test_a_pass_stalled_across_a_lowering_by_a_clock_far_behind_admits_each_tick_once(
+        queue: Queue, caplog: pytest.LogCaptureFixture) -> None:
+    """A tick every 2 s; one clock 355.213 s behind the true one. The first pass, on the true
+    clock, starts the schedule at T0; 35.21 s on, a pass on the true clock reads the mark and
+    stalls with the 17 ticks due; the clock behind finds the mark 320.003 s ahead and lowers it
+    to its now; then the stalled pass admits its ticks, none held back by the lowered mark, and
+    raises the mark past the ticks between the lowered mark and the start, which never run: they
+    are before the schedule's first pass. A later lowering lets a true clock admit every tick
+    after the lowered mark, as for a schedule started there: the ones run already are
+    DUPLICATEs, each tick is one job."""
+    recorder = Recorder(queue)
+    schedule = Schedule("r", "*/2 * * * * *", catch_up=1000)
+    entry = Periodic(schedule, queue, recorder.admit)
+    behind = -355_213
+    assert entry.run_due(T0) == []
+    true_now = T0 + 35_210
+    stalled = entry.plan(true_now)
+    due = [T0 + 2_000 * n for n in range(1, 18)]
+    assert stalled == due
+    with caplog.at_level(logging.WARNING, "echomq.tasks.periodic"):
+        assert entry.run_due(true_now + behind) == []
+    assert "its mark is 320 s ahead of this scheduler's clock" in caplog.text
+    assert entry.mark() == true_now + behind == T0 - 320_003
+    admitted = [entry.admit_tick(tick) for tick in stalled]
+    assert [a.tick_ms for a in admitted if a is not None] == due  # the true clock held back none
+    assert entry.mark() == due[-1]
+    assert entry.run_due(true_now) == []
+    assert recorder.enqueued() == {schedule.job_id(tick): 1 for tick in due}
+
+    true_now += 1_000
+    assert entry.run_due(true_now + behind) == []  # lowered again, to 319.003 s before the start
+    lowered = T0 - 319_003
+    assert entry.mark() == lowered
+    again = [a.tick_ms for a in entry.run_due(true_now)]
+    assert again == list(until(schedule.ticks(lowered), true_now))
+    assert {job_id for (job_id, verdict) in recorder.verdicts
+            if verdict is Verdict.DUPLICATE} == {schedule.job_id(tick) for tick in due}
+    assert set(recorder.enqueued().values()) == {1}
+
+
 def test_a_mark_ahead_within_the_limit_holds_a_clock_back(queue: Queue) -> None:
     entry = Periodic(Schedule("r", "* * * * * *"), queue, Recorder(queue).admit)
     entry.run_due(T0 + MARK_AHEAD_LIMIT_MS)

@@ -10,8 +10,13 @@ What must hold, whatever the sequence:
   until every clock is past the tick (the retention must outlast the skew);
 - the mark only grows, also under a pass overtaken inside its admission, but for a pass that
   finds it more than ``MARK_AHEAD_LIMIT_MS`` ahead of its clock and lowers it to that clock; and
-  every tick after the schedule's start up to the mark was admitted (with a catch-up wide enough
-  that nothing is coalesced), each a tick of the cron expression;
+  every tick after the schedule's start (its first mark) up to the mark was admitted (with a
+  catch-up wide enough that nothing is coalesced), each a tick of the cron expression after the
+  lowest mark. A mark lowered below the start lets a pass admit the ticks between the two (as
+  for a schedule started at the lowered mark) but does not oblige one to: a pass that read the
+  mark before it was lowered raises it past them again, and those ticks were never the
+  schedule's (the ticks a lowering passes under that were, up to the mark it lowered, were
+  admitted already);
 - a pass that completes admits exactly the latest ``catch_up`` ticks after the mark up to its
   clock, and leaves the mark at the latest tick its clock has reached — or, finding the mark
   far ahead (a clock that far ahead wrote it, or its own clock is that far behind), admits
@@ -25,6 +30,7 @@ may be set right in the middle of the run.
 from __future__ import annotations
 
 from collections import Counter
+from typing import cast
 
 import pytest
 import redis
@@ -67,6 +73,7 @@ class SchedulerFleet(RuleBasedStateMachine):
         self.plans: list[list[int]] = [[] for _ in range(SCHEDULERS)]
         self.enqueued: Counter[str] = Counter()
         self.last_mark: int | None = None
+        self.start: int | None = None
         self.lowest_mark: int | None = None
         self.marks_seen: list[int | None] = []
         self.schedule = Schedule("s", "* * * * *")
@@ -240,17 +247,23 @@ class SchedulerFleet(RuleBasedStateMachine):
         mark = self.mark()
         if mark is None:
             return
+        if self.start is None:
+            self.start = mark  # the first pass: no step writes the mark twice before this
         if self.lowest_mark is None or mark < self.lowest_mark:
             self.lowest_mark = mark  # the start, or a clock a far-ahead mark was lowered to
-        ticks = self.schedule.ticks(self.lowest_mark)
-        upto = []
-        for tick in ticks:
+        admissible = self.ticks_up_to_the_mark(self.lowest_mark, mark)
+        assert set(self.enqueued) <= admissible | self.beyond_mark(mark)
+        if self.schedule.catch_up == ALL:
+            assert self.ticks_up_to_the_mark(self.start, mark) <= set(self.enqueued)
+
+    def ticks_up_to_the_mark(self, after: int, mark: int) -> set[str]:
+        """The ids of the ticks in (after, mark]."""
+        upto = set()
+        for tick in self.schedule.ticks(after):
             if tick > mark:
                 break
-            upto.append(self.schedule.job_id(tick))
-        assert set(self.enqueued) <= set(upto) | self.beyond_mark(mark)
-        if self.schedule.catch_up == ALL:
-            assert set(upto) <= set(self.enqueued)
+            upto.add(self.schedule.job_id(tick))
+        return upto
 
     def beyond_mark(self, mark: int) -> set[str]:
         """Ticks admitted by a pass that died before its mark moved past them."""
@@ -263,3 +276,74 @@ STATEFUL = settings(max_examples=200, stateful_step_count=60, deadline=None,
 
 def test_skewed_schedulers_dying_mid_pass_admit_each_tick_once(valkey: EmbeddedValkey) -> None:
     run_state_machine_as_test(lambda: SchedulerFleet(valkey.port), settings=STATEFUL)
+
+
+class Pick:
+    """Stands in for hypothesis's data in a rule run by hand: every draw is this scheduler."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def draw(self, strategy: object) -> int:
+        return self.index
+
+
+def pick(index: int) -> st.DataObject:
+    return cast(st.DataObject, Pick(index))
+
+
+def holds(fleet: SchedulerFleet) -> None:
+    fleet.every_tick_up_to_the_mark_was_admitted()
+    fleet.no_tick_admitted_twice()
+    fleet.the_mark_only_grows_but_when_far_ahead_of_a_clock()
+
+
+def test_a_stalled_pass_raises_a_mark_a_clock_far_behind_lowered_below_the_start(
+        valkey: EmbeddedValkey) -> None:
+    """A tick every 2 s, clocks at the true time but the first, 355.213 s behind. The first pass
+    (a true clock) starts the schedule at START; 35.21 s on, another true clock reads the mark
+    and stalls with the 17 ticks due; the clock behind finds the mark 320.003 s ahead and lowers
+    it to its now, 320 s before the start; the stalled pass then admits its first tick and
+    raises the mark past the 160 ticks between the lowered mark and the start. Those ticks were
+    never the schedule's (they are before its first pass), so passing over them loses nothing:
+    what is promised is every tick from the start up to the mark, each once, and the lowered
+    mark holding no true clock back. The ticks after a lowered mark that a pass does admit (as
+    for a schedule started there) are admitted once too, the ones already run DUPLICATEs."""
+    fleet = SchedulerFleet(valkey.port)
+    try:
+        fleet.setup(cron="*/2 * * * * *", skews=[0, 0, 0], far=-355_213, catch_up=ALL)
+        holds(fleet)
+        fleet.a_pass_reads_the_mark(pick(2))  # the first pass: the schedule starts at START
+        assert fleet.mark() == START and fleet.plans[2] == []
+        holds(fleet)
+        fleet.time_passes(35_210)
+        holds(fleet)
+        fleet.a_pass_reads_the_mark(pick(1))  # stalls with the ticks due on the true clock
+        assert fleet.plans[1] == [START + 2_000 * n for n in range(1, 18)]
+        holds(fleet)
+        lowered = fleet.clock(0)
+        fleet.a_pass(pick(0))  # the clock behind: the mark is 320 s ahead of it
+        assert fleet.mark() == lowered == START - 320_003
+        holds(fleet)
+        fleet.a_stalled_pass_admits_its_next_tick(pick(1))
+        assert fleet.mark() == START + 2_000
+        assert fleet.enqueued == {fleet.schedule.job_id(START + 2_000): 1}
+        holds(fleet)  # the ticks in (START - 320_003, START] are not owed
+        while fleet.plans[1]:
+            fleet.a_stalled_pass_admits_its_next_tick(pick(1))
+            holds(fleet)
+        assert fleet.mark() == START + 34_000
+        fleet.a_pass(pick(0))  # lowered again: its clock is still 355 s behind
+        holds(fleet)
+        fleet.a_pass(pick(2))  # a true clock admits every tick after it, each once
+        assert set(fleet.enqueued) == fleet.ticks_up_to_the_mark(lowered, START + 34_000)
+        assert len(fleet.enqueued) == 161 + 17  # those of the start and before it, then the rest
+        holds(fleet)
+        fleet.the_clock_far_off_is_set_right()
+        for _ in range(3):
+            fleet.time_passes(2_000)
+            fleet.a_pass(pick(0))
+            holds(fleet)
+        assert fleet.mark() == START + 40_000  # the true time is START + 41.21 s
+    finally:
+        fleet.teardown()
