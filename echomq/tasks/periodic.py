@@ -33,10 +33,12 @@ the ticks a clock ahead passed over as downtime never run, and the mark it leave
 other scheduler back until their clocks reach it — for at most ``MARK_AHEAD_LIMIT_MS``. A mark
 further ahead of a scheduler's clock than that is taken for a clock's error: the scheduler
 lowers it to its own now (``ZADD XX LT``), as if the schedule were new there, and the ticks
-after that are admitted as they come due. The ticks the clock ahead admitted early keep their
-rows, so admitting them again when they come due is a DUPLICATE: under such a skew it is the
-row, not the mark, that keeps a tick to one job, as long as the skew is shorter than the
-queue's retention.
+after that are admitted as they come due; those of them before the schedule's first pass (a
+clock that far behind lowers the mark below it) may run then, or not: a pass that read the mark
+before it was lowered may raise it past them first. The ticks the clock ahead admitted early
+keep their rows, so admitting them again when they come due is a DUPLICATE: under such a skew
+it is the row, not the mark, that keeps a tick to one job, as long as the skew is shorter than
+the queue's retention.
 
 Time zones: a schedule's cron expression is read in its zone (UTC by default; any IANA name);
 the job id always names the tick in UTC. In zones with daylight saving time the ticks follow
