@@ -1,10 +1,11 @@
 """``Consumer``: the supervised loop of one worker — housekeeping, claim, run, settle, park.
 
 The loop's decisions live in ``echomq.consumer.loop`` (no I/O: a ``LoopCore`` per queue, and a
-``Lineup``
-ordering several queues by priority); this module is its blocking shell, and
-``echomq.aio.Consumer`` its asyncio one. A consumer of several queues parks on all their wake
-keys at once and runs each one's housekeeping. Each beat runs recover + promote (when due),
+``Lineup`` ordering several queues by priority) and their sequencing in ``echomq.consumer.beat``
+(programs that yield actions); this module is the blocking shell that performs those actions,
+with a keeper thread beside the loop's own, and ``echomq.aio.Consumer`` the asyncio one. A
+consumer of several queues parks on all their wake keys at once and runs each one's
+housekeeping. Each beat runs recover + promote (when due),
 then claims and runs jobs until none is left (or a stop is asked for), then parks on the queue's
 wake key with ``BLPOP`` — never polls — until the earliest thing read due, at most the park cap
 (``echomq.queue.parking``). Jobs are claimed in batches of up to ``prefetch`` and run one at a time;
