@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echomq.consumer import actions
-from echomq.consumer.actions import Action, OnQueue, Stepper
+from echomq.consumer.actions import Action, OnJob, OnQueue, Stepper
 from echomq.consumer.aio import Consumer as AsyncConsumer
 from echomq.consumer.blocking import Consumer
 from echomq.consumer.settings import Round
@@ -159,7 +159,7 @@ def concrete_actions() -> set[type[Action]]:
         for sub in pending.pop().__subclasses__():
             pending.append(sub)
             found.add(sub)
-    return found - {OnQueue}
+    return found - {OnQueue, OnJob}
 
 
 def performed_by(consumer: Any) -> set[type[Action]]:

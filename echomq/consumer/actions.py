@@ -179,32 +179,29 @@ class LostLeases(Action):
 
 
 @dataclass(frozen=True)
-class Overran(Action):
+class OnJob(Action):
+    """A notice about ``job``."""
+
+    job: Job
+
+
+class Overran(OnJob):
     """``job`` ran past its time limit: say so, and cancel its handler if it can be."""
 
-    job: Job
 
-
-@dataclass(frozen=True)
-class TellOverrun(Action):
+class TellOverrun(OnJob):
     """Call ``on_overrun`` with ``job``."""
 
-    job: Job
 
-
-@dataclass(frozen=True)
-class Dropped(Action):
+class Dropped(OnJob):
     """``job``'s handler returned after its lease was given up: its outcome is dropped."""
 
-    job: Job
-
 
 @dataclass(frozen=True)
-class StopAsked(Action):
+class StopAsked(OnJob):
     """``job``'s handler raised ``failure`` (SystemExit, KeyboardInterrupt): the consumer
     stops."""
 
-    job: Job
     failure: BaseException | None
 
 
