@@ -2,7 +2,8 @@
 housekeep and park; ``beat``: their sequencing, as programs that yield ``actions``) and two
 shells that only perform its actions — ``blocking`` (threads) and ``aio`` (asyncio), each with
 its parking — with what both share (``shell``), how a server fault is read (``faults``), a
-handler's directives and a consumer's presence in the live-worker registry (``presence``).
+handler's directives and a consumer's presence in the live-worker registry (``presence``; read
+back by ``roster``).
 
 Names load on first use (PEP 562): ``from echomq.consumer import Consumer``."""
 
