@@ -1,31 +1,54 @@
 """What both consumer shells share — ``echomq.consumer.Consumer`` (threads, blocking) and
 ``echomq.aio.Consumer`` (asyncio) — so neither imports the other: the queues a consumer serves
 and the keys it parks on, its name in a housekeeping token, the log lines a round's outcomes
-come to, and ``LoopShell``, how both read their lineup and options. None of it does I/O."""
+come to, and ``LoopShell``, how both read their lineup and options, which call on a queue
+performs an action of the beat program (``echomq.consumer.beat``: the blocking shell makes it,
+the asyncio one awaits it) and how both perform its notices. None of it does I/O."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from echomq.consumer.faults import Fault, classify
-from echomq.consumer.loop import (
-    Clock,
-    Lineup,
-    LoopCore,
-    Settings,
-    describe,
-    fatal_error,
-    first_line,
+from echomq.consumer.actions import (
+    Action,
+    ClaimLane,
+    Dropped,
+    Extend,
+    Failed,
+    LostLeases,
+    NotHandedBack,
+    OnQueue,
+    PauseCheck,
+    Report,
+    Settle,
+    StopAsked,
+    TakeToken,
+    TellOverrun,
+    Unparked,
 )
+from echomq.consumer.core import LoopCore
+from echomq.consumer.faults import Fault, classify
+from echomq.consumer.loop import Lineup
+from echomq.consumer.settings import Clock, Settings, describe, fatal_error, first_line
 from echomq.engine import calls
 from echomq.engine.calls import Job, Outcome, Verdict
 from echomq.engine.clients import is_cluster
 from echomq.engine.errors import Wire6Unsupported
 from echomq.engine.transitions import LANE_CLAIM
 from echomq.engine.wire import Wire
-from echomq.queue.parking import WATCH_ROLE
+from echomq.queue.parking import (
+    TOKEN_ROLE,
+    WATCH_ROLE,
+    Sighting,
+    queue_reads,
+    sighting_of,
+    take_token,
+    token_taken,
+)
 
 if TYPE_CHECKING:
     from echomq.consumer.presence import Announcer
@@ -70,6 +93,19 @@ def park_keys(queues: Sequence[Any]) -> list[str]:
     return [*wake_keys(queues), *(queue.key(WATCH_ROLE) for queue in queues)]
 
 
+def queue_park_reads(pipe: Any, queues: Sequence[Any], *, ready: bool, lanes: bool) -> None:
+    """Queue on ``pipe`` the reads of every queue's heads before a park (``ready``: with the
+    jobs waiting counted)."""
+    for queue in queues:
+        queue_reads(pipe, queue.key, ready=ready, lanes=lanes)
+
+
+def sightings_of(replies: Sequence[Any], queues: int) -> list[Sighting]:
+    """A Sighting of each of ``queues`` queues from the replies of ``queue_park_reads``."""
+    per_queue = len(replies) // queues
+    return [sighting_of(replies[n * per_queue:(n + 1) * per_queue]) for n in range(queues)]
+
+
 def consumer_name() -> str:
     """This consumer's name in a queue's housekeeping token: host, process and a number."""
     import os
@@ -110,11 +146,11 @@ def report_settled(outcomes: Sequence[Outcome], verdicts: Sequence[Verdict],
                 log_failure(job, verdict, error, outcome.delay_ms)
 
 
-def log_guarded(action: Callable[..., object], exc: Exception) -> None:
-    """Log a failure of the keeper's work, which the loop itself meets on its next call: a
-    transient one as a warning, any other as an error."""
+def log_guarded(what: str, exc: Exception) -> None:
+    """Log a failure of the keeper's work ``what``, which the loop itself meets on its next
+    call: a transient one as a warning, any other as an error."""
     level = logging.WARNING if classify(exc) is Fault.TRANSIENT else logging.ERROR
-    log.log(level, "%s failed: %s", action.__name__.strip("_"), describe(exc))
+    log.log(level, "%s failed: %s", what, describe(exc))
 
 
 def warn_lost(jobs: Iterable[Job]) -> None:
@@ -148,9 +184,13 @@ class LoopShell:
     the same way from their queues, their lineup and their options; none of it does I/O."""
 
     queues: list[Any]
+    queue: Any  # the first
+    handler: Any
     lineup: Lineup
     clock: Clock | None
+    on_ack: Callable[[Job], object] | None
     on_overrun: Callable[[Job], object] | None
+    _name: str  # in the queues' housekeeping tokens
     # The record in the registry of live workers while ``run()`` runs (``announce``); its
     # parks carry its rewrite.
     announcer: Announcer | None = None
@@ -197,5 +237,85 @@ class LoopShell:
         """The ms clock for a transition: the consumer's own, or None for the server's."""
         return self.clock() if self.clock is not None else None
 
-    def _tell_overrun(self, job: Job) -> None:
-        call_hook(self.on_overrun, job, "on_overrun")
+    monotonic = staticmethod(time.monotonic)
+
+    def _serve(self, queue: Any, handler: Any, lanes: bool, **knobs: Any) -> None:
+        """What both constructors do first: the queues served (one queue or a list, of one wire;
+        a lane consumer is refused where lanes have no native claim), a core for each under one
+        ``Settings`` of ``lanes`` and ``knobs``, the handler, and this consumer's name in the
+        queues' housekeeping tokens."""
+        self.queues = queue_list(queue)
+        refuse_unsupported(self.queues[0].wire, lanes)
+        self.lineup = Lineup.of(Settings(lanes=lanes, **knobs), len(self.queues))
+        self.queue = self.queues[0]
+        self.handler = handler
+        self._name = consumer_name()
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def _queue_call(self, action: Action) -> Callable[[], Any] | None:
+        """The call on a queue that performs ``action`` (made by the blocking shell, awaited by
+        the asyncio one: the two clients' queues have the same methods), or None."""
+        if not isinstance(action, OnQueue):
+            return None
+        queue = self.queues[action.index]
+        match action:
+            case PauseCheck():
+                return partial(queue.is_paused)
+            case ClaimLane(_, watch, claim_id):
+                return partial(queue.claim_lane, self.lease_ms,
+                               now=self._now(), watch=watch, claim_id=claim_id)
+            case Settle(_, round_, watch):
+                return partial(queue.settle_leased,
+                               round_.outcomes, round_.claim, self.lease_ms,
+                               self.settings.retention_ms, self._now(), watch=watch,
+                               claim_id=round_.claim_id)
+            case Extend(_, jobs):
+                return partial(queue.extend_many, jobs,
+                               lease_ms=self.lease_ms, now=self._now())
+            case TakeToken():
+                return partial(take_token, queue.conn,
+                               queue.key(TOKEN_ROLE),
+                               self._name, self.settings.housekeeping_ms)
+        return None
+
+    def _answer(self, action: Action, reply: Any) -> Any:
+        """The program's reply to ``action`` from its queue call's ``reply``."""
+        return token_taken(reply, self._name) if isinstance(action, TakeToken) else reply
+
+    def _notice(self, action: Action) -> None:
+        """Perform a notice of the beat program: a log line, a user's hook, a stop."""
+        NOTICES[type(action)](self, action)
+
+    def _overran(self, job: Job) -> None:
+        log_overrun(job, self.settings.time_limit_ms)
+
+
+def _dropped(shell: LoopShell, action: Dropped) -> None:
+    log.warning("job %s attempt %d returned after its lease was given up (time limit or lost "
+                "lease); its outcome is dropped", action.job.id, action.job.attempt)
+
+
+def _stop_asked(shell: LoopShell, action: StopAsked) -> None:
+    log.warning("handler raised %s on %s: the consumer stops",
+                describe(action.failure or BaseException()), action.job.id)
+    shell.stop()
+
+
+def _unparked(shell: LoopShell, action: Unparked) -> None:
+    if shell.announcer is not None:
+        shell.announcer.unparked()
+
+
+# How each notice of the beat program is performed, the same in both shells.
+NOTICES: dict[type[Action], Callable[[LoopShell, Any], None]] = {
+    Report: lambda shell, action: report_settled(action.outcomes, action.verdicts, shell.on_ack),
+    LostLeases: lambda shell, action: warn_lost(action.jobs),
+    TellOverrun: lambda shell, action: call_hook(shell.on_overrun, action.job, "on_overrun"),
+    Dropped: _dropped,
+    StopAsked: _stop_asked,
+    NotHandedBack: lambda shell, action: warn_not_handed_back(action.error),
+    Failed: lambda shell, action: log_guarded(action.what, action.error),
+    Unparked: _unparked,
+}

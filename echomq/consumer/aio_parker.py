@@ -1,0 +1,133 @@
+"""The asyncio consumer's parking: ``AsyncParker`` reads the heads and parks on the wake and
+watch keys through a client of its own, whose read timeout outlasts the longest park; a stop ends
+a park at once (``interrupt``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Sequence
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
+
+from echomq.consumer.core import LoopCore
+from echomq.consumer.settings import park_socket_timeout
+from echomq.consumer.shell import park_keys, queue_park_reads, sightings_of, wake_keys
+from echomq.engine.clients import private_twin
+from echomq.queue.aio import Queue
+from echomq.queue.connection import socket_timeout_of
+from echomq.queue.parking import (
+    WATCH_ROLE,
+    Sighting,
+    is_watch,
+    queue_watch,
+    split_beat,
+)
+
+if TYPE_CHECKING:
+    from echomq.consumer.presence import Announcer
+
+
+def _closing(client: Any) -> Callable[[asyncio.Future[Any]], None]:
+    """A done callback for an abandoned park: its outcome is consumed, and the parking
+    ``client`` it ran on is closed once it has unwound."""
+    def close(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled():
+            future.exception()
+        if client is not None:
+            with suppress(RuntimeError):  # no running loop left: the client goes with it
+                asyncio.get_running_loop().create_task(client.aclose())
+
+    return close
+
+
+class AsyncParker:
+    """The parking of an asyncio consumer of ``queues`` (the first's client), parks at most
+    ``cap_ms`` long."""
+
+    def __init__(self, queues: Sequence[Queue], cap_ms: int) -> None:
+        self._queue = queues[0]
+        self._queues = list(queues)
+        self._cap_ms = cap_ms
+        self.socket_timeout_s = socket_timeout_of(self._queue.conn)
+        self.timeout_s = self.socket_timeout_s  # the parking client's
+        self._conn: Any = None  # made on the first park: see ``client``
+        self._parking: asyncio.Task[str | None] | None = None
+
+    async def client(self) -> Any:
+        """The client the consumer parks and reads through: a pool of its own whose read
+        timeout outlasts the longest park (a cluster client: the queue's own)."""
+        if self._conn is None:
+            timeout_s = park_socket_timeout(self.socket_timeout_s, self._cap_ms)
+            private = private_twin(self._queue.conn, timeout_s, single=False)
+            if private is not None:
+                self.timeout_s = timeout_s
+            self._conn = self._queue.conn if private is None else private
+        return self._conn
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and conn is not self._queue.conn:
+            with suppress(Exception):
+                await conn.aclose()
+                await conn.connection_pool.disconnect()
+
+    async def read(self, *, ready: bool, lanes: bool,
+                   announcer: Announcer | None = None) -> list[Sighting]:
+        """Each queue's Sighting, read in one flush through the parking client (``announcer``:
+        before a park, as ``echomq.consumer.blocking.Parker.read``)."""
+        client = await self.client()
+        async with client.pipeline(transaction=False) as pipe:
+            queue_park_reads(pipe, self._queues, ready=ready, lanes=lanes)
+            beat = 0 if announcer is None else await announcer.aqueue_parked(pipe, self._cap_ms)
+            replies, written = split_beat(await pipe.execute(raise_on_error=not beat), beat)
+        if announcer is not None and beat and announcer.parked_written(written):
+            await announcer.arelist()
+        return sightings_of(replies, len(self._queues))
+
+    async def blpop(self, timeout_s: float) -> str | None:
+        """"wake", "watch" (which token it popped), or None (the timeout)."""
+        popped = await (await self.client()).blpop(park_keys(self._queues), timeout=timeout_s)
+        if popped is None:
+            return None
+        return "watch" if is_watch(popped[0]) else "wake"
+
+    async def park(self, blpop: Coroutine[Any, Any, str | None],
+                   stopping: asyncio.Event) -> str | None:
+        """Run ``blpop`` (one BLPOP) so that a stop ends it: what it popped, or None. A stop
+        does not wait for the cancelled BLPOP to unwind (a cancel that meets the client's own
+        read timeout can be swallowed, and the call then blocks to its end): its parking client
+        is dropped instead, and the next park, if any, opens another."""
+        parking = self._parking = asyncio.ensure_future(blpop)
+        stopped = asyncio.ensure_future(stopping.wait())
+        try:
+            await asyncio.wait({parking, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._parking = None
+            stopped.cancel()
+        if parking.done():
+            if parking.cancelled():
+                if not stopping.is_set():
+                    raise asyncio.CancelledError
+                return None
+            return parking.result()
+        parking.cancel()
+        abandoned, self._conn = self._conn, None
+        parking.add_done_callback(_closing(None if abandoned is self._queue.conn else abandoned))
+        return None
+
+    def interrupt(self) -> None:
+        """End the park in progress (``stop``)."""
+        if self._parking is not None:
+            self._parking.cancel()
+
+    async def wait_wake(self, core: LoopCore) -> None:
+        """Block on the wake keys at most the park cap (a handler finishing cancels it)."""
+        await self._queue.conn.blpop(wake_keys(self._queues),
+                                     timeout=core.park_cap_ms(self.socket_timeout_s) / 1000)
+
+    async def watch(self, index: int) -> None:
+        """Leave watch tokens on queue ``index``."""
+        queue = self._queues[index]
+        async with queue.conn.pipeline(transaction=False) as pipe:
+            queue_watch(pipe, queue.key(WATCH_ROLE))
+            await pipe.execute()
