@@ -31,7 +31,7 @@ TEMPLATE = os.path.join(os.path.dirname(__file__), "FINDINGS.md")
 PLACEHOLDER = re.compile(r"\{(run:|phase:)?([a-z0-9_]+)\}")
 CODE = re.compile(r"(`[^`]*`)")
 
-# The targets of the targets table (report.targets reads them from here too).
+# The targets of the targets table (bench.targets reads them from here too).
 TARGETS = {"consumer_rate": 40_000, "over_get_loop": 4.0, "over_dramatiq": 15.0,
            "wire6_over_wire5": 1.6, "server_cpu": 0.35, "p99_ms": 2.0,
            "produce_batch": 150_000, "over_rq_batch": 10.0, "memory": 220, "memory_stretch": 200,

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -15,197 +14,10 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker
 
 from bench import findings
-from bench.findings import TARGETS
 from bench.lanes import section as lanes_section
 from bench.parking import report_section as parking_section
+from bench.targets import GUARANTEES, fig, md_table, ok_e2e, targets
 from bench.tasks import section as tasks_section
-from bench.tasks import targets as task_targets
-
-GUARANTEES = {
-    "echomq wire=6": "idempotent enqueue by the caller's id (a tombstone keeps it a duplicate "
-                     "24 h after ack); leases fenced by a per-queue counter, expired leases "
-                     "recovered (dead at their last attempt); "
-                     "fair lanes exist but only as scripts (not on wire=6)",
-    "echomq wire=5": "as wire=6, plus fair lanes (claim_lane)",
-    "rq (SimpleWorker)": "no idempotent enqueue (a reused job_id overwrites the job); no lease: "
-                         "a dead worker's job goes to the failed registry, not back to the "
-                         "queue; no fairness; SimpleWorker runs jobs in the worker process",
-    "rq (Worker: fork per job)": "as above; the default `rq worker` forks a work horse per job",
-    "arq": "idempotent enqueue only when the caller passes `_job_id`; a job whose worker died "
-           "is re-run once its in-progress key expires (job timeout); no fairness; "
-           "default max_jobs=10 concurrent",
-    "celery": "no idempotent enqueue; default early ack (at most once; a crash loses the "
-              "prefetched tasks) unless acks_late, then redelivery after the Redis "
-              "visibility_timeout (1 h); no fairness; no result backend (its default)",
-    "dramatiq": "no idempotent enqueue; acks after the run; a dead worker's messages are "
-                "requeued after its heartbeat times out; no fairness; 8 worker threads",
-    "bullmq (python)": "idempotent enqueue with a caller jobId; lock (lockDuration 30 s) and "
-                       "stalled-job check re-run a dead worker's jobs; no group fairness "
-                       "(groups are BullMQ Pro); removeOnComplete=True",
-}
-
-
-def _f(value: float | None, digits: int = 2) -> str:
-    if value is None:
-        return "—"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _verdict(ok: bool) -> str:
-    return "**met**" if ok else "**missed**"
-
-
-def targets(results: dict[str, Any]) -> list[list[str]]:  # noqa: C901
-    rows: list[list[str]] = []
-    cost = results.get("cost", {}).get("table")
-    if cost:
-        for name in ("enqueue", "claim"):
-            row = cost[name]
-            rows.append([f"native {name} ≤ {TARGETS['native_over_lua']} × its Lua twin "
-                         "(usec_per_call)",
-                         f"{row['native']:.2f} / {row['lua']:.2f} µs = "
-                         f"{row['native_over_lua']:.2f}×",
-                         _verdict(row["native_over_lua"] <= TARGETS["native_over_lua"])])
-            rows.append([f"native {name} ≤ {TARGETS['native_over_bare']} × its bare commands "
-                         f"({'+'.join(c.upper() for c in _core(name))})",
-                         f"{row['native']:.2f} / {row['bare_core']:.2f} µs = "
-                         f"{row['native_over_core']:.2f}× (with the reads: "
-                         f"{row['native_over_all']:.2f}×)",
-                         _verdict(row["native_over_core"] <= TARGETS["native_over_bare"])])
-    e2e = {k: v for k, v in results.get("e2e", {}).items() if "error" not in v}
-    if "echomq wire=6" in e2e:
-        ours = e2e["echomq wire=6"]["roundtrip"]
-        rq = [v["roundtrip"] for k, v in e2e.items() if k.startswith("rq")]
-        peers = {k: v for k, v in e2e.items() if not k.startswith("echomq")}
-        if rq:
-            rows.append(["wire=6 round trip ≥ 5 × RQ (its faster worker)",
-                         f"{ours:,.0f} / {max(rq):,.0f} jobs/s = {ours / max(rq):.1f}×",
-                         _verdict(ours >= 5 * max(rq))])
-        if peers:
-            best = max(peers, key=lambda k: peers[k]["roundtrip"])
-            ratio = ours / peers[best]["roundtrip"]
-            rows.append([f"wire=6 round trip ≥ 1.5 × the fastest peer ({best})",
-                         f"{ours:,.0f} / {peers[best]['roundtrip']:,.0f} jobs/s = {ratio:.2f}×",
-                         _verdict(ratio >= 1.5)])
-    rows += worker_targets(results) + produce_targets(results) + memory_targets(results)
-    rows += task_targets(results)
-    flat = results.get("scaling", {}).get("flat")
-    if flat and len(flat) > 1:
-        lo, hi = flat[0], flat[-1]
-        bound = math.log2(hi["pending"]) / math.log2(lo["pending"])
-        for key, label in (("claim/6", "native claim"), ("enqueue/6", "native enqueue"),
-                           ("claim/5", "Lua claim"), ("enqueue/5", "Lua enqueue")):
-            ratio = hi[key] / lo[key]
-            rows.append([f"{label} flat within O(log n), {lo['pending']:,} → "
-                         f"{hi['pending']:,} pending (≤ {bound:.1f}×)",
-                         f"{lo[key]:.2f} → {hi[key]:.2f} µs = {ratio:.2f}×",
-                         _verdict(ratio <= bound)])
-    lanes = results.get("scaling", {}).get("lanes")
-    if lanes and len(lanes) > 1:
-        lo, hi = lanes[0], lanes[-1]
-        bound = math.log2(hi["lanes"]) / math.log2(lo["lanes"])
-        ratio = hi["lane_claim/5"] / lo["lane_claim/5"]
-        rows.append([f"lane claim flat, {lo['lanes']:,} → {hi['lanes']:,} lanes "
-                     f"(≤ {bound:.1f}×)",
-                     f"{lo['lane_claim/5']:.2f} → {hi['lane_claim/5']:.2f} µs = {ratio:.2f}×",
-                     _verdict(ratio <= bound)])
-    return rows
-
-
-def _ok_e2e(results: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in results.get("e2e", {}).items() if "error" not in v}
-
-
-def _ratio_row(target: str, ours: float, theirs: float, bound: float, unit: str) -> list[str]:
-    ratio = ours / theirs
-    return [target, f"{ours:,.0f} / {theirs:,.0f} {unit} = {ratio:.2f}×",
-            _verdict(ratio >= bound)]
-
-
-def worker_targets(results: dict[str, Any]) -> list[list[str]]:
-    data = results.get("workers")
-    if not data:
-        return []
-    six, five = data["single"]["6"], data["single"]["5"]
-    rows = [
-        [f"one consumer process (`Consumer` defaults, no-op, wire=6) ≥ "
-         f"{TARGETS['consumer_rate']:,} jobs/s",
-         f"{six['rate']:,.0f} jobs/s", _verdict(six["rate"] >= TARGETS["consumer_rate"])],
-        _ratio_row(f"… ≥ {TARGETS['over_get_loop']:.0f} × a redis-py GET loop (one round trip "
-                   "each), same run", six["rate"], data["get_loop"], TARGETS["over_get_loop"],
-                   "per s"),
-    ]
-    dramatiq = _ok_e2e(results).get("dramatiq")
-    if dramatiq:
-        rows.append(_ratio_row(f"… ≥ {TARGETS['over_dramatiq']:.0f} × Dramatiq's single "
-                               "process (its e2e consume)", six["rate"], dramatiq["consume"],
-                               TARGETS["over_dramatiq"], "jobs/s"))
-    rows.append(_ratio_row(f"one consumer: wire=6 ≥ {TARGETS['wire6_over_wire5']} × wire=5 "
-                           "jobs/s", six["rate"], five["rate"], TARGETS["wire6_over_wire5"],
-                           "jobs/s"))
-    cpu = six["server_cpu_us_per_job"] / five["server_cpu_us_per_job"]
-    rows.append(["valkey-server CPU per job (claim + ack by the consumer): wire=6 ≤ "
-                 f"{TARGETS['server_cpu']} × wire=5", f"{six['server_cpu_us_per_job']:.1f} / "
-                 f"{five['server_cpu_us_per_job']:.1f} µs = {cpu:.2f}×",
-                 _verdict(cpu <= TARGETS["server_cpu"])])
-    for wire in ("6", "5"):
-        lat = data["latency"][wire]
-        rows.append([f"parked worker, enqueue → handler start p99 ≤ {TARGETS['p99_ms']:.0f} ms "
-                     f"(wire={wire})", f"p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms",
-                     _verdict(lat["p99_ms"] <= TARGETS["p99_ms"])])
-    return rows
-
-
-def produce_targets(results: dict[str, Any]) -> list[list[str]]:
-    e2e = _ok_e2e(results)
-    ours = (e2e.get("echomq wire=6") or {}).get("produce_batch")
-    if not ours:
-        return []
-    from bench.e2e import BATCH
-    rows = [[f"`enqueue_many` ({BATCH} a batch, wire=6) ≥ {TARGETS['produce_batch']:,} jobs/s",
-             f"{ours:,.0f} jobs/s", _verdict(ours >= TARGETS["produce_batch"])]]
-    rq = (e2e.get("rq (SimpleWorker)") or {}).get("produce_batch")
-    if rq:
-        rows.append(_ratio_row(f"… ≥ {TARGETS['over_rq_batch']:.0f} × RQ's `enqueue_many` "
-                               f"({BATCH} a pipeline)", ours, rq, TARGETS["over_rq_batch"],
-                               "jobs/s"))
-    return rows
-
-
-def memory_targets(results: dict[str, Any]) -> list[list[str]]:
-    e2e = _ok_e2e(results)
-    mine_rows = [v["memory_per_job"] for k, v in e2e.items() if k.startswith("echomq")]
-    if mine_rows:
-        mine = min(mine_rows)
-    elif "memory" in results:
-        mine = results["memory"]["breakdown"]["pending_job"]
-    else:
-        return []
-    rows = [[f"memory per pending job ≤ {TARGETS['memory']} B (default ids, payload `noop`)",
-             f"{mine:.0f} B", _verdict(mine <= TARGETS["memory"])],
-            [f"… stretch: ≤ {TARGETS['memory_stretch']} B", f"{mine:.0f} B",
-             _verdict(mine <= TARGETS["memory_stretch"])]]
-    peers = {k: v for k, v in e2e.items() if not k.startswith("echomq")}
-    if peers:
-        lean = min(peers, key=lambda k: peers[k]["memory_per_job"])
-        theirs = peers[lean]["memory_per_job"]
-        rows.append([f"… ≤ the leanest peer's ({lean})",
-                     f"{mine:.0f} / {theirs:.0f} B = {mine / theirs:.2f}×",
-                     _verdict(mine <= theirs)])
-    return rows
-
-
-def _core(name: str) -> tuple[str, ...]:
-    from bench.cost import BARE
-    return BARE[name]["core"]
 
 
 def cost_section(results: dict[str, Any], out: str) -> str:
@@ -215,8 +27,8 @@ def cost_section(results: dict[str, Any], out: str) -> str:
     for name, row in data["table"].items():
         bare = ", ".join(f"{c.upper()} {row['bare_commands'].get(c, 0):.2f}"
                          for c in (*BARE[name]["core"], *BARE[name]["reads"]))
-        rows.append([name, _f(row["lua"]), _f(row["native"]), f"{row['native_over_lua']:.2f}",
-                     _f(row["bare_core"]), _f(row["bare_all"]),
+        rows.append([name, fig(row["lua"]), fig(row["native"]), f"{row['native_over_lua']:.2f}",
+                     fig(row["bare_core"]), fig(row["bare_all"]),
                      f"{row['native_over_core']:.2f}", f"{row['native_over_all']:.2f}", bare])
     _plot_cost(data["table"], os.path.join(out, "cost.png"))
     return "\n".join([
@@ -231,7 +43,7 @@ def cost_section(results: dict[str, Any], out: str) -> str:
         "the reads that check state (EXISTS, HGET, ZSCORE, …). promote and recover run with "
         "limit=1, so one call moves one job.",
         "",
-        _table(["transition", "Lua µs", "native µs", "native/Lua", "bare core µs",
+        md_table(["transition", "Lua µs", "native µs", "native/Lua", "bare core µs",
                 "bare all µs", "native/core", "native/all", "bare commands, µs per job"], rows),
         "",
         "![cost per transition](cost.png)",
@@ -265,14 +77,14 @@ def throughput_section(results: dict[str, Any]) -> str:
             ("claim, valkey-benchmark -c 50 -P 16", "claim/6/P16", "claim/5/P16"),
             ("enqueue, valkey-cli --pipe (one connection, deep pipeline)", "enqueue/6/pipe",
              "enqueue/5/pipe")):
-        rows.append([label, _f(best[native]), _f(best[lua]), f"{best[native] / best[lua]:.2f}×"])
+        rows.append([label, fig(best[native]), fig(best[lua]), f"{best[native] / best[lua]:.2f}×"])
     return "\n".join([
         "## Throughput from C clients",
         "",
         f"{data['requests']:,} requests a run, best of {data['reps']} (runs of both executors "
         "alternate). The queue is pre-filled so every claim gets a job.",
         "",
-        _table(["workload", "EMQ.* ops/s", "EVALSHA ops/s", "native / Lua"], rows),
+        md_table(["workload", "EMQ.* ops/s", "EVALSHA ops/s", "native / Lua"], rows),
         "",
         "Enqueue is not driven by valkey-benchmark: it draws a fresh `__rand_int__` for *every* "
         "occurrence in a command line (checked: `HSET h __rand_int__ __rand_int__` writes "
@@ -292,8 +104,8 @@ def e2e_section(results: dict[str, Any], out: str) -> str:
         if "error" in row:
             rows.append([name, "—", "—", "—", "—", "—", "—", f"could not run: {row['error']}"])
             continue
-        rows.append([f"{name} {row['version']}", _f(row["produce"]), _f(row["produce_batch"]),
-                     _f(row["consume"]), _f(row["roundtrip"]), _f(row["memory_per_job"], 0),
+        rows.append([f"{name} {row['version']}", fig(row["produce"]), fig(row["produce_batch"]),
+                     fig(row["consume"]), fig(row["roundtrip"]), fig(row["memory_per_job"], 0),
                      row["batch_how"], GUARANTEES.get(name, "")])
         notes += [f"- {name}: {n}" for n in row.get("notes", [])]
         if row["consume_jobs"] != row["jobs"]:
@@ -314,7 +126,7 @@ def e2e_section(results: dict[str, Any], out: str) -> str:
         "one-by-one produce (everything the system keeps for a pending job: rows, indexes, "
         "events). Same valkey-server, same connection settings, one run.",
         "",
-        _table(["system", "produce /s", "batched /s", "consume /s", "round trip /s", "B/job",
+        md_table(["system", "produce /s", "batched /s", "consume /s", "round trip /s", "B/job",
                 "batched how", "guarantees (from its docs)"], rows),
         "",
         *notes,
@@ -358,15 +170,15 @@ def _plot_memory(data: dict[str, Any], scaling: dict[str, Any] | None, path: str
 
 def workers_section(results: dict[str, Any], out: str) -> str:
     data = results["workers"]
-    single = [[f"wire={w}", _f(data["single"][w]["rate"]),
-               _f(data["single"][w]["server_cpu_us_per_job"], 1),
-               ", ".join(_f(r["rate"]) for r in data["single_runs"][w])] for w in ("6", "5")]
-    scaling = [[f"wire={r['wire']}", str(r["consumers"]), _f(r["rate"]),
-                _f(r["server_cpu_us_per_job"], 1),
+    single = [[f"wire={w}", fig(data["single"][w]["rate"]),
+               fig(data["single"][w]["server_cpu_us_per_job"], 1),
+               ", ".join(fig(r["rate"]) for r in data["single_runs"][w])] for w in ("6", "5")]
+    scaling = [[f"wire={r['wire']}", str(r["consumers"]), fig(r["rate"]),
+                fig(r["server_cpu_us_per_job"], 1),
                 f"{r['rate'] * r['server_cpu_us_per_job'] / 1e4:.0f} %"] for r in data["scaling"]]
-    latency = [[f"wire={w}", _f(r["p50_ms"]), _f(r["p99_ms"]), _f(r["max_ms"]), _f(r["mean_ms"])]
+    latency = [[f"wire={w}", *(fig(r[k]) for k in ("p50_ms", "p99_ms", "max_ms", "mean_ms"))]
                for w, r in data["latency"].items()]
-    dramatiq = _ok_e2e(results).get("dramatiq")
+    dramatiq = ok_e2e(results).get("dramatiq")
     _plot_workers(data, os.path.join(out, "workers.png"))
     return "\n".join([
         "## Consumers",
@@ -381,12 +193,12 @@ def workers_section(results: dict[str, Any], out: str) -> str:
         f"consumer ran {data['reps']} time{'s' if data['reps'] > 1 else ''} per wire, "
         "interleaved with a redis-py GET loop of the same count on one connection (best run "
         "shown — on a shared machine noise only slows a run down; GET loop "
-        f"{_f(data['get_loop'])} calls/s, runs "
-        + ", ".join(_f(r) for r in data["get_loops"]) + ")"
-        + (f"; Dramatiq's single process (8 threads) drained {_f(dramatiq['consume'])} jobs/s "
+        f"{fig(data['get_loop'])} calls/s, runs "
+        + ", ".join(fig(r) for r in data["get_loops"]) + ")"
+        + (f"; Dramatiq's single process (8 threads) drained {fig(dramatiq['consume'])} jobs/s "
            "in the end-to-end phase" if dramatiq else "") + ".",
         "",
-        _table(["one consumer", "jobs/s (best)", "server CPU µs/job (least)", "runs, jobs/s"],
+        md_table(["one consumer", "jobs/s (best)", "server CPU µs/job (least)", "runs, jobs/s"],
                single),
         "",
         f"K consumer processes on one queue (best of {data.get('scaling_reps', 1)} runs each; "
@@ -394,7 +206,7 @@ def workers_section(results: dict[str, Any], out: str) -> str:
         f"{results['env']['machine'].split(', ')[-1]} shared by the server, the consumers and "
         "the bench itself, so K beyond that measures contention, not the server's ceiling):",
         "",
-        _table(["wire", "K", "jobs/s", "server CPU µs/job", "server core busy"], scaling),
+        md_table(["wire", "K", "jobs/s", "server CPU µs/job", "server core busy"], scaling),
         "",
         "![consumers](workers.png)",
         "",
@@ -405,7 +217,7 @@ def workers_section(results: dict[str, Any], out: str) -> str:
         "handler as it starts, in another process: the same clock "
         f"(`{data['clock']}`, shared by every process on Linux).",
         "",
-        _table(["wire", "p50 ms", "p99 ms", "max ms", "mean ms"], latency),
+        md_table(["wire", "p50 ms", "p99 ms", "max ms", "mean ms"], latency),
     ])
 
 
@@ -441,18 +253,18 @@ def memory_section(results: dict[str, Any], out: str) -> str:
     tomb = data["tombstone"]
     rest = parts["pending_job"] - parts["row"] - parts["pending_entry"]
     rows = [
-        ["a pending job (enqueue_many, default id)", _f(parts["pending_job"], 1)],
-        ["… its row: key + hash (payload, attempts, enqueued_at)", _f(parts["row"], 1)],
-        ["… its `pending` zset entry (member = the id, score)", _f(parts["pending_entry"], 1)],
+        ["a pending job (enqueue_many, default id)", fig(parts["pending_job"], 1)],
+        ["… its row: key + hash (payload, attempts, enqueued_at)", fig(parts["row"], 1)],
+        ["… its `pending` zset entry (member = the id, score)", fig(parts["pending_entry"], 1)],
         ["… the rest (wake list; parts measured alone can sum to more than the whole)",
-         _f(rest, 1)],
+         fig(rest, 1)],
         ["the row with one-letter field names (p, a, t): a protocol change",
-         _f(parts["row_short_names"], 1)],
+         fig(parts["row_short_names"], 1)],
         ["a tombstone (acked job's row: " + ", ".join(tomb["fields"]) + "), with its expiry",
-         _f(tomb["tombstone"], 1)],
-        ["… the same without the expiry (PERSIST)", _f(tomb["without_expiry"], 1)],
+         fig(tomb["tombstone"], 1)],
+        ["… the same without the expiry (PERSIST)", fig(tomb["without_expiry"], 1)],
     ]
-    lengths = [[str(r["id_bytes"]), _f(r["pending_job"], 1)] for r in data["id_lengths"]]
+    lengths = [[str(r["id_bytes"]), fig(r["pending_job"], 1)] for r in data["id_lengths"]]
     usage = parts["row_usage"]
     _plot_id_lengths(data, os.path.join(out, "memory_ids.png"))
     return "\n".join([
@@ -464,13 +276,13 @@ def memory_section(results: dict[str, Any], out: str) -> str:
         f"enqueue writes. Default ids are {parts['id_bytes']} bytes. One row by `MEMORY USAGE`: "
         f"{usage['memory_usage']} B, encoding `{usage['encoding']}`.",
         "",
-        _table(["what", "B per job"], rows),
+        md_table(["what", "B per job"], rows),
         "",
         "The same pending job with ids of other lengths (random `A-Za-z0-9`, `JOB:` included; "
         "30 bytes is the ULID id `new_job_id()` made before): memory moves in steps of 16 B, the "
         "allocator's size classes, once for the row key and once for the zset member.",
         "",
-        _table(["id bytes", "B per pending job"], lengths),
+        md_table(["id bytes", "B per pending job"], lengths),
         "",
         "![memory per pending job vs id length](memory_ids.png)",
     ])
@@ -494,10 +306,10 @@ def _plot_id_lengths(data: dict[str, Any], path: str) -> None:
 
 def scaling_section(results: dict[str, Any], out: str) -> str:
     data = results["scaling"]
-    rows = [[f"{r['pending']:,}", _f(r["claim/6"]), _f(r["claim/5"]), _f(r["enqueue/6"]),
-             _f(r["enqueue/5"]), _f(r["memory_per_job"], 0)] for r in data["flat"]]
-    lane_rows = [[f"{r['lanes']:,}", f"{r['jobs']:,}", _f(r["lane_claim/5"]),
-                  _f(r["lane_enqueue/5"])] for r in data["lanes"]]
+    rows = [[f"{r['pending']:,}", fig(r["claim/6"]), fig(r["claim/5"]), fig(r["enqueue/6"]),
+             fig(r["enqueue/5"]), fig(r["memory_per_job"], 0)] for r in data["flat"]]
+    lane_rows = [[f"{r['lanes']:,}", f"{r['jobs']:,}", fig(r["lane_claim/5"]),
+                  fig(r["lane_enqueue/5"])] for r in data["lanes"]]
     _plot_scaling(data, os.path.join(out, "scaling.png"))
     return "\n".join([
         "## Scaling",
@@ -508,14 +320,14 @@ def scaling_section(results: dict[str, Any], out: str) -> str:
         "empty server / jobs held (pending + active), payload `noop`, ids `JOB:<name>-<9 "
         "digits>`.",
         "",
-        _table(["pending", "claim native µs", "claim Lua µs", "enqueue native µs",
+        md_table(["pending", "claim native µs", "claim Lua µs", "enqueue native µs",
                 "enqueue Lua µs", "B/job"], rows),
         "",
         "Lane claim (`Queue.claim_lane`, scripts only), lanes filled with `enqueue_many` of "
         "(id, payload, lane) tuples, 1000 a flush; the enqueue column is the lane enqueue's "
         "own usec_per_call during that fill.",
         "",
-        _table(["non-empty lanes", "jobs", "lane claim µs", "lane enqueue µs"], lane_rows),
+        md_table(["non-empty lanes", "jobs", "lane claim µs", "lane enqueue µs"], lane_rows),
         "",
         "![scaling](scaling.png)",
     ])
@@ -559,7 +371,7 @@ def write(results: dict[str, Any], out: str) -> str:
         "",
         "## Targets",
         "",
-        _table(["target", "measured", "verdict"], targets(results)),
+        md_table(["target", "measured", "verdict"], targets(results)),
     ]
     analysis = findings.render(results)
     if analysis:
