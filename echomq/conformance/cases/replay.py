@@ -50,6 +50,8 @@ def single_verb_cases() -> Iterator[Case]:
                 retried("pending"))
     yield _case("retry", "replay-of-a-retry-to-dead", _argv("retry"), b"+DEAD",
                 retried("dead"))
+    yield _case("retry", "replay-of-a-retry-to-dead-without-payload", _argv("retry"), b"+STALE",
+                [*retried("dead"), ["HDEL", key("job"), "payload"]])
     yield _case("retry", "replay-other-error", _argv("retry"), b"+STALE",
                 retried("delayed", "other"))
     yield _case("retry", "replay-other-fence", _argv("retry", fence=2), b"+STALE",
