@@ -7,7 +7,7 @@ Three measurements on each wire, each on a fresh server state, consumers with th
   script's inner calls included on ``wire=5``) per consumer per second;
 - recovery: 5,000 leases of a worker that died (lease 100 ms) ahead of ``--pending`` pending jobs,
   one consumer running: how long after the leases expired the last of them left ``active``
-  (server clock), and the rate of recover itself (``echomq.queue.blocking.recover_due`` on 5,000
+  (server clock), and the rate of recover itself (``Queue.recover_due`` on 5,000
   expired leases: steps of 1,000, wall time);
 - lease back: a holder process takes a job (lease 1 s) and 50 consumers park beside it, idle past
   the lease and the housekeeping interval; the holder is SIGKILLed: how long after its lease
@@ -36,7 +36,6 @@ from bench.common import running_server
 from echomq import Consumer, Job, Queue
 from echomq.consumer.blocking import server_ms
 from echomq.consumer.loop import HOUSEKEEPING_MS
-from echomq.queue.blocking import recover_due
 
 LOST = 5_000
 LOST_LEASE_MS = 100
@@ -134,7 +133,7 @@ def recovery(conn: redis.Redis, wire: int, pending: int) -> dict[str, Any]:
     lost_leases(conn, queue, 0)
     time.sleep(LOST_LEASE_MS / 1000 * 2)
     started = time.perf_counter()
-    recovered, _ = recover_due(queue)
+    recovered, _ = queue.recover_due()
     took = time.perf_counter() - started
     return {"pending": pending, "after_expiry_ms": max(0, back - expires_at),
             "recovered": recovered, "recover_s": took, "rate_per_s": recovered / took}

@@ -301,3 +301,33 @@ def test_async_recover_takes_max_attempts_too(queue: Queue) -> None:
     poison = Queue(queue.conn, "poison")
     assert poison.counts() == {"pending": 1, "active": 0, "delayed": 0, "dead": 1, "lanes": 0}
     assert queue.conn.zrange(poison.key("dead"), 0, -1) == [b"JOB:2"]
+
+
+def test_recover_due_takes_a_backlog_in_short_steps_on_both_queues(queue: Queue) -> None:
+    """Over two steps' worth of expired leases and due retries: one call takes them all, each
+    recover and promote call at most HOUSEKEEPING_STEP jobs — the asyncio Queue likewise."""
+    from echomq.queue.bounds import HOUSEKEEPING_STEP
+
+    total = 2 * HOUSEKEEPING_STEP + 5
+
+    def backlog(name: str) -> None:
+        target = Queue(queue.conn, name, wire=queue.wire)
+        target.enqueue_many([(f"JOB:{n}", b"p") for n in range(total)], now=NOW)
+        while target.claim_many(HOUSEKEEPING_STEP, lease_ms=10, now=NOW):
+            pass
+
+    backlog("emails")
+    assert queue.recover_due(now=NOW + 11) == (total, 0)
+    assert queue.counts()["active"] == 0 and queue.counts()["pending"] == total
+
+    backlog("emails-async")
+
+    async def recovered_async() -> tuple[int, int]:
+        client = async_twin(queue.conn)
+        try:
+            return await AsyncQueue(client, "emails-async", wire=queue.wire).recover_due(
+                now=NOW + 11)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(recovered_async()) == (total, 0)

@@ -13,7 +13,7 @@ from echomq.cli.views import LANES_SHOWN, print_lanes, print_stats
 from echomq.consumer.roster import WorkerInfo, counts_by_queue, live_workers, running_by_queue
 from echomq.engine.wire import wire_of
 from echomq.ops import admin
-from echomq.queue.blocking import Queue, recover_due
+from echomq.queue.blocking import Queue
 from echomq.queue.lanes import lane_report
 
 
@@ -83,7 +83,7 @@ def forget(queue: str, url: str) -> None:
 def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
     """Return QUEUE's expired leases and promote its due retries now, every one that is due
     (in short steps of 1,000)."""
-    recovered, promoted = recover_due(Queue(connect(url), queue, wire=wire_of(wire)))
+    recovered, promoted = Queue(connect(url), queue, wire=wire_of(wire)).recover_due()
     moved = {"recovered": recovered, "promoted": promoted}
     emit(as_json, moved, lambda: [f"recovered {moved['recovered']}, "
                                   f"promoted {moved['promoted']}"])

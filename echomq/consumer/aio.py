@@ -21,7 +21,6 @@ from echomq.consumer.shell import LoopShell
 from echomq.engine.calls import DEFAULT_LEASE_MS, Job
 from echomq.engine.server_time import async_server_ms
 from echomq.queue.aio import Queue
-from echomq.queue.bounds import HOUSEKEEPING_STEP, more_due
 
 log = logging.getLogger("echomq")
 
@@ -275,12 +274,7 @@ class Consumer(LoopShell):
 
     async def _recover_and_promote(self, index: int = 0) -> None:
         """As ``echomq.Consumer``'s: recover, then promote, in steps until none is due."""
-        queue = self.queues[index]
-        while more_due(await queue.recover(now=self._now(), limit=HOUSEKEEPING_STEP,
-                                           max_attempts=self.max_attempts)):
-            pass
-        while more_due(await queue.promote(now=self._now(), limit=HOUSEKEEPING_STEP)):
-            pass
+        await self.queues[index].recover_due(now=self._now(), max_attempts=self.max_attempts)
 
     # one handler ----------------------------------------------------------------------------
 

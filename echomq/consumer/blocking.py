@@ -45,7 +45,7 @@ from echomq.consumer.shell import (
     refuse_unsupported,
 )
 from echomq.engine.server_time import server_ms
-from echomq.queue.blocking import DEFAULT_LEASE_MS, Job, Queue, recover_due
+from echomq.queue.blocking import DEFAULT_LEASE_MS, Job, Queue
 
 __all__ = ["Consumer", "Parker", "error_text", "park_window", "push_wake_token",
            "push_watch_token", "refuse_unsupported", "server_ms"]
@@ -364,7 +364,7 @@ class Consumer(LoopShell):
     def _housekeep(self, action: actions.Housekeep) -> None:
         """Recover, then promote, in steps of at most HOUSEKEEPING_STEP jobs each, until a step
         leaves nothing due."""
-        recover_due(self.queues[action.index], now=self._now(), max_attempts=self.max_attempts)
+        self.queues[action.index].recover_due(now=self._now(), max_attempts=self.max_attempts)
 
     def _pause(self, action: actions.PauseAfter) -> None:
         """The wait after a failed beat, which a stop ends (raised: an error that cannot heal)."""

@@ -15,7 +15,6 @@ from echomq.engine.calls import (
 )
 from echomq.engine.executors import Executor, executor_for
 from echomq.engine.program import BlockingShell, drive
-from echomq.queue.bounds import HOUSEKEEPING_STEP, more_due
 from echomq.queue.methods import QueueMethods, evicting_check
 
 __all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "JobOutcome", "Queue", "Release", "Retry",
@@ -46,21 +45,3 @@ class Queue(QueueMethods, BlockingShell):
     def _made(self) -> None:
         if self._policy_due:
             self.check_policy()
-
-
-def recover_due(queue: Any, *, now: int | None = None,
-                max_attempts: int | None = None) -> tuple[int, int]:
-    """Recover ``queue``'s expired leases, then promote its due jobs, each in steps of at most
-    HOUSEKEEPING_STEP (every call short) until a step leaves none due: (recovered, promoted)."""
-    recovered = promoted = 0
-    while True:
-        step = queue.recover(now=now, limit=HOUSEKEEPING_STEP, max_attempts=max_attempts)
-        recovered += step
-        if not more_due(step):
-            break
-    while True:
-        step = queue.promote(now=now, limit=HOUSEKEEPING_STEP)
-        promoted += step
-        if not more_due(step):
-            break
-    return recovered, promoted

@@ -47,6 +47,7 @@ from echomq.engine.execution import ExecutorMethods
 from echomq.engine.once import lost_reply
 from echomq.engine.program import Invoke, Program, Reads, method, op
 from echomq.engine.wire import Wire
+from echomq.queue.bounds import HOUSEKEEPING_STEP, more_due
 from echomq.queue.lanes import LaneControls, lane_groups, shown_depths
 from echomq.queue.parking import WATCH_ROLE, watch_commands
 from echomq.queue.registry import REGISTRY_KEY
@@ -323,6 +324,26 @@ class QueueMethods(LaneControls):
                 limit: int = DEFAULT_BATCH_LIMIT) -> Program[int]:
         """Move delayed jobs that are due (at most ``limit``) back to run; how many moved."""
         return (yield from self._sent(self.calls.promote(now, limit), int))
+
+    @op
+    def recover_due(self, *, now: int | None = None,
+                    max_attempts: int | None = None) -> Program[tuple[int, int]]:
+        """Recover expired leases, then promote due jobs, each in steps of at most
+        HOUSEKEEPING_STEP (every call short) until a step leaves none due: (recovered,
+        promoted)."""
+        recovered = promoted = 0
+        while True:
+            step = yield from self._sent(
+                self.calls.recover(now, HOUSEKEEPING_STEP, max_attempts), int)
+            recovered += step
+            if not more_due(step):
+                break
+        while True:
+            step = yield from self._sent(self.calls.promote(now, HOUSEKEEPING_STEP), int)
+            promoted += step
+            if not more_due(step):
+                break
+        return recovered, promoted
 
     # parking --------------------------------------------------------------------------------
 
