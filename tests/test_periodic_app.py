@@ -53,6 +53,25 @@ def test_a_periodic_task_is_enqueued_once_per_tick_and_runs(app: App,
     assert app.queue.outcome(admitted.job_id).state == "done"
 
 
+def test_each_ticks_return_value_is_kept_unless_the_task_opts_out(app: App) -> None:
+    @app.periodic("*/5 * * * *", name="counted")
+    def counted() -> int:
+        return 7
+
+    @app.periodic("*/5 * * * *", name="uncounted")
+    @app.task(name="uncounted", keep_result=False)
+    def uncounted() -> int:
+        return 7
+
+    app.scheduler.clock = fixed(T0)
+    app.scheduler.run_due()
+    app.scheduler.clock = fixed(T0 + 5 * 60_000)
+    kept, unkept = sorted(app.scheduler.run_due(), key=lambda admitted: admitted.job_id)
+    Consumer(app.queue, app.handler).drain()
+    assert app.queue.outcome(kept.job_id).result == b'{"value":7}'
+    assert app.queue.outcome(unkept.job_id).result == b""
+
+
 def test_a_plain_function_becomes_a_task_and_bad_schedules_fail_at_declaration(
         app: App) -> None:
     @app.periodic("0 * * * *", name="hourly")

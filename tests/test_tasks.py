@@ -15,7 +15,13 @@ import redis
 
 from echomq import App, Backoff, Job, Queue, RetryAfter, Verdict
 from echomq.consumer.directives import Done, Reject, RetryIn
-from echomq.tasks.envelope import Envelope, decode_envelope, decode_result, encode
+from echomq.tasks.envelope import (
+    UNKEPT_RESULT,
+    Envelope,
+    decode_envelope,
+    decode_result,
+    encode,
+)
 from echomq.tasks.hooks import RunRecord
 from tests.task_functions import add
 
@@ -78,9 +84,13 @@ def app(conn: redis.Redis, wire: int, hooks: Recorder) -> App:
         assert isinstance(when, datetime.datetime)
         return Point(point.x + by, point.y + by)
 
-    @app.task(name="forget")
+    @app.task(name="forget", keep_result=False)
     def forget(a: int) -> int:
         return a
+
+    @app.task
+    def plain(a: int) -> int:
+        return a * 2
 
     @app.task(name="fail", no_retry=(LookupError,))
     def fail(kind: str) -> None:
@@ -165,7 +175,8 @@ def test_a_lane_option_enqueues_into_the_lane(conn: redis.Redis, hooks: Recorder
     app.task(name="add")(add).with_options(lane="tenant-a").enqueue(1, 2)
     job = app.queue.claim_lane(lease_ms=30_000)
     assert job is not None and job.lane == "tenant-a"
-    assert app.handler(job) == Done()
+    directive = app.handler(job)
+    assert isinstance(directive, Done) and decode_result(directive.result).value == 3
 
 
 def test_at_needs_an_aware_time_and_excludes_a_delay(app: App) -> None:
@@ -193,9 +204,16 @@ def test_a_task_that_keeps_its_result_is_done_with_it(app: App) -> None:
     assert isinstance(directive, Done) and decode_result(directive.result).value == 5
 
 
-def test_a_task_that_does_not_keep_its_result_is_done_without(app: App) -> None:
+def test_a_task_keeps_its_result_unless_it_opts_out(app: App) -> None:
+    plain = next(task for task in app.tasks.values() if task.name.endswith(".plain"))
+    plain.enqueue(4)
+    _, directive = run_next(app)
+    assert isinstance(directive, Done) and decode_result(directive.result).value == 8
+
+
+def test_a_task_that_does_not_keep_its_result_is_done_with_the_empty_marker(app: App) -> None:
     app.tasks["forget"].enqueue(2)
-    assert run_next(app)[1] == Done()
+    assert run_next(app)[1] == Done(UNKEPT_RESULT) == Done(b"")
 
 
 @pytest.mark.parametrize("serializer", ["json", "msgpack"])

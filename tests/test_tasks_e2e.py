@@ -46,11 +46,20 @@ def app(request: pytest.FixtureRequest, conn: redis.Redis) -> App:
     def later() -> None:
         raise RetryAfter(7)
 
-    @app.task(name="forget")
+    @app.task(name="forget", keep_result=False)
     def forget() -> int:
         return 1
 
+    @app.task
+    def plain(a: int) -> dict[str, int]:
+        return {"twice": a * 2}
+
     return app
+
+
+def task_named(app: App, ending: str) -> Any:
+    """The app's task whose name ends so (a bare ``@app.task`` is named module.qualname)."""
+    return next(task for task in app.tasks.values() if task.name.endswith(ending))
 
 
 def drain(app: App, *, clock: int | None = None) -> int:
@@ -70,12 +79,63 @@ def test_a_kept_result_comes_back_typed(app: App) -> None:
     assert handle.outcome().state == "done"
 
 
-def test_a_task_that_keeps_no_result_says_so_at_once(app: App) -> None:
+def test_a_plain_tasks_result_comes_back(app: App) -> None:
+    handle = task_named(app, ".plain").enqueue(21)
+    assert drain(app) == 1
+    assert handle.result(timeout=5) == {"twice": 42}
+
+
+def test_a_task_that_keeps_no_result_gives_none_once_done(app: App) -> None:
     handle = app.tasks["forget"].enqueue()
     drain(app)
-    with pytest.raises(ValueError, match="keeps no result"):
-        handle.result(timeout=60)
-    assert handle.outcome().state == "done"
+    assert handle.result(timeout=60) is None
+    assert handle.outcome().state == "done" and handle.outcome().result == b""
+
+
+def test_result_of_a_task_keeping_none_waits_for_its_end_on_the_server(
+        app: App, conn: redis.Redis, valkey: EmbeddedValkey) -> None:
+    """The waiter's client has no socket timeout, so its wait blocks in slices of 60 s and no
+    timeout is given: before the first slice ends, only the ended token the ack leaves can wake
+    it (the join allows half of that)."""
+    started, gate = threading.Event(), threading.Event()
+
+    def gated() -> int:
+        started.set()
+        assert gate.wait(30)
+        return 1
+
+    app.task(name="gated", keep_result=False)(gated)
+    client = valkey.client(socket_timeout=None)
+    producer = App(client, app.queue.name, wire=app.wire)
+    handle = producer.task(name="gated", keep_result=False)(gated).enqueue()
+    returned: list[tuple[object, bool]] = []
+    waiter = threading.Thread(target=lambda: returned.append((handle.result(), gate.is_set())),
+                              daemon=True)
+    try:
+        waiter.start()
+        worker = threading.Thread(target=drain, args=(app,))
+        worker.start()
+        assert started.wait(10)
+        assert returned == [] and handle.outcome().state == "active"
+        gate.set()
+        worker.join(30)
+        waiter.join(30)
+        assert returned == [(None, True)]
+        assert conn.exists(app.queue.key("ended", handle.id))
+    finally:
+        gate.set()
+        client.close()
+
+
+def test_result_of_a_dead_task_keeping_none_raises(app: App) -> None:
+    @app.task(name="doomed", keep_result=False, max_attempts=1)
+    def doomed() -> None:
+        raise RuntimeError("no way")
+
+    handle = doomed.enqueue()
+    drain(app)
+    with pytest.raises(TaskFailed, match="RuntimeError: no way"):
+        handle.result(timeout=5)
 
 
 def test_result_waits_for_a_worker_without_polling(app: App) -> None:

@@ -5,9 +5,9 @@
 ``TaskHandle``. The worker side is ``app.handler`` (``app.async_handler`` for the asyncio
 consumer): a handler like any other, which decodes the envelope, converts the arguments to the
 task's type hints, runs the task and returns the directive the consumer settles the job with —
-``Done`` (with the result when the task keeps it), ``RetryIn`` (the task's back-off, or the delay
-a ``RetryAfter`` asks for) or ``Reject`` (arguments that cannot fit, an unknown task, an error the
-task says never to retry).
+``Done`` (with the result, or the empty marker when the task keeps none), ``RetryIn`` (the
+task's back-off, or the delay a ``RetryAfter`` asks for) or ``Reject`` (arguments that cannot
+fit, an unknown task, an error the task says never to retry).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from echomq.engine.wire import Wire
 from echomq.queue.blocking import Queue
 from echomq.queue.ids import new_job_id
 from echomq.tasks.envelope import (
+    UNKEPT_RESULT,
     Envelope,
     PayloadError,
     Result,
@@ -59,7 +60,9 @@ __all__ = ["App", "Task", "TaskCall"]
 P = ParamSpec("P")
 R = TypeVar("R")
 Directive = Done | RetryIn | Reject
-DONE = Done()
+# How a task that keeps no result is done: an ack keeping the empty marker, so that the job's
+# ended key still wakes ``handle.result()`` on the server.
+DONE_UNKEPT = Done(UNKEPT_RESULT)
 
 
 def now_ms() -> int:
@@ -136,18 +139,19 @@ class App:
     @overload
     def task(self, /, *, name: str | None = None, queue: str | None = None,
              max_attempts: int | None = None, backoff: Backoff | None = None,
-             no_retry: tuple[type[BaseException], ...] = (), keep_result: bool = False
+             no_retry: tuple[type[BaseException], ...] = (), keep_result: bool = True
              ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, function: Callable[..., Any] | None = None, /, *, name: str | None = None,
              queue: str | None = None, max_attempts: int | None = None,
              backoff: Backoff | None = None, no_retry: tuple[type[BaseException], ...] = (),
-             keep_result: bool = False) -> Any:
+             keep_result: bool = True) -> Any:
         """Register ``function`` as a task, bare (``@app.task``) or with options: ``name``
         (default ``module.qualname``: what the job names, so producer and worker must agree),
         ``queue``, ``max_attempts`` and ``backoff`` (default the app's), ``no_retry``
-        (exception types that send the job dead at once) and ``keep_result`` (keep the return
-        value with the job's tombstone for ``handle.result()``)."""
+        (exception types that send the job dead at once) and ``keep_result`` (default True: keep
+        the return value with the job's tombstone for ``handle.result()``; False: the value is
+        neither encoded nor kept, and ``handle.result()`` gives None once the job is done)."""
         policy = RetryPolicy(
             max_attempts=self.policy.max_attempts if max_attempts is None else max_attempts,
             backoff=backoff or self.policy.backoff, no_retry=tuple(no_retry))
@@ -375,7 +379,7 @@ class Task(Generic[P, R]):
 
     def done(self, value: Any) -> Directive:
         if not self.keep_result:
-            return DONE
+            return DONE_UNKEPT
         try:
             kept = encode(Result(value), self.app.serializer)
         except TypeError as exc:

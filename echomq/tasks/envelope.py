@@ -35,6 +35,11 @@ class Result(msgspec.Struct):
     value: Any
 
 
+# What the ack of a task that keeps no result stores in its stead: no bytes, which no encoded
+# Result is (each starts with a map's first byte). The ack still leaves the job's ended token.
+UNKEPT_RESULT = b""
+
+
 class PayloadError(ValueError):
     """A payload that is not an envelope (or a result) in either serializer."""
 

@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from echomq.engine.errors import TaskFailed
-from echomq.tasks.envelope import decode_result, is_json
+from echomq.tasks.envelope import UNKEPT_RESULT, decode_result, is_json
 from echomq.tasks.signature import Signature
 
 if TYPE_CHECKING:
@@ -22,9 +22,6 @@ class HandledTask(Protocol):
 
     @property
     def name(self) -> str: ...
-
-    @property
-    def keep_result(self) -> bool: ...
 
     @property
     def signature(self) -> Signature: ...
@@ -52,11 +49,8 @@ class TaskHandle(Generic[R]):
         (None: as long as it takes) without polling — ``Queue.wait`` blocks on the server.
         TaskFailed, with the job's last error, when it is dead; TimeoutError when it is not done
         in time; LookupError when there is no such job (never admitted, or its tombstone
-        expired). A task that keeps no result leaves nothing to wait on (``outcome()`` says
-        where its job is): ValueError at once."""
-        if not self.task.keep_result:
-            raise ValueError(f"task {self.task.name} keeps no result: declare it with "
-                             "@app.task(keep_result=True), or read handle.outcome()")
+        expired). A task declared with ``keep_result=False`` is waited for the same way, and
+        gives None once done."""
         outcome = self.queue.wait(self.id, math.inf if timeout is None else timeout)
         if outcome.state == "done":
             return self._value(outcome.result)
@@ -68,7 +62,7 @@ class TaskHandle(Generic[R]):
                           "its tombstone expired")
 
     def _value(self, kept: bytes | None) -> R | None:
-        if kept is None:  # kept from a run before the task kept its result
+        if kept is None or kept == UNKEPT_RESULT:  # acked keeping no result
             return None
         value: Any = decode_result(kept).value
         converted: R = self.task.signature.converted_result(value, from_json=is_json(kept))
