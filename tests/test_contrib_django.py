@@ -140,6 +140,17 @@ def test_other_queues_and_unknown_ids(tasks: ModuleType, conn: redis.Redis) -> N
         task_backends["default"].get_result("JOB:never-admitted")
 
 
+def test_a_job_acked_keeping_no_result_is_no_django_result(tasks: ModuleType,
+                                                           conn: redis.Redis) -> None:
+    for job_id, kept in (("JOB:none-kept", None), ("JOB:empty-kept", b"")):
+        queue(conn).enqueue(job_id, b"{}")
+        job = queue(conn).claim()
+        assert job is not None and job.id == job_id
+        queue(conn).ack(job, result=kept)
+        with pytest.raises(TaskResultDoesNotExist):
+            task_backends["default"].get_result(job_id)
+
+
 def test_a_job_that_is_no_django_call_is_rejected(tasks: ModuleType, conn: redis.Redis) -> None:
     queue(conn).enqueue("JOB:junk", b"not json")
     directive = run_once(conn)

@@ -164,7 +164,7 @@ class EchoMQBackend(BaseTaskBackend):
     def _read(self, queue: Queue, job_id: str, outcome: JobOutcome) -> TaskResult:
         raw = outcome.result if outcome.state == "done" else \
             queue.conn.hget(queue.key("job", job_id), "payload")
-        if raw is None:  # acked by a handler that kept no result: not one of ours
+        if not raw:  # acked keeping no result (none, or an empty one): not one of ours
             raise TaskResultDoesNotExist(job_id)
         call = Call.decode(raw)
         task = import_string(call.task).using(queue_name=queue.name, backend=self.alias)
