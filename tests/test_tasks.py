@@ -214,6 +214,8 @@ def test_a_task_keeps_its_result_unless_it_opts_out(app: App) -> None:
 def test_a_task_that_does_not_keep_its_result_is_done_with_the_empty_marker(app: App) -> None:
     app.tasks["forget"].enqueue(2)
     assert run_next(app)[1] == Done(UNKEPT_RESULT) == Done(b"")
+    app.tasks["forget"].enqueue(3)
+    assert asyncio.run(app.async_handler(claimed(app.queue))) == Done(b"")
 
 
 @pytest.mark.parametrize("serializer", ["json", "msgpack"])

@@ -319,6 +319,28 @@ def test_async_tasks_run_side_by_side_on_the_asyncio_consumer(app: App,
     assert [handle.result(timeout=5) for handle in handles] == [0, 10, 20, 30]
 
 
+def test_a_task_keeping_none_on_the_asyncio_consumer_leaves_its_ended_token(
+        app: App, conn: redis.Redis, valkey: EmbeddedValkey) -> None:
+    @app.task(name="quiet", keep_result=False)
+    async def quiet() -> int:
+        return 1
+
+    handle = quiet.enqueue()
+
+    async def serve() -> int:
+        client = aioredis.Redis(port=valkey.port)
+        consumer = aio.Consumer(aio.Queue(client, app.queue.name, wire=app.wire),
+                                app.async_handler)
+        try:
+            return await asyncio.wait_for(consumer.drain(), 10)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(serve()) == 1
+    assert conn.exists(app.queue.key("ended", handle.id))
+    assert handle.result(timeout=5) is None
+
+
 def test_result_waits_past_the_connections_socket_timeout(app: App,
                                                           valkey: EmbeddedValkey) -> None:
     client = valkey.client(socket_timeout=0.3)
