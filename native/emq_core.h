@@ -16,6 +16,8 @@
 #define EMQ_FENCE_MAX (EMQ_INT_MAX - 1)
 /* The most bytes a result kept by an ack may hold (echomq.engine.transitions.MAX_RESULT_BYTES). */
 #define EMQ_RESULT_MAX 524288
+/* The most bytes a job's progress may hold (echomq.engine.transitions.MAX_PROGRESS_BYTES). */
+#define EMQ_PROGRESS_MAX 65536
 
 /* The error replies, EMQ_ERR_* and EMQ_FMT_*: generated from the error table of
  * echomq/engine/transitions.py, as the scripts' texts are checked against it. */

@@ -16,7 +16,7 @@
  *   EMQLANE: a group fails the lane gate
  *   EMQKEYS: a key has the wrong suffix or another queue's base
  *   EMQNUM: a bad integer, now or knob argument
- *   EMQSIZE: a result too long to keep
+ *   EMQSIZE: a result or a progress too long to keep
  *   EMQFENCE: the queue's fence counter cannot number another lease
  *   WRONGTYPE: a key of the wrong type
  *   NOPERM: the caller's ACL denies a derived key
@@ -36,6 +36,7 @@
 #define EMQ_FMT_NUMBER "EMQNUM %s must be an integer from %lld to 999999999999999"
 #define EMQ_ERR_NOW "EMQNUM now must be * or an integer from 0 to 999999999999999"
 #define EMQ_ERR_RESULT "EMQSIZE result must be at most 524288 bytes"
+#define EMQ_ERR_PROGRESS "EMQSIZE progress must be at most 65536 bytes"
 #define EMQ_ERR_TYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
 #define EMQ_ERR_FENCE "EMQFENCE the fence counter must hold an integer from 0 to 999999999999998"
 #define EMQ_ERR_PERM "NOPERM No permissions to access a key"

@@ -21,7 +21,8 @@ typedef enum {
     EMQ_ARG_INT,
     EMQ_ARG_NOW,
     EMQ_ARG_BYTES,
-    EMQ_ARG_RESULT /* bytes, at most EMQ_RESULT_MAX of them */
+    EMQ_ARG_RESULT, /* bytes, at most EMQ_RESULT_MAX of them */
+    EMQ_ARG_PROGRESS /* bytes, at most EMQ_PROGRESS_MAX of them */
 } EmqArgKind;
 
 /* An argument: its name (as EMQNUM errors give it), kind and, for an integer, its minimum. */
@@ -77,6 +78,7 @@ enum {
     EMQ_CMD_PROMOTE,
     EMQ_CMD_ENQUEUE_DELAYED,
     EMQ_CMD_ACK_RESULT,
+    EMQ_CMD_PROGRESS,
     EMQ_COMMAND_COUNT
 };
 
@@ -100,6 +102,7 @@ enum {
     X(PROMOTE, promote) \
     X(ENQUEUE_DELAYED, enqueue_delayed) \
     X(ACK_RESULT, ack_result) \
+    X(PROGRESS, progress) \
 
 
 /* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now> */
@@ -240,6 +243,15 @@ enum {
 #define EMQ_ACK_RESULT_ARG_FENCE 1
 #define EMQ_ACK_RESULT_ARG_RETENTION_MS 2
 #define EMQ_ACK_RESULT_ARG_RESULT 3
+
+/* EMQ.PROGRESS 2 <base>active <base>job:<id> <id> <fence:1> <progress> */
+#define EMQ_PROGRESS_NUMKEYS 2
+#define EMQ_PROGRESS_NARGS 3
+#define EMQ_PROGRESS_KEY_ACTIVE 0
+#define EMQ_PROGRESS_KEY_JOB 1
+#define EMQ_PROGRESS_ARG_ID 0
+#define EMQ_PROGRESS_ARG_FENCE 1
+#define EMQ_PROGRESS_ARG_PROGRESS 2
 
 extern const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT];
 
@@ -396,6 +408,15 @@ static const EmqArgSpec emq_ack_result_args[] = {
     {"retention_ms", EMQ_ARG_INT, 0},
     {"result", EMQ_ARG_RESULT, 0},
 };
+static const EmqKeySpec emq_progress_keys[] = {
+    {"active", 6, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"job:", 4, 0, VALKEYMODULE_KEYTYPE_HASH},
+};
+static const EmqArgSpec emq_progress_args[] = {
+    {"id", EMQ_ARG_ID, 0},
+    {"fence", EMQ_ARG_INT, 1},
+    {"progress", EMQ_ARG_PROGRESS, 0},
+};
 const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
     {"emq.enqueue",
      "ENQUEUE",
@@ -547,6 +568,20 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_ack_result_keys,
      EMQ_ACK_RESULT_NARGS,
      emq_ack_result_args,
+     0,
+     NULL,
+     NULL,
+     0},
+    {"emq.progress",
+     "PROGRESS",
+     "write fast getkeys-api no-mandatory-keys",
+     "Record how far the current lease got (twin of progress.lua).",
+     "O(1)",
+     -2,
+     EMQ_PROGRESS_NUMKEYS,
+     emq_progress_keys,
+     EMQ_PROGRESS_NARGS,
+     emq_progress_args,
      0,
      NULL,
      NULL,

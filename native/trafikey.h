@@ -6,6 +6,7 @@
  *   transitions.c  each transition's logic on its opened keys: derived keys, effects, reply
  *   effects.c      each write as the command the Lua twin runs: event, signal, replication
  *   derived.c      keys a transition derives itself: ACL, a moving slot, rows, the fence counter
+ *   progress.c     a running job's report of how far it got (EMQ.PROGRESS)
  *   protocol.h     generated from echomq/engine/transitions.py: the table all of the above read */
 #ifndef TRAFIKEY_H
 #define TRAFIKEY_H

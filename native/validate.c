@@ -120,13 +120,18 @@ static int parse_now(const ValkeyModuleString *s, long long *out) {
     return r != 0;
 }
 
-/* One integer, now or result argument, of spec: 0 after writing its EMQNUM (EMQSIZE) error into
- * err. */
+/* One integer, now, result or progress argument, of spec: 0 after writing its EMQNUM (EMQSIZE)
+ * error into err. */
 static int parse_number(const EmqArgSpec *spec, const ValkeyModuleString *s, long long *out, char *err,
                         size_t cap) {
     if (spec->kind == EMQ_ARG_RESULT) {
         if (bytes_of(s).n <= EMQ_RESULT_MAX) return 1;
         snprintf(err, cap, "%s", EMQ_ERR_RESULT);
+        return 0;
+    }
+    if (spec->kind == EMQ_ARG_PROGRESS) {
+        if (bytes_of(s).n <= EMQ_PROGRESS_MAX) return 1;
+        snprintf(err, cap, "%s", EMQ_ERR_PROGRESS);
         return 0;
     }
     if (spec->kind == EMQ_ARG_NOW) {

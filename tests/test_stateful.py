@@ -1,16 +1,16 @@
 """Random transition sequences on both executors in lockstep, checked against a Python model.
 
 A hypothesis state machine drives one queue through enqueue (at once and delayed), claim, ack (with
-and without a result), retry, extend, settle (ack, done, retry and release items) and extend_many
-batches mixed with those single verbs, recover, promote, requeue of dead jobs and bad input, on an
-explicit clock, while rules also tamper with the keyspace behind the queue's back (deleted rows,
-expired tombstones, wrong-typed keys, odd row fields, lane jobs) and crash workers (a claim whose
-lease runs out, then recover). Every call runs on the Lua and the native scratch keys of a ``Pair``
-(requeue, scripts only, runs its script on both); after every step both keyspaces must equal each
-other and the model's (echomq/conformance/model/), and SPEC invariants 1-4, 8 and 10 are checked
-explicitly: a stale holder is always refused (a settlement sent again after it went through answers
-as it did the first time, changing nothing), a fence never repeats for an id, a job recovered at
-its last attempt ends dead.
+and without a result), retry, extend, progress, settle (ack, done, retry and release items) and
+extend_many batches mixed with those single verbs, recover, promote, requeue of dead jobs and bad
+input, on an explicit clock, while rules also tamper with the keyspace behind the queue's back
+(deleted rows, expired tombstones, wrong-typed keys, odd row fields, lane jobs) and crash workers (a
+claim whose lease runs out, then recover). Every call runs on the Lua and the native scratch keys of
+a ``Pair`` (requeue, scripts only, runs its script on both); after every step both keyspaces must
+equal each other and the model's (echomq/conformance/model/), and SPEC invariants 1-4, 8 and 10 are
+checked explicitly: a stale holder is always refused (a settlement sent again after it went through
+answers as it did the first time, changing nothing), a fence never repeats for an id, a job
+recovered at its last attempt ends dead.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from echomq.engine.transitions import (
     SETTLE,
     Transition,
 )
+from tests.stateful_progress import Progress
 from tests.stateful_world import (
     ERRORS,
     GROUPS,
@@ -73,7 +74,7 @@ from tests.stateful_world import (
 )
 
 
-class QueueMachine(BeyondTheQueue, Checks, RuleBasedStateMachine):
+class QueueMachine(Progress, BeyondTheQueue, Checks, RuleBasedStateMachine):
     """One queue (plus a neighbour) on both executors and the model, in lockstep."""
 
     def __init__(self, port: int, protocol: int) -> None:

@@ -52,7 +52,8 @@ typedef enum {
     EMQ_ARG_INT,
     EMQ_ARG_NOW,
     EMQ_ARG_BYTES,
-    EMQ_ARG_RESULT /* bytes, at most EMQ_RESULT_MAX of them */
+    EMQ_ARG_RESULT, /* bytes, at most EMQ_RESULT_MAX of them */
+    EMQ_ARG_PROGRESS /* bytes, at most EMQ_PROGRESS_MAX of them */
 } EmqArgKind;
 
 /* An argument: its name (as EMQNUM errors give it), kind and, for an integer, its minimum. */
@@ -97,7 +98,8 @@ typedef struct {
 """
 
 KIND = {"id": "EMQ_ARG_ID", "group": "EMQ_ARG_GROUP", "int": "EMQ_ARG_INT", "now": "EMQ_ARG_NOW",
-        "bytes": "EMQ_ARG_BYTES", "result": "EMQ_ARG_RESULT"}
+        "bytes": "EMQ_ARG_BYTES", "result": "EMQ_ARG_RESULT",
+        "progress": "EMQ_ARG_PROGRESS"}
 KEYTYPE = {"zset": "VALKEYMODULE_KEYTYPE_ZSET", "hash": "VALKEYMODULE_KEYTYPE_HASH",
            "list": "VALKEYMODULE_KEYTYPE_LIST", "string": "VALKEYMODULE_KEYTYPE_STRING"}
 

@@ -58,8 +58,9 @@ CLAIM_RECORD_PREFIX = "claim:"
 @dataclass(frozen=True)
 class Argument:
     """How one argument reads: ``id`` (the kind gate), ``group`` (the lane gate), ``int`` (1 to 15
-    digits, at least ``min``), ``now`` (``*`` or an integer from 0), ``bytes`` (anything) or
-    ``result`` (any bytes, at most ``MAX_RESULT_BYTES`` of them)."""
+    digits, at least ``min``), ``now`` (``*`` or an integer from 0), ``bytes`` (anything),
+    ``result`` (any bytes, at most ``MAX_RESULT_BYTES`` of them) or ``progress`` (any bytes, at
+    most ``MAX_PROGRESS_BYTES``)."""
 
     kind: str
     min: int = 0
@@ -80,6 +81,7 @@ ARGUMENTS: dict[str, Argument] = {
     "count": Argument("int", 0),
     "at_ms": Argument("int", 0),
     "result": Argument("result"),
+    "progress": Argument("progress"),
     "scope": Argument("scope"),  # a group, or * for the whole queue
     "concurrency": Argument("knob"),  # = keep, - clear, or an integer from 1
     "rate": Argument("knob"),
@@ -90,6 +92,9 @@ ARGUMENTS: dict[str, Argument] = {
 # The most bytes a result an ack keeps may hold (EMQSIZE above it, on both executors and in the
 # client before sending): a tombstone stays small enough to keep for a whole retention window.
 MAX_RESULT_BYTES = 512 * 1024
+# The most bytes a job's progress may hold (EMQSIZE above it, likewise): the last one reported
+# is one field of the row, overwritten by the next.
+MAX_PROGRESS_BYTES = 64 * 1024
 # The largest integer argument: 15 digits. A queue's fence counter stays below it (EMQFENCE).
 INT_MAX = 999_999_999_999_999
 FENCE_MAX = INT_MAX - 1
@@ -118,7 +123,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode("EMQLANE", "LaneError", "a group fails the lane gate"),
     ErrorCode("EMQKEYS", "ArgumentError", "a key has the wrong suffix or another queue's base"),
     ErrorCode("EMQNUM", "ArgumentError", "a bad integer, now or knob argument"),
-    ErrorCode("EMQSIZE", "ArgumentError", "a result too long to keep"),
+    ErrorCode("EMQSIZE", "ArgumentError", "a result or a progress too long to keep"),
     ErrorCode("EMQFENCE", "FenceError", "the queue's fence counter cannot number another lease"),
     ErrorCode("WRONGTYPE", "ResponseError", "a key of the wrong type"),
     ErrorCode("NOPERM", "NoPermissionError", "the caller's ACL denies a derived key"),
@@ -180,6 +185,7 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
                       + str(INT_MAX), "scripts"),
     ErrorText("PAUSED", "EMQNUM paused must be 1 (pause) or 0 (resume)", "scripts"),
     ErrorText("RESULT", f"EMQSIZE result must be at most {MAX_RESULT_BYTES} bytes"),
+    ErrorText("PROGRESS", f"EMQSIZE progress must be at most {MAX_PROGRESS_BYTES} bytes"),
     ErrorText("TYPE", "WRONGTYPE Operation against a key holding the wrong kind of value"),
     ErrorText("FENCE", f"EMQFENCE the fence counter must hold an integer from 0 to {FENCE_MAX}"),
     ErrorText("PERM", "NOPERM No permissions to access a key"),
@@ -336,6 +342,10 @@ EXTEND = Transition(
     "extend", ("active", "job"), ("id", "fence", "lease_ms", "now"), "EMQ.EXTEND", fast=True,
     summary="Push the current lease's deadline (twin of extend.lua).", complexity="O(log N)",
 )
+PROGRESS = Transition(
+    "progress", ("active", "job"), ("id", "fence", "progress"), "EMQ.PROGRESS", fast=True,
+    summary="Record how far the current lease got (twin of progress.lua).", complexity="O(1)",
+)
 SETTLE = Transition(
     "settle",
     ("active", "delayed", "dead", "pending", "fence", "ring", "wake"),
@@ -403,7 +413,7 @@ PURGE = Transition("purge", ("dead",), ("limit",), None, summary="Forget the old
 # Every transition with a native twin; the conformance suite runs each on both executors.
 TRANSITIONS: tuple[Transition, ...] = (
     ENQUEUE, CLAIM, ACK, RETRY, EXTEND, SETTLE, EXTEND_MANY, RECOVER, PROMOTE, ENQUEUE_DELAYED,
-    ACK_RESULT,
+    ACK_RESULT, PROGRESS,
 )
 # Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
 SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM, LANE_ENQUEUE_DELAYED, LANE_SET,

@@ -22,7 +22,7 @@ def all_cases() -> list[Case]:
              *flat.ack_cases(), *flat.retry_cases(), *flat.extend_cases(), *flat.recover_cases(),
              *flat.promote_cases(), *batch_cases(), *flat.enqueue_delayed_cases(),
              *flat.ack_result_cases(), *lane_cases(), *replay_cases(),
-             *record_cases()]
+             *record_cases(), *flat.progress_cases()]
     ids = [case.id for case in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
     assert not duplicates, duplicates

@@ -34,6 +34,7 @@ E_NOTINT = b"-ERR value is not an integer or out of range"
 E_NEGATIVE = b"-ERR Number of keys can't be negative"
 E_TOOMANY = b"-ERR Number of keys can't be greater than number of args"
 E_SIZE = b"-EMQSIZE result must be at most 524288 bytes\r\n"
+E_PROGRESS_SIZE = b"-EMQSIZE progress must be at most 65536 bytes\r\n"
 NULL = b"<null>"  # $-1 under RESP2, _ under RESP3
 NULLS = {2: b"$-1\r\n", 3: b"_\r\n"}
 
@@ -102,6 +103,7 @@ GOOD: dict[str, list[Arg]] = {
     "enqueue_delayed": [3, key("job"), key("delayed"), key("wake"), "JOB:1", b"payload", NOW,
                         5_000, 0],
     "ack_result": [2, key("active"), key("job"), "JOB:1", 1, 60_000, b"result"],
+    "progress": [2, key("active"), key("job"), "JOB:1", 1, b"3 of 10"],
 }
 
 # A state on which each transition's GOOD call succeeds.
@@ -117,6 +119,7 @@ READY: dict[str, list[Command]] = {
     "promote": delayed("JOB:1", due=NOW - 1),
     "enqueue_delayed": [],
     "ack_result": leased("JOB:1"),
+    "progress": leased("JOB:1"),
 }
 
 BAD_IDS: list[tuple[str, Arg]] = [

@@ -1,7 +1,7 @@
 """Cases of the single verbs, each on chosen states: enqueue and enqueue_delayed (duplicates,
 wake tokens), ack_result (the result's cap), claim (ghosts, order, the fence counter in every
-state), ack and retry (fences current and stale, tombstones, the ended key), extend, recover
-(spent leases go dead) and promote."""
+state), ack and retry (fences current and stale, tombstones, the ended key), extend, progress
+(fenced as extend; its cap), recover (spent leases go dead) and promote."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from echomq.conformance.cases.common import (
     E_FENCE,
     E_NUM,
+    E_PROGRESS_SIZE,
     E_SIZE,
     E_TYPE,
     FENCE_MAX,
@@ -244,6 +245,37 @@ def extend_cases() -> Iterator[Case]:
     yield from fenced_cases("extend", b"+EXTENDED")
     yield _case("extend", "shorter-lease", _argv("extend", lease_ms=1), b"+EXTENDED",
                 leased("JOB:1"))
+
+
+PROGRESS_AT_CAP = b"g" * 65_536
+PROGRESS_OVER_CAP = b"g" * 65_537
+
+
+def progress_cases() -> Iterator[Case]:
+    name = "progress"
+    yield from fenced_cases(name, b"+RECORDED")
+    kinds = [("binary", b"\x00\xff\r\n$-1"), ("empty", b""), ("at-the-cap", PROGRESS_AT_CAP)]
+    for label, data in kinds:
+        yield _case(name, f"{label}-progress", _argv(name, progress=data), b"+RECORDED",
+                    leased("JOB:1"))
+    yield _case(name, "progress-replaced", _argv(name), b"+RECORDED",
+                [*leased("JOB:1"), ["HSET", key("job"), "progress", "old"]])
+    yield _case(name, "over-the-cap", _argv(name, progress=PROGRESS_OVER_CAP), E_PROGRESS_SIZE,
+                leased("JOB:1"))
+    yield _case(name, "over-the-cap-when-stale", _argv(name, fence=9, progress=PROGRESS_OVER_CAP),
+                E_PROGRESS_SIZE, leased("JOB:1"))
+    yield _case(name, "over-the-cap-with-no-job", _argv(name, progress=PROGRESS_OVER_CAP),
+                E_PROGRESS_SIZE)
+    yield _case(name, "bad-fence-before-the-size",
+                _argv(name, fence="x", progress=PROGRESS_OVER_CAP), E_NUM, leased("JOB:1"))
+    yield _case(name, "size-before-types", _argv(name, progress=PROGRESS_OVER_CAP),
+                E_PROGRESS_SIZE, [["SET", key("active"), "x"]])
+    yield _case(name, "tombstone-is-stale", _argv(name), b"+STALE",
+                [row("JOB:1", "attempts", "1", "fence", "1", "progress", "kept"),
+                 ["PEXPIRE", key("job"), "100000"]])
+    yield _case(name, "dead-is-stale", _argv(name), b"+STALE",
+                [row("JOB:1", "payload", "p", "attempts", "3", "fence", "1"),
+                 ["ZADD", key("dead"), "9", "JOB:1"]])
 
 
 def mover_cases(name: str, zset: str) -> Iterator[Case]:

@@ -117,7 +117,7 @@ def _expect_ok(t: Transition) -> bytes:
             "claim": b"*4", "ack": b"+ACKED", "retry": b"+RETRYING",
             "extend": b"+EXTENDED", "recover": b":1", "promote": b":1",
             "settle": b"*2\r\n*2\r\n+ACKED\r\n+RETRYING\r\n*1\r\n*4\r\n$5\r\nJOB:3\r\n",
-            "extend_many": b"*2\r\n+EXTENDED\r\n+EXTENDED\r\n"}[t.name]
+            "extend_many": b"*2\r\n+EXTENDED\r\n+EXTENDED\r\n", "progress": b"+RECORDED"}[t.name]
 
 
 def number_cases(t: Transition) -> Iterator[Case]:

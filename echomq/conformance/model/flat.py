@@ -1,4 +1,5 @@
-"""The single verbs: enqueue, enqueue_delayed, claim, ack, ack_result, retry, extend."""
+"""The single verbs: enqueue, enqueue_delayed, claim, ack, ack_result, retry, extend,
+progress."""
 
 from __future__ import annotations
 
@@ -124,3 +125,10 @@ class FlatTransitions(Records):
             return status("STALE")
         self.zadd(active, number["now"] + number["lease_ms"], job_id)
         return status("EXTENDED")
+
+    def _progress(self, call: Call) -> bytes:
+        active, row = call.keys
+        if not self.is_current(active, row, call.args[0], call.numbers["fence"]):
+            return status("STALE")
+        self.keys[row].data[b"progress"] = call.args[2]
+        return status("RECORDED")

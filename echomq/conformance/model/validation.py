@@ -14,9 +14,11 @@ from echomq.conformance.model.replies import (
     E_NEGATIVE,
     E_NOTINT,
     E_NOW,
+    E_PROGRESS,
     E_RESULT,
     E_TOOMANY,
     E_TYPE,
+    PROGRESS_MAX,
     RESULT_MAX,
     arity_error,
     error,
@@ -157,6 +159,8 @@ class Validation(Records):
     def _number(call: Call, name: str, word: bytes) -> bytes | None:
         if name == "result":
             return error(E_RESULT) if len(word) > RESULT_MAX else None
+        if name == "progress":
+            return error(E_PROGRESS) if len(word) > PROGRESS_MAX else None
         if name == "now":
             if word == b"*":
                 raise ValueError("the model runs on an explicit clock only")

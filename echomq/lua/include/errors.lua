@@ -9,6 +9,7 @@ local E_MOVING = "TRYAGAIN a job's keys are moving between cluster nodes; try ag
 local E_LANE = 'EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -'
 local E_FENCE = 'EMQFENCE the fence counter must hold an integer from 0 to 999999999999998'
 local E_RESULT = 'EMQSIZE result must be at most 524288 bytes'
+local E_PROGRESS = 'EMQSIZE progress must be at most 65536 bytes'
 
 local function arity_error(verb, nkeys, nargs)
   return redis.error_reply(string.format('EMQARITY EMQ.%s takes %d keys and %d arguments',
