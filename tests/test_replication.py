@@ -46,6 +46,7 @@ OPS: st.SearchStrategy[Op] = st.one_of(
     st.tuples(st.just("retry"), st.integers(0, 7), st.sampled_from([0, 1, 60_000]),
               st.booleans(), st.binary(max_size=8)),
     st.tuples(st.just("extend"), st.integers(0, 7), st.sampled_from([1, 60_000])),
+    st.tuples(st.just("progress"), st.integers(0, 7), st.binary(max_size=16)),
     st.tuples(st.just("settle"), st.lists(st.tuples(st.integers(0, 7), st.booleans()),
                                           max_size=4), st.integers(0, 3),
               st.sampled_from([0, RETAIN])),
@@ -109,6 +110,8 @@ class Worker:
         elif verb == "retry":
             limit = job.attempt if args[1] else job.attempt + 5  # to dead, or to delayed
             queue.retry(job, delay_ms=args[0], max_attempts=limit, error=args[2])
+        elif verb == "progress":
+            queue.set_progress(job, args[0])
         else:
             queue.extend(job, lease_ms=args[0])
 
@@ -214,12 +217,14 @@ def test_replica_sees_every_transition(primary: EmbeddedValkey,
             jobs = [queue.claim(lease_ms=1) for _ in range(6)]
             assert all(job is not None for job in jobs)
             j0, j1, j2, j3, j4, _j5 = (job for job in jobs if job is not None)
+            queue.set_progress(j0, b"\x00half")
             queue.ack(j0, retention_ms=RETAIN, result=b"kept")
             queue.ack(j1, retention_ms=0)
             queue.enqueue("JOB:later", b"l", delay_ms=RETAIN)
             queue.retry(j2, delay_ms=0, max_attempts=5, error=b"again")
             queue.retry(j3, delay_ms=0, max_attempts=1, error=b"dead")
             queue.extend(j4, lease_ms=600_000)
+            queue.set_progress(j4, b"running")
             queue.enqueue_many([(f"JOB:b{i}", b"b%d" % i) for i in range(4)])
             batch = queue.claim_many(4, lease_ms=600_000, claim_id=f"c-{wire}")  # recorded
             verdicts, _ = queue.settle([Ack(batch[0], result=b"r"),

@@ -37,6 +37,8 @@ DEFAULT_BATCH_LIMIT = 1000
 ZSETS = ("pending", "active", "delayed", "dead")
 MAX_RESULT_BYTES = t.MAX_RESULT_BYTES
 RESULT_ERROR = t.ERRORS["RESULT"].text
+MAX_PROGRESS_BYTES = t.MAX_PROGRESS_BYTES
+PROGRESS_ERROR = t.ERRORS["PROGRESS"].text
 
 
 def new_claim_id() -> str:
@@ -61,6 +63,7 @@ class Verdict(enum.Enum):
     DEAD = "DEAD"
     EXTENDED = "EXTENDED"
     RELEASED = "RELEASED"
+    RECORDED = "RECORDED"
 
     @classmethod
     def of(cls, reply: Any) -> Verdict:
@@ -133,12 +136,14 @@ class JobOutcome:
     "pending" (waiting to run, in pending or its lane), "delayed", "active", "done" (acked; the
     tombstone keeps ``result`` when the ack stored one), "dead" or "unknown" (no row: never
     admitted, or its tombstone expired). ``error`` is the last error recorded (a dead job's
-    reason), ``attempts`` the runs counted."""
+    reason), ``attempts`` the runs counted, ``progress`` the last progress a holder of its
+    lease recorded (``Queue.set_progress``; kept in the tombstone)."""
 
     state: str
     result: bytes | None
     error: str | None
     attempts: int
+    progress: bytes | None = None
 
     @property
     def ended(self) -> bool:
@@ -176,6 +181,15 @@ def checked_result(result: Payload) -> bytes:
     return raw
 
 
+def checked_progress(data: Payload) -> bytes:
+    """A progress to record, as its bytes: at most MAX_PROGRESS_BYTES (ArgumentError with the
+    server's words otherwise, before anything is sent)."""
+    raw = payload_bytes(data)
+    if len(raw) > MAX_PROGRESS_BYTES:
+        raise ArgumentError(PROGRESS_ERROR)
+    return raw
+
+
 def outcome_of(replies: Sequence[Any]) -> JobOutcome:
     """The JobOutcome of the replies to ``QueueCalls.outcome_reads``. A row that is not a hash
     is no job's (unknown); dead wins over everything (a dead job keeps its payload); a row
@@ -184,7 +198,7 @@ def outcome_of(replies: Sequence[Any]) -> JobOutcome:
     kind, fields, has_payload, *scores = replies
     if text(kind) != "hash":
         return UNKNOWN
-    attempts, result, error = fields
+    attempts, result, error, progress = fields
     places = [place for place, score in zip(_PLACES, scores, strict=True) if score is not None]
     if "dead" in places:
         state = "dead"
@@ -195,7 +209,7 @@ def outcome_of(replies: Sequence[Any]) -> JobOutcome:
     count = int(attempts) if attempts is not None and text(attempts).isdigit() else 0
     return JobOutcome(state, None if result is None else payload_bytes(result),
                       None if error is None else payload_bytes(error).decode(errors="replace"),
-                      count)
+                      count, None if progress is None else payload_bytes(progress))
 
 
 def job_of(reply: Any) -> Job | None:
@@ -224,7 +238,8 @@ def leased(reply: Any) -> Job:
 
 
 def fenced(job: Job, reply: Any) -> Verdict:
-    """The verdict of an ack, retry or extend; StaleLease when the lease was not current."""
+    """The verdict of an ack, retry, extend or progress; StaleLease when the lease was not
+    current."""
     verdict = Verdict.of(reply)
     if verdict is Verdict.STALE:
         raise StaleLease(job.id, job.attempt)
@@ -357,6 +372,10 @@ class QueueCalls:
                 checked_arg("lease_ms", lease_ms), checked_now(now))
         return self._call(t.EXTEND, args, job.id)
 
+    def progress(self, job: Job, data: Payload) -> Call:
+        args = (checked_id(job.id), checked_arg("fence", job.fence), checked_progress(data))
+        return self._call(t.PROGRESS, args, job.id)
+
     def settle(self, outcomes: Iterable[Outcome], claim: int, lease_ms: int,
                retention_ms: int | None, now: int | None, *, leased: bool = False,
                claim_id: str | None = None) -> Call:
@@ -421,7 +440,7 @@ class QueueCalls:
     def outcome_reads(self, job_id: str) -> list[tuple[str, ...]]:
         """The read-only commands behind ``outcome_of``, to send in one pipeline."""
         row = self.key("job", checked_id(job_id))
-        return [("TYPE", row), ("HMGET", row, "attempts", "result", "error"),
+        return [("TYPE", row), ("HMGET", row, "attempts", "result", "error", "progress"),
                 ("HEXISTS", row, "payload"),
                 *(("ZSCORE", self.key(place), job_id) for place in _PLACES)]
 

@@ -265,6 +265,13 @@ class QueueMethods(LaneControls):
         return (yield from self._sent(self.calls.extend(job, lease_ms, now),
                                       partial(fenced, job)))
 
+    @op
+    def set_progress(self, job: Job, data: Payload) -> Program[None]:
+        """Record ``data`` (at most MAX_PROGRESS_BYTES, ArgumentError before sending otherwise)
+        as how far ``job`` got: the row's progress, read back by ``outcome(id).progress`` and
+        kept in the tombstone after the ack. StaleLease if the lease is not current."""
+        yield from self._sent(self.calls.progress(job, data), partial(fenced, job))
+
     # batches --------------------------------------------------------------------------------
 
     @op
