@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from echomq.queue.blocking import Ack, Job, JobOutcome, Queue, Release, Retry, Verdict
     from echomq.queue.ids import new_job_id
     from echomq.tasks import App, Backoff, RetryAfter, Task, TaskHandle
+    from echomq.tasks.reporting import progress
 
 # Each public name, and the module it lives in.
 _HOMES = {
@@ -47,6 +48,7 @@ _HOMES = {
     **dict.fromkeys(("Ack", "Job", "JobOutcome", "Queue", "Release", "Retry", "Verdict"),
                     "echomq.queue.blocking"),
     **dict.fromkeys(("App", "Backoff", "RetryAfter", "Task", "TaskHandle"), "echomq.tasks"),
+    "progress": "echomq.tasks.reporting",
     "Wire": "echomq.engine.wire",
 }
 
@@ -81,6 +83,7 @@ __all__ = [
     "Wire",
     "Wire6Unsupported",
     "new_job_id",
+    "progress",
 ]
 
 

@@ -52,6 +52,7 @@ from echomq.tasks.hooks import (
     combined,
 )
 from echomq.tasks.periodic import Periodic, Schedule, Scheduler
+from echomq.tasks.reporting import running
 from echomq.tasks.retry import DEFAULT_BACKOFF, Backoff, Draw, RetryPolicy
 from echomq.tasks.signature import ArgumentsRejected, Signature
 
@@ -256,12 +257,17 @@ class App:
         return Attempt(self.hooks.running(envelope.queue or task.queue, task.name, job,
                                           envelope.headers, envelope.enqueued_ms), job, task)
 
+    def _reporting(self, task: Task[Any, Any], envelope: Envelope, job: Job) -> Any:
+        """The block in which ``echomq.progress`` reports on ``job``."""
+        return running(self.queue_named(envelope.queue or task.queue), job, self.serializer)
+
     def _attempt_sync(self, task: Task[Any, Any], envelope: Envelope, job: Job) -> Directive:
         try:
             args, kwargs = task.arguments(envelope, job)
-            value = task.function(*args, **kwargs)
-            if inspect.isawaitable(value):
-                value = self._runner().run(_awaited(value))
+            with self._reporting(task, envelope, job):
+                value = task.function(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    value = self._runner().run(_awaited(value))
         except ArgumentsRejected as exc:
             return Reject(str(exc))
         except Exception as exc:
@@ -272,10 +278,11 @@ class App:
                              job: Job) -> Directive:
         try:
             args, kwargs = task.arguments(envelope, job)
-            if task.is_async:
-                value = await task.function(*args, **kwargs)
-            else:
-                value = await asyncio.to_thread(task.function, *args, **kwargs)
+            with self._reporting(task, envelope, job):
+                if task.is_async:
+                    value = await task.function(*args, **kwargs)
+                else:
+                    value = await asyncio.to_thread(task.function, *args, **kwargs)
         except ArgumentsRejected as exc:
             return Reject(str(exc))
         except Exception as exc:

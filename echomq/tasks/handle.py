@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from echomq.engine.errors import TaskFailed
 from echomq.tasks.envelope import UNKEPT_RESULT, decode_result, is_json
+from echomq.tasks.reporting import decoded_progress
 from echomq.tasks.signature import Signature
 
 if TYPE_CHECKING:
@@ -60,6 +61,11 @@ class TaskHandle(Generic[R]):
             raise TimeoutError(f"{self.id} is still {outcome.state} after {timeout} s")
         raise LookupError(f"no job {self.id} on queue {self.queue.name}: never admitted, or "
                           "its tombstone expired")
+
+    def progress(self) -> Any:
+        """The value the task last reported with ``echomq.progress`` (decoded as a result is),
+        while it runs and after it is done (for the retention); None when it reported none."""
+        return decoded_progress(self.queue.outcome(self.id).progress)
 
     def _value(self, kept: bytes | None) -> R | None:
         if kept is None or kept == UNKEPT_RESULT:  # acked keeping no result
