@@ -70,6 +70,24 @@ def task_of(payload: bytes | None) -> str | None:
         return None
 
 
+class _Report(msgspec.Struct):
+    value: Any
+
+
+_REPORT_DECODERS = (msgspec.json.Decoder(_Report), msgspec.msgpack.Decoder(_Report))
+
+
+def progress_of(raw: bytes) -> str:
+    """A job's progress as text to show: a task's report (``echomq.progress``: a map of its
+    value, JSON or MessagePack) as the JSON of that value; any other bytes as ``shown`` gives
+    them."""
+    decoder = _REPORT_DECODERS[0] if raw[:1] == b"{" else _REPORT_DECODERS[1]
+    try:
+        return json.dumps(decoder.decode(raw).value)
+    except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError):
+        return shown(raw)
+
+
 def shown(value: Any) -> str:
     """``value`` as text to show: stored errors and payloads are bytes that need not be UTF-8,
     so bytes that do not decode show escaped (``\\xff``) instead of failing the view."""
@@ -200,6 +218,8 @@ def inspect(conn: Any, name: str, job_id: str) -> dict[str, Any] | None:
     fields: dict[str, Any] = {shown(k): shown(v) for k, v in row.items() if shown(k) != "payload"}
     if b"payload" in row or "payload" in row:
         fields["payload"] = payload_bytes(row.get(b"payload", row.get("payload")))
+    if b"progress" in row or "progress" in row:
+        fields["progress"] = progress_of(payload_bytes(row.get(b"progress", row.get("progress"))))
     where, score = _location(conn, calls, job_id, fields.get("lane"))
     ttl = conn.pttl(calls.key("job", job_id))
     return {"id": job_id, "state": where, "score": score, "fields": fields,

@@ -234,16 +234,19 @@ class _Views:
 
 def job_detail(found: dict[str, Any]) -> dict[str, Any]:
     """A job as the page shows it: a preview of its payload, its error's first line apart from
-    the traceback that may follow it, and its other fields."""
+    the traceback that may follow it, the last progress it reported (None: none), and its other
+    fields."""
     fields = dict(found["fields"])
     payload = fields.pop("payload", b"")
+    progress = fields.pop("progress", None)
     error = admin.readable_error(str(fields.pop("error", "")))
     message, _, traceback = error.partition("\n")
     return {**{k: v for k, v in found.items() if k != "fields"}, "fields": fields,
             "payload_size": len(payload),
             "payload_preview": admin.shown(payload[:PREVIEW_BYTES]),
             "payload_truncated": len(payload) > PREVIEW_BYTES,
-            "error": message, "traceback": traceback}
+            "error": message, "traceback": traceback,
+            "progress": None if progress is None else progress[:PREVIEW_BYTES]}
 
 
 async def _json_body(request: Request) -> Any:

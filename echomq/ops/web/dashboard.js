@@ -341,6 +341,7 @@ async function showJob(queue, id) {
     dd.textContent = value === null ? "—" : value;
     fields.append(dt, dd);
   }
+  document.getElementById("job-progress").textContent = job.progress === null ? "—" : job.progress;
   document.getElementById("job-error").textContent = job.error || "—";
   document.getElementById("job-traceback").textContent = job.traceback || "—";
   document.getElementById("job-payload-size").textContent =
