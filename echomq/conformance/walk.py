@@ -1,9 +1,9 @@
 """A seeded random sequence of transitions on both executors, checked step by step.
 
-One queue is driven through enqueue, claim, ack, retry, extend, settle, extend_many, recover and
-promote on an explicit clock that jumps forward, with current and stale fences, and now and then
-a malformed call from the case table. After every step both executors' replies must be the same
-bytes and their keyspaces equal, and both must agree with the model (echomq.conformance.model).
+One queue is driven through enqueue, claim, ack, retry, extend, progress, settle, extend_many,
+recover and promote on an explicit clock that jumps forward, with current and stale fences, and now
+and then a malformed call from the case table. After every step both executors' replies must be the
+same bytes and their keyspaces equal, and both must agree with the model (echomq.conformance.model).
 The same seed gives the same sequence, so a difference found on one server can be replayed.
 """
 
@@ -25,6 +25,7 @@ from echomq.engine.transitions import (
     ENQUEUE_DELAYED,
     EXTEND,
     EXTEND_MANY,
+    PROGRESS,
     PROMOTE,
     RECOVER,
     RETRY,
@@ -67,7 +68,7 @@ class Walk:
         self.makers: list[Callable[[], Call]] = [
             self.enqueue, self.enqueue, self.claim, self.claim, self.ack, self.retry,
             self.extend, self.settle, self.settle, self.extend_many, self.recover, self.promote,
-            self.bad, self.enqueue_later, self.ack_result]
+            self.bad, self.enqueue_later, self.ack_result, self.progress]
 
     def run(self, steps: int) -> WalkResult:
         """Up to ``steps`` steps; stops at the first difference (the states part there)."""
@@ -141,6 +142,11 @@ class Walk:
         job_id = self.pick()
         return ACK_RESULT, [2, key(b"active"), key(b"job", job_id), job_id, self.fence(job_id),
                             self.rng.choice([0, RETENTION_MS]), self.rng.choice(PAYLOADS)]
+
+    def progress(self) -> Call:
+        job_id = self.pick()
+        return PROGRESS, [2, key(b"active"), key(b"job", job_id), job_id, self.fence(job_id),
+                          self.rng.choice(PAYLOADS)]
 
     def retry(self) -> Call:
         job_id = self.pick()
