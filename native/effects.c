@@ -251,3 +251,28 @@ void fx_record(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *
     ValkeyModule_Replicate(ctx, "SET", "sbcl", keyname, buf, len, "PXAT", (long long)ValkeyModule_GetAbsExpire(*key));
     ValkeyModule_Free(buf);
 }
+
+/* mark_cancel of the prelude: HSET row cancel <retention_ms> cancelled <now>, one HSET (one
+ * "hset" event), as the script writes it. */
+void fx_mark_cancel(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, long long retention_ms,
+                    long long now) {
+    char a[24], b[24];
+    ValkeyModuleString *kept = ValkeyModule_CreateString(ctx, a, decimal(retention_ms, a));
+    ValkeyModuleString *at = ValkeyModule_CreateString(ctx, b, decimal(now, b));
+    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "cancel", kept, "cancelled", at, NULL);
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
+    ValkeyModule_Replicate(ctx, "HSET", "scscs", row_name, "cancel", kept, "cancelled", at);
+    ValkeyModule_FreeString(ctx, kept);
+    ValkeyModule_FreeString(ctx, at);
+}
+
+/* LREM key 0 element, run by the server's own LREM as fx_set_counter runs SET (its events: "lrem",
+ * then "del" when the list is gone), replicated only when it removed something, as the script's
+ * LREM is. The caller holds no open handle on key. */
+void fx_lrem(ValkeyModuleCtx *ctx, ValkeyModuleString *keyname, ValkeyModuleString *element) {
+    ValkeyModuleCallReply *reply = ValkeyModule_Call(ctx, "LREM", "scs", keyname, "0", element);
+    if (reply == NULL) return;
+    long long removed = ValkeyModule_CallReplyInteger(reply); /* LREM's reply is an integer */
+    ValkeyModule_FreeCallReply(reply);
+    if (removed > 0) ValkeyModule_Replicate(ctx, "LREM", "scs", keyname, "0", element);
+}

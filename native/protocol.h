@@ -79,6 +79,7 @@ enum {
     EMQ_CMD_ENQUEUE_DELAYED,
     EMQ_CMD_ACK_RESULT,
     EMQ_CMD_PROGRESS,
+    EMQ_CMD_CANCEL,
     EMQ_COMMAND_COUNT
 };
 
@@ -103,6 +104,7 @@ enum {
     X(ENQUEUE_DELAYED, enqueue_delayed) \
     X(ACK_RESULT, ack_result) \
     X(PROGRESS, progress) \
+    X(CANCEL, cancel) \
 
 
 /* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now> */
@@ -252,6 +254,18 @@ enum {
 #define EMQ_PROGRESS_ARG_ID 0
 #define EMQ_PROGRESS_ARG_FENCE 1
 #define EMQ_PROGRESS_ARG_PROGRESS 2
+
+/* EMQ.CANCEL 5 <base>job:<id> <base>pending <base>delayed <base>active <base>dead <id> <now> <retention_ms:0> */
+#define EMQ_CANCEL_NUMKEYS 5
+#define EMQ_CANCEL_NARGS 3
+#define EMQ_CANCEL_KEY_JOB 0
+#define EMQ_CANCEL_KEY_PENDING 1
+#define EMQ_CANCEL_KEY_DELAYED 2
+#define EMQ_CANCEL_KEY_ACTIVE 3
+#define EMQ_CANCEL_KEY_DEAD 4
+#define EMQ_CANCEL_ARG_ID 0
+#define EMQ_CANCEL_ARG_NOW 1
+#define EMQ_CANCEL_ARG_RETENTION_MS 2
 
 extern const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT];
 
@@ -416,6 +430,18 @@ static const EmqArgSpec emq_progress_args[] = {
     {"id", EMQ_ARG_ID, 0},
     {"fence", EMQ_ARG_INT, 1},
     {"progress", EMQ_ARG_PROGRESS, 0},
+};
+static const EmqKeySpec emq_cancel_keys[] = {
+    {"job:", 4, 0, VALKEYMODULE_KEYTYPE_HASH},
+    {"pending", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"delayed", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"active", 6, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"dead", 4, -1, VALKEYMODULE_KEYTYPE_ZSET},
+};
+static const EmqArgSpec emq_cancel_args[] = {
+    {"id", EMQ_ARG_ID, 0},
+    {"now", EMQ_ARG_NOW, 0},
+    {"retention_ms", EMQ_ARG_INT, 0},
 };
 const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
     {"emq.enqueue",
@@ -582,6 +608,20 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_progress_keys,
      EMQ_PROGRESS_NARGS,
      emq_progress_args,
+     0,
+     NULL,
+     NULL,
+     0},
+    {"emq.cancel",
+     "CANCEL",
+     "write getkeys-api no-mandatory-keys",
+     "Cancel a job: a waiting one becomes a cancelled tombstone, a leased one is flagged (twin of cancel.lua).",
+     "O(log N), or O(L) with L the jobs of a lane job's lane",
+     -2,
+     EMQ_CANCEL_NUMKEYS,
+     emq_cancel_keys,
+     EMQ_CANCEL_NARGS,
+     emq_cancel_args,
      0,
      NULL,
      NULL,

@@ -261,7 +261,8 @@ typedef struct {
     X(ValkeyModuleCallReply *, Call, (ValkeyModuleCtx * ctx, const char *cmdname, const char *fmt, \
                                       ...))                                                        \
     X(void, FreeCallReply, (ValkeyModuleCallReply * reply))                                        \
-    X(const char *, CallReplyStringPtr, (ValkeyModuleCallReply * reply, size_t * len))
+    X(const char *, CallReplyStringPtr, (ValkeyModuleCallReply * reply, size_t * len))          \
+    X(long long, CallReplyInteger, (ValkeyModuleCallReply * reply))
 
 #ifdef TRAFIKEY_API_DEFINE
 #define TRAFIKEY_API_POINTER(ret, name, params) __attribute__((visibility("hidden"))) ret(*ValkeyModule_##name) params;

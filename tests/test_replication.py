@@ -22,7 +22,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from echomq import Ack, Job, Queue, Retry, StaleLease
+from echomq import Ack, Job, Queue, Retry, StaleLease, Verdict
 from echomq.conformance.harness import snapshot
 from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey
@@ -53,6 +53,7 @@ OPS: st.SearchStrategy[Op] = st.one_of(
     st.tuples(st.just("extend_many"), st.lists(st.integers(0, 7), max_size=4)),
     st.tuples(st.just("recover"), st.sampled_from([1, 1_000])),
     st.tuples(st.just("promote"), st.sampled_from([1, 1_000])),
+    st.tuples(st.just("cancel"), st.sampled_from(IDS), st.sampled_from([0, RETAIN])),
 )
 WORKLOAD = st.lists(st.tuples(st.sampled_from(QUEUES), OPS), min_size=10, max_size=80)
 SETTINGS = settings(max_examples=8, deadline=None,
@@ -76,10 +77,8 @@ class Worker:
     def step(self, name: str, op: Op) -> None:
         queue, held = self.queues[name], self.held[name]
         verb, *args = op
-        if verb == "enqueue":
-            queue.enqueue(args[0], args[1], delay_ms=args[2])
-        elif verb == "enqueue_many":
-            queue.enqueue_many(args[0])
+        if verb in ("enqueue", "enqueue_many", "cancel"):
+            self.by_id(queue, verb, args)
         elif verb == "claim":
             job = queue.claim(lease_ms=args[0])
             if job is not None:
@@ -90,6 +89,16 @@ class Worker:
             self.batch(queue, held, verb, args)
         elif held:
             self.settle(queue, held[args[0] % len(held)], verb, args[1:])
+
+    @staticmethod
+    def by_id(queue: Queue, verb: str, args: list[Any]) -> None:
+        """An admission, or a cancel, of the ids drawn."""
+        if verb == "enqueue":
+            queue.enqueue(args[0], args[1], delay_ms=args[2])
+        elif verb == "enqueue_many":
+            queue.enqueue_many(args[0])
+        else:
+            queue.cancel(args[0], retention_ms=args[1])
 
     @staticmethod
     def batch(queue: Queue, held: list[Job], verb: str, args: list[Any]) -> None:
@@ -225,6 +234,11 @@ def test_replica_sees_every_transition(primary: EmbeddedValkey,
             queue.retry(j3, delay_ms=0, max_attempts=1, error=b"dead")
             queue.extend(j4, lease_ms=600_000)
             queue.set_progress(j4, b"running")
+            queue.enqueue("JOB:c", b"c")
+            Queue(conn, f"all{wire}", wire=5).enqueue("JOB:l", b"l", lane="g")
+            assert queue.cancel("JOB:c", retention_ms=RETAIN) is Verdict.CANCELLED
+            assert queue.cancel("JOB:l", retention_ms=RETAIN) is Verdict.CANCELLED
+            assert queue.cancel(j4.id, retention_ms=RETAIN) is Verdict.CANCELLING
             queue.enqueue_many([(f"JOB:b{i}", b"b%d" % i) for i in range(4)])
             batch = queue.claim_many(4, lease_ms=600_000, claim_id=f"c-{wire}")  # recorded
             verdicts, _ = queue.settle([Ack(batch[0], result=b"r"),

@@ -64,6 +64,12 @@ class Verdict(enum.Enum):
     EXTENDED = "EXTENDED"
     RELEASED = "RELEASED"
     RECORDED = "RECORDED"
+    # cancel's verdicts: a job cancelled (or a flagged lease ended so), a leased job flagged
+    # (and a heartbeat of such a lease), a job already done, no such job
+    CANCELLED = "CANCELLED"
+    CANCELLING = "CANCELLING"
+    DONE = "DONE"
+    UNKNOWN = "UNKNOWN"
 
     @classmethod
     def of(cls, reply: Any) -> Verdict:
@@ -127,14 +133,15 @@ class Release:
 Outcome = Ack | Retry | Release
 
 # The states a job ends in: a waiter stops there.
-ENDED_STATES = ("done", "dead")
+ENDED_STATES = ("done", "dead", "cancelled")
 
 
 @dataclass(frozen=True)
 class JobOutcome:
     """Where a job stands, as ``Queue.outcome`` and ``Queue.wait`` read it: ``state`` is
-    "pending" (waiting to run, in pending or its lane), "delayed", "active", "done" (acked; the
-    tombstone keeps ``result`` when the ack stored one), "dead" or "unknown" (no row: never
+    "pending" (waiting to run, in pending or its lane), "delayed", "active" (also while its
+    lease is flagged by a cancel), "done" (acked; the tombstone keeps ``result`` when the ack
+    stored one), "cancelled" (a cancel's tombstone), "dead" or "unknown" (no row: never
     admitted, or its tombstone expired). ``error`` is the last error recorded (a dead job's
     reason), ``attempts`` the runs counted, ``progress`` the last progress a holder of its
     lease recorded (``Queue.set_progress``; kept in the tombstone)."""
@@ -193,17 +200,17 @@ def checked_progress(data: Payload) -> bytes:
 def outcome_of(replies: Sequence[Any]) -> JobOutcome:
     """The JobOutcome of the replies to ``QueueCalls.outcome_reads``. A row that is not a hash
     is no job's (unknown); dead wins over everything (a dead job keeps its payload); a row
-    without its payload was acked (done); else the zset that holds the id, or pending (a lane
-    job waiting in its lane is in no zset)."""
+    without its payload was acked (done) or cancelled (its cancel mark kept); else the zset
+    that holds the id, or pending (a lane job waiting in its lane is in no zset)."""
     kind, fields, has_payload, *scores = replies
     if text(kind) != "hash":
         return UNKNOWN
-    attempts, result, error, progress = fields
+    attempts, result, error, progress, cancelled = fields
     places = [place for place, score in zip(_PLACES, scores, strict=True) if score is not None]
     if "dead" in places:
         state = "dead"
     elif not has_payload:
-        state = "done"
+        state = "done" if cancelled is None else "cancelled"
     else:
         state = places[0] if places else "pending"
     count = int(attempts) if attempts is not None and text(attempts).isdigit() else 0
@@ -437,10 +444,18 @@ class QueueCalls:
     def promote(self, now: int | None, limit: int) -> Call:
         return self._call(t.PROMOTE, (checked_now(now), checked_arg("limit", limit)))
 
+    def cancel(self, job_id: str, retention_ms: int | None, now: int | None) -> Call:
+        """A cancel of ``job_id``; its tombstone (or a flagged lease's, once it ends) stays for
+        ``retention_ms`` (None: the queue's retention)."""
+        keep = self.retention_ms if retention_ms is None else retention_ms
+        args = (checked_id(job_id), checked_now(now), checked_arg("retention_ms", keep))
+        return self._call(t.CANCEL, args, job_id)
+
     def outcome_reads(self, job_id: str) -> list[tuple[str, ...]]:
         """The read-only commands behind ``outcome_of``, to send in one pipeline."""
         row = self.key("job", checked_id(job_id))
-        return [("TYPE", row), ("HMGET", row, "attempts", "result", "error", "progress"),
+        return [("TYPE", row),
+                ("HMGET", row, "attempts", "result", "error", "progress", "cancelled"),
                 ("HEXISTS", row, "payload"),
                 *(("ZSCORE", self.key(place), job_id) for place in _PLACES)]
 

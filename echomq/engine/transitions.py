@@ -372,6 +372,13 @@ RECOVER = Transition(
     summary="Expired leases go back where they came from (twin of recover.lua).",
     complexity="O(M log N) with M the leases taken",
 )
+CANCEL = Transition(
+    "cancel", ("job", "pending", "delayed", "active", "dead"), ("id", "now", "retention_ms"),
+    "EMQ.CANCEL",
+    summary="Cancel a job: a waiting one becomes a cancelled tombstone, a leased one is flagged "
+            "(twin of cancel.lua).",
+    complexity="O(log N), or O(L) with L the jobs of a lane job's lane",
+)
 PROMOTE = Transition(
     "promote", ("delayed", "pending", "ring", "wake"), ("now", "limit"), "EMQ.PROMOTE",
     summary="Due delayed jobs go back to run (twin of promote.lua).",
@@ -413,7 +420,7 @@ PURGE = Transition("purge", ("dead",), ("limit",), None, summary="Forget the old
 # Every transition with a native twin; the conformance suite runs each on both executors.
 TRANSITIONS: tuple[Transition, ...] = (
     ENQUEUE, CLAIM, ACK, RETRY, EXTEND, SETTLE, EXTEND_MANY, RECOVER, PROMOTE, ENQUEUE_DELAYED,
-    ACK_RESULT, PROGRESS,
+    ACK_RESULT, PROGRESS, CANCEL,
 )
 # Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
 SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM, LANE_ENQUEUE_DELAYED, LANE_SET,

@@ -272,6 +272,19 @@ class QueueMethods(LaneControls):
         kept in the tombstone after the ack. StaleLease if the lease is not current."""
         yield from self._sent(self.calls.progress(job, data), partial(fenced, job))
 
+    @op
+    def cancel(self, job_id: str, *, retention_ms: int | None = None,
+               now: int | None = None) -> Program[Verdict]:
+        """Cancel ``job_id``: a job waiting to run (pending, delayed, in its lane) leaves its set
+        at once and ends as cancelled, its tombstone kept ``retention_ms`` (None: the queue's
+        retention), CANCELLED; a leased job is flagged, CANCELLING, and its attempt ends as
+        cancelled at its holder's next settlement (each heartbeat until then answers
+        CANCELLING). A job already cancelled answers CANCELLED, one done DONE, one dead DEAD,
+        an id without a row UNKNOWN; none of these changes anything. KindError for a bad id,
+        before sending."""
+        call = self.calls.cancel(job_id, retention_ms, now)
+        return (yield from self._sent(call, Verdict.of))
+
     # batches --------------------------------------------------------------------------------
 
     @op

@@ -1,12 +1,14 @@
 """Every case of the conformance table in one list, by family: the cases every transition has
 (``generic``), the single verbs' (``flat``), the batched ones (``batch``), the lane bookkeeping
-(``lanes``), the replays (``replay``) and the claim records (``records``); each family imports
+(``lanes``), the replays (``replay``), the claim records (``records``) and cancel
+(``cancel``); each family imports
 only ``common``, and only this module gathers them."""
 
 from __future__ import annotations
 
 from echomq.conformance.cases import flat
 from echomq.conformance.cases.batch import batch_cases
+from echomq.conformance.cases.cancel import cancel_cases
 from echomq.conformance.cases.common import Case
 from echomq.conformance.cases.generic import generic_cases
 from echomq.conformance.cases.lanes import lane_cases
@@ -22,7 +24,7 @@ def all_cases() -> list[Case]:
              *flat.ack_cases(), *flat.retry_cases(), *flat.extend_cases(), *flat.recover_cases(),
              *flat.promote_cases(), *batch_cases(), *flat.enqueue_delayed_cases(),
              *flat.ack_result_cases(), *lane_cases(), *replay_cases(),
-             *record_cases(), *flat.progress_cases()]
+             *record_cases(), *flat.progress_cases(), *cancel_cases()]
     ids = [case.id for case in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
     assert not duplicates, duplicates

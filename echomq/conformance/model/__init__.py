@@ -10,7 +10,7 @@ By concern: ``words`` (the arguments as the server reads them), ``replies`` (raw
 error texts), ``call`` (a validated call, a batch's items), ``state`` (the keyspace, the setup
 commands, the readers and writers every transition shares), ``records`` (claim records),
 ``validation``, ``flat`` (the single verbs), ``batch`` (settle, extend_many), ``movers``
-(recover, promote, requeue) and ``dispatch`` (the model, which runs a call).
+(recover, promote, requeue), ``cancel`` and ``dispatch`` (the model, which runs a call).
 """
 
 from __future__ import annotations

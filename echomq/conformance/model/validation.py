@@ -29,8 +29,9 @@ from echomq.conformance.model.words import MINIMUM, id_ok, int_arg, numkeys_of, 
 from echomq.conformance.resp import Arg
 from echomq.engine.transitions import Transition
 
-# The single verbs that may end a job (done keeping a result, or dead): they check its ended key.
-ENDING = ("ack_result", "retry")
+# The single verbs that may end a job (done keeping a result, dead, or cancelled): they check its
+# ended key.
+ENDING = ("ack_result", "retry", "cancel")
 KEY_TYPE = {"job": b"hash", "pending": b"zset", "active": b"zset", "delayed": b"zset",
             "dead": b"zset", "ring": b"list", "wake": b"list", "fence": b"string"}
 

@@ -1,0 +1,67 @@
+"""cancel: a job waiting to run becomes a cancelled tombstone, a leased one is flagged; and the
+tombstone a cancelled job ends as, which the settlements of a flagged lease share."""
+
+from __future__ import annotations
+
+from echomq.conformance.model.call import Call
+from echomq.conformance.model.replies import E_TYPE, error, status
+from echomq.conformance.model.state import State
+from echomq.conformance.model.words import dec
+
+
+class Cancels(State):
+    """cancel applied to the keyspace."""
+
+    def mark_cancel(self, row: bytes, retention_ms: int, now: int) -> None:
+        """The cancel mark: the retention its tombstone gets, and when it was asked."""
+        fields = self.keys[row].data
+        fields[b"cancel"] = dec(retention_ms)
+        fields[b"cancelled"] = dec(now)
+
+    def bury_cancelled(self, row: bytes, job_id: bytes, retention_ms: int) -> str:
+        """The row drops its payload and expires, keeping its cancel mark (0: deleted); the
+        job's ended key wakes its waiters."""
+        if retention_ms == 0:
+            del self.keys[row]
+            return "CANCELLED"
+        value = self.keys[row]
+        value.data.pop(b"payload", None)
+        value.expires = True
+        self.mark_ended(row, job_id, retention_ms)
+        return "CANCELLED"
+
+    def _cancel(self, call: Call) -> bytes:
+        row, _pending, _delayed, active, dead = call.keys
+        job_id = call.args[0]
+        group = self.hget(row, b"lane") if self.kind(row) == b"hash" else None
+        lane = None if group is None else call.base + b"lane:" + group
+        if lane is not None and not self.list_or_none(lane):
+            return error(E_TYPE)
+        if self.kind(row) != b"hash":
+            return status("UNKNOWN")
+        if self.in_zset(dead, job_id):
+            return status("DEAD")
+        if self.hget(row, b"payload") is None:
+            return status("DONE" if self.hget(row, b"cancelled") is None else "CANCELLED")
+        if self.in_zset(active, job_id):
+            if self.hget(row, b"cancel") is None:
+                self.mark_cancel(row, call.numbers["retention_ms"], call.numbers["now"])
+            return status("CANCELLING")
+        return status(self.cancel_waiting(call, lane))
+
+    def cancel_waiting(self, call: Call, lane: bytes | None) -> str:
+        """A job waiting to run leaves its set (pending, delayed, its lane) and is buried."""
+        row, pending, delayed = call.keys[:3]
+        job_id, retention_ms = call.args[0], call.numbers["retention_ms"]
+        self.zrem(pending, job_id)
+        self.zrem(delayed, job_id)
+        if lane is not None and lane in self.keys:
+            self.keys[lane].data[:] = [member for member in self.keys[lane].data
+                                       if member != job_id]
+            self._drop_empty(lane)
+        if retention_ms > 0:
+            self.mark_cancel(row, retention_ms, call.numbers["now"])
+        return self.bury_cancelled(row, job_id, retention_ms)
+
+    def in_zset(self, key: bytes, member: bytes) -> bool:
+        return self.kind(key) == b"zset" and member in self.keys[key].data

@@ -1,0 +1,63 @@
+--[[
+  cancel: a job waiting to run (pending, delayed, or in its lane) leaves its set and becomes a
+  cancelled tombstone; a leased one is flagged, and its holder is told at its next heartbeat or
+  settlement, which ends it as cancelled.
+    KEYS[1] <base>job:<id>   the job row (hash)
+    KEYS[2] <base>pending    flat jobs ready to run (zset)
+    KEYS[3] <base>delayed    jobs waiting to run again (zset)
+    KEYS[4] <base>active     leased jobs (zset)
+    KEYS[5] <base>dead       dead jobs (zset)
+    ARGV[1] id               JOB:<rest>
+    ARGV[2] now              ms, or * for the server clock
+    ARGV[3] retention_ms     integer >= 0, how long the tombstone stays (0: the row is deleted)
+  Derived: <base>ended:<id>, the job's ended key (list); a lane job's <base>lane:<group> (list).
+  Replies: +CANCELLED | +CANCELLING | +DONE | +DEAD | +UNKNOWN | EMQARITY, EMQKIND, EMQKEYS,
+  EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
+]]
+--- @include "args"
+--- @include "cancelled"
+--- @include "derived"
+--- @include "ended"
+--- @include "errors"
+--- @include "keys"
+--- @include "numbers"
+if #KEYS ~= 5 or #ARGV ~= 3 then return arity_error('CANCEL', 5, 3) end
+local id = ARGV[1]
+if not id_ok(id) then return redis.error_reply(E_KIND) end
+local base = keys_base({ 'job:' .. id, 'pending', 'delayed', 'active', 'dead' })
+if base == nil then return redis.error_reply(E_KEYS) end
+local now = now_arg(ARGV[2])
+if now == nil then return redis.error_reply(E_NOW) end
+local retention_ms = int_arg(ARGV[3], 0)
+if retention_ms == nil then return number_error('retention_ms', 0) end
+if not types_ok({ 'hash', 'zset', 'zset', 'zset', 'zset' }) then
+  return redis.error_reply(E_TYPE)
+end
+
+local row, pending, delayed, active, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local ended = base .. 'ended:' .. id
+local err = check_ended(ended)
+if err then return err end
+local exists = redis.call('EXISTS', row) == 1
+local group = exists and redis.call('HGET', row, 'lane') or false
+local lane = group and base .. 'lane:' .. group
+if lane then
+  err = check_derived(lane, 'list')
+  if err then return err end
+end
+
+if not exists then return redis.status_reply('UNKNOWN') end
+if redis.call('ZSCORE', dead, id) ~= false then return redis.status_reply('DEAD') end
+if redis.call('HEXISTS', row, 'payload') == 0 then
+  if redis.call('HEXISTS', row, 'cancelled') == 1 then return redis.status_reply('CANCELLED') end
+  return redis.status_reply('DONE')
+end
+if redis.call('ZSCORE', active, id) ~= false then
+  if redis.call('HEXISTS', row, 'cancel') == 0 then mark_cancel(row, retention_ms, now) end
+  return redis.status_reply('CANCELLING')
+end
+redis.call('ZREM', pending, id)
+redis.call('ZREM', delayed, id)
+if lane then redis.call('LREM', lane, 0, id) end
+if retention_ms > 0 then mark_cancel(row, retention_ms, now) end
+return redis.status_reply(bury_cancelled(row, ended, retention_ms))

@@ -1,0 +1,22 @@
+-- A cancelled job: the cancel mark on its row, and the tombstone it ends as.
+--- @include "ended"
+--- @include "numbers"
+
+-- The cancel mark: cancel <retention_ms> (the retention its tombstone gets) and cancelled <now>
+-- (when it was asked). On a leased job's row it is the flag its lease's holder is told of.
+local function mark_cancel(row, retention_ms, now)
+  redis.call('HSET', row, 'cancel', dec(retention_ms), 'cancelled', dec(now))
+end
+
+-- The job ends as cancelled: the row drops its payload and expires retention_ms later, keeping
+-- its cancel mark (0: the row is deleted), and the job's ended key wakes its waiters.
+local function bury_cancelled(row, ended, retention_ms)
+  if retention_ms == 0 then
+    redis.call('DEL', row)
+    return 'CANCELLED'
+  end
+  redis.call('HDEL', row, 'payload')
+  redis.call('PEXPIRE', row, dec(retention_ms))
+  mark_ended(ended, retention_ms)
+  return 'CANCELLED'
+end

@@ -1,0 +1,77 @@
+/* cancel.c: EMQ.CANCEL, the twin of cancel.lua, and the tombstone a cancelled job ends as
+ * (bury_cancelled, the twin of include/cancelled.lua), which the settlements share when they end
+ * a flagged lease. A job waiting to run leaves its set and is buried at once; a leased one is
+ * flagged (the cancel mark on its row) for its holder to be told. */
+#include "trafikey.h"
+
+/* bury_cancelled of the prelude: the row drops its payload and expires retention_ms later,
+ * keeping its cancel mark (0: the row is deleted), and the job's ended key wakes its waiters. */
+const char *bury_cancelled(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
+                           ValkeyModuleString *ended, long long retention_ms) {
+    if (retention_ms == 0) {
+        fx_del(ctx, row, row_name);
+        return "CANCELLED";
+    }
+    fx_hdel(ctx, row, row_name, "payload");
+    fx_pexpire(ctx, row, row_name, retention_ms);
+    fx_mark_ended(ctx, ended, retention_ms);
+    return "CANCELLED";
+}
+
+static int in_zset(ValkeyModuleKey *zset, ValkeyModuleString *member) {
+    double score;
+    return ValkeyModule_ZsetScore(zset, member, &score) == VALKEYMODULE_OK;
+}
+
+static int has_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field) {
+    ValkeyModuleString *value = NULL;
+    if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_HASH) return 0;
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, field, &value, NULL);
+    if (value == NULL) return 0;
+    ValkeyModule_FreeString(ctx, value);
+    return 1;
+}
+
+/* The verdict on a row whose derived keys passed, and its effects. lane: the lane key of a lane
+ * job, else NULL. */
+static const char *cancel_job(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **k, ValkeyModuleString *ended,
+                              ValkeyModuleString *lane) {
+    ValkeyModuleString *id = call->args[EMQ_CANCEL_ARG_ID], **names = call->keys;
+    ValkeyModuleKey *row = k[EMQ_CANCEL_KEY_JOB];
+    long long now = call->num[EMQ_CANCEL_ARG_NOW], retention_ms = call->num[EMQ_CANCEL_ARG_RETENTION_MS];
+    if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_HASH) return "UNKNOWN";
+    if (in_zset(k[EMQ_CANCEL_KEY_DEAD], id)) return "DEAD";
+    if (!has_field(ctx, row, "payload")) return has_field(ctx, row, "cancelled") ? "CANCELLED" : "DONE";
+    if (in_zset(k[EMQ_CANCEL_KEY_ACTIVE], id)) {
+        if (!has_field(ctx, row, "cancel")) fx_mark_cancel(ctx, row, names[EMQ_CANCEL_KEY_JOB], retention_ms, now);
+        return "CANCELLING";
+    }
+    fx_zrem(ctx, k[EMQ_CANCEL_KEY_PENDING], names[EMQ_CANCEL_KEY_PENDING], id);
+    fx_zrem(ctx, k[EMQ_CANCEL_KEY_DELAYED], names[EMQ_CANCEL_KEY_DELAYED], id);
+    if (lane) fx_lrem(ctx, lane, id);
+    if (retention_ms > 0) fx_mark_cancel(ctx, row, names[EMQ_CANCEL_KEY_JOB], retention_ms, now);
+    return bury_cancelled(ctx, row, names[EMQ_CANCEL_KEY_JOB], ended, retention_ms);
+}
+
+/* EMQ.CANCEL 5 <base>job:<id> <base>pending <base>delayed <base>active <base>dead <id> <now> <retention_ms:0>
+ * Twin of cancel.lua. +CANCELLED | +CANCELLING | +DONE | +DEAD | +UNKNOWN | EMQARITY EMQKIND EMQKEYS
+ * EMQNUM WRONGTYPE NOPERM TRYAGAIN. Step 6: the job's ended key, then a lane job's lane. */
+int tx_cancel(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    ValkeyModuleString *id = call->args[EMQ_CANCEL_ARG_ID], *group = NULL, *lane = NULL;
+    ValkeyModuleKey *row = k[EMQ_CANCEL_KEY_JOB];
+    ValkeyModuleString *ended = derived_key(ctx, call->base, "ended:", id);
+    Acl acl = {ctx, NULL, 0};
+    const char *err = check_ended(ctx, &acl, call->base, ended);
+    if (!err && ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH)
+        ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &group, NULL);
+    if (!err && group) {
+        lane = derived_key(ctx, call->base, "lane:", group);
+        err = check_lane(ctx, &acl, call->base, lane);
+    }
+    acl_release(&acl);
+    int rc = err ? reply_error(ctx, err) : ValkeyModule_ReplyWithSimpleString(ctx, cancel_job(ctx, call, k, ended, lane));
+    if (group) ValkeyModule_FreeString(ctx, group);
+    if (lane) ValkeyModule_FreeString(ctx, lane);
+    ValkeyModule_FreeString(ctx, ended);
+    return rc;
+}

@@ -1,0 +1,62 @@
+"""The lockstep machine's cancel: a mixin of ``tests.test_stateful.QueueMachine``. A job
+cancelled while not leased is never claimed afterwards (it gets no fence again while its
+tombstone stands), and a leased one is flagged, its attempt running on."""
+
+from __future__ import annotations
+
+from hypothesis import event
+from hypothesis import strategies as st
+from hypothesis.stateful import invariant, rule
+
+from echomq.conformance.model import status
+from echomq.engine.transitions import CANCEL
+from tests.stateful_world import POOL, ZSETS, key
+
+
+class Cancelling:
+    """The cancel rule of ``QueueMachine`` and its invariant."""
+
+    def cancelled_fences(self) -> dict[bytes, int]:
+        """Each id cancelled while not leased, and the fences it had been given by then."""
+        found: dict[bytes, int] = self.__dict__.setdefault("_cancelled_fences", {})
+        return found
+
+    def emptied_by_cancel(self) -> set[bytes]:
+        """The lanes a cancel emptied: their groups may stay in the ring (stale groups)."""
+        found: set[bytes] = self.__dict__.setdefault("_emptied_by_cancel", set())
+        return found
+
+    @rule(data=st.data(), retention_ms=st.sampled_from([0, 600_000, 600_000]))
+    def cancel(self, data: st.DataObject, retention_ms: int) -> None:
+        job_id = data.draw(st.sampled_from(POOL), label="cancelled")
+        leased = job_id in self.zmembers(b"active")
+        row = key(b"job", job_id)
+        group = self.model.hget(row, b"lane") if self.model.kind(row) == b"hash" else None
+        argv = [5, key(b"job", job_id), key(b"pending"), key(b"delayed"), key(b"active"),
+                key(b"dead"), job_id, self.now, retention_ms]
+        reply, _ = self.execute(CANCEL, argv)
+        if reply == status("CANCELLED") and job_id in self.live:
+            assert not leased, job_id
+            event("a waiting job cancelled")
+            self.live.discard(job_id)
+            self.cancelled_fences()[job_id] = len(self.fences.get(job_id, []))
+            if group is not None and self.model.kind(key(b"lane:" + group)) == b"none":
+                self.emptied_by_cancel().add(key(b"lane:" + group))
+        elif reply == status("CANCELLING"):
+            assert leased, job_id
+            event("a leased job flagged")
+
+    @invariant()
+    def cancelled_jobs_never_run(self) -> None:
+        """No claim leases a job cancelled while it waited: while its cancelled tombstone stands
+        it is in no set and gets no new fence."""
+        places = {member for role in ZSETS for member in self.zmembers(role)}
+        places |= {member for name, value in self.model.keys.items()
+                   if name.startswith(key(b"lane:")) and value.kind == b"list"
+                   for member in value.data}
+        for job_id, fences in list(self.cancelled_fences().items()):
+            if self.model.hget(key(b"job", job_id), b"cancelled") is None:
+                del self.cancelled_fences()[job_id]  # its tombstone went: the id may come back
+                continue
+            assert job_id not in places, job_id
+            assert len(self.fences.get(job_id, [])) == fences, job_id
