@@ -32,10 +32,10 @@ static int has_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *fie
     return 1;
 }
 
-/* The verdict on a row whose derived keys passed, and its effects. lane: the lane key of a lane
- * job, else NULL. */
+/* The verdict on a row whose derived keys passed, and its effects. group, lane: a lane job's
+ * group and lane key, else NULL. */
 static const char *cancel_job(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **k, ValkeyModuleString *ended,
-                              ValkeyModuleString *lane) {
+                              ValkeyModuleString *group, ValkeyModuleString *lane) {
     ValkeyModuleString *id = call->args[EMQ_CANCEL_ARG_ID], **names = call->keys;
     ValkeyModuleKey *row = k[EMQ_CANCEL_KEY_JOB];
     long long now = call->num[EMQ_CANCEL_ARG_NOW], retention_ms = call->num[EMQ_CANCEL_ARG_RETENTION_MS];
@@ -48,12 +48,19 @@ static const char *cancel_job(ValkeyModuleCtx *ctx, const Call *call, ValkeyModu
     }
     fx_zrem(ctx, k[EMQ_CANCEL_KEY_PENDING], names[EMQ_CANCEL_KEY_PENDING], id);
     fx_zrem(ctx, k[EMQ_CANCEL_KEY_DELAYED], names[EMQ_CANCEL_KEY_DELAYED], id);
-    if (lane) fx_lrem(ctx, lane, id);
+    if (lane) {
+        fx_lrem(ctx, lane, id);
+        /* a lane left empty leaves the ring, so the group joins it once when its lane fills again */
+        ValkeyModuleKey *left = ValkeyModule_OpenKey(ctx, lane, VALKEYMODULE_READ);
+        size_t waiting = ValkeyModule_ValueLength(left);
+        ValkeyModule_CloseKey(left);
+        if (waiting == 0) fx_lrem_open(ctx, &k[EMQ_CANCEL_KEY_RING], names[EMQ_CANCEL_KEY_RING], group);
+    }
     if (retention_ms > 0) fx_mark_cancel(ctx, row, names[EMQ_CANCEL_KEY_JOB], retention_ms, now);
     return bury_cancelled(ctx, row, names[EMQ_CANCEL_KEY_JOB], ended, retention_ms);
 }
 
-/* EMQ.CANCEL 5 <base>job:<id> <base>pending <base>delayed <base>active <base>dead <id> <now> <retention_ms:0>
+/* EMQ.CANCEL 6 <base>job:<id> <base>pending <base>delayed <base>active <base>dead <base>ring <id> <now> <retention_ms:0>
  * Twin of cancel.lua. +CANCELLED | +CANCELLING | +DONE | +DEAD | +UNKNOWN | EMQARITY EMQKIND EMQKEYS
  * EMQNUM WRONGTYPE NOPERM TRYAGAIN. Step 6: the job's ended key, then a lane job's lane. */
 int tx_cancel(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
@@ -69,7 +76,7 @@ int tx_cancel(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         err = check_lane(ctx, &acl, call->base, lane);
     }
     acl_release(&acl);
-    int rc = err ? reply_error(ctx, err) : ValkeyModule_ReplyWithSimpleString(ctx, cancel_job(ctx, call, k, ended, lane));
+    int rc = err ? reply_error(ctx, err) : ValkeyModule_ReplyWithSimpleString(ctx, cancel_job(ctx, call, k, ended, group, lane));
     if (group) ValkeyModule_FreeString(ctx, group);
     if (lane) ValkeyModule_FreeString(ctx, lane);
     ValkeyModule_FreeString(ctx, ended);

@@ -121,12 +121,41 @@ int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModule
     return row_int_field(ctx, row, "fence", 0) == fence;
 }
 
+/* Whether the row (open, any type) is a hash holding field. */
+int row_has(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field) {
+    ValkeyModuleString *v = NULL;
+    if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_HASH) return 0;
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, field, &v, NULL);
+    if (v == NULL) return 0;
+    ValkeyModule_FreeString(ctx, v);
+    return 1;
+}
+
+/* cancelled_at of the prelude: the row is a cancelled tombstone (no payload, the cancel mark) at
+ * fence, as a flagged lease's settlement leaves it. */
+int cancelled_at(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence) {
+    if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_HASH) return 0;
+    if (row_int_field(ctx, row, "fence", 0) != fence) return 0;
+    return !row_has(ctx, row, "payload") && row_has(ctx, row, "cancelled");
+}
+
+/* extended of the prelude: an extend of a current lease answers CANCELLING when a cancel flagged
+ * its row (the lease is extended all the same), else EXTENDED. */
+const char *extended(ValkeyModuleCtx *ctx, ValkeyModuleKey *row) {
+    ValkeyModuleString *flag = NULL;
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "cancel", &flag, NULL);
+    if (flag == NULL) return "EXTENDED";
+    ValkeyModule_FreeString(ctx, flag);
+    return "CANCELLING";
+}
+
 /* replayed of the prelude: what a lease that is not current answers when its settlement went
- * through already (docs/PROTOCOL.md, Replays). error NULL: an ack, ACKED when the row is a
+ * through already (docs/PROTOCOL.md, Replays). A cancelled tombstone at fence: CANCELLED. error NULL: an ack, ACKED when the row is a
  * tombstone (no payload, expiring) at fence. Else a retry: the row at fence, its payload kept and its error
  * exactly error, DEAD while the id is in dead, else RETRYING. STALE otherwise. Reads only. */
 const char *replayed(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence, ValkeyModuleString *error,
                      ValkeyModuleKey *dead, ValkeyModuleString *id) {
+    if (cancelled_at(ctx, row, fence)) return "CANCELLED";
     if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_EMPTY) return "STALE";
     if (row_int_field(ctx, row, "fence", 0) != fence) return "STALE";
     ValkeyModuleString *payload = NULL, *kept = NULL;

@@ -276,3 +276,11 @@ void fx_lrem(ValkeyModuleCtx *ctx, ValkeyModuleString *keyname, ValkeyModuleStri
     ValkeyModule_FreeCallReply(reply);
     if (removed > 0) ValkeyModule_Replicate(ctx, "LREM", "scs", keyname, "0", element);
 }
+
+/* fx_lrem on a declared key the call holds open (*key): closed around the server's LREM and
+ * opened again, as fx_set_counter does around SET. */
+void fx_lrem_open(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString *element) {
+    ValkeyModule_CloseKey(*key);
+    fx_lrem(ctx, keyname, element);
+    *key = ValkeyModule_OpenKey(ctx, keyname, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+}

@@ -255,14 +255,15 @@ enum {
 #define EMQ_PROGRESS_ARG_FENCE 1
 #define EMQ_PROGRESS_ARG_PROGRESS 2
 
-/* EMQ.CANCEL 5 <base>job:<id> <base>pending <base>delayed <base>active <base>dead <id> <now> <retention_ms:0> */
-#define EMQ_CANCEL_NUMKEYS 5
+/* EMQ.CANCEL 6 <base>job:<id> <base>pending <base>delayed <base>active <base>dead <base>ring <id> <now> <retention_ms:0> */
+#define EMQ_CANCEL_NUMKEYS 6
 #define EMQ_CANCEL_NARGS 3
 #define EMQ_CANCEL_KEY_JOB 0
 #define EMQ_CANCEL_KEY_PENDING 1
 #define EMQ_CANCEL_KEY_DELAYED 2
 #define EMQ_CANCEL_KEY_ACTIVE 3
 #define EMQ_CANCEL_KEY_DEAD 4
+#define EMQ_CANCEL_KEY_RING 5
 #define EMQ_CANCEL_ARG_ID 0
 #define EMQ_CANCEL_ARG_NOW 1
 #define EMQ_CANCEL_ARG_RETENTION_MS 2
@@ -437,6 +438,7 @@ static const EmqKeySpec emq_cancel_keys[] = {
     {"delayed", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
     {"active", 6, -1, VALKEYMODULE_KEYTYPE_ZSET},
     {"dead", 4, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"ring", 4, -1, VALKEYMODULE_KEYTYPE_LIST},
 };
 static const EmqArgSpec emq_cancel_args[] = {
     {"id", EMQ_ARG_ID, 0},

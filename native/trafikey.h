@@ -103,6 +103,9 @@ const char *check_ended(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModule
 long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field, long long fallback);
 int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleKey *row, ValkeyModuleString *id,
                      long long fence);
+const char *extended(ValkeyModuleCtx *ctx, ValkeyModuleKey *row);
+int row_has(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field);
+int cancelled_at(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence);
 const char *replayed(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence, ValkeyModuleString *error,
                      ValkeyModuleKey *dead, ValkeyModuleString *id);
 int fence_counter(ValkeyModuleKey *key, long long *out);
@@ -130,6 +133,7 @@ void fx_mark_ended(ValkeyModuleCtx *ctx, ValkeyModuleString *ended, long long re
 void fx_mark_cancel(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, long long retention_ms,
                     long long now);
 void fx_lrem(ValkeyModuleCtx *ctx, ValkeyModuleString *keyname, ValkeyModuleString *element);
+void fx_lrem_open(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString *element);
 void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
               ValkeyModuleKey *active, ValkeyModuleString *active_name, ValkeyModuleKey **fence_key,
               ValkeyModuleString *fence_name, long long last_fence, long long deadline, long long *attempt,

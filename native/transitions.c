@@ -70,6 +70,20 @@ static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, Val
     return "ACKED";
 }
 
+/* finish_cancelled of the prelude, on a current lease a cancel flagged (whatever its settlement:
+ * ack, ack with a result, retry, release): the attempt ends as cancelled — leave active, the lane
+ * slot given back, the job buried with the retention its flag carries (no result kept, no retry,
+ * never dead). */
+static const char *finish_cancelled(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleString *active_name,
+                                    ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
+                                    ValkeyModuleString *ended, const LaneRing *ring) {
+    fx_zrem(ctx, active, active_name, id);
+    release_lane_slot(ctx, base_of_active(active_name), ring, row);
+    return bury_cancelled(ctx, row, row_name, ended, row_int_field(ctx, row, "cancel", 0));
+}
+
+static const char *derive_ended(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *id, ValkeyModuleString **ended);
+
 /* The declared keys retry writes besides the row: active, delayed, dead (open, and their names). */
 typedef struct {
     ValkeyModuleKey *active, *delayed, *dead;
@@ -276,15 +290,26 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
 /* EMQ.ACK 2 <base>active <base>job:<id> <id> <fence:1> <retention_ms:0>
  * Twin of ack.lua. +ACKED | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
-    ValkeyModuleString *id = call->args[EMQ_ACK_ARG_ID];
+    ValkeyModuleString *id = call->args[EMQ_ACK_ARG_ID], *ended = NULL;
     ValkeyModuleKey *active = k[EMQ_ACK_KEY_ACTIVE], *row = k[EMQ_ACK_KEY_JOB];
-    if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_ARG_FENCE]))
-        return ValkeyModule_ReplyWithSimpleString(ctx, replayed(ctx, row, call->num[EMQ_ACK_ARG_FENCE], NULL, NULL, id));
-    const char *err = lane_bookkeeping_error(ctx, call->base, row);
-    if (err) return reply_error(ctx, err);
-    const char *verdict = finish_ack(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row, call->keys[EMQ_ACK_KEY_JOB], id,
-                                     call->num[EMQ_ACK_ARG_RETENTION_MS], NULL, NULL, NULL);
-    return ValkeyModule_ReplyWithSimpleString(ctx, verdict);
+    int flagged = row_has(ctx, row, "cancel"), rc;
+    const char *err = flagged ? derive_ended(ctx, call->base, id, &ended) : NULL;
+    if (err) {
+        rc = reply_error(ctx, err);
+    } else if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_ARG_FENCE])) {
+        rc = ValkeyModule_ReplyWithSimpleString(ctx, replayed(ctx, row, call->num[EMQ_ACK_ARG_FENCE], NULL, NULL, id));
+    } else if ((err = lane_bookkeeping_error(ctx, call->base, row)) != NULL) {
+        rc = reply_error(ctx, err);
+    } else if (flagged) {
+        rc = ValkeyModule_ReplyWithSimpleString(ctx, finish_cancelled(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row,
+                                                                      call->keys[EMQ_ACK_KEY_JOB], id, ended, NULL));
+    } else {
+        rc = ValkeyModule_ReplyWithSimpleString(ctx, finish_ack(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row,
+                                                                call->keys[EMQ_ACK_KEY_JOB], id,
+                                                                call->num[EMQ_ACK_ARG_RETENTION_MS], NULL, NULL, NULL));
+    }
+    if (ended) ValkeyModule_FreeString(ctx, ended);
+    return rc;
 }
 
 /* The job's ended key, <base>ended:<id>, derived and checked (step 6). NULL, or the error to
@@ -313,10 +338,13 @@ int tx_ack_result(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     } else if ((err = lane_bookkeeping_error(ctx, call->base, row)) != NULL) {
         rc = reply_error(ctx, err);
     } else {
-        const char *verdict = finish_ack(ctx, active, call->keys[EMQ_ACK_RESULT_KEY_ACTIVE], row,
-                                         call->keys[EMQ_ACK_RESULT_KEY_JOB], id,
-                                         call->num[EMQ_ACK_RESULT_ARG_RETENTION_MS],
-                                         call->args[EMQ_ACK_RESULT_ARG_RESULT], ended, NULL);
+        const char *verdict =
+            row_has(ctx, row, "cancel")
+                ? finish_cancelled(ctx, active, call->keys[EMQ_ACK_RESULT_KEY_ACTIVE], row,
+                                   call->keys[EMQ_ACK_RESULT_KEY_JOB], id, ended, NULL)
+                : finish_ack(ctx, active, call->keys[EMQ_ACK_RESULT_KEY_ACTIVE], row, call->keys[EMQ_ACK_RESULT_KEY_JOB],
+                             id, call->num[EMQ_ACK_RESULT_ARG_RETENTION_MS], call->args[EMQ_ACK_RESULT_ARG_RESULT],
+                             ended, NULL);
         rc = ValkeyModule_ReplyWithSimpleString(ctx, verdict);
     }
     ValkeyModule_FreeString(ctx, ended);
@@ -344,9 +372,12 @@ int tx_retry(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         RetryKeys rk = {k[EMQ_RETRY_KEY_ACTIVE],     k[EMQ_RETRY_KEY_DELAYED],     k[EMQ_RETRY_KEY_DEAD],
                         names[EMQ_RETRY_KEY_ACTIVE], names[EMQ_RETRY_KEY_DELAYED], names[EMQ_RETRY_KEY_DEAD],
                         NULL};
-        const char *verdict = finish_retry(
-            ctx, &rk, row, names[EMQ_RETRY_KEY_JOB], id, call->args[EMQ_RETRY_ARG_ERROR], call->num[EMQ_RETRY_ARG_DELAY_MS],
-            call->num[EMQ_RETRY_ARG_MAX_ATTEMPTS], call->num[EMQ_RETRY_ARG_NOW], ended);
+        const char *verdict =
+            row_has(ctx, row, "cancel")
+                ? finish_cancelled(ctx, rk.active, rk.active_name, row, names[EMQ_RETRY_KEY_JOB], id, ended, NULL)
+                : finish_retry(ctx, &rk, row, names[EMQ_RETRY_KEY_JOB], id, call->args[EMQ_RETRY_ARG_ERROR],
+                               call->num[EMQ_RETRY_ARG_DELAY_MS], call->num[EMQ_RETRY_ARG_MAX_ATTEMPTS],
+                               call->num[EMQ_RETRY_ARG_NOW], ended);
         rc = ValkeyModule_ReplyWithSimpleString(ctx, verdict);
     }
     ValkeyModule_FreeString(ctx, ended);
@@ -354,7 +385,7 @@ int tx_retry(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
 }
 
 /* EMQ.EXTEND 2 <base>active <base>job:<id> <id> <fence:1> <lease_ms:1> <now>
- * Twin of extend.lua. +EXTENDED | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
+ * Twin of extend.lua. +EXTENDED | +CANCELLING (a lease a cancel flagged, extended too) | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 int tx_extend(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleString *id = call->args[EMQ_EXTEND_ARG_ID];
     ValkeyModuleKey *active = k[EMQ_EXTEND_KEY_ACTIVE];
@@ -362,7 +393,7 @@ int tx_extend(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
     long long deadline = call->num[EMQ_EXTEND_ARG_NOW] + call->num[EMQ_EXTEND_ARG_LEASE_MS];
     fx_zadd(ctx, active, call->keys[EMQ_EXTEND_KEY_ACTIVE], (double)deadline, id);
-    return ValkeyModule_ReplyWithSimpleString(ctx, "EXTENDED");
+    return ValkeyModule_ReplyWithSimpleString(ctx, extended(ctx, k[EMQ_EXTEND_KEY_JOB]));
 }
 
 /* ---- Batches: settle and extend_many --------------------------------------------------------- */
@@ -385,21 +416,21 @@ static const char *plan_release_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
     return check_lane(ctx, acl, base, it->lane_key);
 }
 
-/* check_rows for EMQ.SETTLE: each item's row, then a release item's lane, or a done or retry
- * item's ended key, in item order. */
+/* check_rows for EMQ.SETTLE: each item's row, then a release item's lane, then the ended key of
+ * a done or retry item or of a row a cancel flagged, then its lane bookkeeping, in item order. */
 static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *items, long long n) {
     for (long long i = 0; i < n; i++) {
         Item *it = &items[i];
         it->row_name = derived_key(ctx, base, "job:", ITEM_ID(it));
         const char *err = check_row(ctx, acl, it->row_name, base);
         if (!err && it->form == EMQ_SETTLE_FORM_RELEASE) err = plan_release_lane(ctx, acl, base, it);
-        if (!err && (it->form == EMQ_SETTLE_FORM_DONE || it->form == EMQ_SETTLE_FORM_RETRY)) {
-            it->ended = derived_key(ctx, base, "ended:", ITEM_ID(it));
-            err = check_ended(ctx, acl, base, it->ended);
-        }
         if (!err) {
             ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ);
-            err = check_lane_bookkeeping(ctx, acl, base, row);
+            if (it->form == EMQ_SETTLE_FORM_DONE || it->form == EMQ_SETTLE_FORM_RETRY || row_has(ctx, row, "cancel")) {
+                it->ended = derived_key(ctx, base, "ended:", ITEM_ID(it));
+                err = check_ended(ctx, acl, base, it->ended);
+            }
+            if (!err) err = check_lane_bookkeeping(ctx, acl, base, row);
             ValkeyModule_CloseKey(row);
         }
         if (err) return err;
@@ -451,8 +482,12 @@ static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const
             verdict = replayed(ctx, row, ITEM_FENCE(it),
                                it->form == EMQ_SETTLE_FORM_RETRY ? it->args[EMQ_SETTLE_RETRY_ARG_ERROR] : NULL,
                                rk.dead, ITEM_ID(it));
+        else if (cancelled_at(ctx, row, ITEM_FENCE(it)))
+            verdict = "CANCELLED";
     } else {
-        if (it->form == EMQ_SETTLE_FORM_RETRY)
+        if (row_has(ctx, row, "cancel"))
+            verdict = finish_cancelled(ctx, rk.active, rk.active_name, row, it->row_name, ITEM_ID(it), it->ended, &ring);
+        else if (it->form == EMQ_SETTLE_FORM_RETRY)
             verdict = finish_retry(ctx, &rk, row, it->row_name, ITEM_ID(it), it->args[EMQ_SETTLE_RETRY_ARG_ERROR],
                                    it->num[EMQ_SETTLE_RETRY_ARG_DELAY_MS], it->num[EMQ_SETTLE_RETRY_ARG_MAX_ATTEMPTS],
                                    now, it->ended);
@@ -536,7 +571,7 @@ static const char *check_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *
 }
 
 /* EMQ.EXTEND_MANY 1 <base>active <lease_ms:1> <now> [<id> <fence:1> ...]
- * Twin of extend_many.lua. *N +EXTENDED|+STALE | EMQARITY EMQKEYS EMQNUM EMQITEM EMQKIND WRONGTYPE
+ * Twin of extend_many.lua. *N +EXTENDED|+CANCELLING|+STALE | EMQARITY EMQKEYS EMQNUM EMQITEM EMQKIND WRONGTYPE
  * NOPERM TRYAGAIN. */
 int tx_extend_many(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleKey *active = k[EMQ_EXTEND_MANY_KEY_ACTIVE];
@@ -549,10 +584,10 @@ int tx_extend_many(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     for (long long i = 0; i < call->nitems; i++) {
         const Item *it = &call->items[i];
         ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ);
-        int current = is_current_lease(ctx, active, row, ITEM_ID(it), ITEM_FENCE(it));
+        const char *verdict = is_current_lease(ctx, active, row, ITEM_ID(it), ITEM_FENCE(it)) ? extended(ctx, row) : "STALE";
         ValkeyModule_CloseKey(row);
-        if (current) fx_zadd(ctx, active, call->keys[EMQ_EXTEND_MANY_KEY_ACTIVE], (double)deadline, ITEM_ID(it));
-        ValkeyModule_ReplyWithSimpleString(ctx, current ? "EXTENDED" : "STALE");
+        if (verdict[0] != 'S') fx_zadd(ctx, active, call->keys[EMQ_EXTEND_MANY_KEY_ACTIVE], (double)deadline, ITEM_ID(it));
+        ValkeyModule_ReplyWithSimpleString(ctx, verdict);
     }
     return VALKEYMODULE_OK;
 }
@@ -567,7 +602,8 @@ typedef struct {
     long long spent;             /* recover: > 0, the attempts of a job that goes dead */
     ValkeyModuleString *lane;    /* the row's lane field, or NULL for a flat job (or a spent one) */
     ValkeyModuleString *lane_key;
-    ValkeyModuleString *ended;   /* recover, a spent job: its ended key */
+    ValkeyModuleString *ended;   /* recover, a spent or cancelled job: its ended key */
+    int cancelled;               /* recover: a lease a cancel flagged, which ends cancelled */
 } Move;
 
 static void moves_free(ValkeyModuleCtx *ctx, Move *moves, size_t n) {
@@ -607,6 +643,11 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
             } else if (row_type == VALKEYMODULE_KEYTYPE_HASH && recover &&
                        (err = check_lane_bookkeeping(ctx, &acl, base, row)) != NULL) {
                 /* a lane lease whose bookkeeping keys cannot be written: refused */
+            } else if (row_type == VALKEYMODULE_KEYTYPE_HASH && recover && row_has(ctx, row, "cancel")) {
+                m->live = 1;
+                m->cancelled = 1;
+                m->ended = derived_key(ctx, base, "ended:", m->id);
+                err = check_ended(ctx, &acl, base, m->ended);
             } else if (row_type == VALKEYMODULE_KEYTYPE_HASH) {
                 m->live = 1;
                 long long attempts = max_attempts > 0 ? row_int_field(ctx, row, "attempts", 0) : 0;
@@ -686,6 +727,19 @@ static void apply_death(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyM
     fx_mark_ended(ctx, m->ended, 0);
 }
 
+/* recover, a lease a cancel flagged: leave active, the lane slot given back, the job buried with
+ * the retention its flag carries (finish_cancelled's effects). */
+static void apply_cancel(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyModuleKey **k, const Call *call) {
+    fx_zrem(ctx, k[EMQ_RECOVER_KEY_ACTIVE], call->keys[EMQ_RECOVER_KEY_ACTIVE], m->id);
+    ValkeyModuleString *row_name = derived_key(ctx, base, "job:", m->id);
+    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    LaneRing ring = {k[EMQ_RECOVER_KEY_RING], call->keys[EMQ_RECOVER_KEY_RING]};
+    release_lane_slot(ctx, base, &ring, row);
+    bury_cancelled(ctx, row, row_name, m->ended, row_int_field(ctx, row, "cancel", 0));
+    ValkeyModule_CloseKey(row);
+    ValkeyModule_FreeString(ctx, row_name);
+}
+
 /* recover and promote share their shape: take the source zset's entries with score <= now, lowest
  * first, at most limit; drop ghosts; move the live ones (recover: a spent one to dead); leave a
  * wake token per job put back to run. Replies the live jobs taken. */
@@ -708,7 +762,7 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
                 cap = cap ? cap * 2 : 16;
                 moves = ValkeyModule_Realloc(moves, cap * sizeof *moves);
             }
-            moves[n++] = (Move){member, score, 0, 0, NULL, NULL, NULL};
+            moves[n++] = (Move){member, score, 0, 0, NULL, NULL, NULL, 0};
             if (!ValkeyModule_ZsetRangeNext(source)) break;
         }
         ValkeyModule_ZsetRangeStop(source);
@@ -735,7 +789,9 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
     for (size_t j = 0; j < n; j++) {
         const Move *m = &moves[recover ? n - 1 - j : j];
         if (!m->live) continue;
-        if (m->spent) {
+        if (m->cancelled) {
+            apply_cancel(ctx, base, m, k, call);
+        } else if (m->spent) {
             apply_death(ctx, base, m, k, call, now);
         } else {
             apply_move(ctx, m, k, call, recover ? VALKEYMODULE_LIST_HEAD : VALKEYMODULE_LIST_TAIL);

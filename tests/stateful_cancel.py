@@ -21,30 +21,42 @@ class Cancelling:
         found: dict[bytes, int] = self.__dict__.setdefault("_cancelled_fences", {})
         return found
 
-    def emptied_by_cancel(self) -> set[bytes]:
-        """The lanes a cancel emptied: their groups may stay in the ring (stale groups)."""
-        found: set[bytes] = self.__dict__.setdefault("_emptied_by_cancel", set())
-        return found
-
     @rule(data=st.data(), retention_ms=st.sampled_from([0, 600_000, 600_000]))
     def cancel(self, data: st.DataObject, retention_ms: int) -> None:
         job_id = data.draw(st.sampled_from(POOL), label="cancelled")
         leased = job_id in self.zmembers(b"active")
-        row = key(b"job", job_id)
-        group = self.model.hget(row, b"lane") if self.model.kind(row) == b"hash" else None
-        argv = [5, key(b"job", job_id), key(b"pending"), key(b"delayed"), key(b"active"),
-                key(b"dead"), job_id, self.now, retention_ms]
+        argv = [6, key(b"job", job_id), key(b"pending"), key(b"delayed"), key(b"active"),
+                key(b"dead"), key(b"ring"), job_id, self.now, retention_ms]
         reply, _ = self.execute(CANCEL, argv)
         if reply == status("CANCELLED") and job_id in self.live:
             assert not leased, job_id
             event("a waiting job cancelled")
             self.live.discard(job_id)
             self.cancelled_fences()[job_id] = len(self.fences.get(job_id, []))
-            if group is not None and self.model.kind(key(b"lane:" + group)) == b"none":
-                self.emptied_by_cancel().add(key(b"lane:" + group))
         elif reply == status("CANCELLING"):
             assert leased, job_id
             event("a leased job flagged")
+
+    def heartbeat(self, job_id: bytes, fence: int) -> bytes:
+        """What extending the lease (``job_id``, ``fence``) answers: STALE when it is not
+        current, CANCELLING when it is and a cancel flagged it, else EXTENDED."""
+        if not self.is_current(job_id, fence):
+            return b"STALE"
+        flagged = self.model.hget(key(b"job", job_id), b"cancel") is not None
+        return b"CANCELLING" if flagged else b"EXTENDED"
+
+    def flagged(self, job_id: bytes) -> bool:
+        return self.model.flagged(key(b"job", job_id))
+
+    def forget_cancelled(self) -> None:
+        """A flagged lease's end, by any settlement or a recover, leaves a cancelled tombstone:
+        its id is live no more."""
+        for job_id in sorted(self.live):
+            row = key(b"job", job_id)
+            if self.model.hget(row, b"cancelled") is not None \
+                    and self.model.hget(row, b"payload") is None:
+                self.live.discard(job_id)
+                event("a flagged lease ended cancelled")
 
     @invariant()
     def cancelled_jobs_never_run(self) -> None:

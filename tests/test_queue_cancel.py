@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from echomq import JobOutcome, KindError, Queue, Verdict
+from echomq import Ack, Job, JobOutcome, KindError, Queue, Release, Retry, Verdict
 from echomq.aio import Queue as AsyncQueue
 from echomq.engine.clients import async_twin
 from tests import test_queue
@@ -59,7 +59,9 @@ def test_a_lane_job_cancelled_leaves_its_lane(conn: redis.Redis) -> None:
         assert queue.cancel(job_id, now=NOW) is Verdict.CANCELLED
         assert queue.outcome(job_id).state == "cancelled"
     assert conn.llen(lanes.key("lane", lane="a")) == 0
-    assert lanes.claim_lane(now=NOW) is None  # the stale group is dropped from the ring
+    assert conn.llen(lanes.key("ring")) == 0  # its lane emptied, the group left the ring
+    lanes.enqueue("JOB:3", b"p", lane="a", now=NOW)
+    assert conn.lrange(lanes.key("ring"), 0, -1) == [b"a"]  # and joins it once again
 
 
 def test_a_leased_job_is_flagged_and_stays_active(queue: Queue) -> None:
@@ -73,6 +75,67 @@ def test_a_leased_job_is_flagged_and_stays_active(queue: Queue) -> None:
     # asked again: the flag stands as it was
     assert queue.cancel("JOB:1", retention_ms=1, now=NOW + 2) is Verdict.CANCELLING
     assert queue.conn.hget(row, "cancel") == b"7000"
+
+
+def test_a_flagged_lease_is_extended_and_told(queue: Queue) -> None:
+    queue.enqueue("JOB:1", b"p", now=NOW)
+    queue.enqueue("JOB:2", b"p", now=NOW)
+    first, second = queue.claim_many(2, lease_ms=1_000, now=NOW)
+    assert queue.cancel(first.id, now=NOW) is Verdict.CANCELLING
+    assert queue.extend(first, lease_ms=5_000, now=NOW + 10) is Verdict.CANCELLING
+    assert queue.conn.zscore(queue.key("active"), first.id) == NOW + 5_010
+    assert queue.extend_many([first, second], lease_ms=9_000, now=NOW + 20) == [
+        Verdict.CANCELLING, Verdict.EXTENDED]
+    assert queue.conn.zscore(queue.key("active"), first.id) == NOW + 9_020
+
+
+def flagged_leases(queue: Queue, count: int) -> list[Job]:
+    """``count`` jobs leased, each flagged by a cancel asked to keep its tombstone 7 s."""
+    queue.enqueue_many([(f"JOB:{i}", b"p") for i in range(count)], now=NOW)
+    jobs = queue.claim_many(count, lease_ms=1_000, now=NOW)
+    for job in jobs:
+        assert queue.cancel(job.id, retention_ms=7_000, now=NOW) is Verdict.CANCELLING
+    return jobs
+
+
+def assert_cancelled(queue: Queue, job: Job) -> None:
+    row = queue.key("job", job.id)
+    assert queue.outcome(job.id) == JobOutcome("cancelled", None, None, 1)
+    assert 0 < queue.conn.pttl(row) <= 7_000
+    assert queue.conn.lrange(queue.key("ended", job.id), 0, -1) == [b"1"]
+    assert queue.conn.zscore(queue.key("active"), job.id) is None
+
+
+def test_a_flagged_lease_ends_cancelled_whatever_its_settlement(queue: Queue) -> None:
+    acked, kept, retried = flagged_leases(queue, 3)
+    assert queue.ack(acked, retention_ms=0) is Verdict.CANCELLED
+    assert queue.ack(kept, result=b"r") is Verdict.CANCELLED
+    assert queue.retry(retried, max_attempts=1, now=NOW) is Verdict.CANCELLED  # never dead
+    for job in (acked, kept, retried):
+        assert_cancelled(queue, job)
+    assert queue.conn.hget(queue.key("job", kept.id), "result") is None
+    assert queue.counts() == {**queue.counts(), "dead": 0, "delayed": 0, "active": 0}
+    # sent again after a lost reply: the same verdict, nothing changed
+    assert queue.ack(acked) is Verdict.CANCELLED
+    assert queue.retry(retried, max_attempts=1, now=NOW) is Verdict.CANCELLED
+
+
+def test_settle_items_of_flagged_leases_end_cancelled(queue: Queue) -> None:
+    jobs = flagged_leases(queue, 4)
+    outcomes = [Ack(jobs[0]), Ack(jobs[1], result=b"r"), Retry(jobs[2]), Release(jobs[3])]
+    verdicts, _ = queue.settle(outcomes, now=NOW)
+    assert verdicts == [Verdict.CANCELLED] * 4
+    for job in jobs:
+        assert_cancelled(queue, job)
+    assert queue.claim(now=NOW) is None  # the released one did not go back
+    assert queue.settle(outcomes, now=NOW)[0] == [Verdict.CANCELLED] * 4
+
+
+def test_recover_ends_an_expired_flagged_lease_cancelled(queue: Queue) -> None:
+    (job,) = flagged_leases(queue, 1)
+    assert queue.recover(now=NOW + 1_000, max_attempts=1) == 1
+    assert_cancelled(queue, job)
+    assert queue.conn.llen(queue.key("wake")) == 1  # the enqueue's token only
 
 
 def test_done_dead_and_unknown_jobs_answer_so_and_change_nothing(queue: Queue) -> None:

@@ -373,7 +373,8 @@ RECOVER = Transition(
     complexity="O(M log N) with M the leases taken",
 )
 CANCEL = Transition(
-    "cancel", ("job", "pending", "delayed", "active", "dead"), ("id", "now", "retention_ms"),
+    "cancel", ("job", "pending", "delayed", "active", "dead", "ring"),
+    ("id", "now", "retention_ms"),
     "EMQ.CANCEL",
     summary="Cancel a job: a waiting one becomes a cancelled tombstone, a leased one is flagged "
             "(twin of cancel.lua).",

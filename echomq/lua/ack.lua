@@ -5,11 +5,15 @@
     ARGV[1] id               JOB:<rest>
     ARGV[2] fence            integer >= 1, the lease's fence (claim's reply)
     ARGV[3] retention_ms     integer >= 0
-  A replay of an ack that went through (the tombstone keeps the fence) answers ACKED, changing
-  nothing.
-  Replies: +ACKED | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
+  A lease a cancel flagged ends as cancelled instead: CANCELLED (its row's ended key, derived,
+  is checked whatever the lease).
+  A replay of an ack that went through (the tombstone keeps the fence) answers ACKED (CANCELLED
+  for a flagged lease's), changing nothing.
+  Replies: +ACKED | +CANCELLED | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM,
+  TRYAGAIN errors.
 ]]
 --- @include "args"
+--- @include "ended"
 --- @include "errors"
 --- @include "keys"
 --- @include "lane_slots"
@@ -19,17 +23,23 @@
 if #KEYS ~= 2 or #ARGV ~= 3 then return arity_error('ACK', 2, 3) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end
-if keys_base({ 'active', 'job:' .. id }) == nil then return redis.error_reply(E_KEYS) end
+local base = keys_base({ 'active', 'job:' .. id })
+if base == nil then return redis.error_reply(E_KEYS) end
 local fence = int_arg(ARGV[2], 1)
 if fence == nil then return number_error('fence', 1) end
 local retention_ms = int_arg(ARGV[3], 0)
 if retention_ms == nil then return number_error('retention_ms', 0) end
 if not types_ok({ 'zset', 'hash' }) then return redis.error_reply(E_TYPE) end
 
-local active, row = KEYS[1], KEYS[2]
+local active, row, ended = KEYS[1], KEYS[2], base .. 'ended:' .. id
+if flagged(row) then
+  local err = check_ended(ended)
+  if err then return err end
+end
 if not is_current_lease(active, row, id, fence) then
   return redis.status_reply(replayed(row, fence))
 end
-local failure = check_lane_bookkeeping(string.sub(active, 1, -7), row)
+local failure = check_lane_bookkeeping(base, row)
 if failure then return failure end
+if flagged(row) then return redis.status_reply(finish_cancelled(active, row, id, ended)) end
 return redis.status_reply(finish_ack(active, row, id, retention_ms))

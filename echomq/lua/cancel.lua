@@ -7,6 +7,7 @@
     KEYS[3] <base>delayed    jobs waiting to run again (zset)
     KEYS[4] <base>active     leased jobs (zset)
     KEYS[5] <base>dead       dead jobs (zset)
+    KEYS[6] <base>ring       groups whose lanes hold jobs (list)
     ARGV[1] id               JOB:<rest>
     ARGV[2] now              ms, or * for the server clock
     ARGV[3] retention_ms     integer >= 0, how long the tombstone stays (0: the row is deleted)
@@ -21,16 +22,16 @@
 --- @include "errors"
 --- @include "keys"
 --- @include "numbers"
-if #KEYS ~= 5 or #ARGV ~= 3 then return arity_error('CANCEL', 5, 3) end
+if #KEYS ~= 6 or #ARGV ~= 3 then return arity_error('CANCEL', 6, 3) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end
-local base = keys_base({ 'job:' .. id, 'pending', 'delayed', 'active', 'dead' })
+local base = keys_base({ 'job:' .. id, 'pending', 'delayed', 'active', 'dead', 'ring' })
 if base == nil then return redis.error_reply(E_KEYS) end
 local now = now_arg(ARGV[2])
 if now == nil then return redis.error_reply(E_NOW) end
 local retention_ms = int_arg(ARGV[3], 0)
 if retention_ms == nil then return number_error('retention_ms', 0) end
-if not types_ok({ 'hash', 'zset', 'zset', 'zset', 'zset' }) then
+if not types_ok({ 'hash', 'zset', 'zset', 'zset', 'zset', 'list' }) then
   return redis.error_reply(E_TYPE)
 end
 
@@ -58,6 +59,10 @@ if redis.call('ZSCORE', active, id) ~= false then
 end
 redis.call('ZREM', pending, id)
 redis.call('ZREM', delayed, id)
-if lane then redis.call('LREM', lane, 0, id) end
+if lane then
+  redis.call('LREM', lane, 0, id)
+  -- a lane left empty leaves the ring, so the group joins it once when its lane fills again
+  if redis.call('LLEN', lane) == 0 then redis.call('LREM', KEYS[6], 0, group) end
+end
 if retention_ms > 0 then mark_cancel(row, retention_ms, now) end
 return redis.status_reply(bury_cancelled(row, ended, retention_ms))

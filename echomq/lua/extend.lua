@@ -6,7 +6,8 @@
     ARGV[2] fence            integer >= 1, the lease's fence (claim's reply)
     ARGV[3] lease_ms         integer >= 1
     ARGV[4] now              ms, or * for the server clock
-  Replies: +EXTENDED | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
+  A lease flagged by a cancel is extended too, and answers CANCELLING.
+  Replies: +EXTENDED | +CANCELLING | +STALE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
 --- @include "args"
 --- @include "errors"
@@ -28,4 +29,4 @@ if not types_ok({ 'zset', 'hash' }) then return redis.error_reply(E_TYPE) end
 local active, row = KEYS[1], KEYS[2]
 if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
 redis.call('ZADD', active, dec(now + lease_ms), id)
-return redis.status_reply('EXTENDED')
+return redis.status_reply(extended(row))

@@ -46,7 +46,7 @@ for n = 1, #leases do
   local held = leases[n]
   if is_current_lease(active, held.row, held.id, held.fence) then
     redis.call('ZADD', active, deadline, held.id)
-    verdicts[n] = redis.status_reply('EXTENDED')
+    verdicts[n] = redis.status_reply(extended(held.row))
   else
     verdicts[n] = redis.status_reply('STALE')
   end

@@ -149,7 +149,7 @@ for n = 1, #items do
   item.row = base .. 'job:' .. item.id
   local err = check_row(item.row)
   if err == nil and item.op == 'release' then err = plan_release_lane(item) end
-  if err == nil and (item.op == 'done' or item.op == 'retry') then
+  if err == nil and (item.op == 'done' or item.op == 'retry' or flagged(item.row)) then
     item.ended = base .. 'ended:' .. item.id
     err = check_ended(item.ended)
   end
@@ -166,8 +166,13 @@ for n = 1, #items do
   local item = items[n]
   local verdict
   if not is_current_lease(active, item.row, item.id, item.fence) then
-    verdict = item.op == 'release' and 'STALE' or replayed(item.row, item.fence, item.error, dead,
-      item.id)
+    if item.op ~= 'release' then
+      verdict = replayed(item.row, item.fence, item.error, dead, item.id)
+    else
+      verdict = cancelled_at(item.row, item.fence) and 'CANCELLED' or 'STALE'
+    end
+  elseif flagged(item.row) then
+    verdict = finish_cancelled(active, item.row, item.id, item.ended)
   elseif item.op == 'ack' or item.op == 'done' then
     verdict = finish_ack(active, item.row, item.id, retention_ms, item.result, item.ended)
   elseif item.op == 'release' then

@@ -1,6 +1,7 @@
 """Cases of cancel: each verdict on the state that gives it (a job pending, delayed, in its
 lane, leased, flagged, cancelled, done, dead, absent), the tombstone with and without retention,
-the ended token, and the keys cancel derives (the ended key, a lane job's lane)."""
+the ended token, and the keys cancel derives (the ended key, a lane job's lane); a flagged
+lease's heartbeat."""
 
 from __future__ import annotations
 
@@ -8,15 +9,19 @@ from collections.abc import Iterator
 
 from echomq.conformance.cases.common import (
     E_TYPE,
+    GOOD,
     NOW,
     Case,
     Command,
     _argv,
     _case,
     delayed,
+    job,
     key,
     leased,
+    replied,
     row,
+    settle,
     waiting,
 )
 
@@ -30,9 +35,12 @@ def in_lane(job_id: str, group: str = "a", *others: str) -> list[Command]:
             ["RPUSH", key(f"lane:{group}"), *others, job_id], ["RPUSH", key("ring"), group]]
 
 
-def flagged(job_id: str = "JOB:1") -> list[Command]:
-    """A leased job already flagged by a cancel."""
-    return [*leased(job_id), ["HSET", key("job", job_id), "cancel", "5000", "cancelled", "7"]]
+def flagged(job_id: str = "JOB:1", retention: str = "5000", *, attempt: int = 1,
+            deadline: int = NOW + 30_000, lane: str | None = None,
+            fence: int | None = None) -> list[Command]:
+    """A leased job already flagged by a cancel (``leased``'s lease)."""
+    return [*leased(job_id, attempt, deadline, lane, fence),
+            ["HSET", key("job", job_id), "cancel", retention, "cancelled", "7"]]
 
 
 def cancelled(job_id: str = "JOB:1") -> list[Command]:
@@ -75,6 +83,78 @@ def cancel_cases() -> Iterator[Case]:
     yield _case(name, "ended-token-already-there", _argv(name), b"+CANCELLED",
                 [*waiting("JOB:1"), ["RPUSH", ENDED, "1"]])
     yield from derived_cases()
+    yield from heartbeat_cases()
+    yield from settlement_cases()
+    yield from settle_cases()
+
+
+def settlement_cases() -> Iterator[Case]:
+    """A flagged lease's settlement, whatever it is, ends the attempt as cancelled (no result
+    kept, no retry, never dead); sent again, it answers CANCELLED; a flagged row's ended key is
+    checked whatever the lease."""
+    for name in ("ack", "ack_result", "retry"):
+        yield _case(name, "flagged", _argv(name), b"+CANCELLED", flagged())
+        yield _case(name, "flagged-no-retention", _argv(name), b"+CANCELLED",
+                    flagged(retention="0"))
+        yield _case(name, "flagged-lane-lease", _argv(name), b"+CANCELLED",
+                    [*flagged(lane="a"), ["HSET", key("leased"), "a", "1"],
+                     ["HSET", key("parked"), "a", "1"], ["RPUSH", key("lane:a"), "JOB:w"],
+                     ["HSET", key("laneconf"), "concurrency:a", "1"]])
+        yield _case(name, "flagged-ended-wrongtype", _argv(name), E_TYPE,
+                    [*flagged(), ["SET", ENDED, "x"]])
+        yield _case(name, "flagged-ended-wrongtype-when-stale", _argv(name, fence=2), E_TYPE,
+                    [*flagged(), ["SET", ENDED, "x"]])
+        yield _case(name, "replay-of-a-cancelled-end", _argv(name), b"+CANCELLED",
+                    [*cancelled(), ["HSET", key("job"), "fence", "1"]])
+        yield _case(name, "other-fence-of-a-cancelled-end", _argv(name, fence=2), b"+STALE",
+                    [*cancelled(), ["HSET", key("job"), "fence", "1"]])
+    yield _case("retry", "flagged-at-its-last-attempt", _argv("retry", max_attempts=1),
+                b"+CANCELLED", flagged(attempt=3, fence=1))
+    yield _case("ack", "unflagged-ended-wrongtype", _argv("ack"), b"+ACKED",
+                [*leased("JOB:1"), ["SET", ENDED, "x"]])
+    yield _case("recover", "flagged-expired", list(GOOD["recover"]), b":2",
+                [*flagged(deadline=NOW - 1), *leased("JOB:2", deadline=NOW - 2)])
+    yield _case("recover", "flagged-spent", list(GOOD["recover"]), b":1",
+                flagged(attempt=9, deadline=NOW - 1))
+    yield _case("recover", "flagged-lane-lease", list(GOOD["recover"]), b":1",
+                [*flagged(lane="a", deadline=NOW - 1), ["HSET", key("leased"), "a", "1"]])
+    yield _case("recover", "flagged-no-retention", list(GOOD["recover"]), b":1",
+                flagged(retention="0", deadline=NOW - 1))
+    yield _case("recover", "flagged-ended-wrongtype", list(GOOD["recover"]), E_TYPE,
+                [*flagged(deadline=NOW - 1), ["SET", ENDED, "x"]])
+    yield _case("recover", "flagged-not-expired", list(GOOD["recover"]), b":0", flagged())
+
+
+def settle_cases() -> Iterator[Case]:
+    """settle's items on flagged leases: each ends cancelled; a release's replay over its
+    cancelled end answers CANCELLED; the ended key of a flagged item's row is checked."""
+    for op, tail in (("ack", []), ("done", [b"r"]), ("release", []),
+                     ("retry", [0, 1, b"e"])):
+        yield _case("settle", f"{op}-flagged", settle(op, "JOB:1", 1, *tail, count=1),
+                    replied([b"CANCELLED"], [job("JOB:3", 1, 1)]), [*flagged(), *waiting("JOB:3")])
+        yield _case("settle", f"{op}-flagged-twice", settle(op, "JOB:1", 1, *tail, op, "JOB:1", 1,
+                                                             *tail),
+                    replied([b"CANCELLED", b"CANCELLED"], []), flagged())
+        yield _case("settle", f"{op}-flagged-ended-wrongtype", settle(op, "JOB:1", 1, *tail),
+                    E_TYPE, [*flagged(), ["SET", ENDED, "x"]])
+    yield _case("settle", "release-replay-of-a-cancelled-end", settle("release", "JOB:1", 1),
+                replied([b"CANCELLED"], []), [*cancelled(), ["HSET", key("job"), "fence", "1"]])
+    yield _case("settle", "flagged-beside-others",
+                settle("ack", "JOB:2", 1, "ack", "JOB:1", 1, "retry", "JOB:4", 1, 0, 1, b"e"),
+                replied([b"ACKED", b"CANCELLED", b"DEAD"], []),
+                [*leased("JOB:2"), *flagged(), *leased("JOB:4")])
+
+
+def heartbeat_cases() -> Iterator[Case]:
+    """A flagged lease's heartbeat: extended all the same (its holder may wind down), answering
+    CANCELLING; a stale one of a flagged row is STALE."""
+    yield _case("extend", "flagged", _argv("extend"), b"+CANCELLING", flagged())
+    yield _case("extend", "flagged-stale", _argv("extend", fence=2), b"+STALE", flagged())
+    yield _case("extend_many", "one-flagged", list(GOOD["extend_many"]),
+                b"*2\r\n+CANCELLING\r\n+EXTENDED\r\n", [*flagged(), *leased("JOB:2")])
+    yield _case("extend_many", "flagged-twice-and-stale",
+                [1, key("active"), 30_000, NOW, "JOB:1", 1, "JOB:1", 1, "JOB:1", 3],
+                b"*3\r\n+CANCELLING\r\n+CANCELLING\r\n+STALE\r\n", flagged())
 
 
 def derived_cases() -> Iterator[Case]:

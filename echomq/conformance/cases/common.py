@@ -104,8 +104,8 @@ GOOD: dict[str, list[Arg]] = {
                         5_000, 0],
     "ack_result": [2, key("active"), key("job"), "JOB:1", 1, 60_000, b"result"],
     "progress": [2, key("active"), key("job"), "JOB:1", 1, b"3 of 10"],
-    "cancel": [5, key("job"), key("pending"), key("delayed"), key("active"), key("dead"),
-               "JOB:1", NOW, 60_000],
+    "cancel": [6, key("job"), key("pending"), key("delayed"), key("active"), key("dead"),
+               key("ring"), "JOB:1", NOW, 60_000],
 }
 
 # A state on which each transition's GOOD call succeeds.

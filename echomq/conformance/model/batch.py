@@ -51,9 +51,11 @@ class BatchTransitions(FlatTransitions):
         row = call.base + b"job:" + item.id
         if not self.is_current(call.keys[0], row, item.id, item.fence):
             if item.op == b"release":
-                return "STALE"
+                return "CANCELLED" if self.cancelled_at(row, item.fence) else "STALE"
             error = item.error if item.op == b"retry" else None
             return self.replayed(row, item.fence, error, call.keys[2], item.id)
+        if self.flagged(row):
+            return self.finish_cancelled(call.keys[0], row, item.id)
         if item.op in (b"ack", b"done"):
             return self.finish_ack(call.keys[0], row, item.id, call.numbers["retention_ms"],
                                    item.result)
@@ -78,8 +80,9 @@ class BatchTransitions(FlatTransitions):
         active, deadline = call.keys[0], call.numbers["now"] + call.numbers["lease_ms"]
         verdicts = []
         for item in call.items:
-            current = self.is_current(active, call.base + b"job:" + item.id, item.id, item.fence)
+            row = call.base + b"job:" + item.id
+            current = self.is_current(active, row, item.id, item.fence)
             if current:
                 self.zadd(active, deadline, item.id)
-            verdicts.append(status("EXTENDED" if current else "STALE"))
+            verdicts.append(status(self.extended(row) if current else "STALE"))
         return array(verdicts)

@@ -27,6 +27,7 @@ class Move:
     score: int
     lane: bytes | None = None
     spent: int = 0  # recover: the attempts of a job that goes dead
+    cancelled: bool = False  # recover: a lease a cancel flagged, which ends cancelled
 
 
 @dataclass

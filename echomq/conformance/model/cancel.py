@@ -1,5 +1,5 @@
-"""cancel: a job waiting to run becomes a cancelled tombstone, a leased one is flagged; and the
-tombstone a cancelled job ends as, which the settlements of a flagged lease share."""
+"""cancel: a job waiting to run becomes a cancelled tombstone, a leased one is flagged (the
+tombstone, which the settlements of a flagged lease share, is ``State.bury_cancelled``)."""
 
 from __future__ import annotations
 
@@ -18,20 +18,8 @@ class Cancels(State):
         fields[b"cancel"] = dec(retention_ms)
         fields[b"cancelled"] = dec(now)
 
-    def bury_cancelled(self, row: bytes, job_id: bytes, retention_ms: int) -> str:
-        """The row drops its payload and expires, keeping its cancel mark (0: deleted); the
-        job's ended key wakes its waiters."""
-        if retention_ms == 0:
-            del self.keys[row]
-            return "CANCELLED"
-        value = self.keys[row]
-        value.data.pop(b"payload", None)
-        value.expires = True
-        self.mark_ended(row, job_id, retention_ms)
-        return "CANCELLED"
-
     def _cancel(self, call: Call) -> bytes:
-        row, _pending, _delayed, active, dead = call.keys
+        row, _pending, _delayed, active, dead, _ring = call.keys
         job_id = call.args[0]
         group = self.hget(row, b"lane") if self.kind(row) == b"hash" else None
         lane = None if group is None else call.base + b"lane:" + group
@@ -55,13 +43,24 @@ class Cancels(State):
         job_id, retention_ms = call.args[0], call.numbers["retention_ms"]
         self.zrem(pending, job_id)
         self.zrem(delayed, job_id)
-        if lane is not None and lane in self.keys:
-            self.keys[lane].data[:] = [member for member in self.keys[lane].data
-                                       if member != job_id]
-            self._drop_empty(lane)
+        if lane is not None:
+            self.lane_cancelled(call, lane, job_id)
         if retention_ms > 0:
             self.mark_cancel(row, retention_ms, call.numbers["now"])
         return self.bury_cancelled(row, job_id, retention_ms)
+
+    def lane_cancelled(self, call: Call, lane: bytes, job_id: bytes) -> None:
+        """A lane job leaves its lane; a lane left empty leaves the ring (its group joins it once
+        when the lane fills again)."""
+        if lane in self.keys:
+            self.keys[lane].data[:] = [member for member in self.keys[lane].data
+                                       if member != job_id]
+            self._drop_empty(lane)
+        ring, group = call.keys[5], lane[len(call.base) + 5:]
+        if lane not in self.keys and self.kind(ring) == b"list":
+            self.keys[ring].data[:] = [member for member in self.keys[ring].data
+                                       if member != group]
+            self._drop_empty(ring)
 
     def in_zset(self, key: bytes, member: bytes) -> bool:
         return self.kind(key) == b"zset" and member in self.keys[key].data

@@ -64,10 +64,14 @@ class FlatTransitions(Records):
 
     def _ack(self, call: Call) -> bytes:
         active, row = call.keys
+        if self.flagged(row) and not self.list_or_none(call.base + b"ended:" + call.args[0]):
+            return error(E_TYPE)
         if not self.is_current(active, row, call.args[0], call.numbers["fence"]):
             return status(self.replayed(row, call.numbers["fence"]))
         if not self.lane_bookkeeping_ok(call.base, row):
             return error(E_TYPE)
+        if self.flagged(row):
+            return status(self.finish_cancelled(active, row, call.args[0]))
         return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"]))
 
     def _ack_result(self, call: Call) -> bytes:
@@ -76,6 +80,8 @@ class FlatTransitions(Records):
             return status(self.replayed(row, call.numbers["fence"]))
         if not self.lane_bookkeeping_ok(call.base, row):
             return error(E_TYPE)
+        if self.flagged(row):
+            return status(self.finish_cancelled(active, row, call.args[0]))
         return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"],
                                       call.args[3]))
 
@@ -102,6 +108,8 @@ class FlatTransitions(Records):
             return status(self.replayed(row, number["fence"], call.args[4], call.keys[2], job_id))
         if not self.lane_bookkeeping_ok(call.base, row):
             return error(E_TYPE)
+        if self.flagged(row):
+            return status(self.finish_cancelled(active, row, job_id))
         item = Item(b"retry", job_id, number["fence"], number["delay_ms"],
                     number["max_attempts"], call.args[4])
         return status(self.finish_retry(call.keys, row, item, number["now"]))
@@ -124,7 +132,11 @@ class FlatTransitions(Records):
         if not self.is_current(active, row, job_id, number["fence"]):
             return status("STALE")
         self.zadd(active, number["now"] + number["lease_ms"], job_id)
-        return status("EXTENDED")
+        return status(self.extended(row))
+
+    def extended(self, row: bytes) -> str:
+        """An extend of a current lease: CANCELLING when a cancel flagged it, else EXTENDED."""
+        return "EXTENDED" if self.hget(row, b"cancel") is None else "CANCELLING"
 
     def _progress(self, call: Call) -> bytes:
         active, row = call.keys

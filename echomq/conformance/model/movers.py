@@ -23,20 +23,30 @@ class Movers(State):
             if self.kind(row) != b"hash":
                 ghosts.append(member)
                 continue
-            attempts = int_field(self.hget(row, b"attempts"), 0)
-            if max_attempts is not None and attempts >= max_attempts:
-                if not self.list_or_none(base + b"ended:" + member):
-                    return error(E_TYPE)
-                moves.append(Move(member, row, score, spent=attempts))
-                continue
-            move = Move(member, row, score, self.hget(row, b"lane"))
-            if move.lane is not None:
-                if self.kind(base + b"lane:" + move.lane) not in (b"none", b"list"):
-                    return error(E_TYPE)
-            elif fallback is not None:
-                move.score = int_field(self.hget(row, b"enqueued_at"), fallback)
+            move = self._move_of(base, member, score, fallback, max_attempts)
+            if isinstance(move, bytes):
+                return move
             moves.append(move)
         return moves, ghosts
+
+    def _move_of(self, base: bytes, member: bytes, score: int, fallback: int | None,
+                 max_attempts: int | None) -> Move | bytes:
+        """A live job's move. recover: a lease a cancel flagged ends cancelled, a spent one
+        dead (each with its ended key checked); else back to pending or to its lane."""
+        row = base + b"job:" + member
+        ended_ok = self.list_or_none(base + b"ended:" + member)
+        if max_attempts is not None and self.flagged(row):
+            return Move(member, row, score, cancelled=True) if ended_ok else error(E_TYPE)
+        attempts = int_field(self.hget(row, b"attempts"), 0)
+        if max_attempts is not None and attempts >= max_attempts:
+            return Move(member, row, score, spent=attempts) if ended_ok else error(E_TYPE)
+        move = Move(member, row, score, self.hget(row, b"lane"))
+        if move.lane is not None:
+            if self.kind(base + b"lane:" + move.lane) not in (b"none", b"list"):
+                return error(E_TYPE)
+        elif fallback is not None:
+            move.score = int_field(self.hget(row, b"enqueued_at"), fallback)
+        return move
 
     def _move_back(self, call: Call, head: bool) -> bytes:
         zsource, pending, ring, wake_key = call.keys[:4]
@@ -59,7 +69,10 @@ class Movers(State):
         back = 0
         for move in reversed(moves) if head else moves:
             self.zrem(zsource, move.member)
-            if move.spent:
+            if move.cancelled:
+                self.bury_cancelled(move.row, move.member,
+                                    int_field(self.hget(move.row, b"cancel"), 0))
+            elif move.spent:
                 self.keys[move.row].data[b"error"] = LOST % move.spent
                 self.zadd(call.keys[4], now, move.member)
                 self.mark_ended(move.row, move.member, None)

@@ -174,9 +174,12 @@ class State:
     def replayed(self, row: bytes, fence: int, error: bytes | None = None,
                  dead: bytes = b"", job_id: bytes = b"") -> str:
         """What a lease that is not current answers when its settlement went through already:
+        a flagged lease's settlement left a cancelled tombstone at ``fence``, CANCELLED;
         an ack (``error`` None) left a tombstone (no payload, expiring) at ``fence``, ACKED; a
         retry left the row at ``fence`` with its error, DEAD while in ``dead``, else RETRYING.
         Else STALE."""
+        if self.cancelled_at(row, fence):
+            return "CANCELLED"
         if self.kind(row) != b"hash" or int_field(self.hget(row, b"fence"), 0) != fence:
             return "STALE"
         has_payload = self.hget(row, b"payload") is not None
@@ -186,6 +189,34 @@ class State:
             return "STALE"
         in_dead = self.kind(dead) == b"zset" and job_id in self.keys[dead].data
         return "DEAD" if in_dead else "RETRYING"
+
+    def flagged(self, row: bytes) -> bool:
+        """A cancel flagged the lease's row (its cancel mark)."""
+        return self.kind(row) == b"hash" and self.hget(row, b"cancel") is not None
+
+    def cancelled_at(self, row: bytes, fence: int) -> bool:
+        """The row is a cancelled tombstone (no payload, the cancel mark) at ``fence``."""
+        return (self.kind(row) == b"hash" and int_field(self.hget(row, b"fence"), 0) == fence
+                and self.hget(row, b"payload") is None
+                and self.hget(row, b"cancelled") is not None)
+
+    def bury_cancelled(self, row: bytes, job_id: bytes, retention_ms: int) -> str:
+        """The row drops its payload and expires, keeping its cancel mark (0: deleted); the
+        job's ended key wakes its waiters."""
+        if retention_ms == 0:
+            del self.keys[row]
+            return "CANCELLED"
+        value = self.keys[row]
+        value.data.pop(b"payload", None)
+        value.expires = True
+        self.mark_ended(row, job_id, retention_ms)
+        return "CANCELLED"
+
+    def finish_cancelled(self, active: bytes, row: bytes, job_id: bytes) -> str:
+        """A flagged lease's settlement, whatever it is: the attempt ends as cancelled, buried
+        with the retention its flag carries."""
+        self.zrem(active, job_id)
+        return self.bury_cancelled(row, job_id, int_field(self.hget(row, b"cancel"), 0))
 
     def mark_ended(self, row: bytes, job_id: bytes, retention_ms: int | None) -> None:
         """The job's ended key (beside its row) holds one token; with retention_ms it expires."""

@@ -110,7 +110,7 @@ class Validation(Records):
             return checked
         if any(self.kind(base + b"job:" + item.id) not in (b"none", b"hash")
                or not self.list_or_none(self.release_lane(base, item))
-               or (item.op in (b"done", b"retry")
+               or ((item.op in (b"done", b"retry") or self.flagged(base + b"job:" + item.id))
                    and not self.list_or_none(base + b"ended:" + item.id))
                or (item.op != b"extend"
                    and not self.lane_bookkeeping_ok(base, base + b"job:" + item.id))

@@ -1,4 +1,5 @@
 -- Jobs due by now going back to run (recover, promote) or out of dead (requeue).
+--- @include "cancelled"
 --- @include "derived"
 --- @include "ended"
 --- @include "errors"
@@ -8,7 +9,8 @@
 --- @include "wake"
 
 -- First pass of recover/promote/requeue: sort due ids into live moves and ghosts, checking every
--- derived key before anything is written. With max_attempts (recover), a job whose attempts are
+-- derived key before anything is written. With max_attempts (recover), a lease a cancel flagged
+-- ends cancelled (its ended key checked), and a job whose attempts are
 -- used up is marked spent: it goes dead, so its lane is not looked at, and its ended key is
 -- checked. Returns moves, ghosts or nil, error reply.
 local function plan_moves(base, ids, fallback_score, max_attempts)
@@ -27,7 +29,12 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
       local move = { id = id, row = row, score = score }
       local lane = redis.call('HGET', row, 'lane')
       local attempts = max_attempts and int_field(redis.call('HGET', row, 'attempts'), 0)
-      if attempts and attempts >= max_attempts then
+      if max_attempts and redis.call('HEXISTS', row, 'cancel') == 1 then
+        move.cancelled = true
+        move.ended = base .. 'ended:' .. id
+        local err = check_ended(move.ended)
+        if err then return nil, err end
+      elseif attempts and attempts >= max_attempts then
         move.spent = attempts
         move.ended = base .. 'ended:' .. id
         local err = check_ended(move.ended)
@@ -75,7 +82,9 @@ local function move_due(base, now, limit, max_attempts, check)
     local move = moves[i]
     redis.call('ZREM', from, move.id)
     if recover then release_lane_slot(base, move.row) end
-    if move.spent then
+    if move.cancelled then
+      bury_cancelled(move.row, move.ended, int_field(redis.call('HGET', move.row, 'cancel'), 0))
+    elseif move.spent then
       redis.call('HSET', move.row, 'error',
         'lease expired during attempt ' .. dec(move.spent) .. ': the worker was lost')
       redis.call('ZADD', dead, dec(now), move.id)

@@ -1,4 +1,5 @@
--- The effects of ack and retry on a current lease.
+-- The effects of ack and retry on a current lease, and of any settlement on a flagged one.
+--- @include "cancelled"
 --- @include "ended"
 --- @include "lane_slots"
 --- @include "numbers"
@@ -42,4 +43,19 @@ local function finish_retry(active, delayed, dead, row, id, error, delay_ms, max
   end
   redis.call('ZADD', delayed, dec(now + delay_ms), id)
   return 'RETRYING'
+end
+
+-- A lease a cancel flagged: its row carries the cancel mark.
+local function flagged(row)
+  return redis.call('HEXISTS', row, 'cancel') == 1
+end
+
+-- Any settlement's effect (ack, ack with a result, retry, release) on a current lease a cancel
+-- flagged: the attempt ends as cancelled — leave active, the lane slot given back, the job
+-- buried with the retention its flag carries (no result kept, no retry, never dead). Returns the
+-- verdict.
+local function finish_cancelled(active, row, id, ended)
+  redis.call('ZREM', active, id)
+  release_lane_slot(string.sub(active, 1, -7), row)
+  return bury_cancelled(row, ended, int_field(redis.call('HGET', row, 'cancel'), 0))
 end
