@@ -20,6 +20,7 @@ from echomq.conformance.resp import Arg
 from echomq.engine.transitions import (
     ACK,
     ACK_RESULT,
+    CANCEL,
     CLAIM,
     ENQUEUE,
     ENQUEUE_DELAYED,
@@ -68,7 +69,7 @@ class Walk:
         self.makers: list[Callable[[], Call]] = [
             self.enqueue, self.enqueue, self.claim, self.claim, self.ack, self.retry,
             self.extend, self.settle, self.settle, self.extend_many, self.recover, self.promote,
-            self.bad, self.enqueue_later, self.ack_result, self.progress]
+            self.bad, self.enqueue_later, self.ack_result, self.progress, self.cancel]
 
     def run(self, steps: int) -> WalkResult:
         """Up to ``steps`` steps; stops at the first difference (the states part there)."""
@@ -185,6 +186,12 @@ class Walk:
     def promote(self) -> Call:
         return PROMOTE, [4, key(b"delayed"), key(b"pending"), key(b"ring"), key(b"wake"),
                          self.now, self.rng.choice([1, 100])]
+
+    def cancel(self) -> Call:
+        job_id = self.pick()
+        return CANCEL, [6, key(b"job", job_id), key(b"pending"), key(b"delayed"), key(b"active"),
+                        key(b"dead"), key(b"ring"), job_id, self.now,
+                        self.rng.choice([0, RETENTION_MS])]
 
     def bad(self) -> Call:
         """A malformed call of the case table, on the walk's state: refused alike, no change."""
