@@ -53,8 +53,8 @@ from echomq.engine.transitions import (
     SETTLE,
     Transition,
 )
-from tests.stateful_progress import Progress
 from tests.stateful_cancel import Cancelling
+from tests.stateful_progress import Progress
 from tests.stateful_world import (
     ERRORS,
     GROUPS,
