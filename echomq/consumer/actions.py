@@ -76,6 +76,14 @@ class Extend(OnQueue):
 
 
 @dataclass(frozen=True)
+class CancelAsked(OnQueue):
+    """The heartbeat found ``jobs`` of queue ``index`` cancelled while their handlers run: set
+    each one's flag (``cancel_requested``) and cancel an ``async def`` handler's task."""
+
+    jobs: list[Job]
+
+
+@dataclass(frozen=True)
 class Run(OnQueue):
     """Run the handler on ``job`` of queue ``index``: reply (returned, failure)."""
 

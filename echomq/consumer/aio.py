@@ -88,13 +88,14 @@ class Consumer(LoopShell):
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
         self._handling: dict[Job, asyncio.Future[Handled]] = {}
+        self._threaded: set[Job] = set()  # jobs whose plain handler runs in a thread now
         self._in_flight: set[asyncio.Task[None]] = set()
         self._keeper: asyncio.Task[None] | None = None
         self.program = Beat(self)
         # How this shell performs the actions that are not calls on a queue (``_queue_call``)
         # nor notices (``_notice``): awaited, and done at once.
         self._io: dict[type[Action], Callable[[Any], Awaitable[Any]]] = {
-            actions.Run: lambda action: self._handled(action.job),
+            actions.Run: lambda action: self._handled(action.index, action.job),
             actions.Read: self._read,
             actions.ServerTime: lambda action: async_server_ms(self.queue.conn),
             actions.Block: lambda action: self._parker.park(self._blpop(action.timeout_s),
@@ -111,6 +112,7 @@ class Consumer(LoopShell):
             actions.Nudge: lambda action: self._nudge(),
             actions.Spawn: self._spawn,
             actions.Overran: self._cancel_overrun,
+            actions.CancelAsked: self._tell_cancelled,
         }
 
     @property
@@ -278,18 +280,32 @@ class Consumer(LoopShell):
 
     # one handler ----------------------------------------------------------------------------
 
-    async def _handled(self, job: Job) -> Handled:
-        """What the handler returned on ``job``, or its failure. Under a time limit it runs as
-        a task of its own, so the keeper can cancel it."""
-        if self.settings.time_limit_ms is None:
-            return await self._call_handler(job)
-        handling = asyncio.ensure_future(self._call_handler(job))
-        self._handling[job] = handling
-        self._changed.set()  # its time limit is a new deadline
-        try:
-            return await self._outcome(handling)
-        finally:
-            self._handling.pop(job, None)
+    async def _handled(self, index: int, job: Job) -> Handled:
+        """What the handler returned on ``job``, or its failure. It runs as a task of its own,
+        so the keeper can cancel it (its time limit, or its job cancelled), with its job's
+        cancel flag the one ``cancel_requested()`` reads."""
+        with self.flags.running(job, self._cancel_asked(index, job)) as flag:
+            handling = asyncio.ensure_future(self._call_handler(job))
+            self._handling[job] = handling
+            if self.settings.time_limit_ms is not None:
+                self._changed.set()  # its time limit is a new deadline
+            if flag.is_set():
+                self._cancel_handler(job)
+            try:
+                return await self._outcome(handling)
+            finally:
+                self._handling.pop(job, None)
+
+    def _tell_cancelled(self, action: actions.CancelAsked) -> None:
+        """Set the flag of each job found cancelled and cancel its handler's task (not a plain
+        handler's thread, which reads ``cancel_requested()``)."""
+        for job in self.flags.request(action.jobs):
+            self._cancel_handler(job)
+
+    def _cancel_handler(self, job: Job) -> None:
+        handling = self._handling.get(job)
+        if handling is not None and job not in self._threaded:
+            handling.cancel()
 
     async def _call_handler(self, job: Job) -> Handled:
         result: object
@@ -297,7 +313,11 @@ class Consumer(LoopShell):
             if inspect.iscoroutinefunction(self.handler):
                 result = self.handler(job)
             else:
-                result = await asyncio.to_thread(self.handler, job)
+                self._threaded.add(job)
+                try:
+                    result = await asyncio.to_thread(self.handler, job)
+                finally:
+                    self._threaded.discard(job)
             if inspect.isawaitable(result):
                 result = await result
         except asyncio.CancelledError:

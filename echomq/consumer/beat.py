@@ -22,6 +22,7 @@ from typing import Protocol
 
 from echomq.consumer.actions import (
     Block,
+    CancelAsked,
     ClaimLane,
     Dropped,
     Extend,
@@ -420,15 +421,19 @@ class Beat:
 
     def heartbeat(self, index: int, jobs: list[Job]) -> Program[None]:
         """Extend every lease in hand of queue ``index`` in one call; a lease found lost is let
-        go of."""
+        go of; the handler of a job found cancelled is told (``CancelAsked``)."""
+        core = self.lineup.cores[index]
         verdicts = None
         sent_at = self.now()
         try:
             verdicts = yield Extend(index, jobs)
         finally:
-            lost = self.lineup.cores[index].heartbeat_done(jobs, verdicts, self.now(), sent_at)
+            lost = core.heartbeat_done(jobs, verdicts, self.now(), sent_at)
         if lost:
             yield LostLeases(lost)
+        told = [] if verdicts is None else core.cancels(jobs, verdicts, self.now())
+        if told:
+            yield CancelAsked(index, told)
 
     def overrun(self, index: int, job: Job) -> Program[None]:
         """Fail an attempt past its time limit (its handler cancelled when it can be); with one

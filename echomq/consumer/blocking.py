@@ -64,8 +64,9 @@ class AwaitableRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: tuple[Job, asyncio.Future[object]] | None = None
 
-    def call(self, handler: Handler, job: Job) -> object:
-        """What ``handler(job)`` returned (awaited to the end when awaitable)."""
+    def call(self, handler: Handler, job: Job, cancelled: threading.Event) -> object:
+        """What ``handler(job)`` returned (awaited to the end when awaitable; its task cancelled
+        at once if ``cancelled`` is set by then)."""
         result = handler(job)
         if result is None or not inspect.isawaitable(result):
             return result
@@ -73,6 +74,8 @@ class AwaitableRunner:
             self._loop = asyncio.new_event_loop()
         task = asyncio.ensure_future(_awaited(result), loop=self._loop)
         self._running = (job, task)
+        if cancelled.is_set():  # asked before ``_running`` named it: ``cancel`` missed it
+            task.cancel()
         try:
             return self._loop.run_until_complete(task)
         finally:
@@ -235,7 +238,8 @@ class Consumer(LoopShell):
         # How this shell performs the actions that are not calls on a queue (``_queue_call``)
         # nor notices (``_notice``): its threads' and its parking's.
         self._io: dict[type[Action], Callable[[Any], Any]] = {
-            actions.Run: lambda action: self._run_handler(action.job),
+            actions.Run: lambda action: self._run_handler(action.index, action.job),
+            actions.CancelAsked: self._tell_cancelled,
             actions.Nudge: lambda action: self._keeper.wake(),
             actions.Idle: lambda action: self._keeper.idle(action.wait_s),
             actions.Read: self._read,
@@ -350,12 +354,20 @@ class Consumer(LoopShell):
 
     # the actions' I/O ---------------------------------------------------------------------
 
-    def _run_handler(self, job: Job) -> tuple[object, BaseException | None]:
-        """What the handler returned, or what it raised."""
+    def _run_handler(self, index: int, job: Job) -> tuple[object, BaseException | None]:
+        """What the handler returned, or what it raised (its job's cancel flag the one
+        ``cancel_requested()`` reads meanwhile)."""
         try:
-            return self._runner.call(self.handler, job), None
+            with self.flags.running(job, self._cancel_asked(index, job)) as flag:
+                return self._runner.call(self.handler, job, flag), None
         except BaseException as exc:  # the loop survives every handler outcome
             return None, exc
+
+    def _tell_cancelled(self, action: actions.CancelAsked) -> None:
+        """Set the flag of each job found cancelled; an ``async def`` handler's task is
+        cancelled too (a plain one reads ``cancel_requested()``)."""
+        for job in self.flags.request(action.jobs):
+            self._runner.cancel(job)
 
     def _read(self, action: actions.Read) -> list[Any]:
         announcer = self.announcer if action.before_park else None

@@ -60,6 +60,9 @@ class LoopCore:
     # claim is sent under the same id, so it answers the leases that one recorded, if it ran.
     claim_id: str | None = None
     claim_sent_at: float = 0.0
+    # Leases in hand whose job was cancelled (a heartbeat answered CANCELLING): their handlers
+    # are told (``cancel_requested``), their outcomes end them cancelled on the server.
+    cancel_asked: set[Job] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.backoff = Backoff(min(max(self.settings.park_cap_ms / 1000, BACKOFF_FIRST_S),
@@ -244,6 +247,7 @@ class LoopCore:
     def release(self, job: Job) -> bool:
         """Let go of ``job``'s lease; False if it was no longer in hand (lost, or settled by its
         time limit): then nobody else settles it."""
+        self.cancel_asked.discard(job)
         return self.leases.pop(job, None) is not None
 
     def holds(self, job: Job) -> bool:
@@ -278,6 +282,24 @@ class LoopCore:
             else:
                 self.extended(job, now, ok=verdicts is not None, sent_at=sent_at)
         return lost
+
+    def cancels(self, jobs: Iterable[Job], verdicts: Sequence[Verdict], now: float) -> list[Job]:
+        """The jobs a heartbeat found cancelled (CANCELLING) that are newly so: one prefetched
+        never starts (its release with the next round ends it cancelled); one running (or held
+        back to run) is returned, for its handler to be told. A finished one's outcome, waiting
+        to be sent, ends it cancelled as it is."""
+        told: list[Job] = []
+        for job, verdict in zip(jobs, verdicts, strict=True):
+            if verdict is not Verdict.CANCELLING or job in self.cancel_asked \
+                    or job not in self.leases:
+                continue
+            if job in self.prefetched:
+                self.prefetched.remove(job)
+                self.release_later(job, now)
+            else:
+                self.cancel_asked.add(job)
+                told.append(job)
+        return told
 
     def extended(self, job: Job, now: float, *, ok: bool, sent_at: float | None = None) -> None:
         """An extend of ``job`` sent at ``sent_at`` (None: ``now``) returned (``ok``: its lease

@@ -30,6 +30,7 @@ from echomq.consumer.actions import (
     TellOverrun,
     Unparked,
 )
+from echomq.consumer.cancelling import CancelFlags
 from echomq.consumer.core import LoopCore
 from echomq.consumer.faults import Fault, classify
 from echomq.consumer.loop import Lineup
@@ -127,10 +128,13 @@ def log_failure(job: Job, verdict: Verdict, error: str, retry_delay_ms: int) -> 
 def report_settled(outcomes: Sequence[Outcome], verdicts: Sequence[Verdict],
                    on_ack: Callable[[Job], object] | None) -> None:
     """What each outcome of a round came to: ``on_ack`` for an ack that went through, a log line
-    for a failure, a warning for an outcome its lease no longer took (STALE)."""
+    for a failure or for an attempt the server ended cancelled (never a retry, whatever the
+    outcome sent), a warning for an outcome its lease no longer took (STALE)."""
     for outcome, verdict in zip(outcomes, verdicts, strict=True):
         job = outcome.job
-        if isinstance(outcome, calls.Ack):
+        if verdict is Verdict.CANCELLED:
+            log.info("job %s cancelled (attempt %d ended)", job.id, job.attempt)
+        elif isinstance(outcome, calls.Ack):
             if verdict is Verdict.ACKED:
                 if on_ack is not None:
                     call_hook(on_ack, job, "on_ack")
@@ -250,6 +254,8 @@ class LoopShell:
         self.queue = self.queues[0]
         self.handler = handler
         self._name = consumer_name()
+        self.flags = CancelFlags()
+        self.cancelled = 0  # attempts the server ended cancelled (their settle said CANCELLED)
 
     def stop(self) -> None:
         raise NotImplementedError
@@ -288,6 +294,14 @@ class LoopShell:
         """Perform a notice of the beat program: a log line, a user's hook, a stop."""
         NOTICES[type(action)](self, action)
 
+    def _cancel_asked(self, index: int, job: Job) -> Callable[[], bool]:
+        """Whether ``job`` of queue ``index`` was found cancelled before its handler started."""
+        return lambda: job in self.lineup.cores[index].cancel_asked
+
+    def _report(self, action: Report) -> None:
+        self.cancelled += sum(verdict is Verdict.CANCELLED for verdict in action.verdicts)
+        report_settled(action.outcomes, action.verdicts, self.on_ack)
+
     def _overran(self, job: Job) -> None:
         log_overrun(job, self.settings.time_limit_ms)
 
@@ -310,7 +324,7 @@ def _unparked(shell: LoopShell, action: Unparked) -> None:
 
 # How each notice of the beat program is performed, the same in both shells.
 NOTICES: dict[type[Action], Callable[[LoopShell, Any], None]] = {
-    Report: lambda shell, action: report_settled(action.outcomes, action.verdicts, shell.on_ack),
+    Report: LoopShell._report,
     LostLeases: lambda shell, action: warn_lost(action.jobs),
     TellOverrun: lambda shell, action: call_hook(shell.on_overrun, action.job, "on_overrun"),
     Dropped: _dropped,

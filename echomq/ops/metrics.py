@@ -3,8 +3,9 @@
 Per queue and task (labels ``queue``, ``task``), counted in the process that runs the job:
 
 - ``echomq_jobs_started_total``, ``echomq_jobs_succeeded_total``, ``echomq_jobs_retried_total``,
-  ``echomq_jobs_dead_total``: attempts begun, and how each ended (retried: failed with attempts
-  left; dead: failed for good);
+  ``echomq_jobs_dead_total``, ``echomq_jobs_cancelled_total``: attempts begun, and how each ended
+  (retried: failed with attempts left; dead: failed for good; cancelled: its job was cancelled
+  while it ran);
 - ``echomq_job_run_seconds``: a histogram of how long an attempt ran;
 - ``echomq_job_wait_seconds``: a histogram of enqueue to the start of a job's first attempt
   (tasks only: a plain job does not carry its enqueue time), by the worker's clock against the
@@ -41,6 +42,7 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
+from echomq.consumer.cancelling import cancel_requested
 from echomq.consumer.directives import Reject, RetryIn
 from echomq.consumer.loop import error_text
 from echomq.engine.clients import twins
@@ -49,7 +51,7 @@ from echomq.ops.admin import queue_names
 from echomq.ops.piddirs import pid_directory
 from echomq.queue.blocking import Job, Queue
 from echomq.queue.connection import redis_from_url
-from echomq.tasks.hooks import DEAD, RETRIED, SUCCEEDED, RunRecord, failures_recorded
+from echomq.tasks.hooks import CANCELLED, DEAD, RETRIED, SUCCEEDED, RunRecord, failures_recorded
 
 __all__ = ["PrometheusHooks", "QueueDepths", "counted_app", "instrument", "serving"]
 
@@ -72,7 +74,10 @@ WAIT_SECONDS = Histogram("echomq_job_wait_seconds", "From enqueue to the start o
                          LABELS, buckets=WAIT_BUCKETS)
 IN_FLIGHT = Gauge("echomq_jobs_in_flight", "Attempts running now", LABELS,
                   multiprocess_mode="livesum")
-_ENDINGS = {SUCCEEDED: SUCCEEDED_TOTAL, RETRIED: RETRIED_TOTAL, DEAD: DEAD_TOTAL}
+CANCELLED_TOTAL = Counter("echomq_jobs_cancelled",
+                          "Attempts whose job was cancelled while they ran", LABELS)
+_ENDINGS = {SUCCEEDED: SUCCEEDED_TOTAL, RETRIED: RETRIED_TOTAL, DEAD: DEAD_TOTAL,
+            CANCELLED: CANCELLED_TOTAL}
 
 
 class PrometheusHooks:
@@ -102,7 +107,9 @@ class PrometheusHooks:
         finally:
             in_flight.dec()
             RUN_SECONDS.labels(*labels).observe(time.perf_counter() - started)
-            _ENDINGS.get(record.outcome, RETRIED_TOTAL).labels(*labels).inc()
+            # A job cancelled while it ran ends cancelled on the server, whatever it came to.
+            outcome = CANCELLED if cancel_requested() else record.outcome
+            _ENDINGS.get(outcome, RETRIED_TOTAL).labels(*labels).inc()
 
 
 _Handler = TypeVar("_Handler", bound=Callable[..., Any])

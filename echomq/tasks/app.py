@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from echomq.consumer.cancelling import cancel_requested
 from echomq.consumer.directives import Done, Reject, RetryIn
 from echomq.consumer.loop import error_text
 from echomq.engine.calls import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION_MS, MAX_RESULT_BYTES, Job
@@ -41,6 +42,7 @@ from echomq.tasks.envelope import (
 )
 from echomq.tasks.handle import TaskHandle
 from echomq.tasks.hooks import (
+    CANCELLED,
     DEAD,
     RETRIED,
     SUCCEEDED,
@@ -312,7 +314,7 @@ class Unrunnable:
 class Attempt:
     """The hooks' ``running`` block around one attempt, and the record it fills: the outcome
     judged from the directive, or "retried" when the task raised what stops the worker (the
-    consumer fails that attempt)."""
+    consumer fails that attempt), or "cancelled" when its job was cancelled while it ran."""
 
     def __init__(self, block: Any, job: Job, task: Task[Any, Any]) -> None:
         self.block, self.job, self.task = block, job, task
@@ -325,6 +327,8 @@ class Attempt:
     def __exit__(self, kind: Any, exc: Any, trace: Any) -> Any:
         if exc is not None:
             self.record.outcome, self.record.error = RETRIED, error_text(exc)
+        if cancel_requested():  # the server ends this attempt cancelled, whatever it came to
+            self.record.outcome = CANCELLED
         return self.block.__exit__(kind, exc, trace)
 
     def settled(self, directive: Directive) -> Directive:

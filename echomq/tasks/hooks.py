@@ -19,6 +19,7 @@ from echomq.engine.calls import Job
 SUCCEEDED = "succeeded"
 RETRIED = "retried"
 DEAD = "dead"
+CANCELLED = "cancelled"  # its job was cancelled while it ran: the server ended it so
 # The queue or task an attempt is told under when the job does not say one the App knows: a
 # payload that is no envelope, a task not registered. One fixed name, however many the strays
 # carry, so a metric's label values stay bounded.
@@ -28,7 +29,8 @@ UNKNOWN = "<unknown>"
 @dataclass
 class RunRecord:
     """How one attempt ended, filled in by the App before the ``running`` block exits:
-    ``outcome`` is "succeeded", "retried" or "dead"; ``error`` the error text, or None."""
+    ``outcome`` is "succeeded", "retried", "dead" or "cancelled"; ``error`` the error text, or
+    None."""
 
     outcome: str = SUCCEEDED
     error: str | None = None
