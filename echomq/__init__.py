@@ -16,6 +16,7 @@ from echomq._lazy import lazy_face
 
 if TYPE_CHECKING:
     from echomq.consumer.blocking import Consumer
+    from echomq.consumer.cancelling import cancel_requested
     from echomq.consumer.directives import Done, Reject, RetryIn
     from echomq.engine.errors import (
         ArgumentError,
@@ -34,12 +35,13 @@ if TYPE_CHECKING:
     from echomq.engine.wire import Wire
     from echomq.queue.blocking import Ack, Job, JobOutcome, Queue, Release, Retry, Verdict
     from echomq.queue.ids import new_job_id
-    from echomq.tasks import App, Backoff, RetryAfter, Task, TaskHandle
+    from echomq.tasks import App, Backoff, Cancelled, RetryAfter, Task, TaskHandle
     from echomq.tasks.reporting import progress
 
 # Each public name, and the module it lives in.
 _HOMES = {
     "Consumer": "echomq.consumer.blocking",
+    "cancel_requested": "echomq.consumer.cancelling",
     **dict.fromkeys(("Done", "Reject", "RetryIn"), "echomq.consumer.directives"),
     **dict.fromkeys(("ArgumentError", "EchoMQError", "EvictionPolicyWarning", "FatalServerError",
                      "FenceError", "ItemError", "KindError", "LaneError", "StaleLease",
@@ -47,7 +49,8 @@ _HOMES = {
     "new_job_id": "echomq.queue.ids",
     **dict.fromkeys(("Ack", "Job", "JobOutcome", "Queue", "Release", "Retry", "Verdict"),
                     "echomq.queue.blocking"),
-    **dict.fromkeys(("App", "Backoff", "RetryAfter", "Task", "TaskHandle"), "echomq.tasks"),
+    **dict.fromkeys(("App", "Backoff", "Cancelled", "RetryAfter", "Task", "TaskHandle"),
+                    "echomq.tasks"),
     "progress": "echomq.tasks.reporting",
     "Wire": "echomq.engine.wire",
 }
@@ -57,6 +60,7 @@ __all__ = [
     "App",
     "ArgumentError",
     "Backoff",
+    "Cancelled",
     "Consumer",
     "Done",
     "EchoMQError",
@@ -82,6 +86,7 @@ __all__ = [
     "Verdict",
     "Wire",
     "Wire6Unsupported",
+    "cancel_requested",
     "new_job_id",
     "progress",
 ]

@@ -2,9 +2,9 @@
 ``App.handler``. See ``echomq.tasks.app``."""
 
 from echomq.tasks.app import App, Task, TaskCall
-from echomq.tasks.handle import TaskHandle
+from echomq.tasks.handle import Cancelled, TaskHandle
 from echomq.tasks.hooks import RunRecord, TaskHooks
 from echomq.tasks.retry import Backoff, RetryAfter, RetryPolicy
 
-__all__ = ["App", "Backoff", "RetryAfter", "RetryPolicy", "RunRecord", "Task", "TaskCall",
-           "TaskHandle", "TaskHooks"]
+__all__ = ["App", "Backoff", "Cancelled", "RetryAfter", "RetryPolicy", "RunRecord", "Task",
+           "TaskCall", "TaskHandle", "TaskHooks"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from echomq.engine.errors import TaskFailed
+from echomq.engine.errors import EchoMQError, TaskFailed
 from echomq.tasks.envelope import UNKEPT_RESULT, decode_result, is_json
 from echomq.tasks.reporting import decoded_progress
 from echomq.tasks.signature import Signature
@@ -16,6 +16,15 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 
 WAITING = frozenset({"pending", "delayed", "active"})
+
+
+class Cancelled(EchoMQError):
+    """A task's job was cancelled (``Queue.cancel``, ``TaskHandle.cancel``): it ran no further
+    and has no result."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"{job_id} was cancelled")
+        self.job_id = job_id
 
 
 class HandledTask(Protocol):
@@ -45,18 +54,26 @@ class TaskHandle(Generic[R]):
         """Where the job is now (``Queue.outcome``)."""
         return self.queue.outcome(self.id)
 
+    def cancel(self) -> Verdict:
+        """Cancel the job (``Queue.cancel``): CANCELLED when it will never run (again),
+        CANCELLING when its handler runs now and is told, DONE or DEAD when it already ended
+        so (nothing changes), UNKNOWN when there is no such job."""
+        return self.queue.cancel(self.id)
+
     def result(self, timeout: float | None = None) -> R | None:
         """The task's return value once the job is done, waiting up to ``timeout`` seconds
         (None: as long as it takes) without polling — ``Queue.wait`` blocks on the server.
-        TaskFailed, with the job's last error, when it is dead; TimeoutError when it is not done
-        in time; LookupError when there is no such job (never admitted, or its tombstone
-        expired). A task declared with ``keep_result=False`` is waited for the same way, and
-        gives None once done."""
+        TaskFailed, with the job's last error, when it is dead; Cancelled when it was
+        cancelled; TimeoutError when it is not done in time; LookupError when there is no such
+        job (never admitted, or its tombstone expired). A task declared with
+        ``keep_result=False`` is waited for the same way, and gives None once done."""
         outcome = self.queue.wait(self.id, math.inf if timeout is None else timeout)
         if outcome.state == "done":
             return self._value(outcome.result)
         if outcome.state == "dead":
             raise TaskFailed(self.id, outcome.error or "", outcome.attempts)
+        if outcome.state == "cancelled":
+            raise Cancelled(self.id)
         if outcome.state in WAITING:
             raise TimeoutError(f"{self.id} is still {outcome.state} after {timeout} s")
         raise LookupError(f"no job {self.id} on queue {self.queue.name}: never admitted, or "
