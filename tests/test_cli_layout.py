@@ -19,7 +19,7 @@ MODULES = [*sorted((ROOT / "echomq" / "cli").glob("*.py")),
 
 # Each command of `echomq`, and the module that defines it.
 HOMES = {
-    "enqueue": "jobs", "inspect": "jobs",
+    "enqueue": "jobs", "inspect": "jobs", "cancel": "jobs",
     "stats": "queues", "lanes": "queues", "pause": "queues", "resume": "queues",
     "recover": "queues", "forget": "queues",
     "dead": "dead", "dead list": "dead", "dead requeue": "dead", "dead purge": "dead",

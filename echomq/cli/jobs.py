@@ -1,4 +1,5 @@
-"""The commands on one job: ``enqueue`` admits it, ``inspect`` shows its row and where it is."""
+"""The commands on one job: ``enqueue`` admits it, ``inspect`` shows its row and where it is,
+``cancel`` cancels it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from echomq.cli.views import print_job
 from echomq.engine.server_time import server_ms
 from echomq.engine.wire import wire_of
 from echomq.ops import admin
-from echomq.queue.blocking import Queue
+from echomq.queue.blocking import Queue, Verdict
 from echomq.queue.ids import new_job_id
 
 
@@ -51,3 +52,22 @@ def inspect(queue: str, job_id: str, url: str, as_json: bool) -> None:
         print_json(found)
         return
     print_job(job_id, queue, found, server_ms(conn))
+
+
+@click.command()
+@click.argument("queue", type=QUEUE)
+@click.argument("job_id", metavar="ID")
+@click.option("--wire", type=click.Choice(WIRE_CHOICES), default="5", show_default=True)
+@url_option
+@json_option
+def cancel(queue: str, job_id: str, wire: str, url: str, as_json: bool) -> None:
+    """Cancel job ID of QUEUE: one waiting never runs; one running is told at its next
+    heartbeat and ends cancelled. Prints the verdict: CANCELLED, CANCELLING (its handler is
+    told), DONE or DEAD (it ended so: nothing changes); no such job exits 1."""
+    verdict = Queue(connect(url), queue, wire=wire_of(wire)).cancel(job_id)
+    if verdict is Verdict.UNKNOWN:
+        raise Failure(f"no job {job_id} in queue {queue}",
+                      f"`echomq stats {queue}` shows what the queue holds; a job that ended is "
+                      "kept only for its retention")
+    emit(as_json, {"id": job_id, "verdict": verdict.value},
+         lambda: [f"{verdict.value} {job_id}"])

@@ -7,7 +7,7 @@ import click
 
 from echomq.cli.dead import dead
 from echomq.cli.errors import ErrorReportingGroup
-from echomq.cli.jobs import enqueue, inspect
+from echomq.cli.jobs import cancel, enqueue, inspect
 from echomq.cli.queues import forget, lanes, pause, recover, resume, stats
 from echomq.cli.serve import dashboard, serve
 from echomq.cli.tools import bench, conformance, demo
@@ -26,6 +26,6 @@ def main(debug: bool) -> None:
     (trafikey not loaded, NOPERM, wrong password)."""
 
 
-for command in (demo, worker, enqueue, stats, workers, inspect, dead, forget, recover, pause,
-                resume, lanes, serve, dashboard, bench, conformance):
+for command in (demo, worker, enqueue, stats, workers, inspect, cancel, dead, forget, recover,
+                pause, resume, lanes, serve, dashboard, bench, conformance):
     main.add_command(command)
