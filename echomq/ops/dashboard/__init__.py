@@ -1,16 +1,16 @@
 """The web dashboard as an ASGI app (Starlette): queues and their lanes, depths over the last
-hour, rates, dead jobs with their errors and tracebacks, bulk requeue and purge.
+hour, rates, dead jobs with their errors and tracebacks, bulk requeue and purge, a job's cancel.
 
 ``create_app(conn_or_url, …)`` is mountable into any ASGI app (FastAPI/Starlette ``mount``, or a
 Django ASGI router); ``echomq dashboard`` serves it with uvicorn on 127.0.0.1. What it refuses
 (foreign Host, cross-origin or token-less state changes, missing credentials) is in
-``echomq.ops.dashboard.guard``; every requeue and purge is logged on the ``echomq.ops.dashboard``
-logger
-with the client's address and user.
+``echomq.ops.dashboard.guard``; every requeue, purge and cancel is logged on the
+``echomq.ops.dashboard`` logger with the client's address and user.
 
 API (paths relative to where the app is mounted): ``GET api/queues``, ``GET api/history``,
 ``GET api/workers`` (the live workers, read-only: ``{"server_time_ms", "workers": [...]}``),
 ``GET api/queues/{name}/dead``, ``GET api/queues/{name}/jobs/{id}``,
+``POST api/queues/{name}/jobs/{id}/cancel`` (``{"id", "verdict"}``: ``Queue.cancel``'s),
 ``POST api/queues/{name}/dead/requeue`` (JSON ``{"ids": [...]}``),
 ``POST api/queues/{name}/dead/purge`` (JSON ``{"limit": n}``),
 ``GET api/queues/{name}/lanes`` (``{"paused", "lanes": [...]}``: each group's knobs, jobs
@@ -118,6 +118,8 @@ class _Views:
             Route("/api/workers", self.workers),
             Route("/api/queues/{name}/dead", checked(self.dead)),
             Route("/api/queues/{name}/jobs/{job_id}", checked(self.job)),
+            Route("/api/queues/{name}/jobs/{job_id}/cancel", checked(self.cancel),
+                  methods=["POST"]),
             Route("/api/queues/{name}/dead/requeue", checked(self.requeue), methods=["POST"]),
             Route("/api/queues/{name}/dead/purge", checked(self.purge), methods=["POST"]),
             Route("/api/queues/{name}/lanes", checked(self.lanes)),
@@ -203,6 +205,14 @@ class _Views:
         if found is None:
             return JSONResponse({"error": "no such job"}, 404)
         return JSONResponse(job_detail(found))
+
+    def cancel(self, request: Request) -> Response:
+        """Cancel one job (``Queue.cancel``): its verdict. A bad id is refused (400) by the
+        checks around it, before anything is sent."""
+        name, job_id = request.path_params["name"], request.path_params["job_id"]
+        verdict = Queue(self.conn, name, check_policy=False).cancel(job_id)
+        _audit(request, "cancel", name, f"id={json.dumps(job_id)} verdict={verdict.value}")
+        return JSONResponse({"id": job_id, "verdict": verdict.value})
 
     async def requeue(self, request: Request) -> Response:
         body = await _json_body(request)

@@ -245,6 +245,13 @@ function purge(queue, count) {
   act("purge", () => post(`api/queues/${q(queue)}/dead/purge`, { limit: count }));
 }
 
+// Cancel one job: a waiting one never runs, a running one is told at its next heartbeat.
+function cancelJob(queue, id) {
+  if (!confirm(`Cancel job ${id} of ${queue}?`)) return;
+  act("cancel", () => post(`api/queues/${q(queue)}/jobs/${q(id)}/cancel`, {}))
+    .then(() => showJob(queue, id));
+}
+
 function button(text, onclick, cls) {
   const b = document.createElement("button");
   b.type = "button";
@@ -342,6 +349,10 @@ async function showJob(queue, id) {
     fields.append(dt, dd);
   }
   document.getElementById("job-progress").textContent = job.progress === null ? "—" : job.progress;
+  const cancel = document.getElementById("job-cancel");
+  cancel.dataset.cancel = id;
+  cancel.hidden = !["pending", "delayed", "active"].includes(job.state);
+  cancel.onclick = () => cancelJob(queue, id);
   document.getElementById("job-error").textContent = job.error || "—";
   document.getElementById("job-traceback").textContent = job.traceback || "—";
   document.getElementById("job-payload-size").textContent =
@@ -398,6 +409,15 @@ async function refresh() {
   }
 }
 
+document.getElementById("find-job").onclick = () => {
+  const queue = document.getElementById("find-queue").value.trim();
+  const id = document.getElementById("find-id").value.trim();
+  if (queue && id) {
+    showJob(queue, id).catch((error) => {
+      document.getElementById("status").textContent = `no job ${id} in ${queue}: ${error.message}`;
+    });
+  }
+};
 document.getElementById("job-close").onclick = () => { document.getElementById("job").hidden = true; };
 refresh();
 setInterval(refresh, 5000);
