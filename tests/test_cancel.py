@@ -1,0 +1,172 @@
+"""Cancel as a user meets it, on both wires and both consumer shells: a job cancelled before it
+is leased is never started; a running one's holder learns it at its next heartbeat, within a
+third of a lease and a housekeeping interval of the cancel by the server's clock — a plain
+handler reads ``echomq.cancel_requested()``, an ``async def`` one has its task cancelled — and
+its attempt ends cancelled, never retried; ``TaskHandle.result()`` raises ``Cancelled``."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import echomq
+from echomq import App, Cancelled, Job, Queue, Verdict
+from echomq.engine.server_time import server_ms
+from tests.shells import AnyConsumer, Make, make_fixture, shell_fixture  # noqa: F401
+from tests.test_consumer import running
+
+LEASE_MS = 3_000  # a heartbeat every second
+HOUSEKEEPING_MS = 1_000
+BOUND_S = 60.0  # a loaded machine: a bound on waiting, never a speed
+
+
+@pytest.fixture(params=[5, 6], ids=["wire5", "wire6"])
+def queue(conn: redis.Redis, request: pytest.FixtureRequest) -> Queue:
+    return Queue(conn, f"cancel{request.param}", wire=request.param)
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + BOUND_S
+    while not condition():
+        assert time.monotonic() < deadline, f"not in {BOUND_S} s: {what}"
+        time.sleep(0.01)
+
+
+def test_a_job_cancelled_while_it_waits_is_never_started(queue: Queue, make: Make) -> None:
+    started: list[str] = []
+    queue.enqueue_many([(f"JOB:{n}", b"") for n in range(20)])
+    queue.enqueue("JOB:later", b"", delay_ms=50)
+    cancelled = {f"JOB:{n}" for n in range(0, 20, 2)} | {"JOB:later"}
+    assert {queue.cancel(job_id) for job_id in sorted(cancelled)} == {Verdict.CANCELLED}
+    consumer = make(queue, lambda job: started.append(job.id), lease_ms=LEASE_MS)
+    with running(consumer):
+        until(lambda: len(started) == 10, "the jobs not cancelled ran")
+        assert queue.wait("JOB:later", timeout_s=BOUND_S).state == "cancelled"
+    assert not cancelled & set(started)
+    assert {queue.outcome(job_id).state for job_id in cancelled} == {"cancelled"}
+    assert queue.cancel("JOB:1") is Verdict.DONE
+    assert queue.cancel("JOB:0") is Verdict.CANCELLED  # twice: nothing changes
+    assert queue.cancel("JOB:never") is Verdict.UNKNOWN
+
+
+def test_a_running_plain_handler_learns_its_cancel_at_its_next_heartbeat(
+        queue: Queue, make: Make) -> None:
+    started, seen = threading.Event(), threading.Event()
+    learned_ms: list[int] = []
+
+    def handler(job: Job) -> None:
+        started.set()
+        until(echomq.cancel_requested, "the cancel reached the handler")
+        learned_ms.append(server_ms(queue.conn))
+        seen.set()
+
+    consumer = make(queue, handler, lease_ms=LEASE_MS, housekeeping_ms=HOUSEKEEPING_MS)
+    with running(consumer):
+        queue.enqueue("JOB:long", b"")
+        assert started.wait(BOUND_S)
+        cancelled_ms = server_ms(queue.conn)  # just before the call: the bound counts from it
+        assert queue.cancel("JOB:long") is Verdict.CANCELLING
+        assert queue.cancel("JOB:long") is Verdict.CANCELLING  # again: nothing changes
+        assert seen.wait(BOUND_S)
+        outcome = queue.wait("JOB:long", timeout_s=BOUND_S)
+    # The bound, by the server's clock: a heartbeat a third of a lease apart, plus one interval.
+    assert learned_ms[0] - cancelled_ms <= LEASE_MS // 3 + HOUSEKEEPING_MS
+    assert (outcome.state, outcome.attempts) == ("cancelled", 1)  # never retried
+    assert consumer_of(consumer).cancelled == 1
+    assert queue.cancel("JOB:long") is Verdict.CANCELLED
+
+
+def consumer_of(consumer: AnyConsumer) -> Any:
+    return getattr(consumer, "consumer", consumer)
+
+
+def test_a_running_async_handlers_task_is_cancelled(queue: Queue, make: Make) -> None:
+    started, ended = threading.Event(), threading.Event()
+    met: list[BaseException] = []
+
+    async def handler(job: Job) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(BOUND_S * 10)
+        except BaseException as exc:
+            met.append(exc)
+            raise
+        finally:
+            ended.set()
+
+    consumer = make(queue, handler, lease_ms=LEASE_MS)
+    with running(consumer):
+        queue.enqueue("JOB:sleeper", b"")
+        assert started.wait(BOUND_S)
+        assert queue.cancel("JOB:sleeper") is Verdict.CANCELLING
+        assert ended.wait(BOUND_S)
+        outcome = queue.wait("JOB:sleeper", timeout_s=BOUND_S)
+    assert [type(exc) for exc in met] == [asyncio.CancelledError]
+    assert (outcome.state, outcome.attempts) == ("cancelled", 1)
+
+
+def test_a_tasks_handle_cancels_it_and_its_result_raises_cancelled(
+        queue: Queue, make: Make) -> None:
+    app = App(queue.conn, queue.name, wire=queue.wire)
+    started = threading.Event()
+
+    @app.task(keep_result=True)
+    def crunch(rounds: int) -> int:
+        started.set()
+        done = 0
+        while done < rounds and not echomq.cancel_requested():
+            time.sleep(0.01)
+            done += 1
+        return done
+
+    waiting = crunch.enqueue(1)
+    assert waiting.cancel() is Verdict.CANCELLED
+    with pytest.raises(Cancelled):
+        waiting.result(timeout=BOUND_S)
+    handle = crunch.enqueue(10 ** 9)
+    consumer = make(queue, app.handler, lease_ms=LEASE_MS)
+    with running(consumer):
+        assert started.wait(BOUND_S)
+        assert handle.cancel() is Verdict.CANCELLING
+        with pytest.raises(Cancelled) as raised:
+            handle.result(timeout=BOUND_S)
+    assert raised.value.job_id == handle.id
+    assert handle.outcome().state == "cancelled"
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.sampled_from(["enqueue", "delayed", "cancel", "drain"]),
+                                st.integers(0, 5)), max_size=25))
+def test_no_handler_starts_a_job_after_its_cancel_returned_while_it_was_not_leased(
+        queue: Queue, make: Make, steps: list[tuple[str, int]]) -> None:
+    queue.conn.flushall()
+    ledger: list[str] = []
+    consumer = make(queue, lambda job: ledger.append(job.id), lease_ms=LEASE_MS)
+    cancelled_at: dict[str, int] = {}  # each job cancelled while waiting: the ledger's length
+    for step, n in steps:
+        job_id = f"JOB:{n}"
+        if step == "enqueue":
+            queue.enqueue(job_id, b"")
+        elif step == "delayed":
+            queue.enqueue(job_id, b"", delay_ms=1)
+        elif step == "cancel":
+            waiting = queue.outcome(job_id).state in ("pending", "delayed")
+            verdict = queue.cancel(job_id)
+            if waiting:
+                assert verdict is Verdict.CANCELLED
+                cancelled_at.setdefault(job_id, len(ledger))
+        else:
+            consumer.beat(park=False)
+    consumer.beat(park=False)
+    for job_id, at in cancelled_at.items():
+        assert job_id not in ledger[at:], f"{job_id} started after its cancel"
+        assert queue.outcome(job_id).state == "cancelled"
