@@ -21,7 +21,7 @@ from echomq.consumer.actions import Stepper
 from echomq.consumer.beat import Beat
 from echomq.consumer.cancelling import CancelFlags, cancel_requested
 from echomq.consumer.loop import Lineup, LoopCore
-from echomq.consumer.shell import report_settled
+from echomq.consumer.shell import LoopShell, report_settled
 from echomq.engine import calls
 from echomq.engine.calls import Job, Verdict
 from tests.test_loop import job, settings
@@ -166,3 +166,13 @@ def test_an_attempt_whose_job_was_cancelled_is_counted_cancelled() -> None:
     after = {name: count(name) for name in before}
     assert {name: after[name] - before[name] for name in before} == {
         "cancelled": 2, "retried": 0, "succeeded": 0}
+
+
+def test_a_round_that_ends_a_job_cancelled_counts_it_and_tells_a_handler_still_running() -> None:
+    shell = SimpleNamespace(cancelled=0, flags=CancelFlags(), on_ack=None)
+    with shell.flags.running(job(1), lambda: False):  # past its time limit, still running
+        LoopShell._report(shell, actions.Report(  # type: ignore[arg-type]
+            [calls.Retry(job(1), 0, "TimeLimitExceeded"), calls.Ack(job(2))],
+            [Verdict.CANCELLED, Verdict.ACKED]))
+        assert cancel_requested()
+    assert shell.cancelled == 1

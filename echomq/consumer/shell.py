@@ -299,7 +299,13 @@ class LoopShell:
         return lambda: job in self.lineup.cores[index].cancel_asked
 
     def _report(self, action: Report) -> None:
-        self.cancelled += sum(verdict is Verdict.CANCELLED for verdict in action.verdicts)
+        """What a round's outcomes came to; a job the server ended cancelled is counted, and a
+        handler of it still running (past its time limit) is told."""
+        ended = [outcome.job for outcome, verdict in zip(action.outcomes, action.verdicts,
+                                                         strict=True)
+                 if verdict is Verdict.CANCELLED]
+        self.cancelled += len(ended)
+        self.flags.request(ended)
         report_settled(action.outcomes, action.verdicts, self.on_ack)
 
     def _overran(self, job: Job) -> None:
