@@ -192,10 +192,12 @@ def test_async_consumer_heartbeat_keeps_a_long_lease(conn: Any) -> None:
             attempts.append(job.attempt)
             import time
 
-            time.sleep(1.0)
+            time.sleep(2.5)  # past two leases: only heartbeats keep it
 
         await queue.enqueue("JOB:1", b"")
-        consumer = Consumer(queue, slow_handler, lease_ms=300, retention_ms=0)
+        # A lease of a second leaves a heartbeat (every lease/3) two thirds of it to land on a
+        # busy 2-core machine; a shorter one loses the lease to a late thread switch.
+        consumer = Consumer(queue, slow_handler, lease_ms=1000, retention_ms=0)
         stolen = 0
 
         async def thief() -> None:
