@@ -36,6 +36,7 @@ class Cancelling:
         elif reply == status("CANCELLING"):
             assert leased, job_id
             event("a leased job flagged")
+            self.flagged_leases().add(job_id)
 
     def heartbeat(self, job_id: bytes, fence: int) -> bytes:
         """What extending the lease (``job_id``, ``fence``) answers: STALE when it is not
@@ -48,14 +49,22 @@ class Cancelling:
     def flagged(self, job_id: bytes) -> bool:
         return self.model.flagged(key(b"job", job_id))
 
+    def flagged_leases(self) -> set[bytes]:
+        """The ids a cancel flagged while leased, until their attempt ends."""
+        found: set[bytes] = self.__dict__.setdefault("_flagged_leases", set())
+        return found
+
     def forget_cancelled(self) -> None:
-        """A flagged lease's end, by any settlement or a recover, leaves a cancelled tombstone:
-        its id is live no more."""
+        """A flagged lease's end, by any settlement or a recover, leaves a cancelled tombstone,
+        or no row at all when the cancel asked for no retention: its id is live no more."""
+        flagged = self.flagged_leases()
         for job_id in sorted(self.live):
             row = key(b"job", job_id)
-            if self.model.hget(row, b"cancelled") is not None \
-                    and self.model.hget(row, b"payload") is None:
+            tombstone = self.model.hget(row, b"cancelled") is not None \
+                and self.model.hget(row, b"payload") is None
+            if tombstone or (job_id in flagged and row not in self.model.keys):
                 self.live.discard(job_id)
+                flagged.discard(job_id)
                 event("a flagged lease ended cancelled")
 
     @invariant()
