@@ -80,6 +80,7 @@ enum {
     EMQ_CMD_ACK_RESULT,
     EMQ_CMD_PROGRESS,
     EMQ_CMD_CANCEL,
+    EMQ_CMD_TRIM_DEAD,
     EMQ_COMMAND_COUNT
 };
 
@@ -105,6 +106,7 @@ enum {
     X(ACK_RESULT, ack_result) \
     X(PROGRESS, progress) \
     X(CANCEL, cancel) \
+    X(TRIM_DEAD, trim_dead) \
 
 
 /* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now> */
@@ -267,6 +269,14 @@ enum {
 #define EMQ_CANCEL_ARG_ID 0
 #define EMQ_CANCEL_ARG_NOW 1
 #define EMQ_CANCEL_ARG_RETENTION_MS 2
+
+/* EMQ.TRIM_DEAD 2 <base>dead <base>deadconf <now> <limit:1> */
+#define EMQ_TRIM_DEAD_NUMKEYS 2
+#define EMQ_TRIM_DEAD_NARGS 2
+#define EMQ_TRIM_DEAD_KEY_DEAD 0
+#define EMQ_TRIM_DEAD_KEY_DEADCONF 1
+#define EMQ_TRIM_DEAD_ARG_NOW 0
+#define EMQ_TRIM_DEAD_ARG_LIMIT 1
 
 extern const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT];
 
@@ -444,6 +454,14 @@ static const EmqArgSpec emq_cancel_args[] = {
     {"id", EMQ_ARG_ID, 0},
     {"now", EMQ_ARG_NOW, 0},
     {"retention_ms", EMQ_ARG_INT, 0},
+};
+static const EmqKeySpec emq_trim_dead_keys[] = {
+    {"dead", 4, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"deadconf", 8, -1, VALKEYMODULE_KEYTYPE_HASH},
+};
+static const EmqArgSpec emq_trim_dead_args[] = {
+    {"now", EMQ_ARG_NOW, 0},
+    {"limit", EMQ_ARG_INT, 1},
 };
 const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
     {"emq.enqueue",
@@ -624,6 +642,20 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      emq_cancel_keys,
      EMQ_CANCEL_NARGS,
      emq_cancel_args,
+     0,
+     NULL,
+     NULL,
+     0},
+    {"emq.trim_dead",
+     "TRIM_DEAD",
+     "write getkeys-api no-mandatory-keys",
+     "Forget the oldest dead jobs beyond the queue's bounds (twin of trim_dead.lua).",
+     "O(M log N) with M the jobs trimmed",
+     -2,
+     EMQ_TRIM_DEAD_NUMKEYS,
+     emq_trim_dead_keys,
+     EMQ_TRIM_DEAD_NARGS,
+     emq_trim_dead_args,
      0,
      NULL,
      NULL,

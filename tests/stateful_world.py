@@ -33,6 +33,7 @@ from echomq.engine.transitions import (
     TRANSITIONS,
     Transition,
 )
+from tests.stateful_dead import DeadBoundsRules
 
 BASE = b"emq:{q}:"
 OTHER = b"emq:{r}:"
@@ -87,7 +88,7 @@ def parsed(reply: bytes) -> Any:
     return reader.gets()
 
 
-class BeyondTheQueue:
+class BeyondTheQueue(DeadBoundsRules):
     """Rules of ``QueueMachine`` that act outside the transitions it models."""
 
     def behind_the_back(self, *command: bytes) -> None:

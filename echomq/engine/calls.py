@@ -464,3 +464,6 @@ class QueueCalls:
 
     def purge(self, limit: int) -> Call:
         return self._call(t.PURGE, (checked_arg("limit", limit),))
+
+    def trim_dead(self, now: int | None, limit: int) -> Call:
+        return self._call(t.TRIM_DEAD, (checked_now(now), checked_arg("limit", limit)))

@@ -41,6 +41,7 @@ ROLE_TYPES: dict[str, str] = {
     "windows": "hash",  # each rate-limited group's window: '<start> <claims>'
     "turn": "string",  # '<served> <group>': the ring head's claims in its turn
     "paused": "string",  # present while the whole queue is paused
+    "deadconf": "hash",  # the bounds of dead: max_count, max_age_ms (DEAD_BOUNDS)
     # A claim's record, <base>claim:<claim_id>: the leases a claim that named it handed out,
     # '<id> <fence>' each, space-separated, for a lease's time (see CLAIM_RECORD).
     "claim": "string",
@@ -417,11 +418,19 @@ REQUEUE = Transition(
     summary="A dead job runs again with a fresh count of attempts.",
 )
 PURGE = Transition("purge", ("dead",), ("limit",), None, summary="Forget the oldest dead jobs.")
+TRIM_DEAD = Transition(
+    "trim_dead", ("dead", "deadconf"), ("now", "limit"), "EMQ.TRIM_DEAD",
+    summary="Forget the oldest dead jobs beyond the queue's bounds (twin of trim_dead.lua).",
+    complexity="O(M log N) with M the jobs trimmed",
+)
+# The bounds of a queue's dead jobs, fields of <base>deadconf (decimal; 0: no bound of that
+# kind), and each one's value when its field is absent: 10,000 jobs, 180 days.
+DEAD_BOUNDS: dict[str, int] = {"max_count": 10_000, "max_age_ms": 180 * 24 * 3600 * 1000}
 
 # Every transition with a native twin; the conformance suite runs each on both executors.
 TRANSITIONS: tuple[Transition, ...] = (
     ENQUEUE, CLAIM, ACK, RETRY, EXTEND, SETTLE, EXTEND_MANY, RECOVER, PROMOTE, ENQUEUE_DELAYED,
-    ACK_RESULT, PROGRESS, CANCEL,
+    ACK_RESULT, PROGRESS, CANCEL, TRIM_DEAD,
 )
 # Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
 SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM, LANE_ENQUEUE_DELAYED, LANE_SET,

@@ -15,15 +15,17 @@ import pytest
 import redis
 
 from echomq.conformance.cases import Case, all_cases
+from echomq.conformance.cases.dead import trim_dead_cases
 from echomq.conformance.cases.lanes import lane_cases
 from echomq.conformance.harness import EXECUTORS, Pair
 from echomq.embedded import EmbeddedValkey
 
 MARKER = "emq-events-done"
 LANE_CASES = {case.id for case in lane_cases()}
+DEAD_CASES = {case.id for case in trim_dead_cases()}
 CASES = [case for case in all_cases()
          if case.transition.items or case.label in ("good", "all-keys-other-queue")
-         or case.id in LANE_CASES]
+         or case.id in LANE_CASES | DEAD_CASES]
 Events = list[tuple[bytes, bytes]]
 
 

@@ -1,8 +1,8 @@
 """Every case of the conformance table in one list, by family: the cases every transition has
 (``generic``), the single verbs' (``flat``), the batched ones (``batch``), the lane bookkeeping
-(``lanes``), the replays (``replay``), the claim records (``records``) and cancel
-(``cancel``); each family imports
-only ``common``, and only this module gathers them."""
+(``lanes``), the replays (``replay``), the claim records (``records``), cancel (``cancel``) and
+the bounds of dead jobs (``dead``); each family imports only ``common``, and only this module
+gathers them."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from echomq.conformance.cases import flat
 from echomq.conformance.cases.batch import batch_cases
 from echomq.conformance.cases.cancel import cancel_cases
 from echomq.conformance.cases.common import Case
+from echomq.conformance.cases.dead import trim_dead_cases
 from echomq.conformance.cases.generic import generic_cases
 from echomq.conformance.cases.lanes import lane_cases
 from echomq.conformance.cases.records import record_cases
@@ -24,7 +25,7 @@ def all_cases() -> list[Case]:
              *flat.ack_cases(), *flat.retry_cases(), *flat.extend_cases(), *flat.recover_cases(),
              *flat.promote_cases(), *batch_cases(), *flat.enqueue_delayed_cases(),
              *flat.ack_result_cases(), *lane_cases(), *replay_cases(),
-             *record_cases(), *flat.progress_cases(), *cancel_cases()]
+             *record_cases(), *flat.progress_cases(), *cancel_cases(), *trim_dead_cases()]
     ids = [case.id for case in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
     assert not duplicates, duplicates

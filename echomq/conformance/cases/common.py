@@ -86,6 +86,13 @@ def delayed(job_id: str, due: int, lane: str | None = None) -> list[Command]:
     return [row(job_id, *fields), ["ZADD", key("delayed"), str(due), job_id]]
 
 
+def dead(job_id: str, died: int) -> list[Command]:
+    """A job that died at ``died``, its ended key holding its token."""
+    return [row(job_id, "payload", b"p", "attempts", "3", "enqueued_at", str(NOW - 50),
+                "error", b"boom"),
+            ["ZADD", key("dead"), str(died), job_id], ["RPUSH", f"{BASE}ended:{job_id}", "1"]]
+
+
 GOOD: dict[str, list[Arg]] = {
     "enqueue": [3, key("job"), key("pending"), key("wake"), "JOB:1", b"payload", NOW],
     "claim": [3, key("pending"), key("active"), key("fence"), 30_000, NOW],
@@ -106,6 +113,7 @@ GOOD: dict[str, list[Arg]] = {
     "progress": [2, key("active"), key("job"), "JOB:1", 1, b"3 of 10"],
     "cancel": [6, key("job"), key("pending"), key("delayed"), key("active"), key("dead"),
                key("ring"), "JOB:1", NOW, 60_000],
+    "trim_dead": [2, key("dead"), key("deadconf"), NOW, 100],
 }
 
 # A state on which each transition's GOOD call succeeds.
@@ -123,6 +131,8 @@ READY: dict[str, list[Command]] = {
     "ack_result": leased("JOB:1"),
     "progress": leased("JOB:1"),
     "cancel": waiting("JOB:1"),
+    "trim_dead": [["HSET", key("deadconf"), "max_count", "1"], *dead("JOB:1", NOW - 10),
+                  *dead("JOB:2", NOW - 5)],
 }
 
 BAD_IDS: list[tuple[str, Arg]] = [

@@ -52,7 +52,8 @@ WRONG_VALUE: dict[str, list[Command]] = {
     "string": [["HSET", "{k}", "f", "v"], ["RPUSH", "{k}", "1"], ["ZADD", "{k}", "1", "1"]],
 }
 KEY_TYPES = {"job": "hash", "pending": "zset", "active": "zset", "delayed": "zset",
-             "dead": "zset", "ring": "list", "wake": "list", "fence": "string"}
+             "dead": "zset", "ring": "list", "wake": "list", "fence": "string",
+             "deadconf": "hash"}
 
 
 def _with(argv: list[Arg], index: int, value: Arg) -> list[Arg]:
@@ -118,7 +119,8 @@ def _expect_ok(t: Transition) -> bytes:
             "extend": b"+EXTENDED", "recover": b":1", "promote": b":1",
             "settle": b"*2\r\n*2\r\n+ACKED\r\n+RETRYING\r\n*1\r\n*4\r\n$5\r\nJOB:3\r\n",
             "extend_many": b"*2\r\n+EXTENDED\r\n+EXTENDED\r\n", "progress": b"+RECORDED",
-            "cancel": b"+CANCELLED"}[t.name]
+            "cancel": b"+CANCELLED",
+            "trim_dead": b":1\r\n"}[t.name]
 
 
 def number_cases(t: Transition) -> Iterator[Case]:

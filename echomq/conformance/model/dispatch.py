@@ -7,13 +7,14 @@ from collections.abc import Sequence
 
 from echomq.conformance.model.batch import BatchTransitions
 from echomq.conformance.model.cancel import Cancels
+from echomq.conformance.model.dead import DeadTrimming
 from echomq.conformance.model.movers import Movers
 from echomq.conformance.model.validation import Validation
 from echomq.conformance.resp import Arg
 from echomq.engine.transitions import Transition
 
 
-class Model(Validation, BatchTransitions, Movers, Cancels):
+class Model(Validation, BatchTransitions, Movers, Cancels, DeadTrimming):
     """The queue's keyspace in Python and every transition applied to it."""
 
     def call(self, transition: Transition, argv: Sequence[Arg]) -> bytes:

@@ -33,7 +33,8 @@ from echomq.engine.transitions import Transition
 # ended key.
 ENDING = ("ack_result", "retry", "cancel")
 KEY_TYPE = {"job": b"hash", "pending": b"zset", "active": b"zset", "delayed": b"zset",
-            "dead": b"zset", "ring": b"list", "wake": b"list", "fence": b"string"}
+            "dead": b"zset", "ring": b"list", "wake": b"list", "fence": b"string",
+            "deadconf": b"hash"}
 
 
 def split_keys(words: list[bytes]) -> tuple[list[bytes], list[bytes]] | bytes:
