@@ -133,7 +133,7 @@ def recovery(conn: redis.Redis, wire: int, pending: int) -> dict[str, Any]:
     lost_leases(conn, queue, 0)
     time.sleep(LOST_LEASE_MS / 1000 * 2)
     started = time.perf_counter()
-    recovered, _ = queue.recover_due()
+    recovered, _, _ = queue.recover_due()
     took = time.perf_counter() - started
     return {"pending": pending, "after_expiry_ms": max(0, back - expires_at),
             "recovered": recovered, "recover_s": took, "rate_per_s": recovered / took}

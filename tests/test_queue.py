@@ -317,12 +317,12 @@ def test_recover_due_takes_a_backlog_in_short_steps_on_both_queues(queue: Queue)
             pass
 
     backlog("emails")
-    assert queue.recover_due(now=NOW + 11) == (total, 0)
+    assert queue.recover_due(now=NOW + 11) == (total, 0, 0)
     assert queue.counts()["active"] == 0 and queue.counts()["pending"] == total
 
     backlog("emails-async")
 
-    async def recovered_async() -> tuple[int, int]:
+    async def recovered_async() -> tuple[int, int, int]:
         client = async_twin(queue.conn)
         try:
             return await AsyncQueue(client, "emails-async", wire=queue.wire).recover_due(
@@ -330,4 +330,4 @@ def test_recover_due_takes_a_backlog_in_short_steps_on_both_queues(queue: Queue)
         finally:
             await client.aclose()
 
-    assert asyncio.run(recovered_async()) == (total, 0)
+    assert asyncio.run(recovered_async()) == (total, 0, 0)

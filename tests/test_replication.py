@@ -54,6 +54,7 @@ OPS: st.SearchStrategy[Op] = st.one_of(
     st.tuples(st.just("recover"), st.sampled_from([1, 1_000])),
     st.tuples(st.just("promote"), st.sampled_from([1, 1_000])),
     st.tuples(st.just("cancel"), st.sampled_from(IDS), st.sampled_from([0, RETAIN])),
+    st.tuples(st.just("trim_dead"), st.sampled_from([1, 2])),
 )
 WORKLOAD = st.lists(st.tuples(st.sampled_from(QUEUES), OPS), min_size=10, max_size=80)
 SETTINGS = settings(max_examples=8, deadline=None,
@@ -83,8 +84,8 @@ class Worker:
             job = queue.claim(lease_ms=args[0])
             if job is not None:
                 held.append(job)
-        elif verb in ("recover", "promote"):
-            self.moved += getattr(queue, verb)(limit=args[0])
+        elif verb in ("recover", "promote", "trim_dead"):
+            self.moved += self.housekeep(queue, verb, args[0])
         elif verb in ("settle", "extend_many"):
             self.batch(queue, held, verb, args)
         elif held:
@@ -99,6 +100,15 @@ class Worker:
             queue.enqueue_many(args[0])
         else:
             queue.cancel(args[0], retention_ms=args[1])
+
+    @staticmethod
+    def housekeep(queue: Queue, verb: str, arg: int) -> int:
+        """recover or promote with ``arg`` as their limit; trim_dead under ``arg`` as the count
+        bound, set by the operator first."""
+        if verb == "trim_dead":
+            queue.set_dead_bounds(max_count=arg)
+            return int(queue.trim_dead())
+        return int(getattr(queue, verb)(limit=arg))
 
     @staticmethod
     def batch(queue: Queue, held: list[Job], verb: str, args: list[Any]) -> None:
@@ -249,6 +259,8 @@ def test_replica_sees_every_transition(primary: EmbeddedValkey,
             assert queue.promote() == 1
             expire_leases(conn, queue)
             assert queue.recover() >= 1
+            queue.set_dead_bounds(max_count=1)
+            assert queue.trim_dead() == 1  # two died: j3, batch[2]
         assert conn.execute_command("WAIT", 1, 5000) >= 1
         assert_same_keyspace(primary, replica)
     finally:

@@ -82,8 +82,9 @@ def forget(queue: str, url: str) -> None:
 @json_option
 def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
     """Return QUEUE's expired leases and promote its due retries now, every one that is due
-    (in short steps of 1,000)."""
-    recovered, promoted = Queue(connect(url), queue, wire=wire_of(wire)).recover_due()
+    (in short steps of 1,000), then trim its dead jobs to their bounds (`echomq dead
+    bounds`)."""
+    recovered, promoted, _ = Queue(connect(url), queue, wire=wire_of(wire)).recover_due()
     moved = {"recovered": recovered, "promoted": promoted}
     emit(as_json, moved, lambda: [f"recovered {moved['recovered']}, "
                                   f"promoted {moved['promoted']}"])

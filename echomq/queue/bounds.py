@@ -5,6 +5,9 @@ clock."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 from echomq.engine import calls
 
 # How far below a client's socket timeout a park stays, so BLPOP always answers before it trips.
@@ -27,3 +30,42 @@ def more_due(moved: int) -> bool:
     """Whether a recover or promote step that took ``moved`` jobs may have left more due: it
     came back full, so the round takes another step."""
     return moved >= HOUSEKEEPING_STEP
+
+
+# A housekeeping round trims dead jobs (trim_dead, HOUSEKEEPING_STEP a call) for at most this
+# many calls, so a queue that gained a million dead jobs is trimmed over several rounds.
+TRIM_STEPS = 10
+# A consumer's housekeeping trims at its first round, then every TRIM_EVERY-th round (the age
+# bound, and jobs other consumers sent dead), and at every round after one that came back full.
+TRIM_EVERY = 60
+
+
+class Housekept(NamedTuple):
+    """What one housekeeping round (``recover_due``) did: leases recovered (back to run or
+    dead), delayed jobs promoted, dead jobs trimmed to the queue's bounds."""
+
+    recovered: int
+    promoted: int
+    trimmed: int
+
+
+@dataclass
+class DeadTrims:
+    """When a consumer's housekeeping round trims: at its first, every TRIM_EVERY-th after the
+    last trim, and while the last trim came back full (more may be over the bounds). Between,
+    a round sends no trim_dead, so a queue with nothing dead pays for none."""
+
+    rounds_since: int | None = None  # rounds since the last trim; None: never trimmed
+    more: bool = False
+
+    def wanted(self) -> bool:
+        """Whether the next round trims."""
+        return self.more or self.rounds_since is None or self.rounds_since + 1 >= TRIM_EVERY
+
+    def done(self, trimmed: bool, housekept: Housekept) -> None:
+        """A round did ``housekept`` (``trimmed``: it trimmed)."""
+        if not trimmed:
+            self.rounds_since = None if self.rounds_since is None else self.rounds_since + 1
+            return
+        self.rounds_since = 0
+        self.more = housekept.trimmed >= TRIM_STEPS * HOUSEKEEPING_STEP

@@ -47,7 +47,8 @@ from echomq.engine.execution import ExecutorMethods
 from echomq.engine.once import lost_reply
 from echomq.engine.program import Invoke, Program, Reads, method, op
 from echomq.engine.wire import Wire
-from echomq.queue.bounds import HOUSEKEEPING_STEP, more_due
+from echomq.queue.bounds import HOUSEKEEPING_STEP, TRIM_STEPS, Housekept, more_due
+from echomq.queue.dead import DeadControls
 from echomq.queue.lanes import LaneControls, lane_groups, shown_depths
 from echomq.queue.parking import WATCH_ROLE, watch_commands
 from echomq.queue.registry import REGISTRY_KEY
@@ -86,7 +87,7 @@ def _outside_stacklevel() -> int:
     return level
 
 
-class QueueMethods(LaneControls):
+class QueueMethods(LaneControls, DeadControls):
     """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``):
     what both Queues are, and do."""
 
@@ -346,12 +347,13 @@ class QueueMethods(LaneControls):
         return (yield from self._sent(self.calls.promote(now, limit), int))
 
     @op
-    def recover_due(self, *, now: int | None = None,
-                    max_attempts: int | None = None) -> Program[tuple[int, int]]:
+    def recover_due(self, *, now: int | None = None, max_attempts: int | None = None,
+                    trim: bool = True) -> Program[Housekept]:
         """Recover expired leases, then promote due jobs, each in steps of at most
-        HOUSEKEEPING_STEP (every call short) until a step leaves none due: (recovered,
-        promoted)."""
-        recovered = promoted = 0
+        HOUSEKEEPING_STEP (every call short) until a step leaves none due; then (``trim``) trim
+        dead jobs to the queue's bounds in such steps, at most TRIM_STEPS of them: (recovered,
+        promoted, trimmed)."""
+        recovered = promoted = trimmed = 0
         while True:
             step = yield from self._sent(
                 self.calls.recover(now, HOUSEKEEPING_STEP, max_attempts), int)
@@ -363,7 +365,19 @@ class QueueMethods(LaneControls):
             promoted += step
             if not more_due(step):
                 break
-        return recovered, promoted
+        for _ in range(TRIM_STEPS if trim else 0):
+            step = yield from self._sent(self.calls.trim_dead(now, HOUSEKEEPING_STEP), int)
+            trimmed += step
+            if not more_due(step):
+                break
+        return Housekept(recovered, promoted, trimmed)
+
+    @op
+    def trim_dead(self, *, now: int | None = None,
+                  limit: int = DEFAULT_BATCH_LIMIT) -> Program[int]:
+        """Forget the oldest dead jobs beyond the queue's bounds (``set_dead_bounds``), at most
+        ``limit``, deleting their rows as purge does; how many went."""
+        return (yield from self._sent(self.calls.trim_dead(now, limit), int))
 
     # parking --------------------------------------------------------------------------------
 
