@@ -26,6 +26,7 @@ from echomq.consumer.settings import Round
 from echomq.consumer.shell import NOTICES
 from echomq.engine import calls
 from echomq.engine.calls import Job, Verdict
+from echomq.queue.bounds import Housekept
 from echomq.queue.parking import Sighting
 
 
@@ -63,6 +64,8 @@ class World:
         if isinstance(action, actions.Block):
             self.stop()
             return None
+        if isinstance(action, actions.Housekeep):
+            return Housekept(0, 0, 0)  # nothing was due, nothing dead
         return isinstance(action, actions.TakeToken) or None  # a token taken; not paused
 
     def settle(self, round_: Any) -> tuple[list[Verdict], list[Job]]:

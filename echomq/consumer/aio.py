@@ -21,6 +21,7 @@ from echomq.consumer.shell import LoopShell
 from echomq.engine.calls import DEFAULT_LEASE_MS, Job
 from echomq.engine.server_time import async_server_ms
 from echomq.queue.aio import Queue
+from echomq.queue.bounds import Housekept
 
 log = logging.getLogger("echomq")
 
@@ -100,7 +101,7 @@ class Consumer(LoopShell):
             actions.ServerTime: lambda action: async_server_ms(self.queue.conn),
             actions.Block: lambda action: self._parker.park(self._blpop(action.timeout_s),
                                                     self._stopping),
-            actions.Housekeep: lambda action: self._recover_and_promote(action.index),
+            actions.Housekeep: lambda action: self._recover_and_promote(action.index, action.trim),
             actions.Watch: lambda action: self._parker.watch(action.index),
             actions.PauseAfter: self._pause,
             actions.Idle: self._idle,
@@ -274,9 +275,12 @@ class Consumer(LoopShell):
         if handling is not None:
             handling.cancel()
 
-    async def _recover_and_promote(self, index: int = 0) -> None:
-        """As ``echomq.Consumer``'s: recover, then promote, in steps until none is due."""
-        await self.queues[index].recover_due(now=self._now(), max_attempts=self.max_attempts)
+    async def _recover_and_promote(self, index: int = 0, trim: bool = True) -> Housekept:
+        """As ``echomq.Consumer``'s: recover, then promote, in steps until none is due; then,
+        when asked, trim the dead jobs to their bounds."""
+        done: Housekept = await self.queues[index].recover_due(
+            now=self._now(), max_attempts=self.max_attempts, trim=trim)
+        return done
 
     # one handler ----------------------------------------------------------------------------
 

@@ -311,7 +311,7 @@ class Beat:
             if not core.take_housekeeping(self.now(), force=force):
                 continue
             if force:
-                yield Housekeep(index)
+                yield from self.housekeep_now(index)
             else:
                 yield from self.housekeep_queue(index)
 
@@ -322,7 +322,14 @@ class Beat:
         finally:
             self.lineup.cores[index].token_answered(self.now())
         if taken:
-            yield Housekeep(index)
+            yield from self.housekeep_now(index)
+
+    def housekeep_now(self, index: int) -> Program[None]:
+        """Recover + promote queue ``index``, trimming its dead jobs when the core's schedule
+        says (``echomq.queue.bounds.DeadTrims``)."""
+        trims = self.lineup.cores[index].dead_trims
+        trim = trims.wanted()
+        trims.done(trim, (yield Housekeep(index, trim)))
 
     # parking ----------------------------------------------------------------------------------
 

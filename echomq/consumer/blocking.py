@@ -46,6 +46,7 @@ from echomq.consumer.shell import (
 )
 from echomq.engine.server_time import server_ms
 from echomq.queue.blocking import DEFAULT_LEASE_MS, Job, Queue
+from echomq.queue.bounds import Housekept
 
 __all__ = ["Consumer", "Parker", "error_text", "park_window", "push_wake_token",
            "push_watch_token", "refuse_unsupported", "server_ms"]
@@ -373,10 +374,12 @@ class Consumer(LoopShell):
         announcer = self.announcer if action.before_park else None
         return self._parker.read(ready=action.ready, lanes=self.lanes, announcer=announcer)
 
-    def _housekeep(self, action: actions.Housekeep) -> None:
+    def _housekeep(self, action: actions.Housekeep) -> Housekept:
         """Recover, then promote, in steps of at most HOUSEKEEPING_STEP jobs each, until a step
-        leaves nothing due."""
-        self.queues[action.index].recover_due(now=self._now(), max_attempts=self.max_attempts)
+        leaves nothing due; then, when asked, trim the dead jobs to their bounds."""
+        done: Housekept = self.queues[action.index].recover_due(
+            now=self._now(), max_attempts=self.max_attempts, trim=action.trim)
+        return done
 
     def _pause(self, action: actions.PauseAfter) -> None:
         """The wait after a failed beat, which a stop ends (raised: an error that cannot heal)."""

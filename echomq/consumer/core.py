@@ -31,7 +31,7 @@ from echomq.consumer.settings import (
 )
 from echomq.engine import calls
 from echomq.engine.calls import Job, Outcome, Verdict
-from echomq.queue.bounds import park_cap_for
+from echomq.queue.bounds import DeadTrims, park_cap_for
 
 
 @dataclass
@@ -63,6 +63,8 @@ class LoopCore:
     # Leases in hand whose job was cancelled (a heartbeat answered CANCELLING): their handlers
     # are told (``cancel_requested``), their outcomes end them cancelled on the server.
     cancel_asked: set[Job] = field(default_factory=set)
+    # When housekeeping trims the queue's dead jobs to their bounds.
+    dead_trims: DeadTrims = field(default_factory=DeadTrims)
 
     def __post_init__(self) -> None:
         self.backoff = Backoff(min(max(self.settings.park_cap_ms / 1000, BACKOFF_FIRST_S),
