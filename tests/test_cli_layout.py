@@ -23,6 +23,7 @@ HOMES = {
     "stats": "queues", "lanes": "queues", "pause": "queues", "resume": "queues",
     "recover": "queues", "forget": "queues",
     "dead": "dead", "dead list": "dead", "dead requeue": "dead", "dead purge": "dead",
+    "dead bounds": "dead",
     "worker": "workers", "workers": "workers",
     "serve": "serve", "dashboard": "serve",
     "demo": "tools", "bench": "tools", "conformance": "tools",

@@ -1,6 +1,10 @@
-"""``echomq dead``: the dead jobs of a queue listed, run again with fresh attempts, or forgotten."""
+"""``echomq dead``: the dead jobs of a queue listed, run again with fresh attempts, or forgotten;
+the bounds they are kept within shown and set."""
 
 from __future__ import annotations
+
+import re
+from typing import Any
 
 import click
 from rich.text import Text
@@ -11,6 +15,8 @@ from echomq.cli.errors import Failure
 from echomq.cli.views import console, human_age, one_line, table
 from echomq.engine.server_time import server_ms
 from echomq.ops import admin
+from echomq.queue.blocking import Queue
+from echomq.queue.dead import Bound, DeadBounds
 
 
 @click.group()
@@ -30,9 +36,11 @@ def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
     if as_json:
         print_json(jobs)
         return
+    kept = kept_text(Queue(conn, queue, check_policy=False).dead_bounds())
     if not jobs:
-        console().print(f"no dead jobs in {queue}")
+        console().print(f"no dead jobs in {queue} ({kept})")
         return
+    console().print(kept)
     now = server_ms(conn)
     shown = table("job", "task", "attempts", "lane", "died", "error")
     for j in jobs:
@@ -78,3 +86,78 @@ def dead_purge(queue: str, limit: int, url: str, as_json: bool) -> None:
     """Forget up to LIMIT dead jobs of QUEUE (oldest first), deleting their rows."""
     purged = admin.purge(connect(url), queue, limit=limit)
     emit(as_json, {"purged": purged}, lambda: [f"purged {purged}"])
+
+
+DURATION = re.compile(r"(\d{1,15})(ms|s|m|h|d)?")
+UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+DAY_MS = UNIT_MS["d"]
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2
+    """An age bound: ``30d``, ``12h``, ``90m``, ``45s``, ``500ms`` (a bare number: ms), ``0``
+    for none, or ``default``."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int | None:
+        if value == "default":
+            return None
+        found = DURATION.fullmatch(value) if isinstance(value, str) else None
+        if found is None:
+            self.fail(f"{value!r} is not a duration: a number and one of ms, s, m, h, d "
+                      "(30d), 0 for no age bound, or default", param, ctx)
+        return int(found[1]) * UNIT_MS[found[2] or "ms"]
+
+
+class BoundCount(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2
+    """A count bound: an integer from 0 (0: no count bound), or ``default``."""
+
+    name = "count"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int | None:
+        if value == "default":
+            return None
+        if not (isinstance(value, str) and value.isascii() and value.isdigit()
+                and len(value) <= 15):
+            self.fail(f"{value!r} is not a count: an integer from 0 (0 for no count bound), "
+                      "or default", param, ctx)
+        return int(value)
+
+
+def kept_text(bounds: DeadBounds) -> str:
+    """``kept: at most 10,000 for 180 days`` (either bound 0: no bound of that kind)."""
+    count = f"at most {bounds.max_count:,}" if bounds.max_count else "any number"
+    age = bounds.max_age_ms
+    if not age:
+        span = "for ever"
+    elif age % DAY_MS == 0:
+        span = f"for {age // DAY_MS:,} day{'s' if age != DAY_MS else ''}"
+    else:
+        span = f"for {human_age(age)}"
+    return f"kept: {count} {span}"
+
+
+@dead.command("bounds")
+@click.argument("queue", type=QUEUE)
+@click.option("--max-count", type=BoundCount(), default=None,
+              help="keep at most this many dead jobs (0: no count bound; default: 10,000)")
+@click.option("--max-age", type=Duration(), default=None,
+              help="keep none dead this long: 30d, 12h, 90m, 45s, 500ms (0: no age bound; "
+                   "default: 180d)")
+@url_option
+@json_option
+def dead_bounds(queue: str, max_count: int | None, max_age: int | None, url: str,
+                as_json: bool) -> None:
+    """Show the bounds QUEUE's dead jobs are kept within, or set them: the workers'
+    housekeeping forgets the oldest dead jobs beyond them."""
+    ctx = click.get_current_context()
+    given = {name: value for name, value in (("max_count", max_count),
+                                             ("max_age_ms", max_age))
+             if ctx.get_parameter_source(name.removesuffix("_ms")) ==
+             click.core.ParameterSource.COMMANDLINE}
+    changes: dict[str, Bound] = {"max_count": ..., "max_age_ms": ..., **given}
+    bounds = Queue(connect(url), queue, check_policy=False).set_dead_bounds(**changes)
+    emit(as_json, {"max_count": bounds.max_count, "max_age_ms": bounds.max_age_ms},
+         lambda: [kept_text(bounds)])
