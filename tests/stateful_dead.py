@@ -9,7 +9,7 @@ from typing import Any
 
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import rule
+from hypothesis.stateful import precondition, rule
 
 from echomq.engine.transitions import TRIM_DEAD
 
@@ -45,9 +45,29 @@ class DeadBoundsRules:
         elif value is not None and kind in (b"none", b"hash"):
             self.behind_the_back(b"HSET", DEADCONF, field, value)
 
+    @precondition(lambda self: self.zmembers(b"dead"))
+    @rule(keep=st.sampled_from([b"0", b"1", b"2"]), age=st.sampled_from([b"0", b"1", b"1000"]),
+          limit=st.sampled_from([1, 1_000]))
+    def trim_dead_over(self, keep: bytes, age: bytes, limit: int) -> None:
+        """Dead jobs and bounds the operator just lowered: those over them go, oldest first."""
+        self.lower_dead_bounds(keep, age)
+        self.trim_dead(limit)
+
+    def lower_dead_bounds(self, keep: bytes, age: bytes) -> None:
+        if self.model.kind(DEADCONF) in (b"none", b"hash"):
+            self.behind_the_back(b"HSET", DEADCONF, b"max_count", keep, b"max_age_ms", age)
+
     @rule(limit=st.sampled_from([1, 2, 1_000]))
     def trim_dead(self, limit: int) -> None:
         """Housekeeping's trim: the jobs that leave dead leave with their rows."""
+        reply, gone = self.trimmed(limit)
+        if gone:
+            event("dead jobs trimmed")
+        elif reply.startswith(b"-EMQNUM deadconf"):
+            event("a bad bound refused")
+
+    def trimmed(self, limit: int) -> tuple[bytes, set[bytes]]:
+        """trim_dead at the machine's clock, checked: its reply and the ids it took."""
         before = set(self.zmembers(b"dead"))
         reply, _ = self.execute(TRIM_DEAD, [2, BASE + b"dead", DEADCONF, self.now, limit])
         gone = before - set(self.zmembers(b"dead"))
@@ -55,7 +75,4 @@ class DeadBoundsRules:
             assert self.model.kind(BASE + b"job:" + job_id) == b"none", job_id
         self.live -= gone
         self.ghosts -= gone
-        if gone:
-            event("dead jobs trimmed")
-        elif reply.startswith(b"-EMQNUM deadconf"):
-            event("a bad bound refused")
+        return reply, gone

@@ -221,3 +221,39 @@ def test_a_bad_bound_on_the_command_line_is_one_line_and_exit_2(
         valkey: EmbeddedValkey, conn: redis.Redis, option: list[str]) -> None:
     assert_one_error(echomq("dead", "bounds", "mail", *option, url=valkey.url), 2, option[0])
     assert not conn.exists("emq:{mail}:deadconf")
+
+
+# the lockstep machine ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_the_lockstep_machine_trims_dead_jobs_over_a_lowered_bound(valkey: EmbeddedValkey,
+                                                                  protocol: int) -> None:
+    """Two jobs die (a retry at the last attempt); the operator lowers the bounds; trim_dead on
+    both executors and the model, in lockstep, takes the one over the count, then the one past
+    its age on the machine's clock, each with its row and ended key."""
+    from echomq.engine.transitions import RETRY
+    from tests.stateful_world import POOL, key
+    from tests.test_stateful import QueueMachine, status
+
+    machine = QueueMachine(valkey.port, protocol)
+    try:
+        for job_id in POOL[:2]:
+            machine.enqueue_id(job_id, b"p")
+            assert machine.claim_one(1_000) == job_id
+            fence = machine.fences[job_id][-1]
+            argv = [4, key(b"active"), key(b"delayed"), key(b"dead"), key(b"job", job_id),
+                    job_id, fence, 0, 1, b"boom", machine.now]
+            assert machine.fenced(RETRY, job_id, fence, argv) == status("DEAD")
+            machine.now += 10
+        machine.lower_dead_bounds(b"1", b"0")
+        assert machine.trimmed(1_000) == (b":1\r\n", {POOL[0]})
+        assert machine.zmembers(b"dead") == [POOL[1]]
+        assert machine.model.kind(key(b"job", POOL[0])) == b"none"
+        machine.now += 1_000
+        machine.lower_dead_bounds(b"0", b"1000")
+        assert machine.trimmed(1_000) == (b":1\r\n", {POOL[1]})
+        assert machine.zmembers(b"dead") == []
+        machine.keyspaces_agree()
+    finally:
+        machine.teardown()
