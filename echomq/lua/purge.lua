@@ -6,8 +6,7 @@
   Derived: <base>job:<id> and <base>ended:<id> of each purged job.
   Replies: :<jobs purged> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
---- @include "derived"
---- @include "ended"
+--- @include "forget"
 --- @include "errors"
 --- @include "keys"
 --- @include "numbers"
@@ -20,15 +19,7 @@ if not types_ok({ 'zset' }) then return redis.error_reply(E_TYPE) end
 
 local dead = KEYS[1]
 local ids = redis.call('ZRANGE', dead, '0', dec(limit - 1))
-for i = 1, #ids do
-  local row = base .. 'job:' .. ids[i]
-  if not may_access(row) then return redis.error_reply(E_PERM) end
-  if derived_type(row) == nil then return redis.error_reply(E_MOVING) end
-  local err = check_ended(base .. 'ended:' .. ids[i])
-  if err then return err end
-end
-for i = 1, #ids do
-  redis.call('ZREM', dead, ids[i])
-  redis.call('DEL', base .. 'job:' .. ids[i], base .. 'ended:' .. ids[i])
-end
+local err = check_forgettable(base, ids)
+if err then return err end
+forget_dead(base, dead, ids)
 return #ids

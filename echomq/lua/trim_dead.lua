@@ -11,8 +11,7 @@
   Replies: :<jobs trimmed> | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
 --- @include "args"
---- @include "derived"
---- @include "ended"
+--- @include "forget"
 --- @include "errors"
 --- @include "keys"
 --- @include "numbers"
@@ -51,15 +50,7 @@ for i = 1, #entries, 2 do
   if n > over and not aged then break end
   ids[n] = entries[i]
 end
-for i = 1, #ids do
-  local row = base .. 'job:' .. ids[i]
-  if not may_access(row) then return redis.error_reply(E_PERM) end
-  if derived_type(row) == nil then return redis.error_reply(E_MOVING) end
-  local err = check_ended(base .. 'ended:' .. ids[i])
-  if err then return err end
-end
-for i = 1, #ids do
-  redis.call('ZREM', dead, ids[i])
-  redis.call('DEL', base .. 'job:' .. ids[i], base .. 'ended:' .. ids[i])
-end
+local err = check_forgettable(base, ids)
+if err then return err end
+forget_dead(base, dead, ids)
 return #ids
