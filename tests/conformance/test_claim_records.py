@@ -4,39 +4,21 @@ its encoding on both."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from echomq.conformance.cases import NULL, NULLS, Case
 from echomq.conformance.cases.records import RECORD, record_cases
 from echomq.conformance.harness import Pair
-from echomq.conformance.model import Model, normalise
-from echomq.embedded import EmbeddedValkey
+from tests.conformance.lockstep import model_agrees
 
 # The model leaves a paused queue aside (lane_pause is scripts only): those cases are the
 # executors' alone (tests/conformance/test_transitions.py).
 CASES = [case for case in record_cases() if "paused" not in case.label]
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["resp2", "resp3"])
-def pair(request: pytest.FixtureRequest, valkey: EmbeddedValkey) -> Iterator[Pair]:
-    both = Pair(valkey.port, request.param)
-    yield both
-    both.close()
-
-
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_the_model_agrees_with_both_executors(pair: Pair, case: Case) -> None:
-    pair.reset(case.setup)
-    model = Model(pair.protocol)
-    for command in case.setup:
-        model.apply_setup(command)
-    expected = model.call(case.transition, case.argv)
-    outcomes = pair.run(case.transition, case.argv)
-    for name in ("lua", "native"):
-        assert outcomes[name].reply == expected, name
-        assert normalise(outcomes[name].after) == model.render(), name
+    expected = model_agrees(pair, case)
     if case.expect == NULL:
         assert expected == NULLS[pair.protocol]
     else:

@@ -6,22 +6,12 @@ The case table and the comparison are the package's (echomq.conformance), the on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from echomq.conformance.cases import Case, all_cases, case_differences
 from echomq.conformance.harness import Pair
-from echomq.embedded import EmbeddedValkey
 
 CASES = all_cases()
-
-
-@pytest.fixture(scope="module", params=[2, 3], ids=["resp2", "resp3"])
-def pair(request: pytest.FixtureRequest, valkey: EmbeddedValkey) -> Iterator[Pair]:
-    both = Pair(valkey.port, request.param)
-    yield both
-    both.close()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
