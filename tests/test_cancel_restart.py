@@ -13,11 +13,10 @@ import pytest
 
 from echomq import Consumer, Job, Queue, Verdict
 from echomq.embedded import EmbeddedValkey
-from tests.reliability.servers import node, own_directory, persist
+from tests.reliability.servers import durable_node, persist
 from tests.test_cancel import until
 from tests.test_consumer import running
 
-AOF = {"appendonly": "yes", "appendfsync": "always"}
 LEASE_MS = 1_000
 BOUND_S = 60.0
 
@@ -30,13 +29,8 @@ def wire(request: pytest.FixtureRequest) -> int:
 @pytest.fixture
 def durable() -> Iterator[EmbeddedValkey]:
     """A server with the module, writing an fsynced AOF into a directory that outlives it."""
-    with own_directory("echomq-cancel-") as directory:
-        server = node(directory=directory, config=AOF)
-        try:
-            server.start()
-            yield server
-        finally:
-            server.stop()
+    with durable_node("echomq-cancel-") as server:
+        yield server
 
 
 def test_a_new_worker_never_runs_a_job_cancelled_while_none_ran_or_its_holder_died(

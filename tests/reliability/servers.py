@@ -178,3 +178,20 @@ def own_directory(prefix: str) -> Iterator[str]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+# An AOF written through to the file before each reply.
+FSYNCED_AOF = {"appendonly": "yes", "appendfsync": "always"}
+
+
+@contextmanager
+def durable_node(prefix: str) -> Iterator[EmbeddedValkey]:
+    """A server with the module, writing an fsynced AOF into a directory that outlives it, so a
+    restart on the same port loads what it wrote."""
+    with own_directory(prefix) as directory:
+        server = node(directory=directory, config=FSYNCED_AOF)
+        try:
+            server.start()
+            yield server
+        finally:
+            server.stop()

@@ -16,23 +16,17 @@ from redis.retry import Retry
 from echomq import Queue, Verdict
 from echomq.embedded import EmbeddedValkey
 from tests.reliability.ledger import Ledger, assert_nothing_lost, reckon
-from tests.reliability.servers import node, own_directory, persist, server_version, wait_until
+from tests.reliability.servers import durable_node, persist, server_version, wait_until
 from tests.reliability.workload import Crew, Plan, drain
 
 NO_RETRY = Retry(NoBackoff(), 0)
-AOF = {"appendonly": "yes", "appendfsync": "always"}
 
 
 @pytest.fixture
 def durable() -> Iterator[EmbeddedValkey]:
     """A server with the module, writing an fsynced AOF into a directory that outlives it."""
-    with own_directory("echomq-crash-") as directory:
-        server = node(directory=directory, config=AOF)
-        try:
-            server.start()
-            yield server
-        finally:
-            server.stop()
+    with durable_node("echomq-crash-") as server:
+        yield server
 
 
 def digest(server: EmbeddedValkey) -> bytes:
