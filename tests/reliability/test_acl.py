@@ -34,7 +34,7 @@ NOPERM_KEY = b"-NOPERM No permissions to access a key\r\n"
 DATA_COMMANDS = [
     "type", "exists", "hget", "hset", "hdel", "del", "pexpire", "zadd", "zrem", "zscore",
     "zrange", "zrangebyscore", "llen", "lindex", "lpush", "rpush", "lpop", "rpop", "lmove",
-    "time", "hincrby", "get", "set", "hmget", "zcard",
+    "time", "hincrby", "get", "set", "hexists", "pttl", "lrem", "hmget", "zcard",
 ]
 NATIVE_COMMANDS = [t.native.lower() for t in TRANSITIONS if t.native]
 SESSION = ["+select", "+hello", "+ping"]
