@@ -1,9 +1,10 @@
 """A seeded random sequence of transitions on both executors, checked step by step.
 
 One queue is driven through enqueue, claim, ack, retry, extend, progress, settle, extend_many,
-recover and promote on an explicit clock that jumps forward, with current and stale fences, and now
-and then a malformed call from the case table. After every step both executors' replies must be the
-same bytes and their keyspaces equal, and both must agree with the model (echomq.conformance.model).
+recover, promote, cancel and trim_dead on an explicit clock that jumps forward, with current and
+stale fences, and now and then a malformed call from the case table. After every step both
+executors' replies must be the same bytes and their keyspaces equal, and both must agree with the
+model (echomq.conformance.model).
 The same seed gives the same sequence, so a difference found on one server can be replayed.
 """
 
@@ -31,6 +32,7 @@ from echomq.engine.transitions import (
     RECOVER,
     RETRY,
     SETTLE,
+    TRIM_DEAD,
     Transition,
 )
 
@@ -69,7 +71,8 @@ class Walk:
         self.makers: list[Callable[[], Call]] = [
             self.enqueue, self.enqueue, self.claim, self.claim, self.ack, self.retry,
             self.extend, self.settle, self.settle, self.extend_many, self.recover, self.promote,
-            self.bad, self.enqueue_later, self.ack_result, self.progress, self.cancel]
+            self.bad, self.enqueue_later, self.ack_result, self.progress, self.cancel,
+            self.trim_dead]
 
     def run(self, steps: int) -> WalkResult:
         """Up to ``steps`` steps; stops at the first difference (the states part there)."""
@@ -192,6 +195,10 @@ class Walk:
         return CANCEL, [6, key(b"job", job_id), key(b"pending"), key(b"delayed"), key(b"active"),
                         key(b"dead"), key(b"ring"), job_id, self.now,
                         self.rng.choice([0, RETENTION_MS])]
+
+    def trim_dead(self) -> Call:
+        """The queue's default bounds (10,000 dead, 180 days): the walk's dead jobs stay."""
+        return TRIM_DEAD, [2, key(b"dead"), key(b"deadconf"), self.now, self.rng.choice([1, 100])]
 
     def bad(self) -> Call:
         """A malformed call of the case table, on the walk's state: refused alike, no change."""
