@@ -107,8 +107,11 @@ def test_idle_announced_consumers_cost_a_tenth_of_a_command_a_second(
     writes = spent.get("hset", 0)
     assert parks <= consumers * (window_s * 1000 / cap_ms + 1)
     assert spent.get("pexpire", 0) == writes  # each rewrite: HSET and PEXPIRE in one flush
-    # No TIME, no SADD, no housekeeping, no claim while parked.
-    assert set(spent) <= {"zrange", "zcard", "llen", "blpop", "hset", "pexpire"}, spent
+    # No TIME, no housekeeping, no claim while parked. A SADD only relists a record that lapsed
+    # (a consumer starved past its expiry on a busy machine writes it afresh): once per consumer
+    # at most, and counted in the cost below.
+    assert set(spent) <= {"zrange", "zcard", "llen", "blpop", "hset", "pexpire", "sadd"}, spent
+    assert spent.get("sadd", 0) <= consumers, spent
     reads = sum(spent.values()) - PER_WRITE * writes
     assert reads / parks <= per_park, spent
     # Every other park rewrites the record (one more at most per consumer at the window's edges).
