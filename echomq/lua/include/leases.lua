@@ -30,10 +30,10 @@ end
 -- its error: DEAD while it is in dead, else RETRYING. Fences never repeat, so no other lease
 -- leaves a row so; anything else is STALE. Reads only.
 local function replayed(row, fence, error, dead, id)
-  if cancelled_at(row, fence) then return 'CANCELLED' end
   if redis.call('EXISTS', row) == 0 then return 'STALE' end
   if int_field(redis.call('HGET', row, 'fence'), 0) ~= fence then return 'STALE' end
   local has_payload = redis.call('HEXISTS', row, 'payload') == 1
+  if not has_payload and redis.call('HEXISTS', row, 'cancelled') == 1 then return 'CANCELLED' end
   if error == nil then
     if has_payload or redis.call('PTTL', row) < 0 then return 'STALE' end
     return 'ACKED'
