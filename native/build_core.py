@@ -17,6 +17,8 @@ ffibuilder.cdef(
     int emq_lane_ok(const char *group, size_t len);
     int emq_parse_int(const char *s, size_t len, long long min, long long *out);
     int emq_parse_now(const char *s, size_t len, long long *out);
+    int emq_parse_priority(const char *p, size_t n, long long *out);
+    long long emq_pending_score(long long priority, long long t);
     """
 )
 ffibuilder.set_source(

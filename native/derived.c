@@ -112,6 +112,19 @@ long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *
     return ok ? out : fallback;
 }
 
+/* row_priority of the prelude: the row's priority field, read as the argument is; absent or bad
+ * counts as 0. */
+long long row_priority(ValkeyModuleCtx *ctx, ValkeyModuleKey *row) {
+    ValkeyModuleString *v = NULL;
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "priority", &v, NULL);
+    if (v == NULL) return 0;
+    long long out;
+    Bytes b = bytes_of(v);
+    int ok = emq_parse_priority(b.p, b.n, &out);
+    ValkeyModule_FreeString(ctx, v);
+    return ok ? out : 0;
+}
+
 /* is_current_lease of the prelude: id in active, the row exists, its fence equals fence. */
 int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleKey *row,
                      ValkeyModuleString *id, long long fence) {

@@ -43,6 +43,24 @@ int emq_parse_now(const char *s, size_t len, long long *out) {
     return emq_parse_int(s, len, 0, out);
 }
 
+int emq_parse_priority(const char *p, size_t n, long long *out) {
+    size_t start = (n > 0 && p[0] == '-') ? 1 : 0;
+    if (n - start < 1 || n - start > 3) return 0;
+    long long v = 0;
+    for (size_t i = start; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        v = v * 10 + (p[i] - '0');
+    }
+    if (start) v = -v;
+    if (v < EMQ_PRIORITY_MIN || v > EMQ_PRIORITY_MAX) return 0;
+    *out = v;
+    return 1;
+}
+
+long long emq_pending_score(long long priority, long long t) {
+    return (t < EMQ_TIME_CAP ? t : EMQ_TIME_CAP) - priority * EMQ_PRIORITY_BAND;
+}
+
 int emq_split_base(const char *key, size_t len, const char *suffix, size_t slen, size_t *base_len) {
     if (len < slen || memcmp(key + len - slen, suffix, slen) != 0) return 0;
     *base_len = len - slen;

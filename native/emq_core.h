@@ -18,6 +18,12 @@
 #define EMQ_RESULT_MAX 524288
 /* The most bytes a job's progress may hold (echomq.engine.transitions.MAX_PROGRESS_BYTES). */
 #define EMQ_PROGRESS_MAX 65536
+/* A job's priority and its pending score (echomq.engine.transitions: PRIORITY_MIN, PRIORITY_MAX,
+ * PRIORITY_BAND, TIME_CAP): score = min(t, EMQ_TIME_CAP) - p * EMQ_PRIORITY_BAND. */
+#define EMQ_PRIORITY_MIN (-100LL)
+#define EMQ_PRIORITY_MAX 100LL
+#define EMQ_PRIORITY_BAND 35184372088832LL
+#define EMQ_TIME_CAP (EMQ_PRIORITY_BAND - 1)
 
 /* The error replies, EMQ_ERR_* and EMQ_FMT_*: generated from the error table of
  * echomq/engine/transitions.py, as the scripts' texts are checked against it. */
@@ -34,6 +40,14 @@ int emq_parse_int(const char *s, size_t len, long long min, long long *out);
 
 /* now: 2 for "*" (the caller reads the clock), 1 and *out set for an integer >= 0, 0 when bad. */
 int emq_parse_now(const char *s, size_t len, long long *out);
+
+/* A priority: an optional '-', then 1..3 ASCII digits, from -100 to 100 ("-0" and leading zeros
+ * accepted). 1 and *out set when good; else 0. */
+int emq_parse_priority(const char *p, size_t n, long long *out);
+
+/* The pending score of a job of priority p at time t: min(t, EMQ_TIME_CAP) - p * EMQ_PRIORITY_BAND
+ * (every value an integer a double holds exactly). */
+long long emq_pending_score(long long priority, long long t);
 
 /* 1 when key ends with suffix (of slen bytes), *base_len set to the length before it; else 0. */
 int emq_split_base(const char *key, size_t len, const char *suffix, size_t slen, size_t *base_len);

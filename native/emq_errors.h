@@ -35,6 +35,7 @@
 /* name, min */
 #define EMQ_FMT_NUMBER "EMQNUM %s must be an integer from %lld to 999999999999999"
 #define EMQ_ERR_NOW "EMQNUM now must be * or an integer from 0 to 999999999999999"
+#define EMQ_ERR_PRIORITY "EMQNUM priority must be an integer from -100 to 100"
 #define EMQ_ERR_RESULT "EMQSIZE result must be at most 524288 bytes"
 #define EMQ_ERR_PROGRESS "EMQSIZE progress must be at most 65536 bytes"
 #define EMQ_ERR_TYPE "WRONGTYPE Operation against a key holding the wrong kind of value"

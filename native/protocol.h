@@ -22,7 +22,8 @@ typedef enum {
     EMQ_ARG_NOW,
     EMQ_ARG_BYTES,
     EMQ_ARG_RESULT, /* bytes, at most EMQ_RESULT_MAX of them */
-    EMQ_ARG_PROGRESS /* bytes, at most EMQ_PROGRESS_MAX of them */
+    EMQ_ARG_PROGRESS, /* bytes, at most EMQ_PROGRESS_MAX of them */
+    EMQ_ARG_PRIORITY /* an optional '-' and 1..3 digits, -100 to 100 */
 } EmqArgKind;
 
 /* An argument: its name (as EMQNUM errors give it), kind and, for an integer, its minimum. */

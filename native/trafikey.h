@@ -101,6 +101,7 @@ const char *check_row(ValkeyModuleCtx *ctx, Acl *acl, ValkeyModuleString *row_na
 const char *check_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *lane_key);
 const char *check_ended(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *ended);
 long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field, long long fallback);
+long long row_priority(ValkeyModuleCtx *ctx, ValkeyModuleKey *row);
 int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleKey *row, ValkeyModuleString *id,
                      long long fence);
 const char *extended(ValkeyModuleCtx *ctx, ValkeyModuleKey *row);

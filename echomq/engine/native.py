@@ -71,6 +71,17 @@ def checked_int(name: str, value: int, minimum: int) -> str:
     return text
 
 
+def checked_priority(value: int) -> str:
+    """``value`` as the priority argument the protocol takes (an integer from -100 to 100);
+    ArgumentError with the server's words otherwise, before anything is sent."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else ""
+    raw = text.encode()
+    out = ffi.new("long long *")
+    if not lib.emq_parse_priority(raw, len(raw), out):
+        raise ArgumentError(ERRORS["PRIORITY"].text)
+    return text
+
+
 def checked_now(now: int | None) -> str:
     """``*`` (the server's clock) for None, else ``now`` as a checked millisecond timestamp."""
     if now is None:

@@ -53,7 +53,8 @@ typedef enum {
     EMQ_ARG_NOW,
     EMQ_ARG_BYTES,
     EMQ_ARG_RESULT, /* bytes, at most EMQ_RESULT_MAX of them */
-    EMQ_ARG_PROGRESS /* bytes, at most EMQ_PROGRESS_MAX of them */
+    EMQ_ARG_PROGRESS, /* bytes, at most EMQ_PROGRESS_MAX of them */
+    EMQ_ARG_PRIORITY /* an optional '-' and 1..3 digits, -100 to 100 */
 } EmqArgKind;
 
 /* An argument: its name (as EMQNUM errors give it), kind and, for an integer, its minimum. */
@@ -99,7 +100,7 @@ typedef struct {
 
 KIND = {"id": "EMQ_ARG_ID", "group": "EMQ_ARG_GROUP", "int": "EMQ_ARG_INT", "now": "EMQ_ARG_NOW",
         "bytes": "EMQ_ARG_BYTES", "result": "EMQ_ARG_RESULT",
-        "progress": "EMQ_ARG_PROGRESS"}
+        "progress": "EMQ_ARG_PROGRESS", "priority": "EMQ_ARG_PRIORITY"}
 KEYTYPE = {"zset": "VALKEYMODULE_KEYTYPE_ZSET", "hash": "VALKEYMODULE_KEYTYPE_HASH",
            "list": "VALKEYMODULE_KEYTYPE_LIST", "string": "VALKEYMODULE_KEYTYPE_STRING"}
 

@@ -60,8 +60,9 @@ CLAIM_RECORD_PREFIX = "claim:"
 class Argument:
     """How one argument reads: ``id`` (the kind gate), ``group`` (the lane gate), ``int`` (1 to 15
     digits, at least ``min``), ``now`` (``*`` or an integer from 0), ``bytes`` (anything),
-    ``result`` (any bytes, at most ``MAX_RESULT_BYTES`` of them) or ``progress`` (any bytes, at
-    most ``MAX_PROGRESS_BYTES``)."""
+    ``result`` (any bytes, at most ``MAX_RESULT_BYTES`` of them), ``progress`` (any bytes, at
+    most ``MAX_PROGRESS_BYTES``) or ``priority`` (an optional ``-`` and 1 to 3 digits, from
+    ``PRIORITY_MIN`` to ``PRIORITY_MAX``)."""
 
     kind: str
     min: int = 0
@@ -89,6 +90,7 @@ ARGUMENTS: dict[str, Argument] = {
     "window_ms": Argument("knob"),
     "weight": Argument("knob"),
     "paused": Argument("flag"),  # 1 or 0
+    "priority": Argument("priority"),  # -100 to 100; higher is claimed first
 }
 # The most bytes a result an ack keeps may hold (EMQSIZE above it, on both executors and in the
 # client before sending): a tombstone stays small enough to keep for a whole retention window.
@@ -99,6 +101,12 @@ MAX_PROGRESS_BYTES = 64 * 1024
 # The largest integer argument: 15 digits. A queue's fence counter stays below it (EMQFENCE).
 INT_MAX = 999_999_999_999_999
 FENCE_MAX = INT_MAX - 1
+# A job's priority: higher is claimed first, 0 when none is given. The pending score of a job of
+# priority p admitted at t is min(t, TIME_CAP) - p * PRIORITY_BAND: each priority owns a band of
+# PRIORITY_BAND scores, and times past TIME_CAP (the year 3084) are clamped inside the band.
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+PRIORITY_BAND = 2**45
+TIME_CAP = PRIORITY_BAND - 1
 
 
 @dataclass(frozen=True)
@@ -185,6 +193,8 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
     ErrorText("KNOB", "EMQNUM {name} must be = (keep), - (clear) or an integer from 1 to "
                       + str(INT_MAX), "scripts"),
     ErrorText("PAUSED", "EMQNUM paused must be 1 (pause) or 0 (resume)", "scripts"),
+    ErrorText("PRIORITY", f"EMQNUM priority must be an integer from {PRIORITY_MIN} to "
+                          f"{PRIORITY_MAX}"),
     ErrorText("RESULT", f"EMQSIZE result must be at most {MAX_RESULT_BYTES} bytes"),
     ErrorText("PROGRESS", f"EMQSIZE progress must be at most {MAX_PROGRESS_BYTES} bytes"),
     ErrorText("TYPE", "WRONGTYPE Operation against a key holding the wrong kind of value"),

@@ -54,3 +54,30 @@ def numkeys_of(value: bytes) -> int | None:
 
 def dec(value: int) -> bytes:
     return str(value).encode()
+
+
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+PRIORITY_BAND = 2**45
+TIME_CAP = PRIORITY_BAND - 1
+_PRIORITY = re.compile(rb"-?[0-9]{1,3}\Z")
+
+
+def priority_arg(value: bytes) -> int | None:
+    """A priority argument (an optional ``-``, 1-3 ASCII digits, -100 to 100), or None."""
+    if _PRIORITY.match(value) is None:
+        return None
+    number = int(value)
+    return number if PRIORITY_MIN <= number <= PRIORITY_MAX else None
+
+
+def row_priority(value: bytes | None) -> int:
+    """A row's priority field: absent or not a priority counts as 0."""
+    if value is None:
+        return 0
+    number = priority_arg(value)
+    return 0 if number is None else number
+
+
+def pending_score(priority: int, t: int) -> int:
+    """The pending score of a job of ``priority`` at time ``t``: higher priorities first."""
+    return min(t, TIME_CAP) - priority * PRIORITY_BAND
