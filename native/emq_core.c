@@ -84,6 +84,10 @@ int emq_variadic_arity_error(char *buf, size_t cap, const char *verb, int nkeys,
     return snprintf(buf, cap, EMQ_FMT_VARIADIC_ARITY, verb, nkeys, nargs);
 }
 
+int emq_optional_arity_error(char *buf, size_t cap, const char *verb, int nkeys, int nargs, int nmax) {
+    return snprintf(buf, cap, EMQ_FMT_OPTIONAL_ARITY, verb, nkeys, nargs, nmax);
+}
+
 int emq_item_error(char *buf, size_t cap, long long n, const char *shape) {
     return snprintf(buf, cap, EMQ_FMT_ITEM, n, shape);
 }

@@ -64,6 +64,10 @@ int emq_arity_error(char *buf, size_t cap, const char *verb, int nkeys, int narg
  * list after its fixed arguments) into buf. */
 int emq_variadic_arity_error(char *buf, size_t cap, const char *verb, int nkeys, int nargs);
 
+/* Writes "EMQARITY EMQ.<verb> takes <k> keys and <a> or <m> arguments" (a transition whose last
+ * arguments may be left off) into buf. */
+int emq_optional_arity_error(char *buf, size_t cap, const char *verb, int nkeys, int nargs, int nmax);
+
 /* Writes "EMQITEM item <n> must be <shape>" into buf: item n (from 1) of a list is malformed. */
 int emq_item_error(char *buf, size_t cap, long long n, const char *shape);
 

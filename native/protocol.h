@@ -59,11 +59,13 @@ typedef struct {
     int nkeys;
     const EmqKeySpec *keys;
     int nargs;              /* the fixed arguments; a command with forms takes at least these */
-    const EmqArgSpec *args;
+    const EmqArgSpec *args; /* the fixed arguments, then the optional ones */
     int nforms;
     const EmqItemForm *forms;
     const char *item_shape; /* EMQITEM item <n> must be <item_shape> */
     int record;             /* 1: a claim record may follow the keys (EMQ_RECORD_PREFIX) */
+    int nopt;               /* trailing arguments a call may leave off (absent: 0) */
+    int events;             /* 1: the events key may follow, last (base + EMQ_EVENTS_SUFFIX) */
 } EmqCommandSpec;
 
 /* The commands, in the order of emq_commands. */
@@ -85,12 +87,15 @@ enum {
     EMQ_COMMAND_COUNT
 };
 
-#define EMQ_KEYS_MAX 8
+#define EMQ_KEYS_MAX 9
 #define EMQ_ARGS_MAX 6
 #define EMQ_ITEM_ARGS_MAX 5
 
 /* A claim record's key: base + this prefix + the claim id (the lane gate). */
 #define EMQ_RECORD_PREFIX "claim:"
+/* The events key: base + this suffix, a stream of about EMQ_EVENTS_MAXLEN. */
+#define EMQ_EVENTS_SUFFIX "events"
+#define EMQ_EVENTS_MAXLEN 10000
 
 /* X(ID, name) for every command: EMQ_CMD_<ID>, its logic tx_<name>. */
 #define EMQ_FOR_EACH_COMMAND(X) \
@@ -110,17 +115,19 @@ enum {
     X(TRIM_DEAD, trim_dead) \
 
 
-/* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now> */
+/* EMQ.ENQUEUE 3|4 <base>job:<id> <base>pending <base>wake [<base>events] <id> <payload> <now> [<priority>] */
 #define EMQ_ENQUEUE_NUMKEYS 3
 #define EMQ_ENQUEUE_NARGS 3
 #define EMQ_ENQUEUE_KEY_JOB 0
 #define EMQ_ENQUEUE_KEY_PENDING 1
 #define EMQ_ENQUEUE_KEY_WAKE 2
+#define EMQ_ENQUEUE_NOPT 1
 #define EMQ_ENQUEUE_ARG_ID 0
 #define EMQ_ENQUEUE_ARG_PAYLOAD 1
 #define EMQ_ENQUEUE_ARG_NOW 2
+#define EMQ_ENQUEUE_ARG_PRIORITY 3
 
-/* EMQ.CLAIM 3|4 <base>pending <base>active <base>fence [<base>claim:<claim_id>] <lease_ms:1> <now> */
+/* EMQ.CLAIM 3|4|5 <base>pending <base>active <base>fence [<base>claim:<claim_id>] [<base>events] <lease_ms:1> <now> */
 #define EMQ_CLAIM_NUMKEYS 3
 #define EMQ_CLAIM_NARGS 2
 #define EMQ_CLAIM_KEY_PENDING 0
@@ -130,7 +137,7 @@ enum {
 #define EMQ_CLAIM_ARG_LEASE_MS 0
 #define EMQ_CLAIM_ARG_NOW 1
 
-/* EMQ.ACK 2 <base>active <base>job:<id> <id> <fence:1> <retention_ms:0> */
+/* EMQ.ACK 2|3 <base>active <base>job:<id> [<base>events] <id> <fence:1> <retention_ms:0> */
 #define EMQ_ACK_NUMKEYS 2
 #define EMQ_ACK_NARGS 3
 #define EMQ_ACK_KEY_ACTIVE 0
@@ -139,7 +146,7 @@ enum {
 #define EMQ_ACK_ARG_FENCE 1
 #define EMQ_ACK_ARG_RETENTION_MS 2
 
-/* EMQ.RETRY 4 <base>active <base>delayed <base>dead <base>job:<id> <id> <fence:1> <delay_ms:0> <max_attempts:1> <error> <now> */
+/* EMQ.RETRY 4|5 <base>active <base>delayed <base>dead <base>job:<id> [<base>events] <id> <fence:1> <delay_ms:0> <max_attempts:1> <error> <now> */
 #define EMQ_RETRY_NUMKEYS 4
 #define EMQ_RETRY_NARGS 6
 #define EMQ_RETRY_KEY_ACTIVE 0
@@ -163,7 +170,7 @@ enum {
 #define EMQ_EXTEND_ARG_LEASE_MS 2
 #define EMQ_EXTEND_ARG_NOW 3
 
-/* EMQ.SETTLE 7|8 <base>active <base>delayed <base>dead <base>pending <base>fence <base>ring <base>wake [<base>claim:<claim_id>] <now> <retention_ms:0> <lease_ms:1> <count:0> [item ...] */
+/* EMQ.SETTLE 7|8|9 <base>active <base>delayed <base>dead <base>pending <base>fence <base>ring <base>wake [<base>claim:<claim_id>] [<base>events] <now> <retention_ms:0> <lease_ms:1> <count:0> [item ...] */
 #define EMQ_SETTLE_NUMKEYS 7
 #define EMQ_SETTLE_NARGS 4
 #define EMQ_SETTLE_KEY_ACTIVE 0
@@ -205,7 +212,7 @@ enum {
 #define EMQ_EXTEND_MANY_ITEM_ARG_ID 0
 #define EMQ_EXTEND_MANY_ITEM_ARG_FENCE 1
 
-/* EMQ.RECOVER 5 <base>active <base>pending <base>ring <base>wake <base>dead <now> <limit:1> <max_attempts:1> */
+/* EMQ.RECOVER 5|6 <base>active <base>pending <base>ring <base>wake <base>dead [<base>events] <now> <limit:1> <max_attempts:1> */
 #define EMQ_RECOVER_NUMKEYS 5
 #define EMQ_RECOVER_NARGS 3
 #define EMQ_RECOVER_KEY_ACTIVE 0
@@ -217,7 +224,7 @@ enum {
 #define EMQ_RECOVER_ARG_LIMIT 1
 #define EMQ_RECOVER_ARG_MAX_ATTEMPTS 2
 
-/* EMQ.PROMOTE 4 <base>delayed <base>pending <base>ring <base>wake <now> <limit:1> */
+/* EMQ.PROMOTE 4|5 <base>delayed <base>pending <base>ring <base>wake [<base>events] <now> <limit:1> */
 #define EMQ_PROMOTE_NUMKEYS 4
 #define EMQ_PROMOTE_NARGS 2
 #define EMQ_PROMOTE_KEY_DELAYED 0
@@ -227,19 +234,21 @@ enum {
 #define EMQ_PROMOTE_ARG_NOW 0
 #define EMQ_PROMOTE_ARG_LIMIT 1
 
-/* EMQ.ENQUEUE_DELAYED 3 <base>job:<id> <base>delayed <base>wake <id> <payload> <now> <delay_ms:0> <at_ms:0> */
+/* EMQ.ENQUEUE_DELAYED 3|4 <base>job:<id> <base>delayed <base>wake [<base>events] <id> <payload> <now> <delay_ms:0> <at_ms:0> [<priority>] */
 #define EMQ_ENQUEUE_DELAYED_NUMKEYS 3
 #define EMQ_ENQUEUE_DELAYED_NARGS 5
 #define EMQ_ENQUEUE_DELAYED_KEY_JOB 0
 #define EMQ_ENQUEUE_DELAYED_KEY_DELAYED 1
 #define EMQ_ENQUEUE_DELAYED_KEY_WAKE 2
+#define EMQ_ENQUEUE_DELAYED_NOPT 1
 #define EMQ_ENQUEUE_DELAYED_ARG_ID 0
 #define EMQ_ENQUEUE_DELAYED_ARG_PAYLOAD 1
 #define EMQ_ENQUEUE_DELAYED_ARG_NOW 2
 #define EMQ_ENQUEUE_DELAYED_ARG_DELAY_MS 3
 #define EMQ_ENQUEUE_DELAYED_ARG_AT_MS 4
+#define EMQ_ENQUEUE_DELAYED_ARG_PRIORITY 5
 
-/* EMQ.ACK_RESULT 2 <base>active <base>job:<id> <id> <fence:1> <retention_ms:0> <result> */
+/* EMQ.ACK_RESULT 2|3 <base>active <base>job:<id> [<base>events] <id> <fence:1> <retention_ms:0> <result> */
 #define EMQ_ACK_RESULT_NUMKEYS 2
 #define EMQ_ACK_RESULT_NARGS 4
 #define EMQ_ACK_RESULT_KEY_ACTIVE 0
@@ -249,7 +258,7 @@ enum {
 #define EMQ_ACK_RESULT_ARG_RETENTION_MS 2
 #define EMQ_ACK_RESULT_ARG_RESULT 3
 
-/* EMQ.PROGRESS 2 <base>active <base>job:<id> <id> <fence:1> <progress> */
+/* EMQ.PROGRESS 2|3 <base>active <base>job:<id> [<base>events] <id> <fence:1> <progress> */
 #define EMQ_PROGRESS_NUMKEYS 2
 #define EMQ_PROGRESS_NARGS 3
 #define EMQ_PROGRESS_KEY_ACTIVE 0
@@ -258,7 +267,7 @@ enum {
 #define EMQ_PROGRESS_ARG_FENCE 1
 #define EMQ_PROGRESS_ARG_PROGRESS 2
 
-/* EMQ.CANCEL 6 <base>job:<id> <base>pending <base>delayed <base>active <base>dead <base>ring <id> <now> <retention_ms:0> */
+/* EMQ.CANCEL 6|7 <base>job:<id> <base>pending <base>delayed <base>active <base>dead <base>ring [<base>events] <id> <now> <retention_ms:0> */
 #define EMQ_CANCEL_NUMKEYS 6
 #define EMQ_CANCEL_NARGS 3
 #define EMQ_CANCEL_KEY_JOB 0
@@ -271,7 +280,7 @@ enum {
 #define EMQ_CANCEL_ARG_NOW 1
 #define EMQ_CANCEL_ARG_RETENTION_MS 2
 
-/* EMQ.TRIM_DEAD 2 <base>dead <base>deadconf <now> <limit:1> */
+/* EMQ.TRIM_DEAD 2|3 <base>dead <base>deadconf [<base>events] <now> <limit:1> */
 #define EMQ_TRIM_DEAD_NUMKEYS 2
 #define EMQ_TRIM_DEAD_NARGS 2
 #define EMQ_TRIM_DEAD_KEY_DEAD 0
@@ -292,6 +301,7 @@ static const EmqArgSpec emq_enqueue_args[] = {
     {"id", EMQ_ARG_ID, 0},
     {"payload", EMQ_ARG_BYTES, 0},
     {"now", EMQ_ARG_NOW, 0},
+    {"priority", EMQ_ARG_PRIORITY, 0},
 };
 static const EmqKeySpec emq_claim_keys[] = {
     {"pending", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
@@ -423,6 +433,7 @@ static const EmqArgSpec emq_enqueue_delayed_args[] = {
     {"now", EMQ_ARG_NOW, 0},
     {"delay_ms", EMQ_ARG_INT, 0},
     {"at_ms", EMQ_ARG_INT, 0},
+    {"priority", EMQ_ARG_PRIORITY, 0},
 };
 static const EmqKeySpec emq_ack_result_keys[] = {
     {"active", 6, -1, VALKEYMODULE_KEYTYPE_ZSET},
@@ -478,7 +489,9 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
-     0},
+     0,
+     1,
+     1},
     {"emq.claim",
      "CLAIM",
      "write getkeys-api no-mandatory-keys",
@@ -492,6 +505,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
+     1,
+     0,
      1},
     {"emq.ack",
      "ACK",
@@ -506,7 +521,9 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
-     0},
+     0,
+     0,
+     1},
     {"emq.retry",
      "RETRY",
      "write fast getkeys-api no-mandatory-keys",
@@ -520,7 +537,9 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
-     0},
+     0,
+     0,
+     1},
     {"emq.extend",
      "EXTEND",
      "write fast getkeys-api no-mandatory-keys",
@@ -534,6 +553,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
+     0,
+     0,
      0},
     {"emq.settle",
      "SETTLE",
@@ -548,6 +569,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      4,
      emq_settle_forms,
      "ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>",
+     1,
+     0,
      1},
     {"emq.extend_many",
      "EXTEND_MANY",
@@ -562,6 +585,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      1,
      emq_extend_many_forms,
      "<id> <fence>",
+     0,
+     0,
      0},
     {"emq.recover",
      "RECOVER",
@@ -576,7 +601,9 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
-     0},
+     0,
+     0,
+     1},
     {"emq.promote",
      "PROMOTE",
      "write getkeys-api no-mandatory-keys",
@@ -590,7 +617,9 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
-     0},
+     0,
+     0,
+     1},
     {"emq.enqueue_delayed",
      "ENQUEUE_DELAYED",
      "write deny-oom fast getkeys-api no-mandatory-keys",
@@ -604,7 +633,9 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
-     0},
+     0,
+     1,
+     1},
     {"emq.ack_result",
      "ACK_RESULT",
      "write fast getkeys-api no-mandatory-keys",
@@ -618,7 +649,9 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
-     0},
+     0,
+     0,
+     1},
     {"emq.progress",
      "PROGRESS",
      "write fast getkeys-api no-mandatory-keys",
@@ -632,7 +665,9 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
-     0},
+     0,
+     0,
+     1},
     {"emq.cancel",
      "CANCEL",
      "write getkeys-api no-mandatory-keys",
@@ -646,7 +681,9 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
-     0},
+     0,
+     0,
+     1},
     {"emq.trim_dead",
      "TRIM_DEAD",
      "write getkeys-api no-mandatory-keys",
@@ -660,7 +697,9 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
-     0},
+     0,
+     0,
+     1},
 };
 #endif
 

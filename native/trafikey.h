@@ -50,12 +50,15 @@ typedef struct {
 #define ITEM_FENCE(it) ((it)->num[1])
 
 /* One call once steps 1-4 passed: the declared keys and the arguments (views into argv), the
- * queue's base (a view into the first key), the integer and now arguments read, by position, and
- * the list after the fixed arguments, parsed. */
+ * queue's base (a view into the first key), where its optional keys are (the claim record, the
+ * events key: an index in keys, or -1 when not declared), the integer, now and priority arguments
+ * read, by position (an optional argument left off reads as 0), and the list after the fixed
+ * arguments, parsed. */
 typedef struct {
     const EmqCommandSpec *spec;
     ValkeyModuleString **keys;
     int nkeys;
+    int record_at, events_at;
     ValkeyModuleString **args;
     int nargs;
     Bytes base;

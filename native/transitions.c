@@ -217,19 +217,19 @@ int tx_enqueue_delayed(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
 
 /* The call's claim record when it declares one (the key after the table's), else NULL. */
 static ValkeyModuleKey *record_of(const Call *call, ValkeyModuleKey **k) {
-    return call->nkeys > call->spec->nkeys ? k[call->spec->nkeys] : NULL;
+    return call->record_at >= 0 ? k[call->record_at] : NULL;
 }
 
 /* Its name (NULL when it declares none). */
 static ValkeyModuleString *record_name_of(const Call *call) {
-    return call->nkeys > call->spec->nkeys ? call->keys[call->spec->nkeys] : NULL;
+    return call->record_at >= 0 ? call->keys[call->record_at] : NULL;
 }
 
 /* After a claim leased n jobs (ids, fenced from first_fence on): its record, if it declares one. */
 static void record_claims(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **k, const StrList *claims,
                           long long first_fence, long long lease_ms) {
     if (record_of(call, k) == NULL || claims->n == 0) return;
-    int at = call->spec->nkeys;
+    int at = call->record_at;
     fx_record(ctx, &k[at], call->keys[at], claims->v, claims->n, first_fence, lease_ms);
 }
 

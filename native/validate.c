@@ -36,15 +36,19 @@ static int split_numkeys(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int ar
     return 1;
 }
 
-/* Step 1, the shape (EMQARITY): the table's keys and arguments (a command taking a list: at least
+/* Step 1, the shape (EMQARITY): the table's keys, then up to its optional keys (the claim record,
+ * the events key); its arguments, then up to its optional ones (a command taking a list: at least
  * its fixed arguments). Returns 0 after replying with the error. */
 static int check_shape(ValkeyModuleCtx *ctx, const Call *call) {
     const EmqCommandSpec *spec = call->spec;
-    int args_ok = spec->nforms ? call->nargs >= spec->nargs : call->nargs == spec->nargs;
-    int keys_ok = call->nkeys == spec->nkeys || (spec->record && call->nkeys == spec->nkeys + 1);
+    int args_ok = spec->nforms ? call->nargs >= spec->nargs
+                               : call->nargs >= spec->nargs && call->nargs <= spec->nargs + spec->nopt;
+    int keys_ok = call->nkeys >= spec->nkeys && call->nkeys <= spec->nkeys + spec->record + spec->events;
     if (keys_ok && args_ok) return 1;
     char buf[128];
     if (spec->nforms) emq_variadic_arity_error(buf, sizeof buf, spec->verb, spec->nkeys, spec->nargs);
+    else if (spec->nopt)
+        emq_optional_arity_error(buf, sizeof buf, spec->verb, spec->nkeys, spec->nargs, spec->nargs + spec->nopt);
     else emq_arity_error(buf, sizeof buf, spec->verb, spec->nkeys, spec->nargs);
     reply_error(ctx, buf);
     return 0;
@@ -80,12 +84,33 @@ static Bytes key_suffix(const Call *call, int i, char *room) {
 
 /* A claim record declared after the table's keys: base + EMQ_RECORD_PREFIX + a claim id (the
  * lane gate), record_key_ok of the scripts' claim record helpers. */
-static int record_key_ok(const Call *call, Bytes first, size_t blen) {
-    Bytes k = bytes_of(call->keys[call->spec->nkeys]);
+static int record_key_ok(Bytes k, Bytes first, size_t blen) {
     size_t plen = strlen(EMQ_RECORD_PREFIX);
     if (k.n <= blen + plen || memcmp(k.p, first.p, blen) != 0 || memcmp(k.p + blen, EMQ_RECORD_PREFIX, plen) != 0)
         return 0;
     return emq_lane_ok(k.p + blen + plen, k.n - blen - plen);
+}
+
+/* optional_keys of the prelude: the keys after the table's, in order, the claim record (a command
+ * taking one; any key but the events key is taken for it) then the events key (exactly base +
+ * EMQ_EVENTS_SUFFIX). Sets call->record_at and call->events_at; 0 when a key is neither. */
+static int optional_keys(Call *call, Bytes first, size_t blen) {
+    const char *suffix = EMQ_EVENTS_SUFFIX;
+    int i = call->spec->nkeys;
+    call->record_at = call->events_at = -1;
+    if (call->spec->record && i < call->nkeys) {
+        Bytes k = bytes_of(call->keys[i]);
+        if (!emq_is_base_plus(k.p, k.n, first.p, blen, suffix, strlen(suffix))) {
+            if (!record_key_ok(k, first, blen)) return 0;
+            call->record_at = i++;
+        }
+    }
+    if (call->spec->events && i < call->nkeys) {
+        Bytes k = bytes_of(call->keys[i]);
+        if (!emq_is_base_plus(k.p, k.n, first.p, blen, suffix, strlen(suffix))) return 0;
+        call->events_at = i++;
+    }
+    return i == call->nkeys;
 }
 
 /* Step 3, keys_base of the prelude: the first key ends with its suffix and every other key is
@@ -101,7 +126,7 @@ static int keys_base(Call *call) {
         suffix = key_suffix(call, i, room);
         if (!emq_is_base_plus(k.p, k.n, first.p, blen, suffix.p, suffix.n)) return 0;
     }
-    if (call->nkeys > call->spec->nkeys && !record_key_ok(call, first, blen)) return 0;
+    if (!optional_keys(call, first, blen)) return 0;
     call->base.p = first.p;
     call->base.n = blen;
     return 1;
@@ -120,10 +145,16 @@ static int parse_now(const ValkeyModuleString *s, long long *out) {
     return r != 0;
 }
 
-/* One integer, now, result or progress argument, of spec: 0 after writing its EMQNUM (EMQSIZE)
- * error into err. */
+/* One integer, now, priority, result or progress argument, of spec: 0 after writing its EMQNUM
+ * (EMQSIZE) error into err. */
 static int parse_number(const EmqArgSpec *spec, const ValkeyModuleString *s, long long *out, char *err,
                         size_t cap) {
+    if (spec->kind == EMQ_ARG_PRIORITY) {
+        Bytes b = bytes_of(s);
+        if (emq_parse_priority(b.p, b.n, out)) return 1;
+        snprintf(err, cap, "%s", EMQ_ERR_PRIORITY);
+        return 0;
+    }
     if (spec->kind == EMQ_ARG_RESULT) {
         if (bytes_of(s).n <= EMQ_RESULT_MAX) return 1;
         snprintf(err, cap, "%s", EMQ_ERR_RESULT);
@@ -145,7 +176,8 @@ static int parse_number(const EmqArgSpec *spec, const ValkeyModuleString *s, lon
 }
 
 /* Steps 1-4 for the fixed arguments of the command spec: numkeys and shape, the gates, the keys,
- * the integers and now in argument order. Returns 0 after replying with the error. */
+ * the integers and now in argument order, then the optional arguments given (one left off reads
+ * as 0). Returns 0 after replying with the error. */
 int check_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, const EmqCommandSpec *spec,
                       Call *call) {
     call->spec = spec;
@@ -160,8 +192,10 @@ int check_call(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc, const 
         return 0;
     }
     char err[128];
-    for (int i = 0; i < spec->nargs; i++) {
+    int given = spec->nforms ? spec->nargs : call->nargs;
+    for (int i = 0; i < spec->nargs + spec->nopt; i++) {
         call->num[i] = 0;
+        if (i >= given) continue;
         if (!parse_number(&spec->args[i], call->args[i], &call->num[i], err, sizeof err)) {
             reply_error(ctx, err);
             return 0;
@@ -255,7 +289,9 @@ int open_typed(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **out) {
     for (int i = 0; i < call->nkeys; i++) {
         out[i] = ValkeyModule_OpenKey(ctx, call->keys[i], VALKEYMODULE_READ | VALKEYMODULE_WRITE);
         int t = ValkeyModule_KeyType(out[i]);
-        int expected = i < call->spec->nkeys ? call->spec->keys[i].type : VALKEYMODULE_KEYTYPE_STRING;
+        int expected = i < call->spec->nkeys ? call->spec->keys[i].type
+                       : i == call->events_at    ? VALKEYMODULE_KEYTYPE_STREAM
+                                                 : VALKEYMODULE_KEYTYPE_STRING;
         if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != expected) {
             close_keys(out, i + 1);
             return 0;

@@ -90,7 +90,7 @@ def test_the_new_classes_keep_the_families_callers_catch() -> None:
 
 def example(error: ErrorText) -> str:
     return error.format(verb="CLAIM", nkeys=3, nargs=2, n=1, shape="<id> <fence>",
-                        name="lease_ms", min=1)
+                        name="lease_ms", min=1, nmax=3)
 
 
 @pytest.mark.parametrize("error", [e for e in ERROR_TEXTS if e.code.startswith("EMQ")],
@@ -277,7 +277,7 @@ def test_every_reply_a_script_writes_is_a_text_of_the_table_and_back() -> None:
 
 
 def test_the_conformance_models_texts_are_the_tables() -> None:
-    for name in ("KIND", "KEYS", "TYPE", "NOW", "FENCE", "RESULT"):
+    for name in ("KIND", "KEYS", "TYPE", "NOW", "FENCE", "RESULT", "PRIORITY"):
         assert getattr(model, f"E_{name}") == ERRORS[name].text.encode(), name
     for name, ours in [("NOTINT", "NUMKEYS_INT"), ("NEGATIVE", "NUMKEYS_NEG"),
                        ("TOOMANY", "NUMKEYS_BIG")]:
@@ -287,7 +287,7 @@ def test_the_conformance_models_texts_are_the_tables() -> None:
 # ---- docs/PROTOCOL.md ------------------------------------------------------------------------
 
 DOC_FIELDS = {"verb": "<VERB>", "nkeys": "<k>", "nargs": "<a>", "n": "<n>", "name": "<name>",
-              "min": "<min>"}
+              "min": "<min>", "nmax": "<m>"}
 
 
 def documented(error: ErrorText, **fields: str) -> str:

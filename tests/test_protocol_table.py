@@ -14,12 +14,25 @@ from echomq.engine import protocol_gen
 from echomq.engine.transitions import (
     ALL_TRANSITIONS,
     ARGUMENTS,
+    CLAIM,
     DERIVED_ROLES,
+    ENQUEUE,
+    EVENT_KINDS,
+    EVENTS_MAXLEN,
+    EVENTS_ROLE,
     EXTEND_MANY,
+    PRIORITY_BAND,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    ROLE_TYPES,
     SETTLE,
+    TIME_CAP,
     TRANSITIONS,
     Transition,
     item_layouts,
+    key_of,
+    keys_for,
+    queue_base,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,30 +78,60 @@ def argv_locals(source: str) -> dict[str, int]:
     return bound
 
 
+def arity_check(transition: Transition) -> str:
+    """The first line of a script as the table gives it: the number of keys (up to its optional
+    ones), the number of arguments (at least the fixed ones for a list, up to the optional ones),
+    and the EMQARITY reply of its kind."""
+    nkeys, nargs = len(transition.keys), len(transition.args)
+    nmax = nargs + len(transition.optional)
+    extra = transition.optional_keys
+    keys = f"#KEYS < {nkeys} or #KEYS > {nkeys + extra}" if extra else f"#KEYS ~= {nkeys}"
+    verb = transition.verb
+    if transition.variadic:
+        return f"if {keys} or #ARGV < {nargs} then return variadic_arity_error('{verb}', " \
+               f"{nkeys}, {nargs}) end"
+    if transition.optional:
+        return f"if {keys} or #ARGV < {nargs} or #ARGV > {nmax} then\n" \
+               f"  return optional_arity_error('{verb}', {nkeys}, {nargs}, {nmax})\nend"
+    return f"if {keys} or #ARGV ~= {nargs} then return arity_error('{verb}', {nkeys}, {nargs}) end"
+
+
 @by_name
 def test_script_arity_check_is_the_tables(transition: Transition) -> None:
-    keys = r"\(#KEYS ~= (\d+) and #KEYS ~= (\d+)\)" if transition.record else r"#KEYS ~= (\d+)()"
-    check = keys + r" or #ARGV (~=|<) (\d+) then return (\w+)\('(\w+)', (\d+), (\d+)\)"
-    found = re.findall(check, script(transition))
-    op, error = ("<", "variadic_arity_error") if transition.variadic else ("~=", "arity_error")
-    nkeys, nargs = str(len(transition.keys)), str(len(transition.args))
-    with_record = str(len(transition.keys) + 1) if transition.record else ""
-    assert found == [(nkeys, with_record, op, nargs, error, transition.verb, nkeys, nargs)]
+    source = script(transition)
+    assert source.count("#KEYS") == source.count(arity_check(transition)) * \
+        arity_check(transition).count("#KEYS")
+    assert arity_check(transition) in source
 
 
 @by_name
-def test_script_checks_its_claim_record_as_the_table(transition: Transition) -> None:
-    """A transition taking a record names it after its keys, checks its name with the keys and
-    its type after theirs; the others never read one."""
+def test_script_checks_its_optional_keys_as_the_table(transition: Transition) -> None:
+    """A transition taking a record or the events key checks their names with the keys
+    (optional_keys), the record's type after the keys' and the events key's last; the others
+    never read one."""
     source = script(transition)
-    checks = [f"local record_key = KEYS[{len(transition.keys) + 1}]",
-              "(record_key and not record_key_ok(base, record_key))",
-              "if record_key and not record_type_ok(record_key) then return redis.error_reply("
-              "E_TYPE)"]
-    for check in checks:
-        assert (check in source) is transition.record, check
+    nkeys = len(transition.keys)
+    split = (f"local record_key, events_key = optional_keys(base, {nkeys}, true)"
+             if transition.record else "events_key = optional_keys(")
+    checks = {
+        split: bool(transition.events),
+        "if record_key == false then return redis.error_reply(E_KEYS) end": transition.record,
+        "if record_key and not record_type_ok(record_key) then return redis.error_reply("
+        "E_TYPE) end": transition.record,
+        "if events_key and not events_type_ok(events_key) then return redis.error_reply("
+        "E_TYPE) end": bool(transition.events),
+    }
+    for check, expected in checks.items():
+        assert (check in source) is expected, check
+    if transition.events and not transition.record:
+        assert re.search(rf"local _, events_key = optional_keys\(.*, {nkeys}, false\)\n"
+                         r"if events_key == false then return redis.error_reply\(E_KEYS\) end",
+                         source)
+    if transition.events:
+        assert source.index("events_type_ok(") > source.index("types_ok(")
     if transition.record:
-        assert source.index(checks[2]) > source.index("types_ok(")
+        assert source.index("events_type_ok(") > source.index("record_type_ok(")
+    assert "KEYS[" + str(nkeys + 1) + "]" not in source.split("]]", 1)[1]
 
 
 @by_name
@@ -120,9 +163,15 @@ def test_script_reads_each_fixed_number_as_the_table_states(transition: Transiti
     source = script(transition)
     ints = {int(n) - 1: int(m) for n, m in re.findall(r"int_arg\(ARGV\[(\d+)\], (\d+)\)", source)}
     nows = {int(n) - 1 for n in re.findall(r"now_arg\(ARGV\[(\d+)\]\)", source)}
-    kinds = [ARGUMENTS[name] for name in transition.args]
+    priorities = {int(n) - 1 for n in re.findall(r"optional_priority\((\d+)\)", source)}
+    kinds = [ARGUMENTS[name] for name in transition.args + transition.optional]
     assert ints == {i: a.min for i, a in enumerate(kinds) if a.kind == "int"}
     assert nows == {i for i, a in enumerate(kinds) if a.kind == "now"}
+    assert priorities == {i for i, a in enumerate(kinds) if a.kind == "priority"}
+    if priorities:  # read after the fixed numbers, refused in the table's words
+        assert source.index("optional_priority(") > max(
+            source.rindex(word) for word in ("int_arg(ARGV", "now_arg(ARGV") if word in source)
+        assert "if priority == nil then return redis.error_reply(E_PRIORITY) end" in source
 
 
 @by_name
@@ -166,3 +215,61 @@ def test_protocol_doc_flags_table_is_the_tables() -> None:
     rows = re.findall(r"^\| ([a-z_, ]+) \| `([a-z -]+)` \|", PROTOCOL, re.M)
     documented = {name: flags for names, flags in rows for name in names.split(", ")}
     assert documented == {t.name: t.flags for t in TRANSITIONS}
+
+
+# ---- The optional keys and arguments --------------------------------------------------------
+
+
+def test_every_event_kind_a_row_names_is_a_kind_of_the_table() -> None:
+    named = {kind for t in ALL_TRANSITIONS for kind in t.events}
+    assert named <= set(EVENT_KINDS)
+    assert ROLE_TYPES[EVENTS_ROLE] == "stream" and EVENTS_MAXLEN == 10_000
+
+
+def test_only_the_enqueues_take_the_optional_priority() -> None:
+    takes = {t.name for t in ALL_TRANSITIONS if t.optional}
+    assert takes == {"enqueue", "enqueue_delayed", "lane_enqueue", "lane_enqueue_delayed"}
+    assert all(t.optional == ("priority",) and not t.variadic
+               for t in ALL_TRANSITIONS if t.optional)
+
+
+def test_the_events_key_comes_last_after_the_claim_record() -> None:
+    base = queue_base("q")
+    assert keys_for(base, CLAIM, claim_id="c1", events=True)[-2:] == [
+        base + "claim:c1", base + "events"]
+    assert keys_for(base, ENQUEUE, "JOB:1", events=True) == [
+        base + "job:JOB:1", base + "pending", base + "wake", base + "events"]
+    assert keys_for(base, EXTEND_MANY, events=True) == [base + "active"]
+    assert keys_for(base, ENQUEUE, "JOB:1") == keys_for(base, ENQUEUE, "JOB:1", events=False)
+    assert key_of(base, "prio", lane="g:1") == base + "prio:g:1"
+
+
+def test_the_layout_brackets_the_optional_keys_and_arguments() -> None:
+    assert ENQUEUE.layout() == ("EMQ.ENQUEUE 3|4 <base>job:<id> <base>pending <base>wake "
+                                "[<base>events] <id> <payload> <now> [<priority>]")
+    assert SETTLE.layout().startswith("EMQ.SETTLE 7|8|9 ")
+    assert "[<base>claim:<claim_id>] [<base>events] <now>" in SETTLE.layout()
+    assert EXTEND_MANY.layout().startswith("EMQ.EXTEND_MANY 1 <base>active <lease_ms:1>")
+
+
+def test_the_header_states_the_optional_parts_of_each_command() -> None:
+    header = protocol_gen.render()
+    assert "#define EMQ_ENQUEUE_ARG_PRIORITY 3" in header
+    assert "#define EMQ_ENQUEUE_DELAYED_ARG_PRIORITY 5" in header
+    assert '#define EMQ_EVENTS_SUFFIX "events"' in header
+    assert "#define EMQ_EVENTS_MAXLEN 10000" in header
+    native = [t for t in TRANSITIONS if t.native]
+    keys_max = max(len(t.keys) + int(t.record) + int(bool(t.events)) for t in native)
+    assert f"#define EMQ_KEYS_MAX {keys_max}\n" in header
+    assert f"#define EMQ_ARGS_MAX {max(len(t.args) + len(t.optional) for t in native)}\n" in header
+
+
+def test_the_c_core_states_the_priority_constants_of_the_table() -> None:
+    core = (ROOT / "native" / "emq_core.h").read_text()
+    assert f"#define EMQ_PRIORITY_MIN ({PRIORITY_MIN}LL)" in core
+    assert f"#define EMQ_PRIORITY_MAX {PRIORITY_MAX}LL" in core
+    assert f"#define EMQ_PRIORITY_BAND {PRIORITY_BAND}LL" in core
+    assert "#define EMQ_TIME_CAP (EMQ_PRIORITY_BAND - 1)" in core and TIME_CAP == PRIORITY_BAND - 1
+    lua = (LUA / "include" / "priority.lua").read_text()
+    assert f"local PRIORITY_BAND = {PRIORITY_BAND}\n" in lua
+    assert "local TIME_CAP = PRIORITY_BAND - 1\n" in lua

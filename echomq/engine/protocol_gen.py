@@ -20,6 +20,8 @@ from echomq.engine.transitions import (
     ARGUMENTS,
     CLAIM_RECORD_PREFIX,
     DERIVED_ROLES,
+    EVENTS_MAXLEN,
+    EVENTS_ROLE,
     ROLE_TYPES,
     TRANSITIONS,
     ItemForm,
@@ -90,11 +92,13 @@ typedef struct {
     int nkeys;
     const EmqKeySpec *keys;
     int nargs;              /* the fixed arguments; a command with forms takes at least these */
-    const EmqArgSpec *args;
+    const EmqArgSpec *args; /* the fixed arguments, then the optional ones */
     int nforms;
     const EmqItemForm *forms;
     const char *item_shape; /* EMQITEM item <n> must be <item_shape> */
     int record;             /* 1: a claim record may follow the keys (EMQ_RECORD_PREFIX) */
+    int nopt;               /* trailing arguments a call may leave off (absent: 0) */
+    int events;             /* 1: the events key may follow, last (base + EMQ_EVENTS_SUFFIX) */
 } EmqCommandSpec;
 """
 
@@ -102,7 +106,8 @@ KIND = {"id": "EMQ_ARG_ID", "group": "EMQ_ARG_GROUP", "int": "EMQ_ARG_INT", "now
         "bytes": "EMQ_ARG_BYTES", "result": "EMQ_ARG_RESULT",
         "progress": "EMQ_ARG_PROGRESS", "priority": "EMQ_ARG_PRIORITY"}
 KEYTYPE = {"zset": "VALKEYMODULE_KEYTYPE_ZSET", "hash": "VALKEYMODULE_KEYTYPE_HASH",
-           "list": "VALKEYMODULE_KEYTYPE_LIST", "string": "VALKEYMODULE_KEYTYPE_STRING"}
+           "list": "VALKEYMODULE_KEYTYPE_LIST", "string": "VALKEYMODULE_KEYTYPE_STRING",
+           "stream": "VALKEYMODULE_KEYTYPE_STREAM"}
 
 
 def _ident(transition: Transition) -> str:
@@ -144,7 +149,9 @@ def _macros(transition: Transition) -> list[str]:
     lines += _indexes(f"EMQ_{ident}_KEY", transition.keys)
     if transition.record:
         lines.append(f"#define EMQ_{ident}_KEY_RECORD {len(transition.keys)}")
-    lines += _indexes(f"EMQ_{ident}_ARG", transition.args)
+    if transition.optional:
+        lines.append(f"#define EMQ_{ident}_NOPT {len(transition.optional)}")
+    lines += _indexes(f"EMQ_{ident}_ARG", transition.args + transition.optional)
     for n, form in enumerate(transition.item_forms):
         word = (form.word or "item").upper()
         lines.append(f"#define EMQ_{ident}_FORM_{word} {n}")
@@ -173,7 +180,9 @@ def _form(ident: str, n: int, form: ItemForm) -> str:
 def _tables(transition: Transition) -> list[str]:
     ident = transition.name
     keys = _block(_key_spec(transition, role) for role in transition.keys)
-    args = _block(_arg_spec(name) for name in transition.args)
+    if transition.optional and transition.item_forms:
+        raise ValueError(f"{transition.name}: optional arguments cannot precede a list")
+    args = _block(_arg_spec(name) for name in transition.args + transition.optional)
     lines = [f"static const EmqKeySpec emq_{ident}_keys[] = {keys};",
              f"static const EmqArgSpec emq_{ident}_args[] = {args};"]
     return lines + (_form_tables(transition) if transition.item_forms else [])
@@ -192,6 +201,7 @@ def _entry(transition: Transition) -> str:
         str(len(transition.item_forms)), forms,
         _c_string(transition.item_shape) if transition.item_forms else "NULL",
         "1" if transition.record else "0",
+        str(len(transition.optional)), "1" if transition.events else "0",
     ]
     return "    {" + ",\n     ".join(fields) + "},"
 
@@ -204,13 +214,16 @@ def render() -> str:
     out.append("enum {")
     out += [f"    EMQ_CMD_{_ident(t)}," for t in native]
     out += ["    EMQ_COMMAND_COUNT", "};", ""]
-    out.append(f"#define EMQ_KEYS_MAX {max(len(t.keys) + t.record for t in native)}")
-    out.append(f"#define EMQ_ARGS_MAX {max(len(t.args) for t in native)}")
+    out.append(f"#define EMQ_KEYS_MAX {max(len(t.keys) + t.optional_keys for t in native)}")
+    out.append(f"#define EMQ_ARGS_MAX {max(len(t.args) + len(t.optional) for t in native)}")
     form_args = [len(f.args) for t in native for f in t.item_forms]
     out.append(f"#define EMQ_ITEM_ARGS_MAX {max(form_args)}")
     out.append("")
     out.append("/* A claim record's key: base + this prefix + the claim id (the lane gate). */")
     out.append(f"#define EMQ_RECORD_PREFIX {_c_string(CLAIM_RECORD_PREFIX)}")
+    out.append("/* The events key: base + this suffix, a stream of about EMQ_EVENTS_MAXLEN. */")
+    out.append(f"#define EMQ_EVENTS_SUFFIX {_c_string(EVENTS_ROLE)}")
+    out.append(f"#define EMQ_EVENTS_MAXLEN {EVENTS_MAXLEN}")
     out.append("")
     out.append("/* X(ID, name) for every command: EMQ_CMD_<ID>, its logic tx_<name>. */")
     out.append("#define EMQ_FOR_EACH_COMMAND(X) \\")

@@ -45,15 +45,30 @@ ROLE_TYPES: dict[str, str] = {
     # A claim's record, <base>claim:<claim_id>: the leases a claim that named it handed out,
     # '<id> <fence>' each, space-separated, for a lease's time (see CLAIM_RECORD).
     "claim": "string",
+    # The optional last key of an evented call (``Transition.events``): the queue's events,
+    # <base>events, one entry per change the call makes (EVENTS_MAXLEN kept, about).
+    "events": "stream",
+    # A lane's jobs of priority other than 0, <base>prio:<group>, scored as pending is: derived
+    # next to the group's lane, never declared.
+    "prio": "zset",
 }
 # Roles whose key is derived from an argument rather than a fixed suffix: role -> (prefix, arg).
-DERIVED_ROLES: dict[str, tuple[str, str]] = {"job": ("job:", "id"), "lane": ("lane:", "group")}
+DERIVED_ROLES: dict[str, tuple[str, str]] = {"job": ("job:", "id"), "lane": ("lane:", "group"),
+                                             "prio": ("prio:", "group")}
 # The optional last key of a claiming transition (``Transition.record``): its claim record,
 # <base>claim:<claim_id>, the claim id chosen by the caller (1 to 200 bytes of A-Z a-z 0-9 . _ : -,
 # as a lane name). A claim sent again with it after a lost reply answers the leases recorded
 # that are still held, and leases nothing more.
 CLAIM_RECORD = "claim"
 CLAIM_RECORD_PREFIX = "claim:"
+# The optional key after the claim record (or the keys, for a transition taking none): the queue's
+# events stream, <base>events. A call that declares it appends an entry per change it makes,
+# trimmed to about EVENTS_MAXLEN entries; a call that does not appends nothing.
+EVENTS_ROLE = "events"
+EVENTS_MAXLEN = 10_000
+EVENT_KINDS: tuple[str, ...] = ("enqueued", "claimed", "done", "retried", "dead", "released",
+                                "recovered", "promoted", "requeued", "purged", "cancelled",
+                                "progress")
 
 
 @dataclass(frozen=True)
@@ -142,7 +157,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
 # The type a placeholder of an error text takes in C (the scripts' format is %s or %d).
 ERROR_FIELDS: dict[str, str] = {"verb": "const char *", "nkeys": "int", "nargs": "int",
                                 "n": "long long", "shape": "const char *",
-                                "name": "const char *", "min": "long long"}
+                                "name": "const char *", "min": "long long", "nmax": "int"}
 
 
 @dataclass(frozen=True)
@@ -183,6 +198,8 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
     ErrorText("ARITY", "EMQARITY EMQ.{verb} takes {nkeys} keys and {nargs} arguments"),
     ErrorText("VARIADIC_ARITY",
               "EMQARITY EMQ.{verb} takes {nkeys} keys and at least {nargs} arguments"),
+    ErrorText("OPTIONAL_ARITY",
+              "EMQARITY EMQ.{verb} takes {nkeys} keys and {nargs} or {nmax} arguments"),
     ErrorText("ITEM", "EMQITEM item {n} must be {shape}"),
     ErrorText("KIND", "EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of "
                       "A-Z a-z 0-9 . _ : -"),
@@ -237,6 +254,11 @@ class Transition:
     fast: bool = False
     # The call may declare one more key after ``keys``: its claim record (CLAIM_RECORD).
     record: bool = False
+    # Arguments after ``args`` that a call may leave off (trailing, in order; absent reads as 0).
+    optional: tuple[str, ...] = ()
+    # The event kinds the transition may append (EVENT_KINDS): when any, the call may declare
+    # the queue's events key (EVENTS_ROLE) last, after its claim record.
+    events: tuple[str, ...] = ()
     summary: str = ""
     complexity: str = ""
 
@@ -279,16 +301,24 @@ class Transition:
         words = ["write"] + (["deny-oom"] if self.admits else []) + (["fast"] if self.fast else [])
         return " ".join([*words, "getkeys-api", "no-mandatory-keys"])
 
+    @property
+    def optional_keys(self) -> int:
+        """How many keys a call may declare after ``keys``: its record, then its events key."""
+        return int(self.record) + int(bool(self.events))
+
     def layout(self) -> str:
         """The call as docs/PROTOCOL.md writes it; integers carry their minimum: <lease_ms:1>.
-        The optional claim record: ``3|4 ... [<base>claim:<claim_id>]``."""
+        The optional keys and arguments in brackets: ``3|4|5 ... [<base>claim:<claim_id>]
+        [<base>events] ... [<priority>]``."""
         head = self.native or "EVALSHA <sha>"
         keys = [_key_text(role) for role in self.keys]
-        numkeys = str(len(self.keys))
+        numkeys = "|".join(str(len(self.keys) + n) for n in range(self.optional_keys + 1))
         if self.record:
-            numkeys += f"|{len(self.keys) + 1}"
             keys.append(f"[<base>{CLAIM_RECORD_PREFIX}<claim_id>]")
+        if self.events:
+            keys.append(f"[<base>{EVENTS_ROLE}]")
         args = [_arg_text(name) for name in self.args]
+        args += [f"[{_arg_text(name)}]" for name in self.optional]
         tail = [_tail_text(self.item_forms)] if self.item_forms else []
         return " ".join([head, numkeys, *keys, *args, *tail])
 
@@ -319,34 +349,38 @@ def item_layouts(transition: Transition) -> list[str]:
 
 ENQUEUE = Transition(
     "enqueue", ("job", "pending", "wake"), ("id", "payload", "now"), "EMQ.ENQUEUE", admits=True,
-    fast=True, summary="Admit a job once (twin of enqueue.lua).",
+    fast=True, optional=("priority",), events=("enqueued",),
+    summary="Admit a job once (twin of enqueue.lua).",
     complexity="O(log N) with N the pending jobs",
 )
 CLAIM = Transition(
     "claim", ("pending", "active", "fence"), ("lease_ms", "now"), "EMQ.CLAIM", record=True,
+    events=("claimed",),
     summary="Lease the oldest pending job (twin of claim.lua).",
     complexity="O(G + log N) with G the ghosts dropped",
 )
 ENQUEUE_DELAYED = Transition(
     "enqueue_delayed", ("job", "delayed", "wake"), ("id", "payload", "now", "delay_ms", "at_ms"),
-    "EMQ.ENQUEUE_DELAYED", admits=True, fast=True,
+    "EMQ.ENQUEUE_DELAYED", admits=True, fast=True, optional=("priority",), events=("enqueued",),
     summary="Admit a job once, to run later (twin of enqueue_delayed.lua).",
     complexity="O(log N) with N the delayed jobs",
 )
 ACK = Transition(
     "ack", ("active", "job"), ("id", "fence", "retention_ms"), "EMQ.ACK", fast=True,
+    events=("done",),
     summary="Complete the current lease (twin of ack.lua).", complexity="O(log N)",
 )
 ACK_RESULT = Transition(
     "ack_result", ("active", "job"), ("id", "fence", "retention_ms", "result"), "EMQ.ACK_RESULT",
-    fast=True, summary="Complete the current lease, keeping its result (twin of ack_result.lua).",
+    fast=True, events=("done",),
+    summary="Complete the current lease, keeping its result (twin of ack_result.lua).",
     complexity="O(log N)",
 )
 RETRY = Transition(
     "retry",
     ("active", "delayed", "dead", "job"),
     ("id", "fence", "delay_ms", "max_attempts", "error", "now"),
-    "EMQ.RETRY", fast=True,
+    "EMQ.RETRY", fast=True, events=("retried", "dead"),
     summary="Fail the current lease: delayed or dead (twin of retry.lua).", complexity="O(log N)",
 )
 EXTEND = Transition(
@@ -355,13 +389,14 @@ EXTEND = Transition(
 )
 PROGRESS = Transition(
     "progress", ("active", "job"), ("id", "fence", "progress"), "EMQ.PROGRESS", fast=True,
+    events=("progress",),
     summary="Record how far the current lease got (twin of progress.lua).", complexity="O(1)",
 )
 SETTLE = Transition(
     "settle",
     ("active", "delayed", "dead", "pending", "fence", "ring", "wake"),
     ("now", "retention_ms", "lease_ms", "count"),
-    "EMQ.SETTLE", record=True,
+    "EMQ.SETTLE", record=True, events=("done", "retried", "dead", "released", "claimed"),
     item_forms=(
         ItemForm("ack", ("id", "fence")),
         ItemForm("done", ("id", "fence", "result")),
@@ -379,38 +414,41 @@ EXTEND_MANY = Transition(
 )
 RECOVER = Transition(
     "recover", ("active", "pending", "ring", "wake", "dead"), ("now", "limit", "max_attempts"),
-    "EMQ.RECOVER",
+    "EMQ.RECOVER", events=("recovered", "dead"),
     summary="Expired leases go back where they came from (twin of recover.lua).",
     complexity="O(M log N) with M the leases taken",
 )
 CANCEL = Transition(
     "cancel", ("job", "pending", "delayed", "active", "dead", "ring"),
     ("id", "now", "retention_ms"),
-    "EMQ.CANCEL",
+    "EMQ.CANCEL", events=("cancelled",),
     summary="Cancel a job: a waiting one becomes a cancelled tombstone, a leased one is flagged "
             "(twin of cancel.lua).",
     complexity="O(log N), or O(L) with L the jobs of a lane job's lane",
 )
 PROMOTE = Transition(
     "promote", ("delayed", "pending", "ring", "wake"), ("now", "limit"), "EMQ.PROMOTE",
+    events=("promoted",),
     summary="Due delayed jobs go back to run (twin of promote.lua).",
     complexity="O(M log N) with M the jobs taken",
 )
 
 LANE_ENQUEUE = Transition(
     "lane_enqueue", ("job", "lane", "ring", "wake"), ("id", "payload", "group", "now"), None,
-    admits=True, summary="Admit a job once into its group's lane.",
+    admits=True, optional=("priority",), events=("enqueued",),
+    summary="Admit a job once into its group's lane.",
 )
 LANE_ENQUEUE_DELAYED = Transition(
     "lane_enqueue_delayed", ("job", "delayed", "wake"),
     ("id", "payload", "group", "now", "delay_ms", "at_ms"), None, admits=True,
+    optional=("priority",), events=("enqueued",),
     summary="Admit a job once, to run later in its group's lane.",
 )
 LANE_CLAIM = Transition(
     "lane_claim",
     ("ring", "active", "fence", "laneconf", "leased", "parked", "throttled", "windows", "turn",
      "paused"),
-    ("lease_ms", "now"), None, record=True,
+    ("lease_ms", "now"), None, record=True, events=("claimed",),
     summary="Lease the head job of the ring's head lane, within its limits and weight.",
 )
 LANE_SET = Transition(
@@ -425,11 +463,13 @@ LANE_PAUSE = Transition(
 
 REQUEUE = Transition(
     "requeue", ("dead", "pending", "ring", "wake", "job"), ("id", "now"), None,
+    events=("requeued",),
     summary="A dead job runs again with a fresh count of attempts.",
 )
-PURGE = Transition("purge", ("dead",), ("limit",), None, summary="Forget the oldest dead jobs.")
+PURGE = Transition("purge", ("dead",), ("limit",), None, events=("purged",),
+                   summary="Forget the oldest dead jobs.")
 TRIM_DEAD = Transition(
-    "trim_dead", ("dead", "deadconf"), ("now", "limit"), "EMQ.TRIM_DEAD",
+    "trim_dead", ("dead", "deadconf"), ("now", "limit"), "EMQ.TRIM_DEAD", events=("purged",),
     summary="Forget the oldest dead jobs beyond the queue's bounds (twin of trim_dead.lua).",
     complexity="O(M log N) with M the jobs trimmed",
 )
@@ -465,18 +505,22 @@ def key_of(base: str, role: str, job_id: str | None = None, lane: str | None = N
         return f"{base}{CLAIM_RECORD_PREFIX}{job_id}"
     if role in ("job", "ended"):
         return f"{base}{role}:{job_id}"
-    if role == "lane":
-        return f"{base}lane:{lane}"
+    if role in ("lane", "prio"):
+        return f"{base}{role}:{lane}"
     return base + role
 
 
 def keys_for(base: str, transition: Transition, job_id: str | None = None,
-             lane: str | None = None, claim_id: str | None = None) -> list[str]:
+             lane: str | None = None, claim_id: str | None = None,
+             events: bool = False) -> list[str]:
     """The declared keys of ``transition`` on the queue at ``base``, in protocol order; with
-    ``claim_id`` (a transition taking a record), its claim record last."""
+    ``claim_id`` (a transition taking a record), its claim record after them; with ``events``,
+    the queue's events key last when the transition appends events (else none)."""
     keys = [key_of(base, role, job_id, lane) for role in transition.keys]
     if claim_id is not None:
         if not transition.record:
             raise ValueError(f"{transition.name} takes no claim record")
         keys.append(key_of(base, CLAIM_RECORD, claim_id))
+    if events and transition.events:
+        keys.append(key_of(base, EVENTS_ROLE))
     return keys

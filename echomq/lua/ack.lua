@@ -2,6 +2,7 @@
   ack: complete the current lease; the row becomes a tombstone for retention_ms (0: deleted).
     KEYS[1] <base>active     leased jobs (zset)
     KEYS[2] <base>job:<id>   the job row (hash)
+    KEYS[3] <base>events     optional: the queue's events (stream), the last key
     ARGV[1] id               JOB:<rest>
     ARGV[2] fence            integer >= 1, the lease's fence (claim's reply)
     ARGV[3] retention_ms     integer >= 0
@@ -20,16 +21,18 @@
 --- @include "leases"
 --- @include "numbers"
 --- @include "settlements"
-if #KEYS ~= 2 or #ARGV ~= 3 then return arity_error('ACK', 2, 3) end
+if #KEYS < 2 or #KEYS > 3 or #ARGV ~= 3 then return arity_error('ACK', 2, 3) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end
 local base = keys_base({ 'active', 'job:' .. id })
-if base == nil then return redis.error_reply(E_KEYS) end
+local _, events_key = optional_keys(base, 2, false)
+if events_key == false then return redis.error_reply(E_KEYS) end
 local fence = int_arg(ARGV[2], 1)
 if fence == nil then return number_error('fence', 1) end
 local retention_ms = int_arg(ARGV[3], 0)
 if retention_ms == nil then return number_error('retention_ms', 0) end
 if not types_ok({ 'zset', 'hash' }) then return redis.error_reply(E_TYPE) end
+if events_key and not events_type_ok(events_key) then return redis.error_reply(E_TYPE) end
 
 local active, row, ended = KEYS[1], KEYS[2], base .. 'ended:' .. id
 if flagged(row) then

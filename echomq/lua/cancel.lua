@@ -8,6 +8,7 @@
     KEYS[4] <base>active     leased jobs (zset)
     KEYS[5] <base>dead       dead jobs (zset)
     KEYS[6] <base>ring       groups whose lanes hold jobs (list)
+    KEYS[7] <base>events     optional: the queue's events (stream), the last key
     ARGV[1] id               JOB:<rest>
     ARGV[2] now              ms, or * for the server clock
     ARGV[3] retention_ms     integer >= 0, how long the tombstone stays (0: the row is deleted)
@@ -22,11 +23,12 @@
 --- @include "errors"
 --- @include "keys"
 --- @include "numbers"
-if #KEYS ~= 6 or #ARGV ~= 3 then return arity_error('CANCEL', 6, 3) end
+if #KEYS < 6 or #KEYS > 7 or #ARGV ~= 3 then return arity_error('CANCEL', 6, 3) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end
 local base = keys_base({ 'job:' .. id, 'pending', 'delayed', 'active', 'dead', 'ring' })
-if base == nil then return redis.error_reply(E_KEYS) end
+local _, events_key = optional_keys(base, 6, false)
+if events_key == false then return redis.error_reply(E_KEYS) end
 local now = now_arg(ARGV[2])
 if now == nil then return redis.error_reply(E_NOW) end
 local retention_ms = int_arg(ARGV[3], 0)
@@ -34,6 +36,7 @@ if retention_ms == nil then return number_error('retention_ms', 0) end
 if not types_ok({ 'hash', 'zset', 'zset', 'zset', 'zset', 'list' }) then
   return redis.error_reply(E_TYPE)
 end
+if events_key and not events_type_ok(events_key) then return redis.error_reply(E_TYPE) end
 
 local row, pending, delayed, active, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ended = base .. 'ended:' .. id

@@ -4,6 +4,7 @@
     KEYS[2] <base>active     leased jobs, score = lease deadline (zset)
     KEYS[3] <base>fence      the queue's fence counter, one up per lease (string)
     KEYS[4] <base>claim:<claim_id>  optional: the call's claim record (string, include/records.lua)
+    KEYS[5] <base>events            optional: the queue's events (stream), the last key
     ARGV[1] lease_ms         integer >= 1
     ARGV[2] now              ms, or * for the server clock
   Derived: <base>job:<id> of each id walked.
@@ -20,18 +21,17 @@
 --- @include "keys"
 --- @include "numbers"
 --- @include "records"
-local record_key = KEYS[4]
-if (#KEYS ~= 3 and #KEYS ~= 4) or #ARGV ~= 2 then return arity_error('CLAIM', 3, 2) end
+if #KEYS < 3 or #KEYS > 5 or #ARGV ~= 2 then return arity_error('CLAIM', 3, 2) end
 local base = keys_base({ 'pending', 'active', 'fence' })
-if base == nil or (record_key and not record_key_ok(base, record_key)) then
-  return redis.error_reply(E_KEYS)
-end
+local record_key, events_key = optional_keys(base, 3, true)
+if record_key == false then return redis.error_reply(E_KEYS) end
 local lease_ms = int_arg(ARGV[1], 1)
 if lease_ms == nil then return number_error('lease_ms', 1) end
 local now = now_arg(ARGV[2])
 if now == nil then return redis.error_reply(E_NOW) end
 if not types_ok({ 'zset', 'zset', 'string' }) then return redis.error_reply(E_TYPE) end
 if record_key and not record_type_ok(record_key) then return redis.error_reply(E_TYPE) end
+if events_key and not events_type_ok(events_key) then return redis.error_reply(E_TYPE) end
 
 local pending, active, fence_key = KEYS[1], KEYS[2], KEYS[3]
 local recorded, record_failure = read_record(base, record_key)

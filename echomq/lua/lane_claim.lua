@@ -18,6 +18,7 @@
     KEYS[9] <base>turn       '<served> <group>': the ring head's claims in its turn (string)
     KEYS[10] <base>paused    present while the whole queue is paused (string)
     KEYS[11] <base>claim:<claim_id>  optional: the call's claim record (string, include/records.lua)
+    KEYS[12] <base>events            optional: the queue's events (stream), the last key
     ARGV[1] lease_ms         integer >= 1
     ARGV[2] now              ms, or * for the server clock
   Derived: <base>lane:<group> of the groups walked, <base>job:<id> of the ids walked.
@@ -36,12 +37,10 @@
 --- @include "numbers"
 --- @include "records"
 --- @include "reopen"
-local record_key = KEYS[11]
-if (#KEYS ~= 10 and #KEYS ~= 11) or #ARGV ~= 2 then return arity_error('LANE_CLAIM', 10, 2) end
+if #KEYS < 10 or #KEYS > 12 or #ARGV ~= 2 then return arity_error('LANE_CLAIM', 10, 2) end
 local base = keys_base({ 'ring', 'active', 'fence', 'laneconf', 'leased', 'parked', 'throttled', 'windows', 'turn', 'paused' })
-if base == nil or (record_key and not record_key_ok(base, record_key)) then
-  return redis.error_reply(E_KEYS)
-end
+local record_key, events_key = optional_keys(base, 10, true)
+if record_key == false then return redis.error_reply(E_KEYS) end
 local lease_ms = int_arg(ARGV[1], 1)
 if lease_ms == nil then return number_error('lease_ms', 1) end
 local now = now_arg(ARGV[2])
@@ -50,6 +49,7 @@ if not types_ok({ 'list', 'zset', 'string', 'hash', 'hash', 'hash', 'zset', 'has
   return redis.error_reply(E_TYPE)
 end
 if record_key and not record_type_ok(record_key) then return redis.error_reply(E_TYPE) end
+if events_key and not events_type_ok(events_key) then return redis.error_reply(E_TYPE) end
 
 local ring, active, fence_key = KEYS[1], KEYS[2], KEYS[3]
 local recorded, record_failure = read_record(base, record_key)

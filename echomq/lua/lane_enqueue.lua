@@ -5,10 +5,12 @@
     KEYS[2] <base>lane:<group>     the group's lane, oldest at the head (list)
     KEYS[3] <base>ring             groups whose lanes are non-empty (list)
     KEYS[4] <base>wake             wake tokens (list)
+    KEYS[5] <base>events           optional: the queue's events (stream), the last key
     ARGV[1] id                     JOB:<rest>
     ARGV[2] payload                any bytes
     ARGV[3] group                  1..200 bytes of [A-Za-z0-9._:-]
     ARGV[4] now                    ms, or * for the server clock
+    ARGV[5] priority               optional: -100 to 100, higher claimed first (0 when left off)
   Derived: <base>parked (the group may be parked), checked before anything is written.
   Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM,
   TRYAGAIN errors.
@@ -19,18 +21,23 @@
 --- @include "keys"
 --- @include "lanes"
 --- @include "numbers"
+--- @include "priority"
 --- @include "wake"
-if #KEYS ~= 4 or #ARGV ~= 4 then return arity_error('LANE_ENQUEUE', 4, 4) end
+if #KEYS < 4 or #KEYS > 5 or #ARGV < 4 or #ARGV > 5 then
+  return optional_arity_error('LANE_ENQUEUE', 4, 4, 5)
+end
 local id, group = ARGV[1], ARGV[3]
 if not id_ok(id) then return redis.error_reply(E_KIND) end
 if not lane_ok(group) then return redis.error_reply(E_LANE) end
 local base = keys_base({ 'job:' .. id, 'lane:' .. group, 'ring', 'wake' })
-if base == nil then
-  return redis.error_reply(E_KEYS)
-end
+local _, events_key = optional_keys(base, 4, false)
+if events_key == false then return redis.error_reply(E_KEYS) end
 local now = now_arg(ARGV[4])
 if now == nil then return redis.error_reply(E_NOW) end
+local priority = optional_priority(5)
+if priority == nil then return redis.error_reply(E_PRIORITY) end
 if not types_ok({ 'hash', 'list', 'list', 'list' }) then return redis.error_reply(E_TYPE) end
+if events_key and not events_type_ok(events_key) then return redis.error_reply(E_TYPE) end
 
 local row, lane_key, ring, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') end

@@ -4,6 +4,7 @@
     KEYS[2] <base>pending    flat jobs ready to run (zset)
     KEYS[3] <base>ring       groups whose lanes are non-empty (list)
     KEYS[4] <base>wake       wake tokens (list)
+    KEYS[5] <base>events     optional: the queue's events (stream), the last key
     ARGV[1] now              ms, or * for the server clock
     ARGV[2] limit            integer >= 1, most jobs taken
   Derived: <base>job:<id> of each due job, <base>lane:<group> of each lane job and of each group
@@ -20,14 +21,16 @@
 --- @include "numbers"
 --- @include "reopen"
 --- @include "wake"
-if #KEYS ~= 4 or #ARGV ~= 2 then return arity_error('PROMOTE', 4, 2) end
+if #KEYS < 4 or #KEYS > 5 or #ARGV ~= 2 then return arity_error('PROMOTE', 4, 2) end
 local base = keys_base({ 'delayed', 'pending', 'ring', 'wake' })
-if base == nil then return redis.error_reply(E_KEYS) end
+local _, events_key = optional_keys(base, 4, false)
+if events_key == false then return redis.error_reply(E_KEYS) end
 local now = now_arg(ARGV[1])
 if now == nil then return redis.error_reply(E_NOW) end
 local limit = int_arg(ARGV[2], 1)
 if limit == nil then return number_error('limit', 1) end
 if not types_ok({ 'zset', 'zset', 'list', 'list' }) then return redis.error_reply(E_TYPE) end
+if events_key and not events_type_ok(events_key) then return redis.error_reply(E_TYPE) end
 
 -- The groups to reopen are checked after the jobs' keys and before anything is written.
 local due

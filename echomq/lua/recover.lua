@@ -5,6 +5,7 @@
     KEYS[3] <base>ring       groups whose lanes are non-empty (list)
     KEYS[4] <base>wake       wake tokens (list)
     KEYS[5] <base>dead       jobs that used up their attempts, score = time of death (zset)
+    KEYS[6] <base>events     optional: the queue's events (stream), the last key
     ARGV[1] now              ms, or * for the server clock
     ARGV[2] limit            integer >= 1, most leases taken
     ARGV[3] max_attempts     integer >= 1
@@ -23,9 +24,10 @@
 --- @include "keys"
 --- @include "moves"
 --- @include "numbers"
-if #KEYS ~= 5 or #ARGV ~= 3 then return arity_error('RECOVER', 5, 3) end
+if #KEYS < 5 or #KEYS > 6 or #ARGV ~= 3 then return arity_error('RECOVER', 5, 3) end
 local base = keys_base({ 'active', 'pending', 'ring', 'wake', 'dead' })
-if base == nil then return redis.error_reply(E_KEYS) end
+local _, events_key = optional_keys(base, 5, false)
+if events_key == false then return redis.error_reply(E_KEYS) end
 local now = now_arg(ARGV[1])
 if now == nil then return redis.error_reply(E_NOW) end
 local limit = int_arg(ARGV[2], 1)
@@ -33,5 +35,6 @@ if limit == nil then return number_error('limit', 1) end
 local max_attempts = int_arg(ARGV[3], 1)
 if max_attempts == nil then return number_error('max_attempts', 1) end
 if not types_ok({ 'zset', 'zset', 'list', 'list', 'zset' }) then return redis.error_reply(E_TYPE) end
+if events_key and not events_type_ok(events_key) then return redis.error_reply(E_TYPE) end
 
 return move_due(base, now, limit, max_attempts)

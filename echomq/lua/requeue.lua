@@ -7,6 +7,7 @@
     KEYS[3] <base>ring       groups whose lanes are non-empty (list)
     KEYS[4] <base>wake       wake tokens (list)
     KEYS[5] <base>job:<id>   the job row (hash)
+    KEYS[6] <base>events     optional: the queue's events (stream), the last key
     ARGV[1] id               JOB:<rest>
     ARGV[2] now              ms, or * for the server clock
   Derived: <base>lane:<group> and <base>parked of a lane job; <base>ended:<id>, deleted (the job
@@ -22,14 +23,16 @@
 --- @include "moves"
 --- @include "numbers"
 --- @include "wake"
-if #KEYS ~= 5 or #ARGV ~= 2 then return arity_error('REQUEUE', 5, 2) end
+if #KEYS < 5 or #KEYS > 6 or #ARGV ~= 2 then return arity_error('REQUEUE', 5, 2) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end
 local base = keys_base({ 'dead', 'pending', 'ring', 'wake', 'job:' .. id })
-if base == nil then return redis.error_reply(E_KEYS) end
+local _, events_key = optional_keys(base, 5, false)
+if events_key == false then return redis.error_reply(E_KEYS) end
 local now = now_arg(ARGV[2])
 if now == nil then return redis.error_reply(E_NOW) end
 if not types_ok({ 'zset', 'zset', 'list', 'list', 'hash' }) then return redis.error_reply(E_TYPE) end
+if events_key and not events_type_ok(events_key) then return redis.error_reply(E_TYPE) end
 
 local dead, pending, ring, wake_key, row = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 if redis.call('ZSCORE', dead, id) == false or redis.call('EXISTS', row) == 0 then

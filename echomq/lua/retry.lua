@@ -5,6 +5,7 @@
     KEYS[2] <base>delayed    jobs waiting to run again, score = due time (zset)
     KEYS[3] <base>dead       jobs that used up their attempts, score = time of death (zset)
     KEYS[4] <base>job:<id>   the job row (hash)
+    KEYS[5] <base>events     optional: the queue's events (stream), the last key
     ARGV[1] id               JOB:<rest>
     ARGV[2] fence            integer >= 1, the lease's fence (claim's reply)
     ARGV[3] delay_ms         integer >= 0
@@ -24,11 +25,12 @@
 --- @include "leases"
 --- @include "numbers"
 --- @include "settlements"
-if #KEYS ~= 4 or #ARGV ~= 6 then return arity_error('RETRY', 4, 6) end
+if #KEYS < 4 or #KEYS > 5 or #ARGV ~= 6 then return arity_error('RETRY', 4, 6) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end
 local base = keys_base({ 'active', 'delayed', 'dead', 'job:' .. id })
-if base == nil then return redis.error_reply(E_KEYS) end
+local _, events_key = optional_keys(base, 4, false)
+if events_key == false then return redis.error_reply(E_KEYS) end
 local fence = int_arg(ARGV[2], 1)
 if fence == nil then return number_error('fence', 1) end
 local delay_ms = int_arg(ARGV[3], 0)
@@ -38,6 +40,7 @@ if max_attempts == nil then return number_error('max_attempts', 1) end
 local now = now_arg(ARGV[6])
 if now == nil then return redis.error_reply(E_NOW) end
 if not types_ok({ 'zset', 'zset', 'zset', 'hash' }) then return redis.error_reply(E_TYPE) end
+if events_key and not events_type_ok(events_key) then return redis.error_reply(E_TYPE) end
 
 local active, delayed, dead, row = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ended = base .. 'ended:' .. id

@@ -9,6 +9,7 @@
     KEYS[6] <base>ring       groups with waiting lane jobs (list)
     KEYS[7] <base>wake       wake tokens (list)
     KEYS[8] <base>claim:<claim_id>  optional: the call's claim record (string, include/records.lua)
+    KEYS[9] <base>events            optional: the queue's events (stream), the last key
     ARGV[1] now              ms, or * for the server clock
     ARGV[2] retention_ms     integer >= 0, an acked row's tombstone time (0: deleted)
     ARGV[3] lease_ms         integer >= 1, the lease of each job claimed
@@ -48,12 +49,10 @@
 local SETTLE_ITEM =
   'ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>'
 
-local record_key = KEYS[8]
-if (#KEYS ~= 7 and #KEYS ~= 8) or #ARGV < 4 then return variadic_arity_error('SETTLE', 7, 4) end
+if #KEYS < 7 or #KEYS > 9 or #ARGV < 4 then return variadic_arity_error('SETTLE', 7, 4) end
 local base = keys_base({ 'active', 'delayed', 'dead', 'pending', 'fence', 'ring', 'wake' })
-if base == nil or (record_key and not record_key_ok(base, record_key)) then
-  return redis.error_reply(E_KEYS)
-end
+local record_key, events_key = optional_keys(base, 7, true)
+if record_key == false then return redis.error_reply(E_KEYS) end
 local now = now_arg(ARGV[1])
 if now == nil then return redis.error_reply(E_NOW) end
 local retention_ms = int_arg(ARGV[2], 0)
@@ -93,6 +92,7 @@ if not types_ok({ 'zset', 'zset', 'zset', 'zset', 'string', 'list', 'list' }) th
   return redis.error_reply(E_TYPE)
 end
 if record_key and not record_type_ok(record_key) then return redis.error_reply(E_TYPE) end
+if events_key and not events_type_ok(events_key) then return redis.error_reply(E_TYPE) end
 
 local active, delayed, dead, pending, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ring, wake_key = KEYS[6], KEYS[7]

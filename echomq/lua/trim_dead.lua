@@ -4,6 +4,7 @@
   does. Housekeeping runs it in steps; an operator sets the bounds.
     KEYS[1] <base>dead       jobs that used up their attempts, score = time of death (zset)
     KEYS[2] <base>deadconf   the bounds: max_count, max_age_ms (hash; a field absent: its
+    KEYS[3] <base>events     optional: the queue's events (stream), the last key
                              default, 10000 jobs and 15552000000 ms; 0: no bound of that kind)
     ARGV[1] now              ms, or * for the server clock
     ARGV[2] limit            integer >= 1, most jobs trimmed
@@ -15,14 +16,16 @@
 --- @include "errors"
 --- @include "keys"
 --- @include "numbers"
-if #KEYS ~= 2 or #ARGV ~= 2 then return arity_error('TRIM_DEAD', 2, 2) end
+if #KEYS < 2 or #KEYS > 3 or #ARGV ~= 2 then return arity_error('TRIM_DEAD', 2, 2) end
 local base = keys_base({ 'dead', 'deadconf' })
-if base == nil then return redis.error_reply(E_KEYS) end
+local _, events_key = optional_keys(base, 2, false)
+if events_key == false then return redis.error_reply(E_KEYS) end
 local now = now_arg(ARGV[1])
 if now == nil then return redis.error_reply(E_NOW) end
 local limit = int_arg(ARGV[2], 1)
 if limit == nil then return number_error('limit', 1) end
 if not types_ok({ 'zset', 'hash' }) then return redis.error_reply(E_TYPE) end
+if events_key and not events_type_ok(events_key) then return redis.error_reply(E_TYPE) end
 
 -- The bounds, each absent field its default; a field that is not an integer refuses the call.
 local fields = { 'max_count', 'max_age_ms' }

@@ -68,17 +68,71 @@ def shape_cases(t: Transition) -> Iterator[Case]:
         yield Case(t, f"numkeys-{label}", _with(good, 0, numkeys), expect)
     yield Case(t, "numkeys-beyond-args", _with(good, 0, len(good)), E_TOOMANY)
     yield Case(t, "numkeys-one-less", _with(good, 0, nkeys - 1), E_ARITY)
-    # one more key is a claim record where the transition takes one: then the first argument
-    # is taken for it (EMQKEYS), unless too few arguments are left
-    one_more = E_KEYS if t.record and t.items else E_ARITY
-    yield Case(t, "numkeys-one-more", _with(good, 0, nkeys + 1), one_more)
-    yield Case(t, "numkeys-two-more", _with(good, 0, nkeys + 2), E_ARITY)
+    for more, label in ((1, "one"), (2, "two")):
+        yield Case(t, f"numkeys-{label}-more", _with(good, 0, nkeys + more), _more_keys(t, more))
     yield Case(t, "numkeys-zero", _with(good, 0, 0), E_ARITY)
     fixed = 1 + nkeys + len(t.args)
     yield Case(t, "last-arg-missing", good[: fixed - 1] if t.items else good[:-1], E_ARITY)
-    yield Case(t, "extra-arg", [*good, "extra"], E_ITEM if t.items else E_ARITY)
+    # one word more is an item of a list, or the optional priority (a bad one), or too many
+    extra = E_ITEM if t.items else E_NUM if t.optional else E_ARITY
+    yield Case(t, "extra-arg", [*good, "extra"], extra)
+    yield Case(t, "extra-args-two", [*good, *["0"] * (len(t.optional) + 1)],
+               E_ITEM if t.items else E_ARITY)
     yield Case(t, "numkeys-only", [0], E_ARITY)
     yield Case(t, "keys-only", good[: nkeys + 1], E_ARITY)
+
+
+def _more_keys(t: Transition, more: int) -> bytes:
+    """numkeys raised by ``more``: the first arguments are taken for keys. A transition that may
+    declare that many optional keys then finds them bad (EMQKEYS) when enough arguments are left
+    (a list's); otherwise the shape is wrong."""
+    return E_KEYS if t.items and more <= t.optional_keys else E_ARITY
+
+
+def _declared(t: Transition, *extra: Arg) -> list[Arg]:
+    """The good call of ``t`` with ``extra`` keys declared after its own."""
+    good, nkeys = GOOD[t.name], len(t.keys)
+    return [nkeys + len(extra), *good[1:1 + nkeys], *extra, *good[1 + nkeys:]]
+
+
+def events_key_cases(t: Transition) -> Iterator[Case]:
+    """The events key declared (last, after a record), named wrong, of another queue, doubled,
+    before the record, or of the wrong type."""
+    if not t.events:
+        return
+    events, record = key("events"), key("claim:c1")
+    yield Case(t, "events-key", _declared(t, events), _expect_ok(t), READY[t.name])
+    yield Case(t, "events-key-other-queue", _declared(t, key("events", base=OTHER)), E_KEYS)
+    yield Case(t, "events-key-misnamed", _declared(t, key("event")), E_KEYS)
+    yield Case(t, "events-key-empty", _declared(t, ""), E_KEYS)
+    yield Case(t, "events-key-twice", _declared(t, events, events),
+               E_KEYS if t.record else E_ARITY)
+    for j, command in enumerate([["SET", events, "x"], ["HSET", events, "f", "v"],
+                                 ["RPUSH", events, "x"], ["ZADD", events, "1", "m"]]):
+        yield Case(t, f"events-key-wrongtype{j}", _declared(t, events), E_TYPE,
+                   [*READY[t.name], command])
+    if t.record:
+        yield Case(t, "record-and-events-key", _declared(t, record, events), _expect_ok(t),
+                   READY[t.name])
+        yield Case(t, "events-key-before-record", _declared(t, events, record), E_KEYS)
+        yield Case(t, "record-and-events-key-wrongtype", _declared(t, record, events), E_TYPE,
+                   [*READY[t.name], ["SET", events, "x"]])
+
+
+def optional_arg_cases(t: Transition) -> Iterator[Case]:
+    """The optional priority: given, at 0, bad, read after the fixed numbers, with the events
+    key."""
+    good = GOOD[t.name]
+    for name in t.optional:
+        for label, word in (("zero", "0"), ("ten", "10"), ("lowest", "-100")):
+            yield Case(t, f"{name}-{label}", [*good, word], _expect_ok(t), READY[t.name])
+        for label, word in (("above", "101"), ("plus", "+5"), ("word", "ten"), ("empty", "")):
+            yield Case(t, f"{name}-{label}", [*good, word], E_NUM)
+        at = 1 + len(t.keys) + t.args.index("now")
+        yield Case(t, f"{name}-after-now", _with([*good, "ten"], at, "x"), E_NUM + b"now")
+        if t.events:
+            yield Case(t, f"{name}-and-events-key", [*_declared(t, key("events")), "7"],
+                       _expect_ok(t), READY[t.name])
 
 
 def id_cases(t: Transition) -> Iterator[Case]:
@@ -154,6 +208,8 @@ def generic_cases() -> Iterator[Case]:
     for t in TRANSITIONS:
         yield Case(t, "good", list(GOOD[t.name]), _expect_ok(t), READY[t.name])
         yield from shape_cases(t)
+        yield from events_key_cases(t)
+        yield from optional_arg_cases(t)
         yield from id_cases(t)
         yield from key_cases(t)
         yield from number_cases(t)

@@ -99,8 +99,11 @@ def record_refusals() -> Iterator[Case]:
                                 recorded("JOB:1 1")]
     yield _case("claim", "record-row-wrong-type", claim(), E_TYPE, wrong_row)
     yield _case("settle", "record-row-wrong-type", settle(), E_TYPE, wrong_row)
+    # the key after a record may only be the events key
     yield _case("claim", "record-and-one-more-key", [5, *CLAIM_KEYS, RECORD, RECORD, 30_000, NOW],
-                E_ARITY)
+                E_KEYS)
+    yield _case("claim", "record-and-two-more-keys",
+                [6, *CLAIM_KEYS, RECORD, RECORD, RECORD, 30_000, NOW], E_ARITY)
 
 
 def settle_record_cases() -> Iterator[Case]:

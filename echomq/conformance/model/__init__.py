@@ -26,7 +26,12 @@ from echomq.conformance.model.call import (
 )
 from echomq.conformance.model.dispatch import Model
 from echomq.conformance.model.movers import LOST
-from echomq.conformance.model.records import parse_record, record_name_ok, split_record
+from echomq.conformance.model.records import (
+    optional_keys,
+    parse_record,
+    record_name_ok,
+    split_optional,
+)
 from echomq.conformance.model.replies import (
     E_FENCE,
     E_KEYS,
@@ -34,6 +39,7 @@ from echomq.conformance.model.replies import (
     E_NEGATIVE,
     E_NOTINT,
     E_NOW,
+    E_PRIORITY,
     E_RESULT,
     E_TOOMANY,
     E_TYPE,
@@ -46,6 +52,7 @@ from echomq.conformance.model.replies import (
     item_error,
     null,
     number_error,
+    optional_arity_error,
     status,
     variadic_arity_error,
 )
@@ -80,6 +87,7 @@ __all__ = [
     "E_NEGATIVE",
     "E_NOTINT",
     "E_NOW",
+    "E_PRIORITY",
     "E_RESULT",
     "E_TOOMANY",
     "E_TYPE",
@@ -115,6 +123,8 @@ __all__ = [
     "null",
     "number_error",
     "numkeys_of",
+    "optional_arity_error",
+    "optional_keys",
     "parse_items",
     "parse_pairs",
     "parse_record",
@@ -122,7 +132,7 @@ __all__ = [
     "record_name_ok",
     "render_value",
     "split_keys",
-    "split_record",
+    "split_optional",
     "status",
     "variadic_arity_error",
 ]

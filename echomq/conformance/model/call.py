@@ -53,6 +53,7 @@ class Call:
     numbers: dict[str, int] = field(default_factory=dict)
     items: list[Item] = field(default_factory=list)
     record: bytes | None = None  # the claim record declared after the keys
+    events: bytes | None = None  # the events key declared last
     recorded: list[tuple[bytes, int]] | None = None  # its leases, when it was found
 
 

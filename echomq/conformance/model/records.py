@@ -14,11 +14,27 @@ from echomq.engine.transitions import Transition
 _LANE = re.compile(rb"[A-Za-z0-9._:-]{1,200}\Z")
 
 
-def split_record(transition: Transition, keys: list[bytes]) -> tuple[list[bytes], bytes | None]:
-    """The call's own keys, and its claim record when it declares one after them."""
-    if transition.record and len(keys) == len(transition.keys) + 1:
-        return keys[:-1], keys[-1]
-    return keys, None
+def split_optional(transition: Transition,
+                   keys: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """The call's own keys, and the keys it declares after them (its record, its events key)."""
+    return keys[:len(transition.keys)], keys[len(transition.keys):]
+
+
+def optional_keys(transition: Transition, base: bytes,
+                  extra: list[bytes]) -> tuple[bytes | None, bytes | None] | None:
+    """The keys after the call's own, in order: its claim record (a transition taking one; any
+    key but the events key is taken for it), then the events key, exactly base + events. The
+    record and the events key (None when not declared), or None when a key is neither."""
+    events_key = base + b"events"
+    rest = list(extra)
+    record = events = None
+    if transition.record and rest and rest[0] != events_key:
+        record = rest.pop(0)
+        if not record_name_ok(base, record):
+            return None
+    if transition.events and rest and rest[0] == events_key:
+        events = rest.pop(0)
+    return None if rest else (record, events)
 
 
 def record_name_ok(base: bytes, key: bytes) -> bool:

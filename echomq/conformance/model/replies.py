@@ -15,6 +15,7 @@ E_FENCE = b"EMQFENCE the fence counter must hold an integer from 0 to 9999999999
 E_RESULT = b"EMQSIZE result must be at most 524288 bytes"
 RESULT_MAX = 524288
 E_PROGRESS = b"EMQSIZE progress must be at most 65536 bytes"
+E_PRIORITY = b"EMQNUM priority must be an integer from -100 to 100"
 PROGRESS_MAX = 65536
 E_NOTINT = b"ERR value is not an integer or out of range"
 E_NEGATIVE = b"ERR Number of keys can't be negative"
@@ -51,6 +52,11 @@ def number_error(name: str, minimum: int) -> bytes:
 
 def variadic_arity_error(verb: str, nkeys: int, nargs: int) -> bytes:
     return error(f"EMQARITY EMQ.{verb} takes {nkeys} keys and at least {nargs} arguments".encode())
+
+
+def optional_arity_error(verb: str, nkeys: int, nargs: int, nmax: int) -> bytes:
+    return error(f"EMQARITY EMQ.{verb} takes {nkeys} keys and {nargs} or {nmax} arguments"
+                 .encode())
 
 
 def item_error(n: int, shape: str) -> bytes:

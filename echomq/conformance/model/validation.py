@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from echomq.conformance.model.call import Call, Item, parse_items, parse_pairs
-from echomq.conformance.model.records import Records, record_name_ok, split_record
+from echomq.conformance.model.records import Records, optional_keys, split_optional
 from echomq.conformance.model.replies import (
     E_FENCE,
     E_KEYS,
@@ -14,6 +14,7 @@ from echomq.conformance.model.replies import (
     E_NEGATIVE,
     E_NOTINT,
     E_NOW,
+    E_PRIORITY,
     E_PROGRESS,
     E_RESULT,
     E_TOOMANY,
@@ -23,9 +24,10 @@ from echomq.conformance.model.replies import (
     arity_error,
     error,
     number_error,
+    optional_arity_error,
     variadic_arity_error,
 )
-from echomq.conformance.model.words import MINIMUM, id_ok, int_arg, numkeys_of, raw
+from echomq.conformance.model.words import MINIMUM, id_ok, int_arg, numkeys_of, priority_arg, raw
 from echomq.conformance.resp import Arg
 from echomq.engine.transitions import Transition
 
@@ -35,6 +37,27 @@ ENDING = ("ack_result", "retry", "cancel")
 KEY_TYPE = {"job": b"hash", "pending": b"zset", "active": b"zset", "delayed": b"zset",
             "dead": b"zset", "ring": b"list", "wake": b"list", "fence": b"string",
             "deadconf": b"hash"}
+
+
+def shape_ok(transition: Transition, keys: list[bytes], args: list[bytes]) -> bool:
+    """Step 1: the table's keys, then up to its optional ones; its fixed arguments, then up to
+    its optional ones (a batch: at least the fixed ones)."""
+    nkeys, fixed = len(transition.keys), len(transition.args)
+    if not nkeys <= len(keys) <= nkeys + transition.optional_keys:
+        return False
+    if transition.items:
+        return len(args) >= fixed
+    return fixed <= len(args) <= fixed + len(transition.optional)
+
+
+def shape_error(transition: Transition) -> bytes:
+    """The EMQARITY reply of ``transition``'s kind."""
+    verb, nkeys, fixed = transition.verb, len(transition.keys), len(transition.args)
+    if transition.items:
+        return variadic_arity_error(verb, nkeys, fixed)
+    if transition.optional:
+        return optional_arity_error(verb, nkeys, fixed, fixed + len(transition.optional))
+    return arity_error(verb, nkeys, fixed)
 
 
 def split_keys(words: list[bytes]) -> tuple[list[bytes], list[bytes]] | bytes:
@@ -59,27 +82,49 @@ class Validation(Records):
         if isinstance(split, bytes):
             return split
         keys, args = split
-        keys, record = split_record(transition, keys)
-        verb = transition.name.upper()
+        if not shape_ok(transition, keys, args):
+            return shape_error(transition)
+        keys, extra = split_optional(transition, keys)
         if transition.items:
-            return self._validate_batch(transition, keys, args, record)
-        if len(keys) != len(transition.keys) or len(args) != len(transition.args):
-            return arity_error(verb, len(transition.keys), len(transition.args))
+            return self._validate_batch(transition, keys, args, extra)
         job_id = args[0] if transition.args[0] == "id" else b""
         if transition.args[0] == "id" and not id_ok(job_id):
             return error(E_KIND)
-        base = self._base(transition, keys, job_id)
-        if base is None or (record is not None and not record_name_ok(base, record)):
+        call = self._keyed(transition, keys, args, extra, job_id)
+        if call is None:
             return error(E_KEYS)
-        call = Call(keys, args, base, record=record)
-        failure = self._numbers(call, transition.args, args)
+        fixed = len(transition.args)
+        failure = (self._numbers(call, transition.args, args[:fixed])
+                   or self._optional(call, transition.optional, args[fixed:]))
         if failure is not None:
             return failure
         checked = self._typed(transition, call)
         if transition.name in ENDING and not isinstance(checked, bytes) \
-                and not self.list_or_none(base + b"ended:" + job_id):
+                and not self.list_or_none(call.base + b"ended:" + job_id):
             return error(E_TYPE)
         return checked
+
+    def _keyed(self, transition: Transition, keys: list[bytes], args: list[bytes],
+               extra: list[bytes], job_id: bytes) -> Call | None:
+        """Step 3: the call with its base and its optional keys, or None (EMQKEYS)."""
+        base = self._base(transition, keys, job_id)
+        optional = None if base is None else optional_keys(transition, base, extra)
+        if base is None or optional is None:
+            return None
+        record, events = optional
+        return Call(keys, args, base, record=record, events=events)
+
+    @staticmethod
+    def _optional(call: Call, names: Sequence[str], words: Sequence[bytes]) -> bytes | None:
+        """The optional arguments given, after the fixed ones (one left off reads as 0)."""
+        for name in names:
+            call.numbers[name] = 0
+        for name, word in zip(names, words, strict=False):
+            value = priority_arg(word)
+            if value is None:
+                return error(E_PRIORITY)
+            call.numbers[name] = value
+        return None
 
     def _numbers(self, call: Call, names: Sequence[str], words: Sequence[bytes]) -> bytes | None:
         """The first number error among the fixed arguments, in order; None when all parse."""
@@ -90,15 +135,13 @@ class Validation(Records):
         return None
 
     def _validate_batch(self, transition: Transition, keys: list[bytes],
-                        args: list[bytes], record: bytes | None) -> Call | bytes:
+                        args: list[bytes], extra: list[bytes]) -> Call | bytes:
         """settle and extend_many: keys, fixed numbers, items, types, then every item's row."""
         fixed = len(transition.args)
-        if len(keys) != len(transition.keys) or len(args) < fixed:
-            return variadic_arity_error(transition.name.upper(), len(transition.keys), fixed)
-        base = self._base(transition, keys, b"")
-        if base is None or (record is not None and not record_name_ok(base, record)):
+        call = self._keyed(transition, keys, args, extra, b"")
+        if call is None:
             return error(E_KEYS)
-        call = Call(keys, args, base, record=record)
+        base = call.base
         failure = self._numbers(call, transition.args, args[:fixed])
         if failure is not None:
             return failure
@@ -128,10 +171,11 @@ class Validation(Records):
         return b"" if lane is None else base + b"lane:" + lane
 
     def _typed(self, transition: Transition, call: Call) -> Call | bytes:
+        """Step 5: the declared keys' types, the record's, then the events key's."""
         for role, key in zip(transition.keys, call.keys, strict=True):
             if self.kind(key) not in (b"none", KEY_TYPE[role]):
                 return error(E_TYPE)
-        failure = self.record_checked(transition, call)
+        failure = self._optional_types(call) or self.record_checked(transition, call)
         if failure is not None:
             return failure
         if call.recorded is not None:
@@ -144,6 +188,13 @@ class Validation(Records):
                 return error(E_FENCE)
             call.numbers["last_fence"] = counter
         return call
+
+    def _optional_types(self, call: Call) -> bytes | None:
+        """The record's type, then the events key's: each absent or of its type."""
+        for key, kind in ((call.record, b"string"), (call.events, b"stream")):
+            if key is not None and self.kind(key) not in (b"none", kind):
+                return error(E_TYPE)
+        return None
 
     @staticmethod
     def _base(transition: Transition, keys: list[bytes], job_id: bytes) -> bytes | None:

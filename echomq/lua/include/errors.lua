@@ -10,10 +10,17 @@ local E_LANE = 'EMQLANE lane must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -'
 local E_FENCE = 'EMQFENCE the fence counter must hold an integer from 0 to 999999999999998'
 local E_RESULT = 'EMQSIZE result must be at most 524288 bytes'
 local E_PROGRESS = 'EMQSIZE progress must be at most 65536 bytes'
+local E_PRIORITY = 'EMQNUM priority must be an integer from -100 to 100'
 
 local function arity_error(verb, nkeys, nargs)
   return redis.error_reply(string.format('EMQARITY EMQ.%s takes %d keys and %d arguments',
     verb, nkeys, nargs))
+end
+
+-- A transition whose last arguments may be left off: nargs to nmax of them.
+local function optional_arity_error(verb, nkeys, nargs, nmax)
+  return redis.error_reply(string.format('EMQARITY EMQ.%s takes %d keys and %d or %d arguments',
+    verb, nkeys, nargs, nmax))
 end
 
 -- A transition taking a list of items after its fixed arguments.

@@ -1,4 +1,7 @@
 -- The declared keys of a call: one queue's, in the documented order, each of its type.
+--- @include "args"
+local RECORD_PREFIX = 'claim:'
+local EVENTS_SUFFIX = 'events'
 -- The base of the queue if KEYS are base..suffixes[i] in order, else nil.
 local function keys_base(suffixes)
   local first, suffix = KEYS[1], suffixes[1]
@@ -22,4 +25,36 @@ local function types_ok(expected)
     if t ~= 'none' and t ~= expected[i] then return false end
   end
   return true
+end
+
+-- A claim record's name: base .. 'claim:' .. a claim id of the lane gate.
+local function record_key_ok(base, key)
+  local prefix = base .. RECORD_PREFIX
+  if #key <= #prefix or string.sub(key, 1, #prefix) ~= prefix then return false end
+  return lane_ok(string.sub(key, #prefix + 1))
+end
+
+-- The keys a call may declare after its n own ones, in order: its claim record (takes_record;
+-- any key but the events key is taken for it), then the queue's events key, exactly
+-- base .. 'events'. Returns record_key, events_key (nil when not declared), or false, false
+-- when a key is neither (EMQKEYS), or base is nil.
+local function optional_keys(base, n, takes_record)
+  if base == nil then return false, false end
+  local record_key, events_key, i = nil, nil, n + 1
+  if takes_record and KEYS[i] and KEYS[i] ~= base .. EVENTS_SUFFIX then
+    if not record_key_ok(base, KEYS[i]) then return false, false end
+    record_key, i = KEYS[i], i + 1
+  end
+  if KEYS[i] then
+    if KEYS[i] ~= base .. EVENTS_SUFFIX then return false, false end
+    events_key, i = KEYS[i], i + 1
+  end
+  if KEYS[i] then return false, false end
+  return record_key, events_key
+end
+
+-- The events key's type, checked after every other declared key's: absent or a stream.
+local function events_type_ok(key)
+  local t = key_type(key)
+  return t == 'none' or t == 'stream'
 end

@@ -11,6 +11,12 @@ local function priority_arg(s)
   return v
 end
 
+-- The optional priority argument at ARGV[n]: 0 when the call leaves it off, nil when bad.
+local function optional_priority(n)
+  if #ARGV < n then return 0 end
+  return priority_arg(ARGV[n])
+end
+
 -- The priority of the job whose row is the key row: its priority field read as the argument is;
 -- absent or bad counts as 0.
 local function row_priority(row)

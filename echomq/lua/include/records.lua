@@ -1,7 +1,7 @@
 -- Claim records (the twin of native/claimrecord.c), for the transitions that take one (claim,
 -- settle, lane_claim: Transition.record). A claiming call may declare one more key after its
 -- own: its record, <base>claim:<claim_id>, the claim id chosen by the caller (1 to 200 bytes of
--- A-Z a-z 0-9 . _ : -, as a lane name). A call that leases jobs records them there, '<id> <fence>'
+-- A-Z a-z 0-9 . _ : -, as a lane name; optional_keys in keys.lua checks the name). A call that leases jobs records them there, '<id> <fence>'
 -- each, space-separated, for lease_ms. Sent again with the same record after its reply was lost,
 -- the call finds the record and answers, in order, the leases recorded that are still held (the
 -- id in active, its row at that fence): no attempt is counted again and nothing more is leased.
@@ -11,15 +11,6 @@
 --- @include "keys"
 --- @include "leases"
 --- @include "numbers"
-local RECORD_PREFIX = 'claim:'
-
--- The record's name: base .. 'claim:' .. a claim id of the lane gate.
-local function record_key_ok(base, key)
-  local prefix = base .. RECORD_PREFIX
-  if #key <= #prefix or string.sub(key, 1, #prefix) ~= prefix then return false end
-  return lane_ok(string.sub(key, #prefix + 1))
-end
-
 -- The record's type, checked after the call's own keys: absent or a string.
 local function record_type_ok(key)
   local t = key_type(key)
