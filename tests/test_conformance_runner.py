@@ -4,6 +4,7 @@ it leaves every key it did not make alone and no scratch key behind (done, faile
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -146,8 +147,10 @@ def test_a_stopped_run_removes_its_scratch_keys(lived_in: EmbeddedValkey, signum
                f"redis://127.0.0.1:{lived_in.port}", "--random-steps", "100000"]
     # SIGINT as a terminal delivers it: a test run in the background of a shell has SIGINT
     # ignored, which the child would otherwise inherit and keep (Ctrl-C never reaches it there).
+    # A native crash prints its stack (Python's and the C frames' names) instead of nothing.
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, preexec_fn=default_sigint)
+                               text=True, preexec_fn=default_sigint, env=env)
     conn = lived_in.client()
     deadline = time.monotonic() + 120  # a bound for a loaded machine, not a speed
     while not conn.keys(SCRATCH):  # the run is under way once its scratch keys exist
@@ -159,6 +162,32 @@ def test_a_stopped_run_removes_its_scratch_keys(lived_in: EmbeddedValkey, signum
     assert "interrupted; its scratch keys were removed" in err
     assert not conn.keys(SCRATCH)
     assert every_key(lived_in) == before
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["sigterm", "ctrl-c"])
+def test_a_stop_arriving_inside_a_call_ends_the_run_after_it(
+        valkey: EmbeddedValkey, monkeypatch: pytest.MonkeyPatch, signum: int,
+        status: int) -> None:
+    """The signal is taken between two calls: the call it arrives in completes (a reply is never
+    abandoned half-read), the next one is not made, and the scratch keys are removed."""
+    monkeypatch.setattr(signal, "getsignal", lambda signum: signal.default_int_handler)
+    real_run = Pair.run
+    calls: list[str] = []
+
+    def signalled_inside(self: Pair, transition: Transition, argv: list[Arg],
+                         scripts_only: bool = False) -> dict[str, harness.Outcome]:
+        calls.append("started")
+        if len(calls) == 3:
+            os.kill(os.getpid(), signum)  # delivered here, in the middle of the call
+        outcomes = real_run(self, transition, argv, scripts_only)
+        calls.append("completed")
+        return outcomes
+
+    monkeypatch.setattr(Pair, "run", signalled_inside)
+    assert runner.run(valkey.url, seed=1, random_steps=50, say=lambda line: None) == status
+    assert calls == ["started", "completed"] * 2
+    assert not valkey.client().keys(SCRATCH)
 
 
 def test_a_difference_is_reported_with_its_bytes(valkey: EmbeddedValkey,

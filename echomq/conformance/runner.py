@@ -32,7 +32,29 @@ Say = Callable[[str], None]
 
 
 class Stopped(Exception):
-    """SIGTERM arrived: the run stops, its scratch keys are removed."""
+    """SIGTERM or Ctrl-C arrived: the run stops, its scratch keys are removed."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.status = 128 + signum
+
+
+class StopRequests:
+    """The signals that stop a run, taken as requests: the handler only records the signal, and
+    the run stops between two calls (``check``), never inside one. An exception raised by the
+    handler itself would surface wherever the interpreter happened to be, a C extension's reply
+    parsing included."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def record(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def check(self) -> None:
+        if self.signum is not None:
+            raise Stopped(self.signum)
 
 
 @dataclass
@@ -69,14 +91,14 @@ def run(url: str, seed: int | None = None, random_steps: int = 500, as_json: boo
     chosen = random.SystemRandom().randrange(2**31) if seed is None else seed
     report = Report("", scratch.token, chosen, random_steps)
     try:
-        with _stop_on_sigterm():
+        with _stopped_between_calls() as stop:
             report.server = _check_server(address, scratch)
             with _scratch_removed(address, scratch):
                 for protocol in PROTOCOLS:
-                    _run_protocol(address, scratch, protocol, report)
+                    _run_protocol(address, scratch, protocol, report, stop.check)
     except (KeyboardInterrupt, Stopped) as exc:
         print(f"{NAME}: interrupted; its scratch keys were removed", file=sys.stderr)
-        return 143 if isinstance(exc, Stopped) else 130
+        return exc.status if isinstance(exc, Stopped) else 130
     except TrafikeyMissing as exc:
         return _fail(f"the server does not know {exc.command}: trafikey is not loaded there",
                      "start valkey-server with --loadmodule <path of trafikey.so>, which "
@@ -108,15 +130,19 @@ def _describe(exc: Exception, address: Address) -> str:
 
 
 @contextmanager
-def _stop_on_sigterm() -> Iterator[None]:
-    def stop(signum: int, frame: FrameType | None) -> None:
-        raise Stopped
-
-    previous = signal.signal(signal.SIGTERM, stop)
+def _stopped_between_calls() -> Iterator[StopRequests]:
+    """SIGTERM, and SIGINT unless it is ignored (a command in a shell's background), recorded
+    as stop requests for the time of the run."""
+    stop = StopRequests()
+    taken = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        taken.append(signal.SIGINT)
+    previous = {signum: signal.signal(signum, stop.record) for signum in taken}
     try:
-        yield
+        yield stop
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @contextmanager
@@ -153,16 +179,18 @@ def _check_server(address: Address, scratch: Scratch) -> str:
     return f"{where} (valkey {version})" if version else where
 
 
-def _run_protocol(address: Address, scratch: Scratch, protocol: int, report: Report) -> None:
+def _run_protocol(address: Address, scratch: Scratch, protocol: int, report: Report,
+                  between_calls: Callable[[], None]) -> None:
     pair = Pair(address, protocol, scratch)
     try:
         for case in all_cases():
+            between_calls()
             name = case.transition.name
             report.cases[name] = report.cases.get(name, 0) + 1
             found = case_differences(pair, case)
             if found:
                 report.differences.append(Difference(case.id, protocol, name, found))
-        walked = Walk(pair, report.seed).run(report.random_steps)
+        walked = Walk(pair, report.seed).run(report.random_steps, between_calls)
         for name, count in walked.steps.items():
             report.steps[name] = report.steps.get(name, 0) + count
         if walked.differences:

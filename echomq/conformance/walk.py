@@ -74,11 +74,13 @@ class Walk:
             self.bad, self.enqueue_later, self.ack_result, self.progress, self.cancel,
             self.trim_dead]
 
-    def run(self, steps: int) -> WalkResult:
-        """Up to ``steps`` steps; stops at the first difference (the states part there)."""
+    def run(self, steps: int, between_steps: Callable[[], None] = lambda: None) -> WalkResult:
+        """Up to ``steps`` steps; stops at the first difference (the states part there).
+        ``between_steps`` runs before each step (it may raise to end the walk there)."""
         result = WalkResult()
         self.pair.reset()
         for index in range(1, steps + 1):
+            between_steps()
             self.now += self.rng.choice(TICKS)
             transition, argv = self.rng.choice(self.makers)()
             result.steps[transition.name] = result.steps.get(transition.name, 0) + 1
