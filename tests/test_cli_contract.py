@@ -24,6 +24,8 @@ HANDLER = "tests.worker_handlers:serve"
     (["dead", "purge", "q", "--limit", "99999999999999999999"], "--limit"),
     (["dead", "list", "q", "--limit", "0"], "--limit"),
     (["stats", "--no-such-option"], "--no-such-option"),
+    (["enqueue", "q", "x", "--priority", "101"], "--priority '101'"),
+    (["enqueue", "q", "x", "--priority", "high"], "--priority 'high'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(valkey: EmbeddedValkey, args: list[str],
                                           said: str) -> None:

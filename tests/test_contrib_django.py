@@ -140,6 +140,17 @@ def test_other_queues_and_unknown_ids(tasks: ModuleType, conn: redis.Redis) -> N
         task_backends["default"].get_result("JOB:never-admitted")
 
 
+def test_a_higher_priority_task_runs_first(tasks: ModuleType, conn: redis.Redis) -> None:
+    """Django's priority (-100 to 100, higher first, 0 by default) is the job's priority."""
+    assert task_backends["default"].supports_priority
+    later = tasks.add.enqueue(1, 1)
+    first = tasks.add.using(priority=10).enqueue(2, 2)
+    last = tasks.add.using(priority=-100).enqueue(3, 3)
+    for expected in (first, later, last):
+        run_once(conn)
+        assert expected.refresh() is None and expected.status == TaskResultStatus.SUCCESSFUL
+
+
 def test_a_job_acked_keeping_no_result_is_no_django_result(tasks: ModuleType,
                                                            conn: redis.Redis) -> None:
     for job_id, kept in (("JOB:none-kept", None), ("JOB:empty-kept", b"")):

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from echomq import App, Backoff, Job, Queue, RetryAfter, Verdict
+from echomq import App, ArgumentError, Backoff, Job, Queue, RetryAfter, Verdict
 from echomq.consumer.directives import Done, Reject, RetryIn
 from echomq.tasks.envelope import (
     UNKEPT_RESULT,
@@ -177,6 +177,42 @@ def test_a_lane_option_enqueues_into_the_lane(conn: redis.Redis, hooks: Recorder
     assert job is not None and job.lane == "tenant-a"
     directive = app.handler(job)
     assert isinstance(directive, Done) and decode_result(directive.result).value == 3
+
+
+def test_a_priority_goes_with_each_job_of_the_task(app: App,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``@app.task(priority=)`` is the default of the task's jobs, ``with_options(priority=)``
+    one job's; each reaches ``Queue.enqueue``."""
+    sent: list[int] = []
+    enqueue = app.queue.enqueue
+
+    def spy(*args: Any, priority: int = 0, **kwargs: Any) -> Verdict:
+        sent.append(priority)
+        return enqueue(*args, priority=priority, **kwargs)
+
+    monkeypatch.setattr(app.queue, "enqueue", spy)
+    urgent = app.task(name="urgent", priority=7)(add)
+    urgent.enqueue(1, 2)
+    urgent.with_options(job_id="JOB:u1").enqueue(1, 2)
+    urgent.with_options(priority=0).enqueue(1, 2)
+    app.tasks["add"].with_options(priority=-3).enqueue(1, 2)
+    app.tasks["add"].enqueue(1, 2)
+    assert sent == [7, 7, 0, -3, 0]
+
+
+def test_a_higher_priority_task_runs_first(app: App) -> None:
+    app.tasks["add"].enqueue(1, 1)
+    urgent = app.tasks["add"].with_options(priority=10).enqueue(2, 2)
+    assert claimed(app.queue).id == urgent.id
+
+
+@pytest.mark.parametrize("bad", [101, -101, True, 2.5])
+def test_a_bad_priority_is_refused_when_it_is_given(app: App, bad: Any) -> None:
+    with pytest.raises(ArgumentError, match="priority must be an integer from -100 to 100"):
+        app.tasks["add"].with_options(priority=bad)
+    with pytest.raises(ArgumentError, match="priority must be an integer from -100 to 100"):
+        app.task(name="never", priority=bad)(add)
+    assert "never" not in app.tasks
 
 
 def test_at_needs_an_aware_time_and_excludes_a_delay(app: App) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 import click
 
 from echomq.cli.errors import BAD_INPUT, Failure, debugging
+from echomq.engine.errors import ArgumentError
+from echomq.engine.native import checked_priority
 from echomq.engine.transitions import queue_base
 from echomq.ops.admin import DeadJob, every_dead_job
 
@@ -32,7 +34,26 @@ class QueueName(click.ParamType):  # type: ignore[type-arg]  # generic from clic
         return str(value)
 
 
+class Priority(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2
+    """A job's priority, -100 to 100, refused in the server's words when it is not one."""
+
+    name = "priority"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        try:
+            number = value if isinstance(value, int) else int(str(value), 10)
+            checked_priority(number)
+        except (ValueError, ArgumentError) as exc:
+            raise Failure(f"bad --priority {value!r}: "
+                          "priority must be an integer from -100 to 100",
+                          "higher is claimed first; 0, the default, is every job's "
+                          "without one", BAD_INPUT) from exc
+        return number
+
+
 QUEUE = QueueName()
+PRIORITY = Priority()
 COUNT = click.IntRange(1, MAX_COUNT)
 
 

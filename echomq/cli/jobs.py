@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from echomq.cli.args import QUEUE
+from echomq.cli.args import PRIORITY, QUEUE
 from echomq.cli.common import WIRE_CHOICES, connect, emit, json_option, print_json, url_option
 from echomq.cli.errors import Failure
 from echomq.cli.views import print_job
@@ -21,15 +21,18 @@ from echomq.queue.ids import new_job_id
 @click.argument("payload")
 @click.option("--id", "job_id", default=None, help="the job id (default: a new time-sortable id)")
 @click.option("--lane", default=None, help="the group's lane to join")
+@click.option("--priority", type=PRIORITY, default=0, show_default=True,
+              help="-100 to 100, higher is claimed first")
 @click.option("--wire", type=click.Choice(WIRE_CHOICES), default="5", show_default=True)
 @url_option
 @json_option
-def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, wire: str, url: str,
-            as_json: bool) -> None:
+def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, priority: int,
+            wire: str, url: str, as_json: bool) -> None:
     """Admit one job with PAYLOAD into QUEUE."""
     job_id = job_id or new_job_id()
     conn = connect(url)
-    verdict = Queue(conn, queue, wire=wire_of(wire)).enqueue(job_id, payload.encode(), lane=lane)
+    verdict = Queue(conn, queue, wire=wire_of(wire)).enqueue(job_id, payload.encode(), lane=lane,
+                                                            priority=priority)
     admin.register_queue(conn, queue)
     emit(as_json, {"id": job_id, "verdict": verdict.value},
          lambda: [f"{verdict.value} {job_id}"])

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from echomq.consumer.presence import EXPIRY_MS
 from echomq.consumer.roster import WorkerInfo, counts_by_queue, running_by_queue
+from echomq.engine.priority import split_score
 from echomq.ops import admin
 
 LANES_SHOWN = 10  # the deepest lanes ``stats QUEUE`` lists unless told
@@ -157,14 +158,23 @@ SCORE_MEANS = {"pending": "enqueued", "active": "lease ends", "delayed": "due",
 TIME_FIELDS = {"enqueued_at"}
 
 
+def score_row(state: str, score: Any, now_ms: int) -> tuple[str, str]:
+    """What a job's score means where it is: a pending score is its priority's band and its
+    admission time (shown when the priority is not 0), the others a moment."""
+    means = SCORE_MEANS.get(state, "score")
+    if state != "pending":
+        return means, moment(int(score), now_ms)
+    priority, at = split_score(float(score))
+    return (f"{means} (priority {priority})" if priority else means), moment(at, now_ms)
+
+
 def print_job(job_id: str, queue: str, found: dict[str, Any], now_ms: int) -> None:
     """``echomq inspect``: where the job is, its times in UTC and relative to now, its row."""
     rows = table("field", "value", title=f"{job_id} in {queue}")
     expires = found["expires_in_ms"]
     rows.add_row("state", Text(one_line(found["state"])))
     if found["score"] is not None:
-        means = SCORE_MEANS.get(found["state"], "score")
-        rows.add_row(means, moment(int(found["score"]), now_ms))
+        rows.add_row(*score_row(found["state"], found["score"], now_ms))
     rows.add_row("expires in", "never" if expires is None else human_age(expires))
     for key, value in found["fields"].items():
         shown = one_line(value)

@@ -122,7 +122,7 @@ class EchoMQBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    supports_priority = False
+    supports_priority = True  # Django's -100..100, higher first: echomq's own range
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -147,7 +147,8 @@ class EchoMQBackend(BaseTaskBackend):
         call = Call(task.module_path, result.args, result.kwargs, self.alias,
                     result.enqueued_at.isoformat())
         at_ms = None if task.run_after is None else int(task.run_after.timestamp() * 1000)
-        self.queue(task.queue_name).enqueue(job_id, call.encode(), at_ms=at_ms)
+        self.queue(task.queue_name).enqueue(job_id, call.encode(), at_ms=at_ms,
+                                            priority=task.priority)
         task_enqueued.send(type(self), task_result=result)
         return result
 

@@ -22,13 +22,16 @@ from echomq.engine.native import (
     checked_int,
     checked_lane,
     checked_now,
+    checked_priority,
 )
 from echomq.engine.server_time import time_ms
 
 Arg = str | bytes
 Call = tuple[t.Transition, Sequence[str], Sequence[Arg]]
 Payload = bytes | bytearray | memoryview | str
-Item = tuple[str, Payload] | tuple[str, Payload, str | None]
+# An item of enqueue_many: (id, payload), (id, payload, lane) or (id, payload, lane, priority).
+Item = (tuple[str, Payload] | tuple[str, Payload, str | None]
+        | tuple[str, Payload, str | None, int])
 
 DEFAULT_LEASE_MS = 30_000
 DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000
@@ -44,6 +47,15 @@ PROGRESS_ERROR = t.ERRORS["PROGRESS"].text
 def new_claim_id() -> str:
     """A claim id no other call uses: 96 random bits (a claim record lives for a lease)."""
     return secrets.token_hex(12)
+
+
+def priority_args(priority: int) -> tuple[str, ...]:
+    """The optional priority argument of an admission: none at 0 (the same bytes as a call from
+    before priorities, which any server takes), else the checked decimal; ArgumentError when
+    it is not an integer from -100 to 100."""
+    if type(priority) is int and priority == 0:
+        return ()
+    return (checked_priority(priority),)
 
 
 def checked_arg(name: str, value: int) -> str:
@@ -317,34 +329,39 @@ class QueueCalls:
         return transition, t.keys_for(self.base, transition, job_id, lane, claim_id), args
 
     def enqueue(self, job_id: str, payload: Payload, lane: str | None,
-                now: int | None, delay_ms: int = 0, at_ms: int | None = None) -> Call:
+                now: int | None, delay_ms: int = 0, at_ms: int | None = None,
+                priority: int = 0) -> Call:
         """An admission: to run at once, or (a delay or an absolute due time given) to run at
-        the later of now + ``delay_ms`` and ``at_ms``."""
+        the later of now + ``delay_ms`` and ``at_ms``; at ``priority`` (higher claimed first)."""
         if delay_ms == 0 and at_ms is None:
-            return self._admission(job_id, payload, lane, checked_now(now))
-        return self._delayed_admission(job_id, payload, lane, checked_now(now), delay_ms, at_ms)
+            return self._admission(job_id, payload, lane, checked_now(now), priority)
+        return self._delayed_admission(job_id, payload, lane, checked_now(now), delay_ms, at_ms,
+                                       priority)
 
     def _delayed_admission(self, job_id: str, payload: Payload, lane: str | None, stamp: str,
-                           delay_ms: int, at_ms: int | None) -> Call:
+                           delay_ms: int, at_ms: int | None, priority: int = 0) -> Call:
         checked_id(job_id)
         body = payload_bytes(payload)
         due = [checked_arg("delay_ms", delay_ms), checked_arg("at_ms", at_ms or 0)]
+        rank = priority_args(priority)
         if lane is None:
-            return self._call(t.ENQUEUE_DELAYED, (job_id, body, stamp, *due), job_id)
-        args: tuple[Arg, ...] = (job_id, body, checked_lane(lane), stamp, *due)
+            return self._call(t.ENQUEUE_DELAYED, (job_id, body, stamp, *due, *rank), job_id)
+        args: tuple[Arg, ...] = (job_id, body, checked_lane(lane), stamp, *due, *rank)
         return self._call(t.LANE_ENQUEUE_DELAYED, args, job_id)
 
     def enqueue_many(self, items: Iterable[Item], now: int | None) -> list[Call]:
         stamp = checked_now(now)
-        return [self._admission(item[0], item[1], item[2] if len(item) > 2 else None, stamp)
+        return [self._admission(item[0], item[1], item[2] if len(item) > 2 else None, stamp,
+                                item[3] if len(item) > 3 else 0)
                 for item in items]
 
     def _admission(self, job_id: str, payload: Payload, lane: str | None,
-                   stamp: str) -> Call:
+                   stamp: str, priority: int = 0) -> Call:
         checked_id(job_id)
+        rank = priority_args(priority)
         if lane is None:
-            return self._call(t.ENQUEUE, (job_id, payload_bytes(payload), stamp), job_id)
-        args = (job_id, payload_bytes(payload), checked_lane(lane), stamp)
+            return self._call(t.ENQUEUE, (job_id, payload_bytes(payload), stamp, *rank), job_id)
+        args: tuple[Arg, ...] = (job_id, payload_bytes(payload), checked_lane(lane), stamp, *rank)
         return self._call(t.LANE_ENQUEUE, args, job_id, lane)
 
     def claim(self, lease_ms: int, now: int | None, claim_id: str | None = None) -> Call:

@@ -20,3 +20,9 @@ def split_score(score: float) -> tuple[int, int]:
     whole = int(score)
     priority = -(whole // PRIORITY_BAND)
     return priority, whole + priority * PRIORITY_BAND
+
+
+def band(priority: int) -> tuple[int, int]:
+    """The lowest and highest pending score of ``priority``'s jobs."""
+    low = -priority * PRIORITY_BAND
+    return low, low + TIME_CAP

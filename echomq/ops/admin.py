@@ -15,6 +15,7 @@ import msgspec
 
 from echomq.engine.calls import ZSETS, QueueCalls, payload_bytes, text
 from echomq.engine.executors import executor_for
+from echomq.engine.priority import band, split_score
 from echomq.engine.server_time import server_ms, time_ms
 from echomq.engine.wire import Wire
 from echomq.queue.lanes import lane_groups, paused_lanes, shown_depths
@@ -167,26 +168,46 @@ def stats(conn: Any, name: str) -> QueueStats:
     """Depths of every part of queue ``name``, its lanes, whether it or any lane is paused,
     and the age of its oldest waiting job (flat or at a lane's head). Three round trips
     whatever the number of lanes: the queue's keys, each lane's depth and head, the heads'
-    admission times."""
+    admission times; one more when flat jobs of several priorities wait (the head of each
+    priority between the highest and the lowest)."""
     calls = QueueCalls(name)
     with conn.pipeline(transaction=False) as pipe:
         for role in ZSETS:
             pipe.zcard(calls.key(role))
         pipe.zrange(calls.key("pending"), 0, 0, withscores=True)
+        pipe.zrange(calls.key("pending"), -1, -1, withscores=True)
         pipe.lrange(calls.key("ring"), 0, -1)
         pipe.hgetall(calls.key("parked"))
         pipe.exists(calls.key("paused"))
         pipe.time()
-        *sizes, oldest, groups, parked, paused, clock = pipe.execute()
+        *sizes, head, tail, groups, parked, paused, clock = pipe.execute()
     now = time_ms(clock)
     lanes, lane_oldest = _lanes_of(conn, calls, groups, parked)
-    times = [int(oldest[0][1])] if oldest else []
+    oldest = _oldest_pending(conn, calls.key("pending"), head, tail)
+    times = [oldest] if oldest is not None else []
     times += [lane_oldest] if lane_oldest is not None else []
     pending, active, delayed, dead = (int(size) for size in sizes)
     return QueueStats(name, pending, active, delayed, dead, lanes=lanes,
                       oldest_pending_age_ms=max(0, now - min(times)) if times else None,
                       server_time_ms=now, paused=bool(paused),
                       paused_lanes=paused_lanes(parked))
+
+
+def _oldest_pending(conn: Any, key: str, head: list[Any], tail: list[Any]) -> int | None:
+    """The earliest admission time among the flat pending jobs, from the first and last entries
+    of ``pending``: each priority's jobs sort by time within its band, so the earliest is the
+    earliest of the bands' heads (read when more than one priority waits)."""
+    if not head:
+        return None
+    (highest, first), (lowest, _) = split_score(head[0][1]), split_score(tail[0][1])
+    if highest == lowest:
+        return first
+    with conn.pipeline(transaction=False) as pipe:
+        for priority in range(lowest, highest + 1):
+            low, high = band(priority)
+            pipe.zrangebyscore(key, low, high, start=0, num=1, withscores=True)
+        heads = pipe.execute()
+    return min(split_score(found[0][1])[1] for found in heads if found)
 
 
 def _lanes_of(conn: Any, calls: QueueCalls, ring: list[Any],

@@ -159,7 +159,7 @@ class QueueMethods(LaneControls, DeadControls):
 
     @op
     def enqueue(self, job_id: str, payload: Payload, *, lane: str | None = None,
-                delay_ms: int = 0, at_ms: int | None = None,
+                delay_ms: int = 0, at_ms: int | None = None, priority: int = 0,
                 now: int | None = None) -> Program[Verdict]:
         """Admit a job once: ENQUEUED, or DUPLICATE when its row exists. KindError on a bad id;
         TypeError, before anything is sent, for a payload that is not str or bytes-like.
@@ -169,8 +169,14 @@ class QueueMethods(LaneControls, DeadControls):
 
         With ``delay_ms`` or ``at_ms`` (an absolute time in ms on the server's clock), the job
         waits in the delayed set until the later of now + ``delay_ms`` and ``at_ms``; promote
-        then moves it to pending (a lane job to its lane)."""
-        call = self.calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms)
+        then moves it to pending (a lane job to its lane).
+
+        ``priority`` (an integer from -100 to 100, ArgumentError otherwise, before anything is
+        sent): a job of higher priority is claimed before every job of lower priority waiting
+        with it, and jobs of one priority in the order they were admitted. It is kept through
+        retries, delays, recovery and release. At 0 nothing more is sent, so any server takes
+        the call."""
+        call = self.calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms, priority)
         started = time.monotonic()
         try:
             verdict = yield from self._sent(call, Verdict.of)
@@ -199,8 +205,9 @@ class QueueMethods(LaneControls, DeadControls):
     def enqueue_many(self, items: Iterable[Item], *,
                      now: int | None = None) -> Program[list[Verdict]]:
         """Admit many jobs in one wire flush; a verdict per item, in order. Items are
-        ``(id, payload)`` or ``(id, payload, lane)``; every one is checked before anything is
-        sent."""
+        ``(id, payload)``, ``(id, payload, lane)`` or ``(id, payload, lane, priority)`` (lane
+        None for a flat job; priority as for ``enqueue``); every one is checked before anything
+        is sent."""
         calls = self.calls.enqueue_many(items, now)
         replies = yield from ExecutorMethods.call_many.program(self.executor, self.conn, calls)
         yield from self._register()

@@ -26,6 +26,7 @@ from echomq.consumer.cancelling import cancel_requested
 from echomq.consumer.directives import Done, Reject, RetryIn
 from echomq.consumer.loop import error_text
 from echomq.engine.calls import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION_MS, MAX_RESULT_BYTES, Job
+from echomq.engine.native import checked_priority
 from echomq.engine.wire import Wire
 from echomq.queue.blocking import Queue
 from echomq.queue.ids import new_job_id
@@ -142,26 +143,29 @@ class App:
     @overload
     def task(self, /, *, name: str | None = None, queue: str | None = None,
              max_attempts: int | None = None, backoff: Backoff | None = None,
-             no_retry: tuple[type[BaseException], ...] = (), keep_result: bool = True
-             ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+             no_retry: tuple[type[BaseException], ...] = (), keep_result: bool = True,
+             priority: int = 0) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, function: Callable[..., Any] | None = None, /, *, name: str | None = None,
              queue: str | None = None, max_attempts: int | None = None,
              backoff: Backoff | None = None, no_retry: tuple[type[BaseException], ...] = (),
-             keep_result: bool = True) -> Any:
+             keep_result: bool = True, priority: int = 0) -> Any:
         """Register ``function`` as a task, bare (``@app.task``) or with options: ``name``
         (default ``module.qualname``: what the job names, so producer and worker must agree),
         ``queue``, ``max_attempts`` and ``backoff`` (default the app's), ``no_retry``
         (exception types that send the job dead at once) and ``keep_result`` (default True: keep
         the return value with the job's tombstone for ``handle.result()``; False: the value is
-        neither encoded nor kept, and ``handle.result()`` gives None once the job is done)."""
+        neither encoded nor kept, and ``handle.result()`` gives None once the job is done) and
+        ``priority`` (-100 to 100, default 0: the priority its jobs are enqueued at, unless
+        ``with_options`` gives another; higher is claimed first)."""
+        checked_priority(priority)
         policy = RetryPolicy(
             max_attempts=self.policy.max_attempts if max_attempts is None else max_attempts,
             backoff=backoff or self.policy.backoff, no_retry=tuple(no_retry))
 
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
             made = Task(self, function, name=name, queue=queue or self.queue.name,
-                        policy=policy, keep_result=keep_result)
+                        policy=policy, keep_result=keep_result, priority=priority)
             if made.name in self.tasks:
                 raise ValueError(f"a task named {made.name!r} is already registered")
             self.tasks[made.name] = made
@@ -346,13 +350,14 @@ class Task(Generic[P, R]):
     """A registered task: call it to run it here, ``enqueue`` it to run it on a worker."""
 
     def __init__(self, app: App, function: Callable[P, R], *, name: str | None, queue: str,
-                 policy: RetryPolicy, keep_result: bool) -> None:
+                 policy: RetryPolicy, keep_result: bool, priority: int = 0) -> None:
         self.app = app
         self.function = function
         self.name = name or f"{function.__module__}.{function.__qualname__}"
         self.queue = queue
         self.policy = policy
         self.keep_result = keep_result
+        self.priority = priority
         self.signature = Signature(function)
         self.is_async = inspect.iscoroutinefunction(function)
         self.__doc__ = function.__doc__
@@ -368,18 +373,23 @@ class Task(Generic[P, R]):
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         """Admit one run of this task with these arguments; its handle. TypeError, before
         anything is sent, for arguments that do not fit the signature or the serializer."""
-        return TaskCall(self).enqueue(*args, **kwargs)
+        return TaskCall(self, priority=self.priority).enqueue(*args, **kwargs)
 
     def with_options(self, *, job_id: str | None = None, delay_ms: int = 0,
                      at: datetime.datetime | None = None,
-                     lane: str | None = None, queue: str | None = None) -> TaskCall[P, R]:
+                     lane: str | None = None, queue: str | None = None,
+                     priority: int | None = None) -> TaskCall[P, R]:
         """This task with per-call options, kept apart from the task's own arguments:
         ``job_id`` (the idempotency key: a second enqueue of it is a DUPLICATE), ``delay_ms``
-        or ``at`` (an aware datetime: run then, by the server's clock), ``lane``, ``queue``."""
+        or ``at`` (an aware datetime: run then, by the server's clock), ``lane``, ``queue``,
+        ``priority`` (-100 to 100; default the task's; ArgumentError otherwise, here)."""
         if delay_ms and at is not None:
             raise ValueError("give delay_ms or at, not both")
+        if priority is not None:
+            checked_priority(priority)
         return TaskCall(self, job_id=job_id, delay_ms=delay_ms,
-                        at_ms=None if at is None else at_ms(at), lane=lane, queue=queue)
+                        at_ms=None if at is None else at_ms(at), lane=lane, queue=queue,
+                        priority=self.priority if priority is None else priority)
 
     # the worker side ----------------------------------------------------------------------------
 
@@ -418,6 +428,7 @@ class TaskCall(Generic[P, R]):
     at_ms: int | None = None
     lane: str | None = None
     queue: str | None = None
+    priority: int = 0
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         task, app = self.task, self.task.app
@@ -428,7 +439,8 @@ class TaskCall(Generic[P, R]):
         with app.hooks.enqueuing(queue.name, task.name, headers):
             payload = encode(Envelope(task.name, list(args), kwargs, headers, now_ms(),
                                       queue.name), app.serializer)
-            verdict = queue.enqueue(job_id, payload, lane=self.lane, **self._timing())
+            verdict = queue.enqueue(job_id, payload, lane=self.lane, priority=self.priority,
+                                    **self._timing())
         return TaskHandle(job_id, queue, task, verdict)
 
     def _timing(self) -> dict[str, int]:
