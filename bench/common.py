@@ -25,7 +25,8 @@ INSTALL_HINT = {
                         "put the valkey-benchmark of a Valkey build on PATH",
 }
 # Which phases need which tool (valkey-cli --pipe for mass insertion).
-PHASE_TOOLS = {"throughput": ("valkey-cli", "valkey-benchmark"), "scaling": ("valkey-cli",)}
+PHASE_TOOLS = {"throughput": ("valkey-cli", "valkey-benchmark"), "scaling": ("valkey-cli",),
+               "priority": ("valkey-cli",)}
 
 
 def find_tool(name: str) -> str | None:

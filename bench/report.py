@@ -15,6 +15,7 @@ import matplotlib.ticker
 
 from bench import findings
 from bench.lanes import section as lanes_section
+from bench.priority import section as priority_section
 from bench.parking import report_section as parking_section
 from bench.targets import GUARANTEES, fig, md_table, ok_e2e, targets
 from bench.tasks import section as tasks_section
@@ -386,6 +387,7 @@ def write(results: dict[str, Any], out: str) -> str:
         "lanes": lambda: lanes_section(results),
         "tasks": lambda: tasks_section(results),
         "parking": lambda: parking_section(results),
+        "priority": lambda: priority_section(results),
     }
     for phase, section in sections.items():
         if phase in results:
