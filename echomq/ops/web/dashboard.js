@@ -328,6 +328,8 @@ async function renderDead(queue, total) {
   return card;
 }
 
+const PRIORITY_BAND = 2 ** 45;
+
 async function showJob(queue, id) {
   const job = await getJSON(`api/queues/${q(queue)}/jobs/${q(id)}`);
   document.getElementById("job-id").textContent = `${id} (${queue})`;
@@ -336,7 +338,12 @@ async function showJob(queue, id) {
   const now = Date.now() + serverSkewMs;
   const means = { pending: "enqueued", active: "lease ends", delayed: "due", dead: "died" };
   const shown = { state: job.state };
-  if (job.score !== null) shown[means[job.state] || "score"] = moment(job.score, now);
+  if (job.score !== null && job.state === "pending") {
+    // A pending score is its priority's band and its admission time (echomq.engine.priority).
+    const priority = -Math.floor(job.score / PRIORITY_BAND);
+    const label = priority ? `enqueued (priority ${priority})` : "enqueued";
+    shown[label] = moment(job.score + priority * PRIORITY_BAND, now);
+  } else if (job.score !== null) shown[means[job.state] || "score"] = moment(job.score, now);
   shown["expires in"] = job.expires_in_ms === null ? "never" : age(job.expires_in_ms);
   for (const [key, value] of Object.entries(job.fields)) {
     shown[key] = key === "enqueued_at" && /^\d+$/.test(value) ? moment(Number(value), now) : value;
