@@ -439,7 +439,8 @@ static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
 }
 
 /* finish_release of settle.lua, on a current lease: leave active, uncount the attempt (never
- * below 0), back where recover puts an expired lease (a flat job to pending at its enqueued_at, a
+ * below 0), back where recover puts an expired lease (a flat job to pending at its enqueued_at in
+ * its priority's band, a
  * lane job to its lane's head, the group joining the ring if the lane was empty), a wake token. */
 static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, ValkeyModuleKey *row,
                                   const Item *it, long long now) {
@@ -459,8 +460,9 @@ static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, Va
         fx_push(ctx, lane, it->lane_key, VALKEYMODULE_LIST_HEAD, ITEM_ID(it));
         ValkeyModule_CloseKey(lane);
     } else {
-        double at = (double)row_int_field(ctx, row, "enqueued_at", now);
-        fx_zadd(ctx, sk->k[EMQ_SETTLE_KEY_PENDING], sk->names[EMQ_SETTLE_KEY_PENDING], at, ITEM_ID(it));
+        long long at = row_int_field(ctx, row, "enqueued_at", now);
+        fx_zadd(ctx, sk->k[EMQ_SETTLE_KEY_PENDING], sk->names[EMQ_SETTLE_KEY_PENDING],
+                (double)emq_pending_score(row_priority(ctx, row), at), ITEM_ID(it));
     }
     fx_wake(ctx, sk->k[EMQ_SETTLE_KEY_WAKE], sk->names[EMQ_SETTLE_KEY_WAKE], 1);
     return "RELEASED";
@@ -622,10 +624,18 @@ static const char *plan_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Move *m
     return check_lane(ctx, acl, base, m->lane_key);
 }
 
+/* Where a flat job goes back to in pending: the band of its row's priority, at its enqueued_at
+ * (or now) for recover, at its due score for promote, whose integer part is taken, never below 0
+ * (a due score set behind the queue's back: -inf, 1.5). */
+static double pending_at(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, double due, int recover, long long now) {
+    long long at = recover ? row_int_field(ctx, row, "enqueued_at", now) : due > 0 ? (long long)due : 0;
+    return (double)emq_pending_score(row_priority(ctx, row), at);
+}
+
 /* First pass: sort the due entries into live moves and ghosts, checking every derived key (ACL,
  * the lane's type) before anything is written. recover: a job whose attempts reach max_attempts
  * is spent (it goes dead; its lane is not looked at, its ended key is checked), a flat job's score is its enqueued_at, or
- * now; promote (max_attempts 0): its due time. Returns NULL on success, else the error to reply. */
+ * now; promote (max_attempts 0): its due time; either in the band of the row's priority. Returns NULL on success, else the error to reply. */
 static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, size_t n, int recover,
                               long long now, long long max_attempts) {
     Acl acl = {ctx, NULL, 0};
@@ -658,7 +668,7 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
                 } else {
                     ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &m->lane, NULL);
                     if (m->lane) err = plan_lane(ctx, &acl, base, m);
-                    else if (recover) m->score = (double)row_int_field(ctx, row, "enqueued_at", now);
+                    else m->score = pending_at(ctx, row, m->score, recover, now);
                 }
             }
             ValkeyModule_CloseKey(row);

@@ -21,7 +21,7 @@
   a release item's row that has a lane; <base>ended:<id> of a done or retry item.
   Items are applied in order with ack's, ack_result's (done) and retry's semantics (an id settled twice: the second is
   the first's replay, STALE for a release); release hands a lease back unrun: the job goes where recover would put it (a flat job to
-  pending at its enqueued_at, a lane job to its lane's head), its attempt is uncounted (never below
+  pending at its enqueued_at in its priority's band, a lane job to its lane's head), its attempt is uncounted (never below
   0; the fence counter is not rewound) and a wake token is left. Then jobs are leased as claim
   leases them, ghosts on the way dropped. The claim walk is planned before anything is written, so
   a job released by this call is not claimed by it. While the queue is paused (<base>paused
@@ -42,6 +42,7 @@
 --- @include "lanes"
 --- @include "leases"
 --- @include "numbers"
+--- @include "priority"
 --- @include "records"
 --- @include "settlements"
 --- @include "wake"
@@ -122,7 +123,7 @@ local function finish_release(item)
     push_lane(ring, item, 'LPUSH')
   else
     local at = int_field(redis.call('HGET', item.row, 'enqueued_at'), now)
-    redis.call('ZADD', pending, dec(at), item.id)
+    redis.call('ZADD', pending, dec(pending_score(row_priority(item.row), at)), item.id)
   end
   wake(wake_key, 1)
   return 'RELEASED'

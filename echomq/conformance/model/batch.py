@@ -5,7 +5,7 @@ from __future__ import annotations
 from echomq.conformance.model.call import Call, Item, Move
 from echomq.conformance.model.flat import FlatTransitions
 from echomq.conformance.model.replies import E_FENCE, array, bulk, error, integer, status
-from echomq.conformance.model.words import INT_MAX, dec, int_field
+from echomq.conformance.model.words import INT_MAX, dec, int_field, pending_score, row_priority
 
 
 class BatchTransitions(FlatTransitions):
@@ -70,7 +70,8 @@ class BatchTransitions(FlatTransitions):
         self.zrem(active, job_id)
         attempts = int_field(self.hget(row, b"attempts"), 0)
         self.keys[row].data[b"attempts"] = dec(max(attempts - 1, 0))
-        score = int_field(self.hget(row, b"enqueued_at"), call.numbers["now"])
+        at = int_field(self.hget(row, b"enqueued_at"), call.numbers["now"])
+        score = pending_score(row_priority(self.hget(row, b"priority")), at)
         self.put_back(call.base, ring, pending, Move(job_id, row, score, self.hget(row, b"lane")),
                       head=True)
         self.wake(wake_key, 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from echomq.conformance.model.call import Call, Move
 from echomq.conformance.model.replies import E_TYPE, error, integer, status
 from echomq.conformance.model.state import REOPENING, State
-from echomq.conformance.model.words import int_field
+from echomq.conformance.model.words import int_field, pending_score, row_priority
 
 LOST = b"lease expired during attempt %d: the worker was lost"
 
@@ -32,7 +32,8 @@ class Movers(State):
     def _move_of(self, base: bytes, member: bytes, score: int, fallback: int | None,
                  max_attempts: int | None) -> Move | bytes:
         """A live job's move. recover: a lease a cancel flagged ends cancelled, a spent one
-        dead (each with its ended key checked); else back to pending or to its lane."""
+        dead (each with its ended key checked); else back to its lane, or to pending in its
+        priority's band at its enqueued_at (recover), its due time (promote) or now (requeue)."""
         row = base + b"job:" + member
         ended_ok = self.list_or_none(base + b"ended:" + member)
         if max_attempts is not None and self.flagged(row):
@@ -44,8 +45,10 @@ class Movers(State):
         if move.lane is not None:
             if self.kind(base + b"lane:" + move.lane) not in (b"none", b"list"):
                 return error(E_TYPE)
-        elif fallback is not None:
-            move.score = int_field(self.hget(row, b"enqueued_at"), fallback)
+        else:
+            at = max(score, 0) if fallback is None \
+                else int_field(self.hget(row, b"enqueued_at"), fallback)
+            move.score = pending_score(row_priority(self.hget(row, b"priority")), at)
         return move
 
     def _move_back(self, call: Call, head: bool) -> bytes:

@@ -6,6 +6,7 @@
 --- @include "lane_slots"
 --- @include "lanes"
 --- @include "numbers"
+--- @include "priority"
 --- @include "wake"
 
 -- First pass of recover/promote/requeue: sort due ids into live moves and ghosts, checking every
@@ -46,8 +47,13 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
         if t == nil then return nil, redis.error_reply(E_MOVING) end
         if t ~= 'none' and t ~= 'list' then return nil, redis.error_reply(E_TYPE) end
         move.lane, move.lane_key = lane, lane_key
-      elseif fallback_score ~= nil then
-        move.score = dec(int_field(redis.call('HGET', row, 'enqueued_at'), fallback_score))
+      else -- pending, in its priority's band: at its enqueued_at (recover), else at score, whose
+        -- integer part is taken, never below 0 (a due score set behind the queue's back: -inf, 1.5)
+        local at = math.max(math.floor(tonumber(score)), 0)
+        if fallback_score ~= nil then
+          at = int_field(redis.call('HGET', row, 'enqueued_at'), fallback_score)
+        end
+        move.score = dec(pending_score(row_priority(row), at))
       end
       moves[#moves + 1] = move
     else
@@ -59,10 +65,11 @@ end
 
 -- recover and promote, once their call is checked: the entries of KEYS[1] due by now (at most
 -- limit) go back to run; ghosts are dropped from KEYS[1]. recover (max_attempts given) returns flat
--- jobs to pending at their enqueued_at and lane jobs to their lane's head, latest deadline first so
--- the lane keeps their order, and sends a job whose attempts are used up to dead (KEYS[5]);
--- promote returns flat jobs with their due time as score and lane jobs to their lane's tail, in
--- due order. Replies the jobs taken (back to run or dead); wake tokens only for those back to run.
+-- jobs to pending at their enqueued_at (in their priority's band) and lane jobs to their lane's
+-- head, latest deadline first so the lane keeps their order, and sends a job whose attempts are
+-- used up to dead (KEYS[5]); promote returns flat jobs at their due time (in their priority's
+-- band) and lane jobs to their lane's tail, in due order. Replies the jobs taken (back to run or
+-- dead); wake tokens only for those back to run.
 local function move_due(base, now, limit, max_attempts, check)
   local recover = max_attempts ~= nil
   local from, pending, ring, wake_key, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
