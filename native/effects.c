@@ -116,17 +116,26 @@ void fx_hset_int(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString 
     ValkeyModule_FreeString(ctx, value);
 }
 
-/* The row of a new job: payload, attempts 0, enqueued_at now, as one HSET, the enqueue scripts'
- * own. */
+/* The row of a new job: payload, attempts 0, enqueued_at now, then priority only when it is not 0,
+ * as one HSET, the enqueue scripts' own (new_row of the prelude). */
 void fx_new_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
-                ValkeyModuleString *payload, long long now) {
-    char num[32];
+                ValkeyModuleString *payload, long long now, long long priority) {
+    char num[32], pnum[24];
     ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, decimal(now, num));
-    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
-                         enqueued_at, NULL);
+    if (priority == 0) {
+        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
+                             enqueued_at, NULL);
+        ValkeyModule_Replicate(ctx, "HSET", "scscscs", row_name, "payload", payload, "attempts", s_zero,
+                               "enqueued_at", enqueued_at);
+    } else {
+        ValkeyModuleString *p = ValkeyModule_CreateString(ctx, pnum, decimal(priority, pnum));
+        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
+                             enqueued_at, "priority", p, NULL);
+        ValkeyModule_Replicate(ctx, "HSET", "scscscscs", row_name, "payload", payload, "attempts", s_zero,
+                               "enqueued_at", enqueued_at, "priority", p);
+        ValkeyModule_FreeString(ctx, p);
+    }
     touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
-    ValkeyModule_Replicate(ctx, "HSET", "scscscs", row_name, "payload", payload, "attempts", s_zero, "enqueued_at",
-                           enqueued_at);
     ValkeyModule_FreeString(ctx, enqueued_at);
 }
 

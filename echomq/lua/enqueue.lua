@@ -10,6 +10,7 @@
     ARGV[4] priority         optional: -100 to 100, higher claimed first (0 when left off)
   Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
+--- @include "admit"
 --- @include "args"
 --- @include "errors"
 --- @include "keys"
@@ -32,8 +33,7 @@ if events_key and not events_type_ok(events_key) then return redis.error_reply(E
 
 local row, pending, wake_key = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') end
-local enqueued_at = dec(now)
-redis.call('HSET', row, 'payload', ARGV[2], 'attempts', '0', 'enqueued_at', enqueued_at)
-redis.call('ZADD', pending, enqueued_at, id)
+new_row(row, ARGV[2], now, priority)
+redis.call('ZADD', pending, dec(pending_score(priority, now)), id)
 wake(wake_key, 1)
 return redis.status_reply('ENQUEUED')

@@ -14,6 +14,7 @@
   One wake token, so a parked consumer looks again at when the next job falls due.
   Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
+--- @include "admit"
 --- @include "args"
 --- @include "errors"
 --- @include "keys"
@@ -40,7 +41,7 @@ if events_key and not events_type_ok(events_key) then return redis.error_reply(E
 
 local row, delayed, wake_key = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') end
-redis.call('HSET', row, 'payload', ARGV[2], 'attempts', '0', 'enqueued_at', dec(now))
+new_row(row, ARGV[2], now, priority)
 redis.call('ZADD', delayed, dec(math.max(now + delay_ms, at_ms)), id)
 wake(wake_key, 1)
 return redis.status_reply('ENQUEUED')

@@ -7,28 +7,35 @@ from echomq.conformance.model.call import Call, Item
 from echomq.conformance.model.records import Records
 from echomq.conformance.model.replies import E_TYPE, bulk, error, integer, null, status
 from echomq.conformance.model.state import Value
-from echomq.conformance.model.words import dec, int_field
+from echomq.conformance.model.words import dec, int_field, pending_score
+
+
+def priority_of(call: Call) -> int:
+    """The call's priority argument: 0 when it is left off."""
+    return call.numbers.get("priority", 0)
 
 
 class FlatTransitions(Records):
     """The single verbs applied to the keyspace."""
 
     def admit(self, call: Call, score: int) -> bytes:
-        """Admit the job once (invariant 2): its row, and its id in the set of ``call``'s second
-        key at ``score`` (pending now, or delayed until it is due); an existing row is a
-        duplicate that changes nothing."""
+        """Admit the job once (invariant 2): its row (with its priority unless 0), and its id
+        in the set of ``call``'s second key at ``score`` (pending at its priority's band, or
+        delayed until it is due); an existing row is a duplicate that changes nothing."""
         row, waiting, wake_key = call.keys
         job_id, payload = call.args[0], call.args[1]
         if row in self.keys:
             return status("DUPLICATE")
-        self.keys[row] = Value(b"hash", {b"payload": payload, b"attempts": b"0",
-                                         b"enqueued_at": dec(call.numbers["now"])})
+        fields = {b"payload": payload, b"attempts": b"0", b"enqueued_at": dec(call.numbers["now"])}
+        if priority_of(call):
+            fields[b"priority"] = dec(priority_of(call))
+        self.keys[row] = Value(b"hash", fields)
         self.zadd(waiting, score, job_id)
         self.wake(wake_key, 1)
         return status("ENQUEUED")
 
     def _enqueue(self, call: Call) -> bytes:
-        return self.admit(call, call.numbers["now"])
+        return self.admit(call, pending_score(priority_of(call), call.numbers["now"]))
 
     def _enqueue_delayed(self, call: Call) -> bytes:
         numbers = call.numbers
