@@ -1,8 +1,8 @@
 """Every case of the conformance table in one list, by family: the cases every transition has
 (``generic``), the single verbs' (``flat``), the batched ones (``batch``), the lane bookkeeping
-(``lanes``), the replays (``replay``), the claim records (``records``), cancel (``cancel``) and
-the bounds of dead jobs (``dead``); each family imports only ``common``, and only this module
-gathers them."""
+(``lanes``), the replays (``replay``), the claim records (``records``), cancel (``cancel``),
+the bounds of dead jobs (``dead``) and flat priority (``priority``); each family imports only
+``common``, and only this module gathers them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from echomq.conformance.cases.common import Case
 from echomq.conformance.cases.dead import trim_dead_cases
 from echomq.conformance.cases.generic import generic_cases
 from echomq.conformance.cases.lanes import lane_cases
+from echomq.conformance.cases.priority import priority_cases
 from echomq.conformance.cases.records import record_cases
 from echomq.conformance.cases.replay import replay_cases
 
@@ -25,7 +26,8 @@ def all_cases() -> list[Case]:
              *flat.ack_cases(), *flat.retry_cases(), *flat.extend_cases(), *flat.recover_cases(),
              *flat.promote_cases(), *batch_cases(), *flat.enqueue_delayed_cases(),
              *flat.ack_result_cases(), *lane_cases(), *replay_cases(),
-             *record_cases(), *flat.progress_cases(), *cancel_cases(), *trim_dead_cases()]
+             *record_cases(), *flat.progress_cases(), *cancel_cases(), *trim_dead_cases(),
+             *priority_cases()]
     ids = [case.id for case in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
     assert not duplicates, duplicates
