@@ -54,6 +54,7 @@ from echomq.engine.transitions import (
     Transition,
 )
 from tests.stateful_cancel import Cancelling
+from tests.stateful_priority import Priorities
 from tests.stateful_progress import Progress
 from tests.stateful_world import (
     ERRORS,
@@ -75,7 +76,8 @@ from tests.stateful_world import (
 )
 
 
-class QueueMachine(Progress, BeyondTheQueue, Checks, Cancelling, RuleBasedStateMachine):
+class QueueMachine(Priorities, Progress, BeyondTheQueue, Checks, Cancelling,
+                   RuleBasedStateMachine):
     """One queue (plus a neighbour) on both executors and the model, in lockstep."""
 
     def __init__(self, port: int, protocol: int) -> None:
