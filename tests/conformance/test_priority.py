@@ -24,14 +24,14 @@ BY_ID = {case.id: case for case in priority_cases()}
 
 # case id -> (zset role, job id, its score there)
 PLACES: list[tuple[str, bytes, bytes, float]] = [
-    ("enqueue:priority-ten", b"pending", b"JOB:1", score(10, NOW)),
-    ("enqueue:priority-highest", b"pending", b"JOB:1", score(100, NOW)),
-    ("enqueue:priority-lowest", b"pending", b"JOB:1", score(-100, NOW)),
-    ("enqueue:priority-minus-zero", b"pending", b"JOB:1", NOW),
-    ("enqueue:priority-leading-zeros", b"pending", b"JOB:1", score(7, NOW)),
+    ("enqueue:priority-good-ten", b"pending", b"JOB:1", score(10, NOW)),
+    ("enqueue:priority-good-highest", b"pending", b"JOB:1", score(100, NOW)),
+    ("enqueue:priority-good-lowest", b"pending", b"JOB:1", score(-100, NOW)),
+    ("enqueue:priority-good-minus-zero", b"pending", b"JOB:1", NOW),
+    ("enqueue:priority-good-leading-zeros", b"pending", b"JOB:1", score(7, NOW)),
     ("enqueue:priority-largest-now", b"pending", b"JOB:1", score(5, TIME_CAP)),
     ("enqueue:priority-lowest-largest-now", b"pending", b"JOB:1", score(-100, TIME_CAP)),
-    ("enqueue_delayed:priority-ten", b"delayed", b"JOB:1", NOW + 5_000),
+    ("enqueue_delayed:priority-good-ten", b"delayed", b"JOB:1", NOW + 5_000),
     ("enqueue_delayed:priority-at-ms", b"delayed", b"JOB:1", NOW + 9),
     ("recover:priority-seven", b"pending", b"JOB:1", score(7, NOW - 5)),
     ("recover:priority-negative", b"pending", b"JOB:1", score(-7, NOW - 5)),
@@ -55,10 +55,11 @@ PLACES: list[tuple[str, bytes, bytes, float]] = [
 ]
 # case id -> the row's priority field after it (None: no field)
 FIELDS: list[tuple[str, bytes | None]] = [
-    ("enqueue:priority-ten", b"10"), ("enqueue:priority-lowest", b"-100"),
-    ("enqueue:priority-zero", None), ("enqueue:priority-minus-zero", None),
-    ("enqueue:priority-zero-zero", None), ("enqueue:priority-leading-zeros", b"7"),
-    ("enqueue_delayed:priority-ten", b"10"), ("enqueue_delayed:priority-minus-zero", None),
+    ("enqueue:priority-good-ten", b"10"), ("enqueue:priority-good-lowest", b"-100"),
+    ("enqueue:priority-good-zero", None), ("enqueue:priority-good-minus-zero", None),
+    ("enqueue:priority-good-zero-zero", None), ("enqueue:priority-good-leading-zeros", b"7"),
+    ("enqueue_delayed:priority-good-ten", b"10"),
+    ("enqueue_delayed:priority-good-minus-zero", None),
     ("enqueue_delayed:priority-at-ms", b"-7"),
 ]
 

@@ -82,7 +82,8 @@ def admission_cases(name: str) -> Iterator[Case]:
     without the field, as a call without the argument), every bad one refused with nothing
     written, after the fixed arguments' own checks and before the keys' types."""
     for label, priority in GOOD_PRIORITIES:
-        yield _case(name, f"priority-{label}", with_priority(name, priority), b"+ENQUEUED")
+        yield _case(name, f"priority-good-{label}", with_priority(name, priority),
+                    b"+ENQUEUED")
     for label, priority in BAD_PRIORITIES:
         yield _case(name, f"priority-bad-{label}", with_priority(name, priority), E_PRIORITY)
     yield _case(name, "priority-two-extra-args", [*with_priority(name, "5"), "5"], E_ARITY)
