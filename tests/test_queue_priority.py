@@ -31,7 +31,8 @@ def fresh(conn: redis.Redis, wire: int) -> Queue:
     return Queue(conn, f"prio{wire}-{next(NAMES)}", wire=wire)
 
 
-def admit(queue: Queue, job_id: str, priority: int, now: int, delay_ms: int = 0) -> str:
+def admit(queue: Queue, job_id: str, priority: int, now: int | None,
+          delay_ms: int = 0) -> str:
     """Admit ``job_id`` at ``priority``: the enqueue call with its optional priority argument
     (sent only when it is not 0), on the queue's wire."""
     transition, keys, args = queue.calls.enqueue(job_id, b"", None, now, delay_ms)
