@@ -14,7 +14,8 @@ from hypothesis.stateful import invariant, precondition, rule
 
 from echomq.conformance.model import dec
 from echomq.conformance.model.words import row_priority
-from echomq.engine.transitions import ENQUEUE, ENQUEUE_DELAYED, PRIORITY_BAND
+from echomq.engine.priority import split_score
+from echomq.engine.transitions import ENQUEUE, ENQUEUE_DELAYED
 from tests.stateful_world import PAYLOADS, key
 
 PRIORITIES = st.one_of(st.just(0), st.sampled_from([1, -1, 100, -100]), st.integers(-100, 100))
@@ -24,7 +25,7 @@ PRIORITY_FIELDS = st.sampled_from([b"abc", b"101", b"-101", b"+1", b"", b"-0", b
 
 def band(score: float) -> int:
     """The priority whose band of pending scores holds ``score``."""
-    return -int(score // PRIORITY_BAND)
+    return split_score(score)[0]
 
 
 class Priorities:

@@ -23,7 +23,8 @@ from echomq.conformance.cases.common import (
     settle,
 )
 from echomq.conformance.resp import Arg
-from echomq.engine.transitions import PRIORITY_BAND, TIME_CAP
+from echomq.engine.priority import pending_score as score
+from echomq.engine.transitions import TIME_CAP
 
 E_PRIORITY = b"-EMQNUM priority must be an integer from -100 to 100\r\n"
 
@@ -37,11 +38,6 @@ BAD_PRIORITIES: list[tuple[str, Arg]] = [
     ("exponent", "1e2"), ("hex", "0x1"), ("double-minus", "--5"), ("empty", ""), ("word", "abc"),
     ("nul", b"5\x00"), ("minus-only", "-"), ("high-byte", b"\xff"), ("minus-four-digits", "-1000"),
 ]
-
-
-def score(priority: int, at: int) -> int:
-    """The pending score of a job of ``priority`` at ``at`` (the protocol's, written out)."""
-    return min(at, TIME_CAP) - priority * PRIORITY_BAND
 
 
 def ranked(job_id: str, priority: int, at: int = NOW) -> list[Command]:
