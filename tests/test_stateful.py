@@ -352,8 +352,10 @@ class QueueMachine(Priorities, Progress, BeyondTheQueue, Checks, Cancelling,
             return
         assert reply in (status("ACKED"), status("CANCELLED")), reply  # CANCELLED: flagged
         self.live.discard(job_id)
-        if retention_ms:
+        if retention_ms:  # its tombstone expires, and a cancelled one's ended key with it
             self.behind_the_back(b"DEL", key(b"job", job_id))
+            if self.model.kind(key(b"ended:" + job_id)) != b"none":
+                self.behind_the_back(b"DEL", key(b"ended:" + job_id))
         self.enqueue_id(job_id, payload)
 
     @rule(data=st.data(), count=st.sampled_from([0, 1, 2, 5]),
