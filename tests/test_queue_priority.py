@@ -12,8 +12,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from echomq import Queue, Release
-from echomq.engine.calls import text
+from echomq import Queue, Release, Verdict
 from echomq.ops.admin import requeue
 
 NOW = 1_700_000_000_000
@@ -32,13 +31,9 @@ def fresh(conn: redis.Redis, wire: int) -> Queue:
 
 
 def admit(queue: Queue, job_id: str, priority: int, now: int | None,
-          delay_ms: int = 0) -> str:
-    """Admit ``job_id`` at ``priority``: the enqueue call with its optional priority argument
-    (sent only when it is not 0), on the queue's wire."""
-    transition, keys, args = queue.calls.enqueue(job_id, b"", None, now, delay_ms)
-    if priority:
-        args = (*args, str(priority))
-    return text(queue.executor.call(queue.conn, transition, keys, args))
+          delay_ms: int = 0) -> Verdict:
+    """Admit ``job_id`` (an empty payload) at ``priority``."""
+    return queue.enqueue(job_id, b"", priority=priority, delay_ms=delay_ms, now=now)
 
 
 def claimed_id(queue: Queue, now: int, lease_ms: int = 30_000) -> str | None:
@@ -50,7 +45,7 @@ def test_a_higher_priority_job_behind_ten_thousand_is_the_next_claim(
         conn: redis.Redis, wire: int) -> None:
     queue = fresh(conn, wire)
     queue.enqueue_many([(f"JOB:{n}", b"") for n in range(10_000)], now=NOW)
-    assert admit(queue, "JOB:urgent", 10, NOW + 1) == "ENQUEUED"
+    assert admit(queue, "JOB:urgent", 10, NOW + 1) is Verdict.ENQUEUED
     assert claimed_id(queue, NOW + 2) == "JOB:urgent"
     assert claimed_id(queue, NOW + 2) == "JOB:0"  # then the oldest of the rest
     assert conn.hget(queue.key("job", "JOB:urgent"), "priority") == b"10"
@@ -65,7 +60,7 @@ def test_claims_follow_priority_then_fifo(conn: redis.Redis, wire: int,
                                           priorities: list[int]) -> None:
     queue = fresh(conn, wire)
     for n, priority in enumerate(priorities):
-        assert admit(queue, f"JOB:{n}", priority, NOW + n) == "ENQUEUED"
+        assert admit(queue, f"JOB:{n}", priority, NOW + n) is Verdict.ENQUEUED
     expected = [f"JOB:{n}" for n, _ in sorted(enumerate(priorities), key=lambda p: -p[1])]
     claimed = [claimed_id(queue, NOW + 100) for _ in priorities]
     assert claimed == expected
@@ -86,7 +81,7 @@ def test_a_retried_job_keeps_its_priority(conn: redis.Redis, wire: int) -> None:
 
 def test_a_delayed_job_keeps_its_priority(conn: redis.Redis, wire: int) -> None:
     queue = fresh(conn, wire)
-    assert admit(queue, "JOB:later", 3, NOW, delay_ms=500) == "ENQUEUED"
+    assert admit(queue, "JOB:later", 3, NOW, delay_ms=500) is Verdict.ENQUEUED
     admit(queue, "JOB:older", 0, NOW + 1)
     admit(queue, "JOB:lower", -3, NOW + 2)
     assert queue.promote(now=NOW + 500) == 1

@@ -28,7 +28,6 @@ from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.server_time import server_ms
 from tests.conftest import start_server
-from tests.test_queue_priority import admit
 
 QUEUES = ("a", "b")
 IDS = [f"JOB:{i}" for i in range(12)]
@@ -260,8 +259,8 @@ def test_replica_sees_every_transition(primary: EmbeddedValkey,
             assert queue.promote() == 1
             expire_leases(conn, queue)
             assert queue.recover() >= 1
-            assert admit(queue, "JOB:p", 7, None) == "ENQUEUED"  # the row's priority, its band
-            assert admit(queue, "JOB:pd", -3, None, delay_ms=RETAIN) == "ENQUEUED"
+            queue.enqueue("JOB:p", b"p", priority=7)  # the row's priority, its band
+            queue.enqueue("JOB:pd", b"d", priority=-3, delay_ms=RETAIN)
             queue.set_dead_bounds(max_count=1)
             assert queue.trim_dead() == 1  # two died: j3, batch[2]
         assert conn.execute_command("WAIT", 1, 5000) >= 1
