@@ -50,11 +50,14 @@ static const char *cancel_job(ValkeyModuleCtx *ctx, const Call *call, ValkeyModu
     fx_zrem(ctx, k[EMQ_CANCEL_KEY_DELAYED], names[EMQ_CANCEL_KEY_DELAYED], id);
     if (lane) {
         fx_lrem(ctx, lane, id);
+        ValkeyModuleString *prio_name = derived_key(ctx, call->base, "prio:", group);
+        ValkeyModuleKey *prio = ValkeyModule_OpenKey(ctx, prio_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+        fx_zrem(ctx, prio, prio_name, id);
+        ValkeyModule_CloseKey(prio);
+        ValkeyModule_FreeString(ctx, prio_name);
         /* a lane left empty leaves the ring, so the group joins it once when its lane fills again */
-        ValkeyModuleKey *left = ValkeyModule_OpenKey(ctx, lane, VALKEYMODULE_READ);
-        size_t waiting = ValkeyModule_ValueLength(left);
-        ValkeyModule_CloseKey(left);
-        if (waiting == 0) fx_lrem_open(ctx, &k[EMQ_CANCEL_KEY_RING], names[EMQ_CANCEL_KEY_RING], group);
+        if (lane_is_empty(ctx, call->base, group))
+            fx_lrem_open(ctx, &k[EMQ_CANCEL_KEY_RING], names[EMQ_CANCEL_KEY_RING], group);
     }
     if (retention_ms > 0) fx_mark_cancel(ctx, row, names[EMQ_CANCEL_KEY_JOB], retention_ms, now);
     return bury_cancelled(ctx, row, names[EMQ_CANCEL_KEY_JOB], ended, retention_ms);
@@ -74,6 +77,7 @@ int tx_cancel(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (!err && group) {
         lane = derived_key(ctx, call->base, "lane:", group);
         err = check_lane(ctx, &acl, call->base, lane);
+        if (!err) err = check_prio(ctx, &acl, call->base, group);
     }
     acl_release(&acl);
     int rc = err ? reply_error(ctx, err) : ValkeyModule_ReplyWithSimpleString(ctx, cancel_job(ctx, call, k, ended, group, lane));

@@ -91,6 +91,24 @@ const char *check_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleS
     return NULL;
 }
 
+/* A group's prio zset, <base>prio:<group>, checked wherever its lane key is (ACL, slot, absent or a
+ * zset). NULL or the error. */
+const char *check_prio(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *group) {
+    ValkeyModuleString *name = derived_key(ctx, base, "prio:", group);
+    const char *err = NULL;
+    if (!acl_may_access(acl, name)) {
+        err = EMQ_ERR_PERM;
+    } else {
+        ValkeyModuleKey *prio = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
+        int t = ValkeyModule_KeyType(prio);
+        ValkeyModule_CloseKey(prio);
+        if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) err = EMQ_ERR_MOVING;
+        else if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_ZSET) err = EMQ_ERR_TYPE;
+    }
+    ValkeyModule_FreeString(ctx, name);
+    return err;
+}
+
 /* A job's ended key, <base>ended:<id> (check_ended of the prelude): ACL, slot, absent or a list.
  * NULL or the error. */
 const char *check_ended(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *ended) {

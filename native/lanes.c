@@ -4,11 +4,12 @@
  *   - a lease of a lane job leaving active gives its group's slot back (release_lane_slot), and a
  *     group parked at its concurrency limit comes back to the ring when it is below it again;
  *   - a lane job going back to an empty lane joins the ring only when its group is not parked
- *     (push_lane);
+ *     (push_lane); a group's jobs wait in two keys, the list <base>lane:<group> of its priority-0
+ *     jobs and the zset <base>prio:<group> of its others, and its lane is empty when both are;
  *   - promote reopens the groups whose rate window has opened (reopen_lanes);
  *   - a paused queue leases nothing (claim, settle).
  * Keys: <base>laneconf, <base>leased, <base>parked, <base>throttled (derived from the base, as the
- * scripts derive them), <base>ring, <base>lane:<group>, <base>paused. */
+ * scripts derive them), <base>ring, <base>lane:<group>, <base>prio:<group>, <base>paused. */
 #include <string.h>
 
 #include "trafikey.h"
@@ -92,6 +93,19 @@ static long long lane_knob(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString 
     return v;
 }
 
+/* lane_nonempty of the prelude, negated: neither the group's list nor its prio zset holds a job (a
+ * key of another type holds none). */
+int lane_is_empty(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group) {
+    Opened lane = open_of(ctx, base, "lane:", group);
+    int waiting = ValkeyModule_KeyType(lane.key) == VALKEYMODULE_KEYTYPE_LIST && ValkeyModule_ValueLength(lane.key) > 0;
+    close_of(ctx, &lane);
+    if (waiting) return 0;
+    Opened prio = open_of(ctx, base, "prio:", group);
+    waiting = ValkeyModule_KeyType(prio.key) == VALKEYMODULE_KEYTYPE_ZSET && ValkeyModule_ValueLength(prio.key) > 0;
+    close_of(ctx, &prio);
+    return !waiting;
+}
+
 /* set_parked of the prelude for a mask that only loses bits (a slot given back, a window
  * opened): the field set or deleted, the throttled entry dropped with the rate bit, and the group
  * back at the ring's tail when no bit is left and its lane holds jobs. */
@@ -105,12 +119,7 @@ static void lower_parked(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring,
             fx_zrem(ctx, throttled.key, throttled.name, group);
         close_of(ctx, &throttled);
     }
-    Opened lane = open_of(ctx, base, "lane:", group);
-    long long waiting = ValkeyModule_KeyType(lane.key) == VALKEYMODULE_KEYTYPE_LIST
-                            ? (long long)ValkeyModule_ValueLength(lane.key)
-                            : 0;
-    close_of(ctx, &lane);
-    if (waiting == 0 || was == 0 || mask != 0) return;
+    if (was == 0 || mask != 0 || lane_is_empty(ctx, base, group)) return;
     if (ring) {
         fx_push(ctx, ring->key, ring->name, VALKEYMODULE_LIST_TAIL, group);
         return;
@@ -138,6 +147,24 @@ void release_lane_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, V
     }
     close_of(ctx, &parked);
     ValkeyModule_FreeString(ctx, group);
+}
+
+/* push_lane of the prelude: a lane job back into its group's keys (both checked), the group joining
+ * the ring's tail when its lane was empty and it is not parked; a priority-0 job at the list's
+ * head or tail (where), another in the prio zset at its pending score of at. */
+void push_lane(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, ValkeyModuleString *group,
+               ValkeyModuleString *lane_key, ValkeyModuleString *id, int where, long long priority, long long at) {
+    if (lane_is_empty(ctx, base, group) && !lane_parked(ctx, base, group))
+        fx_push(ctx, ring->key, ring->name, VALKEYMODULE_LIST_TAIL, group);
+    if (priority != 0) {
+        Opened prio = open_of(ctx, base, "prio:", group);
+        fx_zadd(ctx, prio.key, prio.name, (double)emq_pending_score(priority, at), id);
+        close_of(ctx, &prio);
+        return;
+    }
+    ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, lane_key, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    fx_push(ctx, lane, lane_key, where, id);
+    ValkeyModule_CloseKey(lane);
 }
 
 int lane_parked(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group) {
@@ -198,6 +225,7 @@ const char *due_lanes(ValkeyModuleCtx *ctx, Bytes base, long long now, long long
     for (size_t i = 0; i < due->n && err == NULL; i++) {
         ValkeyModuleString *name = derived_key(ctx, base, "lane:", due->groups[i]);
         err = check_lane(ctx, &acl, base, name);
+        if (err == NULL) err = check_prio(ctx, &acl, base, due->groups[i]);
         ValkeyModule_FreeString(ctx, name);
     }
     acl_release(&acl);
@@ -290,6 +318,7 @@ const char *check_lane_bookkeeping(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, V
     if (err == NULL && parked_at_limit(ctx, base, group)) {
         ValkeyModuleString *lane = derived_key(ctx, base, "lane:", group);
         err = check_lane(ctx, acl, base, lane);
+        if (err == NULL) err = check_prio(ctx, acl, base, group);
         ValkeyModule_FreeString(ctx, lane);
     }
     ValkeyModule_FreeString(ctx, group);

@@ -102,6 +102,7 @@ void acl_release(Acl *acl);
 int moved_away(ValkeyModuleCtx *ctx, ValkeyModuleString *key, Bytes base);
 const char *check_row(ValkeyModuleCtx *ctx, Acl *acl, ValkeyModuleString *row_name, Bytes base);
 const char *check_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *lane_key);
+const char *check_prio(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *group);
 const char *check_ended(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *ended);
 long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field, long long fallback);
 long long row_priority(ValkeyModuleCtx *ctx, ValkeyModuleKey *row);
@@ -153,6 +154,9 @@ typedef struct {
 
 void release_lane_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, ValkeyModuleKey *row);
 int lane_parked(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group);
+int lane_is_empty(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group);
+void push_lane(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, ValkeyModuleString *group,
+               ValkeyModuleString *lane_key, ValkeyModuleString *id, int where, long long priority, long long at);
 const char *check_lane_bookkeeping(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *row);
 const char *check_reopening(ValkeyModuleCtx *ctx, Bytes base);
 const char *queue_paused(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, int *paused);

@@ -418,7 +418,8 @@ static const char *plan_release_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
     ValkeyModule_CloseKey(row);
     if (it->lane == NULL) return NULL;
     it->lane_key = derived_key(ctx, base, "lane:", it->lane);
-    return check_lane(ctx, acl, base, it->lane_key);
+    const char *err = check_lane(ctx, acl, base, it->lane_key);
+    return err ? err : check_prio(ctx, acl, base, it->lane);
 }
 
 /* check_rows for EMQ.SETTLE: each item's row, then a release item's lane, then the ended key of
@@ -459,11 +460,8 @@ static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, Va
     fx_hset1(ctx, row, it->row_name, "attempts", uncounted);
     ValkeyModule_FreeString(ctx, uncounted);
     if (it->lane) {
-        ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, it->lane_key, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-        if (ValkeyModule_ValueLength(lane) == 0 && !lane_parked(ctx, base, it->lane))
-            fx_push(ctx, sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING], VALKEYMODULE_LIST_TAIL, it->lane);
-        fx_push(ctx, lane, it->lane_key, VALKEYMODULE_LIST_HEAD, ITEM_ID(it));
-        ValkeyModule_CloseKey(lane);
+        push_lane(ctx, base, &ring, it->lane, it->lane_key, ITEM_ID(it), VALKEYMODULE_LIST_HEAD, row_priority(ctx, row),
+                  row_int_field(ctx, row, "enqueued_at", now));
     } else {
         long long at = row_int_field(ctx, row, "enqueued_at", now);
         fx_zadd(ctx, sk->k[EMQ_SETTLE_KEY_PENDING], sk->names[EMQ_SETTLE_KEY_PENDING],
@@ -611,6 +609,7 @@ typedef struct {
     ValkeyModuleString *lane_key;
     ValkeyModuleString *ended;   /* recover, a spent or cancelled job: its ended key */
     int cancelled;               /* recover: a lease a cancel flagged, which ends cancelled */
+    long long priority, at;      /* a lane job: its row's priority, and the time its score is of */
 } Move;
 
 static void moves_free(ValkeyModuleCtx *ctx, Move *moves, size_t n) {
@@ -626,15 +625,19 @@ static void moves_free(ValkeyModuleCtx *ctx, Move *moves, size_t n) {
 /* The lane of a live job to be put back: its key checked. NULL or the error. */
 static const char *plan_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Move *m) {
     m->lane_key = derived_key(ctx, base, "lane:", m->lane);
-    return check_lane(ctx, acl, base, m->lane_key);
+    const char *err = check_lane(ctx, acl, base, m->lane_key);
+    return err ? err : check_prio(ctx, acl, base, m->lane);
 }
 
-/* Where a flat job goes back to in pending: the band of its row's priority, at its enqueued_at
- * (or now) for recover, at its due score for promote, whose integer part is taken, never below 0
- * (a due score set behind the queue's back: -inf, 1.5). */
+/* The time a job goes back to run at: its enqueued_at (or now) for recover, its due score for
+ * promote, whose integer part is taken, never below 0 (a due score set behind the queue's back:
+ * -inf, 1.5); a flat job's place in pending is in the band of its row's priority (pending_at). */
+static long long back_at(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, double due, int recover, long long now) {
+    return recover ? row_int_field(ctx, row, "enqueued_at", now) : due > 0 ? (long long)due : 0;
+}
+
 static double pending_at(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, double due, int recover, long long now) {
-    long long at = recover ? row_int_field(ctx, row, "enqueued_at", now) : due > 0 ? (long long)due : 0;
-    return (double)emq_pending_score(row_priority(ctx, row), at);
+    return (double)emq_pending_score(row_priority(ctx, row), back_at(ctx, row, due, recover, now));
 }
 
 /* First pass: sort the due entries into live moves and ghosts, checking every derived key (ACL,
@@ -672,8 +675,13 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
                     err = check_ended(ctx, &acl, base, m->ended);
                 } else {
                     ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &m->lane, NULL);
-                    if (m->lane) err = plan_lane(ctx, &acl, base, m);
-                    else m->score = pending_at(ctx, row, m->score, recover, now);
+                    if (m->lane) {
+                        err = plan_lane(ctx, &acl, base, m);
+                        m->priority = row_priority(ctx, row);
+                        m->at = back_at(ctx, row, m->score, recover, now);
+                    } else {
+                        m->score = pending_at(ctx, row, m->score, recover, now);
+                    }
                 }
             }
             ValkeyModule_CloseKey(row);
@@ -712,11 +720,8 @@ static void apply_move(ValkeyModuleCtx *ctx, const Move *m, ValkeyModuleKey **k,
         ValkeyModule_FreeString(ctx, row_name);
     }
     if (m->lane) {
-        ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, m->lane_key, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-        if (ValkeyModule_ValueLength(lane) == 0 && !lane_parked(ctx, call->base, m->lane))
-            fx_push(ctx, k[MOVE_KEY_RING], call->keys[MOVE_KEY_RING], VALKEYMODULE_LIST_TAIL, m->lane);
-        fx_push(ctx, lane, m->lane_key, lane_end, m->id);
-        ValkeyModule_CloseKey(lane);
+        LaneRing ring = {k[MOVE_KEY_RING], call->keys[MOVE_KEY_RING]};
+        push_lane(ctx, call->base, &ring, m->lane, m->lane_key, m->id, lane_end, m->priority, m->at);
     } else {
         fx_zadd(ctx, k[MOVE_KEY_PENDING], call->keys[MOVE_KEY_PENDING], m->score, m->id);
     }
@@ -777,7 +782,7 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
                 cap = cap ? cap * 2 : 16;
                 moves = ValkeyModule_Realloc(moves, cap * sizeof *moves);
             }
-            moves[n++] = (Move){member, score, 0, 0, NULL, NULL, NULL, 0};
+            moves[n++] = (Move){member, score, 0, 0, NULL, NULL, NULL, 0, 0, 0};
             if (!ValkeyModule_ZsetRangeNext(source)) break;
         }
         ValkeyModule_ZsetRangeStop(source);

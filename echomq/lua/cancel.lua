@@ -12,16 +12,17 @@
     ARGV[1] id               JOB:<rest>
     ARGV[2] now              ms, or * for the server clock
     ARGV[3] retention_ms     integer >= 0, how long the tombstone stays (0: the row is deleted)
-  Derived: <base>ended:<id>, the job's ended key (list); a lane job's <base>lane:<group> (list).
+  Derived: <base>ended:<id>, the job's ended key (list); a lane job's <base>lane:<group> (list)
+  and <base>prio:<group> (zset).
   Replies: +CANCELLED | +CANCELLING | +DONE | +DEAD | +UNKNOWN | EMQARITY, EMQKIND, EMQKEYS,
   EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
 --- @include "args"
 --- @include "cancelled"
---- @include "derived"
 --- @include "ended"
 --- @include "errors"
 --- @include "keys"
+--- @include "lanes"
 --- @include "numbers"
 if #KEYS < 6 or #KEYS > 7 or #ARGV ~= 3 then return arity_error('CANCEL', 6, 3) end
 local id = ARGV[1]
@@ -46,7 +47,7 @@ local exists = redis.call('EXISTS', row) == 1
 local group = exists and redis.call('HGET', row, 'lane') or false
 local lane = group and base .. 'lane:' .. group
 if lane then
-  err = check_derived(lane, 'list')
+  err = check_lane_keys(base, group)
   if err then return err end
 end
 
@@ -64,8 +65,9 @@ redis.call('ZREM', pending, id)
 redis.call('ZREM', delayed, id)
 if lane then
   redis.call('LREM', lane, 0, id)
+  redis.call('ZREM', base .. 'prio:' .. group, id)
   -- a lane left empty leaves the ring, so the group joins it once when its lane fills again
-  if redis.call('LLEN', lane) == 0 then redis.call('LREM', KEYS[6], 0, group) end
+  if lane_empty(base, group) then redis.call('LREM', KEYS[6], 0, group) end
 end
 if retention_ms > 0 then mark_cancel(row, retention_ms, now) end
 return redis.status_reply(bury_cancelled(row, ended, retention_ms))

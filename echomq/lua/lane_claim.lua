@@ -21,7 +21,8 @@
     KEYS[12] <base>events            optional: the queue's events (stream), the last key
     ARGV[1] lease_ms         integer >= 1
     ARGV[2] now              ms, or * for the server clock
-  Derived: <base>lane:<group> of the groups walked, <base>job:<id> of the ids walked.
+  Derived: <base>lane:<group> and <base>prio:<group> of the groups walked, <base>job:<id> of the
+  ids walked. A group serves its jobs by priority (include/lane_heads.lua), FIFO within one.
   The job is leased as by claim. With a record: a record found answers its first lease of a lane
   job still held (with its group), or null, writing nothing; else the lease made is recorded.
   Replies: [id, payload, attempt, fence, group] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE,
@@ -29,9 +30,9 @@
 ]]
 --- @include "args"
 --- @include "claims"
---- @include "derived"
 --- @include "errors"
 --- @include "keys"
+--- @include "lane_heads"
 --- @include "lane_limits"
 --- @include "lanes"
 --- @include "numbers"
@@ -73,23 +74,8 @@ reopen_lanes(base, due)
 local passed, found = {}, nil
 for position = 0, redis.call('LLEN', ring) - 1 do
   local group = redis.call('LINDEX', ring, position)
-  local lane_key = base .. 'lane:' .. group
-  if not may_access(lane_key) then return redis.error_reply(E_PERM) end
-  local t = derived_type(lane_key)
-  if t == nil then return redis.error_reply(E_MOVING) end
-  if t ~= 'none' and t ~= 'list' then return redis.error_reply(E_TYPE) end
-  local live = nil
-  for depth = 0, redis.call('LLEN', lane_key) - 1 do
-    local id = redis.call('LINDEX', lane_key, depth)
-    local row = base .. 'job:' .. id
-    if not may_access(row) then return redis.error_reply(E_PERM) end
-    local row_type = derived_type(row)
-    if row_type == nil then return redis.error_reply(E_MOVING) end
-    if row_type == 'hash' then
-      live = { group = group, lane_key = lane_key, ghosts = depth, id = id, row = row }
-      break
-    end
-  end
+  local live, head_failure = lane_head(base, group)
+  if head_failure then return head_failure end
   local bits, opens = 0, nil
   if live then
     live.knobs = lane_knobs(base, group)
@@ -106,7 +92,7 @@ end
 for _, entry in ipairs(passed) do
   ring_drop_head(base)
   if entry.stale then
-    redis.call('DEL', base .. 'lane:' .. entry.group)
+    redis.call('DEL', base .. 'lane:' .. entry.group, base .. 'prio:' .. entry.group)
   else
     set_parked(base, entry.group, bit.bor(parked_mask(base, entry.group), entry.bits),
       entry.opens, false)
@@ -114,9 +100,8 @@ for _, entry in ipairs(passed) do
 end
 if found == nil then return false end
 
-local group, lane_key = found.group, found.lane_key
-for _ = 1, found.ghosts do redis.call('LPOP', lane_key) end
-redis.call('LPOP', lane_key)
+local group = found.group
+take_head(found)
 redis.call('HINCRBY', KEYS[5], group, 1)
 local knobs = found.knobs
 if knobs.rate then
@@ -130,7 +115,7 @@ if turn then
   local n, head = string.match(turn, '^(%d+) (.*)$')
   if head == group then served = tonumber(n) + 1 end
 end
-if bits ~= 0 or redis.call('LLEN', lane_key) == 0 then
+if bits ~= 0 or lane_empty(base, group) then
   ring_drop_head(base)
   if bits ~= 0 then
     set_parked(base, group, bit.bor(parked_mask(base, group), bits), opens, false)

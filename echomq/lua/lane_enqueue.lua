@@ -11,7 +11,8 @@
     ARGV[3] group                  1..200 bytes of [A-Za-z0-9._:-]
     ARGV[4] now                    ms, or * for the server clock
     ARGV[5] priority               optional: -100 to 100, higher claimed first (0 when left off)
-  Derived: <base>parked (the group may be parked), checked before anything is written.
+  Derived: <base>parked (the group may be parked) and <base>prio:<group> (the group's other jobs:
+  the group joins the ring only when both its keys are empty), checked before anything is written.
   Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM,
   TRYAGAIN errors.
 ]]
@@ -43,6 +44,7 @@ local row, lane_key, ring, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') end
 -- The group may be parked: read before the job's group joins the ring, checked before any write.
 local failure = check_derived(base .. 'parked', 'hash')
+  or check_derived(base .. 'prio:' .. group, 'zset')
 if failure then return failure end
 redis.call('HSET', row, 'payload', ARGV[2], 'attempts', '0', 'enqueued_at', dec(now),
   'lane', group)

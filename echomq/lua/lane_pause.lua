@@ -11,11 +11,10 @@
     KEYS[6] <base>wake       wake tokens (list)
     ARGV[1] scope            a group, or * for the whole queue
     ARGV[2] paused           1 to pause, 0 to resume
-  Derived: <base>lane:<group> of the group.
+  Derived: <base>lane:<group> and <base>prio:<group> of the group.
   Replies: +OK | EMQARITY, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
 --- @include "args"
---- @include "derived"
 --- @include "errors"
 --- @include "keys"
 --- @include "lanes"
@@ -41,11 +40,8 @@ if scope == '*' then
   end
   return redis.status_reply('OK')
 end
-local lane_key = base .. 'lane:' .. scope
-if not may_access(lane_key) then return redis.error_reply(E_PERM) end
-local t = derived_type(lane_key)
-if t == nil then return redis.error_reply(E_MOVING) end
-if t ~= 'none' and t ~= 'list' then return redis.error_reply(E_TYPE) end
+local failure = check_lane_keys(base, scope)
+if failure then return failure end
 local mask = parked_mask(base, scope)
 local paused = bit.band(mask, PARKED_PAUSED) ~= 0
 if pause == '1' and not paused then

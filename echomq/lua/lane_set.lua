@@ -20,14 +20,14 @@
     ARGV[6] now              ms, or * for the server clock
   Each knob is an integer from 1 to 999999999999999, - to clear it (a group then follows the
   queue's default; a default cleared is no limit) or = to keep it.
-  Derived: <base>lane:<group> of each group looked at.
+  Derived: <base>lane:<group> and <base>prio:<group> of each group looked at.
   Replies: +OK | EMQARITY, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
 --- @include "args"
---- @include "derived"
 --- @include "errors"
 --- @include "keys"
 --- @include "lane_limits"
+--- @include "lanes"
 --- @include "numbers"
 if #KEYS ~= 7 or #ARGV ~= 6 then return arity_error('LANE_SET', 7, 6) end
 local scope = ARGV[1]
@@ -62,11 +62,8 @@ if scope == '*' then
   end)
 end
 for i = 1, #groups do
-  local lane_key = base .. 'lane:' .. groups[i]
-  if not may_access(lane_key) then return redis.error_reply(E_PERM) end
-  local t = derived_type(lane_key)
-  if t == nil then return redis.error_reply(E_MOVING) end
-  if t ~= 'none' and t ~= 'list' then return redis.error_reply(E_TYPE) end
+  local failure = check_lane_keys(base, groups[i])
+  if failure then return failure end
 end
 
 for i = 1, #knobs do

@@ -98,17 +98,16 @@ if events_key and not events_type_ok(events_key) then return redis.error_reply(E
 local active, delayed, dead, pending, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ring, wake_key = KEYS[6], KEYS[7]
 
--- A release item's lane, when its row has one: the lane key checked as recover checks it.
+-- A release item's lane, when its row has one: the lane keys checked as recover checks them.
 -- Nil, or the error reply.
 local function plan_release_lane(item)
   local lane = redis.call('HGET', item.row, 'lane')
   if not lane then return nil end
-  local lane_key = base .. 'lane:' .. lane
-  if not may_access(lane_key) then return redis.error_reply(E_PERM) end
-  local t = derived_type(lane_key)
-  if t == nil then return redis.error_reply(E_MOVING) end
-  if t ~= 'none' and t ~= 'list' then return redis.error_reply(E_TYPE) end
-  item.lane, item.lane_key = lane, lane_key
+  local failure = check_lane_keys(base, lane)
+  if failure then return failure end
+  item.lane, item.lane_key = lane, base .. 'lane:' .. lane
+  item.priority = row_priority(item.row)
+  item.at = int_field(redis.call('HGET', item.row, 'enqueued_at'), now)
   return nil
 end
 

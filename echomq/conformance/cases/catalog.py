@@ -1,8 +1,8 @@
 """Every case of the conformance table in one list, by family: the cases every transition has
 (``generic``), the single verbs' (``flat``), the batched ones (``batch``), the lane bookkeeping
-(``lanes``), the replays (``replay``), the claim records (``records``), cancel (``cancel``),
-the bounds of dead jobs (``dead``) and flat priority (``priority``); each family imports only
-``common``, and only this module gathers them."""
+(``lanes``) and priority inside a lane (``lane_priority``), the replays (``replay``), the claim
+records (``records``), cancel (``cancel``), the bounds of dead jobs (``dead``) and flat priority
+(``priority``); each family imports only ``common``, and only this module gathers them."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from echomq.conformance.cases.cancel import cancel_cases
 from echomq.conformance.cases.common import Case
 from echomq.conformance.cases.dead import trim_dead_cases
 from echomq.conformance.cases.generic import generic_cases
+from echomq.conformance.cases.lane_priority import lane_priority_cases
 from echomq.conformance.cases.lanes import lane_cases
 from echomq.conformance.cases.priority import priority_cases
 from echomq.conformance.cases.records import record_cases
@@ -27,7 +28,7 @@ def all_cases() -> list[Case]:
              *flat.promote_cases(), *batch_cases(), *flat.enqueue_delayed_cases(),
              *flat.ack_result_cases(), *lane_cases(), *replay_cases(),
              *record_cases(), *flat.progress_cases(), *cancel_cases(), *trim_dead_cases(),
-             *priority_cases()]
+             *priority_cases(), *lane_priority_cases()]
     ids = [case.id for case in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
     assert not duplicates, duplicates

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from echomq.conformance.model.call import Call, Item, Move
+from echomq.conformance.model.call import Call, Item
 from echomq.conformance.model.flat import FlatTransitions
 from echomq.conformance.model.replies import E_FENCE, array, bulk, error, integer, status
 from echomq.conformance.model.words import INT_MAX, dec, int_field, pending_score, row_priority
@@ -72,8 +72,9 @@ class BatchTransitions(FlatTransitions):
         self.keys[row].data[b"attempts"] = dec(max(attempts - 1, 0))
         at = int_field(self.hget(row, b"enqueued_at"), call.numbers["now"])
         score = pending_score(row_priority(self.hget(row, b"priority")), at)
-        self.put_back(call.base, ring, pending, Move(job_id, row, score, self.hget(row, b"lane")),
-                      head=True)
+        move = self.lane_move(call.base, job_id, score, at)
+        assert move is not None, "the release item's lane keys are checked first"
+        self.put_back(call.base, ring, pending, move, head=True)
         self.wake(wake_key, 1)
         return "RELEASED"
 

@@ -28,6 +28,8 @@ class Move:
     lane: bytes | None = None
     spent: int = 0  # recover: the attempts of a job that goes dead
     cancelled: bool = False  # recover: a lease a cancel flagged, which ends cancelled
+    priority: int = 0  # a lane job: its row's priority (not 0: back into <base>prio:<lane>)
+    at: int = 0  # a lane job of priority not 0: the time its score is of
 
 
 @dataclass

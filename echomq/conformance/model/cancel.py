@@ -23,7 +23,7 @@ class Cancels(State):
         job_id = call.args[0]
         group = self.hget(row, b"lane") if self.kind(row) == b"hash" else None
         lane = None if group is None else call.base + b"lane:" + group
-        if lane is not None and not self.list_or_none(lane):
+        if group is not None and not self.lane_keys_ok(call.base, group):
             return error(E_TYPE)
         if self.kind(row) != b"hash":
             return status("UNKNOWN")
@@ -57,7 +57,8 @@ class Cancels(State):
                                        if member != job_id]
             self._drop_empty(lane)
         ring, group = call.keys[5], lane[len(call.base) + 5:]
-        if lane not in self.keys and self.kind(ring) == b"list":
+        self.zrem(call.base + b"prio:" + group, job_id)
+        if self.lane_empty(call.base, group) and self.kind(ring) == b"list":
             self.keys[ring].data[:] = [member for member in self.keys[ring].data
                                        if member != group]
             self._drop_empty(ring)

@@ -41,13 +41,12 @@ class Movers(State):
         attempts = int_field(self.hget(row, b"attempts"), 0)
         if max_attempts is not None and attempts >= max_attempts:
             return Move(member, row, score, spent=attempts) if ended_ok else error(E_TYPE)
-        move = Move(member, row, score, self.hget(row, b"lane"))
-        if move.lane is not None:
-            if self.kind(base + b"lane:" + move.lane) not in (b"none", b"list"):
-                return error(E_TYPE)
-        else:
-            at = max(score, 0) if fallback is None \
-                else int_field(self.hget(row, b"enqueued_at"), fallback)
+        at = max(score, 0) if fallback is None \
+            else int_field(self.hget(row, b"enqueued_at"), fallback)
+        move = self.lane_move(base, member, score, at)
+        if move is None:
+            return error(E_TYPE)
+        if move.lane is None:
             move.score = pending_score(row_priority(self.hget(row, b"priority")), at)
         return move
 

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from echomq.conformance.model.call import Move
-from echomq.conformance.model.words import FENCE_MAX, int_arg, int_field, raw
+from echomq.conformance.model.words import (
+    FENCE_MAX,
+    int_arg,
+    int_field,
+    pending_score,
+    raw,
+    row_priority,
+)
 from echomq.conformance.resp import Arg
 
 WAKE_CAP = 64
@@ -244,15 +251,37 @@ class State:
         if not self.typed(base, LANE_BOOKKEEPING):
             return False
         if int_field(self.hget(base + b"parked", group), 0) & PARKED_FULL:
-            return self.list_or_none(base + b"lane:" + group)
+            return self.lane_keys_ok(base, group)
         return True
 
+    def lane_keys_ok(self, base: bytes, group: bytes) -> bool:
+        """A group's lane (a list) and its prio zset, each absent or of its type."""
+        return self.list_or_none(base + b"lane:" + group) \
+            and self.kind(base + b"prio:" + group) in (b"none", b"zset")
+
+    def lane_empty(self, base: bytes, group: bytes) -> bool:
+        return self.llen(base + b"lane:" + group) == 0 and base + b"prio:" + group not in self.keys
+
+    def lane_move(self, base: bytes, member: bytes, score: int, at: int) -> Move | None:
+        """A lane job's move back to its lane, its keys checked (None: of another type)."""
+        row = base + b"job:" + member
+        move = Move(member, row, score, self.hget(row, b"lane"))
+        if move.lane is not None:
+            if not self.lane_keys_ok(base, move.lane):
+                return None
+            move.priority, move.at = row_priority(self.hget(row, b"priority")), at
+        return move
+
     def put_back(self, base: bytes, ring: bytes, pending: bytes, move: Move, head: bool) -> None:
-        """A flat job to pending at its score; a lane job to its lane (joining the ring)."""
+        """A flat job to pending at its score; a lane job to its lane (joining the ring): at
+        priority 0 to the list's head or tail, else to its prio zset."""
         if move.lane is None:
             self.zadd(pending, move.score, move.member)
             return
-        lane_key = base + b"lane:" + move.lane
-        if self.llen(lane_key) == 0:
+        if self.lane_empty(base, move.lane):
             self.push(ring, move.lane)
-        self.push(lane_key, move.member, head=head)
+        if move.priority:
+            self.zadd(base + b"prio:" + move.lane, pending_score(move.priority, move.at),
+                      move.member)
+        else:
+            self.push(base + b"lane:" + move.lane, move.member, head=head)

@@ -153,7 +153,7 @@ class Validation(Records):
         if isinstance(checked, bytes):
             return checked
         if any(self.kind(base + b"job:" + item.id) not in (b"none", b"hash")
-               or not self.list_or_none(self.release_lane(base, item))
+               or not self.release_lane_ok(base, item)
                or ((item.op in (b"done", b"retry") or self.flagged(base + b"job:" + item.id))
                    and not self.list_or_none(base + b"ended:" + item.id))
                or (item.op != b"extend"
@@ -162,13 +162,14 @@ class Validation(Records):
             return error(E_TYPE)
         return checked
 
-    def release_lane(self, base: bytes, item: Item) -> bytes:
-        """The lane key a release item's job would go back to; b"" when it has none."""
+    def release_lane_ok(self, base: bytes, item: Item) -> bool:
+        """The lane keys a release item's job would go back to are of their types (or it has
+        none)."""
         row = base + b"job:" + item.id
         if item.op != b"release" or self.kind(row) != b"hash":
-            return b""
+            return True
         lane = self.hget(row, b"lane")
-        return b"" if lane is None else base + b"lane:" + lane
+        return lane is None or self.lane_keys_ok(base, lane)
 
     def _typed(self, transition: Transition, call: Call) -> Call | bytes:
         """Step 5: the declared keys' types, the record's, then the events key's."""

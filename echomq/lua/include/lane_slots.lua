@@ -22,7 +22,7 @@ local function check_lane_bookkeeping(base, row)
     if t ~= 'none' and t ~= LANE_BOOKKEEPING[i][2] then return redis.error_reply(E_TYPE) end
   end
   if bit.band(parked_mask(base, group), PARKED_FULL) == 0 then return nil end
-  return check_derived(base .. 'lane:' .. group, 'list')
+  return check_lane_keys(base, group)
 end
 
 -- A lease of a lane job leaves active (acked, retried, dead, recovered, released): its group

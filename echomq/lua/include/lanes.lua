@@ -1,6 +1,8 @@
 -- The lane state: the ring, each group's knobs and why it is parked.
+--- @include "derived"
 --- @include "keys"
 --- @include "numbers"
+--- @include "priority"
 
 -- Lanes' limits. A group whose lane is non-empty is in the ring exactly once unless it is parked:
 -- <base>parked holds, per group, why it is out of the ring (bits: at its concurrency limit, over
@@ -31,10 +33,19 @@ local function parked_mask(base, group)
   return int_field(redis.call('HGET', base .. 'parked', group), 0)
 end
 
--- A group's lane holds jobs (a lane key of another type holds none: it is not touched).
+-- A group's jobs wait in two keys: <base>lane:<group>, the list of its priority-0 jobs (oldest at
+-- the head), and <base>prio:<group>, the zset of its others, scored pending_score(p, t).
+-- A group's lane holds jobs, in either key (a key of another type holds none: it is not touched).
 local function lane_nonempty(base, group)
-  local lane_key = base .. 'lane:' .. group
-  return key_type(lane_key) == 'list' and redis.call('LLEN', lane_key) > 0
+  local lane_key, prio_key = base .. 'lane:' .. group, base .. 'prio:' .. group
+  return (key_type(lane_key) == 'list' and redis.call('LLEN', lane_key) > 0)
+    or (key_type(prio_key) == 'zset' and redis.call('ZCARD', prio_key) > 0)
+end
+
+-- A group's lane holds no job, its two keys checked (absent or of their types) already.
+local function lane_empty(base, group)
+  return redis.call('LLEN', base .. 'lane:' .. group) == 0
+    and redis.call('ZCARD', base .. 'prio:' .. group) == 0
 end
 
 -- The ring's head group leaves the ring; its turn ends.
@@ -68,14 +79,25 @@ local function set_parked(base, group, mask, opens, leave_ring)
   end
 end
 
--- Put a job back into its lane (at the head or the tail), the group joining the ring if the lane
--- was empty and the group is not parked.
+-- Put a job back into its lane, the group joining the ring if the lane was empty and the group is
+-- not parked: a priority-0 job at the list's head or tail (command), another in the prio zset at
+-- pending_score(move.priority, move.at).
 local function push_lane(ring, move, command)
-  if redis.call('LLEN', move.lane_key) == 0 then
-    local base = string.sub(ring, 1, -5)
-    if redis.call('HGET', base .. 'parked', move.lane) == false then
-      redis.call('RPUSH', ring, move.lane)
-    end
+  local base = string.sub(ring, 1, -5)
+  if lane_empty(base, move.lane) and redis.call('HGET', base .. 'parked', move.lane) == false then
+    redis.call('RPUSH', ring, move.lane)
   end
-  redis.call(command, move.lane_key, move.id)
+  if (move.priority or 0) ~= 0 then
+    redis.call('ZADD', base .. 'prio:' .. move.lane, dec(pending_score(move.priority, move.at)),
+      move.id)
+  else
+    redis.call(command, move.lane_key, move.id)
+  end
+end
+
+-- A group's two lane keys checked as derived keys (ACL, slot, a list and a zset, or absent):
+-- nil, or the error reply.
+local function check_lane_keys(base, group)
+  return check_derived(base .. 'lane:' .. group, 'list')
+    or check_derived(base .. 'prio:' .. group, 'zset')
 end

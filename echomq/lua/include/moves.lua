@@ -40,20 +40,21 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
         move.ended = base .. 'ended:' .. id
         local err = check_ended(move.ended)
         if err then return nil, err end
-      elseif lane then
-        local lane_key = base .. 'lane:' .. lane
-        if not may_access(lane_key) then return nil, redis.error_reply(E_PERM) end
-        local t = derived_type(lane_key)
-        if t == nil then return nil, redis.error_reply(E_MOVING) end
-        if t ~= 'none' and t ~= 'list' then return nil, redis.error_reply(E_TYPE) end
-        move.lane, move.lane_key = lane, lane_key
-      else -- pending, in its priority's band: at its enqueued_at (recover), else at score, whose
-        -- integer part is taken, never below 0 (a due score set behind the queue's back: -inf, 1.5)
+      else -- back to run, in its priority's band: at its enqueued_at (recover), else at score,
+        -- whose integer part is taken, never below 0 (a due score set behind the queue's back:
+        -- -inf, 1.5)
         local at = math.max(math.floor(tonumber(score)), 0)
         if fallback_score ~= nil then
           at = int_field(redis.call('HGET', row, 'enqueued_at'), fallback_score)
         end
-        move.score = dec(pending_score(row_priority(row), at))
+        if lane then -- into its lane: the list at priority 0, else its prio zset (push_lane)
+          local failure = check_lane_keys(base, lane)
+          if failure then return nil, failure end
+          move.lane, move.lane_key = lane, base .. 'lane:' .. lane
+          move.priority, move.at = row_priority(row), at
+        else
+          move.score = dec(pending_score(row_priority(row), at))
+        end
       end
       moves[#moves + 1] = move
     else

@@ -1,6 +1,5 @@
 -- Groups over their rate whose window has opened come back (promote, lane_claim).
 --- @include "derived"
---- @include "errors"
 --- @include "lanes"
 --- @include "numbers"
 
@@ -17,11 +16,8 @@ local function due_lanes(base, now, limit)
   local due = redis.call('ZRANGEBYSCORE', base .. 'throttled', '-inf', dec(now), 'LIMIT', '0',
     dec(limit))
   for i = 1, #due do
-    local lane_key = base .. 'lane:' .. due[i]
-    if not may_access(lane_key) then return nil, redis.error_reply(E_PERM) end
-    local t = derived_type(lane_key)
-    if t == nil then return nil, redis.error_reply(E_MOVING) end
-    if t ~= 'none' and t ~= 'list' then return nil, redis.error_reply(E_TYPE) end
+    local failure = check_lane_keys(base, due[i])
+    if failure then return nil, failure end
   end
   return due
 end
