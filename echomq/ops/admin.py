@@ -18,7 +18,7 @@ from echomq.engine.executors import executor_for
 from echomq.engine.priority import band, split_score
 from echomq.engine.server_time import server_ms, time_ms
 from echomq.engine.wire import Wire
-from echomq.queue.lanes import lane_groups, paused_lanes, shown_depths
+from echomq.queue.lanes import lane_groups, paused_lanes, per_group, shown_depths, waiting_keys
 from echomq.queue.registry import DISCOVERED_KEY, REGISTRY_KEY
 
 _SCRIPTS = executor_for(Wire.SCRIPTS)
@@ -212,22 +212,29 @@ def _oldest_pending(conn: Any, key: str, head: list[Any], tail: list[Any]) -> in
 
 def _lanes_of(conn: Any, calls: QueueCalls, ring: list[Any],
               parked: dict[Any, Any]) -> tuple[dict[str, int], int | None]:
-    """Each lane's depth (as ``shown_depths`` keeps them) and the earliest admission time of
-    the jobs at their heads (None: no lane job waits)."""
+    """Each lane's depth, both its keys (as ``shown_depths`` keeps them), and the earliest
+    admission time of the jobs at their heads: the list's head (its row's time) and the prio
+    zset's (the time in its score); None: no lane job waits."""
     names = lane_groups(ring, parked)
     if not names:
         return {}, None
     with conn.pipeline(transaction=False) as pipe:
         for group in names:
-            pipe.llen(calls.key("lane", lane=group))
-            pipe.lindex(calls.key("lane", lane=group), 0)
+            listed, prioritised = waiting_keys(calls.key, group)
+            pipe.llen(listed)
+            pipe.zcard(prioritised)
+            pipe.lindex(listed, 0)
+            pipe.zrange(prioritised, 0, 0, withscores=True)
         replies = pipe.execute()
-    heads = [text(head) for head in replies[1::2] if head is not None]
+    counts = [count for i in range(0, len(replies), 4) for count in replies[i:i + 2]]
+    heads = [text(head) for head in replies[2::4] if head is not None]
+    prio_times = [split_score(top[0][1])[1] for top in replies[3::4] if top]
     with conn.pipeline(transaction=False) as pipe:
         for job_id in heads:
             pipe.hget(calls.key("job", job_id), "enqueued_at")
         admitted = [int(at) for at in pipe.execute() if at is not None and text(at).isdigit()]
-    return shown_depths(names, replies[0::2], ring), min(admitted, default=None)
+    return (shown_depths(names, per_group(counts), ring),
+            min(admitted + prio_times, default=None))
 
 
 def inspect(conn: Any, name: str, job_id: str) -> dict[str, Any] | None:
@@ -258,6 +265,9 @@ def _location(conn: Any, calls: QueueCalls, job_id: str,
             return role, int(score)
     if lane is not None and conn.lpos(calls.key("lane", lane=lane), job_id) is not None:
         return f"lane:{lane}", None
+    prioritised = None if lane is None else conn.zscore(calls.key("prio", lane=lane), job_id)
+    if prioritised is not None:
+        return f"lane:{lane}", int(prioritised)
     return "completed", None
 
 

@@ -13,7 +13,7 @@ in the ring (``k`` claims for ``k`` groups of weight 1).
 from __future__ import annotations
 
 import types
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from echomq.engine import transitions as t
@@ -163,8 +163,10 @@ def lane_report(queue: Any) -> list[dict[str, Any]]:
     groups = sorted(own | set(parked) | set(held) | {text(g) for g in ring})
     with conn.pipeline(transaction=False) as pipe:
         for group in groups:
-            pipe.llen(queue.key("lane", lane=group))
-        depths = pipe.execute()
+            listed, prioritised = waiting_keys(queue.key, group)
+            pipe.llen(listed)
+            pipe.zcard(prioritised)
+        depths = per_group(pipe.execute())
     return [{"group": group, **settings_of(conf, group), "waiting": int(depth),
              "leased": held.get(group, 0), "state": _state(parked.get(group, 0))}
             for group, depth in zip(groups, depths, strict=True)]
@@ -181,6 +183,25 @@ def lane_groups(ring: Iterable[Any], parked: Iterable[Any]) -> list[str]:
     names = [text(group) for group in ring]
     seen = set(names)
     return names + sorted({text(group) for group in parked} - seen)
+
+
+def waiting_keys(key: Callable[..., str], group: str) -> tuple[str, str]:
+    """A group's two keys of waiting jobs: its lane, the list of its priority-0 jobs (read with
+    LLEN), and its prio zset, of its other jobs (ZCARD)."""
+    return key("lane", lane=group), key("prio", lane=group)
+
+
+def per_group(counts: Sequence[Any]) -> list[int]:
+    """Counts read for each group in turn, its LLEN then its ZCARD: each group's total."""
+    return [int(a) + int(b) for a, b in zip(counts[0::2], counts[1::2], strict=True)]
+
+
+def lane_waiting(conn: Any, queue: Any, group: str) -> int:
+    """How many jobs wait in ``group``'s lane of ``queue`` (both its keys), in one round trip."""
+    with conn.pipeline(transaction=False) as pipe:
+        for command, name in zip(("llen", "zcard"), waiting_keys(queue.key, group), strict=True):
+            getattr(pipe, command)(name)
+        return sum(per_group(pipe.execute()))
 
 
 def shown_depths(names: list[str], depths: Iterable[Any],

@@ -49,7 +49,7 @@ from echomq.engine.program import Invoke, Program, Reads, method, op
 from echomq.engine.wire import Wire
 from echomq.queue.bounds import HOUSEKEEPING_STEP, TRIM_STEPS, Housekept, more_due
 from echomq.queue.dead import DeadControls
-from echomq.queue.lanes import LaneControls, lane_groups, shown_depths
+from echomq.queue.lanes import LaneControls, lane_groups, per_group, shown_depths, waiting_keys
 from echomq.queue.parking import WATCH_ROLE, watch_commands
 from echomq.queue.registry import REGISTRY_KEY
 from echomq.queue.waiting import next_block_s, wait_slice_s
@@ -465,6 +465,8 @@ class QueueMethods(LaneControls, DeadControls):
             groups = yield Invoke(self.conn, method("lrange", self.key("ring"), 0, -1))
             parked = yield Invoke(self.conn, method("hkeys", self.key("parked")))
         names = lane_groups(groups, parked)
-        depths = yield Reads(self.conn, [method("llen", self.key("lane", lane=group))
-                                         for group in names])
-        return shown_depths(names, depths, groups)
+        reads = [method(command, name) for group in names
+                 for command, name in zip(("llen", "zcard"), waiting_keys(self.key, group),
+                                          strict=True)]
+        depths = yield Reads(self.conn, reads)
+        return shown_depths(names, per_group(depths), groups)

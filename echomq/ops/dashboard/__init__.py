@@ -47,7 +47,7 @@ from echomq.ops.dashboard.guard import LOOPBACK_HOSTS, SECURITY_HEADERS, Policy,
 from echomq.ops.dashboard.history import COLUMNS, History
 from echomq.ops.dashboard.requests import MAX_DEPTH, BodyRefused, checked, nesting, read_capped
 from echomq.queue.blocking import Queue
-from echomq.queue.lanes import lane_report
+from echomq.queue.lanes import lane_report, lane_waiting
 
 __all__ = ["LOOPBACK_HOSTS", "History", "Policy", "create_app"]
 
@@ -152,7 +152,7 @@ class _Views:
         """Whether queue ``name`` is paused, and its paused lanes with their jobs waiting."""
         queue = Queue(self.conn, name, check_policy=False)
         whole, lanes = queue.paused()
-        depths = {group: int(self.conn.llen(queue.key("lane", lane=group))) for group in lanes}
+        depths = {group: lane_waiting(self.conn, queue, group) for group in lanes}
         return {"paused": whole, "paused_lanes": depths}
 
     def lanes(self, request: Request) -> Response:
