@@ -34,6 +34,8 @@ LANDS: dict[str, tuple[list[bytes], list[bytes], list[bytes]]] = {
     "recover:lane-prio-field-abc-counts-0": ([], [b"JOB:1"], [b"a"]),
     "recover:lane-p0-back-behind-prio": ([b"JOB:9", b"%d" % (-5 * BAND)], [b"JOB:1"], [b"a"]),
     "recover:lane-prio-enqueued-clamped": ([b"JOB:1", b"%d" % (CAP + 2 * BAND)], [], [b"a"]),
+    "promote:lane-prio-due-fractional": ([b"JOB:1", b"%d" % (1 - 6 * BAND)], [], [b"a"]),
+    "promote:lane-prio-due-minus-inf": ([b"JOB:1", b"%d" % (-6 * BAND)], [], [b"a"]),
     "ack:lane-full-only-prio-jobs": ([b"JOB:9", b"%d" % -BAND], [], [b"a"]),
     "recover:lane-full-only-prio-jobs": ([b"JOB:9", b"%d" % -BAND], [], [b"a"]),
 }

@@ -73,6 +73,11 @@ def put_back_cases() -> Iterator[Case]:
     yield _case("promote", "lane-prio-due-parked", _argv("promote"), b":1",
                 [*delayed("JOB:1", NOW - 10, "a"), *prioritised("JOB:1", "4"),
                  ["HSET", key("parked"), "a", "4"]])
+    # a due score set behind the queue's back: its integer part, never below 0, as a flat job's
+    for label, due in (("fractional", "1.5"), ("minus-inf", "-inf")):
+        yield _case("promote", f"lane-prio-due-{label}", _argv("promote"), b":1",
+                    [*delayed("JOB:1", 1, "a"), *prioritised("JOB:1", "6"),
+                     ["ZADD", key("delayed"), due, "JOB:1"]])
     # the score's time is clamped at TIME_CAP: priority order holds past the year 3084
     yield _case("promote", "lane-prio-due-clamped", _argv("promote", now=INT_MAX), b":1",
                 [*delayed("JOB:1", BAND + 5, "a"), *prioritised("JOB:1", "3")])
@@ -136,10 +141,11 @@ def cancel_prio_cases() -> Iterator[Case]:
 
 
 def model_cases() -> list[Case]:
-    """The cases the model follows too (it keeps no lane slots: no lane lease ends here)."""
+    """The cases the model follows too (it keeps no lane slots: no lane lease ends here; its
+    scores are integers: no due score set behind the queue's back)."""
     return [*cancel_prio_cases(),
             *(case for case in put_back_cases() if case.transition.name == "promote"
-              and "parked" not in case.label)]
+              and not any(word in case.label for word in ("parked", "fractional", "inf")))]
 
 
 def lane_priority_cases() -> list[Case]:
