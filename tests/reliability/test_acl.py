@@ -52,6 +52,9 @@ USERS: dict[str, list[str]] = {
                      "+@all"],
     # Every key of the queue but its lanes (lane:<group>; the lane bookkeeping keys allowed).
     "lane-hidden": ["~emq:{t}:[^l]*", "~emq:{t}:laneconf", "~emq:{t}:leased", "+@all"],
+    # Every key of the queue but its groups' prio zsets (prio:<group>, derived like the lanes).
+    "prio-hidden": ["~emq:{t}:[^p]*", "~emq:{t}:pending", "~emq:{t}:parked", "~emq:{t}:paused",
+                    "+@all"],
     # Every key of the queue but the groups over their rate (throttled).
     "throttled-hidden": ["~emq:{t}:[^t]*", "~emq:{t}:turn", "+@all"],
     # Every key of the queue but its claim records (claim:<claim_id>, declared keys).
@@ -168,14 +171,28 @@ def test_tenant_runs_its_queue_and_is_refused_the_others(server: EmbeddedValkey,
     ("lane-hidden", "recover", lane_lease(deadline=1) + parked("a", 1, 1)),
     ("throttled-hidden", "promote", READY["promote"]),
     ("throttled-hidden", "promote", delayed("JOB:a1", NOW - 1, "a")),
+    # A group's prio zset is checked wherever its lane is: a lane job going back to its group,
+    # a group at its limit given a slot back, a group reopened, a lane job cancelled.
+    ("prio-hidden", "recover", lane_lease(deadline=1)),
+    ("prio-hidden", "promote", delayed("JOB:a1", NOW - 1, "a")),
+    ("prio-hidden", "promote", [["HSET", f"{BASE}parked", "a", "2"],
+                                ["ZADD", f"{BASE}throttled", "5", "a"]]),
+    ("prio-hidden", "ack", lane_lease() + parked("a", 1, 1)),
+    ("prio-hidden", "settle-release", lane_lease()),
+    ("prio-hidden", "cancel", [["HSET", f"{BASE}job:JOB:1", "payload", "p", "attempts", "0",
+                                "lane", "a"], ["RPUSH", f"{BASE}lane:a", "JOB:1"]]),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_derived_keys_are_checked_alike(server: EmbeddedValkey, user: str, transition: str,
                                         setup: list[list[Arg]], protocol: int) -> None:
+    from echomq.conformance.cases.common import settle
     from echomq.conformance.harness import BY_NAME
 
     tenant = Tenant(server.port, user, protocol)
     try:
-        outcome = tenant.run(BY_NAME[transition], "t", setup)
+        if transition == "settle-release":
+            outcome = tenant.run(BY_NAME["settle"], "t", setup, settle("release", "JOB:1", 1))
+        else:
+            outcome = tenant.run(BY_NAME[transition], "t", setup)
         assert outcome["lua"] == outcome["native"] == (NOPERM_KEY, True), outcome
     finally:
         tenant.close()
@@ -216,6 +233,30 @@ def test_lanes_are_isolated_too(server: EmbeddedValkey) -> None:
             reply = conn.call("EVALSHA", script_for(LANE_CLAIM).sha, len(keys), *keys, 1000, "*")
             assert reply.startswith(b"*5" if queue == "tenant-a" else NOPERM_KEY), reply
     finally:
+        conn.close()
+
+
+def test_lane_scripts_check_the_prio_zset(server: EmbeddedValkey) -> None:
+    """lane_enqueue (the group joins the ring only when both its keys are empty) and lane_claim
+    (a group serves its jobs by priority) read the group's prio zset: a user who may not touch
+    it is refused, nothing written."""
+    conn = as_user(server.port, "prio-hidden", 2, SCRIPT_DB)
+    admin = server.client(db=SCRIPT_DB)
+    try:
+        base = "emq:{t}:"
+        admin.flushdb()
+        reply = conn.call("EVALSHA", script_for(LANE_ENQUEUE).sha, 4, f"{base}job:JOB:1",
+                          f"{base}lane:g", f"{base}ring", f"{base}wake", "JOB:1", "p", "g", "*")
+        assert reply == NOPERM_KEY and admin.keys("*") == []
+        admin.rpush(f"{base}ring", "g")
+        admin.rpush(f"{base}lane:g", "JOB:1")
+        admin.hset(f"{base}job:JOB:1", mapping={"payload": "p", "attempts": "0", "lane": "g"})
+        keys = keys_for(base, LANE_CLAIM)
+        reply = conn.call("EVALSHA", script_for(LANE_CLAIM).sha, len(keys), *keys, 1000, "*")
+        assert reply == NOPERM_KEY and admin.lrange(f"{base}lane:g", 0, -1) == [b"JOB:1"]
+    finally:
+        admin.flushdb()
+        admin.close()
         conn.close()
 
 
