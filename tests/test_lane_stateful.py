@@ -1,15 +1,18 @@
-"""The lanes' bound and limits, against a model, under random sequences of lane enqueue, lane
-claim, ack, retry, release, crash and recover, promote, knob changes (concurrency, rate, window,
-weight; a group's and the queue's defaults) and pause/resume of lanes and of the queue, on an
-explicit clock.
+"""The lanes' bound and limits, against a model, under random sequences of lane enqueue (at
+random priorities, mostly 0), lane claim, ack, retry, release, crash and recover, promote, knob
+changes (concurrency, rate, window, weight; a group's and the queue's defaults) and pause/resume
+of lanes and of the queue, on an explicit clock.
 
 The model knows what each group may do, not how the ring does it: a group is **eligible** when
-its lane holds jobs, neither it nor the queue is paused, it holds fewer leases than its
-concurrency limit and its current rate window counted fewer claims than its rate. After every
-step the server must agree with the model on where every job is (each lane's order, active,
-delayed, dead, done: no job lost, none served twice), and every lane claim must:
+its lane holds jobs (of any priority), neither it nor the queue is paused, it holds fewer leases
+than its concurrency limit and its current rate window counted fewer claims than its rate. After
+every step the server must agree with the model on where every job is (each lane's order, its
+prioritised jobs' scores, active, delayed, dead, done: no job lost, none served twice), and every
+lane claim must:
 
-- lease the head job of an eligible group's lane (limits, rate and pause hold);
+- lease the next job of an eligible group in the group's priority order: its jobs of priority
+  above 0 by pending score (priority, then time), then its priority-0 jobs in lane order, then
+  those below 0 (limits, rate and pause hold; priority never crosses groups);
 - return a job whenever a group is eligible (a parked group never holds the others up);
 - serve every group that stays eligible within W lane claims, W the largest total weight of the
   eligible groups while it waits (k claims for k groups of weight 1): the stated bound.
@@ -36,12 +39,24 @@ from hypothesis.stateful import (
 from echomq import Job, Queue, Verdict
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.calls import Ack, Release, Retry
+from echomq.engine.priority import pending_score
+from echomq.engine.scripts import script_for
 
 START = 1_700_000_000_000
 LEASE_MS = 1_000
 GROUPS = ["a", "b", "c", "d"]
 KNOB_VALUES = st.one_of(st.none(), st.integers(1, 4))
 DEFAULT_WINDOW_MS = 1000
+PRIORITIES = st.one_of(st.just(0), st.sampled_from([-100, -7, -1, 1, 7, 100]))
+
+
+def lane_enqueue(queue: Queue, job_id: str, group: str, now: int, priority: int) -> bytes:
+    """lane_enqueue as a client sends it: the priority argument only when it is not 0."""
+    transition, keys, args = queue.calls.enqueue(job_id, b"", group, now)
+    extra = (str(priority),) if priority else ()
+    reply: bytes = queue.conn.eval(script_for(transition).source, len(keys), *keys, *args,
+                                   *extra)
+    return reply
 
 
 @dataclass
@@ -49,6 +64,9 @@ class LaneModel:
     """What the lanes promise, per group: jobs in order, leases, knobs, windows, pauses."""
 
     lanes: dict[str, deque[str]] = field(default_factory=dict)
+    prio: dict[str, dict[str, int]] = field(default_factory=dict)  # id: pending score
+    priority_of: dict[str, int] = field(default_factory=dict)
+    enqueued_at: dict[str, int] = field(default_factory=dict)
     active: dict[str, Job] = field(default_factory=dict)
     deadlines: dict[str, int] = field(default_factory=dict)
     delayed: dict[str, int] = field(default_factory=dict)
@@ -77,8 +95,30 @@ class LaneModel:
         start, count = self.windows.get(group, (now, 0))
         return (start, count) if now < start + window_ms else (now, 0)
 
+    def waiting(self, group: str) -> bool:
+        return bool(self.lanes.get(group) or self.prio.get(group))
+
+    def next_of(self, group: str) -> str:
+        """The group's next job: above 0 by score, then the lane's head, then below 0."""
+        ranked = sorted((score, job_id) for job_id, score in self.prio.get(group, {}).items())
+        if ranked and ranked[0][0] < 0:
+            return ranked[0][1]
+        if self.lanes.get(group):
+            return self.lanes[group][0]
+        return ranked[0][1]
+
+    def wait(self, job_id: str, at: int, head: bool) -> None:
+        """A job into its group: priority 0 to the lane's head or tail, else scored at ``at``."""
+        group, priority = self.group_of[job_id], self.priority_of[job_id]
+        if priority:
+            self.prio.setdefault(group, {})[job_id] = pending_score(priority, at)
+        elif head:
+            self.lanes.setdefault(group, deque()).appendleft(job_id)
+        else:
+            self.lanes.setdefault(group, deque()).append(job_id)
+
     def eligible(self, group: str, now: int) -> bool:
-        if self.queue_paused or group in self.paused_lanes or not self.lanes.get(group):
+        if self.queue_paused or group in self.paused_lanes or not self.waiting(group):
             return False
         limit, rate = self.knob(group, "concurrency"), self.knob(group, "rate")
         if limit is not None and self.leased(group) >= limit:
@@ -91,8 +131,11 @@ class LaneModel:
     def claimed(self, job: Job, now: int) -> None:
         group = job.lane
         assert group is not None
-        assert self.lanes[group] and self.lanes[group][0] == job.id, "not its lane's head"
-        self.lanes[group].popleft()
+        assert self.next_of(group) == job.id, f"{job.id} served before {self.next_of(group)}"
+        if self.priority_of[job.id]:
+            del self.prio[group][job.id]
+        else:
+            self.lanes[group].popleft()
         self.attempts[job.id] += 1
         assert job.attempt == self.attempts[job.id]
         self.active[job.id] = job
@@ -102,9 +145,10 @@ class LaneModel:
             self.windows[group] = (start, count + 1)
 
     def back_to_head(self, ids: list[str]) -> None:
-        """Jobs back to their lanes' heads, in the order given (the earliest first)."""
+        """Jobs back to their lanes' heads, in the order given (the earliest first); a
+        prioritised one back at its enqueue time's score."""
         for job_id in reversed(ids):
-            self.lanes[self.group_of[job_id]].appendleft(job_id)
+            self.wait(job_id, self.enqueued_at[job_id], head=True)
 
     def leave_active(self, job_id: str) -> Job:
         self.deadlines.pop(job_id)
@@ -156,14 +200,17 @@ class LaneMachine(RuleBasedStateMachine):
 
     # rules ----------------------------------------------------------------------------------
 
-    @rule(group=st.sampled_from(GROUPS), n=st.integers(1, 3))
-    def enqueue(self, group: str, n: int) -> None:
-        for _ in range(n):
+    @rule(group=st.sampled_from(GROUPS), priorities=st.lists(PRIORITIES, min_size=1,
+                                                             max_size=3))
+    def enqueue(self, group: str, priorities: list[int]) -> None:
+        for priority in priorities:
             self.serial += 1
-            job_id = f"JOB:{group}{self.serial}"
-            assert self.queue.enqueue(job_id, b"", lane=group, now=self.now) is Verdict.ENQUEUED
-            self.model.lanes.setdefault(group, deque()).append(job_id)
+            job_id = f"JOB:{group}{self.serial:03d}"
+            assert lane_enqueue(self.queue, job_id, group, self.now, priority) == b"ENQUEUED"
             self.model.group_of[job_id] = group
+            self.model.priority_of[job_id] = priority
+            self.model.enqueued_at[job_id] = self.now
+            self.model.wait(job_id, self.now, head=False)
 
     @rule()
     def claim(self) -> None:
@@ -234,9 +281,9 @@ class LaneMachine(RuleBasedStateMachine):
     def promote(self) -> None:
         due = sorted((at, i) for i, at in self.model.delayed.items() if at <= self.now)
         assert self.queue.promote(now=self.now) == len(due)
-        for _, job_id in due:
+        for at, job_id in due:
             del self.model.delayed[job_id]
-            self.model.lanes[self.model.group_of[job_id]].append(job_id)
+            self.model.wait(job_id, at, head=False)
 
     @rule(group=st.sampled_from([*GROUPS, None]), knob=st.sampled_from(
         ["concurrency", "rate", "window_ms", "weight"]), value=KNOB_VALUES)
@@ -280,6 +327,9 @@ class LaneMachine(RuleBasedStateMachine):
         for group in GROUPS:
             lane = [i.decode() for i in conn.lrange(queue.key("lane", lane=group), 0, -1)]
             assert lane == list(self.model.lanes.get(group, ())), group
+            prio = {i.decode(): int(score) for i, score in
+                    conn.zrange(queue.key("prio", lane=group), 0, -1, withscores=True)}
+            assert prio == self.model.prio.get(group, {}), group
         active = {i.decode() for i in conn.zrange(queue.key("active"), 0, -1)}
         assert active == set(self.model.active)
         delayed = {i.decode() for i in conn.zrange(queue.key("delayed"), 0, -1)}
@@ -291,7 +341,7 @@ class LaneMachine(RuleBasedStateMachine):
     def the_ring_holds_each_group_once(self) -> None:
         ring = [g.decode() for g in self.conn.lrange(self.queue.key("ring"), 0, -1)]
         assert len(ring) == len(set(ring))
-        assert all(self.model.lanes.get(g) for g in ring)
+        assert all(self.model.waiting(g) for g in ring)
 
 
 STATEFUL = settings(max_examples=150, stateful_step_count=60, deadline=None,

@@ -1,6 +1,7 @@
 --[[
-  lane_enqueue: admit a job once into its group's lane; the group joins the ring's tail when its
-  lane becomes non-empty. Scripts only: no native twin.
+  lane_enqueue: admit a job once into its group's lane, at priority 0 to the tail of its list,
+  else into its prio zset at pending_score(priority, now); the group joins the ring's tail when its
+  lane (both keys) becomes non-empty. Scripts only: no native twin.
     KEYS[1] <base>job:<id>         the job row (hash)
     KEYS[2] <base>lane:<group>     the group's lane, oldest at the head (list)
     KEYS[3] <base>ring             groups whose lanes are non-empty (list)
@@ -21,7 +22,6 @@
 --- @include "errors"
 --- @include "keys"
 --- @include "lanes"
---- @include "numbers"
 --- @include "priority"
 --- @include "wake"
 if #KEYS < 4 or #KEYS > 5 or #ARGV < 4 or #ARGV > 5 then
@@ -46,8 +46,8 @@ if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') en
 local failure = check_derived(base .. 'parked', 'hash')
   or check_derived(base .. 'prio:' .. group, 'zset')
 if failure then return failure end
-redis.call('HSET', row, 'payload', ARGV[2], 'attempts', '0', 'enqueued_at', dec(now),
-  'lane', group)
-push_lane(ring, { id = id, lane = group, lane_key = lane_key }, 'RPUSH')
+admit_lane_row(row, ARGV[2], now, group, priority)
+push_lane(ring, { id = id, lane = group, lane_key = lane_key, priority = priority, at = now },
+  'RPUSH')
 wake(wake_key, 1)
 return redis.status_reply('ENQUEUED')

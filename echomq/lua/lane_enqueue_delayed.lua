@@ -17,6 +17,7 @@
 --- @include "args"
 --- @include "errors"
 --- @include "keys"
+--- @include "lanes"
 --- @include "numbers"
 --- @include "priority"
 --- @include "wake"
@@ -41,8 +42,7 @@ if events_key and not events_type_ok(events_key) then return redis.error_reply(E
 
 local row, delayed, wake_key = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') end
-redis.call('HSET', row, 'payload', ARGV[2], 'attempts', '0', 'enqueued_at', dec(now),
-  'lane', group)
+admit_lane_row(row, ARGV[2], now, group, priority)
 redis.call('ZADD', delayed, dec(math.max(now + delay_ms, at_ms)), id)
 wake(wake_key, 1)
 return redis.status_reply('ENQUEUED')
