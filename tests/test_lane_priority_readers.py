@@ -64,4 +64,4 @@ def test_inspect_finds_a_prioritised_lane_job(conn: redis.Redis) -> None:
     shown = admin.inspect(conn, "readers", "JOB:b1")
     assert shown is not None
     assert shown["state"] == "lane:b"
-    assert shown["score"] == pending_score(9, LONG_AGO)
+    assert shown["fields"]["priority"] == "9"

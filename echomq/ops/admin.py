@@ -265,9 +265,9 @@ def _location(conn: Any, calls: QueueCalls, job_id: str,
             return role, int(score)
     if lane is not None and conn.lpos(calls.key("lane", lane=lane), job_id) is not None:
         return f"lane:{lane}", None
-    prioritised = None if lane is None else conn.zscore(calls.key("prio", lane=lane), job_id)
-    if prioritised is not None:
-        return f"lane:{lane}", int(prioritised)
+    # a prioritised lane job: its score is no moment (its row holds its priority and time)
+    if lane is not None and conn.zscore(calls.key("prio", lane=lane), job_id) is not None:
+        return f"lane:{lane}", None
     return "completed", None
 
 
