@@ -17,6 +17,7 @@
   Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE, NOPERM,
   TRYAGAIN errors.
 ]]
+--- @include "admit"
 --- @include "args"
 --- @include "derived"
 --- @include "errors"
@@ -46,7 +47,7 @@ if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') en
 local failure = check_derived(base .. 'parked', 'hash')
   or check_derived(base .. 'prio:' .. group, 'zset')
 if failure then return failure end
-admit_lane_row(row, ARGV[2], now, group, priority)
+new_row(row, ARGV[2], now, priority, group)
 push_lane(ring, { id = id, lane = group, lane_key = lane_key, priority = priority, at = now },
   'RPUSH')
 wake(wake_key, 1)

@@ -14,10 +14,10 @@
     ARGV[7] priority         optional: -100 to 100, higher claimed first (0 when left off)
   Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
+--- @include "admit"
 --- @include "args"
 --- @include "errors"
 --- @include "keys"
---- @include "lanes"
 --- @include "numbers"
 --- @include "priority"
 --- @include "wake"
@@ -42,7 +42,7 @@ if events_key and not events_type_ok(events_key) then return redis.error_reply(E
 
 local row, delayed, wake_key = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') end
-admit_lane_row(row, ARGV[2], now, group, priority)
+new_row(row, ARGV[2], now, priority, group)
 redis.call('ZADD', delayed, dec(math.max(now + delay_ms, at_ms)), id)
 wake(wake_key, 1)
 return redis.status_reply('ENQUEUED')

@@ -1,13 +1,16 @@
 -- A new job's row, written once by the enqueue scripts.
 --- @include "numbers"
 
--- One HSET: payload, attempts 0, enqueued_at now, then priority, written only when it is not 0
--- (a row without it is priority 0, so a job at 0 has the fields it always had).
-local function new_row(row, payload, now, priority)
-  if priority == 0 then
-    redis.call('HSET', row, 'payload', payload, 'attempts', '0', 'enqueued_at', dec(now))
-  else
-    redis.call('HSET', row, 'payload', payload, 'attempts', '0', 'enqueued_at', dec(now),
-      'priority', dec(priority))
+-- One HSET: payload, attempts 0, enqueued_at now, a lane job's lane (group, when given), then
+-- priority, written only when it is not 0 (a row without it is priority 0, so a job at 0 has the
+-- fields it always had).
+local function new_row(row, payload, now, priority, group)
+  local fields = { 'payload', payload, 'attempts', '0', 'enqueued_at', dec(now) }
+  if group then
+    fields[#fields + 1], fields[#fields + 2] = 'lane', group
   end
+  if priority ~= 0 then
+    fields[#fields + 1], fields[#fields + 2] = 'priority', dec(priority)
+  end
+  redis.call('HSET', row, unpack(fields))
 end

@@ -42,17 +42,6 @@ local function lane_nonempty(base, group)
     or (key_type(prio_key) == 'zset' and redis.call('ZCARD', prio_key) > 0)
 end
 
--- A lane job's row as its admission writes it: the priority field only when it is not 0.
-local function admit_lane_row(row, payload, now, group, priority)
-  if priority == 0 then
-    redis.call('HSET', row, 'payload', payload, 'attempts', '0', 'enqueued_at', dec(now),
-      'lane', group)
-  else
-    redis.call('HSET', row, 'payload', payload, 'attempts', '0', 'enqueued_at', dec(now),
-      'lane', group, 'priority', dec(priority))
-  end
-end
-
 -- A group's lane holds no job, its two keys checked (absent or of their types) already.
 local function lane_empty(base, group)
   return redis.call('LLEN', base .. 'lane:' .. group) == 0
