@@ -40,7 +40,6 @@ from echomq import Job, Queue, Verdict
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.calls import Ack, Release, Retry
 from echomq.engine.priority import pending_score
-from echomq.engine.scripts import script_for
 
 START = 1_700_000_000_000
 LEASE_MS = 1_000
@@ -48,15 +47,6 @@ GROUPS = ["a", "b", "c", "d"]
 KNOB_VALUES = st.one_of(st.none(), st.integers(1, 4))
 DEFAULT_WINDOW_MS = 1000
 PRIORITIES = st.one_of(st.just(0), st.sampled_from([-100, -7, -1, 1, 7, 100]))
-
-
-def lane_enqueue(queue: Queue, job_id: str, group: str, now: int, priority: int) -> bytes:
-    """lane_enqueue as a client sends it: the priority argument only when it is not 0."""
-    transition, keys, args = queue.calls.enqueue(job_id, b"", group, now)
-    extra = (str(priority),) if priority else ()
-    reply: bytes = queue.conn.eval(script_for(transition).source, len(keys), *keys, *args,
-                                   *extra)
-    return reply
 
 
 @dataclass
@@ -206,7 +196,8 @@ class LaneMachine(RuleBasedStateMachine):
         for priority in priorities:
             self.serial += 1
             job_id = f"JOB:{group}{self.serial:03d}"
-            assert lane_enqueue(self.queue, job_id, group, self.now, priority) == b"ENQUEUED"
+            assert self.queue.enqueue(job_id, b"", lane=group, now=self.now,
+                                      priority=priority) is Verdict.ENQUEUED
             self.model.group_of[job_id] = group
             self.model.priority_of[job_id] = priority
             self.model.enqueued_at[job_id] = self.now
