@@ -292,22 +292,25 @@ class Checks:
             if kind == b"zset":
                 for member, _score in members:
                     places.setdefault(member, []).append(role)
+        # a group's jobs: its lane (priority 0) and its prio zset (the others)
         lanes = {k: v for k, (kind, v, _) in state.items()
                  if k.startswith(BASE + b"lane:") and kind == b"list"}
+        lanes |= {k: [member for member, _score in v] for k, (kind, v, _) in state.items()
+                  if k.startswith(BASE + b"prio:") and kind == b"zset"}
         for lane_key, members in lanes.items():
             for member in members:
                 places.setdefault(member, []).append(lane_key)
         for job_id in self.live:
             assert len(places.get(job_id, [])) == 1, (job_id, places.get(job_id))
         assert set(places) <= self.live | self.ghosts, places
-        self.check_ring(state, lanes)
+        self.check_ring(state, {lane_key[len(BASE) + 5:] for lane_key in lanes})
 
-    def check_ring(self, state: dict[bytes, tuple[Any, ...]],
-                   lanes: dict[bytes, list[bytes]]) -> None:
+    def check_ring(self, state: dict[bytes, tuple[Any, ...]], waiting: set[bytes]) -> None:
+        """Each group whose lane (either key) holds jobs is in the ring once, and no other."""
         kind, ring, _ = state.get(key(b"ring"), (b"list", [], False))
         if kind == b"list":
             assert len(ring) == len(set(ring)), ring
-            assert {BASE + b"lane:" + group for group in ring} == set(lanes), (ring, lanes)
+            assert set(ring) == waiting, (ring, waiting)
         wake_kind, tokens, _ = state.get(key(b"wake"), (b"list", [], False))
         if wake_kind == b"list":
             assert len(tokens) <= 64
