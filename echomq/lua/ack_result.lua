@@ -45,5 +45,8 @@ if not is_current_lease(active, row, id, fence) then
 end
 local failure = check_lane_bookkeeping(base, row)
 if failure then return failure end
-if flagged(row) then return redis.status_reply(finish_cancelled(active, row, id, ended)) end
-return redis.status_reply(finish_ack(active, row, id, retention_ms, ARGV[4], ended))
+if flagged(row) then
+  return redis.status_reply(finish_cancelled(active, row, id, ended, events_key, fence))
+end
+return redis.status_reply(finish_ack(active, row, id, retention_ms, ARGV[4], ended, events_key,
+  fence))

@@ -21,6 +21,7 @@
 --- @include "cancelled"
 --- @include "ended"
 --- @include "errors"
+--- @include "events"
 --- @include "keys"
 --- @include "lanes"
 --- @include "numbers"
@@ -69,5 +70,8 @@ if lane then
   -- a lane left empty leaves the ring, so the group joins it once when its lane fills again
   if lane_empty(base, group) then redis.call('LREM', KEYS[6], 0, group) end
 end
+local attempt = attempts_of(events_key, row)
 if retention_ms > 0 then mark_cancel(row, retention_ms, now) end
-return redis.status_reply(bury_cancelled(row, ended, retention_ms))
+bury_cancelled(row, ended, retention_ms)
+emit(events_key, 'cancelled', id, attempt, now)
+return redis.status_reply('CANCELLED')

@@ -18,6 +18,7 @@
 --- @include "args"
 --- @include "claims"
 --- @include "errors"
+--- @include "events"
 --- @include "keys"
 --- @include "numbers"
 --- @include "records"
@@ -50,5 +51,6 @@ if #claims == 0 then return false end
 local id, row = claims[1].id, claims[1].row
 redis.call('ZREM', pending, id)
 local attempt, fence = lease(row, id, active, fence_key, last_fence, now + lease_ms)
+emit(events_key, 'claimed', id, attempt, now, 'fence', dec(fence))
 write_record(record_key, { { id, fence } }, lease_ms)
 return { id, redis.call('HGET', row, 'payload') or '', attempt, fence }

@@ -17,6 +17,7 @@
 --- @include "admit"
 --- @include "args"
 --- @include "errors"
+--- @include "events"
 --- @include "keys"
 --- @include "numbers"
 --- @include "priority"
@@ -44,4 +45,5 @@ if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') en
 new_row(row, ARGV[2], now, priority)
 redis.call('ZADD', delayed, dec(math.max(now + delay_ms, at_ms)), id)
 wake(wake_key, 1)
+emit(events_key, 'enqueued', id, 0, now, 'due', dec(math.max(now + delay_ms, at_ms)))
 return redis.status_reply('ENQUEUED')

@@ -31,6 +31,7 @@
 --- @include "args"
 --- @include "claims"
 --- @include "errors"
+--- @include "events"
 --- @include "keys"
 --- @include "lane_heads"
 --- @include "lane_limits"
@@ -127,5 +128,6 @@ else
   redis.call('SET', KEYS[9], dec(served) .. ' ' .. group)
 end
 local attempt, fence = lease(found.row, found.id, active, fence_key, last_fence, now + lease_ms)
+emit(events_key, 'claimed', found.id, attempt, now, 'fence', dec(fence), 'lane', group)
 write_record(record_key, { { found.id, fence } }, lease_ms)
 return { found.id, redis.call('HGET', found.row, 'payload') or '', attempt, fence, group }

@@ -21,6 +21,7 @@
 --- @include "args"
 --- @include "derived"
 --- @include "errors"
+--- @include "events"
 --- @include "keys"
 --- @include "lanes"
 --- @include "priority"
@@ -51,4 +52,5 @@ new_row(row, ARGV[2], now, priority, group)
 push_lane(ring, { id = id, lane = group, lane_key = lane_key, priority = priority, at = now },
   'RPUSH')
 wake(wake_key, 1)
+emit(events_key, 'enqueued', id, 0, now, 'lane', group)
 return redis.status_reply('ENQUEUED')

@@ -11,6 +11,7 @@
 ]]
 --- @include "args"
 --- @include "errors"
+--- @include "events"
 --- @include "keys"
 --- @include "leases"
 --- @include "numbers"
@@ -29,4 +30,5 @@ if events_key and not events_type_ok(events_key) then return redis.error_reply(E
 local active, row = KEYS[1], KEYS[2]
 if not is_current_lease(active, row, id, fence) then return redis.status_reply('STALE') end
 redis.call('HSET', row, 'progress', ARGV[3])
+emit(events_key, 'progress', id, attempts_of(events_key, row), nil, 'fence', dec(fence))
 return redis.status_reply('RECORDED')

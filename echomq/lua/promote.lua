@@ -41,7 +41,7 @@ local moved = move_due(base, now, limit, nil, function()
   lanes, failure = due_lanes(base, now, limit)
   due = lanes
   return failure
-end)
+end, events_key)
 if type(moved) ~= 'number' then return moved end
 wake(KEYS[4], reopen_lanes(base, due))
 return moved

@@ -24,5 +24,5 @@ local dead = KEYS[1]
 local ids = redis.call('ZRANGE', dead, '0', dec(limit - 1))
 local err = check_forgettable(base, ids)
 if err then return err end
-forget_dead(base, dead, ids)
+forget_dead(base, dead, ids, events_key)
 return #ids

@@ -37,4 +37,4 @@ if max_attempts == nil then return number_error('max_attempts', 1) end
 if not types_ok({ 'zset', 'zset', 'list', 'list', 'zset' }) then return redis.error_reply(E_TYPE) end
 if events_key and not events_type_ok(events_key) then return redis.error_reply(E_TYPE) end
 
-return move_due(base, now, limit, max_attempts)
+return move_due(base, now, limit, max_attempts, nil, events_key)

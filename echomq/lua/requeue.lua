@@ -18,6 +18,7 @@
 --- @include "derived"
 --- @include "ended"
 --- @include "errors"
+--- @include "events"
 --- @include "keys"
 --- @include "lanes"
 --- @include "moves"
@@ -57,4 +58,6 @@ else
   redis.call('ZADD', pending, move.score, id)
 end
 wake(wake_key, 1)
+if move.lane then emit(events_key, 'requeued', id, 0, now, 'lane', move.lane) end
+if not move.lane then emit(events_key, 'requeued', id, 0, now) end
 return redis.status_reply('REQUEUED')

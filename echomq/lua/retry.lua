@@ -51,6 +51,8 @@ if not is_current_lease(active, row, id, fence) then
 end
 local failure = check_lane_bookkeeping(base, row)
 if failure then return failure end
-if flagged(row) then return redis.status_reply(finish_cancelled(active, row, id, ended)) end
+if flagged(row) then
+  return redis.status_reply(finish_cancelled(active, row, id, ended, events_key, fence, now))
+end
 return redis.status_reply(finish_retry(active, delayed, dead, row, id, ARGV[5], delay_ms,
-  max_attempts, now, ended))
+  max_attempts, now, ended, events_key, fence))

@@ -37,6 +37,7 @@
 --- @include "derived"
 --- @include "ended"
 --- @include "errors"
+--- @include "events"
 --- @include "keys"
 --- @include "lane_slots"
 --- @include "lanes"
@@ -125,6 +126,12 @@ local function finish_release(item)
     redis.call('ZADD', pending, dec(pending_score(row_priority(item.row), at)), item.id)
   end
   wake(wake_key, 1)
+  local attempt = math.max(attempts - 1, 0)
+  if item.lane then
+    emit(events_key, 'released', item.id, attempt, now, 'fence', dec(item.fence), 'lane', item.lane)
+  else
+    emit(events_key, 'released', item.id, attempt, now, 'fence', dec(item.fence))
+  end
   return 'RELEASED'
 end
 local recorded
@@ -172,14 +179,15 @@ for n = 1, #items do
       verdict = cancelled_at(item.row, item.fence) and 'CANCELLED' or 'STALE'
     end
   elseif flagged(item.row) then
-    verdict = finish_cancelled(active, item.row, item.id, item.ended)
+    verdict = finish_cancelled(active, item.row, item.id, item.ended, events_key, item.fence, now)
   elseif item.op == 'ack' or item.op == 'done' then
-    verdict = finish_ack(active, item.row, item.id, retention_ms, item.result, item.ended)
+    verdict = finish_ack(active, item.row, item.id, retention_ms, item.result, item.ended,
+      events_key, item.fence, now)
   elseif item.op == 'release' then
     verdict = finish_release(item)
   else
     verdict = finish_retry(active, delayed, dead, item.row, item.id, item.error, item.delay_ms,
-      item.max_attempts, now, item.ended)
+      item.max_attempts, now, item.ended, events_key, item.fence)
   end
   verdicts[n] = redis.status_reply(verdict)
 end
@@ -192,6 +200,7 @@ for n = 1, #claims do
   redis.call('ZREM', pending, id)
   local attempt, fence = lease(row, id, active, fence_key, last_fence, now + lease_ms)
   last_fence = fence
+  emit(events_key, 'claimed', id, attempt, now, 'fence', dec(fence))
   jobs[n] = { id, redis.call('HGET', row, 'payload') or '', attempt, fence }
   leases[n] = { id, fence }
 end

@@ -55,5 +55,5 @@ for i = 1, #entries, 2 do
 end
 local err = check_forgettable(base, ids)
 if err then return err end
-forget_dead(base, dead, ids)
+forget_dead(base, dead, ids, events_key, now)
 return #ids

@@ -3,6 +3,7 @@
 --- @include "derived"
 --- @include "ended"
 --- @include "errors"
+--- @include "events"
 
 -- Nil when the row and the ended key of every id may be deleted here, else the error reply.
 local function check_forgettable(base, ids)
@@ -16,10 +17,13 @@ local function check_forgettable(base, ids)
   return nil
 end
 
--- The ids leave dead (zset), their rows and ended keys deleted.
-local function forget_dead(base, dead, ids)
+-- The ids leave dead (zset), their rows and ended keys deleted; with events_key, a purged entry
+-- each (at: the call's now, nil for purge).
+local function forget_dead(base, dead, ids, events_key, at)
   for i = 1, #ids do
+    local attempt = attempts_of(events_key, base .. 'job:' .. ids[i])
     redis.call('ZREM', dead, ids[i])
     redis.call('DEL', base .. 'job:' .. ids[i], base .. 'ended:' .. ids[i])
+    emit(events_key, 'purged', ids[i], attempt, at)
   end
 end

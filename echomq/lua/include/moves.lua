@@ -3,6 +3,7 @@
 --- @include "derived"
 --- @include "ended"
 --- @include "errors"
+--- @include "events"
 --- @include "lane_slots"
 --- @include "lanes"
 --- @include "numbers"
@@ -70,8 +71,9 @@ end
 -- head, latest deadline first so the lane keeps their order, and sends a job whose attempts are
 -- used up to dead (KEYS[5]); promote returns flat jobs at their due time (in their priority's
 -- band) and lane jobs to their lane's tail, in due order. Replies the jobs taken (back to run or
--- dead); wake tokens only for those back to run.
-local function move_due(base, now, limit, max_attempts, check)
+-- dead); wake tokens only for those back to run. With events_key, an entry per job taken, in the
+-- order they are applied.
+local function move_due(base, now, limit, max_attempts, check, events_key)
   local recover = max_attempts ~= nil
   local from, pending, ring, wake_key, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
   local due = redis.call('ZRANGEBYSCORE', from, '-inf', dec(now), 'WITHSCORES', 'LIMIT', '0',
@@ -88,21 +90,26 @@ local function move_due(base, now, limit, max_attempts, check)
   local back = 0
   for i = first, last, step do
     local move = moves[i]
+    local attempt = attempts_of(events_key, move.row)
     redis.call('ZREM', from, move.id)
     if recover then release_lane_slot(base, move.row) end
     if move.cancelled then
       bury_cancelled(move.row, move.ended, int_field(redis.call('HGET', move.row, 'cancel'), 0))
+      emit(events_key, 'cancelled', move.id, attempt, now)
     elseif move.spent then
       redis.call('HSET', move.row, 'error',
         'lease expired during attempt ' .. dec(move.spent) .. ': the worker was lost')
       redis.call('ZADD', dead, dec(now), move.id)
       mark_ended(move.ended, nil)
+      emit(events_key, 'dead', move.id, move.spent, now)
     elseif move.lane then
       push_lane(ring, move, push)
       back = back + 1
+      emit(events_key, recover and 'recovered' or 'promoted', move.id, attempt, now, 'lane', move.lane)
     else
       redis.call('ZADD', pending, move.score, move.id)
       back = back + 1
+      emit(events_key, recover and 'recovered' or 'promoted', move.id, attempt, now)
     end
   end
   wake(wake_key, back)

@@ -1,6 +1,7 @@
 -- The effects of ack and retry on a current lease, and of any settlement on a flagged one.
 --- @include "cancelled"
 --- @include "ended"
+--- @include "events"
 --- @include "lane_slots"
 --- @include "numbers"
 
@@ -13,8 +14,9 @@ end
 
 -- ack's effect on a current lease: leave active; the row becomes a tombstone for retention_ms
 -- (0: deleted), holding result when one is given, and then the job's ended key (ended) wakes
--- its waiters. Returns the verdict.
-local function finish_ack(active, row, id, retention_ms, result, ended)
+-- its waiters. With events_key, a done entry (at: the call's now, nil for ack). Returns the verdict.
+local function finish_ack(active, row, id, retention_ms, result, ended, events_key, fence, at)
+  local attempt = attempts_of(events_key, row)
   redis.call('ZREM', active, id)
   release_lane_slot(string.sub(active, 1, -7), row)
   if retention_ms == 0 then
@@ -25,23 +27,27 @@ local function finish_ack(active, row, id, retention_ms, result, ended)
     redis.call('PEXPIRE', row, dec(retention_ms))
     if result ~= nil then mark_ended(ended, retention_ms) end
   end
+  emit(events_key, 'done', id, attempt, at, 'fence', dec(fence))
   return 'ACKED'
 end
 
 -- retry's effect on a current lease: leave active, record the error, go dead when the row's
 -- attempts reach max_attempts (its ended key then wakes its waiters), else wait in delayed until
--- now + delay_ms. Returns the verdict.
+-- now + delay_ms. With events_key, a retried or dead entry. Returns the verdict.
 local function finish_retry(active, delayed, dead, row, id, error, delay_ms, max_attempts, now,
-                            ended)
+                            ended, events_key, fence)
   redis.call('ZREM', active, id)
   release_lane_slot(string.sub(active, 1, -7), row)
   redis.call('HSET', row, 'error', error)
-  if int_field(redis.call('HGET', row, 'attempts'), 0) >= max_attempts then
+  local attempts = int_field(redis.call('HGET', row, 'attempts'), 0)
+  if attempts >= max_attempts then
     redis.call('ZADD', dead, dec(now), id)
     mark_ended(ended, nil)
+    emit(events_key, 'dead', id, attempts, now, 'fence', dec(fence))
     return 'DEAD'
   end
   redis.call('ZADD', delayed, dec(now + delay_ms), id)
+  emit(events_key, 'retried', id, attempts, now, 'fence', dec(fence), 'due', dec(now + delay_ms))
   return 'RETRYING'
 end
 
@@ -53,9 +59,12 @@ end
 -- Any settlement's effect (ack, ack with a result, retry, release) on a current lease a cancel
 -- flagged: the attempt ends as cancelled — leave active, the lane slot given back, the job
 -- buried with the retention its flag carries (no result kept, no retry, never dead). Returns the
--- verdict.
-local function finish_cancelled(active, row, id, ended)
+-- verdict. With events_key, a cancelled entry (at: the call's now, nil for ack).
+local function finish_cancelled(active, row, id, ended, events_key, fence, at)
+  local attempt = attempts_of(events_key, row)
   redis.call('ZREM', active, id)
   release_lane_slot(string.sub(active, 1, -7), row)
-  return bury_cancelled(row, ended, int_field(redis.call('HGET', row, 'cancel'), 0))
+  local verdict = bury_cancelled(row, ended, int_field(redis.call('HGET', row, 'cancel'), 0))
+  emit(events_key, 'cancelled', id, attempt, at, 'fence', dec(fence))
+  return verdict
 end

@@ -1,0 +1,25 @@
+-- The events stream: one XADD per change a call makes, after the change, when the call declared
+-- <base>events (its last key). Fields: kind, job, attempt, at (when the call takes now), then the
+-- extra field/value pairs given, in order (fence, lane, due, priority). The id is the server's
+-- and the trim approximate; the server propagates both as it applied them (an explicit id and
+-- MAXLEN =), so a replica or an AOF replays the same entries.
+--- @include "numbers"
+local EVENTS_MAXLEN = '10000'
+
+-- The attempts a job's row counts (no row, absent or not a count: 0), read only when events are
+-- on.
+local function attempts_of(key, row)
+  if not key or redis.call('TYPE', row)['ok'] ~= 'hash' then return 0 end
+  return int_field(redis.call('HGET', row, 'attempts'), 0)
+end
+
+local function emit(key, kind, id, attempt, at, ...)
+  if not key then return end
+  if at then
+    redis.call('XADD', key, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'kind', kind, 'job', id,
+      'attempt', dec(attempt), 'at', dec(at), ...)
+  else
+    redis.call('XADD', key, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'kind', kind, 'job', id,
+      'attempt', dec(attempt), ...)
+  end
+end
