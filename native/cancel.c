@@ -59,8 +59,12 @@ static const char *cancel_job(ValkeyModuleCtx *ctx, const Call *call, ValkeyModu
         if (lane_is_empty(ctx, call->base, group))
             fx_lrem_open(ctx, &k[EMQ_CANCEL_KEY_RING], names[EMQ_CANCEL_KEY_RING], group);
     }
+    EventSink ev = event_sink(call, k);
+    long long attempt = ev_attempts(ctx, &ev, row);
     if (retention_ms > 0) fx_mark_cancel(ctx, row, names[EMQ_CANCEL_KEY_JOB], retention_ms, now);
-    return bury_cancelled(ctx, row, names[EMQ_CANCEL_KEY_JOB], ended, retention_ms);
+    bury_cancelled(ctx, row, names[EMQ_CANCEL_KEY_JOB], ended, retention_ms);
+    ev_emit(ctx, &ev, &(Event){.kind = "cancelled", .id = id, .attempt = attempt});
+    return "CANCELLED";
 }
 
 /* EMQ.CANCEL 6 <base>job:<id> <base>pending <base>delayed <base>active <base>dead <base>ring <id> <now> <retention_ms:0>

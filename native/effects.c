@@ -293,3 +293,32 @@ void fx_lrem_open(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleStrin
     fx_lrem(ctx, keyname, element);
     *key = ValkeyModule_OpenKey(ctx, keyname, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
 }
+
+/* XADD key MAXLEN ~ <EMQ_EVENTS_MAXLEN> * <fields> (events.c builds the fields), run by the
+ * server's own XADD as fx_set_counter runs SET: the same id generator, the same approximate trim,
+ * the "xadd" (and "xtrim") events and the wake of XREAD BLOCK clients; the open key handle is
+ * closed around the call and opened again. Replicated as the server propagates the script's XADD:
+ * the id it generated, and when it trimmed, MAXLEN = <length after> (t_stream.c rewrites both), so
+ * a replica or an AOF without the module holds the same entries under the same ids. */
+void fx_xadd(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString **fields,
+             size_t n) {
+    char maxlen[24];
+    size_t maxlen_n = decimal(EMQ_EVENTS_MAXLEN, maxlen);
+    size_t before = ValkeyModule_KeyType(*key) == VALKEYMODULE_KEYTYPE_STREAM ? ValkeyModule_ValueLength(*key) : 0;
+    ValkeyModule_CloseKey(*key);
+    ValkeyModuleCallReply *reply =
+        ValkeyModule_Call(ctx, "XADD", "sccbcv", keyname, "MAXLEN", "~", maxlen, maxlen_n, "*", fields, n);
+    *key = ValkeyModule_OpenKey(ctx, keyname, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    if (reply == NULL) return;
+    if (ValkeyModule_CallReplyType(reply) == VALKEYMODULE_REPLY_STRING) {
+        size_t id_len;
+        const char *id = ValkeyModule_CallReplyStringPtr(reply, &id_len);
+        long long after = (long long)ValkeyModule_ValueLength(*key);
+        if ((size_t)after < before + 1)
+            ValkeyModule_Replicate(ctx, "XADD", "scclbv", keyname, "MAXLEN", "=", after, id, id_len, fields, n);
+        else
+            ValkeyModule_Replicate(ctx, "XADD", "sccbbv", keyname, "MAXLEN", "~", maxlen, maxlen_n, id, id_len,
+                                   fields, n);
+    }
+    ValkeyModule_FreeCallReply(reply);
+}

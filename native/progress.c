@@ -10,5 +10,9 @@ int tx_progress(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (!is_current_lease(ctx, k[EMQ_PROGRESS_KEY_ACTIVE], row, id, call->num[EMQ_PROGRESS_ARG_FENCE]))
         return ValkeyModule_ReplyWithSimpleString(ctx, "STALE");
     fx_hset1(ctx, row, call->keys[EMQ_PROGRESS_KEY_JOB], "progress", call->args[EMQ_PROGRESS_ARG_PROGRESS]);
+    EventSink ev = event_sink(call, k);
+    ev_emit(ctx, &ev,
+            &(Event){.kind = "progress", .id = id, .attempt = ev_attempts(ctx, &ev, row),
+                     .fence = call->num[EMQ_PROGRESS_ARG_FENCE], .with = EV_FENCE});
     return ValkeyModule_ReplyWithSimpleString(ctx, "RECORDED");
 }

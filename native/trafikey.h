@@ -139,10 +139,38 @@ void fx_mark_cancel(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleStri
                     long long now);
 void fx_lrem(ValkeyModuleCtx *ctx, ValkeyModuleString *keyname, ValkeyModuleString *element);
 void fx_lrem_open(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString *element);
+void fx_xadd(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString **fields,
+             size_t n);
 void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
               ValkeyModuleKey *active, ValkeyModuleString *active_name, ValkeyModuleKey **fence_key,
               ValkeyModuleString *fence_name, long long last_fence, long long deadline, long long *attempt,
               long long *fence);
+
+/* events.c: a call's events stream, <base>events, when it declared it (key NULL: off), and the
+ * call's now (has_at: the call takes one, and every entry carries it as at). Passed down to
+ * whatever makes a change, as LaneRing is. An Event's fence and due are written when `with` says
+ * so, its lane when not NULL, its priority when not 0. */
+typedef struct {
+    ValkeyModuleKey **key;
+    ValkeyModuleString *name;
+    long long at;
+    int has_at;
+} EventSink;
+
+#define EV_FENCE (1u << 0)
+#define EV_DUE (1u << 1)
+typedef struct {
+    const char *kind;
+    ValkeyModuleString *id;
+    long long attempt, fence, due, priority;
+    ValkeyModuleString *lane;
+    unsigned with;
+} Event;
+
+EventSink event_sink(const Call *call, ValkeyModuleKey **k);
+void ev_emit(ValkeyModuleCtx *ctx, const EventSink *sink, const Event *ev);
+long long ev_attempts(ValkeyModuleCtx *ctx, const EventSink *sink, ValkeyModuleKey *row);
+long long ev_attempts_of(ValkeyModuleCtx *ctx, const EventSink *sink, Bytes base, ValkeyModuleString *id);
 
 /* lanes.c: the lane bookkeeping of the flat transitions (the lane part of the prelude). ring is
  * the call's own open <base>ring when it declares it (a second handle must not write it), else

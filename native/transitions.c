@@ -56,7 +56,8 @@ static const char *lane_bookkeeping_error(ValkeyModuleCtx *ctx, Bytes base, Valk
 static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleString *active_name,
                               ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
                               long long retention_ms, ValkeyModuleString *result, ValkeyModuleString *ended,
-                              const LaneRing *ring) {
+                              const LaneRing *ring, const EventSink *ev, long long fence) {
+    long long attempt = ev_attempts(ctx, ev, row);
     fx_zrem(ctx, active, active_name, id);
     release_lane_slot(ctx, base_of_active(active_name), ring, row);
     if (retention_ms == 0) {
@@ -67,6 +68,7 @@ static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, Val
         fx_pexpire(ctx, row, row_name, retention_ms);
         if (result) fx_mark_ended(ctx, ended, retention_ms);
     }
+    ev_emit(ctx, ev, &(Event){.kind = "done", .id = id, .attempt = attempt, .fence = fence, .with = EV_FENCE});
     return "ACKED";
 }
 
@@ -76,10 +78,14 @@ static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, Val
  * never dead). */
 static const char *finish_cancelled(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleString *active_name,
                                     ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
-                                    ValkeyModuleString *ended, const LaneRing *ring) {
+                                    ValkeyModuleString *ended, const LaneRing *ring, const EventSink *ev,
+                                    long long fence) {
+    long long attempt = ev_attempts(ctx, ev, row);
     fx_zrem(ctx, active, active_name, id);
     release_lane_slot(ctx, base_of_active(active_name), ring, row);
-    return bury_cancelled(ctx, row, row_name, ended, row_int_field(ctx, row, "cancel", 0));
+    const char *verdict = bury_cancelled(ctx, row, row_name, ended, row_int_field(ctx, row, "cancel", 0));
+    ev_emit(ctx, ev, &(Event){.kind = "cancelled", .id = id, .attempt = attempt, .fence = fence, .with = EV_FENCE});
+    return verdict;
 }
 
 static const char *derive_ended(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *id, ValkeyModuleString **ended);
@@ -97,16 +103,21 @@ typedef struct {
 static const char *finish_retry(ValkeyModuleCtx *ctx, const RetryKeys *rk, ValkeyModuleKey *row,
                                 ValkeyModuleString *row_name, ValkeyModuleString *id,
                                 ValkeyModuleString *error, long long delay_ms, long long max_attempts,
-                                long long now, ValkeyModuleString *ended) {
+                                long long now, ValkeyModuleString *ended, const EventSink *ev, long long fence) {
     fx_zrem(ctx, rk->active, rk->active_name, id);
     release_lane_slot(ctx, base_of_active(rk->active_name), rk->ring, row);
     fx_hset1(ctx, row, row_name, "error", error);
-    if (row_int_field(ctx, row, "attempts", 0) >= max_attempts) {
+    long long attempts = row_int_field(ctx, row, "attempts", 0);
+    if (attempts >= max_attempts) {
         fx_zadd(ctx, rk->dead, rk->dead_name, (double)now, id);
         fx_mark_ended(ctx, ended, 0);
+        ev_emit(ctx, ev, &(Event){.kind = "dead", .id = id, .attempt = attempts, .fence = fence, .with = EV_FENCE});
         return "DEAD";
     }
     fx_zadd(ctx, rk->delayed, rk->delayed_name, (double)(now + delay_ms), id);
+    ev_emit(ctx, ev,
+            &(Event){.kind = "retried", .id = id, .attempt = attempts, .fence = fence, .due = now + delay_ms,
+                     .with = EV_FENCE | EV_DUE});
     return "RETRYING";
 }
 
@@ -155,7 +166,7 @@ static const char *plan_claims(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Valke
 
 /* Lease one planned job as claim does and reply [id, payload, attempt, fence]. */
 static void claim_planned(ValkeyModuleCtx *ctx, Bytes base, const ClaimKeys *ck, ValkeyModuleString *id,
-                          long long *last_fence, long long deadline) {
+                          long long *last_fence, long long deadline, const EventSink *ev) {
     ValkeyModuleString *row_name = derived_key(ctx, base, "job:", id);
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
     fx_zrem(ctx, ck->pending, ck->pending_name, id);
@@ -163,6 +174,7 @@ static void claim_planned(ValkeyModuleCtx *ctx, Bytes base, const ClaimKeys *ck,
     fx_lease(ctx, row, row_name, id, ck->active, ck->active_name, ck->fence, ck->fence_name, *last_fence,
              deadline, &attempt, &fence);
     *last_fence = fence;
+    ev_emit(ctx, ev, &(Event){.kind = "claimed", .id = id, .attempt = attempt, .fence = fence, .with = EV_FENCE});
     ValkeyModuleString *payload = NULL;
     ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "payload", &payload, NULL);
     ValkeyModule_ReplyWithArray(ctx, 4);
@@ -196,6 +208,8 @@ int tx_enqueue(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     fx_zadd(ctx, k[EMQ_ENQUEUE_KEY_PENDING], names[EMQ_ENQUEUE_KEY_PENDING],
             (double)emq_pending_score(priority, now), id);
     fx_wake(ctx, k[EMQ_ENQUEUE_KEY_WAKE], names[EMQ_ENQUEUE_KEY_WAKE], 1);
+    EventSink ev = event_sink(call, k);
+    ev_emit(ctx, &ev, &(Event){.kind = "enqueued", .id = id});
     return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
 }
 
@@ -217,6 +231,10 @@ int tx_enqueue_delayed(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     fx_zadd(ctx, k[EMQ_ENQUEUE_DELAYED_KEY_DELAYED], names[EMQ_ENQUEUE_DELAYED_KEY_DELAYED],
             (double)(at > due ? at : due), call->args[EMQ_ENQUEUE_DELAYED_ARG_ID]);
     fx_wake(ctx, k[EMQ_ENQUEUE_DELAYED_KEY_WAKE], names[EMQ_ENQUEUE_DELAYED_KEY_WAKE], 1);
+    EventSink ev = event_sink(call, k);
+    ev_emit(ctx, &ev,
+            &(Event){.kind = "enqueued", .id = call->args[EMQ_ENQUEUE_DELAYED_ARG_ID], .due = at > due ? at : due,
+                     .with = EV_DUE});
     return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
 }
 
@@ -283,8 +301,9 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
                         names[EMQ_CLAIM_KEY_ACTIVE],
                         names[EMQ_CLAIM_KEY_FENCE]};
         long long first_fence = last_fence + 1;
+        EventSink ev = event_sink(call, k);
         if (claims.n == 0) ValkeyModule_ReplyWithNull(ctx);
-        else claim_planned(ctx, call->base, &ck, claims.v[0], &last_fence, now + lease_ms);
+        else claim_planned(ctx, call->base, &ck, claims.v[0], &last_fence, now + lease_ms, &ev);
         record_claims(ctx, call, k, &claims, first_fence, lease_ms);
     }
     strlist_free(ctx, &claims);
@@ -298,6 +317,8 @@ int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleString *id = call->args[EMQ_ACK_ARG_ID], *ended = NULL;
     ValkeyModuleKey *active = k[EMQ_ACK_KEY_ACTIVE], *row = k[EMQ_ACK_KEY_JOB];
     int flagged = row_has(ctx, row, "cancel"), rc;
+    long long fence = call->num[EMQ_ACK_ARG_FENCE];
+    EventSink ev = event_sink(call, k);
     const char *err = flagged ? derive_ended(ctx, call->base, id, &ended) : NULL;
     if (err) {
         rc = reply_error(ctx, err);
@@ -307,11 +328,13 @@ int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         rc = reply_error(ctx, err);
     } else if (flagged) {
         rc = ValkeyModule_ReplyWithSimpleString(ctx, finish_cancelled(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row,
-                                                                      call->keys[EMQ_ACK_KEY_JOB], id, ended, NULL));
+                                                                      call->keys[EMQ_ACK_KEY_JOB], id, ended, NULL, &ev,
+                                                                      fence));
     } else {
         rc = ValkeyModule_ReplyWithSimpleString(ctx, finish_ack(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row,
                                                                 call->keys[EMQ_ACK_KEY_JOB], id,
-                                                                call->num[EMQ_ACK_ARG_RETENTION_MS], NULL, NULL, NULL));
+                                                                call->num[EMQ_ACK_ARG_RETENTION_MS], NULL, NULL, NULL,
+                                                                &ev, fence));
     }
     if (ended) ValkeyModule_FreeString(ctx, ended);
     return rc;
@@ -335,6 +358,8 @@ int tx_ack_result(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleString *id = call->args[EMQ_ACK_RESULT_ARG_ID], *ended;
     ValkeyModuleKey *active = k[EMQ_ACK_RESULT_KEY_ACTIVE], *row = k[EMQ_ACK_RESULT_KEY_JOB];
     const char *err = derive_ended(ctx, call->base, id, &ended);
+    long long fence = call->num[EMQ_ACK_RESULT_ARG_FENCE];
+    EventSink ev = event_sink(call, k);
     int rc;
     if (err) {
         rc = reply_error(ctx, err);
@@ -346,10 +371,10 @@ int tx_ack_result(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         const char *verdict =
             row_has(ctx, row, "cancel")
                 ? finish_cancelled(ctx, active, call->keys[EMQ_ACK_RESULT_KEY_ACTIVE], row,
-                                   call->keys[EMQ_ACK_RESULT_KEY_JOB], id, ended, NULL)
+                                   call->keys[EMQ_ACK_RESULT_KEY_JOB], id, ended, NULL, &ev, fence)
                 : finish_ack(ctx, active, call->keys[EMQ_ACK_RESULT_KEY_ACTIVE], row, call->keys[EMQ_ACK_RESULT_KEY_JOB],
                              id, call->num[EMQ_ACK_RESULT_ARG_RETENTION_MS], call->args[EMQ_ACK_RESULT_ARG_RESULT],
-                             ended, NULL);
+                             ended, NULL, &ev, fence);
         rc = ValkeyModule_ReplyWithSimpleString(ctx, verdict);
     }
     ValkeyModule_FreeString(ctx, ended);
@@ -374,15 +399,18 @@ int tx_retry(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     } else if ((err = lane_bookkeeping_error(ctx, call->base, row)) != NULL) {
         rc = reply_error(ctx, err);
     } else {
+        EventSink ev = event_sink(call, k);
+        long long fence = call->num[EMQ_RETRY_ARG_FENCE];
         RetryKeys rk = {k[EMQ_RETRY_KEY_ACTIVE],     k[EMQ_RETRY_KEY_DELAYED],     k[EMQ_RETRY_KEY_DEAD],
                         names[EMQ_RETRY_KEY_ACTIVE], names[EMQ_RETRY_KEY_DELAYED], names[EMQ_RETRY_KEY_DEAD],
                         NULL};
         const char *verdict =
             row_has(ctx, row, "cancel")
-                ? finish_cancelled(ctx, rk.active, rk.active_name, row, names[EMQ_RETRY_KEY_JOB], id, ended, NULL)
+                ? finish_cancelled(ctx, rk.active, rk.active_name, row, names[EMQ_RETRY_KEY_JOB], id, ended, NULL, &ev,
+                                   fence)
                 : finish_retry(ctx, &rk, row, names[EMQ_RETRY_KEY_JOB], id, call->args[EMQ_RETRY_ARG_ERROR],
                                call->num[EMQ_RETRY_ARG_DELAY_MS], call->num[EMQ_RETRY_ARG_MAX_ATTEMPTS],
-                               call->num[EMQ_RETRY_ARG_NOW], ended);
+                               call->num[EMQ_RETRY_ARG_NOW], ended, &ev, fence);
         rc = ValkeyModule_ReplyWithSimpleString(ctx, verdict);
     }
     ValkeyModule_FreeString(ctx, ended);
@@ -449,7 +477,7 @@ static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
  * its priority's band, a
  * lane job to its lane's head, the group joining the ring if the lane was empty), a wake token. */
 static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, ValkeyModuleKey *row,
-                                  const Item *it, long long now) {
+                                  const Item *it, long long now, const EventSink *ev) {
     Bytes base = base_of_active(sk->names[EMQ_SETTLE_KEY_ACTIVE]);
     LaneRing ring = {sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING]};
     fx_zrem(ctx, sk->k[EMQ_SETTLE_KEY_ACTIVE], sk->names[EMQ_SETTLE_KEY_ACTIVE], ITEM_ID(it));
@@ -468,12 +496,15 @@ static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, Va
                 (double)emq_pending_score(row_priority(ctx, row), at), ITEM_ID(it));
     }
     fx_wake(ctx, sk->k[EMQ_SETTLE_KEY_WAKE], sk->names[EMQ_SETTLE_KEY_WAKE], 1);
+    ev_emit(ctx, ev,
+            &(Event){.kind = "released", .id = ITEM_ID(it), .attempt = attempts > 0 ? attempts - 1 : 0,
+                     .fence = ITEM_FENCE(it), .lane = it->lane, .with = EV_FENCE});
     return "RELEASED";
 }
 
 /* Settle one item: its verdict, the effects of ack, retry or release on a current lease. */
 static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const Item *it,
-                               long long retention_ms, long long now) {
+                               long long retention_ms, long long now, const EventSink *ev) {
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
     LaneRing ring = {sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING]};
     RetryKeys rk = {sk->k[EMQ_SETTLE_KEY_ACTIVE], sk->k[EMQ_SETTLE_KEY_DELAYED], sk->k[EMQ_SETTLE_KEY_DEAD],
@@ -491,17 +522,18 @@ static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const
             verdict = "CANCELLED";
     } else {
         if (row_has(ctx, row, "cancel"))
-            verdict = finish_cancelled(ctx, rk.active, rk.active_name, row, it->row_name, ITEM_ID(it), it->ended, &ring);
+            verdict = finish_cancelled(ctx, rk.active, rk.active_name, row, it->row_name, ITEM_ID(it), it->ended, &ring,
+                                       ev, ITEM_FENCE(it));
         else if (it->form == EMQ_SETTLE_FORM_RETRY)
             verdict = finish_retry(ctx, &rk, row, it->row_name, ITEM_ID(it), it->args[EMQ_SETTLE_RETRY_ARG_ERROR],
                                    it->num[EMQ_SETTLE_RETRY_ARG_DELAY_MS], it->num[EMQ_SETTLE_RETRY_ARG_MAX_ATTEMPTS],
-                                   now, it->ended);
+                                   now, it->ended, ev, ITEM_FENCE(it));
         else if (it->form == EMQ_SETTLE_FORM_RELEASE)
-            verdict = finish_release(ctx, sk, row, it, now);
+            verdict = finish_release(ctx, sk, row, it, now, ev);
         else
             verdict = finish_ack(ctx, rk.active, rk.active_name, row, it->row_name, ITEM_ID(it), retention_ms,
                                  it->form == EMQ_SETTLE_FORM_DONE ? it->args[EMQ_SETTLE_DONE_ARG_RESULT] : NULL,
-                                 it->ended, &ring);
+                                 it->ended, &ring, ev, ITEM_FENCE(it));
     }
     ValkeyModule_CloseKey(row);
     return verdict;
@@ -538,10 +570,11 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (!fail) {
         ValkeyModuleString **names = call->keys;
         SettleKeys sk = {k, names};
+        EventSink ev = event_sink(call, k);
         ValkeyModule_ReplyWithArray(ctx, 2);
         ValkeyModule_ReplyWithArray(ctx, call->nitems);
         for (long long i = 0; i < call->nitems; i++)
-            ValkeyModule_ReplyWithSimpleString(ctx, settle_item(ctx, &sk, &call->items[i], retention_ms, now));
+            ValkeyModule_ReplyWithSimpleString(ctx, settle_item(ctx, &sk, &call->items[i], retention_ms, now, &ev));
         for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, names[EMQ_SETTLE_KEY_PENDING], ghosts.v[i]);
         ClaimKeys ck = {pending,
                         k[EMQ_SETTLE_KEY_ACTIVE],
@@ -555,7 +588,7 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         } else {
             ValkeyModule_ReplyWithArray(ctx, (long)claims.n);
             for (size_t i = 0; i < claims.n; i++)
-                claim_planned(ctx, call->base, &ck, claims.v[i], &last_fence, now + lease_ms);
+                claim_planned(ctx, call->base, &ck, claims.v[i], &last_fence, now + lease_ms, &ev);
             record_claims(ctx, call, k, &claims, first_fence, lease_ms);
         }
     }
@@ -709,7 +742,8 @@ _Static_assert(EMQ_PROMOTE_KEY_DELAYED == MOVE_KEY_SOURCE && EMQ_PROMOTE_KEY_PEN
 /* Second pass, one live move: leave the source zset, then pending or the lane (the group joins
  * the ring's tail when its lane was empty: push_lane of the prelude). */
 static void apply_move(ValkeyModuleCtx *ctx, const Move *m, ValkeyModuleKey **k, const Call *call,
-                       int lane_end) {
+                       int lane_end, const EventSink *ev) {
+    long long attempt = ev_attempts_of(ctx, ev, call->base, m->id);
     fx_zrem(ctx, k[MOVE_KEY_SOURCE], call->keys[MOVE_KEY_SOURCE], m->id);
     if (lane_end == VALKEYMODULE_LIST_HEAD) { /* recover: the lease leaves active */
         LaneRing ring = {k[MOVE_KEY_RING], call->keys[MOVE_KEY_RING]};
@@ -725,12 +759,14 @@ static void apply_move(ValkeyModuleCtx *ctx, const Move *m, ValkeyModuleKey **k,
     } else {
         fx_zadd(ctx, k[MOVE_KEY_PENDING], call->keys[MOVE_KEY_PENDING], m->score, m->id);
     }
+    const char *kind = lane_end == VALKEYMODULE_LIST_HEAD ? "recovered" : "promoted";
+    ev_emit(ctx, ev, &(Event){.kind = kind, .id = m->id, .attempt = attempt, .lane = m->lane});
 }
 
 /* recover, a spent job: leave active, record why, go dead at now (retry's dead path; the lane, if
  * any, is left as it is). */
 static void apply_death(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyModuleKey **k,
-                        const Call *call, long long now) {
+                        const Call *call, long long now, const EventSink *ev) {
     fx_zrem(ctx, k[EMQ_RECOVER_KEY_ACTIVE], call->keys[EMQ_RECOVER_KEY_ACTIVE], m->id);
     ValkeyModuleString *row_name = derived_key(ctx, base, "job:", m->id);
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
@@ -745,19 +781,23 @@ static void apply_death(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyM
     ValkeyModule_FreeString(ctx, row_name);
     fx_zadd(ctx, k[EMQ_RECOVER_KEY_DEAD], call->keys[EMQ_RECOVER_KEY_DEAD], (double)now, m->id);
     fx_mark_ended(ctx, m->ended, 0);
+    ev_emit(ctx, ev, &(Event){.kind = "dead", .id = m->id, .attempt = m->spent});
 }
 
 /* recover, a lease a cancel flagged: leave active, the lane slot given back, the job buried with
  * the retention its flag carries (finish_cancelled's effects). */
-static void apply_cancel(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyModuleKey **k, const Call *call) {
+static void apply_cancel(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyModuleKey **k, const Call *call,
+                         const EventSink *ev) {
     fx_zrem(ctx, k[EMQ_RECOVER_KEY_ACTIVE], call->keys[EMQ_RECOVER_KEY_ACTIVE], m->id);
     ValkeyModuleString *row_name = derived_key(ctx, base, "job:", m->id);
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
     LaneRing ring = {k[EMQ_RECOVER_KEY_RING], call->keys[EMQ_RECOVER_KEY_RING]};
     release_lane_slot(ctx, base, &ring, row);
+    long long attempt = ev_attempts(ctx, ev, row);
     bury_cancelled(ctx, row, row_name, m->ended, row_int_field(ctx, row, "cancel", 0));
     ValkeyModule_CloseKey(row);
     ValkeyModule_FreeString(ctx, row_name);
+    ev_emit(ctx, ev, &(Event){.kind = "cancelled", .id = m->id, .attempt = attempt});
 }
 
 /* recover and promote share their shape: take the source zset's entries with score <= now, lowest
@@ -806,15 +846,16 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
         else taken++;
     }
     /* recover pushes lane jobs at the head, latest deadline first, so a lane keeps their order. */
+    EventSink ev = event_sink(call, k);
     for (size_t j = 0; j < n; j++) {
         const Move *m = &moves[recover ? n - 1 - j : j];
         if (!m->live) continue;
         if (m->cancelled) {
-            apply_cancel(ctx, base, m, k, call);
+            apply_cancel(ctx, base, m, k, call, &ev);
         } else if (m->spent) {
-            apply_death(ctx, base, m, k, call, now);
+            apply_death(ctx, base, m, k, call, now, &ev);
         } else {
-            apply_move(ctx, m, k, call, recover ? VALKEYMODULE_LIST_HEAD : VALKEYMODULE_LIST_TAIL);
+            apply_move(ctx, m, k, call, recover ? VALKEYMODULE_LIST_HEAD : VALKEYMODULE_LIST_TAIL, &ev);
             back++;
         }
     }

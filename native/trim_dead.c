@@ -112,10 +112,13 @@ int tx_trim_dead(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     for (size_t i = 0; i < n && fail == NULL; i++) fail = check_trimmed(ctx, &acl, call->base, ids[i]);
     acl_release(&acl);
     if (fail == NULL) {
+        EventSink ev = event_sink(call, k);
         for (size_t i = 0; i < n; i++) {
+            long long attempt = ev_attempts_of(ctx, &ev, call->base, ids[i]);
             fx_zrem(ctx, dead, call->keys[EMQ_TRIM_DEAD_KEY_DEAD], ids[i]);
             del_if_present(ctx, call->base, "job:", ids[i]);
             del_if_present(ctx, call->base, "ended:", ids[i]);
+            ev_emit(ctx, &ev, &(Event){.kind = "purged", .id = ids[i], .attempt = attempt});
         }
     }
     for (size_t i = 0; i < n; i++) ValkeyModule_FreeString(ctx, ids[i]);

@@ -36,6 +36,9 @@
 #define VALKEYMODULE_KEYTYPE_MODULE 6
 #define VALKEYMODULE_KEYTYPE_STREAM 7
 
+/* ValkeyModule_CallReplyType: a bulk or simple string reply (XADD's id). */
+#define VALKEYMODULE_REPLY_STRING 0
+
 /* ValkeyModule_ZsetAdd output flags. */
 #define VALKEYMODULE_ZADD_ADDED (1 << 2)
 #define VALKEYMODULE_ZADD_UPDATED (1 << 3)
@@ -262,7 +265,8 @@ typedef struct {
                                       ...))                                                        \
     X(void, FreeCallReply, (ValkeyModuleCallReply * reply))                                        \
     X(const char *, CallReplyStringPtr, (ValkeyModuleCallReply * reply, size_t * len))          \
-    X(long long, CallReplyInteger, (ValkeyModuleCallReply * reply))
+    X(long long, CallReplyInteger, (ValkeyModuleCallReply * reply))                              \
+    X(int, CallReplyType, (ValkeyModuleCallReply * reply))
 
 #ifdef TRAFIKEY_API_DEFINE
 #define TRAFIKEY_API_POINTER(ret, name, params) __attribute__((visibility("hidden"))) ret(*ValkeyModule_##name) params;
