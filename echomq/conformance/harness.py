@@ -12,6 +12,7 @@ written or deleted: the harness runs on servers it did not start.
 
 from __future__ import annotations
 
+import itertools
 import re
 import secrets
 from collections.abc import Iterable, Sequence
@@ -117,9 +118,20 @@ def describe(conn: RawConnection, key: bytes) -> tuple[Any, ...]:
         value = parse(conn.call("LRANGE", key, "0", "-1"))
     elif kind == b"string":
         value = parse(conn.call("GET", key))
+    elif kind == b"stream":
+        value = stream_entries(parse(conn.call("XRANGE", key, "-", "+")))
     else:
         value = parse(conn.call("DUMP", key))
     return (kind, value, parse(conn.call("PTTL", key)) > 0)
+
+
+def stream_entries(entries: list[list[Any]]) -> list[tuple[bytes, ...]]:
+    """A stream's entries (XRANGE's reply) as their field lists in id order: the ids carry the
+    server's clock, so only their order is compared, and it must strictly increase."""
+    ids = [tuple(int(part) for part in entry_id.split(b"-")) for entry_id, _ in entries]
+    if any(later <= earlier for earlier, later in itertools.pairwise(ids)):
+        raise ParityError(f"stream ids do not increase: {ids!r}")
+    return [tuple(fields) for _, fields in entries]
 
 
 @dataclass

@@ -2,7 +2,8 @@
 (``generic``), the single verbs' (``flat``), the batched ones (``batch``), the lane bookkeeping
 (``lanes``) and priority inside a lane (``lane_priority``), the replays (``replay``), the claim
 records (``records``), cancel (``cancel``), the bounds of dead jobs (``dead``) and flat priority
-(``priority``); each family imports only ``common``, and only this module gathers them."""
+(``priority``), then every one of them again with the events stream declared (``events``); each
+family imports only ``common``, and only this module gathers them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from echomq.conformance.cases.batch import batch_cases
 from echomq.conformance.cases.cancel import cancel_cases
 from echomq.conformance.cases.common import Case
 from echomq.conformance.cases.dead import trim_dead_cases
+from echomq.conformance.cases.events import event_cases
 from echomq.conformance.cases.generic import generic_cases
 from echomq.conformance.cases.lane_priority import lane_priority_cases
 from echomq.conformance.cases.lanes import lane_cases
@@ -29,6 +31,7 @@ def all_cases() -> list[Case]:
              *flat.ack_result_cases(), *lane_cases(), *replay_cases(),
              *record_cases(), *flat.progress_cases(), *cancel_cases(), *trim_dead_cases(),
              *priority_cases(), *lane_priority_cases()]
+    cases += event_cases(cases)
     ids = [case.id for case in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
     assert not duplicates, duplicates

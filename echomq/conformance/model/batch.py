@@ -28,6 +28,7 @@ class BatchTransitions(FlatTransitions):
             self.zrem(pending, member)
             attempt, fence = self.lease(call, row, member, active, counter)
             call.numbers["last_fence"] = fence
+            self.emit("claimed", member, attempt, fence=fence)
             leases.append((member, fence))
             payload = self.hget(row, b"payload") or b""
             jobs.append(b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt)
@@ -55,18 +56,19 @@ class BatchTransitions(FlatTransitions):
             error = item.error if item.op == b"retry" else None
             return self.replayed(row, item.fence, error, call.keys[2], item.id)
         if self.flagged(row):
-            return self.finish_cancelled(call.keys[0], row, item.id)
+            return self.finish_cancelled(call.keys[0], row, item.id, item.fence)
         if item.op in (b"ack", b"done"):
             return self.finish_ack(call.keys[0], row, item.id, call.numbers["retention_ms"],
-                                   item.result)
+                                   item.result, item.fence)
         if item.op == b"release":
-            return self.finish_release(call, row, item.id)
+            return self.finish_release(call, row, item)
         return self.finish_retry(call.keys, row, item, call.numbers["now"])
 
-    def finish_release(self, call: Call, row: bytes, job_id: bytes) -> str:
+    def finish_release(self, call: Call, row: bytes, item: Item) -> str:
         """Hand a lease back unrun: out of active, its attempt uncounted (never below 0), back
         where recover puts it, a wake token."""
         active, pending, ring, wake_key = call.keys[0], call.keys[3], call.keys[5], call.keys[6]
+        job_id = item.id
         self.zrem(active, job_id)
         attempts = int_field(self.hget(row, b"attempts"), 0)
         self.keys[row].data[b"attempts"] = dec(max(attempts - 1, 0))
@@ -76,6 +78,7 @@ class BatchTransitions(FlatTransitions):
         assert move is not None, "the release item's lane keys are checked first"
         self.put_back(call.base, ring, pending, move, head=True)
         self.wake(wake_key, 1)
+        self.emit("released", job_id, max(attempts - 1, 0), fence=item.fence, lane=move.lane)
         return "RELEASED"
 
     def _extend_many(self, call: Call) -> bytes:

@@ -45,9 +45,12 @@ class Cancels(State):
         self.zrem(delayed, job_id)
         if lane is not None:
             self.lane_cancelled(call, lane, job_id)
+        attempt = self.attempts_of(row)
         if retention_ms > 0:
             self.mark_cancel(row, retention_ms, call.numbers["now"])
-        return self.bury_cancelled(row, job_id, retention_ms)
+        verdict = self.bury_cancelled(row, job_id, retention_ms)
+        self.emit("cancelled", job_id, attempt)
+        return verdict
 
     def lane_cancelled(self, call: Call, lane: bytes, job_id: bytes) -> None:
         """A lane job leaves its lane; a lane left empty leaves the ring (its group joins it once

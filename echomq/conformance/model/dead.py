@@ -41,7 +41,9 @@ class DeadTrimming(State):
         if not all(self.list_or_none(call.base + b"ended:" + member) for member in taken):
             return error(E_TYPE)
         for member in taken:
+            attempt = self.attempts_of(call.base + b"job:" + member)
             self.zrem(dead, member)
             self.keys.pop(call.base + b"job:" + member, None)
             self.keys.pop(call.base + b"ended:" + member, None)
+            self.emit("purged", member, attempt)
         return integer(len(taken))

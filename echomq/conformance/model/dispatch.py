@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from echomq.conformance.model.batch import BatchTransitions
 from echomq.conformance.model.cancel import Cancels
 from echomq.conformance.model.dead import DeadTrimming
+from echomq.conformance.model.events import EventSink
 from echomq.conformance.model.movers import Movers
 from echomq.conformance.model.validation import Validation
 from echomq.conformance.resp import Arg
@@ -23,5 +24,9 @@ class Model(Validation, BatchTransitions, Movers, Cancels, DeadTrimming):
         if isinstance(checked, bytes):
             return checked
         handler = getattr(self, "_" + transition.name)
-        reply: bytes = handler(checked)
+        self.sink = EventSink(checked.events, checked.numbers.get("now"))
+        try:
+            reply: bytes = handler(checked)
+        finally:
+            self.sink = EventSink()
         return reply

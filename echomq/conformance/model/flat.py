@@ -18,7 +18,7 @@ def priority_of(call: Call) -> int:
 class FlatTransitions(Records):
     """The single verbs applied to the keyspace."""
 
-    def admit(self, call: Call, score: int) -> bytes:
+    def admit(self, call: Call, score: int, delayed: bool = False) -> bytes:
         """Admit the job once (invariant 2): its row (with its priority unless 0), and its id
         in the set of ``call``'s second key at ``score`` (pending at its priority's band, or
         delayed until it is due); an existing row is a duplicate that changes nothing."""
@@ -32,6 +32,8 @@ class FlatTransitions(Records):
         self.keys[row] = Value(b"hash", fields)
         self.zadd(waiting, score, job_id)
         self.wake(wake_key, 1)
+        self.emit("enqueued", job_id, 0, due=score if delayed else None,
+                  priority=priority_of(call))
         return status("ENQUEUED")
 
     def _enqueue(self, call: Call) -> bytes:
@@ -39,7 +41,8 @@ class FlatTransitions(Records):
 
     def _enqueue_delayed(self, call: Call) -> bytes:
         numbers = call.numbers
-        return self.admit(call, max(numbers["now"] + numbers["delay_ms"], numbers["at_ms"]))
+        return self.admit(call, max(numbers["now"] + numbers["delay_ms"], numbers["at_ms"]),
+                          delayed=True)
 
     def _claim(self, call: Call) -> bytes:
         pending, active, counter = call.keys
@@ -52,6 +55,7 @@ class FlatTransitions(Records):
                 continue  # a ghost: dropped, never returned
             attempt, fence = self.lease(call, row, member, active, counter)
             self.write_record(call, [(member, fence)])
+            self.emit("claimed", member, attempt, fence=fence)
             payload = self.hget(row, b"payload") or b""
             return (b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt)
                     + integer(fence))
@@ -78,8 +82,9 @@ class FlatTransitions(Records):
         if not self.lane_bookkeeping_ok(call.base, row):
             return error(E_TYPE)
         if self.flagged(row):
-            return status(self.finish_cancelled(active, row, call.args[0]))
-        return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"]))
+            return status(self.finish_cancelled(active, row, call.args[0], call.numbers["fence"]))
+        return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"],
+                                      fence=call.numbers["fence"]))
 
     def _ack_result(self, call: Call) -> bytes:
         active, row = call.keys
@@ -88,12 +93,13 @@ class FlatTransitions(Records):
         if not self.lane_bookkeeping_ok(call.base, row):
             return error(E_TYPE)
         if self.flagged(row):
-            return status(self.finish_cancelled(active, row, call.args[0]))
+            return status(self.finish_cancelled(active, row, call.args[0], call.numbers["fence"]))
         return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"],
-                                      call.args[3]))
+                                      call.args[3], call.numbers["fence"]))
 
     def finish_ack(self, active: bytes, row: bytes, job_id: bytes, retention_ms: int,
-                   result: bytes | None = None) -> str:
+                   result: bytes | None = None, fence: int = 0) -> str:
+        attempt = self.attempts_of(row)
         self.zrem(active, job_id)
         if retention_ms == 0:
             del self.keys[row]
@@ -106,6 +112,7 @@ class FlatTransitions(Records):
             self._drop_empty(row)
             if result is not None:
                 self.mark_ended(row, job_id, retention_ms)
+        self.emit("done", job_id, attempt, fence=fence)
         return "ACKED"
 
     def _retry(self, call: Call) -> bytes:
@@ -116,7 +123,7 @@ class FlatTransitions(Records):
         if not self.lane_bookkeeping_ok(call.base, row):
             return error(E_TYPE)
         if self.flagged(row):
-            return status(self.finish_cancelled(active, row, job_id))
+            return status(self.finish_cancelled(active, row, job_id, number["fence"]))
         item = Item(b"retry", job_id, number["fence"], number["delay_ms"],
                     number["max_attempts"], call.args[4])
         return status(self.finish_retry(call.keys, row, item, number["now"]))
@@ -126,11 +133,14 @@ class FlatTransitions(Records):
         active, delayed, dead = keys[:3]
         self.zrem(active, item.id)
         self.keys[row].data[b"error"] = item.error
-        if int_field(self.hget(row, b"attempts"), 0) >= item.max_attempts:
+        attempts = int_field(self.hget(row, b"attempts"), 0)
+        if attempts >= item.max_attempts:
             self.zadd(dead, now, item.id)
             self.mark_ended(row, item.id, None)
+            self.emit("dead", item.id, attempts, fence=item.fence)
             return "DEAD"
         self.zadd(delayed, now + item.delay_ms, item.id)
+        self.emit("retried", item.id, attempts, fence=item.fence, due=now + item.delay_ms)
         return "RETRYING"
 
     def _extend(self, call: Call) -> bytes:
@@ -150,4 +160,5 @@ class FlatTransitions(Records):
         if not self.is_current(active, row, call.args[0], call.numbers["fence"]):
             return status("STALE")
         self.keys[row].data[b"progress"] = call.args[2]
+        self.emit("progress", call.args[0], self.attempts_of(row), fence=call.numbers["fence"])
         return status("RECORDED")

@@ -70,17 +70,22 @@ class Movers(State):
             self.zrem(zsource, ghost)
         back = 0
         for move in reversed(moves) if head else moves:
+            attempt = self.attempts_of(move.row)
             self.zrem(zsource, move.member)
             if move.cancelled:
                 self.bury_cancelled(move.row, move.member,
                                     int_field(self.hget(move.row, b"cancel"), 0))
+                self.emit("cancelled", move.member, attempt)
             elif move.spent:
                 self.keys[move.row].data[b"error"] = LOST % move.spent
                 self.zadd(call.keys[4], now, move.member)
                 self.mark_ended(move.row, move.member, None)
+                self.emit("dead", move.member, move.spent)
             else:
                 self.put_back(call.base, ring, pending, move, head)
                 back += 1
+                self.emit("recovered" if head else "promoted", move.member, attempt,
+                          lane=move.lane)
         self.wake(wake_key, back)
         return integer(len(moves))
 
@@ -103,6 +108,7 @@ class Movers(State):
         self.keys.pop(call.base + b"ended:" + job_id, None)
         self.put_back(call.base, ring, pending, plan[0][0], head=False)
         self.wake(wake_key, 1)
+        self.emit("requeued", job_id, 0, lane=plan[0][0].lane)
         return status("REQUEUED")
 
     def _recover(self, call: Call) -> bytes:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from echomq.conformance.model.call import Move
+from echomq.conformance.model.events import EventSink
 from echomq.conformance.model.words import (
     FENCE_MAX,
     int_arg,
@@ -46,7 +47,7 @@ def render_value(value: Value) -> Any:
         return sorted(value.data.items())
     if value.kind == b"zset":
         return [(member, float(score)) for member, score in _zset_items(value.data)]
-    if value.kind == b"list":
+    if value.kind in (b"list", b"stream"):  # a stream: its entries' field tuples, in order
         return list(value.data)
     return value.data
 
@@ -73,6 +74,7 @@ class State:
     def __init__(self, protocol: int) -> None:
         self.protocol = protocol
         self.keys: dict[bytes, Value] = {}
+        self.sink = EventSink()  # the running call's events stream
 
     # raw keyspace helpers ---------------------------------------------------------------------
 
@@ -111,6 +113,17 @@ class State:
     def hget(self, key: bytes, name: bytes) -> bytes | None:
         value = self.keys.get(key)
         return None if value is None else value.data.get(name)
+
+    def emit(self, kind: str, job_id: bytes, attempt: int, fence: int | None = None,
+             lane: bytes | None = None, due: int | None = None, priority: int = 0) -> None:
+        """An entry in the running call's events stream, when it declared one."""
+        entry = self.sink.entry(kind, job_id, attempt, fence, lane, due, priority)
+        if entry is not None and self.sink.key is not None:
+            self.keys.setdefault(self.sink.key, Value(b"stream", [])).data.append(entry)
+
+    def attempts_of(self, row: bytes) -> int:
+        """The attempts a row counts (no row, absent or not a count: 0)."""
+        return int_field(self.hget(row, b"attempts"), 0) if self.kind(row) == b"hash" else 0
 
     def _drop_empty(self, key: bytes) -> None:
         value = self.keys.get(key)
@@ -157,6 +170,10 @@ class State:
     def _setup_zadd(self, key: bytes, rest: list[bytes]) -> None:
         for i in range(0, len(rest), 2):
             self.zadd(key, int(rest[i]), rest[i + 1])
+
+    def _setup_xadd(self, key: bytes, rest: list[bytes]) -> None:
+        """XADD key <id> field value ...: an entry (its id only orders it)."""
+        self.keys.setdefault(key, Value(b"stream", [])).data.append(tuple(rest[1:]))
 
     # readers and writers every transition shares ------------------------------------------------
 
@@ -219,11 +236,14 @@ class State:
         self.mark_ended(row, job_id, retention_ms)
         return "CANCELLED"
 
-    def finish_cancelled(self, active: bytes, row: bytes, job_id: bytes) -> str:
+    def finish_cancelled(self, active: bytes, row: bytes, job_id: bytes, fence: int) -> str:
         """A flagged lease's settlement, whatever it is: the attempt ends as cancelled, buried
         with the retention its flag carries."""
+        attempt = self.attempts_of(row)
         self.zrem(active, job_id)
-        return self.bury_cancelled(row, job_id, int_field(self.hget(row, b"cancel"), 0))
+        verdict = self.bury_cancelled(row, job_id, int_field(self.hget(row, b"cancel"), 0))
+        self.emit("cancelled", job_id, attempt, fence=fence)
+        return verdict
 
     def mark_ended(self, row: bytes, job_id: bytes, retention_ms: int | None) -> None:
         """The job's ended key (beside its row) holds one token; with retention_ms it expires."""
