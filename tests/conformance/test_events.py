@@ -23,9 +23,10 @@ from echomq.embedded import EmbeddedValkey
 MARKER = "emq-events-done"
 LANE_CASES = {case.id for case in lane_cases()}
 DEAD_CASES = {case.id for case in trim_dead_cases()}
+# The evented calls too: their XADD fires "xadd" (and "xtrim") in the same place on both.
 CASES = [case for case in all_cases()
-         if case.transition.items or case.label in ("good", "all-keys-other-queue")
-         or case.id in LANE_CASES | DEAD_CASES]
+         if case.transition.items or case.label in ("good", "all-keys-other-queue", "evented-good")
+         or case.label.startswith("events-") or case.id in LANE_CASES | DEAD_CASES]
 Events = list[tuple[bytes, bytes]]
 
 

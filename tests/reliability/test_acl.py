@@ -34,7 +34,7 @@ NOPERM_KEY = b"-NOPERM No permissions to access a key\r\n"
 DATA_COMMANDS = [
     "type", "exists", "hget", "hset", "hdel", "del", "pexpire", "zadd", "zrem", "zscore",
     "zrange", "zrangebyscore", "llen", "lindex", "lpush", "rpush", "lpop", "rpop", "lmove",
-    "time", "hincrby", "get", "set", "hexists", "pttl", "lrem", "hmget", "zcard",
+    "time", "hincrby", "get", "set", "hexists", "pttl", "lrem", "hmget", "zcard", "xadd",
 ]
 NATIVE_COMMANDS = [t.native.lower() for t in TRANSITIONS if t.native]
 SESSION = ["+select", "+hello", "+ping"]
@@ -63,6 +63,8 @@ USERS: dict[str, list[str]] = {
     "record-rows-hidden": [*(f"~emq:{{t}}:{role}" for role in ("pending", "active", "delayed",
                                                                  "dead", "ring", "wake", "fence",
                                                                  "claim:*")), "+@all"],
+    # Every key of the queue but its events stream (a declared key: the server's own check).
+    "events-hidden": ["~emq:{t}:[^e]*", "~emq:{t}:ended:*", "+@all"],
     # Every key, but not the command the derived-key check names.
     "no-hincrby": ["~emq:{t}:*", "+@all", "-hincrby"],
     # Scripts only: the native commands are not granted.
@@ -151,6 +153,44 @@ def test_tenant_runs_its_queue_and_is_refused_the_others(server: EmbeddedValkey,
             assert other["lua"] == other["native"] == (NOPERM_KEY, True), (transition.name, other)
         print(f"[acl {user} resp{protocol}] {len(TRANSITIONS)} transitions: own queue runs, "
               "tenant-b refused alike")
+    finally:
+        tenant.close()
+
+
+@pytest.mark.parametrize("user", ["tenant-a", "tenant-a-min"])
+def test_tenant_runs_its_queue_with_events(server: EmbeddedValkey, user: str,
+                                           protocol: int) -> None:
+    """The evented calls need XADD besides the data commands; another queue's stream is
+    refused as a declared key."""
+    from echomq.conformance.cases.events import evented
+
+    tenant = Tenant(server.port, user, protocol)
+    try:
+        for transition in (t for t in TRANSITIONS if t.events):
+            argv = evented(GOOD[transition.name])
+            own = tenant.run(transition, "tenant-a", READY[transition.name], argv)
+            assert own["lua"][0] == own["native"][0], transition.name
+            assert not own["lua"][0].startswith(b"-"), (transition.name, own["lua"][0])
+            assert not own["lua"][1], transition.name  # its changes and their events written
+            other = tenant.run(transition, "tenant-b", READY[transition.name], argv)
+            assert other["lua"] == other["native"] == (NOPERM_KEY, True), (transition.name, other)
+    finally:
+        tenant.close()
+
+
+@pytest.mark.parametrize("transition", [t.name for t in TRANSITIONS if t.events])
+def test_a_hidden_events_stream_is_refused_alike(server: EmbeddedValkey, transition: str,
+                                                 protocol: int) -> None:
+    from echomq.conformance.cases.events import evented
+    from echomq.conformance.harness import BY_NAME
+
+    tenant = Tenant(server.port, "events-hidden", protocol)
+    try:
+        outcome = tenant.run(BY_NAME[transition], "t", READY[transition],
+                             evented(GOOD[transition]))
+        assert outcome["lua"] == outcome["native"] == (NOPERM_KEY, True), outcome
+        plain = tenant.run(BY_NAME[transition], "t", READY[transition])
+        assert not plain["lua"][0].startswith(b"-"), plain  # without the stream it runs
     finally:
         tenant.close()
 

@@ -1,0 +1,115 @@
+"""Invariant 7 for the events stream: a replica and an AOF reload without the trafikey module
+hold the primary's streams entry for entry, ids included. Each executor's XADD is propagated as
+the server applied it (the id it generated, and MAXLEN = the length left when it trimmed), so
+nothing is generated again on the copy. Every evented call of the case table's good ones, the
+calls of many changes, and a trim run on both executors, each in a scratch namespace of its own."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from echomq.conformance.cases import Case, all_cases
+from echomq.conformance.cases.events import EVENTS, evented
+from echomq.conformance.harness import BY_NAME, Pair, Scratch, scan
+from echomq.conformance.resp import RawConnection, parse
+from echomq.embedded import EmbeddedValkey
+from echomq.engine.transitions import EVENTS_MAXLEN
+from tests.conftest import start_server
+from tests.test_replication import digest, wait_for_link
+
+NOW = 1_700_000_000_000
+TRIM = "trim-a-full-stream"
+FILL = "for i = 1, tonumber(ARGV[1]) do redis.call('XADD', KEYS[1], '1-' .. i, 'kind', 'old') end"
+
+
+def evented_calls() -> list[Case]:
+    """The good calls with the events key, the calls of many changes, and a trim."""
+    cases = [case for case in all_cases()
+             if case.label == "evented-good" or (case.label.startswith("events-")
+             and not case.expect.startswith(b"-"))]
+    enqueue = evented([3, "emq:{q}:job:JOB:1", "emq:{q}:pending", "emq:{q}:wake", "JOB:1", b"p",
+                       NOW])
+    return [*cases, Case(BY_NAME["enqueue"], TRIM, enqueue, b"+ENQUEUED")]
+
+
+def fill_stream(pair: Pair) -> None:
+    """EVENTS_MAXLEN + 150 entries in each executor's stream, in one script call each."""
+    for name, conn in pair.both():
+        key = pair.scratch.prefix(name) + EVENTS.encode()
+        pair.seen[name].add(key)
+        reply = conn.call("EVAL", FILL, 1, key, EVENTS_MAXLEN + 150)
+        assert not reply.startswith(b"-"), reply
+
+
+def run_evented(port: int) -> None:
+    """Each call on both executors, in a scratch namespace of its own (nothing deleted after)."""
+    for n, case in enumerate(evented_calls()):
+        pair = Pair(port, 2, Scratch(f"emqrepl-{n}"))
+        try:
+            pair.apply(case.setup)
+            if case.label == TRIM:
+                fill_stream(pair)
+            for outcome in pair.run(case.transition, case.argv).values():
+                assert outcome.reply.startswith(case.expect), (case.id, outcome.reply)
+        finally:
+            for conn in (pair.lua, pair.native, pair.inspect):
+                conn.close()
+
+
+def streams(server: EmbeddedValkey) -> dict[bytes, Any]:
+    """Every stream's entries, ids included."""
+    with RawConnection(server.port) as conn:
+        return {key: parse(conn.call("XRANGE", key, "-", "+")) for key in scan(conn)
+                if parse(conn.call("TYPE", key)) == b"stream"}
+
+
+def assert_same_streams(primary: EmbeddedValkey, copy: EmbeddedValkey) -> None:
+    expected = streams(primary)
+    assert len(expected) >= 2 * len(evented_calls()) - 2, "the calls left too few streams"
+    trimmed = [key for key, entries in expected.items()
+               if EVENTS_MAXLEN <= len(entries) < EVENTS_MAXLEN + 151]
+    assert len(trimmed) == 2, "the full streams were not trimmed"
+    assert streams(copy) == expected
+    assert digest(copy) == digest(primary)
+
+
+@pytest.fixture(scope="module")
+def primary() -> Iterator[EmbeddedValkey]:
+    server = start_server()
+    yield server
+    server.stop()
+
+
+def test_replica_holds_the_primary_streams_with_their_ids(primary: EmbeddedValkey) -> None:
+    replica = start_server(module=False, config={"replicaof": f"127.0.0.1 {primary.port}"})
+    client = primary.client()
+    try:
+        with replica.client() as link:
+            wait_for_link(link)
+        run_evented(primary.port)
+        assert client.execute_command("WAIT", 1, 5000) >= 1
+        assert_same_streams(primary, replica)
+    finally:
+        client.close()
+        replica.stop()
+
+
+def test_aof_loads_the_streams_without_module() -> None:
+    aof = {"appendonly": "yes", "appenddirname": "aof", "appendfsync": "always"}
+    source = start_server(config=aof)
+    copy_dir = tempfile.mkdtemp(prefix="echomq-aof-")
+    try:
+        run_evented(source.port)
+        shutil.copytree(Path(source.directory, "aof"), Path(copy_dir, "aof"))
+        loaded = EmbeddedValkey(prefer="path", module=False, directory=copy_dir, config=aof)
+        with loaded:
+            assert_same_streams(source, loaded)
+    finally:
+        source.stop()
+        shutil.rmtree(copy_dir, ignore_errors=True)
