@@ -209,7 +209,7 @@ int tx_enqueue(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
             (double)emq_pending_score(priority, now), id);
     fx_wake(ctx, k[EMQ_ENQUEUE_KEY_WAKE], names[EMQ_ENQUEUE_KEY_WAKE], 1);
     EventSink ev = event_sink(call, k);
-    ev_emit(ctx, &ev, &(Event){.kind = "enqueued", .id = id});
+    ev_emit(ctx, &ev, &(Event){.kind = "enqueued", .id = id, .priority = priority});
     return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
 }
 
@@ -234,7 +234,7 @@ int tx_enqueue_delayed(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     EventSink ev = event_sink(call, k);
     ev_emit(ctx, &ev,
             &(Event){.kind = "enqueued", .id = call->args[EMQ_ENQUEUE_DELAYED_ARG_ID], .due = at > due ? at : due,
-                     .with = EV_DUE});
+                     .priority = call->num[EMQ_ENQUEUE_DELAYED_ARG_PRIORITY], .with = EV_DUE});
     return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
 }
 

@@ -37,5 +37,5 @@ if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') en
 new_row(row, ARGV[2], now, priority)
 redis.call('ZADD', pending, dec(pending_score(priority, now)), id)
 wake(wake_key, 1)
-emit(events_key, 'enqueued', id, 0, now)
+emit(events_key, 'enqueued', id, 0, now, with_priority(priority))
 return redis.status_reply('ENQUEUED')

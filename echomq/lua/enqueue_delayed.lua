@@ -45,5 +45,6 @@ if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') en
 new_row(row, ARGV[2], now, priority)
 redis.call('ZADD', delayed, dec(math.max(now + delay_ms, at_ms)), id)
 wake(wake_key, 1)
-emit(events_key, 'enqueued', id, 0, now, 'due', dec(math.max(now + delay_ms, at_ms)))
+emit(events_key, 'enqueued', id, 0, now, 'due', dec(math.max(now + delay_ms, at_ms)),
+  with_priority(priority))
 return redis.status_reply('ENQUEUED')

@@ -52,5 +52,5 @@ new_row(row, ARGV[2], now, priority, group)
 push_lane(ring, { id = id, lane = group, lane_key = lane_key, priority = priority, at = now },
   'RPUSH')
 wake(wake_key, 1)
-emit(events_key, 'enqueued', id, 0, now, 'lane', group)
+emit(events_key, 'enqueued', id, 0, now, 'lane', group, with_priority(priority))
 return redis.status_reply('ENQUEUED')

@@ -13,6 +13,11 @@ local function attempts_of(key, row)
   return int_field(redis.call('HGET', row, 'attempts'), 0)
 end
 
+-- The priority field of an entry, last of its fields: nothing at priority 0.
+local function with_priority(p)
+  if p ~= 0 then return 'priority', dec(p) end
+end
+
 local function emit(key, kind, id, attempt, at, ...)
   if not key then return end
   if at then
