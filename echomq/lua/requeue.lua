@@ -58,6 +58,5 @@ else
   redis.call('ZADD', pending, move.score, id)
 end
 wake(wake_key, 1)
-if move.lane then emit(events_key, 'requeued', id, 0, now, 'lane', move.lane) end
-if not move.lane then emit(events_key, 'requeued', id, 0, now) end
+emit(events_key, 'requeued', id, 0, now, with_lane(move.lane))
 return redis.status_reply('REQUEUED')

@@ -126,12 +126,8 @@ local function finish_release(item)
     redis.call('ZADD', pending, dec(pending_score(row_priority(item.row), at)), item.id)
   end
   wake(wake_key, 1)
-  local attempt = math.max(attempts - 1, 0)
-  if item.lane then
-    emit(events_key, 'released', item.id, attempt, now, 'fence', dec(item.fence), 'lane', item.lane)
-  else
-    emit(events_key, 'released', item.id, attempt, now, 'fence', dec(item.fence))
-  end
+  emit(events_key, 'released', item.id, math.max(attempts - 1, 0), now, 'fence', dec(item.fence),
+    with_lane(item.lane))
   return 'RELEASED'
 end
 local recorded

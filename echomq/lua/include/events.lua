@@ -13,6 +13,11 @@ local function attempts_of(key, row)
   return int_field(redis.call('HGET', row, 'attempts'), 0)
 end
 
+-- The lane field of an entry whose last field it is: nothing for a flat job.
+local function with_lane(lane)
+  if lane then return 'lane', lane end
+end
+
 -- The priority field of an entry, last of its fields: nothing at priority 0.
 local function with_priority(p)
   if p ~= 0 then return 'priority', dec(p) end
