@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         TrafikeyMissing,
         Wire6Unsupported,
     )
+    from echomq.engine.events import Event, EventKind
     from echomq.engine.wire import Wire
     from echomq.queue.blocking import Ack, Job, JobOutcome, Queue, Release, Retry, Verdict
     from echomq.queue.ids import new_job_id
@@ -46,6 +47,7 @@ _HOMES = {
     **dict.fromkeys(("ArgumentError", "EchoMQError", "EvictionPolicyWarning", "FatalServerError",
                      "FenceError", "ItemError", "KindError", "LaneError", "StaleLease",
                      "TaskFailed", "TrafikeyMissing", "Wire6Unsupported"), "echomq.engine.errors"),
+    **dict.fromkeys(("Event", "EventKind"), "echomq.engine.events"),
     "new_job_id": "echomq.queue.ids",
     **dict.fromkeys(("Ack", "Job", "JobOutcome", "Queue", "Release", "Retry", "Verdict"),
                     "echomq.queue.blocking"),
@@ -64,6 +66,8 @@ __all__ = [
     "Consumer",
     "Done",
     "EchoMQError",
+    "Event",
+    "EventKind",
     "EvictionPolicyWarning",
     "FatalServerError",
     "FenceError",

@@ -7,6 +7,8 @@ from __future__ import annotations
 from echomq.consumer.aio import Consumer
 from echomq.engine.async_executors import AsyncExecutor, async_executor_for
 from echomq.engine.calls import Job, Verdict
+from echomq.engine.events import Event, EventKind
 from echomq.queue.aio import Queue
 
-__all__ = ["AsyncExecutor", "Consumer", "Job", "Queue", "Verdict", "async_executor_for"]
+__all__ = ["AsyncExecutor", "Consumer", "Event", "EventKind", "Job", "Queue", "Verdict",
+           "async_executor_for"]
