@@ -310,14 +310,17 @@ def eviction_message(policy: str) -> str:
 
 
 class QueueCalls:
-    """The calls of queue ``name``: keys built from its base, arguments checked and encoded."""
+    """The calls of queue ``name``: keys built from its base, arguments checked and encoded.
+    With ``events``, every call of a transition that reports its changes declares the queue's
+    events key, so each change it makes is appended to ``<base>events``."""
 
     def __init__(self, name: str, *, retention_ms: int = DEFAULT_RETENTION_MS,
-                 max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, events: bool = False) -> None:
         self.name = name
         self.base = t.queue_base(name)
         self.retention_ms = retention_ms
         self.max_attempts = max_attempts
+        self.events = events
 
     def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str:
         return t.key_of(self.base, role, job_id, lane)
@@ -326,7 +329,8 @@ class QueueCalls:
               lane: str | None = None, claim_id: str | None = None) -> Call:
         if claim_id is not None:
             checked_claim_id(claim_id)
-        return transition, t.keys_for(self.base, transition, job_id, lane, claim_id), args
+        keys = t.keys_for(self.base, transition, job_id, lane, claim_id, events=self.events)
+        return transition, keys, args
 
     def enqueue(self, job_id: str, payload: Payload, lane: str | None,
                 now: int | None, delay_ms: int = 0, at_ms: int | None = None,

@@ -49,6 +49,7 @@ from echomq.engine.program import Invoke, Program, Reads, method, op
 from echomq.engine.wire import Wire
 from echomq.queue.bounds import HOUSEKEEPING_STEP, TRIM_STEPS, Housekept, more_due
 from echomq.queue.dead import DeadControls
+from echomq.queue.events import EventReads
 from echomq.queue.lanes import LaneControls, lane_groups, per_group, shown_depths, waiting_keys
 from echomq.queue.parking import WATCH_ROLE, watch_commands
 from echomq.queue.registry import REGISTRY_KEY
@@ -87,18 +88,21 @@ def _outside_stacklevel() -> int:
     return level
 
 
-class QueueMethods(LaneControls, DeadControls):
+class QueueMethods(LaneControls, DeadControls, EventReads):
     """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``):
-    what both Queues are, and do."""
+    what both Queues are, and do. With ``events``, each change its calls make is appended to the
+    queue's events stream (``events()`` reads it back)."""
 
     executor: ExecutorMethods
 
     def __init__(self, conn: Any, name: str, *, wire: int = Wire.SCRIPTS,
                  retention_ms: int = DEFAULT_RETENTION_MS,
-                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, check_policy: bool = True) -> None:
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, check_policy: bool = True,
+                 events: bool = False) -> None:
         self.conn = conn
         self.name = name
-        self.calls = QueueCalls(name, retention_ms=retention_ms, max_attempts=max_attempts)
+        self.calls = QueueCalls(name, retention_ms=retention_ms, max_attempts=max_attempts,
+                                events=events)
         self.executor = self._executor_of(wire)
         self._registered = False
         self._policy_due = check_policy
@@ -127,6 +131,11 @@ class QueueMethods(LaneControls, DeadControls):
     @property
     def max_attempts(self) -> int:
         return self.calls.max_attempts
+
+    @property
+    def emits_events(self) -> bool:
+        """Whether this queue's calls append their changes to the events stream."""
+        return self.calls.events
 
     def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str:
         """The key of ``role`` (pending, active, delayed, dead, wake, ring; ``job`` with a job
