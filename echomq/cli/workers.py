@@ -45,6 +45,9 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
               help="a queue to consume; repeat it to serve several in strict priority order, "
               "the first first  [default with an App: the App's queues]")
 @click.option("--lanes", is_flag=True, help="claim through the lanes in turn (wire 5 only)")
+@click.option("--events", is_flag=True,
+              help="append each change to the queue's events stream, as the producers of an "
+              "evented queue do  [default with an App: the App's events flag]")
 @click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1),
               help="worker processes")
 @click.option("--url", envvar="ECHOMQ_URL", default=None, show_envvar=True,
@@ -78,7 +81,8 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @_metrics_options
-def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency: int,
+def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, events: bool,
+           concurrency: int,
            url: str | None, wire: str | None, grace: float, lease_ms: int, retry_delay_ms: int,
            max_attempts: int | None, time_limit: float | None, park_cap_ms: int, prefetch: int,
            on_ack: str | None, async_concurrency: int | None, log_level: str,
@@ -100,7 +104,8 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, concurrency:
     queues, async_in_flight = _worker_target(handler, queue_names, async_concurrency)
     check_worker_queues(queues)
     served_url, served_wire, shown = _served_server(handler, url, wire)
-    spec = WorkerSpec(handler=handler, queue=queues, url=served_url, lanes=lanes, wire=served_wire,
+    spec = WorkerSpec(handler=handler, queue=queues, url=served_url, lanes=lanes, events=events,
+                      wire=served_wire,
                       lease_ms=lease_ms, retry_delay_ms=retry_delay_ms,
                       max_attempts=max_attempts, park_cap_ms=park_cap_ms, on_ack=on_ack,
                       log_level=log_level.upper(), time_limit_ms=limit_ms,

@@ -130,6 +130,7 @@ class EchoMQBackend(BaseTaskBackend):
         self.wire: int = self.options.get("WIRE", Wire.SCRIPTS)
         self.max_attempts: int = self.options.get("MAX_ATTEMPTS", 1)
         self.retry_delay_ms: int = self.options.get("RETRY_DELAY_MS", 1_000)
+        self.events: bool = bool(self.options.get("EVENTS", False))
 
     @cached_property
     def conn(self) -> Any:
@@ -137,7 +138,7 @@ class EchoMQBackend(BaseTaskBackend):
 
     def queue(self, name: str) -> Queue:
         return Queue(self.conn, name, wire=self.wire, max_attempts=self.max_attempts,
-                     check_policy=False)
+                     check_policy=False, events=self.events)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)

@@ -88,15 +88,18 @@ class App:
     long an acked job's tombstone (and its kept result) stays; ``hooks``: observers of each
     enqueue and attempt (``echomq.tasks.hooks.TaskHooks``); ``draw``: the jitter's random
     numbers in [0, 1) (a fixed one makes delays exact in tests); ``check_policy``: warn once
-    when the server may evict keys (a CONFIG GET when the first queue is made)."""
+    when the server may evict keys (a CONFIG GET when the first queue is made); ``events``:
+    every queue of the app, and every ``echomq worker`` serving the app, appends each change
+    to the queue's events stream (``Queue.events`` reads it)."""
 
     def __init__(self, conn: Any, queue: str = "default", *, wire: int = Wire.SCRIPTS,
                  serializer: str = "json", max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  backoff: Backoff = DEFAULT_BACKOFF, retention_ms: int = DEFAULT_RETENTION_MS,
                  hooks: TaskHooks | Sequence[TaskHooks] = (), draw: Draw = random.random,
-                 check_policy: bool = True) -> None:
+                 check_policy: bool = True, events: bool = False) -> None:
         self.conn = conn
         self.wire = wire
+        self.events = events
         self.serializer: Serializer = checked_serializer(serializer)
         self.policy = RetryPolicy(max_attempts=max_attempts, backoff=backoff)
         self.retention_ms = retention_ms
@@ -123,11 +126,13 @@ class App:
         self.observed = not isinstance(self.hooks, NoHooks)
 
     def queue_named(self, name: str) -> Queue:
-        """The app's Queue called ``name``, made on first use with the app's wire."""
+        """The app's Queue called ``name``, made on first use with the app's wire (and events
+        flag)."""
         queue = self.queues.get(name)
         if queue is None:
             queue = Queue(self.conn, name, wire=self.wire, retention_ms=self.retention_ms,
-                          max_attempts=self.policy.max_attempts, check_policy=self.check_policy)
+                          max_attempts=self.policy.max_attempts, check_policy=self.check_policy,
+                          events=self.events)
             self.check_policy = False  # one connection: asked once is enough
             self.queues[name] = queue
         return queue

@@ -57,13 +57,17 @@ def consumer_options(spec: WorkerSpec, on_overrun: Callable[[Job], object] | Non
 def queue_options(spec: WorkerSpec, target: Any, name: str) -> dict[str, Any]:
     """The options of the worker's queue ``name``: an App's own queue of that name lends its
     retention (how long results stay) and attempt limit; ``--max-attempts`` sets the limit,
-    so the crash path (recover) and the failure path (retry) count against the same number."""
+    so the crash path (recover) and the failure path (retry) count against the same number.
+    ``--events``, or an App made with ``events=True``, has every queue served append its
+    events."""
     options: dict[str, Any] = {}
     own = app_queue(target, name)
     for option in ("retention_ms", "max_attempts"):
         value = getattr(own, option, None)
         if isinstance(value, int) and not isinstance(value, bool):
             options[option] = value
+    if spec.events or (is_app(target) and getattr(target, "events", False) is True):
+        options["events"] = True
     if spec.max_attempts is not None:
         options["max_attempts"] = spec.max_attempts
     return options

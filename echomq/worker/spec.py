@@ -41,12 +41,14 @@ class WorkerSpec:
     process: ``connect``). ``queue``: one queue, or several in priority order. ``max_attempts``:
     None keeps the queue's. ``time_limit_ms``: None for no limit. ``async_concurrency``: None
     runs the blocking consumer; N the asyncio one with N handlers in flight (an App with async
-    tasks; its plain ones run in threads, N at most)."""
+    tasks; its plain ones run in threads, N at most). ``events``: the queues' calls append their
+    changes to the events streams (an App made with ``events=True`` has them do so anyway)."""
 
     handler: str
     queue: str | tuple[str, ...]
     url: str | None
     lanes: bool = False
+    events: bool = False
     wire: int = Wire.SCRIPTS
     lease_ms: int = DEFAULT_LEASE_MS
     retry_delay_ms: int = 1_000
