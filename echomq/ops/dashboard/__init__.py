@@ -15,7 +15,9 @@ API (paths relative to where the app is mounted): ``GET api/queues``, ``GET api/
 ``POST api/queues/{name}/dead/purge`` (JSON ``{"limit": n}``),
 ``GET api/queues/{name}/lanes`` (``{"paused", "lanes": [...]}``: each group's knobs, jobs
 waiting, leases held, state), ``POST api/queues/{name}/pause`` and ``.../resume`` (JSON
-``{"lane": group}`` or ``{}`` for the whole queue).
+``{"lane": group}`` or ``{}`` for the whole queue), ``GET api/queues/{name}/events``
+(``?since=ID&count=N&block_ms=M``: ``{"enabled", "events": [...], "last"}``, a long poll of the
+queue's events stream; ``echomq.ops.dashboard.live``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from echomq.engine.server_time import server_ms
 from echomq.ops import admin
 from echomq.ops.dashboard.guard import LOOPBACK_HOSTS, SECURITY_HEADERS, Policy, refusal, who
 from echomq.ops.dashboard.history import COLUMNS, History
+from echomq.ops.dashboard.live import events_answer, query_of
 from echomq.ops.dashboard.requests import MAX_DEPTH, BodyRefused, checked, nesting, read_capped
 from echomq.queue.blocking import Queue
 from echomq.queue.lanes import lane_report, lane_waiting
@@ -125,6 +128,7 @@ class _Views:
             Route("/api/queues/{name}/lanes", checked(self.lanes)),
             Route("/api/queues/{name}/pause", checked(self.pause), methods=["POST"]),
             Route("/api/queues/{name}/resume", checked(self.resume), methods=["POST"]),
+            Route("/api/queues/{name}/events", checked(self.events)),
         ]
 
     async def page(self, request: Request) -> Response:
@@ -183,6 +187,14 @@ class _Views:
         _audit(request, action, name, f"lane={json.dumps(lane)}")
         whole, lanes = queue.paused()
         return JSONResponse({"paused": whole, "paused_lanes": lanes})
+
+    async def events(self, request: Request) -> Response:
+        """The queue's events after ``since`` (the newest without it), waiting up to
+        ``block_ms`` for one: the live view's long poll (read-only)."""
+        since, count, block_ms = query_of(request.query_params)
+        answer = await events_answer(self.conn, request.path_params["name"], since, count,
+                                     block_ms)
+        return JSONResponse(answer)
 
     def workers(self, request: Request) -> Response:
         return JSONResponse({"server_time_ms": server_ms(self.conn),
