@@ -16,6 +16,7 @@ from echomq import Queue
 from echomq.embedded import EmbeddedValkey
 from echomq.ops.dashboard import create_app
 from echomq.ops.dashboard.live import BLOCK_CAP_MS, MAX_COUNT, query_of
+from tests.test_dashboard import CHROMIUM
 from tests.test_queue_events import NOW, append_once_blocked, fill
 
 SITE = "http://127.0.0.1:8042"
@@ -104,3 +105,30 @@ def test_it_sits_behind_the_guard(conn: redis.Redis, queue: Queue) -> None:
         assert allowed.status_code == 200 and len(allowed.json()["events"]) == 1
     with TestClient(create_app(conn), base_url="http://evil.example") as foreign:
         assert foreign.get("/api/queues/mail/events").status_code in (400, 403)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+def test_the_page_lists_the_events_and_one_appended_while_it_is_open(conn: redis.Redis) -> None:
+    from tests.test_dashboard import serve
+    from tests.test_dashboard_operator import Browser, recent
+    playwright = pytest.importorskip("playwright.sync_api")
+
+    queue = Queue(conn, "mail", check_policy=False)
+    queue.enqueue("JOB:listed", b"p")  # the queue is registered, so the page lists it
+    fill(queue, 2)
+    with playwright.sync_playwright() as p:
+        browser = Browser(p)
+        try:
+            for url in serve(create_app(conn, history=recent(conn, ["mail"]))):
+                page = browser.open(url)
+                page.wait_for_selector(f'#events tr[data-event="{NOW + 1}-0"]')
+                assert page.inner_text(f'#events tr[data-event="{NOW}-0"] a.job') == "J0"
+                added = conn.xadd(queue.key("events"), {"kind": "dead", "job": "JOB:late",
+                                                        "attempt": "3"})
+                row = f'#events tr[data-event="{added.decode()}"]'
+                page.wait_for_selector(row)  # the long poll brings it, no reload
+                assert page.inner_text(f"{row} [data-kind]") == "dead"
+                first = page.query_selector("#events tbody tr")
+                assert first is not None and first.get_attribute("data-event") == added.decode()
+        finally:
+            browser.browser.close()
