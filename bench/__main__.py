@@ -20,6 +20,7 @@ from tqdm import tqdm
 from bench import (
     cost,
     e2e,
+    events,
     lanes,
     memory,
     parking,
@@ -40,16 +41,18 @@ FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_
         "limit_lanes": [10, 100, 1_000, 10_000, 100_000], "limit_calls": 3_000,
         "task_jobs": 20_000, "task_reps": 3, "parking_idle_s": 80.0,
         "parking_pending": 200_000, "parking_enqueues": 10,
-        "priority_calls": 20_000, "priority_behind": 1_000_000, "priority_groups": 100}
+        "priority_calls": 20_000, "priority_behind": 1_000_000, "priority_groups": 100,
+        "events_calls": 20_000, "events_reps": 3}
 QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_reps": 1,
          "e2e_jobs": 300, "sizes": [10**3, 10**4], "lanes": [10, 1_000], "scale_calls": 300,
          "worker_jobs": 2_000, "worker_reps": 1, "worker_counts": [1, 2], "latency_samples": 50,
          "memory_jobs": 2_000, "limit_lanes": [10, 1_000], "limit_calls": 300,
          "task_jobs": 1_000, "task_reps": 1, "parking_idle_s": 5.0,
          "parking_pending": 10_000, "parking_enqueues": 3,
-         "priority_calls": 2_000, "priority_behind": 1_000_000, "priority_groups": 10}
+         "priority_calls": 2_000, "priority_behind": 1_000_000, "priority_groups": 10,
+         "events_calls": 1_000, "events_reps": 1}
 PHASES = ("cost", "throughput", "e2e", "workers", "memory", "scaling", "lanes", "tasks",
-          "parking", "priority")
+          "parking", "priority", "events")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +130,8 @@ def run_phase(phase: str, conn: Any, port: int, config: dict[str, Any]) -> Any:
         "tasks": lambda: tasks.run(conn, config["task_jobs"], config["task_reps"]),
         "parking": lambda: parking.phase(conn, config),
         "priority": lambda: priority.run(conn, port, config["priority_calls"],
-                                         config["priority_behind"], config["priority_groups"]),
+                                         config["priority_behind"], config["priority_groups"]),,
+        "events_calls": 1_000, "events_reps": 1}
     }
     return runs[phase]()
 

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker
 
 from bench import findings
+from bench.events import section as events_section
 from bench.lanes import section as lanes_section
 from bench.priority import section as priority_section
 from bench.parking import report_section as parking_section
@@ -388,6 +389,7 @@ def write(results: dict[str, Any], out: str) -> str:
         "tasks": lambda: tasks_section(results),
         "parking": lambda: parking_section(results),
         "priority": lambda: priority_section(results),
+        "events": lambda: events_section(results),
     }
     for phase, section in sections.items():
         if phase in results:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from bench.events import targets as event_targets
 from bench.findings import TARGETS
 from bench.priority import targets as priority_targets
 from bench.tasks import targets as task_targets
@@ -86,7 +87,7 @@ def targets(results: dict[str, Any]) -> list[list[str]]:  # noqa: C901
                          f"{ours:,.0f} / {peers[best]['roundtrip']:,.0f} jobs/s = {ratio:.2f}×",
                          verdict(ratio >= 1.5)])
     rows += worker_targets(results) + produce_targets(results) + memory_targets(results)
-    rows += task_targets(results) + priority_targets(results)
+    rows += task_targets(results) + priority_targets(results) + event_targets(results)
     flat = results.get("scaling", {}).get("flat")
     if flat and len(flat) > 1:
         lo, hi = flat[0], flat[-1]
