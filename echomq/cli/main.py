@@ -7,6 +7,7 @@ import click
 
 from echomq.cli.dead import dead
 from echomq.cli.errors import ErrorReportingGroup
+from echomq.cli.events import events
 from echomq.cli.jobs import cancel, enqueue, inspect
 from echomq.cli.queues import forget, lanes, pause, recover, resume, stats
 from echomq.cli.serve import dashboard, serve
@@ -27,5 +28,5 @@ def main(debug: bool) -> None:
 
 
 for command in (demo, worker, enqueue, stats, workers, inspect, cancel, dead, forget, recover,
-                pause, resume, lanes, serve, dashboard, bench, conformance):
+                pause, resume, lanes, events, serve, dashboard, bench, conformance):
     main.add_command(command)
