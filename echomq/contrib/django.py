@@ -6,7 +6,7 @@ in an echomq worker.
         "BACKEND": "echomq.contrib.django.EchoMQBackend",
         "QUEUES": ["default", "emails"],          # each Django queue_name is an echomq queue
         "OPTIONS": {"URL": "redis://localhost:6379/0", "WIRE": 5,
-                    "MAX_ATTEMPTS": 1, "RETRY_DELAY_MS": 1000},
+                    "MAX_ATTEMPTS": 1, "RETRY_DELAY_MS": 1000, "EVENTS": False},
     }}
 
 The job's payload is JSON (``Call``: the task's import path, its arguments, which Django has
@@ -19,6 +19,8 @@ priorities are not supported (a queue runs in order).
 Workers: ``DJANGO_SETTINGS_MODULE=mysite.settings echomq worker echomq.contrib.django:handler
 --queue default``. A task that raises is retried after the backend's ``RETRY_DELAY_MS`` until its
 attempts reach ``MAX_ATTEMPTS`` (1 by default: failed at once, as Django's own backends do).
+``EVENTS``: each enqueue appends to the queue's events stream (the workers then take
+``--events``).
 """
 
 from __future__ import annotations
