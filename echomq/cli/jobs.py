@@ -31,8 +31,8 @@ def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, prio
     """Admit one job with PAYLOAD into QUEUE."""
     job_id = job_id or new_job_id()
     conn = connect(url)
-    verdict = Queue(conn, queue, wire=wire_of(wire)).enqueue(job_id, payload.encode(), lane=lane,
-                                                            priority=priority)
+    producer = Queue(conn, queue, wire=wire_of(wire), events=admin.has_events(conn, queue))
+    verdict = producer.enqueue(job_id, payload.encode(), lane=lane, priority=priority)
     admin.register_queue(conn, queue)
     emit(as_json, {"id": job_id, "verdict": verdict.value},
          lambda: [f"{verdict.value} {job_id}"])
@@ -67,7 +67,9 @@ def cancel(queue: str, job_id: str, wire: str, url: str, as_json: bool) -> None:
     """Cancel job ID of QUEUE: one waiting never runs; one running is told at its next
     heartbeat and ends cancelled. Prints the verdict: CANCELLED, CANCELLING (its handler is
     told), DONE or DEAD (it ended so: nothing changes); no such job exits 1."""
-    verdict = Queue(connect(url), queue, wire=wire_of(wire)).cancel(job_id)
+    conn = connect(url)
+    verdict = Queue(conn, queue, wire=wire_of(wire),
+                    events=admin.has_events(conn, queue)).cancel(job_id)
     if verdict is Verdict.UNKNOWN:
         raise Failure(f"no job {job_id} in queue {queue}",
                       f"`echomq stats {queue}` shows what the queue holds; a job that ended is "

@@ -84,7 +84,9 @@ def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
     """Return QUEUE's expired leases and promote its due retries now, every one that is due
     (in short steps of 1,000), then trim its dead jobs to their bounds (`echomq dead
     bounds`)."""
-    recovered, promoted, _ = Queue(connect(url), queue, wire=wire_of(wire)).recover_due()
+    conn = connect(url)
+    housekeeper = Queue(conn, queue, wire=wire_of(wire), events=admin.has_events(conn, queue))
+    recovered, promoted, _ = housekeeper.recover_due()
     moved = {"recovered": recovered, "promoted": promoted}
     emit(as_json, moved, lambda: [f"recovered {moved['recovered']}, "
                                   f"promoted {moved['promoted']}"])

@@ -1,7 +1,8 @@
 """An operator's view of queues: what is where, how old, what died and why; requeue and purge.
 
 Everything here reads with plain commands, and writes only through the ``requeue`` and ``purge``
-scripts (atomic; scripts whatever wire the queue's workers use).
+scripts (atomic; scripts whatever wire the queue's workers use). On a queue that has an events
+stream, an operator's change appends its events too (``has_events``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from echomq.engine.calls import ZSETS, QueueCalls, payload_bytes, text
 from echomq.engine.executors import executor_for
 from echomq.engine.priority import band, split_score
 from echomq.engine.server_time import server_ms, time_ms
+from echomq.engine.transitions import EVENTS_ROLE
 from echomq.engine.wire import Wire
 from echomq.queue.lanes import lane_groups, paused_lanes, per_group, shown_depths, waiting_keys
 from echomq.queue.registry import DISCOVERED_KEY, REGISTRY_KEY
@@ -300,12 +302,20 @@ def every_dead_job(conn: Any, name: str) -> list[DeadJob]:
             return found
 
 
+def has_events(conn: Any, name: str) -> bool:
+    """Whether queue ``name`` has an events stream (its Queues are made with ``events=True``):
+    an operator's change to it then declares the key too, so the stream misses none."""
+    return bool(conn.exists(QueueCalls(name).key(EVENTS_ROLE)))
+
+
 def requeue(conn: Any, name: str, job_id: str, *, now: int | None = None) -> bool:
     """Run dead job ``job_id`` again with fresh attempts; False if it is not dead."""
-    reply = _SCRIPTS.call(conn, *QueueCalls(name).requeue(job_id, now))
+    calls = QueueCalls(name, events=has_events(conn, name))
+    reply = _SCRIPTS.call(conn, *calls.requeue(job_id, now))
     return text(reply) == "REQUEUED"
 
 
 def purge(conn: Any, name: str, *, limit: int = 1000) -> int:
     """Delete up to ``limit`` dead jobs (oldest first) and their rows; how many went."""
-    return int(_SCRIPTS.call(conn, *QueueCalls(name).purge(limit)))
+    calls = QueueCalls(name, events=has_events(conn, name))
+    return int(_SCRIPTS.call(conn, *calls.purge(limit)))

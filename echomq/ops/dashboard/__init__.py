@@ -222,7 +222,8 @@ class _Views:
         """Cancel one job (``Queue.cancel``): its verdict. A bad id is refused (400) by the
         checks around it, before anything is sent."""
         name, job_id = request.path_params["name"], request.path_params["job_id"]
-        verdict = Queue(self.conn, name, check_policy=False).cancel(job_id)
+        verdict = Queue(self.conn, name, check_policy=False,
+                        events=admin.has_events(self.conn, name)).cancel(job_id)
         _audit(request, "cancel", name, f"id={json.dumps(job_id)} verdict={verdict.value}")
         return JSONResponse({"id": job_id, "verdict": verdict.value})
 
