@@ -15,6 +15,7 @@ from tqdm import tqdm
 from bench.common import call, commandstats, ids, pipelined, reset, stat_name
 from echomq.engine import transitions as t
 from echomq.engine.calls import Ack, Call, Job, QueueCalls
+from echomq.engine.scripts import script_for
 
 PAYLOAD = b'{"task":"noop","args":[]}'
 NOW = 1_700_000_000_000
@@ -44,6 +45,8 @@ def _measured(conn: redis.Redis, wire: int, transition: t.Transition,
 def life_cycle(conn: redis.Redis, wire: int, events: bool, count: int) -> dict[str, float]:
     """usec_per_call of ``count`` enqueues, then as many claims, then a settle acking each."""
     conn.flushall()
+    for transition in (t.ENQUEUE, t.CLAIM, t.SETTLE):
+        conn.script_load(script_for(transition).source)
     calls = QueueCalls(f"events{wire}{int(events)}", events=events)
     jobs = ids("ev", count)
     out = {}
@@ -97,7 +100,7 @@ def targets(results: dict[str, Any]) -> list[list[str]]:
         name, wire = key.split("/")
         ok = row["delta"] <= data["xadd"]
         rows.append([f"events on: {name} (wire={wire}) costs ≤ one XADD more",
-                     f"{row['off']:.2f} → {row['on']:.2f} µs, +{row['delta']:.2f} µs "
+                     f"{row['off']:.2f} → {row['on']:.2f} µs, {row['delta']:+.2f} µs "
                      f"(XADD {data['xadd']:.2f} µs)", "**met**" if ok else "**missed**"])
     return rows
 
