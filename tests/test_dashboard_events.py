@@ -20,6 +20,7 @@ from tests.test_dashboard import CHROMIUM
 from tests.test_queue_events import NOW, append_once_blocked, fill
 
 SITE = "http://127.0.0.1:8042"
+CSRF = "page-token"
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def queue(conn: redis.Redis) -> Queue:
 
 @pytest.fixture
 def client(conn: redis.Redis) -> Iterator[TestClient]:
-    with TestClient(create_app(conn), base_url=SITE) as client:
+    with TestClient(create_app(conn, csrf_token=CSRF), base_url=SITE) as client:
         yield client
 
 
@@ -47,6 +48,20 @@ def test_an_appended_event_is_shown_at_once(client: TestClient, queue: Queue) ->
     assert answer["events"] == [{"id": ids[0], "kind": "enqueued", "job_id": "J0", "attempt": 0,
                                  "at_ms": NOW, "fence": None, "lane": None, "due_ms": None,
                                  "priority": 0}]
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_an_evented_enqueue_and_cancel_are_shown(client: TestClient, conn: redis.Redis,
+                                                 wire: int) -> None:
+    evented = Queue(conn, "mail", wire=wire, events=True, check_policy=False)
+    evented.enqueue("JOB:shown", b"p", now=NOW)
+    answer = events(client, "?since=0-0&block_ms=0")
+    assert [(e["kind"], e["job_id"], e["at_ms"]) for e in answer["events"]] == [
+        ("enqueued", "JOB:shown", NOW)]
+    cancelled = client.post("/api/queues/mail/jobs/JOB:shown/cancel", json={},
+                            headers={"Origin": SITE, "X-EchoMQ-CSRF": CSRF})
+    assert cancelled.status_code == 200  # the operator's cancel is told too
+    assert events(client, f"?since={answer['last']}")["events"][0]["kind"] == "cancelled"
 
 
 def test_without_since_the_newest_come_then_since_resumes(client: TestClient,
