@@ -207,3 +207,32 @@ def test_the_latest_events_are_the_newest_oldest_first(queue: Queue) -> None:
     assert [event.id for event in queue.latest_events(2)] == ids[3:]
     assert [event.id for event in queue.latest_events()] == ids
     assert Queue(queue.conn, "other", check_policy=False).latest_events() == []
+
+
+def test_follow_yields_each_event_as_it_comes_on_both_queues(
+        queue: Queue, conn: Any, valkey: EmbeddedValkey) -> None:
+    ids = fill(queue, 2)
+    followed = queue.follow(since=ids[0], block_ms=60_000)
+    assert next(followed).id == ids[1]
+    writer = append_once_blocked(valkey, queue, "NEXT")
+    assert next(followed).job_id == "NEXT"
+    writer.join()
+    from_now = queue.follow(since="$", block_ms=60_000)
+    writer = append_once_blocked(valkey, queue, "AFTER")
+    assert next(from_now).job_id == "AFTER"
+    writer.join()
+
+    async def main() -> list[str]:
+        client = async_twin(conn)
+        try:
+            twin = AsyncQueue(client, "emails", check_policy=False)
+            seen = []
+            async for event in twin.follow(block_ms=20):
+                seen.append(event.job_id)
+                if len(seen) == 4:
+                    break
+            return seen
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) == ["J0", "J1", "NEXT", "AFTER"]

@@ -4,10 +4,13 @@ same names, calls and semantics as ``echomq.Queue`` — both are the methods wri
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 from echomq.engine.async_executors import AsyncExecutor, async_executor_for
+from echomq.engine.events import Event
 from echomq.engine.program import AsyncShell, Program, adrive
+from echomq.queue.events import AFTER_NOW, resumed
 from echomq.queue.methods import QueueMethods, evicting_check
 
 R = TypeVar("R")
@@ -30,3 +33,12 @@ class Queue(QueueMethods, AsyncShell):
         if self._policy_due:
             await self.check_policy()
         return await adrive(program)
+
+    async def follow(self, since: str | None = None,
+                     block_ms: int = 10_000) -> AsyncIterator[Event]:
+        """As ``echomq.Queue.follow``: an async generator over ``events`` in a loop."""
+        after = resumed(since, await self.latest_events(1) if since == AFTER_NOW else [])
+        while True:
+            for event in await self.events(after, block_ms=block_ms):
+                after = event.id
+                yield event

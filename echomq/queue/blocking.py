@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from echomq.engine.calls import (
@@ -13,8 +14,10 @@ from echomq.engine.calls import (
     Retry,
     Verdict,
 )
+from echomq.engine.events import Event
 from echomq.engine.executors import Executor, executor_for
 from echomq.engine.program import BlockingShell, drive
+from echomq.queue.events import AFTER_NOW, resumed
 from echomq.queue.methods import QueueMethods, evicting_check
 
 __all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "JobOutcome", "Queue", "Release", "Retry",
@@ -45,3 +48,12 @@ class Queue(QueueMethods, BlockingShell):
     def _made(self) -> None:
         if self._policy_due:
             self.check_policy()
+
+    def follow(self, since: str | None = None, block_ms: int = 10_000) -> Iterator[Event]:
+        """Each event after ``since`` (None: from the oldest kept; ``"$"``: from now on) as it
+        comes, for ever: ``events`` in a loop, each read waiting up to ``block_ms``."""
+        after = resumed(since, self.latest_events(1) if since == AFTER_NOW else [])
+        while True:
+            for event in self.events(after, block_ms=block_ms):
+                after = event.id
+                yield event

@@ -42,6 +42,14 @@ def range_start(since: str | None) -> str:
     return "-" if since is None else "(" + since
 
 
+def resumed(since: str | None, newest: list[Event]) -> str | None:
+    """Where a follower resumes for ``since``: ``$`` read as the newest event's id then (or the
+    first id: the stream is empty), so no later read misses what came between two."""
+    if since != AFTER_NOW:
+        return since
+    return newest[0].id if newest else FIRST_ID
+
+
 def block_ms_of(block_s: float) -> int:
     """A slice (s) as XREAD's BLOCK takes it: whole ms, at least 1 (0 would block for ever)."""
     return max(1, int(block_s * 1000))
