@@ -54,6 +54,7 @@ from echomq.engine.transitions import (
     Transition,
 )
 from tests.stateful_cancel import Cancelling
+from tests.stateful_events import EventedCalls
 from tests.stateful_priority import Priorities
 from tests.stateful_progress import Progress
 from tests.stateful_world import (
@@ -76,7 +77,7 @@ from tests.stateful_world import (
 )
 
 
-class QueueMachine(Priorities, Progress, BeyondTheQueue, Checks, Cancelling,
+class QueueMachine(Priorities, Progress, BeyondTheQueue, Checks, Cancelling, EventedCalls,
                    RuleBasedStateMachine):
     """One queue (plus a neighbour) on both executors and the model, in lockstep."""
 
@@ -103,6 +104,7 @@ class QueueMachine(Priorities, Progress, BeyondTheQueue, Checks, Cancelling,
 
     def execute(self, transition: Transition, argv: Argv) -> tuple[bytes, dict[str, Outcome]]:
         """Runs ``argv`` on both executors and the model; replies and keyspaces must agree."""
+        argv = self.with_events(transition, argv)
         context = (transition.name, argv)
         expected = self.model.call(transition, argv)
         outcomes = self.pair.run(transition, argv) if transition.native else self.scripted(
