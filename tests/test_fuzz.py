@@ -1,7 +1,8 @@
 """Random argument lists to every native command and its Lua twin, on a state holding jobs.
 
-Whatever the list — numkeys of any shape, keys mixing the queue's and junk, binary, empty and
-huge strings, numbers at their edges — both executors must send the same bytes, leave the same
+Whatever the list — numkeys of any shape, keys mixing the queue's and junk (the events key with
+them, or after the right ones), binary, empty and huge strings, numbers at their edges — both
+executors must send the same bytes, leave the same
 keyspace (an error changes nothing), agree with the model (echomq/conformance/model/), and the
 server must still answer PING afterwards.
 """
@@ -23,7 +24,8 @@ from echomq.engine.transitions import TRANSITIONS, Transition
 
 BASE = b"emq:{q}:"
 NOW = 1_700_000_000_000
-ROLES = [b"pending", b"active", b"delayed", b"dead", b"wake", b"ring", b"lane:a", b"fence"]
+ROLES = [b"pending", b"active", b"delayed", b"dead", b"wake", b"ring", b"lane:a", b"fence",
+         b"events"]
 IDS = [b"JOB:1", b"JOB:2", b"JOB:3", b"JOB:4", b"JOB:5", b"JOB:6", b"JOB:ghost", b"JOB:new"]
 
 # A queue with a job in every place: pending (and a ghost there), active (flat and lane),
@@ -94,6 +96,8 @@ def argvs(draw: st.DrawFn, transition: Transition) -> list[bytes]:
         job_id = draw(st.sampled_from(IDS))
         keys = [BASE + (b"job:" + job_id if role == "job" else role.encode())
                 for role in transition.keys]
+        if transition.events and draw(st.booleans()):  # declared: its events are appended
+            keys.append(BASE + b"events")
     args = draw(ARGS)
     numkeys = str(len(keys)).encode() if draw(st.booleans()) else draw(NUMKEYS)
     return [numkeys, *keys, *args]
