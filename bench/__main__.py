@@ -130,8 +130,8 @@ def run_phase(phase: str, conn: Any, port: int, config: dict[str, Any]) -> Any:
         "tasks": lambda: tasks.run(conn, config["task_jobs"], config["task_reps"]),
         "parking": lambda: parking.phase(conn, config),
         "priority": lambda: priority.run(conn, port, config["priority_calls"],
-                                         config["priority_behind"], config["priority_groups"]),,
-        "events_calls": 1_000, "events_reps": 1}
+                                         config["priority_behind"], config["priority_groups"]),
+        "events": lambda: events.run(conn, config["events_calls"], config["events_reps"]),
     }
     return runs[phase]()
 

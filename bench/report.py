@@ -16,8 +16,8 @@ import matplotlib.ticker
 from bench import findings
 from bench.events import section as events_section
 from bench.lanes import section as lanes_section
-from bench.priority import section as priority_section
 from bench.parking import report_section as parking_section
+from bench.priority import section as priority_section
 from bench.targets import GUARANTEES, fig, md_table, ok_e2e, targets
 from bench.tasks import section as tasks_section
 
