@@ -100,6 +100,17 @@ def commandstats(conn: redis.Redis) -> dict[str, dict[str, float]]:
     return stats
 
 
+def usec_per_call(conn: redis.Redis, commands: list[list[Any]], name: str) -> float:
+    """INFO commandstats' usec_per_call of ``name`` over ``commands``, pipelined after a reset;
+    raises on the first error or null reply."""
+    reset(conn)
+    replies = pipelined(conn, commands)
+    errors = [r for r in replies if isinstance(r, Exception) or r is None]
+    if errors:
+        raise RuntimeError(f"{name}: {errors[0]!r}")
+    return commandstats(conn)[name]["usec_per_call"]
+
+
 def used_memory(conn: redis.Redis) -> int:
     return int(conn.info("memory")["used_memory"])
 

@@ -19,12 +19,10 @@ from tqdm import tqdm
 from bench.common import (
     call,
     claim_cmd,
-    commandstats,
     ids,
     mass_insert,
-    pipelined,
-    reset,
     stat_name,
+    usec_per_call,
 )
 from echomq import Queue
 from echomq.engine import transitions as t
@@ -45,23 +43,14 @@ def _enqueue(wire: int, job_id: str, priority: int) -> list[Any]:
     return call(t.ENQUEUE, wire, t.keys_for(BASE, t.ENQUEUE, job_id), args)
 
 
-def _measured(conn: redis.Redis, commands: list[list[Any]], name: str) -> float:
-    reset(conn)
-    replies = pipelined(conn, commands)
-    errors = [r for r in replies if isinstance(r, Exception) or r is None]
-    if errors:
-        raise RuntimeError(f"priority bench, {name}: {errors[0]!r}")
-    return commandstats(conn)[name]["usec_per_call"]
-
-
 def _round(conn: redis.Redis, wire: int, calls: int, mixed: bool, rep: int) -> tuple[float, float]:
     """usec per enqueue of ``calls`` jobs (all at 0, or the mix), then per claim of them all."""
     conn.flushall()
     jobs = ids(f"w{wire}m{int(mixed)}r{rep}", calls)
     enqueues = [_enqueue(wire, job_id, MIX[i % len(MIX)] if mixed else 0)
                 for i, job_id in enumerate(jobs)]
-    enqueue = _measured(conn, enqueues, stat_name(t.ENQUEUE, wire))
-    claim = _measured(conn, [claim_cmd(BASE, wire) for _ in jobs], stat_name(t.CLAIM, wire))
+    enqueue = usec_per_call(conn, enqueues, stat_name(t.ENQUEUE, wire))
+    claim = usec_per_call(conn, [claim_cmd(BASE, wire) for _ in jobs], stat_name(t.CLAIM, wire))
     return enqueue, claim
 
 
@@ -137,7 +126,7 @@ def lanes(conn: redis.Redis, groups: int, calls: int) -> dict[str, float]:
         queue = _lanes_filled(conn, groups, 2 * calls // groups + 2, prioritised)
         command = call(t.LANE_CLAIM, 5, t.keys_for(queue.base, t.LANE_CLAIM), (30_000, "*"))
         found["prioritised" if prioritised else "zero"] = statistics.median(
-            _measured(conn, [command] * (calls // REPS), "evalsha") for _ in range(REPS))
+            usec_per_call(conn, [command] * (calls // REPS), "evalsha") for _ in range(REPS))
     found["ratio"] = found["prioritised"] / found["zero"]
     conn.flushall()
     return found

@@ -22,6 +22,7 @@ from bench.common import (
     reset,
     settle_memory,
     stat_name,
+    usec_per_call,
 )
 from echomq import Queue
 from echomq.engine import transitions as t
@@ -29,16 +30,6 @@ from echomq.engine import transitions as t
 PAYLOAD = b"noop"
 BASE = "emq:{scale}:"
 REPS = 3
-
-
-def _measured(conn: redis.Redis, commands: list[list[Any]], name: str) -> float:
-    reset(conn)
-    replies = pipelined(conn, commands)
-    errors = [r for r in replies if isinstance(r, Exception) or r is None]
-    if errors:
-        raise RuntimeError(f"{name}: {errors[0]!r}")
-    stats = commandstats(conn)[name]
-    return stats["usec_per_call"]
 
 
 def flat(conn: redis.Redis, port: int, sizes: list[int], calls: int) -> list[dict[str, Any]]:
@@ -61,12 +52,12 @@ def flat(conn: redis.Redis, port: int, sizes: list[int], calls: int) -> list[dic
                     # top up first, so the claims bring the queue back to its size, not below
                     top = ids(f"top{size}r{rep}w{wire}", calls)
                     mass_insert(port, (enqueue_cmd(BASE, 6, j, PAYLOAD) for j in top), workdir)
-                    samples.setdefault(f"claim/{wire}", []).append(_measured(
+                    samples.setdefault(f"claim/{wire}", []).append(usec_per_call(
                         conn, [claim_cmd(BASE, wire) for _ in range(calls)],
                         stat_name(t.CLAIM, wire)))
                 for wire in (6, 5):
                     extra = ids(f"more{size}r{rep}w{wire}", calls)
-                    samples.setdefault(f"enqueue/{wire}", []).append(_measured(
+                    samples.setdefault(f"enqueue/{wire}", []).append(usec_per_call(
                         conn, [enqueue_cmd(BASE, wire, j, PAYLOAD) for j in extra],
                         stat_name(t.ENQUEUE, wire)))
                 # the enqueues added 2 x calls: claim them away (not measured) to keep the size
@@ -94,7 +85,7 @@ def lanes(conn: redis.Redis, lane_counts: list[int], calls: int) -> list[dict[st
         ring = conn.llen(queue.key("ring"))
         command = call(t.LANE_CLAIM, 5, t.keys_for(queue.base, t.LANE_CLAIM), (30_000, "*"))
         claim_cost = statistics.median(
-            _measured(conn, [command] * (calls // REPS), "evalsha") for _ in range(REPS))
+            usec_per_call(conn, [command] * (calls // REPS), "evalsha") for _ in range(REPS))
         rows.append({"lanes": ring, "jobs": len(items), "lane_claim/5": claim_cost,
                      "lane_enqueue/5": enqueue_cost,
                      "lanes_after": conn.llen(queue.key("ring"))})
