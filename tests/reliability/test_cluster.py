@@ -298,6 +298,10 @@ class Capture:
     def execute_command(self, *argv: Any, **_: Any) -> Any:
         raise Captured(argv)
 
+    def exists(self, *names: Any) -> int:
+        """An operator's call asks first whether the queue has an events stream: it has none."""
+        return 0
+
 
 def command_of(name: str, wire: int, action: Callable[[Queue], object]) -> tuple[Any, ...]:
     """The command ``action`` sends through a ``wire`` Queue of ``name``: built by the Queue
