@@ -76,6 +76,18 @@ function cell(row, text, cls) {
   return td;
 }
 
+// A cell holding a job's id as a link that opens the job's view.
+function jobCell(row, queue, id) {
+  const link = document.createElement("a");
+  link.className = "job";
+  link.textContent = id;
+  link.onclick = () => showJob(queue, id);
+  const td = row.insertCell();
+  td.className = "text";
+  td.appendChild(link);
+  return td;
+}
+
 function el(tag, attrs, parent) {
   const node = document.createElementNS(SVG, tag);
   for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
@@ -282,13 +294,7 @@ async function renderDead(queue, total) {
     box.type = "checkbox";
     box.value = job.id;
     row.insertCell().appendChild(box);
-    const link = document.createElement("a");
-    link.className = "job";
-    link.textContent = job.id;
-    link.onclick = () => showJob(queue, job.id);
-    const idCell = row.insertCell();
-    idCell.className = "text";
-    idCell.appendChild(link);
+    jobCell(row, queue, job.id);
     cell(row, job.task || "—", "text");
     cell(row, job.attempts);
     cell(row, job.lane || "—", "text");
@@ -412,13 +418,7 @@ function showEvents(queue, events) {
     row.dataset.queue = queue;
     cell(row, queue, "text");
     cell(row, e.kind, "text").dataset.kind = e.kind;
-    const link = document.createElement("a");
-    link.className = "job";
-    link.textContent = e.job_id;
-    link.onclick = () => showJob(queue, e.job_id);
-    const job = row.insertCell();
-    job.className = "text";
-    job.appendChild(link);
+    jobCell(row, queue, e.job_id);
     cell(row, e.attempt);
     cell(row, new Date(e.at_ms).toISOString().replace("T", " ").replace("Z", " UTC"));
   }
