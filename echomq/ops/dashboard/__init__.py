@@ -57,6 +57,9 @@ __all__ = ["LOOPBACK_HOSTS", "History", "Policy", "create_app"]
 log = logging.getLogger("echomq.ops.dashboard")
 PREVIEW_BYTES = 4096
 MAX_LIST = 1000
+# The files the page loads, the only ones ``static/{name}`` serves, and their types.
+STATIC_FILES = {"dashboard.js": "text/javascript", "live.js": "text/javascript",
+                "dashboard.css": "text/css"}
 
 
 def _asset(name: str) -> str:
@@ -137,11 +140,10 @@ class _Views:
         return Response(body, media_type="text/html; charset=utf-8")
 
     async def static(self, request: Request) -> Response:
-        kinds = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
         name = request.path_params["name"]
-        if name not in kinds:
+        if name not in STATIC_FILES:
             return JSONResponse({"error": "not found"}, 404)
-        return Response(_asset(name), media_type=f"{kinds[name]}; charset=utf-8")
+        return Response(_asset(name), media_type=f"{STATIC_FILES[name]}; charset=utf-8")
 
     def queues(self, request: Request) -> Response:
         found = [admin.stats(self.conn, name) for name in admin.queue_names(self.conn)]

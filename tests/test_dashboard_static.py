@@ -1,0 +1,102 @@
+"""The page's own files: the page loads dashboard.js, then live.js (the live list, which takes
+dashboard.js's helpers from its EchoMQ namespace and defines none of them again); the static
+route serves each file on its list, behind the same guard and with the same headers, and nothing
+else; and the package data ships every file of echomq/ops/web, in the wheel and the sdist."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterator
+from fnmatch import fnmatch
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from starlette.testclient import TestClient
+
+from echomq.ops.dashboard import STATIC_FILES, create_app
+from echomq.ops.dashboard.guard import SECURITY_HEADERS
+
+ROOT = Path(__file__).resolve().parents[1]
+WEB = ROOT / "echomq" / "ops" / "web"
+SITE = "http://127.0.0.1:8042"
+TOKEN = "s3cret"
+
+
+@pytest.fixture
+def client(conn: redis.Redis) -> Iterator[TestClient]:
+    with TestClient(create_app(conn), base_url=SITE) as client:
+        yield client
+
+
+def headers(response: httpx.Response) -> dict[str, str]:
+    """The answer's headers but its length."""
+    return {key: value for key, value in response.headers.items() if key != "content-length"}
+
+
+def guarded(response: httpx.Response) -> bool:
+    """Whether the answer carries every header the guard adds (no framing, no caching, CSP)."""
+    return all(response.headers.get(key) == value for key, value in SECURITY_HEADERS.items())
+
+
+def page_files() -> set[str]:
+    return {path.name for path in WEB.iterdir() if path.is_file() and path.suffix != ".py"}
+
+
+def test_the_page_loads_dashboard_js_then_live_js(client: TestClient) -> None:
+    page = client.get("/").text
+    assert re.findall(r'<script src="static/([^"]+)" defer></script>', page) == [
+        "dashboard.js", "live.js"]
+
+
+def test_live_js_is_served_as_dashboard_js_is(client: TestClient) -> None:
+    reference = client.get("/static/dashboard.js")
+    response = client.get("/static/live.js")
+    assert reference.status_code == response.status_code == 200
+    assert response.text == (WEB / "live.js").read_text(encoding="utf-8")
+    assert response.headers["content-type"] == "text/javascript; charset=utf-8"
+    assert headers(response) == headers(reference)
+    assert guarded(response)
+
+
+@pytest.mark.parametrize("name", ["dashboard.js", "live.js"])
+def test_each_script_sits_behind_the_guard(conn: redis.Redis, name: str) -> None:
+    with TestClient(create_app(conn, token=TOKEN), base_url=SITE) as client:
+        assert client.get(f"/static/{name}").status_code == 401
+        allowed = client.get(f"/static/{name}", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert allowed.status_code == 200
+    with TestClient(create_app(conn), base_url="http://evil.example") as foreign:
+        assert foreign.get(f"/static/{name}").status_code == 400
+
+
+@pytest.mark.parametrize("name", ["dashboard.html", "__init__.py", "live.py", "nothere.js"])
+def test_a_file_off_the_list_is_not_served(client: TestClient, name: str) -> None:
+    response = client.get(f"/static/{name}")
+    assert response.status_code == 404
+    assert guarded(response)
+
+
+def test_every_file_of_the_page_is_served_or_is_the_page() -> None:
+    assert page_files() == set(STATIC_FILES) | {"dashboard.html"}
+
+
+def test_no_function_is_defined_in_both_scripts() -> None:
+    defined = [set(re.findall(r"\bfunction\s+(\w+)", (WEB / name).read_text()))
+               for name in ("dashboard.js", "live.js")]
+    assert defined[0] and defined[1] and not defined[0] & defined[1]
+
+
+def test_the_package_ships_every_file_of_the_page() -> None:
+    """Each file matches a package-data glob of pyproject.toml at its depth: the wheel carries it,
+    and so does the sdist (which takes the package data, MANIFEST.in excluding nothing)."""
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["echomq"]
+    for name in sorted(page_files()):
+        shipped = f"ops/web/{name}"
+        assert any(shipped.count("/") == glob.count("/") and fnmatch(shipped, glob)
+                   for glob in globs), shipped
+    commands = [line.split()[0] for line in (ROOT / "MANIFEST.in").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert not [c for c in commands if "exclude" in c or c == "prune"], commands
