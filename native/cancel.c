@@ -80,8 +80,7 @@ int tx_cancel(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &group, NULL);
     if (!err && group) {
         lane = derived_key(ctx, call->base, "lane:", group);
-        err = check_lane(ctx, &acl, call->base, lane);
-        if (!err) err = check_prio(ctx, &acl, call->base, group);
+        err = check_lane_keys(ctx, &acl, call->base, group, lane);
     }
     acl_release(&acl);
     int rc = err ? reply_error(ctx, err) : ValkeyModule_ReplyWithSimpleString(ctx, cancel_job(ctx, call, k, ended, group, lane));

@@ -58,9 +58,7 @@ const char *read_record(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModule
     if (reply) ValkeyModule_FreeCallReply(reply);
     if (!parsed) return NULL;
     for (size_t i = 0; i < r->n; i++) {
-        ValkeyModuleString *row_name = derived_key(ctx, base, "job:", r->ids[i]);
-        const char *err = check_row(ctx, acl, row_name, base);
-        ValkeyModule_FreeString(ctx, row_name);
+        const char *err = check_named_key(ctx, acl, base, "job:", r->ids[i], VALKEYMODULE_KEYTYPE_HASH, NULL);
         if (err) return err;
     }
     return NULL;

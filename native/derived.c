@@ -6,11 +6,11 @@
 
 #include "trafikey.h"
 
-/* base + mid + tail as a new string (a derived key: a row or a lane). */
+/* base + mid + tail as a new string (a derived key: a row, a lane); tail NULL: base + mid. */
 ValkeyModuleString *derived_key(ValkeyModuleCtx *ctx, Bytes base, const char *mid,
                                 const ValkeyModuleString *tail) {
     size_t mlen = strlen(mid);
-    Bytes t = bytes_of(tail);
+    Bytes t = tail ? bytes_of(tail) : (Bytes){"", 0};
     char *buf = ValkeyModule_Alloc(base.n + mlen + t.n + 1);
     memcpy(buf, base.p, base.n);
     memcpy(buf + base.n, mid, mlen);
@@ -68,51 +68,51 @@ int moved_away(ValkeyModuleCtx *ctx, ValkeyModuleString *key, Bytes base) {
 
 /* ---- Checking a derived key ------------------------------------------------------------------ */
 
-/* check_row of the prelude: an item's row readable and writable by the caller, absent or a hash,
- * not on another node. NULL, or the error to reply. */
-const char *check_row(ValkeyModuleCtx *ctx, Acl *acl, ValkeyModuleString *row_name, Bytes base) {
-    if (!acl_may_access(acl, row_name)) return EMQ_ERR_PERM;
-    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
-    int t = ValkeyModule_KeyType(row);
-    ValkeyModule_CloseKey(row);
-    if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, row_name, base)) return EMQ_ERR_MOVING;
-    if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_HASH) return EMQ_ERR_TYPE;
+/* The one check of a key the command derives itself, in the prelude's order (check_derived of
+ * derived.lua): the caller's ACL on it (NOPERM); then its type, the key opened for reading and
+ * closed; absent, whether its slot moves away (TRYAGAIN); present and not of type (WRONGTYPE;
+ * KEYTYPE_ANY refuses no type). found, when not NULL, gets the type seen (EMPTY when refused
+ * first). NULL, or the error to reply. The name is the caller's, kept for its writes:
+ *     err = check_key(ctx, acl, base, it->lane_key, VALKEYMODULE_KEYTYPE_LIST, NULL); */
+const char *check_key(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *name, int type,
+                      int *found) {
+    if (found) *found = VALKEYMODULE_KEYTYPE_EMPTY;
+    if (!acl_may_access(acl, name)) return EMQ_ERR_PERM;
+    ValkeyModuleKey *key = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
+    int t = ValkeyModule_KeyType(key);
+    ValkeyModule_CloseKey(key);
+    if (found) *found = t;
+    if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) return EMQ_ERR_MOVING;
+    if (t != VALKEYMODULE_KEYTYPE_EMPTY && type != KEYTYPE_ANY && t != type) return EMQ_ERR_TYPE;
     return NULL;
 }
 
-/* A lane key a job goes back to: checked (ACL, slot, type). NULL or the error. */
-const char *check_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *lane_key) {
-    if (!acl_may_access(acl, lane_key)) return EMQ_ERR_PERM;
-    ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, lane_key, VALKEYMODULE_READ);
-    int t = ValkeyModule_KeyType(lane);
-    ValkeyModule_CloseKey(lane);
-    if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, lane_key, base)) return EMQ_ERR_MOVING;
-    if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_LIST) return EMQ_ERR_TYPE;
-    return NULL;
-}
-
-/* A group's prio zset, <base>prio:<group>, checked wherever its lane key is (ACL, slot, absent or a
- * zset). NULL or the error. */
-const char *check_prio(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *group) {
-    ValkeyModuleString *name = derived_key(ctx, base, "prio:", group);
-    const char *err = NULL;
-    if (!acl_may_access(acl, name)) {
-        err = EMQ_ERR_PERM;
-    } else {
-        ValkeyModuleKey *prio = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
-        int t = ValkeyModule_KeyType(prio);
-        ValkeyModule_CloseKey(prio);
-        if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) err = EMQ_ERR_MOVING;
-        else if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_ZSET) err = EMQ_ERR_TYPE;
-    }
+/* check_key of base + mid + tail (tail NULL: base + mid), the name made and freed here:
+ *     err = check_named_key(ctx, acl, base, "job:", id, KEYTYPE_ANY, &row_type); */
+const char *check_named_key(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, const char *mid,
+                            const ValkeyModuleString *tail, int type, int *found) {
+    ValkeyModuleString *name = derived_key(ctx, base, mid, tail);
+    const char *err = check_key(ctx, acl, base, name, type, found);
     ValkeyModule_FreeString(ctx, name);
     return err;
 }
 
-/* A job's ended key, <base>ended:<id> (check_ended of the prelude): ACL, slot, absent or a list.
- * NULL or the error. */
+/* check_row of the prelude: an item's row, absent or a hash. */
+const char *check_row(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *row_name) {
+    return check_key(ctx, acl, base, row_name, VALKEYMODULE_KEYTYPE_HASH, NULL);
+}
+
+/* check_ended of the prelude: a job's ended key, <base>ended:<id>, absent or a list. */
 const char *check_ended(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *ended) {
-    return check_lane(ctx, acl, base, ended);
+    return check_key(ctx, acl, base, ended, VALKEYMODULE_KEYTYPE_LIST, NULL);
+}
+
+/* check_lane_keys of the prelude: a group's two lane keys, its list lane_key (<base>lane:<group>,
+ * made by the caller) then its prio zset <base>prio:<group>, each absent or of its type. */
+const char *check_lane_keys(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *group,
+                            ValkeyModuleString *lane_key) {
+    const char *err = check_key(ctx, acl, base, lane_key, VALKEYMODULE_KEYTYPE_LIST, NULL);
+    return err ? err : check_named_key(ctx, acl, base, "prio:", group, VALKEYMODULE_KEYTYPE_ZSET, NULL);
 }
 
 /* ---- Reading a row and the fence counter ----------------------------------------------------- */

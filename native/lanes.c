@@ -17,19 +17,6 @@
 #define PARKED_FULL 1
 #define PARKED_RATE 2
 
-/* base + suffix (+ tail, when given) as a new string. */
-static ValkeyModuleString *lane_key(ValkeyModuleCtx *ctx, Bytes base, const char *suffix,
-                                    const ValkeyModuleString *tail) {
-    if (tail) return derived_key(ctx, base, suffix, tail);
-    size_t n = strlen(suffix);
-    char *buf = ValkeyModule_Alloc(base.n + n);
-    memcpy(buf, base.p, base.n);
-    memcpy(buf + base.n, suffix, n);
-    ValkeyModuleString *key = ValkeyModule_CreateString(ctx, buf, base.n + n);
-    ValkeyModule_Free(buf);
-    return key;
-}
-
 /* An open key of the base, with its name. */
 typedef struct {
     ValkeyModuleKey *key;
@@ -38,7 +25,7 @@ typedef struct {
 
 static Opened open_of(ValkeyModuleCtx *ctx, Bytes base, const char *suffix, const ValkeyModuleString *tail) {
     Opened o;
-    o.name = lane_key(ctx, base, suffix, tail);
+    o.name = derived_key(ctx, base, suffix, tail);
     o.key = ValkeyModule_OpenKey(ctx, o.name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
     return o;
 }
@@ -181,18 +168,9 @@ int lane_parked(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group) {
 /* queue_paused of the prelude: whether <base>paused exists, the flag checked as a derived key
  * (the caller's ACL, a slot that moves). NULL and *paused set, or the error to reply. */
 const char *queue_paused(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, int *paused) {
-    *paused = 0;
-    ValkeyModuleString *name = lane_key(ctx, base, "paused", NULL);
-    const char *err = NULL;
-    if (!acl_may_access(acl, name)) {
-        err = EMQ_ERR_PERM;
-    } else {
-        ValkeyModuleKey *key = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
-        *paused = ValkeyModule_KeyType(key) != VALKEYMODULE_KEYTYPE_EMPTY;
-        ValkeyModule_CloseKey(key);
-        if (!*paused && moved_away(ctx, name, base)) err = EMQ_ERR_MOVING;
-    }
-    ValkeyModule_FreeString(ctx, name);
+    int t;
+    const char *err = check_named_key(ctx, acl, base, "paused", NULL, KEYTYPE_ANY, &t);
+    *paused = t != VALKEYMODULE_KEYTYPE_EMPTY;
     return err;
 }
 
@@ -224,8 +202,7 @@ const char *due_lanes(ValkeyModuleCtx *ctx, Bytes base, long long now, long long
     Acl acl = {ctx, NULL, 0};
     for (size_t i = 0; i < due->n && err == NULL; i++) {
         ValkeyModuleString *name = derived_key(ctx, base, "lane:", due->groups[i]);
-        err = check_lane(ctx, &acl, base, name);
-        if (err == NULL) err = check_prio(ctx, &acl, base, due->groups[i]);
+        err = check_lane_keys(ctx, &acl, base, due->groups[i], name);
         ValkeyModule_FreeString(ctx, name);
     }
     acl_release(&acl);
@@ -267,31 +244,13 @@ static int parked_at_limit(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString 
     return (mask & PARKED_FULL) != 0;
 }
 
-/* check_derived of the prelude: a derived key of the base (base + suffix) readable and writable
- * by the caller, absent or of the expected type, not on another node. NULL or the error. */
-static const char *check_derived(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, const char *suffix, int type) {
-    ValkeyModuleString *name = lane_key(ctx, base, suffix, NULL);
-    const char *err = NULL;
-    if (!acl_may_access(acl, name)) {
-        err = EMQ_ERR_PERM;
-    } else {
-        ValkeyModuleKey *key = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
-        int t = ValkeyModule_KeyType(key);
-        ValkeyModule_CloseKey(key);
-        if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) err = EMQ_ERR_MOVING;
-        else if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != type) err = EMQ_ERR_TYPE;
-    }
-    ValkeyModule_FreeString(ctx, name);
-    return err;
-}
-
 /* check_reopening of the prelude: the groups over their rate and the parked groups, which promote
  * reads and writes for the groups it reopens and the lane jobs it moves, checked as derived keys
  * before anything is written. NULL or the error. */
 const char *check_reopening(ValkeyModuleCtx *ctx, Bytes base) {
     Acl acl = {ctx, NULL, 0};
-    const char *err = check_derived(ctx, &acl, base, "throttled", VALKEYMODULE_KEYTYPE_ZSET);
-    if (err == NULL) err = check_derived(ctx, &acl, base, "parked", VALKEYMODULE_KEYTYPE_HASH);
+    const char *err = check_named_key(ctx, &acl, base, "throttled", NULL, VALKEYMODULE_KEYTYPE_ZSET, NULL);
+    if (err == NULL) err = check_named_key(ctx, &acl, base, "parked", NULL, VALKEYMODULE_KEYTYPE_HASH, NULL);
     acl_release(&acl);
     return err;
 }
@@ -314,11 +273,10 @@ const char *check_lane_bookkeeping(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, V
     if (group == NULL) return NULL;
     const char *err = NULL;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0] && err == NULL; i++)
-        err = check_derived(ctx, acl, base, keys[i].suffix, keys[i].type);
+        err = check_named_key(ctx, acl, base, keys[i].suffix, NULL, keys[i].type, NULL);
     if (err == NULL && parked_at_limit(ctx, base, group)) {
         ValkeyModuleString *lane = derived_key(ctx, base, "lane:", group);
-        err = check_lane(ctx, acl, base, lane);
-        if (err == NULL) err = check_prio(ctx, acl, base, group);
+        err = check_lane_keys(ctx, acl, base, group, lane);
         ValkeyModule_FreeString(ctx, lane);
     }
     ValkeyModule_FreeString(ctx, group);

@@ -100,10 +100,17 @@ ValkeyModuleString *derived_key(ValkeyModuleCtx *ctx, Bytes base, const char *mi
 int acl_may_access(Acl *acl, ValkeyModuleString *key);
 void acl_release(Acl *acl);
 int moved_away(ValkeyModuleCtx *ctx, ValkeyModuleString *key, Bytes base);
-const char *check_row(ValkeyModuleCtx *ctx, Acl *acl, ValkeyModuleString *row_name, Bytes base);
-const char *check_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *lane_key);
-const char *check_prio(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *group);
+/* A derived key's check (ACL, a moving slot, its type): check_key on a name, check_named_key on
+ * base + mid + tail. type: a VALKEYMODULE_KEYTYPE_*, or KEYTYPE_ANY (a key deleted, or told apart
+ * by the caller through found). NULL, or the error to reply. */
+#define KEYTYPE_ANY (-1)
+const char *check_key(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *name, int type, int *found);
+const char *check_named_key(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, const char *mid,
+                            const ValkeyModuleString *tail, int type, int *found);
+const char *check_row(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *row_name);
 const char *check_ended(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *ended);
+const char *check_lane_keys(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *group,
+                            ValkeyModuleString *lane_key);
 long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field, long long fallback);
 long long row_priority(ValkeyModuleCtx *ctx, ValkeyModuleKey *row);
 int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleKey *row, ValkeyModuleString *id,

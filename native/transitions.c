@@ -142,17 +142,8 @@ static const char *plan_claims(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Valke
         double score;
         ValkeyModuleString *member = ValkeyModule_ZsetRangeCurrentElement(pending, &score);
         if (member == NULL) break;
-        ValkeyModuleString *name = derived_key(ctx, base, "job:", member);
-        int t = VALKEYMODULE_KEYTYPE_EMPTY;
-        if (!acl_may_access(acl, name)) {
-            err = EMQ_ERR_PERM;
-        } else {
-            ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, name, VALKEYMODULE_READ);
-            t = ValkeyModule_KeyType(row);
-            ValkeyModule_CloseKey(row);
-            if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, name, base)) err = EMQ_ERR_MOVING;
-        }
-        ValkeyModule_FreeString(ctx, name);
+        int t;
+        err = check_named_key(ctx, acl, base, "job:", member, KEYTYPE_ANY, &t);
         if (err) {
             ValkeyModule_FreeString(ctx, member);
             break;
@@ -446,8 +437,7 @@ static const char *plan_release_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
     ValkeyModule_CloseKey(row);
     if (it->lane == NULL) return NULL;
     it->lane_key = derived_key(ctx, base, "lane:", it->lane);
-    const char *err = check_lane(ctx, acl, base, it->lane_key);
-    return err ? err : check_prio(ctx, acl, base, it->lane);
+    return check_lane_keys(ctx, acl, base, it->lane, it->lane_key);
 }
 
 /* check_rows for EMQ.SETTLE: each item's row, then a release item's lane, then the ended key of
@@ -456,7 +446,7 @@ static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
     for (long long i = 0; i < n; i++) {
         Item *it = &items[i];
         it->row_name = derived_key(ctx, base, "job:", ITEM_ID(it));
-        const char *err = check_row(ctx, acl, it->row_name, base);
+        const char *err = check_row(ctx, acl, base, it->row_name);
         if (!err && it->form == EMQ_SETTLE_FORM_RELEASE) err = plan_release_lane(ctx, acl, base, it);
         if (!err) {
             ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ);
@@ -602,7 +592,7 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
 static const char *check_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *items, long long n) {
     for (long long i = 0; i < n; i++) {
         items[i].row_name = derived_key(ctx, base, "job:", ITEM_ID(&items[i]));
-        const char *err = check_row(ctx, acl, items[i].row_name, base);
+        const char *err = check_row(ctx, acl, base, items[i].row_name);
         if (err) return err;
     }
     return NULL;
@@ -658,8 +648,7 @@ static void moves_free(ValkeyModuleCtx *ctx, Move *moves, size_t n) {
 /* The lane of a live job to be put back: its key checked. NULL or the error. */
 static const char *plan_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Move *m) {
     m->lane_key = derived_key(ctx, base, "lane:", m->lane);
-    const char *err = check_lane(ctx, acl, base, m->lane_key);
-    return err ? err : check_prio(ctx, acl, base, m->lane);
+    return check_lane_keys(ctx, acl, base, m->lane, m->lane_key);
 }
 
 /* The time a job goes back to run at: its enqueued_at (or now) for recover, its due score for

@@ -69,22 +69,8 @@ static size_t over_bounds(ValkeyModuleCtx *ctx, ValkeyModuleKey *dead, long long
 /* purge.lua's checks of one job: its row readable and writable by the caller and not on another
  * node (of any type: it is deleted), its ended key checked. NULL or the error. */
 static const char *check_trimmed(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleString *id) {
-    ValkeyModuleString *row_name = derived_key(ctx, base, "job:", id);
-    const char *err = NULL;
-    if (!acl_may_access(acl, row_name)) {
-        err = EMQ_ERR_PERM;
-    } else {
-        ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
-        int t = ValkeyModule_KeyType(row);
-        ValkeyModule_CloseKey(row);
-        if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, row_name, base)) err = EMQ_ERR_MOVING;
-    }
-    ValkeyModule_FreeString(ctx, row_name);
-    if (err) return err;
-    ValkeyModuleString *ended = derived_key(ctx, base, "ended:", id);
-    err = check_ended(ctx, acl, base, ended);
-    ValkeyModule_FreeString(ctx, ended);
-    return err;
+    const char *err = check_named_key(ctx, acl, base, "job:", id, KEYTYPE_ANY, NULL);
+    return err ? err : check_named_key(ctx, acl, base, "ended:", id, VALKEYMODULE_KEYTYPE_LIST, NULL);
 }
 
 /* DEL of a derived key when it is there (an absent key: no event, nothing replicated). */
