@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import redis
 
 from echomq.embedded import EmbeddedValkey, find_valkey_server
-from tests.conftest import asan_setup
+from tests.conftest import server_options
 
 T = TypeVar("T")
 
@@ -29,13 +29,6 @@ TRANSIENT: tuple[type[BaseException], ...] = (
     redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, ConnectionError,
     redis.exceptions.ReadOnlyError, redis.exceptions.TryAgainError, redis.exceptions.ClusterError,
 )
-
-
-def server_options(**options: Any) -> dict[str, Any]:
-    """``options`` for EmbeddedValkey, with the ASan build of the module under ECHOMQ_ASAN."""
-    if os.environ.get("ECHOMQ_ASAN") and options.get("module", True) is not False:
-        options["module"], options["env"] = asan_setup()
-    return options
 
 
 def node(**options: Any) -> EmbeddedValkey:
