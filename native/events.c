@@ -87,7 +87,7 @@ void ev_emit(ValkeyModuleCtx *ctx, const EventSink *sink, const Event *ev) {
 #undef EV_NAME
 #undef EV_VALUE
 #undef EV_NUMBER
-    fx_xadd(ctx, sink->key, sink->name, f, n);
+    fx_xadd(ctx, *sink->key, sink->name, f, n);
     for (size_t i = 0; i < n; i++)
         if (owned[i]) ValkeyModule_FreeString(ctx, f[i]);
 }
