@@ -1,8 +1,9 @@
 """Invariant 7 for the events stream: a replica and an AOF reload without the trafikey module
 hold the primary's streams entry for entry, ids included. Each executor's XADD is propagated as
-the server applied it (the id it generated, and MAXLEN = the length left when it trimmed), so
-nothing is generated again on the copy. Every evented call of the case table's good ones, the
-calls of many changes, and a trim run on both executors, each in a scratch namespace of its own."""
+the server propagates a script's: the id it generated and MAXLEN = the length left, so nothing is
+generated again on the copy, and both executors' XADDs travel in the same form. Every evented
+call of the case table's good ones, the calls of many changes, and a trim run on both executors,
+each in a scratch namespace of its own."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import hiredis
 import pytest
 
 from echomq.conformance.cases import Case, all_cases
@@ -98,6 +100,37 @@ def test_replica_holds_the_primary_streams_with_their_ids(primary: EmbeddedValke
     finally:
         client.close()
         replica.stop()
+
+
+def propagated_xadds(aof_dir: Path) -> dict[str, list[list[bytes]]]:
+    """Each executor's XADDs of the events stream as the AOF holds them (the fills' own XADDs,
+    which carry no MAXLEN, left out): scratch prefix dropped, the generated id masked."""
+    reader = hiredis.Reader()
+    for path in sorted(aof_dir.glob("*.incr.aof")):
+        reader.feed(path.read_bytes())
+    found: dict[str, list[list[bytes]]] = {"lua": [], "native": []}
+    while (command := reader.gets()) is not False:
+        if command[0].upper() != b"XADD" or command[2].upper() != b"MAXLEN":
+            continue
+        scratch, key = command[1][1:].split(b"}", 1)
+        token, executor = scratch.rsplit(b"-", 1)
+        found[executor.decode()].append([token, key, *command[2:5], b"<id>", *command[6:]])
+    return found
+
+
+def test_both_executors_propagate_the_same_xadd() -> None:
+    """Each entry travels as the script's XADD is propagated: the generated id and
+    MAXLEN = <the length left>, trimmed or not (the server rewrites an approximate trim so)."""
+    aof = {"appendonly": "yes", "appenddirname": "aof", "appendfsync": "always"}
+    source = start_server(config=aof)
+    try:
+        run_evented(source.port)
+        found = propagated_xadds(Path(source.directory, "aof"))
+    finally:
+        source.stop()
+    assert len(found["lua"]) >= len(evented_calls())
+    assert found["native"] == found["lua"]
+    assert {command[3] for command in found["lua"]} == {b"="}
 
 
 def test_aof_loads_the_streams_without_module() -> None:
