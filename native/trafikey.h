@@ -167,6 +167,8 @@ typedef struct {
     unsigned with;
 } Event;
 
+void ev_names_create(void);
+void ev_names_free(void);
 EventSink event_sink(const Call *call, ValkeyModuleKey **k);
 void ev_emit(ValkeyModuleCtx *ctx, const EventSink *sink, const Event *ev);
 long long ev_attempts(ValkeyModuleCtx *ctx, const EventSink *sink, ValkeyModuleKey *row);
