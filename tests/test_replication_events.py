@@ -2,8 +2,9 @@
 hold the primary's streams entry for entry, ids included. Each executor's XADD is propagated as
 the server propagates a script's: the id it generated and MAXLEN = the length left, so nothing is
 generated again on the copy, and both executors' XADDs travel in the same form. Every evented
-call of the case table's good ones, the calls of many changes, and a trim run on both executors,
-each in a scratch namespace of its own."""
+call of the case table's good ones, the calls of many changes, and two trims (a full stream; one
+far over the cap under stream-node-max-entries 0) run on both executors, each in a scratch
+namespace of its own."""
 
 from __future__ import annotations
 
@@ -27,25 +28,29 @@ from tests.test_replication import digest, wait_for_link
 
 NOW = 1_700_000_000_000
 TRIM = "trim-a-full-stream"
+# A stream far over the cap under stream-node-max-entries 0: the native trim is the server's XTRIM.
+TRIM_FAR = "trim-far-over-the-cap"
+FAR = 2 * EVENTS_MAXLEN + 5_000
 FILL = "for i = 1, tonumber(ARGV[1]) do redis.call('XADD', KEYS[1], '1-' .. i, 'kind', 'old') end"
 
 
 def evented_calls() -> list[Case]:
-    """The good calls with the events key, the calls of many changes, and a trim."""
+    """The good calls with the events key, the calls of many changes, and two trims."""
     cases = [case for case in all_cases()
              if case.label == "evented-good" or (case.label.startswith("events-")
              and not case.expect.startswith(b"-"))]
     enqueue = evented([3, "emq:{q}:job:JOB:1", "emq:{q}:pending", "emq:{q}:wake", "JOB:1", b"p",
                        NOW])
-    return [*cases, Case(BY_NAME["enqueue"], TRIM, enqueue, b"+ENQUEUED")]
+    return [*cases, Case(BY_NAME["enqueue"], TRIM, enqueue, b"+ENQUEUED"),
+            Case(BY_NAME["enqueue"], TRIM_FAR, enqueue, b"+ENQUEUED")]
 
 
-def fill_stream(pair: Pair) -> None:
-    """EVENTS_MAXLEN + 150 entries in each executor's stream, in one script call each."""
+def fill_stream(pair: Pair, count: int) -> None:
+    """``count`` entries in each executor's stream, in one script call each."""
     for name, conn in pair.both():
         key = pair.scratch.prefix(name) + EVENTS.encode()
         pair.seen[name].add(key)
-        reply = conn.call("EVAL", FILL, 1, key, EVENTS_MAXLEN + 150)
+        reply = conn.call("EVAL", FILL, 1, key, count)
         assert not reply.startswith(b"-"), reply
 
 
@@ -54,12 +59,18 @@ def run_evented(port: int) -> None:
     for n, case in enumerate(evented_calls()):
         pair = Pair(port, 2, Scratch(f"emqrepl-{n}"))
         try:
+            node_entries = parse(pair.inspect.call("CONFIG", "GET", "stream-node-max-entries"))[1]
             pair.apply(case.setup)
             if case.label == TRIM:
-                fill_stream(pair)
+                fill_stream(pair, EVENTS_MAXLEN + 150)
+            if case.label == TRIM_FAR:
+                pair.inspect.call("CONFIG", "SET", "stream-node-max-entries", "0")
+                fill_stream(pair, FAR)
             for outcome in pair.run(case.transition, case.argv).values():
                 assert outcome.reply.startswith(case.expect), (case.id, outcome.reply)
         finally:
+            if case.label == TRIM_FAR:
+                pair.inspect.call("CONFIG", "SET", "stream-node-max-entries", node_entries)
             for conn in (pair.lua, pair.native, pair.inspect):
                 conn.close()
 
@@ -77,6 +88,9 @@ def assert_same_streams(primary: EmbeddedValkey, copy: EmbeddedValkey) -> None:
     trimmed = [key for key, entries in expected.items()
                if EVENTS_MAXLEN <= len(entries) < EVENTS_MAXLEN + 151]
     assert len(trimmed) == 2, "the full streams were not trimmed"
+    far = [key for key, entries in expected.items()
+           if EVENTS_MAXLEN + 151 <= len(entries) <= FAR]
+    assert len(far) == 2, "the streams far over the cap were not trimmed"
     assert streams(copy) == expected
     assert digest(copy) == digest(primary)
 
