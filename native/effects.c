@@ -294,31 +294,65 @@ void fx_lrem_open(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleStrin
     *key = ValkeyModule_OpenKey(ctx, keyname, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
 }
 
-/* XADD key MAXLEN ~ <EMQ_EVENTS_MAXLEN> * <fields> (events.c builds the fields), run by the
- * server's own XADD as fx_set_counter runs SET: the same id generator, the same approximate trim,
- * the "xadd" (and "xtrim") events and the wake of XREAD BLOCK clients; the open key handle is
- * closed around the call and opened again. Replicated as the server propagates the script's XADD:
- * the id it generated, and when it trimmed, MAXLEN = <length after> (t_stream.c rewrites both), so
- * a replica or an AOF without the module holds the same entries under the same ids. */
-void fx_xadd(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString **fields,
-             size_t n) {
-    char maxlen[24];
-    size_t maxlen_n = decimal(EMQ_EVENTS_MAXLEN, maxlen);
-    size_t before = ValkeyModule_KeyType(*key) == VALKEYMODULE_KEYTYPE_STREAM ? ValkeyModule_ValueLength(*key) : 0;
-    ValkeyModule_CloseKey(*key);
-    ValkeyModuleCallReply *reply =
-        ValkeyModule_Call(ctx, "XADD", "sccbcv", keyname, "MAXLEN", "~", maxlen, maxlen_n, "*", fields, n);
-    *key = ValkeyModule_OpenKey(ctx, keyname, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-    if (reply == NULL) return;
-    if (ValkeyModule_CallReplyType(reply) == VALKEYMODULE_REPLY_STRING) {
-        size_t id_len;
-        const char *id = ValkeyModule_CallReplyStringPtr(reply, &id_len);
-        long long after = (long long)ValkeyModule_ValueLength(*key);
-        if ((size_t)after < before + 1)
-            ValkeyModule_Replicate(ctx, "XADD", "scclbv", keyname, "MAXLEN", "=", after, id, id_len, fields, n);
-        else
-            ValkeyModule_Replicate(ctx, "XADD", "sccbbv", keyname, "MAXLEN", "~", maxlen, maxlen_n, id, id_len,
-                                   fields, n);
+/* An entry id as XADD replies it, <ms>-<seq>. buf must hold 42 bytes; returns the length. */
+static size_t stream_id_text(const ValkeyModuleStreamID *id, char *buf) {
+    char tmp[24];
+    size_t len = 0;
+    for (int part = 0; part < 2; part++) {
+        unsigned long long u = part == 0 ? id->ms : id->seq;
+        size_t n = 0;
+        do {
+            tmp[n++] = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (part == 1) buf[len++] = '-';
+        while (n) buf[len++] = tmp[--n];
     }
-    ValkeyModule_FreeCallReply(reply);
+    return len;
+}
+
+/* The most an approximate trim may be asked to remove for the module API's trim to remove what
+ * XADD's would. XADD caps the work of `MAXLEN ~` at LIMIT = 100 * stream-node-max-entries, held
+ * within [10000, 1000000] (0 is taken as 10000); ValkeyModule_StreamTrimByLength uses
+ * 100 * stream-node-max-entries unclamped (0: no cap). The two differ only when both are at least
+ * 10000, so a trim of at most 10000 entries is the same under any configuration. */
+#define EMQ_EVENTS_TRIM_SAME_UPTO 10000
+
+/* XADD key MAXLEN ~ <EMQ_EVENTS_MAXLEN> * <fields> (events.c builds the fields), as the server's
+ * xaddCommand does it, on the handle the call holds open: the entry appended under an id of the
+ * server's generator (the command's clock, as the script's XADD), "xadd", then the approximate trim
+ * and "xtrim" when it removed something, then the modified-key signal. A stream created here is
+ * signalled ready by the server as it adds the key, one that existed when the handle is closed
+ * (the module API defers it to CloseKey): either way a client blocked in XREAD BLOCK on it is
+ * served after the call, as after the script. A trim of more than EMQ_EVENTS_TRIM_SAME_UPTO entries
+ * (a stream grown behind the queue's back) is left to the server's own XTRIM, whose work cap is
+ * XADD's whatever the configuration; it fires its own "xtrim".
+ * Replicated as the server propagates the script's XADD: the id it generated and MAXLEN = <the
+ * length left> (t_stream.c rewrites `~ <count>` so whenever the trim is approximate), so a
+ * replica or an AOF without the module holds the same entries under the same ids. An entry the
+ * stream cannot take (its last id the largest there is) is skipped: PROTOCOL.md's known
+ * differences. */
+void fx_xadd(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString **fields,
+             size_t n) {
+    ValkeyModuleStreamID id;
+    if (ValkeyModule_StreamAdd(key, VALKEYMODULE_STREAM_ADD_AUTOID, &id, fields, (int64_t)(n / 2)) !=
+        VALKEYMODULE_OK)
+        return;
+    ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_STREAM, "xadd", keyname);
+    long long length = (long long)ValkeyModule_ValueLength(key);
+    if (length > EMQ_EVENTS_MAXLEN + EMQ_EVENTS_TRIM_SAME_UPTO) {
+        char maxlen[24];
+        ValkeyModuleCallReply *reply =
+            ValkeyModule_Call(ctx, "XTRIM", "sccb", keyname, "MAXLEN", "~", maxlen, decimal(EMQ_EVENTS_MAXLEN, maxlen));
+        if (reply != NULL) ValkeyModule_FreeCallReply(reply);
+        length = (long long)ValkeyModule_ValueLength(key);
+    } else if (length > EMQ_EVENTS_MAXLEN &&
+               ValkeyModule_StreamTrimByLength(key, VALKEYMODULE_STREAM_TRIM_APPROX, EMQ_EVENTS_MAXLEN) > 0) {
+        ValkeyModule_NotifyKeyspaceEvent(ctx, VALKEYMODULE_NOTIFY_STREAM, "xtrim", keyname);
+        length = (long long)ValkeyModule_ValueLength(key);
+    }
+    ValkeyModule_SignalModifiedKey(ctx, keyname);
+    char id_text[48];
+    ValkeyModule_Replicate(ctx, "XADD", "scclbv", keyname, "MAXLEN", "=", length, id_text,
+                           stream_id_text(&id, id_text), fields, n);
 }

@@ -9,6 +9,24 @@
 
 #define EV_FIELDS_MAX 16
 
+/* The field names, made once when the module loads (ev_names_create) and shared by every entry:
+ * the stream copies their bytes, a replicated XADD holds a reference. */
+enum { FIELD_KIND, FIELD_JOB, FIELD_ATTEMPT, FIELD_AT, FIELD_FENCE, FIELD_LANE, FIELD_DUE, FIELD_PRIORITY, FIELD_NAMES };
+static const char *const ev_name_text[FIELD_NAMES] = {"kind", "job", "attempt", "at", "fence", "lane", "due", "priority"};
+static ValkeyModuleString *ev_names[FIELD_NAMES];
+
+void ev_names_create(void) {
+    for (int i = 0; i < FIELD_NAMES; i++)
+        ev_names[i] = ValkeyModule_CreateString(NULL, ev_name_text[i], strlen(ev_name_text[i]));
+}
+
+void ev_names_free(void) {
+    for (int i = 0; i < FIELD_NAMES; i++) {
+        ValkeyModule_FreeString(NULL, ev_names[i]);
+        ev_names[i] = NULL;
+    }
+}
+
 static ValkeyModuleString *number(ValkeyModuleCtx *ctx, long long v) {
     char num[24];
     return ValkeyModule_CreateString(ctx, num, decimal(v, num));
@@ -54,40 +72,40 @@ void ev_emit(ValkeyModuleCtx *ctx, const EventSink *sink, const Event *ev) {
     ValkeyModuleString *f[EV_FIELDS_MAX];
     int owned[EV_FIELDS_MAX] = {0};
     size_t n = 0;
-#define EV_NAME(s) (f[n] = ValkeyModule_CreateString(ctx, s, sizeof(s) - 1), owned[n++] = 1)
+#define EV_NAME(i) (f[n] = ev_names[i], owned[n++] = 0)
 #define EV_VALUE(v) (f[n] = (v), owned[n++] = 0)
 #define EV_NUMBER(v) (f[n] = number(ctx, (v)), owned[n++] = 1)
-    EV_NAME("kind");
+    EV_NAME(FIELD_KIND);
     f[n] = ValkeyModule_CreateString(ctx, ev->kind, strlen(ev->kind));
     owned[n++] = 1;
-    EV_NAME("job");
+    EV_NAME(FIELD_JOB);
     EV_VALUE(ev->id);
-    EV_NAME("attempt");
+    EV_NAME(FIELD_ATTEMPT);
     EV_NUMBER(ev->attempt);
     if (sink->has_at) {
-        EV_NAME("at");
+        EV_NAME(FIELD_AT);
         EV_NUMBER(sink->at);
     }
     if (ev->with & EV_FENCE) {
-        EV_NAME("fence");
+        EV_NAME(FIELD_FENCE);
         EV_NUMBER(ev->fence);
     }
     if (ev->lane != NULL) {
-        EV_NAME("lane");
+        EV_NAME(FIELD_LANE);
         EV_VALUE(ev->lane);
     }
     if (ev->with & EV_DUE) {
-        EV_NAME("due");
+        EV_NAME(FIELD_DUE);
         EV_NUMBER(ev->due);
     }
     if (ev->priority != 0) {
-        EV_NAME("priority");
+        EV_NAME(FIELD_PRIORITY);
         EV_NUMBER(ev->priority);
     }
 #undef EV_NAME
 #undef EV_VALUE
 #undef EV_NUMBER
-    fx_xadd(ctx, sink->key, sink->name, f, n);
+    fx_xadd(ctx, *sink->key, sink->name, f, n);
     for (size_t i = 0; i < n; i++)
         if (owned[i]) ValkeyModule_FreeString(ctx, f[i]);
 }

@@ -130,6 +130,7 @@ int ValkeyModule_OnLoad(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int arg
     s_attempts = ValkeyModule_CreateString(NULL, "attempts", 8);
     s_one = ValkeyModule_CreateString(NULL, "1", 1);
     s_zero = ValkeyModule_CreateString(NULL, "0", 1);
+    ev_names_create();
 
     if (register_commands(ctx) != VALKEYMODULE_OK) return VALKEYMODULE_ERR;
     return VALKEYMODULE_OK;
@@ -141,5 +142,6 @@ int ValkeyModule_OnUnload(ValkeyModuleCtx *ctx) {
     ValkeyModule_FreeString(NULL, s_attempts);
     ValkeyModule_FreeString(NULL, s_one);
     ValkeyModule_FreeString(NULL, s_zero);
+    ev_names_free();
     return VALKEYMODULE_OK;
 }

@@ -146,7 +146,7 @@ void fx_mark_cancel(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleStri
                     long long now);
 void fx_lrem(ValkeyModuleCtx *ctx, ValkeyModuleString *keyname, ValkeyModuleString *element);
 void fx_lrem_open(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString *element);
-void fx_xadd(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString **fields,
+void fx_xadd(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString **fields,
              size_t n);
 void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
               ValkeyModuleKey *active, ValkeyModuleString *active_name, ValkeyModuleKey **fence_key,
@@ -174,6 +174,8 @@ typedef struct {
     unsigned with;
 } Event;
 
+void ev_names_create(void);
+void ev_names_free(void);
 EventSink event_sink(const Call *call, ValkeyModuleKey **k);
 void ev_emit(ValkeyModuleCtx *ctx, const EventSink *sink, const Event *ev);
 long long ev_attempts(ValkeyModuleCtx *ctx, const EventSink *sink, ValkeyModuleKey *row);

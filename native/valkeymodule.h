@@ -36,8 +36,10 @@
 #define VALKEYMODULE_KEYTYPE_MODULE 6
 #define VALKEYMODULE_KEYTYPE_STREAM 7
 
-/* ValkeyModule_CallReplyType: a bulk or simple string reply (XADD's id). */
-#define VALKEYMODULE_REPLY_STRING 0
+/* ValkeyModule_StreamAdd: the server assigns the id, as `*` in XADD. */
+#define VALKEYMODULE_STREAM_ADD_AUTOID (1 << 0)
+/* ValkeyModule_StreamTrimByLength: whole nodes only, as `MAXLEN ~` in XADD. */
+#define VALKEYMODULE_STREAM_TRIM_APPROX (1 << 0)
 
 /* ValkeyModule_ZsetAdd output flags. */
 #define VALKEYMODULE_ZADD_ADDED (1 << 2)
@@ -61,6 +63,7 @@
 #define VALKEYMODULE_NOTIFY_LIST (1 << 4)
 #define VALKEYMODULE_NOTIFY_HASH (1 << 6)
 #define VALKEYMODULE_NOTIFY_ZSET (1 << 7)
+#define VALKEYMODULE_NOTIFY_STREAM (1 << 10)
 
 /* ValkeyModule_SetModuleOptions: the module signals modified keys itself (WATCH parity). */
 #define VALKEYMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED (1 << 1)
@@ -78,6 +81,12 @@ typedef struct ValkeyModuleString ValkeyModuleString;
 typedef struct ValkeyModuleUser ValkeyModuleUser;
 typedef struct ValkeyModuleCommand ValkeyModuleCommand;
 typedef struct ValkeyModuleCallReply ValkeyModuleCallReply;
+
+/* A stream entry's id, <ms>-<seq>. */
+typedef struct ValkeyModuleStreamID {
+    uint64_t ms;
+    uint64_t seq;
+} ValkeyModuleStreamID;
 
 typedef long long mstime_t;
 typedef long long ustime_t;
@@ -244,6 +253,9 @@ typedef struct {
     X(int, ZsetRangeNext, (ValkeyModuleKey * key))                                                 \
     X(int, ZsetRangeEndReached, (ValkeyModuleKey * key))                                           \
     X(void, ZsetRangeStop, (ValkeyModuleKey * key))                                                \
+    X(int, StreamAdd, (ValkeyModuleKey * key, int flags, ValkeyModuleStreamID *id,                 \
+                       ValkeyModuleString **argv, int64_t numfields))                              \
+    X(long long, StreamTrimByLength, (ValkeyModuleKey * key, int flags, long long length))         \
     /* effects: replication, notifications, WATCH */                                              \
     X(int, Replicate, (ValkeyModuleCtx * ctx, const char *cmdname, const char *fmt, ...))          \
     X(int, NotifyKeyspaceEvent, (ValkeyModuleCtx * ctx, int type, const char *event,               \
@@ -265,8 +277,7 @@ typedef struct {
                                       ...))                                                        \
     X(void, FreeCallReply, (ValkeyModuleCallReply * reply))                                        \
     X(const char *, CallReplyStringPtr, (ValkeyModuleCallReply * reply, size_t * len))          \
-    X(long long, CallReplyInteger, (ValkeyModuleCallReply * reply))                              \
-    X(int, CallReplyType, (ValkeyModuleCallReply * reply))
+    X(long long, CallReplyInteger, (ValkeyModuleCallReply * reply))
 
 #ifdef TRAFIKEY_API_DEFINE
 #define TRAFIKEY_API_POINTER(ret, name, params) __attribute__((visibility("hidden"))) ret(*ValkeyModule_##name) params;

@@ -18,7 +18,8 @@ WRITING_API = re.compile(
     r"\bValkeyModule_(HashSet|ZsetAdd|ZsetIncrby|ZsetRem|ListPush|ListPop|ListSet|ListInsert"
     r"|ListDelete|StringSet|StringTruncate|DeleteKey|UnlinkKey|SetExpire|SetAbsExpire|Replicate"
     r"|ReplicateVerbatim|NotifyKeyspaceEvent|SignalModifiedKey|ModuleTypeSetValue"
-    r"|ModuleTypeReplaceValue)\b")
+    r"|ModuleTypeReplaceValue|StreamAdd|StreamDelete|StreamIteratorDelete|StreamTrimByLength"
+    r"|StreamTrimByID)\b")
 # ValkeyModule_Call may run these outside effects.c: they read only.
 READING_COMMANDS = {"EXISTS", "GET"}  # GET: a claim record read as the script reads it
 SERVER_CALL = re.compile(r"\bValkeyModule_Call\(\s*\w+\s*,\s*(\"[^\"]*\"|[^,]+)")

@@ -6,6 +6,8 @@ trim is checked on the two executors alone."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from echomq.conformance.cases.events import EVENTS, evented
 from echomq.conformance.harness import BY_NAME, Pair, assert_parity
 from echomq.conformance.model import Model, normalise
 from echomq.conformance.resp import parse
+from echomq.embedded import EmbeddedValkey
 from echomq.engine.transitions import EVENTS_MAXLEN
 
 EVENTS_KEY = EVENTS.encode()
@@ -87,3 +90,69 @@ def test_a_full_stream_is_trimmed_alike(pair: Pair) -> None:
     assert lua[0] < EVENTS_MAXLEN + 151  # something was trimmed
     assert lua[0] == native[0]
     assert [entry[0] for entry in lua[1][:-1]] == [entry[0] for entry in native[1][:-1]]
+
+
+def _filled(count: int) -> list[list[Any]]:
+    return [["XADD", EVENTS, f"1-{i}", "kind", "old"] for i in range(1, count + 1)]
+
+
+@pytest.mark.parametrize("node_entries", [0, 100], ids=["node-entries-0", "node-entries-100"])
+def test_a_stream_far_over_the_cap_is_trimmed_alike(pair: Pair, valkey: EmbeddedValkey,
+                                                    node_entries: int) -> None:
+    """25,000 entries (written behind the queue's back), then one evented enqueue: the trim has
+    more than 10,000 entries to remove, so XADD's cap on its work decides where it stops. With
+    ``stream-node-max-entries 0`` that cap is 10,000 entries for XADD and none for the module
+    API's trim: both executors must stop where XADD stops."""
+    admin = valkey.client()
+    previous = admin.config_get("stream-node-max-entries")["stream-node-max-entries"]
+    admin.config_set("stream-node-max-entries", node_entries)
+    try:
+        pair.reset(_filled(2 * EVENTS_MAXLEN + 5_000))
+        good = evented([3, "emq:{q}:job:JOB:1", "emq:{q}:pending", "emq:{q}:wake", "JOB:1", b"p",
+                        1_700_000_000_000])
+        assert_parity(pair.run(BY_NAME["enqueue"], good), "trim")
+        lua, native = _xlen_and_entries(pair, "lua"), _xlen_and_entries(pair, "native")
+        assert EVENTS_MAXLEN <= lua[0] < 2 * EVENTS_MAXLEN + 5_001  # something was trimmed
+        assert lua[0] == native[0]
+        assert [entry[0] for entry in lua[1][:-1]] == [entry[0] for entry in native[1][:-1]]
+    finally:
+        admin.config_set("stream-node-max-entries", previous)
+        admin.close()
+
+
+def _blocked_clients(valkey: EmbeddedValkey) -> int:
+    with valkey.client() as admin:
+        return int(admin.info("clients")["blocked_clients"])
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["absent-stream", "existing-stream"])
+def test_an_evented_call_wakes_xread_block(pair: Pair, valkey: EmbeddedValkey,
+                                           existing: bool) -> None:
+    """A client blocked in ``XREAD BLOCK`` on the events key is served the entry as soon as an
+    evented enqueue appends it, on both executors: the native command's append signals the key
+    ready (the server does on creating the key, the module API when the call closes it), as the
+    script's XADD does. The block is far longer than the wait allowed."""
+    pair.reset(_filled(3) if existing else [])
+    good = evented([3, "emq:{q}:job:JOB:1", "emq:{q}:pending", "emq:{q}:wake", "JOB:1", b"p",
+                    1_700_000_000_000])
+    before = _blocked_clients(valkey)
+    readers = {name: valkey.client(socket_timeout=30) for name, _ in pair.both()}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        reads = {name: pool.submit(reader.xread,
+                                   {pair.scratch.prefix(name) + EVENTS_KEY: "$"}, block=20_000)
+                 for name, reader in readers.items()}
+        deadline = time.monotonic() + 10
+        while _blocked_clients(valkey) < before + 2:
+            assert time.monotonic() < deadline, "the readers never blocked"
+            time.sleep(0.01)
+        started = time.monotonic()
+        for outcome in pair.run(BY_NAME["enqueue"], good).values():
+            assert outcome.reply == b"+ENQUEUED\r\n"
+        for name, read in reads.items():
+            served = read.result(timeout=10)
+            assert time.monotonic() - started < 5, name
+            [(key, entries)] = served
+            assert key == pair.scratch.prefix(name) + EVENTS_KEY
+            assert [fields[b"kind"] for _, fields in entries] == [b"enqueued"], name
+    for reader in readers.values():
+        reader.close()

@@ -16,9 +16,11 @@ import redis
 
 from echomq.conformance.cases import Case, all_cases
 from echomq.conformance.cases.dead import trim_dead_cases
+from echomq.conformance.cases.events import EVENTS, evented
 from echomq.conformance.cases.lanes import lane_cases
-from echomq.conformance.harness import EXECUTORS, Pair
+from echomq.conformance.harness import BY_NAME, EXECUTORS, Pair
 from echomq.embedded import EmbeddedValkey
+from echomq.engine.transitions import EVENTS_MAXLEN
 
 MARKER = "emq-events-done"
 LANE_CASES = {case.id for case in lane_cases()}
@@ -80,3 +82,31 @@ def test_same_events(watched: tuple[Pair, redis.client.PubSub], valkey: Embedded
     if outcome.after != outcome.before:  # the events were watched, not missed
         assert seen["lua"], case.id
     admin.close()
+
+
+@pytest.mark.parametrize(("node_entries", "count"), [(100, EVENTS_MAXLEN + 150),
+                                                     (0, 2 * EVENTS_MAXLEN + 5_000)],
+                         ids=["module-trim", "server-trim"])
+def test_a_trimming_append_fires_xadd_then_xtrim(watched: tuple[Pair, redis.client.PubSub],
+                                                 valkey: EmbeddedValkey, node_entries: int,
+                                                 count: int) -> None:
+    """An evented enqueue onto a full stream: both executors fire "xadd" then "xtrim" on the events
+    key, after the call's other events, as XADD fires them; whether the native command trims
+    through the module API (up to 10,000 entries to remove) or the server's XTRIM (more, under
+    ``stream-node-max-entries 0``)."""
+    pair, pubsub = watched
+    admin = valkey.client()
+    previous = admin.config_get("stream-node-max-entries")["stream-node-max-entries"]
+    admin.config_set("stream-node-max-entries", node_entries)
+    try:
+        pair.reset([["XADD", EVENTS, f"1-{i}", "kind", "old"] for i in range(1, count + 1)])
+        events_until_marker(admin, pubsub, pair)
+        good = evented([3, "emq:{q}:job:JOB:1", "emq:{q}:pending", "emq:{q}:wake", "JOB:1",
+                        b"p", 1_700_000_000_000])
+        pair.run(BY_NAME["enqueue"], good)
+        seen = events_until_marker(admin, pubsub, pair)
+        assert seen["native"] == seen["lua"]
+        assert seen["lua"][-2:] == [(b"xadd", EVENTS.encode()), (b"xtrim", EVENTS.encode())]
+    finally:
+        admin.config_set("stream-node-max-entries", previous)
+        admin.close()

@@ -7,10 +7,16 @@
 local EVENTS_MAXLEN = '10000'
 
 -- The attempts a job's row counts (no row, absent or not a count: 0), read only when events are
--- on.
+-- on. The row is absent or a hash (the caller checked its type or found its lease): one HGET.
 local function attempts_of(key, row)
-  if not key or redis.call('TYPE', row)['ok'] ~= 'hash' then return 0 end
+  if not key then return 0 end
   return int_field(redis.call('HGET', row, 'attempts'), 0)
+end
+
+-- attempts_of of a row that may be of any type (a dead id's, not checked): 0 unless a hash.
+local function attempts_of_any(key, row)
+  if not key or redis.call('TYPE', row)['ok'] ~= 'hash' then return 0 end
+  return attempts_of(key, row)
 end
 
 -- The lane field of an entry whose last field it is: nothing for a flat job.

@@ -21,7 +21,7 @@ end
 -- each (at: the call's now, nil for purge).
 local function forget_dead(base, dead, ids, events_key, at)
   for i = 1, #ids do
-    local attempt = attempts_of(events_key, base .. 'job:' .. ids[i])
+    local attempt = attempts_of_any(events_key, base .. 'job:' .. ids[i])
     redis.call('ZREM', dead, ids[i])
     redis.call('DEL', base .. 'job:' .. ids[i], base .. 'ended:' .. ids[i])
     emit(events_key, 'purged', ids[i], attempt, at)
