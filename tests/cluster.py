@@ -56,3 +56,48 @@ def _await_formed(nodes: list[EmbeddedValkey]) -> None:
                 time.sleep(0.05)
         finally:
             client.close()
+
+
+def node_id(server: EmbeddedValkey) -> str:
+    client = server.client()
+    try:
+        reply = client.execute_command("CLUSTER", "MYID")
+    finally:
+        client.close()
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+
+def owner(nodes: list[EmbeddedValkey], slot: int) -> EmbeddedValkey:
+    """The node serving ``slot``, as the first node's slot map says."""
+    client = nodes[0].client()
+    try:
+        for start, end, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+            if int(start) <= slot <= int(end):
+                return next(n for n in nodes if n.port == int(primary[1]))
+    finally:
+        client.close()
+    raise LookupError(slot)
+
+
+def open_move(slot: int, source: EmbeddedValkey, target: EmbeddedValkey) -> None:
+    """Starts moving ``slot`` (target IMPORTING, source MIGRATING) and migrates all its keys:
+    the source then answers ASK for them, the target runs them after ASKING."""
+    src, dst = source.client(), target.client()
+    try:
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
+        while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+    finally:
+        src.close()
+        dst.close()
+
+
+def close_move(nodes: list[EmbeddedValkey], slot: int, target: EmbeddedValkey) -> None:
+    """Ends a move: every node learns ``target`` serves ``slot``."""
+    for server in nodes:
+        client = server.client()
+        try:
+            client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id(target))
+        finally:
+            client.close()

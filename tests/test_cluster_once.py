@@ -20,7 +20,7 @@ import valkey.cluster
 from echomq import Queue, Verdict
 from echomq.aio import Queue as AsyncQueue
 from echomq.embedded import EmbeddedValkey
-from echomq.engine.cluster_once import first_key
+from echomq.engine.cluster_once import first_key, hint
 from echomq.ops import admin
 from tests.reliability.servers import low_port, node, wait_until
 from tests.reply_dropper import ReplyDropper
@@ -173,3 +173,26 @@ def test_the_first_key_of_each_kind_of_command() -> None:
     assert first_key((b"RPUSH", "emq:{q}:watch", 1, 1)) == "emq:{q}:watch"
     assert first_key(("EVALSHA", "abc", 0, "x")) is None
     assert first_key(("PING",)) is None
+
+
+class Parsed:
+    """Stands in for a cluster client: only its command parser's table."""
+
+    def __init__(self, commands: dict[str, Any]) -> None:
+        self.commands_parser = type("Parser", (), {"commands": commands})()
+
+
+def test_an_emq_command_is_hinted_to_the_parser_by_its_first_key() -> None:
+    movable = {"name": "emq.claim", "arity": -4, "flags": {"write", "movablekeys"},
+               "first_key_pos": 0, "last_key_pos": 0, "step_count": 0}
+    evalsha = {"name": "evalsha", "arity": -3, "flags": ["noscript", "movablekeys"],
+               "first_key_pos": 0, "last_key_pos": 0, "step_count": 0}
+    client = Parsed({"emq.claim": dict(movable), "evalsha": dict(evalsha)})
+    hint(client, ("EMQ.CLAIM", 3, "emq:{q}:pending", "b", "c", 1, "*"))
+    hint(client, ("EVALSHA", "abc", 1, "emq:{q}:pending"))
+    table = client.commands_parser.commands
+    assert table["emq.claim"] == {**movable, "flags": ["write"], "first_key_pos": 2,
+                                  "last_key_pos": 2, "step_count": 1}
+    assert table["evalsha"] == evalsha  # the client routes scripts by their key count already
+    hint(Parsed({}), ("EMQ.CLAIM", 1, "k"))  # a command the table lacks: left to the client
+    hint(object(), ("EMQ.CLAIM", 1, "k"))  # a client without a parser

@@ -6,9 +6,16 @@ after it ran, that is a replay. Named as a call's target, a node is sent to once
 follows MOVED and ASK and waits out TRYAGAIN (refusals, after which nothing ran), and refreshes
 its slot map after a connection error, but raises that error instead of sending again. So each
 command goes to the node of its first key's slot (every key of a queue shares its hash tag),
-found here from the command itself, which also spares the client asking the server for the keys
-of a module command. A refusal of the whole cluster (CLUSTERDOWN) is tried again, as the client
-would: nothing ran.
+found here from the command itself. A refusal of the whole cluster (CLUSTERDOWN) is tried again,
+as the client would: nothing ran.
+
+The module's keynum key spec makes ``COMMAND INFO`` flag every ``EMQ.*`` command
+``movablekeys``, and for such a command the client asks the server ``COMMAND GETKEYS`` whenever
+it must find the slot itself: for a command sent without a target, and for one it follows after
+MOVED. So before an ``EMQ.*`` command goes out, the client's own table of commands (its command
+parser's, read from ``COMMAND`` when it connects) is told where that command's slot is: its
+first key, after the key count (``hint``). The client then finds the slot itself, and a command
+redirected by MOVED costs no extra round trip either.
 
 A flush is sent command by command, in order (a cluster pipeline resends as the client does); a
 server error is a reply of the flush, as from a pipeline.
@@ -16,13 +23,12 @@ server error is a reply of the flush, as from a pipeline.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from typing import Any
 
 from redis.exceptions import ClusterDownError, ResponseError
 
-from echomq.engine.clients import client_library, twins
+from echomq.engine.clients import twins
 
 Command = Sequence[Any]
 # CLUSTERDOWN refusals tried again before the error is raised (the client's own default count).
@@ -30,11 +36,16 @@ CLUSTER_DOWN_TRIES = 3
 _SCRIPT_CALLS = frozenset({"EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO", "FCALL", "FCALL_RO"})
 
 
+def _name(command: Command) -> str:
+    """``command``'s name, upper case."""
+    name = command[0].decode() if isinstance(command[0], bytes) else str(command[0])
+    return name.upper()
+
+
 def first_key(command: Command) -> Any | None:
     """The first key ``command`` names: after the key count of a script call or of an ``EMQ.*``
     command, else its first argument; None when it names none."""
-    name = command[0].decode() if isinstance(command[0], bytes) else str(command[0])
-    name = name.upper()
+    name = _name(command)
     if name in _SCRIPT_CALLS or name.startswith("EMQ."):
         count_at = 2 if name in _SCRIPT_CALLS else 1
         if len(command) <= count_at + 1 or not str(command[count_at]).isdigit() \
@@ -44,11 +55,25 @@ def first_key(command: Command) -> Any | None:
     return command[1] if len(command) > 1 else None
 
 
-def _slot(client: Any, key: Any) -> int:
-    crc = importlib.import_module(f"{client_library(client)}.crc")
-    encoded = key if isinstance(key, bytes) else str(key).encode()
-    slot: int = crc.key_slot(encoded)
-    return slot
+def hint(client: Any, command: Command) -> None:
+    """Tells ``client``'s command parser that the ``EMQ.*`` command ``command`` has its slot's
+    key right after the key count (``COMMAND INFO``'s first key position 2, the same for every
+    call), in place of ``movablekeys``: the client then routes it, and follows a MOVED for it,
+    without asking the server ``COMMAND GETKEYS``. Every key of a call shares the queue's hash
+    tag, so the first is the slot's. Done again whenever the client has read its table afresh."""
+    name = _name(command)
+    table = getattr(getattr(client, "commands_parser", None), "commands", None)
+    if not name.startswith("EMQ.") or not isinstance(table, dict):
+        return
+    entry = table.get(name.lower())
+    if isinstance(entry, dict) and "movablekeys" in entry.get("flags", ()):
+        table[name.lower()] = _first_key_entry(entry)
+
+
+def _first_key_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` of a parser's table, its keys found at one fixed position: the first key."""
+    flags = [flag for flag in entry["flags"] if flag != "movablekeys"]
+    return {**entry, "flags": flags, "first_key_pos": 2, "last_key_pos": 2, "step_count": 1}
 
 
 def _target(client: Any, command: Command) -> dict[str, Any]:
@@ -57,7 +82,8 @@ def _target(client: Any, command: Command) -> dict[str, Any]:
     key = first_key(command)
     if key is None:
         return {}
-    return {"target_nodes": client.nodes_manager.get_node_from_slot(_slot(client, key))}
+    hint(client, command)
+    return {"target_nodes": client.nodes_manager.get_node_from_slot(client.keyslot(key))}
 
 
 def send(client: Any, command: Command) -> Any:

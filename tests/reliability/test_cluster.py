@@ -1,6 +1,7 @@
 """Scenario 4: Valkey Cluster. Three primaries on loopback, trafikey on each; 100 queues spread
-over the shards; ``RedisCluster`` runs every transition through both executors (routing EMQ.* by
-the key specs the module declares, through COMMAND GETKEYS); a queue's slot moves while a
+over the shards; ``RedisCluster`` runs every transition through both executors (the module
+declares the keys of EMQ.* for the server's redirects; echomq routes each call by its queue's slot,
+tests/test_cluster_routing.py); a queue's slot moves while a
 workload runs, the client following MOVED and ASK, losing no job; and a transition sent to a node
 that lacks a job's row, on either side of a move, refuses alike on both executors rather than
 drop the job as a ghost. See docs/CLUSTER.md."""
@@ -54,7 +55,8 @@ def slot_of(name: str) -> int:
 
 def test_native_commands_declare_their_keys(cluster: Cluster) -> None:
     """The module's key spec (keynum, like EVAL) is what COMMAND GETKEYS and cluster routing
-    read; redis-py sees the ``movablekeys`` flag and asks COMMAND GETKEYS."""
+    read; a fresh client's parser sees the ``movablekeys`` flag and asks COMMAND GETKEYS (echomq
+    spares it that: tests/test_cluster_routing.py)."""
     argv = ["EMQ.CLAIM", "2", "emq:{q}:pending", "emq:{q}:active", "1000", "*"]
     with RawConnection(cluster.nodes[0].port) as conn:
         keys = parsed(conn.call("COMMAND", "GETKEYS", *argv))
