@@ -49,10 +49,11 @@ def connect(url: str) -> redis.Redis | RedisCluster:
 
 def _cluster_node(conn: redis.Redis) -> bool:
     """Whether the server is a cluster node; False when it refuses to say (an ACL without
-    INFO), the command then runs on this server alone as before."""
+    INFO) or cannot be reached: the command then runs on this server alone, and meets the
+    same error in its own words."""
     try:
         return bool(conn.info("cluster").get("cluster_enabled"))
-    except redis.ResponseError:
+    except (redis.ResponseError, redis.ConnectionError, redis.TimeoutError):
         return False
 
 
