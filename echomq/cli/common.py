@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 import redis
+from redis.cluster import RedisCluster
 
 from echomq.cli.errors import URL_META, bad_url
 from echomq.ops import admin
@@ -27,13 +28,33 @@ url_option = click.option("--url", envvar="ECHOMQ_URL", default="redis://127.0.0
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON, for scripts")
 
 
-def connect(url: str) -> redis.Redis:
+# The client's timeouts, on a single server and on each node of a cluster.
+TIMEOUTS = {"socket_connect_timeout": 5, "socket_timeout": 30}
+
+
+def connect(url: str) -> redis.Redis | RedisCluster:
+    """A client of the server at ``url``; of the whole cluster (``RedisCluster``, which learns
+    the other nodes from this one) when the server says it is a cluster node
+    (``cluster_enabled:1`` in ``INFO cluster``: one round trip)."""
     click.get_current_context().meta[URL_META] = url
     try:
-        conn = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+        conn = redis.Redis.from_url(url, **TIMEOUTS)
     except ValueError as exc:
         raise bad_url(url, exc) from exc
-    return conn
+    if not _cluster_node(conn):
+        return conn
+    conn.close()
+    return RedisCluster.from_url(url, **TIMEOUTS)
+
+
+def _cluster_node(conn: redis.Redis) -> bool:
+    """Whether the server is a cluster node; False when it refuses to say (an ACL without
+    INFO) or cannot be reached: the command then runs on this server alone, and meets the
+    same error in its own words."""
+    try:
+        return bool(conn.info("cluster").get("cluster_enabled"))
+    except (redis.ResponseError, redis.ConnectionError, redis.TimeoutError):
+        return False
 
 
 def print_json(value: Any) -> None:

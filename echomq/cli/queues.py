@@ -3,6 +3,8 @@ and ``resume``, ``recover`` (its due leases and retries now) and ``forget``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 import redis
 
@@ -52,7 +54,7 @@ def stats(queue: str | None, rescan: bool, lanes_shown: int, lanes_from: int, ur
     print_stats(found, live, lanes_shown if queue else 0, lanes_from)
 
 
-def _workers_or_none(conn: redis.Redis) -> list[WorkerInfo]:
+def _workers_or_none(conn: Any) -> list[WorkerInfo]:
     """The live workers; none when the server refuses to show the registry (an ACL), so the
     depths still show."""
     try:

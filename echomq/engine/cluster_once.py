@@ -86,6 +86,20 @@ def _target(client: Any, command: Command) -> dict[str, Any]:
     return {"target_nodes": client.nodes_manager.get_node_from_slot(client.keyslot(key))}
 
 
+def script_nodes(client: Any) -> list[Any]:
+    """Where a script must be loaded for every transition to find it: each node ``client``'s
+    slot map names as a slot's owner, and each node it takes for a primary. Not the primaries
+    alone (where the client sends ``SCRIPT LOAD``): redis-py 5.0.1 takes a primary for a replica
+    when a MOVED names the node its map already gives the slot (two threads redirected for one
+    slot), and until its map is read again would leave that node out, which then answers the
+    reloaded script's call with NOSCRIPT again."""
+    found = {node.name: node for node in client.get_primaries()}
+    for nodes in list(client.nodes_manager.slots_cache.values()):
+        if nodes:
+            found.setdefault(nodes[0].name, nodes[0])
+    return list(found.values())
+
+
 def send(client: Any, command: Command) -> Any:
     """The reply of ``command`` sent once through the blocking cluster ``client``."""
     for tries_left in range(CLUSTER_DOWN_TRIES, -1, -1):

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 from redis.exceptions import NoScriptError, ResponseError
 
 from echomq.engine.calls import Arg, Call
-from echomq.engine.clients import twins
+from echomq.engine.clients import is_cluster, twins
+from echomq.engine.cluster_once import script_nodes
 from echomq.engine.errors import Wire6Unsupported, mapped_error
 from echomq.engine.program import Flush, Invoke, Program, Send, Step, method, op
 from echomq.engine.scripts import script_for
@@ -147,7 +148,12 @@ class ScriptWire(ExecutorMethods):
         """Nothing: a batch is sent as EVALSHA, and only a NOSCRIPT reply loads the script."""
 
     def reload(self, client: Any, transition: Transition) -> Step | None:
-        return Invoke(client, method("script_load", script_for(transition).source))
+        """``SCRIPT LOAD``; on a cluster, on every node that serves a slot (``script_nodes``)."""
+        source = script_for(transition).source
+        if not is_cluster(client):
+            return Invoke(client, method("script_load", source))
+        return Invoke(client, method("execute_command", "SCRIPT LOAD", source,
+                                     target_nodes=script_nodes(client)))
 
 
 class NativeWire(ExecutorMethods):

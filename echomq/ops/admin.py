@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from echomq.engine.calls import ZSETS, QueueCalls, payload_bytes, text
+from echomq.engine.clients import is_cluster
 from echomq.engine.executors import executor_for
 from echomq.engine.priority import band, split_score
 from echomq.engine.server_time import server_ms, time_ms
@@ -171,8 +172,10 @@ def stats(conn: Any, name: str) -> QueueStats:
     and the age of its oldest waiting job (flat or at a lane's head). Three round trips
     whatever the number of lanes: the queue's keys, each lane's depth and head, the heads'
     admission times; one more when flat jobs of several priorities wait (the head of each
-    priority between the highest and the lowest)."""
+    priority between the highest and the lowest). On a cluster client, one more: ``TIME`` of
+    the node serving the queue's slot (a cluster pipeline refuses ``TIME``)."""
     calls = QueueCalls(name)
+    clustered = is_cluster(conn)
     with conn.pipeline(transaction=False) as pipe:
         for role in ZSETS:
             pipe.zcard(calls.key(role))
@@ -181,9 +184,11 @@ def stats(conn: Any, name: str) -> QueueStats:
         pipe.lrange(calls.key("ring"), 0, -1)
         pipe.hgetall(calls.key("parked"))
         pipe.exists(calls.key("paused"))
-        pipe.time()
-        *sizes, head, tail, groups, parked, paused, clock = pipe.execute()
-    now = time_ms(clock)
+        if not clustered:
+            pipe.time()  # a cluster pipeline refuses TIME: asked of the slot's node below
+        replies = pipe.execute()
+    *sizes, head, tail, groups, parked, paused = replies[:len(ZSETS) + 5]
+    now = slot_clock_ms(conn, calls.key("pending")) if clustered else time_ms(replies[-1])
     lanes, lane_oldest = _lanes_of(conn, calls, groups, parked)
     oldest = _oldest_pending(conn, calls.key("pending"), head, tail)
     times = [oldest] if oldest is not None else []
@@ -193,6 +198,13 @@ def stats(conn: Any, name: str) -> QueueStats:
                       oldest_pending_age_ms=max(0, now - min(times)) if times else None,
                       server_time_ms=now, paused=bool(paused),
                       paused_lanes=paused_lanes(parked))
+
+
+def slot_clock_ms(conn: Any, key: str) -> int:
+    """The clock of the cluster node that serves ``key``'s slot, in ms: the clock its
+    transitions stamped the queue's admission times with, so ages read off it do not take in the
+    skew between nodes' clocks. One round trip (a cluster client sends TIME on its own)."""
+    return time_ms(conn.time(target_nodes=conn.get_node_from_key(key)))
 
 
 def _oldest_pending(conn: Any, key: str, head: list[Any], tail: list[Any]) -> int | None:
