@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from echomq.embedded import EmbeddedValkey
 from tests.conftest import start_server
-from tests.reliability.servers import low_port
+from tests.reliability.servers import low_port, node_id
 
 SLOTS = 16384
 FORMING_S = 30.0
@@ -56,27 +56,6 @@ def _await_formed(nodes: list[EmbeddedValkey]) -> None:
                 time.sleep(0.05)
         finally:
             client.close()
-
-
-def node_id(server: EmbeddedValkey) -> str:
-    client = server.client()
-    try:
-        reply = client.execute_command("CLUSTER", "MYID")
-    finally:
-        client.close()
-    return reply.decode() if isinstance(reply, bytes) else str(reply)
-
-
-def owner(nodes: list[EmbeddedValkey], slot: int) -> EmbeddedValkey:
-    """The node serving ``slot``, as the first node's slot map says."""
-    client = nodes[0].client()
-    try:
-        for start, end, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
-            if int(start) <= slot <= int(end):
-                return next(n for n in nodes if n.port == int(primary[1]))
-    finally:
-        client.close()
-    raise LookupError(slot)
 
 
 def open_move(slot: int, source: EmbeddedValkey, target: EmbeddedValkey) -> None:

@@ -23,7 +23,8 @@ from echomq.embedded import EmbeddedValkey
 from echomq.ops import admin
 from echomq.ops.dashboard import create_app
 from echomq.queue.registry import DISCOVERED_KEY, REGISTRY_KEY
-from tests.cluster import owner, three_primaries
+from tests.cluster import three_primaries
+from tests.reliability.servers import owner
 
 NOW = 1_700_000_000_000
 SITE = "http://127.0.0.1:8042"

@@ -22,7 +22,8 @@ import valkey.cluster
 from echomq import Ack, Job, Queue, Verdict
 from echomq.aio import Queue as AsyncQueue
 from echomq.embedded import EmbeddedValkey
-from tests.cluster import close_move, open_move, owner, three_primaries
+from tests.cluster import close_move, open_move, three_primaries
+from tests.reliability.servers import owner
 
 CLIENTS = {("redis", False): redis.cluster.RedisCluster,
            ("redis", True): redis.asyncio.cluster.RedisCluster,

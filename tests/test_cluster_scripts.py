@@ -15,7 +15,8 @@ from redis.exceptions import MovedError
 
 from echomq import Queue
 from echomq.embedded import EmbeddedValkey
-from tests.cluster import owner, three_primaries
+from tests.cluster import three_primaries
+from tests.reliability.servers import owner
 
 NAME = "scripts"
 

@@ -54,6 +54,28 @@ def persist(call: Callable[[], T], *, timeout: float = 60.0, pause: float = 0.05
             time.sleep(pause)
 
 
+def node_id(server: EmbeddedValkey) -> str:
+    """``server``'s cluster node id."""
+    client = server.client()
+    try:
+        reply = client.execute_command("CLUSTER", "MYID")
+    finally:
+        client.close()
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+
+def owner(nodes: list[EmbeddedValkey], slot: int) -> EmbeddedValkey:
+    """The node of ``nodes`` serving ``slot``, as the first node's slot map says."""
+    client = nodes[0].client()
+    try:
+        for start, end, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+            if int(start) <= slot <= int(end):
+                return next(n for n in nodes if n.port == int(primary[1]))
+    finally:
+        client.close()
+    raise LookupError(slot)
+
+
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -126,24 +148,11 @@ class Cluster:
         return dict(line.split(":", 1) for line in text.split() if ":" in line)
 
     def node_id(self, server: EmbeddedValkey) -> str:
-        client = server.client()
-        try:
-            reply = client.execute_command("CLUSTER", "MYID")
-        finally:
-            client.close()
-        return reply.decode() if isinstance(reply, bytes) else str(reply)
+        return node_id(server)
 
     def owner(self, slot: int) -> EmbeddedValkey:
         """The node serving ``slot`` (asked of the first node; stable outside a reshard)."""
-        client = self.nodes[0].client()
-        try:
-            for start, end, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
-                if int(start) <= slot <= int(end):
-                    port = int(primary[1])
-                    return next(n for n in self.nodes if n.port == port)
-        finally:
-            client.close()
-        raise LookupError(slot)
+        return owner(self.nodes, slot)
 
     def client(self, **options: Any) -> redis.cluster.RedisCluster:
         return redis.cluster.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, **options)
