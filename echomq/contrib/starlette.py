@@ -1,5 +1,6 @@
 """A Starlette or FastAPI lifespan for an echomq App: its connection is checked at startup (a
-server that cannot be reached fails the startup, not the first request) and closed at shutdown;
+server that cannot be reached fails the startup, not the first request) and closed at shutdown
+(with the asyncio client ``aenqueue`` and ``aresult`` made on the web loop, ``App.aclose``);
 with ``consume=True`` an asyncio consumer runs the App's tasks in the web process meanwhile.
 
     app = echomq.App(redis_from_url(URL))
@@ -45,6 +46,7 @@ def lifespan(app: App, *, consume: bool = False,
             else:
                 yield
         finally:
+            await app.aclose()  # the asyncio client aenqueue and aresult made on this loop
             app.conn.close()
 
     return run

@@ -18,18 +18,25 @@ import inspect
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from echomq.consumer.cancelling import cancel_requested
 from echomq.consumer.directives import Done, Reject, RetryIn
 from echomq.consumer.loop import error_text
-from echomq.engine.calls import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION_MS, MAX_RESULT_BYTES, Job
+from echomq.engine.calls import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETENTION_MS,
+    MAX_RESULT_BYTES,
+    Job,
+    Verdict,
+)
 from echomq.engine.native import checked_priority
 from echomq.engine.wire import Wire
 from echomq.queue.blocking import Queue
 from echomq.queue.ids import new_job_id
+from echomq.tasks.attempts import Attempt, Directive, Unrunnable
 from echomq.tasks.envelope import (
     UNKEPT_RESULT,
     Envelope,
@@ -43,14 +50,10 @@ from echomq.tasks.envelope import (
 )
 from echomq.tasks.handle import TaskHandle
 from echomq.tasks.hooks import (
-    CANCELLED,
     DEAD,
-    RETRIED,
-    SUCCEEDED,
     UNKNOWN,
     AllHooks,
     NoHooks,
-    RunRecord,
     TaskHooks,
     combined,
 )
@@ -58,12 +61,12 @@ from echomq.tasks.periodic import Periodic, Schedule, Scheduler
 from echomq.tasks.reporting import running
 from echomq.tasks.retry import DEFAULT_BACKOFF, Backoff, Draw, RetryPolicy
 from echomq.tasks.signature import ArgumentsRejected, Signature
+from echomq.tasks.twins import AsyncQueues, QueueOptions
 
 __all__ = ["App", "Task", "TaskCall"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-Directive = Done | RetryIn | Reject
 # How a task that keeps no result is done: an ack keeping the empty marker, so that the job's
 # ended key still wakes ``handle.result()`` on the server.
 DONE_UNKEPT = Done(UNKEPT_RESULT)
@@ -90,13 +93,15 @@ class App:
     numbers in [0, 1) (a fixed one makes delays exact in tests); ``check_policy``: warn once
     when the server may evict keys (a CONFIG GET when the first queue is made); ``events``:
     every queue of the app, and every ``echomq worker`` serving the app, appends each change
-    to the queue's events stream (``Queue.events`` reads it)."""
+    to the queue's events stream (``Queue.events`` reads it); ``aconn``: the asyncio client
+    ``aenqueue`` and ``aresult`` use (default: a twin of ``conn`` per event loop,
+    ``echomq.tasks.twins``; a cluster App needs one given)."""
 
     def __init__(self, conn: Any, queue: str = "default", *, wire: int = Wire.SCRIPTS,
                  serializer: str = "json", max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  backoff: Backoff = DEFAULT_BACKOFF, retention_ms: int = DEFAULT_RETENTION_MS,
                  hooks: TaskHooks | Sequence[TaskHooks] = (), draw: Draw = random.random,
-                 check_policy: bool = True, events: bool = False) -> None:
+                 check_policy: bool = True, events: bool = False, aconn: Any = None) -> None:
         self.conn = conn
         self.wire = wire
         self.events = events
@@ -110,6 +115,8 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.queues: dict[str, Queue] = {}
         self.queue = self.queue_named(queue)
+        self.aqueues = AsyncQueues(conn, aconn, QueueOptions(wire, retention_ms,
+                                                             self.policy.max_attempts, events))
         self.scheduler = Scheduler()
         self._runners = threading.local()
 
@@ -136,6 +143,11 @@ class App:
             self.check_policy = False  # one connection: asked once is enough
             self.queues[name] = queue
         return queue
+
+    async def aclose(self) -> None:
+        """Close the asyncio client the running event loop's ``aenqueue`` and ``aresult`` made
+        (a loop that ``asyncio.run`` ends closes its own); a given ``aconn`` stays open."""
+        await self.aqueues.aclose()
 
     # declaring tasks ----------------------------------------------------------------------------
 
@@ -266,7 +278,8 @@ class App:
 
     def _running(self, task: Task[Any, Any], envelope: Envelope, job: Job) -> Attempt:
         return Attempt(self.hooks.running(envelope.queue or task.queue, task.name, job,
-                                          envelope.headers, envelope.enqueued_ms), job, task)
+                                          envelope.headers, envelope.enqueued_ms), job,
+                       task.policy)
 
     def _reporting(self, task: Task[Any, Any], envelope: Envelope, job: Job) -> Any:
         """The block in which ``echomq.progress`` reports on ``job``."""
@@ -311,46 +324,6 @@ async def _awaited(value: Awaitable[Any]) -> Any:
     return await value
 
 
-@dataclass(frozen=True)
-class Unrunnable:
-    """A job no task of the app can run: the Reject it settles with, and its envelope when the
-    payload is one (naming a task the app does not have)."""
-
-    reject: Reject
-    envelope: Envelope | None
-
-
-class Attempt:
-    """The hooks' ``running`` block around one attempt, and the record it fills: the outcome
-    judged from the directive, or "retried" when the task raised what stops the worker (the
-    consumer fails that attempt), or "cancelled" when its job was cancelled while it ran."""
-
-    def __init__(self, block: Any, job: Job, task: Task[Any, Any]) -> None:
-        self.block, self.job, self.task = block, job, task
-        self.record = RunRecord()
-
-    def __enter__(self) -> Attempt:
-        self.record = self.block.__enter__()
-        return self
-
-    def __exit__(self, kind: Any, exc: Any, trace: Any) -> Any:
-        if exc is not None:
-            self.record.outcome, self.record.error = RETRIED, error_text(exc)
-        if cancel_requested():  # the server ends this attempt cancelled, whatever it came to
-            self.record.outcome = CANCELLED
-        return self.block.__exit__(kind, exc, trace)
-
-    def settled(self, directive: Directive) -> Directive:
-        if isinstance(directive, Done):
-            self.record.outcome, self.record.error = SUCCEEDED, None
-        elif isinstance(directive, Reject):
-            self.record.outcome, self.record.error = DEAD, directive.error
-        else:
-            last = self.task.policy.last(self.job.attempt)
-            self.record.outcome, self.record.error = (DEAD if last else RETRIED), directive.error
-        return directive
-
-
 class Task(Generic[P, R]):
     """A registered task: call it to run it here, ``enqueue`` it to run it on a worker."""
 
@@ -379,6 +352,15 @@ class Task(Generic[P, R]):
         """Admit one run of this task with these arguments; its handle. TypeError, before
         anything is sent, for arguments that do not fit the signature or the serializer."""
         return TaskCall(self, priority=self.priority).enqueue(*args, **kwargs)
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        """``enqueue``, awaited: on the App's asyncio client, never blocking the event loop."""
+        return await TaskCall(self, priority=self.priority).aenqueue(*args, **kwargs)
+
+    @property
+    def aqueues(self) -> AsyncQueues:
+        """The App's asyncio queues (what a handle's ``aresult`` waits on)."""
+        return self.app.aqueues
 
     def with_options(self, *, job_id: str | None = None, delay_ms: int = 0,
                      at: datetime.datetime | None = None,
@@ -436,6 +418,23 @@ class TaskCall(Generic[P, R]):
     priority: int = 0
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        with self._admitting(args, kwargs) as admission:
+            verdict = admission.queue.enqueue(admission.job_id, admission.payload,
+                                              **admission.options)
+        return admission.handle(self.task, verdict)
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        """``enqueue``, awaited, on the App's asyncio client."""
+        with self._admitting(args, kwargs) as admission:
+            queue = await self.task.app.aqueues.queue_named(admission.queue.name)
+            verdict = await queue.enqueue(admission.job_id, admission.payload,
+                                          **admission.options)
+        return admission.handle(self.task, verdict)
+
+    @contextmanager
+    def _admitting(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Admission]:
+        """What one enqueue sends, inside the hooks' ``enqueuing`` block (the caller sends it
+        there): the arguments checked against the signature and encoded in their envelope."""
         task, app = self.task, self.task.app
         task.signature.bind(args, kwargs)
         queue = app.queue_named(self.queue or task.queue)
@@ -444,12 +443,25 @@ class TaskCall(Generic[P, R]):
         with app.hooks.enqueuing(queue.name, task.name, headers):
             payload = encode(Envelope(task.name, list(args), kwargs, headers, now_ms(),
                                       queue.name), app.serializer)
-            verdict = queue.enqueue(job_id, payload, lane=self.lane, priority=self.priority,
-                                    **self._timing())
-        return TaskHandle(job_id, queue, task, verdict)
+            yield Admission(queue, job_id, payload,
+                            {"lane": self.lane, "priority": self.priority, **self._timing()})
 
     def _timing(self) -> dict[str, int]:
         """The delay options for ``Queue.enqueue``: none at all for a job due now."""
         if self.at_ms is not None:
             return {"at_ms": self.at_ms}
         return {"delay_ms": self.delay_ms} if self.delay_ms else {}
+
+
+@dataclass(frozen=True)
+class Admission:
+    """One enqueue, ready to send: the queue (of the App's blocking ones, by whose name the
+    asyncio one is found), the job id, the encoded envelope and ``Queue.enqueue``'s options."""
+
+    queue: Queue
+    job_id: str
+    payload: bytes
+    options: dict[str, Any]
+
+    def handle(self, task: Task[Any, R], verdict: Verdict) -> TaskHandle[R]:
+        return TaskHandle(self.job_id, self.queue, task, verdict)

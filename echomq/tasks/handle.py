@@ -1,4 +1,6 @@
-"""``TaskHandle``: what ``enqueue`` returns — the job's id, and a way to wait for its result."""
+"""``TaskHandle``: what ``enqueue`` (or ``aenqueue``) returns — the job's id, and a way to wait
+for its result, from blocking code (``result``) or asyncio code (``aresult``: the same call,
+awaited on the App's asyncio client, ``echomq.tasks.twins``)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from echomq.tasks.reporting import decoded_progress
 from echomq.tasks.signature import Signature
 
 if TYPE_CHECKING:
+    from echomq.queue import aio
     from echomq.queue.blocking import JobOutcome, Queue, Verdict
+    from echomq.tasks.twins import AsyncQueues
 
 R = TypeVar("R")
 
@@ -36,10 +40,15 @@ class HandledTask(Protocol):
     @property
     def signature(self) -> Signature: ...
 
+    @property
+    def aqueues(self) -> AsyncQueues: ...
+
 
 class TaskHandle(Generic[R]):
     """One enqueued run of a task: ``id`` (its job id), ``verdict`` (ENQUEUED, or DUPLICATE
-    when that id was admitted before), ``queue`` (the Queue it went to)."""
+    when that id was admitted before), ``queue`` (the Queue it went to). Each call has an
+    asyncio twin of the same name prefixed ``a`` (``aresult``, ``aoutcome``, ``acancel``,
+    ``aprogress``), with the same semantics, for code running on an event loop."""
 
     def __init__(self, job_id: str, queue: Queue, task: HandledTask, verdict: Verdict) -> None:
         self.id = job_id
@@ -67,7 +76,35 @@ class TaskHandle(Generic[R]):
         cancelled; TimeoutError when it is not done in time; LookupError when there is no such
         job (never admitted, or its tombstone expired). A task declared with
         ``keep_result=False`` is waited for the same way, and gives None once done."""
-        outcome = self.queue.wait(self.id, math.inf if timeout is None else timeout)
+        return self._settled(self.queue.wait(self.id, _wait_s(timeout)), timeout)
+
+    async def aresult(self, timeout: float | None = None) -> R | None:
+        """``result``, awaited: the wait blocks the server's side, never the event loop."""
+        queue = await self._aqueue()
+        return self._settled(await queue.wait(self.id, _wait_s(timeout)), timeout)
+
+    async def aoutcome(self) -> JobOutcome:
+        """``outcome``, awaited."""
+        return await (await self._aqueue()).outcome(self.id)
+
+    async def acancel(self) -> Verdict:
+        """``cancel``, awaited."""
+        return await (await self._aqueue()).cancel(self.id)
+
+    async def aprogress(self) -> Any:
+        """``progress``, awaited."""
+        return decoded_progress((await self.aoutcome()).progress)
+
+    def progress(self) -> Any:
+        """The value the task last reported with ``echomq.progress`` (decoded as a result is),
+        while it runs and after it is done (for the retention); None when it reported none."""
+        return decoded_progress(self.queue.outcome(self.id).progress)
+
+    async def _aqueue(self) -> aio.Queue:
+        return await self.task.aqueues.queue_named(self.queue.name)
+
+    def _settled(self, outcome: JobOutcome, timeout: float | None) -> R | None:
+        """The value of a job whose wait ended at ``outcome``, or what it raises instead."""
         if outcome.state == "done":
             return self._value(outcome.result)
         if outcome.state == "dead":
@@ -79,14 +116,14 @@ class TaskHandle(Generic[R]):
         raise LookupError(f"no job {self.id} on queue {self.queue.name}: never admitted, or "
                           "its tombstone expired")
 
-    def progress(self) -> Any:
-        """The value the task last reported with ``echomq.progress`` (decoded as a result is),
-        while it runs and after it is done (for the retention); None when it reported none."""
-        return decoded_progress(self.queue.outcome(self.id).progress)
-
     def _value(self, kept: bytes | None) -> R | None:
         if kept is None or kept == UNKEPT_RESULT:  # acked keeping no result
             return None
         value: Any = decode_result(kept).value
         converted: R = self.task.signature.converted_result(value, from_json=is_json(kept))
         return converted
+
+
+def _wait_s(timeout: float | None) -> float:
+    """A ``result`` timeout as ``Queue.wait`` takes it (None: as long as it takes)."""
+    return math.inf if timeout is None else timeout

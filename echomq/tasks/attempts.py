@@ -1,0 +1,57 @@
+"""What the App's worker side wraps an attempt in: ``Attempt``, the hooks' ``running`` block and
+the outcome it records, and ``Unrunnable``, a job no task of the App can run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from echomq.consumer.cancelling import cancel_requested
+from echomq.consumer.directives import Done, Reject, RetryIn
+from echomq.consumer.loop import error_text
+from echomq.engine.calls import Job
+from echomq.tasks.envelope import Envelope
+from echomq.tasks.hooks import CANCELLED, DEAD, RETRIED, SUCCEEDED, RunRecord
+from echomq.tasks.retry import RetryPolicy
+
+Directive = Done | RetryIn | Reject
+
+
+@dataclass(frozen=True)
+class Unrunnable:
+    """A job no task of the app can run: the Reject it settles with, and its envelope when the
+    payload is one (naming a task the app does not have)."""
+
+    reject: Reject
+    envelope: Envelope | None
+
+
+class Attempt:
+    """The hooks' ``running`` block around one attempt, and the record it fills: the outcome
+    judged from the directive, or "retried" when the task raised what stops the worker (the
+    consumer fails that attempt), or "cancelled" when its job was cancelled while it ran."""
+
+    def __init__(self, block: Any, job: Job, policy: RetryPolicy) -> None:
+        self.block, self.job, self.policy = block, job, policy
+        self.record = RunRecord()
+
+    def __enter__(self) -> Attempt:
+        self.record = self.block.__enter__()
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, trace: Any) -> Any:
+        if exc is not None:
+            self.record.outcome, self.record.error = RETRIED, error_text(exc)
+        if cancel_requested():  # the server ends this attempt cancelled, whatever it came to
+            self.record.outcome = CANCELLED
+        return self.block.__exit__(kind, exc, trace)
+
+    def settled(self, directive: Directive) -> Directive:
+        if isinstance(directive, Done):
+            self.record.outcome, self.record.error = SUCCEEDED, None
+        elif isinstance(directive, Reject):
+            self.record.outcome, self.record.error = DEAD, directive.error
+        else:
+            last = self.policy.last(self.job.attempt)
+            self.record.outcome, self.record.error = (DEAD if last else RETRIED), directive.error
+        return directive
