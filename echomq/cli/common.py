@@ -77,14 +77,27 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
+_TERMINATED = threading.Event()
+
+
 def interrupt_on_sigterm() -> None:
     """Take SIGTERM as Ctrl-C (KeyboardInterrupt in the main thread), so a command stopped by a
-    service manager, or started where SIGINT is ignored, cleans up the way Ctrl-C does."""
+    service manager, or started where SIGINT is ignored, cleans up the way Ctrl-C does. The
+    signal is also noted for ``check_terminated``: a raise that lands in a finalizer (a
+    ``__del__`` run by the garbage collector) is ignored by Python."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
+        _TERMINATED.set()
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
+
+
+def check_terminated() -> None:
+    """KeyboardInterrupt when SIGTERM came (after ``interrupt_on_sigterm``): called between the
+    steps of a long command, so a stop whose first raise was ignored still ends it."""
+    if _TERMINATED.is_set():
+        raise KeyboardInterrupt
 
 
 def stop_on_signals() -> threading.Event:

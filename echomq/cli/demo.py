@@ -26,6 +26,8 @@ from echomq.engine.wire import Wire
 from echomq.queue.blocking import Job, Queue
 
 Say = Callable[[str], None]
+# Called between the demo's steps; raises to stop it (a SIGTERM noted by the command).
+Check = Callable[[], None]
 GREEDY = "greedy"
 CAPPED = "capped"
 CAPPED_LIMIT = 1
@@ -77,8 +79,9 @@ def _workload(greedy_jobs: int, tenants: int, per_tenant: int) -> list[tuple[str
     return work + [(f"JOB:{CAPPED}-{n:05d}", CAPPED) for n in range(per_tenant)]
 
 
-def _enqueue(queue: Queue, work: list[tuple[str, str]], lanes: bool) -> None:
+def _enqueue(queue: Queue, work: list[tuple[str, str]], lanes: bool, check: Check) -> None:
     for start in range(0, len(work), 500):
+        check()
         batch = work[start:start + 500]
         if lanes:
             queue.enqueue_many([(job_id, tenant.encode(), tenant) for job_id, tenant in batch])
@@ -86,8 +89,10 @@ def _enqueue(queue: Queue, work: list[tuple[str, str]], lanes: bool) -> None:
             queue.enqueue_many([(job_id, tenant.encode()) for job_id, tenant in batch])
 
 
-def _progress(run: Run, expected: Counter[str], say_line: Callable[[str], None]) -> None:
+def _progress(run: Run, expected: Counter[str], say_line: Callable[[str], None],
+              check: Check) -> None:
     while not run.all_done.wait(0.25):
+        check()
         with run.lock:
             done = sum(run.done.values())
             left = {t: expected[t] - run.done[t] for t in expected}
@@ -97,13 +102,14 @@ def _progress(run: Run, expected: Counter[str], say_line: Callable[[str], None])
 
 
 def _one_pass(server: EmbeddedValkey, label: str, wire: int, lanes: bool,
-              work: list[tuple[str, str]], workers: int, say_line: Callable[[str], None]) -> Run:
+              work: list[tuple[str, str]], workers: int, say_line: Callable[[str], None],
+              check: Check) -> Run:
     expected = Counter(tenant for _, tenant in work)
     admin = server.client()
     queue = Queue(admin, f"demo-{label}", wire=wire)
     if lanes:
         queue.set_lane(CAPPED, concurrency=CAPPED_LIMIT)
-    _enqueue(queue, work, lanes)
+    _enqueue(queue, work, lanes, check)
     run = Run(label, len(work))
 
     def handler(job: Job) -> None:
@@ -119,7 +125,7 @@ def _one_pass(server: EmbeddedValkey, label: str, wire: int, lanes: bool,
     run.started = time.monotonic()
     for thread in threads:
         thread.start()
-    _progress(run, expected, say_line)
+    _progress(run, expected, say_line, check)
     for consumer in consumers:
         consumer.stop()
     for thread in threads:
@@ -156,8 +162,9 @@ def _summary(runs: list[Run], say: Say) -> None:
 
 
 def run_demo(greedy_jobs: int = 6_000, tenants: int = 5, per_tenant: int = 100,
-             workers: int = 4, say: Say = print) -> list[Run]:
-    """Run the demonstration; returns what each pass saw."""
+             workers: int = 4, say: Say = print, check: Check = lambda: None) -> list[Run]:
+    """Run the demonstration; returns what each pass saw. ``check`` is called between its steps
+    (each batch enqueued, each progress line) and may raise to stop it."""
     work = _workload(greedy_jobs, tenants, per_tenant)
     with EmbeddedValkey(prefer="wheel") as server:
         conn: redis.Redis = server.client()
@@ -169,7 +176,8 @@ def run_demo(greedy_jobs: int = 6_000, tenants: int = 5, per_tenant: int = 100,
         runs = []
         for label, wire, lanes in (("lanes, wire=5", Wire.SCRIPTS, True),
                                    ("flat FIFO, wire=6", Wire.NATIVE, False)):
-            runs.append(_one_pass(server, label, wire, lanes, work, workers, _line_writer(say)))
+            runs.append(_one_pass(server, label, wire, lanes, work, workers, _line_writer(say),
+                                  check))
             if sys.stdout.isatty():
                 print()
             say(f"  {label}: {len(work)} jobs in {max(runs[-1].finished_at.values()):.2f} s")

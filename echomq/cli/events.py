@@ -10,7 +10,14 @@ from dataclasses import asdict
 import click
 
 from echomq.cli.args import QUEUE
-from echomq.cli.common import connect, interrupt_on_sigterm, json_option, print_json, url_option
+from echomq.cli.common import (
+    check_terminated,
+    connect,
+    interrupt_on_sigterm,
+    json_option,
+    print_json,
+    url_option,
+)
 from echomq.engine.errors import ArgumentError
 from echomq.engine.events import Event
 from echomq.queue.blocking import Queue
@@ -70,6 +77,7 @@ def events(queue: str, since: str | None, count: int, follow: bool, url: str,
 
 def _follow(reader: Queue, last: str, count: int, as_json: bool) -> None:
     while True:
+        check_terminated()
         batch = reader.events(last, count, block_ms=FOLLOW_BLOCK_MS)
         shown(batch, as_json)
         last = batch[-1].id if batch else last

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from echomq.cli.common import interrupt_on_sigterm
+from echomq.cli.common import check_terminated, interrupt_on_sigterm
 from echomq.cli.demo import run_demo
 
 
@@ -23,7 +23,7 @@ from echomq.cli.demo import run_demo
 def demo(greedy_jobs: int, tenants: int, per_tenant: int, workers: int) -> None:
     """Run a short demonstration on an embedded valkey-server with trafikey loaded."""
     interrupt_on_sigterm()
-    run_demo(greedy_jobs, tenants, per_tenant, workers, say=click.echo)
+    run_demo(greedy_jobs, tenants, per_tenant, workers, say=click.echo, check=check_terminated)
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
