@@ -36,7 +36,18 @@ if TYPE_CHECKING:
     from echomq.engine.wire import Wire
     from echomq.queue.blocking import Ack, Job, JobOutcome, Queue, Release, Retry, Verdict
     from echomq.queue.ids import new_job_id
-    from echomq.tasks import App, Backoff, Cancelled, RetryAfter, Task, TaskHandle
+    from echomq.tasks import (
+        App,
+        Backoff,
+        Cancelled,
+        RetryAfter,
+        Task,
+        TaskHandle,
+        WorkflowHandle,
+        chain,
+        chord,
+        group,
+    )
     from echomq.tasks.reporting import progress
 
 # Each public name, and the module it lives in.
@@ -51,8 +62,8 @@ _HOMES = {
     "new_job_id": "echomq.queue.ids",
     **dict.fromkeys(("Ack", "Job", "JobOutcome", "Queue", "Release", "Retry", "Verdict"),
                     "echomq.queue.blocking"),
-    **dict.fromkeys(("App", "Backoff", "Cancelled", "RetryAfter", "Task", "TaskHandle"),
-                    "echomq.tasks"),
+    **dict.fromkeys(("App", "Backoff", "Cancelled", "RetryAfter", "Task", "TaskHandle",
+                     "WorkflowHandle", "chain", "chord", "group"), "echomq.tasks"),
     "progress": "echomq.tasks.reporting",
     "Wire": "echomq.engine.wire",
 }
@@ -90,7 +101,11 @@ __all__ = [
     "Verdict",
     "Wire",
     "Wire6Unsupported",
+    "WorkflowHandle",
     "cancel_requested",
+    "chain",
+    "chord",
+    "group",
     "new_job_id",
     "progress",
 ]

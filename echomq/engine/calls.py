@@ -82,6 +82,12 @@ class Verdict(enum.Enum):
     CANCELLING = "CANCELLING"
     DONE = "DONE"
     UNKNOWN = "UNKNOWN"
+    # the verdicts of a job with parents (enqueue_after, after): waiting for them, moved to
+    # pending (each had ended), not a waiting job, or one its last AFTER call sealed already
+    WAITING = "WAITING"
+    READY = "READY"
+    NOTWAITING = "NOTWAITING"
+    SEALED = "SEALED"
 
     @classmethod
     def of(cls, reply: Any) -> Verdict:
@@ -151,7 +157,8 @@ ENDED_STATES = ("done", "dead", "cancelled")
 @dataclass(frozen=True)
 class JobOutcome:
     """Where a job stands, as ``Queue.outcome`` and ``Queue.wait`` read it: ``state`` is
-    "pending" (waiting to run, in pending or its lane), "delayed", "active" (also while its
+    "pending" (waiting to run, in pending or its lane), "waiting" (for its parents: a workflow's
+    job, ``Queue.enqueue_after``), "delayed", "active" (also while its
     lease is flagged by a cancel), "done" (acked; the tombstone keeps ``result`` when the ack
     stored one), "cancelled" (a cancel's tombstone), "dead" or "unknown" (no row: never
     admitted, or its tombstone expired). ``error`` is the last error recorded (a dead job's
@@ -172,7 +179,7 @@ class JobOutcome:
 UNKNOWN = JobOutcome("unknown", None, None, 0)
 # The reads behind an outcome, in this order, each after the job id's keys are named: the row's
 # type and fields, whether it still holds its payload (an ack removes it), then the zsets.
-_PLACES = ("dead", "active", "delayed", "pending")
+_PLACES = ("dead", "active", "delayed", "pending", "waiting")
 
 
 def text(value: Any) -> str:
@@ -479,6 +486,10 @@ class QueueCalls:
                 ("HMGET", row, "attempts", "result", "error", "progress", "cancelled"),
                 ("HEXISTS", row, "payload"),
                 *(("ZSCORE", self.key(place), job_id) for place in _PLACES)]
+
+    def result_read(self, job_id: str) -> tuple[str, ...]:
+        """The read of the result ``job_id`` kept (``HGET`` of its row's ``result``)."""
+        return ("HGET", self.key("job", checked_id(job_id)), "result")
 
     def requeue(self, job_id: str, now: int | None) -> Call:
         return self._call(t.REQUEUE, (checked_id(job_id), checked_now(now)), job_id)

@@ -18,7 +18,7 @@ from echomq.engine.calls import Arg, Call
 from echomq.engine.clients import is_cluster, twins
 from echomq.engine.cluster_once import script_nodes
 from echomq.engine.errors import Wire6Unsupported, mapped_error
-from echomq.engine.program import Flush, Invoke, Program, Send, Step, method, op
+from echomq.engine.program import Atomic, Flush, Invoke, Program, Send, Step, method, op
 from echomq.engine.scripts import script_for
 from echomq.engine.transitions import Transition
 from echomq.engine.wire import Wire
@@ -98,6 +98,30 @@ class ExecutorMethods(ABC):
             again = yield from self._flush(client, [calls[n] for n in lost], then)
             for n, reply in zip(lost, again, strict=True):
                 replies[n] = reply
+        settled = []
+        for call, reply in zip(calls, replies, strict=True):
+            settled.append((yield from ExecutorMethods._settle.program(self, client, call, reply)))
+        return settled
+
+    @op
+    def call_atomic(self, client: Any, calls: Sequence[Call]) -> Program[list[Any]]:
+        """Runs ``calls`` as one transaction (``MULTI``/``EXEC``: nothing else runs between
+        them); a reply each. A script the server lost (NOSCRIPT: a restart, ``SCRIPT FLUSH``)
+        fails only its own call inside the transaction, so its script is loaded and the whole
+        transaction sent again: callers send only calls whose second run changes nothing the
+        first did (admissions answer DUPLICATE), and take each call's first good reply."""
+        for transition in {call[0] for call in calls}:
+            self.refuse(transition)
+        commands = [self.command(*call) for call in calls]
+        replies: list[Any] = list((yield Atomic(client, commands)))
+        no_script = twins(NoScriptError)
+        lost = {calls[n][0] for n, reply in enumerate(replies) if isinstance(reply, no_script)}
+        if lost:
+            for transition in lost:
+                yield from ExecutorMethods.load.program(self, client, transition)
+            again = yield Atomic(client, commands)
+            replies = [fresh if isinstance(first, no_script) else first
+                       for first, fresh in zip(replies, again, strict=True)]
         settled = []
         for call, reply in zip(calls, replies, strict=True):
             settled.append((yield from ExecutorMethods._settle.program(self, client, call, reply)))

@@ -3,7 +3,8 @@ and receives their replies; a blocking shell drives it to the end (``drive``), a
 awaits each step (``adrive``).
 
 A program is a generator: it yields a step — ``Send`` (one command sent once, a transition),
-``Flush`` (commands sent together once), ``Invoke`` (a method of the client's own: a read, a
+``Flush`` (commands sent together once), ``Atomic`` (commands sent as one transaction),
+``Invoke`` (a method of the client's own: a read, a
 blocking pop, ``SCRIPT LOAD``) or ``Reads`` (a pipeline of such methods) — and is sent the
 step's reply, or has the step's error thrown into it at the ``yield``, so it handles errors as
 straight-line code does. What it returns is the method's reply. A step names the client it goes
@@ -105,7 +106,31 @@ class Reads:
         return pipe.execute() if self.raise_on_error else pipe.execute(raise_on_error=False)
 
 
-Step = Send | Flush | Invoke | Reads
+@dataclass(frozen=True, slots=True)
+class Atomic:
+    """``commands`` sent as one transaction (``MULTI`` … ``EXEC``): every one runs, and nothing
+    else runs between them; a reply each, a server error as a reply (not raised)."""
+
+    client: Any
+    commands: Sequence[Command]
+
+    def perform(self, aio: bool) -> Any:
+        return self._async_run() if aio else self._run()
+
+    def _run(self) -> Any:
+        with self.client.pipeline(transaction=True) as pipe:
+            for command in self.commands:
+                pipe.execute_command(*command)
+            return pipe.execute(raise_on_error=False)
+
+    async def _async_run(self) -> Any:
+        async with self.client.pipeline(transaction=True) as pipe:
+            for command in self.commands:
+                pipe.execute_command(*command)
+            return await pipe.execute(raise_on_error=False)
+
+
+Step = Send | Flush | Invoke | Reads | Atomic
 Program = Generator[Step, Any, R]
 
 

@@ -50,9 +50,11 @@ from echomq.engine.wire import Wire
 from echomq.queue.bounds import HOUSEKEEPING_STEP, TRIM_STEPS, Housekept, more_due
 from echomq.queue.dead import DeadControls
 from echomq.queue.events import EventReads
+from echomq.queue.graphs import GraphAdmissions
 from echomq.queue.lanes import LaneControls, lane_groups, per_group, shown_depths, waiting_keys
 from echomq.queue.parking import WATCH_ROLE, watch_commands
 from echomq.queue.registry import REGISTRY_KEY
+from echomq.queue.results import ResultReads
 from echomq.queue.waiting import next_block_s, wait_slice_s
 
 log = logging.getLogger("echomq")
@@ -88,7 +90,7 @@ def _outside_stacklevel() -> int:
     return level
 
 
-class QueueMethods(LaneControls, DeadControls, EventReads):
+class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdmissions):
     """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``):
     what both Queues are, and do. With ``events``, each change its calls make is appended to the
     queue's events stream (``events()`` reads it back)."""

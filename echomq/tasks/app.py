@@ -37,6 +37,7 @@ from echomq.engine.wire import Wire
 from echomq.queue.blocking import Queue
 from echomq.queue.ids import new_job_id
 from echomq.tasks.attempts import Attempt, Directive, Unrunnable
+from echomq.tasks.canvas import TaskSignature
 from echomq.tasks.envelope import (
     UNKEPT_RESULT,
     Envelope,
@@ -62,6 +63,7 @@ from echomq.tasks.reporting import running
 from echomq.tasks.retry import DEFAULT_BACKOFF, Backoff, Draw, RetryPolicy
 from echomq.tasks.signature import ArgumentsRejected, Signature
 from echomq.tasks.twins import AsyncQueues, QueueOptions
+from echomq.tasks.workflow import given_parents, parent_ids
 
 __all__ = ["App", "Task", "TaskCall"]
 
@@ -287,6 +289,9 @@ class App:
 
     def _attempt_sync(self, task: Task[Any, Any], envelope: Envelope, job: Job) -> Directive:
         try:
+            if envelope.parents is not None:
+                queue = self.queue_named(envelope.queue or task.queue)
+                envelope = given_parents(envelope, queue.results(parent_ids(envelope)))
             args, kwargs = task.arguments(envelope, job)
             with self._reporting(task, envelope, job):
                 value = task.function(*args, **kwargs)
@@ -301,6 +306,9 @@ class App:
     async def _attempt_async(self, task: Task[Any, Any], envelope: Envelope,
                              job: Job) -> Directive:
         try:
+            if envelope.parents is not None:
+                queue = await self.aqueues.queue_named(envelope.queue or task.queue)
+                envelope = given_parents(envelope, await queue.results(parent_ids(envelope)))
             args, kwargs = task.arguments(envelope, job)
             with self._reporting(task, envelope, job):
                 if task.is_async:
@@ -356,6 +364,15 @@ class Task(Generic[P, R]):
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         """``enqueue``, awaited: on the App's asyncio client, never blocking the event loop."""
         return await TaskCall(self, priority=self.priority).aenqueue(*args, **kwargs)
+
+    def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
+        """One call of this task for a workflow (``echomq.chain``, ``group``, ``chord``), given
+        its parent's result before ``args``; its arity is checked when the workflow is sent."""
+        return TaskSignature(self, args, kwargs, priority=self.priority)
+
+    def si(self, *args: Any, **kwargs: Any) -> TaskSignature:
+        """``s``, ignoring its parent's result: called with ``args`` and ``kwargs`` alone."""
+        return TaskSignature(self, args, kwargs, immutable=True, priority=self.priority)
 
     @property
     def aqueues(self) -> AsyncQueues:
@@ -416,6 +433,22 @@ class TaskCall(Generic[P, R]):
     lane: str | None = None
     queue: str | None = None
     priority: int = 0
+
+    def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
+        """``Task.s`` with this call's ``job_id`` and ``priority`` (a workflow's jobs go to its
+        one queue, at once: ValueError for a delay, a lane or a queue of its own)."""
+        return self._signature(args, kwargs, immutable=False)
+
+    def si(self, *args: Any, **kwargs: Any) -> TaskSignature:
+        """``Task.si`` with this call's ``job_id`` and ``priority``."""
+        return self._signature(args, kwargs, immutable=True)
+
+    def _signature(self, args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                   immutable: bool) -> TaskSignature:
+        if self.delay_ms or self.at_ms is not None or self.lane or self.queue:
+            raise ValueError("a workflow's task takes job_id and priority only: its jobs go to "
+                             "the workflow's queue, each as soon as its parents ended")
+        return TaskSignature(self.task, args, kwargs, immutable, self.job_id, self.priority)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         with self._admitting(args, kwargs) as admission:

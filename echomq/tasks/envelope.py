@@ -15,10 +15,13 @@ Serializer = Literal["json", "msgpack"]
 SERIALIZERS: tuple[Serializer, ...] = ("json", "msgpack")
 
 
-class Envelope(msgspec.Struct, forbid_unknown_fields=False):
+class Envelope(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     """One call of a task: its name, its arguments as the caller passed them, the headers hooks
-    added at enqueue (tracing context, say), when it was enqueued (client clock, ms), and the
-    queue it was sent to (so the worker's hooks label the attempt with it)."""
+    added at enqueue (tracing context, say), when it was enqueued (client clock, ms), the
+    queue it was sent to (so the worker's hooks label the attempt with it), and, for a job of a
+    workflow given its parents' results, where they come from (``parents``: a job id, or a list
+    of such, nested as the workflow's groups are; absent otherwise, so a plain job's envelope
+    is what it was)."""
 
     task: str
     args: list[Any]
@@ -26,6 +29,7 @@ class Envelope(msgspec.Struct, forbid_unknown_fields=False):
     headers: dict[str, str]
     enqueued_ms: int
     queue: str = ""
+    parents: Any = None
 
 
 class Result(msgspec.Struct):

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 
-WAITING = frozenset({"pending", "delayed", "active"})
+WAITING = frozenset({"pending", "delayed", "active", "waiting"})
 
 
 class Cancelled(EchoMQError):

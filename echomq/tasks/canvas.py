@@ -1,0 +1,169 @@
+"""Workflows: task signatures and the canvas — ``chain``, ``group`` and ``chord``.
+
+``task.s(*args, **kwargs)`` is one call of a task, not yet sent; ``task.si(...)`` one that ignores
+its parent's result. ``chain(a, b, c)`` runs each after the one before, passing its result as the
+next one's first argument; ``group(a, b)`` runs its members side by side (its result: theirs, in
+order); ``chord(header, body)`` runs ``body`` once with the header's results in the header's
+order. They nest: a chain of chords, a chord in a group, a group in a chain (a group followed by
+a task is a chord).
+
+``.enqueue()`` admits a whole workflow in one transaction (``echomq.tasks.workflow``). Every job
+of a workflow goes to one queue (its first task's, or ``enqueue(queue=...)``): the join is a
+transition of that queue. A job with parents waits (``Queue.enqueue_after``) and the settle of its
+last parent moves it to pending in the same atomic step, on both executors, so a callback runs
+once however workers crash or race, and nothing polls.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from echomq.engine.native import checked_priority
+from echomq.queue.graphs import POLICIES, checked_policy
+from echomq.tasks.workflow import Parents, Plan, WorkflowHandle, aadmit, admit, leaves
+
+
+class Workflow(ABC):
+    """What every node of a canvas does: plan its jobs, ``enqueue`` (and ``aenqueue``) them."""
+
+    @abstractmethod
+    def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
+                policy: str) -> Parents:
+        """Plan this node's jobs as waiting on ``after`` and given ``parents``; the shape of
+        its result."""
+
+    def enqueue(self, *, queue: str | None = None) -> WorkflowHandle:
+        """Admit this workflow in one transaction; its handle (``result()`` waits for it)."""
+        return admit(self, queue)
+
+    async def aenqueue(self, *, queue: str | None = None) -> WorkflowHandle:
+        """``enqueue``, awaited on the App's asyncio client."""
+        return await aadmit(self, queue)
+
+
+@dataclass(frozen=True)
+class TaskSignature(Workflow):
+    """One call of a task, not yet sent: ``task.s(...)`` (given its parent's result first) or
+    ``task.si(...)`` (``immutable``: its arguments as given). ``job_id`` and ``priority`` as
+    ``Task.with_options`` takes them (``set`` returns a copy with them)."""
+
+    task: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    immutable: bool = False
+    job_id: str | None = None
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        checked_priority(self.priority)
+
+    def set(self, *, job_id: str | None = None, priority: int | None = None) -> TaskSignature:
+        return TaskSignature(self.task, self.args, self.kwargs, self.immutable,
+                             self.job_id if job_id is None else job_id,
+                             self.priority if priority is None else priority)
+
+    def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
+                policy: str) -> Parents:
+        return plan.leaf(self, parents, after, policy)
+
+
+@dataclass(frozen=True)
+class Chain(Workflow):
+    """Each node after the one before, given its result first (``chain``)."""
+
+    nodes: tuple[Workflow, ...]
+    policy: str | None = None
+
+    def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
+                policy: str) -> Parents:
+        return _in_turn(self.nodes, plan, parents, after, self.policy or policy)
+
+
+@dataclass(frozen=True)
+class Group(Workflow):
+    """Its nodes side by side; its result is theirs, in order (``group``)."""
+
+    nodes: tuple[Workflow, ...]
+    policy: str | None = None
+
+    def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
+                policy: str) -> Parents:
+        own = self.policy or policy
+        return [node.planned(plan, parents, after, own) for node in self.nodes]
+
+
+@dataclass(frozen=True)
+class Chord(Workflow):
+    """``body`` once every node of ``header`` ended, given their results (``chord``)."""
+
+    header: Group
+    body: Workflow
+    policy: str | None = None
+
+    def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
+                policy: str) -> Parents:
+        return _in_turn((self.header, self.body), plan, parents, after, self.policy or policy)
+
+
+def _in_turn(nodes: Sequence[Workflow], plan: Plan, parents: Parents | None,
+             after: tuple[str, ...], policy: str) -> Parents:
+    """Plan ``nodes`` one after another, each waiting on the jobs of the one before."""
+    shape = parents
+    for node in nodes:
+        shape = node.planned(plan, shape, after, policy)
+        after = tuple(leaves(shape))
+    assert shape is not None  # a chain and a chord have a node at least
+    return shape
+
+
+Node: TypeAlias = Workflow
+
+
+def chain(*nodes: Workflow | Iterable[Workflow], policy: str | None = None) -> Chain:
+    """``nodes`` one after another, each given the result of the one before as its first
+    argument (a ``si`` signature is given none). ``policy``: what a dead job does to the jobs
+    waiting on it — "fail" (the default: they go dead with its error), "ignore" (they run, its
+    result None) or "continue" (they run at once, without waiting for the rest)."""
+    return Chain(_nodes(nodes, "chain"), _policy(policy))
+
+
+def group(*nodes: Workflow | Iterable[Workflow], policy: str | None = None) -> Group:
+    """``nodes`` side by side; the group's result is the list of theirs, in order."""
+    return Group(_nodes(nodes, "group"), _policy(policy))
+
+
+def chord(header: Group | Iterable[Workflow], body: Workflow, *,
+          policy: str | None = None) -> Chord:
+    """``body`` run once with the list of ``header``'s results, in the header's order, after
+    every one of them ended (``policy``: see ``chain``)."""
+    members = header if isinstance(header, Group) else group(*header)
+    if not isinstance(body, Workflow):
+        raise TypeError(f"a chord's body is a signature (task.s(...)) or a workflow, not "
+                        f"{body!r}")
+    return Chord(members, body, _policy(policy))
+
+
+def _nodes(given: Sequence[Workflow | Iterable[Workflow]], what: str) -> tuple[Workflow, ...]:
+    """The nodes as given, or the one iterable given (``group(t.s(i) for i in ...)``); at
+    least one."""
+    items: Sequence[Any] = given
+    if len(given) == 1 and not isinstance(given[0], Workflow):
+        items = tuple(given[0])
+    for node in items:
+        if not isinstance(node, Workflow):
+            raise TypeError(f"a {what} takes signatures (task.s(...)) and workflows, not "
+                            f"{node!r}")
+    if not items:
+        raise ValueError(f"a {what} needs at least one signature")
+    return tuple(items)
+
+
+def _policy(policy: str | None) -> str | None:
+    return None if policy is None else checked_policy(policy)
+
+
+__all__ = ["POLICIES", "Chain", "Chord", "Group", "Node", "TaskSignature", "Workflow", "chain",
+           "chord", "group"]

@@ -1,0 +1,229 @@
+"""Workflows on the task layer: a canvas (``echomq.tasks.canvas``) planned as the jobs it admits
+and admitted in one transaction (``Queue.enqueue_graph``); the handle that waits for its
+result; and, on the worker's side, the parents' results a job of a workflow is given.
+
+A workflow's result has a shape (``Parents``): a job id (a task's, a chain's last, a chord's
+body) or a list of shapes (a group's members, in order). A job given its parents' results
+carries that shape in its envelope; the worker reads the results of its ids in pages
+(``Queue.results``) and rebuilds the shape with the values in place of the ids.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+from echomq.engine.calls import Verdict
+from echomq.queue.graphs import GraphJob
+from echomq.queue.ids import new_job_id
+from echomq.tasks.envelope import UNKEPT_RESULT, Envelope, decode_result, encode
+from echomq.tasks.handle import TaskHandle
+
+if TYPE_CHECKING:
+    from echomq.queue.blocking import Queue
+
+Parents: TypeAlias = "str | list[Parents]"
+
+
+class Leaf(Protocol):
+    """What a plan reads of one task call (``echomq.tasks.canvas.TaskSignature``)."""
+
+    @property
+    def task(self) -> Any: ...
+
+    @property
+    def args(self) -> tuple[Any, ...]: ...
+
+    @property
+    def kwargs(self) -> dict[str, Any]: ...
+
+    @property
+    def immutable(self) -> bool: ...
+
+    @property
+    def job_id(self) -> str | None: ...
+
+    @property
+    def priority(self) -> int: ...
+
+
+class PlanNode(Protocol):
+    """A node of a canvas: it plans its jobs into a ``Plan``."""
+
+    def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
+                policy: str) -> Parents: ...
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One job of a workflow: its call, its id, the ids it waits on (``after``; none: it is
+    admitted pending), the shape of the results it is given first (``parents``; None: none)
+    and what a dead parent does to it (``policy``)."""
+
+    leaf: Leaf
+    job_id: str
+    after: tuple[str, ...] = ()
+    parents: Parents | None = None
+    policy: str = "fail"
+
+
+@dataclass
+class Plan:
+    """The jobs a workflow admits, each after every job it waits on."""
+
+    jobs: list[Planned] = field(default_factory=list)
+
+    def leaf(self, leaf: Leaf, parents: Parents | None, after: tuple[str, ...],
+             policy: str) -> str:
+        """Plan one task call waiting on ``after``; its job id."""
+        job_id = leaf.job_id or new_job_id()
+        self.jobs.append(Planned(leaf, job_id, after, None if leaf.immutable else parents,
+                                 policy))
+        return job_id
+
+
+def planned(node: PlanNode) -> tuple[Plan, Parents]:
+    """The jobs ``node`` admits, and the shape of its result."""
+    plan = Plan()
+    return plan, node.planned(plan, None, (), "fail")
+
+
+def leaves(shape: Parents | None) -> Iterator[str]:
+    """The job ids of a result's shape, depth first, in order."""
+    if shape is None:
+        return
+    if isinstance(shape, str):
+        yield shape
+        return
+    for part in shape:
+        yield from leaves(part)
+
+
+# admission --------------------------------------------------------------------------------------
+
+def admit(node: PlanNode, queue: str | None) -> WorkflowHandle:
+    """Admit the workflow ``node`` in one transaction; its handle."""
+    plan, shape = planned(node)
+    target, jobs = _graph(plan, queue)
+    verdicts = target.enqueue_graph(jobs)
+    return WorkflowHandle(shape, target, plan, verdicts)
+
+
+async def aadmit(node: PlanNode, queue: str | None) -> WorkflowHandle:
+    """``admit``, awaited on the App's asyncio client."""
+    plan, shape = planned(node)
+    target, jobs = _graph(plan, queue)
+    app = plan.jobs[0].leaf.task.app
+    verdicts = await (await app.aqueues.queue_named(target.name)).enqueue_graph(jobs)
+    return WorkflowHandle(shape, target, plan, verdicts)
+
+
+def _graph(plan: Plan, queue: str | None) -> tuple[Queue, list[GraphJob]]:
+    """The queue a plan goes to (``queue``, or its first task's) and its jobs, each checked
+    against its task's signature and encoded in its envelope."""
+    first = plan.jobs[0].leaf.task
+    app = first.app
+    target: Queue = app.queue_named(queue or first.queue)
+    jobs = []
+    for job in plan.jobs:
+        task = job.leaf.task
+        if task.app is not app:
+            raise ValueError(f"every task of a workflow belongs to one App: {task.name} does not")
+        given = (None,) if job.parents is not None else ()
+        task.signature.bind((*given, *job.leaf.args), job.leaf.kwargs)
+        jobs.append(GraphJob(job.job_id, _payload(app, target, job), job.after, job.policy,
+                             job.leaf.priority))
+    return target, jobs
+
+
+def _payload(app: Any, queue: Queue, job: Planned) -> bytes:
+    task = job.leaf.task
+    headers: dict[str, str] = {}
+    with app.hooks.enqueuing(queue.name, task.name, headers):
+        return encode(Envelope(task.name, list(job.leaf.args), job.leaf.kwargs, headers,
+                               int(time.time() * 1000), queue.name, job.parents),
+                      app.serializer)
+
+
+class WorkflowHandle:
+    """An enqueued workflow: ``ids`` (every job it admitted, each after those it waits on),
+    ``verdicts`` (each one's, by id: ENQUEUED, WAITING, READY, DEAD, CANCELLED or DUPLICATE),
+    ``shape`` (its result's: the id of the job whose result it is, or a list of shapes for a
+    group) and ``queue``; ``result`` waits for it as a task's handle does."""
+
+    def __init__(self, shape: Parents, queue: Queue, plan: Plan,
+                 verdicts: Sequence[Verdict]) -> None:
+        self.shape = shape
+        self.queue = queue
+        self.ids = [job.job_id for job in plan.jobs]
+        self.verdicts = dict(zip(self.ids, verdicts, strict=True))
+        self._tasks = {job.job_id: job.leaf.task for job in plan.jobs}
+
+    def __repr__(self) -> str:
+        return f"<WorkflowHandle of {len(self.ids)} jobs on {self.queue.name}: {self.shape!r}>"
+
+    @property
+    def id(self) -> str | None:
+        """The id of the job whose result is the workflow's (None for a group)."""
+        return self.shape if isinstance(self.shape, str) else None
+
+    def handle(self, job_id: str) -> TaskHandle[Any]:
+        """The handle of one of the workflow's jobs."""
+        return TaskHandle(job_id, self.queue, self._tasks[job_id], self.verdicts[job_id])
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The workflow's result once it ended, waiting up to ``timeout`` seconds in all
+        (None: as long as it takes): the value of its last job, or a list for a group. Raises
+        what a task's ``result`` raises for the first job that did not succeed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return self._resolved(self.shape, lambda job, left: self.handle(job).result(left),
+                              deadline)
+
+    async def aresult(self, timeout: float | None = None) -> Any:
+        """``result``, awaited."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        values = {}
+        for job in leaves(self.shape):
+            values[job] = await self.handle(job).aresult(_left(deadline))
+        return _filled(self.shape, values)
+
+    def _resolved(self, shape: Parents, wait: Any, deadline: float | None) -> Any:
+        values = {job: wait(job, _left(deadline)) for job in leaves(shape)}
+        return _filled(shape, values)
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _filled(shape: Parents, values: dict[str, Any]) -> Any:
+    """``shape`` with each job id replaced by its value."""
+    if isinstance(shape, str):
+        return values[shape]
+    return [_filled(part, values) for part in shape]
+
+
+# the worker's side ------------------------------------------------------------------------------
+
+def parent_ids(envelope: Envelope) -> list[str]:
+    """The jobs whose results ``envelope``'s job is given first (none for most jobs)."""
+    return list(leaves(envelope.parents))
+
+
+def given_parents(envelope: Envelope, kept: Sequence[bytes | None]) -> Envelope:
+    """``envelope`` with its parents' results (``kept``, as ``Queue.results`` read them for
+    ``parent_ids``) first among its arguments, in the shape its parents have; a result not
+    kept (a parent ignored when dead, or acked keeping none) is None."""
+    values = {job: _value(result) for job, result in zip(parent_ids(envelope), kept,
+                                                          strict=True)}
+    given = _filled(envelope.parents, values)
+    return Envelope(envelope.task, [given, *envelope.args], envelope.kwargs, envelope.headers,
+                    envelope.enqueued_ms, envelope.queue)
+
+
+def _value(kept: bytes | None) -> Any:
+    if kept is None or kept == UNKEPT_RESULT:
+        return None
+    return decode_result(kept).value
