@@ -1,4 +1,5 @@
-"""The page's own files: the page loads dashboard.js, then live.js (the live list, which takes
+"""The page's own files: the page loads dashboard.js, then live.js (the live list) and workflow.js
+(the job view's workflow), which take
 dashboard.js's helpers from its EchoMQ namespace and defines none of them again); the static
 route serves each file on its list, behind the same guard and with the same headers, and nothing
 else; and the package data ships every file of echomq/ops/web, in the wheel and the sdist."""
@@ -45,23 +46,24 @@ def page_files() -> set[str]:
     return {path.name for path in WEB.iterdir() if path.is_file() and path.suffix != ".py"}
 
 
-def test_the_page_loads_dashboard_js_then_live_js(client: TestClient) -> None:
+def test_the_page_loads_dashboard_js_then_live_js_and_workflow_js(client: TestClient) -> None:
     page = client.get("/").text
     assert re.findall(r'<script src="static/([^"]+)" defer></script>', page) == [
-        "dashboard.js", "live.js"]
+        "dashboard.js", "live.js", "workflow.js"]
 
 
-def test_live_js_is_served_as_dashboard_js_is(client: TestClient) -> None:
+@pytest.mark.parametrize("name", ["live.js", "workflow.js"])
+def test_each_later_script_is_served_as_dashboard_js_is(client: TestClient, name: str) -> None:
     reference = client.get("/static/dashboard.js")
-    response = client.get("/static/live.js")
+    response = client.get(f"/static/{name}")
     assert reference.status_code == response.status_code == 200
-    assert response.text == (WEB / "live.js").read_text(encoding="utf-8")
+    assert response.text == (WEB / name).read_text(encoding="utf-8")
     assert response.headers["content-type"] == "text/javascript; charset=utf-8"
     assert headers(response) == headers(reference)
     assert guarded(response)
 
 
-@pytest.mark.parametrize("name", ["dashboard.js", "live.js"])
+@pytest.mark.parametrize("name", ["dashboard.js", "live.js", "workflow.js"])
 def test_each_script_sits_behind_the_guard(conn: redis.Redis, name: str) -> None:
     with TestClient(create_app(conn, token=TOKEN), base_url=SITE) as client:
         assert client.get(f"/static/{name}").status_code == 401
@@ -82,10 +84,12 @@ def test_every_file_of_the_page_is_served_or_is_the_page() -> None:
     assert page_files() == set(STATIC_FILES) | {"dashboard.html"}
 
 
-def test_no_function_is_defined_in_both_scripts() -> None:
+def test_no_function_is_defined_in_two_scripts() -> None:
     defined = [set(re.findall(r"\bfunction\s+(\w+)", (WEB / name).read_text()))
-               for name in ("dashboard.js", "live.js")]
-    assert defined[0] and defined[1] and not defined[0] & defined[1]
+               for name in ("dashboard.js", "live.js", "workflow.js")]
+    assert all(defined)
+    assert not defined[0] & defined[1] and not defined[0] & defined[2] \
+        and not defined[1] & defined[2]
 
 
 def test_the_package_ships_every_file_of_the_page() -> None:

@@ -49,6 +49,7 @@ from echomq.ops.dashboard.guard import LOOPBACK_HOSTS, SECURITY_HEADERS, Policy,
 from echomq.ops.dashboard.history import COLUMNS, History
 from echomq.ops.dashboard.live import events_answer, query_of
 from echomq.ops.dashboard.requests import MAX_DEPTH, BodyRefused, checked, nesting, read_capped
+from echomq.ops.workflows import workflow_of
 from echomq.queue.blocking import Queue
 from echomq.queue.lanes import lane_report, lane_waiting
 
@@ -59,7 +60,7 @@ PREVIEW_BYTES = 4096
 MAX_LIST = 1000
 # The files the page loads, the only ones ``static/{name}`` serves, and their types.
 STATIC_FILES = {"dashboard.js": "text/javascript", "live.js": "text/javascript",
-                "dashboard.css": "text/css"}
+                "workflow.js": "text/javascript", "dashboard.css": "text/css"}
 
 
 def _asset(name: str) -> str:
@@ -124,6 +125,7 @@ class _Views:
             Route("/api/workers", self.workers),
             Route("/api/queues/{name}/dead", checked(self.dead)),
             Route("/api/queues/{name}/jobs/{job_id}", checked(self.job)),
+            Route("/api/queues/{name}/jobs/{job_id}/workflow", checked(self.workflow)),
             Route("/api/queues/{name}/jobs/{job_id}/cancel", checked(self.cancel),
                   methods=["POST"]),
             Route("/api/queues/{name}/dead/requeue", checked(self.requeue), methods=["POST"]),
@@ -219,6 +221,14 @@ class _Views:
         if found is None:
             return JSONResponse({"error": "no such job"}, 404)
         return JSONResponse(job_detail(found))
+
+    def workflow(self, request: Request) -> Response:
+        """The workflow tree around one job (``echomq.ops.workflows``)."""
+        found = workflow_of(self.conn, request.path_params["name"],
+                            request.path_params["job_id"])
+        if found is None:
+            return JSONResponse({"error": "no such job"}, 404)
+        return JSONResponse(found)
 
     def cancel(self, request: Request) -> Response:
         """Cancel one job (``Queue.cancel``): its verdict. A bad id is refused (400) by the

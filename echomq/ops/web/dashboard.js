@@ -343,7 +343,8 @@ async function showJob(queue, id) {
   const fields = document.getElementById("job-fields");
   fields.replaceChildren();
   const now = Date.now() + serverSkewMs;
-  const means = { pending: "enqueued", active: "lease ends", delayed: "due", dead: "died" };
+  const means = { pending: "enqueued", active: "lease ends", delayed: "due", dead: "died",
+    waiting: "waiting since" };
   const shown = { state: job.state };
   if (job.score !== null && job.state === "pending") {
     // A pending score is its priority's band and its admission time (echomq.engine.priority).
@@ -363,9 +364,10 @@ async function showJob(queue, id) {
     fields.append(dt, dd);
   }
   document.getElementById("job-progress").textContent = job.progress === null ? "—" : job.progress;
+  EchoMQ.showWorkflow(queue, id);
   const cancel = document.getElementById("job-cancel");
   cancel.dataset.cancel = id;
-  cancel.hidden = !["pending", "delayed", "active"].includes(job.state);
+  cancel.hidden = !["pending", "delayed", "active", "waiting"].includes(job.state);
   cancel.onclick = () => cancelJob(queue, id);
   document.getElementById("job-error").textContent = job.error || "—";
   document.getElementById("job-traceback").textContent = job.traceback || "—";
@@ -438,9 +440,11 @@ document.getElementById("find-job").onclick = () => {
 };
 document.getElementById("job-close").onclick = () => { document.getElementById("job").hidden = true; };
 
-// What live.js (the live list and the page's polling, loaded after this script) takes from it,
-// named here rather than copied there. live.js sets `follow`, which each refresh calls with the
-// queues it listed, and makes the first refresh.
+// What live.js (the live list and the page's polling) and workflow.js (the job view's workflow),
+// loaded after this script, take from it, named here rather than copied there. live.js sets
+// `follow`, which each refresh calls with the queues it listed, and makes the first refresh;
+// workflow.js sets `showWorkflow`, which the job view calls.
 const EchoMQ = {
-  getJSON, q, cell, jobCell, refresh, lastRefresh: () => lastRefresh, follow: () => {},
+  getJSON, q, cell, jobCell, refresh, showJob, lastRefresh: () => lastRefresh, follow: () => {},
+  showWorkflow: () => {},
 };

@@ -1,0 +1,234 @@
+"""Workflows end to end on both wires: chains, groups and chords admitted in one transaction and
+run by a real Consumer on ``app.handler``; each job waiting on the server until its parents
+ended, its parents' results given first, the failure policies, cancel reaching the jobs that
+wait, and results read in pages."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from echomq import App, Cancelled, Consumer, TaskFailed, Verdict, chain, chord, group
+from echomq.queue.results import RESULTS_PAGE
+from echomq.tasks.workflow import WorkflowHandle
+
+
+@pytest.fixture(params=[5, 6], ids=["wire5", "wire6"])
+def app(request: pytest.FixtureRequest, conn: redis.Redis) -> Iterator[App]:
+    app = App(conn, "flows", wire=request.param, max_attempts=1)
+    runs: list[tuple[str, tuple[Any, ...]]] = []
+    app.runs = runs  # type: ignore[attr-defined]
+
+    @app.task(name="add")
+    def add(a: int, b: int) -> int:
+        runs.append(("add", (a, b)))
+        return a + b
+
+    @app.task(name="total")
+    def total(values: list[Any], extra: int = 0) -> int:
+        runs.append(("total", (values, extra)))
+        return sum(_flat(values)) + extra
+
+    @app.task(name="seen")
+    def seen(*values: Any) -> list[Any]:
+        runs.append(("seen", values))
+        return list(values)
+
+    @app.task(name="boom")
+    def boom(reason: str) -> None:
+        raise RuntimeError(reason)
+
+    @app.task(name="mailer", queue="elsewhere")
+    def mailer(to: str) -> str:
+        return f"sent to {to}"
+
+    yield app
+
+
+def _flat(values: Any) -> Iterator[int]:
+    for value in values:
+        if isinstance(value, list):
+            yield from _flat(value)
+        elif value is not None:
+            yield value
+
+
+def task(app: App, name: str) -> Any:
+    return app.tasks[name]
+
+
+def drain(app: App) -> int:
+    consumer = Consumer(app.queue, app.handler)
+    try:
+        return consumer.drain()
+    finally:
+        consumer.close()
+
+
+def ran(app: App, name: str) -> list[tuple[Any, ...]]:
+    return [args for task_name, args in app.runs if task_name == name]  # type: ignore[attr-defined]
+
+
+def test_a_chain_gives_each_task_the_result_of_the_one_before(app: App) -> None:
+    add = task(app, "add")
+    handle = chain(add.s(1, 2), add.s(10), add.s(100)).enqueue()
+    assert isinstance(handle, WorkflowHandle)
+    assert list(handle.verdicts.values()) == [Verdict.ENQUEUED, Verdict.WAITING,
+                                              Verdict.WAITING]
+    assert app.queue.counts()["pending"] == 1  # only the first can run
+    assert drain(app) == 3
+    assert handle.result(timeout=5) == 113
+    assert ran(app, "add") == [(1, 2), (3, 10), (13, 100)]
+
+
+def test_a_group_runs_side_by_side_and_its_result_is_the_list(app: App) -> None:
+    add = task(app, "add")
+    handle = group(add.s(n, n) for n in range(5)).enqueue()
+    assert handle.id is None
+    assert app.queue.counts()["pending"] == 5
+    drain(app)
+    assert handle.result(timeout=5) == [0, 2, 4, 6, 8]
+
+
+def test_a_chord_runs_its_body_once_with_every_result_in_order(app: App) -> None:
+    add, total = task(app, "add"), task(app, "total")
+    handle = chord([add.s(n, 1) for n in range(20)], total.s(extra=1000)).enqueue()
+    assert handle.verdicts[handle.id] is Verdict.WAITING
+    assert app.queue.outcome(handle.id).state == "waiting"
+    drain(app)
+    assert handle.result(timeout=5) == sum(range(1, 21)) + 1000
+    assert ran(app, "total") == [([n + 1 for n in range(20)], 1000)]
+
+
+def test_a_group_followed_by_a_task_is_a_chord_and_a_task_then_a_group_fans_out(
+        app: App) -> None:
+    add, seen = task(app, "add"), task(app, "seen")
+    handle = chain(add.s(1, 1), group(add.s(10), add.s(20)), seen.s("last")).enqueue()
+    drain(app)
+    assert handle.result(timeout=5) == [[12, 22], "last"]
+    assert sorted(ran(app, "add")) == [(1, 1), (2, 10), (2, 20)]
+
+
+def test_workflows_nest(app: App) -> None:
+    add, total = task(app, "add"), task(app, "total")
+    first = chord([add.s(1, 1), add.s(2, 2)], total.s())          # 6
+    second = chord([add.s(10), add.s(20)], total.s())             # (6+10)+(6+20) = 42
+    handle = group(chain(first, second), chord([group(add.s(0, 1), add.s(0, 2)), add.s(0, 3)],
+                                               total.s())).enqueue()
+    drain(app)
+    assert handle.result(timeout=5) == [42, 6]
+
+
+def test_an_immutable_signature_is_not_given_its_parents_result(app: App) -> None:
+    add, seen = task(app, "add"), task(app, "seen")
+    handle = chain(add.s(1, 2), seen.si("alone")).enqueue()
+    drain(app)
+    assert handle.result(timeout=5) == ["alone"]
+
+
+def test_every_job_of_a_workflow_goes_to_its_one_queue(app: App) -> None:
+    mailer, seen = task(app, "mailer"), task(app, "seen")
+    handle = chain(seen.si("x"), mailer.si("ops@example.com")).enqueue()
+    assert handle.queue.name == "flows"
+    drain(app)
+    assert handle.result(timeout=5) == "sent to ops@example.com"
+
+
+def test_a_dead_child_fails_the_chord_body_with_its_error(app: App) -> None:
+    add, boom, total = task(app, "add"), task(app, "boom"), task(app, "total")
+    handle = chord([add.s(1, 1), boom.s("disk full"), add.s(2, 2)], total.s()).enqueue()
+    drain(app)
+    with pytest.raises(TaskFailed, match="disk full") as failed:
+        handle.result(timeout=5)
+    assert failed.value.job_id == handle.id
+    assert ran(app, "total") == []
+    assert app.queue.outcome(handle.id).state == "dead"
+
+
+def test_a_dead_parent_fails_every_job_down_the_chain(app: App) -> None:
+    add, boom = task(app, "add"), task(app, "boom")
+    handle = chain(boom.s("no"), add.s(1), add.s(2)).enqueue()
+    drain(app)
+    states = [app.queue.outcome(job).state for job in handle.ids]
+    assert states == ["dead", "dead", "dead"]
+    assert ran(app, "add") == []
+
+
+def test_policy_ignore_runs_the_body_with_none_for_a_dead_child(app: App) -> None:
+    add, boom, seen = task(app, "add"), task(app, "boom"), task(app, "seen")
+    handle = chord([add.s(1, 1), boom.s("x"), add.s(2, 2)], seen.s(), policy="ignore").enqueue()
+    drain(app)
+    assert handle.result(timeout=5) == [[2, None, 4]]
+
+
+def test_policy_continue_runs_the_body_at_once_when_a_child_dies(app: App) -> None:
+    boom, seen, add = task(app, "boom"), task(app, "seen"), task(app, "add")
+    handle = chord([boom.s("first").set(job_id="JOB:0-boom"),
+                    add.s(5, 5).set(job_id="JOB:1-add")], seen.s(), policy="continue").enqueue()
+    job = app.queue.claim(lease_ms=30_000)  # ties in pending go by id: the boom first
+    assert job is not None and job.id == "JOB:0-boom"
+    directive = app.handler(job)
+    assert app.queue.retry(job, error=directive.error, max_attempts=1) is Verdict.DEAD
+    assert app.queue.outcome(handle.ids[-1]).state == "pending"  # at once, not waiting
+    drain(app)
+    assert ran(app, "seen") in ([([None, None],)], [([None, 10],)])  # run once, never again
+
+
+def test_cancelling_a_child_cancels_the_jobs_waiting_on_it(app: App) -> None:
+    add, total = task(app, "add"), task(app, "total")
+    handle = chord([add.s(1, 1), add.s(2, 2)], total.s()).enqueue()
+    assert handle.handle(handle.ids[0]).cancel() is Verdict.CANCELLED
+    drain(app)
+    with pytest.raises(Cancelled):
+        handle.result(timeout=5)
+    assert ran(app, "total") == []
+
+
+def test_a_chord_of_more_children_than_a_page_gets_every_result_in_order(app: App) -> None:
+    add, total = task(app, "add"), task(app, "total")
+    count = RESULTS_PAGE * 2 + 37
+    handle = chord([add.s(n, 0) for n in range(count)], total.s()).enqueue()
+    drain(app)
+    assert handle.result(timeout=30) == sum(range(count))
+    [(values, _)] = ran(app, "total")
+    assert values == list(range(count))
+
+
+def test_a_workflow_is_admitted_from_asyncio_and_awaited(app: App) -> None:
+    add = task(app, "add")
+
+    async def produce() -> WorkflowHandle:
+        return await chain(add.s(2, 3), add.s(5)).aenqueue()
+
+    handle = asyncio.run(produce())
+    drain(app)
+
+    async def result() -> Any:
+        try:
+            return await handle.aresult(timeout=5)
+        finally:
+            await app.aclose()
+
+    assert asyncio.run(result()) == 10
+
+
+def test_a_workflow_job_id_is_its_idempotency_key(app: App) -> None:
+    add = task(app, "add")
+    flow = chain(add.s(1, 1).set(job_id="JOB:first"), add.s(1).set(job_id="JOB:second"))
+    first = flow.enqueue()
+    again = flow.enqueue()
+    assert list(first.verdicts.values()) == [Verdict.ENQUEUED, Verdict.WAITING]
+    assert list(again.verdicts.values()) == [Verdict.DUPLICATE, Verdict.DUPLICATE]
+    assert drain(app) == 2
+    assert first.result(timeout=5) == 3
+
+
+def test_arguments_that_do_not_fit_are_refused_before_anything_is_sent(app: App) -> None:
+    add = task(app, "add")
+    with pytest.raises(TypeError):
+        chain(add.s(1, 2), add.s(1, 2)).enqueue()  # the second is given a result first: 3 args
+    assert app.queue.counts()["pending"] == 0
