@@ -1,8 +1,8 @@
-"""The page's own files: the page loads dashboard.js, then live.js (the live list) and workflow.js
-(the job view's workflow), which take
-dashboard.js's helpers from its EchoMQ namespace and defines none of them again); the static
-route serves each file on its list, behind the same guard and with the same headers, and nothing
-else; and the package data ships every file of echomq/ops/web, in the wheel and the sdist."""
+"""The page's own files: the page loads dashboard.js, then live.js (the live list) and
+workflow.js (the job view's workflow), which take dashboard.js's helpers from its EchoMQ
+namespace and define none of them again; the static route serves each file on its list, behind
+the same guard and with the same headers, and nothing else; and the package data ships every
+file of echomq/ops/web, in the wheel and the sdist."""
 
 from __future__ import annotations
 
