@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from echomq import App, Cancelled, Consumer, TaskFailed, Verdict, chain, chord, group
+from echomq import App, Cancelled, Consumer, Reject, TaskFailed, Verdict, chain, chord, group
 from echomq.queue.results import RESULTS_PAGE
 from echomq.tasks.workflow import WorkflowHandle
 
@@ -97,7 +97,7 @@ def test_a_group_runs_side_by_side_and_its_result_is_the_list(app: App) -> None:
 def test_a_chord_runs_its_body_once_with_every_result_in_order(app: App) -> None:
     add, total = task(app, "add"), task(app, "total")
     handle = chord([add.s(n, 1) for n in range(20)], total.s(extra=1000)).enqueue()
-    assert handle.verdicts[handle.id] is Verdict.WAITING
+    assert handle.id is not None and handle.verdicts[handle.id] is Verdict.WAITING
     assert app.queue.outcome(handle.id).state == "waiting"
     drain(app)
     assert handle.result(timeout=5) == sum(range(1, 21)) + 1000
@@ -172,6 +172,7 @@ def test_policy_continue_runs_the_body_at_once_when_a_child_dies(app: App) -> No
     job = app.queue.claim(lease_ms=30_000)  # ties in pending go by id: the boom first
     assert job is not None and job.id == "JOB:0-boom"
     directive = app.handler(job)
+    assert isinstance(directive, Reject)
     assert app.queue.retry(job, error=directive.error, max_attempts=1) is Verdict.DEAD
     assert app.queue.outcome(handle.ids[-1]).state == "pending"  # at once, not waiting
     drain(app)

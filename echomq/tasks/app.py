@@ -17,10 +17,7 @@ import datetime
 import inspect
 import random
 import threading
-import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from echomq.consumer.directives import Done, Reject, RetryIn
@@ -30,13 +27,12 @@ from echomq.engine.calls import (
     DEFAULT_RETENTION_MS,
     MAX_RESULT_BYTES,
     Job,
-    Verdict,
 )
 from echomq.engine.native import checked_priority
 from echomq.engine.wire import Wire
 from echomq.queue.blocking import Queue
-from echomq.queue.ids import new_job_id
 from echomq.tasks.attempts import Attempt, Directive, Unrunnable
+from echomq.tasks.calling import Parent, TaskCall, at_ms
 from echomq.tasks.canvas import TaskSignature
 from echomq.tasks.envelope import (
     UNKEPT_RESULT,
@@ -72,17 +68,6 @@ R = TypeVar("R")
 # How a task that keeps no result is done: an ack keeping the empty marker, so that the job's
 # ended key still wakes ``handle.result()`` on the server.
 DONE_UNKEPT = Done(UNKEPT_RESULT)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def at_ms(at: datetime.datetime) -> int:
-    """An ``at=`` time (an aware datetime) as epoch ms."""
-    if at.tzinfo is None:
-        raise ValueError("at= takes a timezone-aware datetime (a naive one has no single time)")
-    return round(at.timestamp() * 1000)
 
 
 class App:
@@ -359,11 +344,11 @@ class Task(Generic[P, R]):
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         """Admit one run of this task with these arguments; its handle. TypeError, before
         anything is sent, for arguments that do not fit the signature or the serializer."""
-        return TaskCall(self, priority=self.priority).enqueue(*args, **kwargs)
+        return TaskCall[P, R](self, priority=self.priority).enqueue(*args, **kwargs)
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         """``enqueue``, awaited: on the App's asyncio client, never blocking the event loop."""
-        return await TaskCall(self, priority=self.priority).aenqueue(*args, **kwargs)
+        return await TaskCall[P, R](self, priority=self.priority).aenqueue(*args, **kwargs)
 
     def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
         """One call of this task for a workflow (``echomq.chain``, ``group``, ``chord``), given
@@ -382,18 +367,22 @@ class Task(Generic[P, R]):
     def with_options(self, *, job_id: str | None = None, delay_ms: int = 0,
                      at: datetime.datetime | None = None,
                      lane: str | None = None, queue: str | None = None,
-                     priority: int | None = None) -> TaskCall[P, R]:
+                     priority: int | None = None, after: Sequence[Parent] | None = None,
+                     policy: str = "fail") -> TaskCall[P, R]:
         """This task with per-call options, kept apart from the task's own arguments:
         ``job_id`` (the idempotency key: a second enqueue of it is a DUPLICATE), ``delay_ms``
         or ``at`` (an aware datetime: run then, by the server's clock), ``lane``, ``queue``,
-        ``priority`` (-100 to 100; default the task's; ArgumentError otherwise, here)."""
+        ``priority`` (-100 to 100; default the task's; ArgumentError otherwise, here),
+        ``after`` (handles or job ids of the same queue: the job waits until each of them
+        ended) and ``policy`` (what a dead one does to it: "fail", "ignore" or "continue")."""
         if delay_ms and at is not None:
             raise ValueError("give delay_ms or at, not both")
         if priority is not None:
             checked_priority(priority)
-        return TaskCall(self, job_id=job_id, delay_ms=delay_ms,
+        return TaskCall[P, R](self, job_id=job_id, delay_ms=delay_ms,
                         at_ms=None if at is None else at_ms(at), lane=lane, queue=queue,
-                        priority=self.priority if priority is None else priority)
+                        priority=self.priority if priority is None else priority,
+                        after=None if after is None else tuple(after), policy=policy)
 
     # the worker side ----------------------------------------------------------------------------
 
@@ -420,81 +409,3 @@ class Task(Generic[P, R]):
             return Reject(error_text(exc))
         return RetryIn(self.policy.delay_ms(exc, attempt, self.app.draw), error_text(exc),
                        self.policy.max_attempts)
-
-
-@dataclass(frozen=True)
-class TaskCall(Generic[P, R]):
-    """A task with per-call options (``Task.with_options``)."""
-
-    task: Task[P, R]
-    job_id: str | None = None
-    delay_ms: int = 0
-    at_ms: int | None = None
-    lane: str | None = None
-    queue: str | None = None
-    priority: int = 0
-
-    def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
-        """``Task.s`` with this call's ``job_id`` and ``priority`` (a workflow's jobs go to its
-        one queue, at once: ValueError for a delay, a lane or a queue of its own)."""
-        return self._signature(args, kwargs, immutable=False)
-
-    def si(self, *args: Any, **kwargs: Any) -> TaskSignature:
-        """``Task.si`` with this call's ``job_id`` and ``priority``."""
-        return self._signature(args, kwargs, immutable=True)
-
-    def _signature(self, args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                   immutable: bool) -> TaskSignature:
-        if self.delay_ms or self.at_ms is not None or self.lane or self.queue:
-            raise ValueError("a workflow's task takes job_id and priority only: its jobs go to "
-                             "the workflow's queue, each as soon as its parents ended")
-        return TaskSignature(self.task, args, kwargs, immutable, self.job_id, self.priority)
-
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
-        with self._admitting(args, kwargs) as admission:
-            verdict = admission.queue.enqueue(admission.job_id, admission.payload,
-                                              **admission.options)
-        return admission.handle(self.task, verdict)
-
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
-        """``enqueue``, awaited, on the App's asyncio client."""
-        with self._admitting(args, kwargs) as admission:
-            queue = await self.task.app.aqueues.queue_named(admission.queue.name)
-            verdict = await queue.enqueue(admission.job_id, admission.payload,
-                                          **admission.options)
-        return admission.handle(self.task, verdict)
-
-    @contextmanager
-    def _admitting(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Admission]:
-        """What one enqueue sends, inside the hooks' ``enqueuing`` block (the caller sends it
-        there): the arguments checked against the signature and encoded in their envelope."""
-        task, app = self.task, self.task.app
-        task.signature.bind(args, kwargs)
-        queue = app.queue_named(self.queue or task.queue)
-        job_id = self.job_id or new_job_id()
-        headers: dict[str, str] = {}
-        with app.hooks.enqueuing(queue.name, task.name, headers):
-            payload = encode(Envelope(task.name, list(args), kwargs, headers, now_ms(),
-                                      queue.name), app.serializer)
-            yield Admission(queue, job_id, payload,
-                            {"lane": self.lane, "priority": self.priority, **self._timing()})
-
-    def _timing(self) -> dict[str, int]:
-        """The delay options for ``Queue.enqueue``: none at all for a job due now."""
-        if self.at_ms is not None:
-            return {"at_ms": self.at_ms}
-        return {"delay_ms": self.delay_ms} if self.delay_ms else {}
-
-
-@dataclass(frozen=True)
-class Admission:
-    """One enqueue, ready to send: the queue (of the App's blocking ones, by whose name the
-    asyncio one is found), the job id, the encoded envelope and ``Queue.enqueue``'s options."""
-
-    queue: Queue
-    job_id: str
-    payload: bytes
-    options: dict[str, Any]
-
-    def handle(self, task: Task[Any, R], verdict: Verdict) -> TaskHandle[R]:
-        return TaskHandle(self.job_id, self.queue, task, verdict)

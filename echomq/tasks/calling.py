@@ -1,0 +1,174 @@
+"""One call of a task with per-call options (``Task.with_options``): the job id, a delay or a
+due time, a lane, a queue, a priority, and the jobs it waits on (``after``: it is admitted
+waiting, ``Queue.enqueue_after``, and runs once each of them ended, under ``policy``)."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
+
+from echomq.queue.graphs import checked_policy
+from echomq.queue.ids import new_job_id
+from echomq.tasks.canvas import TaskSignature
+from echomq.tasks.envelope import Envelope, encode
+from echomq.tasks.handle import HandledTask, TaskHandle
+from echomq.tasks.signature import Signature
+from echomq.tasks.workflow import WorkflowHandle, leaves
+
+if TYPE_CHECKING:
+    from echomq.engine.calls import Verdict
+    from echomq.queue.blocking import Queue
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def at_ms(at: datetime.datetime) -> int:
+    """An ``at=`` time (an aware datetime) as epoch ms."""
+    if at.tzinfo is None:
+        raise ValueError("at= takes a timezone-aware datetime (a naive one has no single time)")
+    return round(at.timestamp() * 1000)
+
+
+class CalledTask(HandledTask, Protocol):
+    """What a call reads of its task (an ``echomq.tasks.app.Task``)."""
+
+    @property
+    def app(self) -> Any: ...
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def priority(self) -> int: ...
+
+    @property
+    def signature(self) -> Signature: ...
+
+
+# What ``after=`` takes: a task's handle, a workflow's (waiting on the jobs of its result), or
+# a job id of the same queue.
+Parent = TaskHandle[Any] | WorkflowHandle | str
+
+
+def parent_ids(parents: Iterable[Parent], queue: str) -> tuple[str, ...]:
+    """The job ids ``after=`` names; ValueError for a handle of another queue (a job waits
+    only on jobs of its own queue: the join is a transition of that queue)."""
+    ids: list[str] = []
+    for parent in parents:
+        if isinstance(parent, str):
+            ids.append(parent)
+            continue
+        if parent.queue.name != queue:
+            raise ValueError(f"after= names a job of queue {parent.queue.name!r}; a job waits "
+                             f"only on jobs of its own queue ({queue!r})")
+        ids.extend(leaves(parent.shape) if isinstance(parent, WorkflowHandle) else [parent.id])
+    return tuple(ids)
+
+
+@dataclass(frozen=True)
+class TaskCall(Generic[P, R]):
+    """A task with per-call options (``Task.with_options``)."""
+
+    task: CalledTask
+    job_id: str | None = None
+    delay_ms: int = 0
+    at_ms: int | None = None
+    lane: str | None = None
+    queue: str | None = None
+    priority: int = 0
+    after: tuple[Parent, ...] | None = None
+    policy: str = "fail"
+
+    def __post_init__(self) -> None:
+        checked_policy(self.policy)
+        if self.after is not None and (self.delay_ms or self.at_ms is not None or self.lane):
+            raise ValueError("a job with after= runs once its parents ended: give no delay, "
+                             "at or lane with it")
+
+    def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
+        """``Task.s`` with this call's ``job_id`` and ``priority`` (a workflow's jobs go to its
+        one queue, at once: ValueError for a delay, a lane or a queue of its own)."""
+        return self._signature(args, kwargs, immutable=False)
+
+    def si(self, *args: Any, **kwargs: Any) -> TaskSignature:
+        """``Task.si`` with this call's ``job_id`` and ``priority``."""
+        return self._signature(args, kwargs, immutable=True)
+
+    def _signature(self, args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                   immutable: bool) -> TaskSignature:
+        if self.delay_ms or self.at_ms is not None or self.lane or self.queue \
+                or self.after is not None:
+            raise ValueError("a workflow's task takes job_id and priority only: its jobs go to "
+                             "the workflow's queue, each as soon as its parents ended")
+        return TaskSignature(self.task, args, kwargs, immutable, self.job_id, self.priority)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        """Admit one run of the task with these arguments and this call's options; its handle
+        (its verdict WAITING, READY, DEAD or CANCELLED when it names ``after``)."""
+        with self._admitting(args, kwargs) as admission:
+            verdict: Verdict = admission.sent(admission.queue)
+        return admission.handle(self.task, verdict)
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
+        """``enqueue``, awaited, on the App's asyncio client."""
+        with self._admitting(args, kwargs) as admission:
+            queue = await self.task.app.aqueues.queue_named(admission.queue.name)
+            verdict: Verdict = await admission.sent(queue)
+        return admission.handle(self.task, verdict)
+
+    @contextmanager
+    def _admitting(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Admission[R]]:
+        """What one enqueue sends, inside the hooks' ``enqueuing`` block (the caller sends it
+        there): the arguments checked against the signature and encoded in their envelope."""
+        task, app = self.task, self.task.app
+        task.signature.bind(args, kwargs)
+        queue = app.queue_named(self.queue or task.queue)
+        job_id = self.job_id or new_job_id()
+        headers: dict[str, str] = {}
+        with app.hooks.enqueuing(queue.name, task.name, headers):
+            payload = encode(Envelope(task.name, list(args), kwargs, headers, now_ms(),
+                                      queue.name), app.serializer)
+            after = None if self.after is None else parent_ids(self.after, queue.name)
+            yield Admission(queue, job_id, payload,
+                            {"lane": self.lane, "priority": self.priority, **self._timing()},
+                            after, self.policy)
+
+    def _timing(self) -> dict[str, int]:
+        """The delay options for ``Queue.enqueue``: none at all for a job due now."""
+        if self.at_ms is not None:
+            return {"at_ms": self.at_ms}
+        return {"delay_ms": self.delay_ms} if self.delay_ms else {}
+
+
+@dataclass(frozen=True)
+class Admission(Generic[R]):
+    """One enqueue, ready to send: the queue (of the App's blocking ones, by whose name the
+    asyncio one is found), the job id, the encoded envelope, ``Queue.enqueue``'s options, and
+    the jobs it waits on with its policy (``after``: None for none)."""
+
+    queue: Queue
+    job_id: str
+    payload: bytes
+    options: dict[str, Any]
+    after: tuple[str, ...] | None = None
+    policy: str = "fail"
+
+    def sent(self, queue: Any) -> Any:
+        """The admission sent on ``queue`` (a blocking Queue: its verdict; an asyncio one: the
+        awaitable of it)."""
+        if self.after is None:
+            return queue.enqueue(self.job_id, self.payload, **self.options)
+        return queue.enqueue_after(self.job_id, self.payload, after=self.after,
+                                   policy=self.policy, priority=self.options["priority"])
+
+    def handle(self, task: HandledTask, verdict: Verdict) -> TaskHandle[R]:
+        return TaskHandle(self.job_id, self.queue, task, verdict)
