@@ -18,6 +18,7 @@
  *   EMQNUM: a bad integer, now or knob argument
  *   EMQSIZE: a result or a progress too long to keep
  *   EMQFENCE: the queue's fence counter cannot number another lease
+ *   EMQPOLICY: a policy that is not fail, ignore or continue
  *   WRONGTYPE: a key of the wrong type
  *   NOPERM: the caller's ACL denies a derived key
  *   TRYAGAIN: a derived key's slot is moving between cluster nodes
@@ -40,6 +41,7 @@
 #define EMQ_ERR_PRIORITY "EMQNUM priority must be an integer from -100 to 100"
 #define EMQ_ERR_RESULT "EMQSIZE result must be at most 524288 bytes"
 #define EMQ_ERR_PROGRESS "EMQSIZE progress must be at most 65536 bytes"
+#define EMQ_ERR_POLICY "EMQPOLICY policy must be fail, ignore or continue"
 #define EMQ_ERR_TYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
 #define EMQ_ERR_FENCE "EMQFENCE the fence counter must hold an integer from 0 to 999999999999998"
 #define EMQ_ERR_PERM "NOPERM No permissions to access a key"

@@ -23,7 +23,8 @@ typedef enum {
     EMQ_ARG_BYTES,
     EMQ_ARG_RESULT, /* bytes, at most EMQ_RESULT_MAX of them */
     EMQ_ARG_PROGRESS, /* bytes, at most EMQ_PROGRESS_MAX of them */
-    EMQ_ARG_PRIORITY /* an optional '-' and 1..3 digits, -100 to 100 */
+    EMQ_ARG_PRIORITY, /* an optional '-' and 1..3 digits, -100 to 100 */
+    EMQ_ARG_POLICY /* exactly fail, ignore or continue */
 } EmqArgKind;
 
 /* An argument: its name (as EMQNUM errors give it), kind and, for an integer, its minimum. */
@@ -84,6 +85,8 @@ enum {
     EMQ_CMD_PROGRESS,
     EMQ_CMD_CANCEL,
     EMQ_CMD_TRIM_DEAD,
+    EMQ_CMD_ENQUEUE_AFTER,
+    EMQ_CMD_AFTER,
     EMQ_COMMAND_COUNT
 };
 
@@ -113,6 +116,8 @@ enum {
     X(PROGRESS, progress) \
     X(CANCEL, cancel) \
     X(TRIM_DEAD, trim_dead) \
+    X(ENQUEUE_AFTER, enqueue_after) \
+    X(AFTER, after) \
 
 
 /* EMQ.ENQUEUE 3|4 <base>job:<id> <base>pending <base>wake [<base>events] <id> <payload> <now> [<priority>] */
@@ -287,6 +292,32 @@ enum {
 #define EMQ_TRIM_DEAD_KEY_DEADCONF 1
 #define EMQ_TRIM_DEAD_ARG_NOW 0
 #define EMQ_TRIM_DEAD_ARG_LIMIT 1
+
+/* EMQ.ENQUEUE_AFTER 2|3 <base>waiting <base>job:<id> [<base>events] <id> <payload> <now> <policy> [<priority>] */
+#define EMQ_ENQUEUE_AFTER_NUMKEYS 2
+#define EMQ_ENQUEUE_AFTER_NARGS 4
+#define EMQ_ENQUEUE_AFTER_KEY_WAITING 0
+#define EMQ_ENQUEUE_AFTER_KEY_JOB 1
+#define EMQ_ENQUEUE_AFTER_NOPT 1
+#define EMQ_ENQUEUE_AFTER_ARG_ID 0
+#define EMQ_ENQUEUE_AFTER_ARG_PAYLOAD 1
+#define EMQ_ENQUEUE_AFTER_ARG_NOW 2
+#define EMQ_ENQUEUE_AFTER_ARG_POLICY 3
+#define EMQ_ENQUEUE_AFTER_ARG_PRIORITY 4
+
+/* EMQ.AFTER 5|6 <base>waiting <base>pending <base>dead <base>job:<id> <base>wake [<base>events] <id> <now> <seal:0> [<parent> ...] */
+#define EMQ_AFTER_NUMKEYS 5
+#define EMQ_AFTER_NARGS 3
+#define EMQ_AFTER_KEY_WAITING 0
+#define EMQ_AFTER_KEY_PENDING 1
+#define EMQ_AFTER_KEY_DEAD 2
+#define EMQ_AFTER_KEY_JOB 3
+#define EMQ_AFTER_KEY_WAKE 4
+#define EMQ_AFTER_ARG_ID 0
+#define EMQ_AFTER_ARG_NOW 1
+#define EMQ_AFTER_ARG_SEAL 2
+#define EMQ_AFTER_FORM_ITEM 0
+#define EMQ_AFTER_ITEM_ARG_PARENT 0
 
 extern const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT];
 
@@ -474,6 +505,35 @@ static const EmqKeySpec emq_trim_dead_keys[] = {
 static const EmqArgSpec emq_trim_dead_args[] = {
     {"now", EMQ_ARG_NOW, 0},
     {"limit", EMQ_ARG_INT, 1},
+};
+static const EmqKeySpec emq_enqueue_after_keys[] = {
+    {"waiting", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"job:", 4, 0, VALKEYMODULE_KEYTYPE_HASH},
+};
+static const EmqArgSpec emq_enqueue_after_args[] = {
+    {"id", EMQ_ARG_ID, 0},
+    {"payload", EMQ_ARG_BYTES, 0},
+    {"now", EMQ_ARG_NOW, 0},
+    {"policy", EMQ_ARG_POLICY, 0},
+    {"priority", EMQ_ARG_PRIORITY, 0},
+};
+static const EmqKeySpec emq_after_keys[] = {
+    {"waiting", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"pending", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"dead", 4, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"job:", 4, 0, VALKEYMODULE_KEYTYPE_HASH},
+    {"wake", 4, -1, VALKEYMODULE_KEYTYPE_LIST},
+};
+static const EmqArgSpec emq_after_args[] = {
+    {"id", EMQ_ARG_ID, 0},
+    {"now", EMQ_ARG_NOW, 0},
+    {"seal", EMQ_ARG_INT, 0},
+};
+static const EmqArgSpec emq_after_form0_args[] = {
+    {"parent", EMQ_ARG_ID, 0},
+};
+static const EmqItemForm emq_after_forms[] = {
+    {NULL, 1, emq_after_form0_args},
 };
 const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
     {"emq.enqueue",
@@ -697,6 +757,38 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
+     0,
+     0,
+     1},
+    {"emq.enqueue_after",
+     "ENQUEUE_AFTER",
+     "write deny-oom fast getkeys-api no-mandatory-keys",
+     "Admit a job once, to wait for its parents (twin of enqueue_after.lua).",
+     "O(log N) with N the waiting jobs",
+     -2,
+     EMQ_ENQUEUE_AFTER_NUMKEYS,
+     emq_enqueue_after_keys,
+     EMQ_ENQUEUE_AFTER_NARGS,
+     emq_enqueue_after_args,
+     0,
+     NULL,
+     NULL,
+     0,
+     1,
+     1},
+    {"emq.after",
+     "AFTER",
+     "write getkeys-api no-mandatory-keys",
+     "Register a waiting job's parents, and seal it (twin of after.lua).",
+     "O((P + D) log N) with P the parents, D the jobs a failure or cancel ends",
+     -2,
+     EMQ_AFTER_NUMKEYS,
+     emq_after_keys,
+     EMQ_AFTER_NARGS,
+     emq_after_args,
+     1,
+     emq_after_forms,
+     "<parent>",
      0,
      0,
      1},

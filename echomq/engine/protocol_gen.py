@@ -56,7 +56,8 @@ typedef enum {
     EMQ_ARG_BYTES,
     EMQ_ARG_RESULT, /* bytes, at most EMQ_RESULT_MAX of them */
     EMQ_ARG_PROGRESS, /* bytes, at most EMQ_PROGRESS_MAX of them */
-    EMQ_ARG_PRIORITY /* an optional '-' and 1..3 digits, -100 to 100 */
+    EMQ_ARG_PRIORITY, /* an optional '-' and 1..3 digits, -100 to 100 */
+    EMQ_ARG_POLICY /* exactly fail, ignore or continue */
 } EmqArgKind;
 
 /* An argument: its name (as EMQNUM errors give it), kind and, for an integer, its minimum. */
@@ -104,7 +105,8 @@ typedef struct {
 
 KIND = {"id": "EMQ_ARG_ID", "group": "EMQ_ARG_GROUP", "int": "EMQ_ARG_INT", "now": "EMQ_ARG_NOW",
         "bytes": "EMQ_ARG_BYTES", "result": "EMQ_ARG_RESULT",
-        "progress": "EMQ_ARG_PROGRESS", "priority": "EMQ_ARG_PRIORITY"}
+        "progress": "EMQ_ARG_PROGRESS", "priority": "EMQ_ARG_PRIORITY",
+        "policy": "EMQ_ARG_POLICY"}
 KEYTYPE = {"zset": "VALKEYMODULE_KEYTYPE_ZSET", "hash": "VALKEYMODULE_KEYTYPE_HASH",
            "list": "VALKEYMODULE_KEYTYPE_LIST", "string": "VALKEYMODULE_KEYTYPE_STRING",
            "stream": "VALKEYMODULE_KEYTYPE_STREAM"}
@@ -171,8 +173,9 @@ def _form_tables(transition: Transition) -> list[str]:
 
 
 def _form(ident: str, n: int, form: ItemForm) -> str:
-    if form.args[:2] != ("id", "fence"):
-        raise ValueError(f"an item form starts with the lease it names, <id> <fence>: {form.shape}")
+    if ARGUMENTS[form.args[0]].kind != "id" or (len(form.args) > 1 and form.args[:2] != ("id", "fence")):
+        raise ValueError(f"an item form starts with the job it names, <id> <fence> or an id alone: "
+                         f"{form.shape}")
     word = _c_string(form.word) if form.word else "NULL"
     return f"{{{word}, {len(form.args)}, emq_{ident}_form{n}_args}}"
 

@@ -94,6 +94,8 @@ ROLE_TYPES: dict[str, str] = {
     # A lane's jobs of priority other than 0, <base>prio:<group>, scored as pending is: derived
     # next to the group's lane, never declared.
     "prio": "zset",
+    # Jobs waiting for their parents (enqueue_after, after), score = the now of their admission.
+    "waiting": "zset",
 }
 # Roles whose key is derived from an argument rather than a fixed suffix: role -> (prefix, arg).
 DERIVED_ROLES: dict[str, tuple[str, str]] = {"job": ("job:", "id"), "lane": ("lane:", "group"),
@@ -111,7 +113,7 @@ EVENTS_ROLE = "events"
 EVENTS_MAXLEN = 10_000
 EVENT_KINDS: tuple[str, ...] = ("enqueued", "claimed", "done", "retried", "dead", "released",
                                 "recovered", "promoted", "requeued", "purged", "cancelled",
-                                "progress")
+                                "progress", "waiting", "ready")
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,8 @@ class Argument:
     digits, at least ``min``), ``now`` (``*`` or an integer from 0), ``bytes`` (anything),
     ``result`` (any bytes, at most ``MAX_RESULT_BYTES`` of them), ``progress`` (any bytes, at
     most ``MAX_PROGRESS_BYTES``) or ``priority`` (an optional ``-`` and 1 to 3 digits, from
-    ``PRIORITY_MIN`` to ``PRIORITY_MAX``)."""
+    ``PRIORITY_MIN`` to ``PRIORITY_MAX``) or ``policy`` (exactly ``fail``, ``ignore`` or
+    ``continue``)."""
 
     kind: str
     min: int = 0
@@ -149,6 +152,9 @@ ARGUMENTS: dict[str, Argument] = {
     "weight": Argument("knob"),
     "paused": Argument("flag"),  # 1 or 0
     "priority": Argument("priority"),  # -100 to 100; higher is claimed first
+    "policy": Argument("policy"),  # fail, ignore or continue (EMQPOLICY otherwise)
+    "seal": Argument("int", 0),  # not 0: the call seals the waiting job's list of parents
+    "parent": Argument("id"),  # a job the waiting job waits on
 }
 
 
@@ -401,6 +407,18 @@ TRIM_DEAD = Transition(
     summary="Forget the oldest dead jobs beyond the queue's bounds (twin of trim_dead.lua).",
     complexity="O(M log N) with M the jobs trimmed",
 )
+ENQUEUE_AFTER = Transition(
+    "enqueue_after", ("waiting", "job"), ("id", "payload", "now", "policy"), "EMQ.ENQUEUE_AFTER",
+    admits=True, fast=True, optional=("priority",), events=("waiting",),
+    summary="Admit a job once, to wait for its parents (twin of enqueue_after.lua).",
+    complexity="O(log N) with N the waiting jobs",
+)
+AFTER = Transition(
+    "after", ("waiting", "pending", "dead", "job", "wake"), ("id", "now", "seal"), "EMQ.AFTER",
+    item_forms=(ItemForm(None, ("parent",)),), events=("ready", "dead", "cancelled"),
+    summary="Register a waiting job's parents, and seal it (twin of after.lua).",
+    complexity="O((P + D) log N) with P the parents, D the jobs a failure or cancel ends",
+)
 # The bounds of a queue's dead jobs, fields of <base>deadconf (decimal; 0: no bound of that
 # kind), and each one's value when its field is absent: 10,000 jobs, 180 days.
 DEAD_BOUNDS: dict[str, int] = {"max_count": 10_000, "max_age_ms": 180 * 24 * 3600 * 1000}
@@ -408,7 +426,7 @@ DEAD_BOUNDS: dict[str, int] = {"max_count": 10_000, "max_age_ms": 180 * 24 * 360
 # Every transition with a native twin; the conformance suite runs each on both executors.
 TRANSITIONS: tuple[Transition, ...] = (
     ENQUEUE, CLAIM, ACK, RETRY, EXTEND, SETTLE, EXTEND_MANY, RECOVER, PROMOTE, ENQUEUE_DELAYED,
-    ACK_RESULT, PROGRESS, CANCEL, TRIM_DEAD,
+    ACK_RESULT, PROGRESS, CANCEL, TRIM_DEAD, ENQUEUE_AFTER, AFTER,
 )
 # Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
 SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM, LANE_ENQUEUE_DELAYED, LANE_SET,
