@@ -6,13 +6,14 @@ wait, and results read in pages."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from echomq import App, Cancelled, Consumer, Reject, TaskFailed, Verdict, chain, chord, group
+from echomq import App, Cancelled, Consumer, RetryIn, TaskFailed, Verdict, chain, chord, group
 from echomq.queue.results import RESULTS_PAGE
 from echomq.tasks.workflow import WorkflowHandle
 
@@ -62,9 +63,16 @@ def task(app: App, name: str) -> Any:
 
 
 def drain(app: App) -> int:
+    """Run jobs until none is pending: a drain ends when a claim finds nothing, and the claim
+    that carried the last ack of a job's parents was planned before that ack moved the job to
+    pending (a running worker is woken by the token the move leaves), so drain again."""
     consumer = Consumer(app.queue, app.handler)
     try:
-        return consumer.drain()
+        handled = ran = consumer.drain()
+        while ran:
+            ran = consumer.drain()
+            handled += ran
+        return handled
     finally:
         consumer.close()
 
@@ -172,7 +180,7 @@ def test_policy_continue_runs_the_body_at_once_when_a_child_dies(app: App) -> No
     job = app.queue.claim(lease_ms=30_000)  # ties in pending go by id: the boom first
     assert job is not None and job.id == "JOB:0-boom"
     directive = app.handler(job)
-    assert isinstance(directive, Reject)
+    assert isinstance(directive, RetryIn) and directive.max_attempts == 1  # its last attempt
     assert app.queue.retry(job, error=directive.error, max_attempts=1) is Verdict.DEAD
     assert app.queue.outcome(handle.ids[-1]).state == "pending"  # at once, not waiting
     drain(app)
@@ -233,3 +241,20 @@ def test_arguments_that_do_not_fit_are_refused_before_anything_is_sent(app: App)
     with pytest.raises(TypeError):
         chain(add.s(1, 2), add.s(1, 2)).enqueue()  # the second is given a result first: 3 args
     assert app.queue.counts()["pending"] == 0
+
+
+def test_a_running_worker_takes_each_next_step_as_its_parent_ends(app: App) -> None:
+    """A worker that runs (parks when it finds nothing) is woken by the token a job's move to
+    pending leaves: a chain of five goes through with no drain and no poll."""
+    add = task(app, "add")
+    consumer = Consumer(app.queue, app.handler)
+    worker = threading.Thread(target=consumer.run)
+    worker.start()
+    try:
+        handle = chain(add.s(0, 1), *(add.s(n) for n in range(2, 6))).enqueue()
+        assert handle.result(timeout=30) == 15
+    finally:
+        consumer.stop()
+        worker.join(timeout=30)
+        consumer.close()
+    assert not worker.is_alive()

@@ -82,8 +82,7 @@ class Verdict(enum.Enum):
     CANCELLING = "CANCELLING"
     DONE = "DONE"
     UNKNOWN = "UNKNOWN"
-    # the verdicts of a job with parents (enqueue_after, after): waiting for them, moved to
-    # pending (each had ended), not a waiting job, or one its last AFTER call sealed already
+    # a job with parents (enqueue_after, after): waiting, moved to pending, not waiting, sealed
     WAITING = "WAITING"
     READY = "READY"
     NOTWAITING = "NOTWAITING"
@@ -486,10 +485,6 @@ class QueueCalls:
                 ("HMGET", row, "attempts", "result", "error", "progress", "cancelled"),
                 ("HEXISTS", row, "payload"),
                 *(("ZSCORE", self.key(place), job_id) for place in _PLACES)]
-
-    def result_read(self, job_id: str) -> tuple[str, ...]:
-        """The read of the result ``job_id`` kept (``HGET`` of its row's ``result``)."""
-        return ("HGET", self.key("job", checked_id(job_id)), "result")
 
     def requeue(self, job_id: str, now: int | None) -> Call:
         return self._call(t.REQUEUE, (checked_id(job_id), checked_now(now)), job_id)

@@ -14,15 +14,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from echomq.engine import graph_calls
 from echomq.engine.calls import Call, Payload, QueueCalls, Verdict
 from echomq.engine.execution import ExecutorMethods
+from echomq.engine.graph_calls import checked_policy
 from echomq.engine.program import Program, op
 
 # The parents one AFTER call names.
 PARENTS_PAGE = 1000
-# What a dead parent does to the jobs waiting on it: they go dead with its error ("fail"), run
-# as if it had succeeded, its result None ("ignore"), or run at once ("continue").
-POLICIES = ("fail", "ignore", "continue")
 # The verdicts that say a waiting job moved on (or never waited) before its last AFTER call.
 _MOVED = frozenset({Verdict.READY, Verdict.DEAD, Verdict.CANCELLED})
 
@@ -39,8 +38,8 @@ class GraphJob:
     priority: int = 0
 
 
-def graph_calls(calls: QueueCalls, jobs: Iterable[GraphJob],
-                now: int | None) -> tuple[list[Call], list[int]]:
+def calls_of_graph(calls: QueueCalls, jobs: Iterable[GraphJob],
+                   now: int | None) -> tuple[list[Call], list[int]]:
     """The calls that admit ``jobs`` in order, and how many of them each job takes."""
     made: list[Call] = []
     counts: list[int] = []
@@ -50,11 +49,11 @@ def graph_calls(calls: QueueCalls, jobs: Iterable[GraphJob],
             made.append(calls.enqueue(job.job_id, job.payload, None, now,
                                       priority=job.priority))
         else:
-            made.append(calls.enqueue_after(job.job_id, job.payload, now, job.policy,
-                                            job.priority))
+            made.append(graph_calls.enqueue_after(calls, job.job_id, job.payload, now,
+                                                  job.policy, job.priority))
             pages = [job.after[at:at + PARENTS_PAGE]
                      for at in range(0, len(job.after), PARENTS_PAGE)]
-            made.extend(calls.after(job.job_id, now, n == len(pages) - 1, page)
+            made.extend(graph_calls.after(calls, job.job_id, now, n == len(pages) - 1, page)
                         for n, page in enumerate(pages))
         counts.append(len(made) - start)
     return made, counts
@@ -72,12 +71,6 @@ def graph_verdict(replies: Sequence[Any]) -> Verdict:
         if verdict in _MOVED:
             return verdict
     return Verdict.WAITING
-
-
-def checked_policy(policy: str) -> str:
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-    return policy
 
 
 class GraphAdmissions:
@@ -111,7 +104,7 @@ class GraphAdmissions:
         (ENQUEUED or DUPLICATE for a job with no parents)."""
         for job in jobs:
             checked_policy(job.policy)
-        calls, counts = graph_calls(self.calls, jobs, now)
+        calls, counts = calls_of_graph(self.calls, jobs, now)
         replies = yield from ExecutorMethods.call_atomic.program(self.executor, self.conn, calls)
         verdicts, at = [], 0
         for count in counts:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from echomq.engine.calls import QueueCalls, payload_bytes
+from echomq.engine.native import checked_id
 from echomq.engine.program import Program, Reads, method, op
 
 # The rows one pipeline reads.
@@ -33,7 +34,7 @@ class ResultReads:
         kept: list[bytes | None] = []
         for start in range(0, len(job_ids), RESULTS_PAGE):
             page = job_ids[start:start + RESULTS_PAGE]
-            reads = [method("execute_command", *self.calls.result_read(job_id))
+            reads = [method("hget", self.calls.key("job", checked_id(job_id)), "result")
                      for job_id in page]
             replies = yield Reads(self.conn, reads, raise_on_error=False)
             kept.extend(_kept(reply) for reply in replies)

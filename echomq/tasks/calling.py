@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
-from echomq.queue.graphs import checked_policy
+from echomq.engine.graph_calls import checked_policy
 from echomq.queue.ids import new_job_id
 from echomq.tasks.canvas import TaskSignature
 from echomq.tasks.envelope import Envelope, encode

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from echomq.engine.graph_calls import POLICIES, checked_policy
 from echomq.engine.native import checked_priority
-from echomq.queue.graphs import POLICIES, checked_policy
 from echomq.tasks.workflow import Parents, Plan, WorkflowHandle, aadmit, admit, leaves
 
 
