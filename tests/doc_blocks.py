@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FENCE = re.compile(r"^(?:<!-- doc-test: (?P<needs>.+?) -->\n)?```python\n(?P<code>.*?)^```",
+FENCE = re.compile(r"^(?:<!-- doc-test: (?P<needs>[^\n]+?) -->\n)?```python\n(?P<code>.*?)^```",
                    re.MULTILINE | re.DOTALL)
 MODULE_NAME = re.compile(r"\A# (?P<name>\w+\.py)\n")
 
