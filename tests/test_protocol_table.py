@@ -228,7 +228,8 @@ def test_every_event_kind_a_row_names_is_a_kind_of_the_table() -> None:
 
 def test_only_the_enqueues_take_the_optional_priority() -> None:
     takes = {t.name for t in ALL_TRANSITIONS if t.optional}
-    assert takes == {"enqueue", "enqueue_delayed", "lane_enqueue", "lane_enqueue_delayed"}
+    assert takes == {"enqueue", "enqueue_delayed", "lane_enqueue", "lane_enqueue_delayed",
+                     "enqueue_after"}
     assert all(t.optional == ("priority",) and not t.variadic
                for t in ALL_TRANSITIONS if t.optional)
 

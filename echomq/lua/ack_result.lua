@@ -16,6 +16,7 @@
   TRYAGAIN errors.
 ]]
 --- @include "args"
+--- @include "dependents"
 --- @include "ended"
 --- @include "errors"
 --- @include "keys"
@@ -45,8 +46,20 @@ if not is_current_lease(active, row, id, fence) then
 end
 local failure = check_lane_bookkeeping(base, row)
 if failure then return failure end
+local j = new_join(base, nil, events_key)
+local from, to, hook_failure
 if flagged(row) then
-  return redis.status_reply(finish_cancelled(active, row, id, ended, events_key, fence))
+  from, to, hook_failure = plan_hook(j, id, row, 'cancelled', mark_of(row))
+else
+  from, to, hook_failure = plan_hook(j, id, row, 'done')
 end
-return redis.status_reply(finish_ack(active, row, id, retention_ms, ARGV[4], ended, events_key,
-  fence))
+if hook_failure then return hook_failure end
+local verdict
+if flagged(row) then
+  verdict = finish_cancelled(active, row, id, ended, events_key, fence)
+else
+  verdict = finish_ack(active, row, id, retention_ms, ARGV[4], ended, events_key,
+  fence)
+end
+apply_steps(j, from, to)
+return redis.status_reply(verdict)

@@ -19,6 +19,8 @@
 ]]
 --- @include "args"
 --- @include "cancelled"
+--- @include "dependents"
+--- @include "derived"
 --- @include "ended"
 --- @include "errors"
 --- @include "events"
@@ -62,8 +64,22 @@ if redis.call('ZSCORE', active, id) ~= false then
   if redis.call('HEXISTS', row, 'cancel') == 0 then mark_cancel(row, retention_ms, now) end
   return redis.status_reply('CANCELLING')
 end
+-- The job ends now: a waiting one (its row counts waits) leaves <base>waiting too, and the end
+-- hook runs (include/dependents.lua), planned before anything is written.
+local waits = redis.call('HEXISTS', row, 'waits') == 1
+if waits then
+  err = check_derived(base .. 'waiting', 'zset')
+  if err then return err end
+end
+local j = new_join(base, now, events_key)
+local from, to, hook_failure = plan_hook(j, id, row, 'cancelled', { retention_ms, now })
+if hook_failure then return hook_failure end
 redis.call('ZREM', pending, id)
 redis.call('ZREM', delayed, id)
+if waits then
+  redis.call('ZREM', base .. 'waiting', id)
+  redis.call('HDEL', row, 'waits', 'hold')
+end
 if lane then
   redis.call('LREM', lane, 0, id)
   redis.call('ZREM', base .. 'prio:' .. group, id)
@@ -74,4 +90,5 @@ local attempt = attempts_of(events_key, row)
 if retention_ms > 0 then mark_cancel(row, retention_ms, now) end
 bury_cancelled(row, ended, retention_ms)
 emit(events_key, 'cancelled', id, attempt, now)
+apply_steps(j, from, to)
 return redis.status_reply('CANCELLED')

@@ -18,6 +18,7 @@
   TRYAGAIN errors.
 ]]
 --- @include "args"
+--- @include "dependents"
 --- @include "ended"
 --- @include "errors"
 --- @include "keys"
@@ -51,8 +52,20 @@ if not is_current_lease(active, row, id, fence) then
 end
 local failure = check_lane_bookkeeping(base, row)
 if failure then return failure end
+local j = new_join(base, now, events_key)
+local from, to, hook_failure
 if flagged(row) then
-  return redis.status_reply(finish_cancelled(active, row, id, ended, events_key, fence, now))
+  from, to, hook_failure = plan_hook(j, id, row, 'cancelled', mark_of(row))
+elseif int_field(redis.call('HGET', row, 'attempts'), 0) >= max_attempts then
+  from, to, hook_failure = plan_hook(j, id, row, 'dead', ARGV[5])
 end
-return redis.status_reply(finish_retry(active, delayed, dead, row, id, ARGV[5], delay_ms,
-  max_attempts, now, ended, events_key, fence))
+if hook_failure then return hook_failure end
+local verdict
+if flagged(row) then
+  verdict = finish_cancelled(active, row, id, ended, events_key, fence, now)
+else
+  verdict = finish_retry(active, delayed, dead, row, id, ARGV[5], delay_ms, max_attempts, now,
+    ended, events_key, fence)
+end
+if from then apply_steps(j, from, to) end
+return redis.status_reply(verdict)

@@ -33,6 +33,7 @@
   EMQKIND, EMQSIZE, WRONGTYPE, EMQFENCE, NOPERM, TRYAGAIN errors.
 ]]
 --- @include "args"
+--- @include "dependents"
 --- @include "claims"
 --- @include "derived"
 --- @include "ended"
@@ -130,6 +131,30 @@ local function finish_release(item)
     with_lane(item.lane))
   return 'RELEASED'
 end
+-- An item that ends its job (a current lease, not settled earlier in the call) plans its end
+-- hook (include/dependents.lua): done for ack and done, dead for a retry using up its attempts,
+-- cancelled for a flagged lease; release ends nothing.
+local join, current = new_join(base, now, events_key), {}
+local function plan_item_hook(item)
+  if current[item.id] or not is_current_lease(active, item.row, item.id, item.fence) then
+    return nil
+  end
+  current[item.id] = true
+  local outcome, detail, failure
+  if flagged(item.row) then
+    outcome, detail = 'cancelled', mark_of(item.row)
+  elseif item.op == 'ack' or item.op == 'done' then
+    outcome = 'done'
+  elseif item.op == 'retry'
+    and int_field(redis.call('HGET', item.row, 'attempts'), 0) >= item.max_attempts then
+    outcome, detail = 'dead', item.error
+  end
+  if outcome then
+    item.from, item.to, failure = plan_hook(join, item.id, item.row, outcome, detail)
+  end
+  return failure
+end
+
 local recorded
 if count > 0 then
   local record_failure
@@ -157,6 +182,7 @@ for n = 1, #items do
     err = check_ended(item.ended)
   end
   if err == nil then err = check_lane_bookkeeping(base, item.row) end
+  if err == nil then err = plan_item_hook(item) end
   if err then return err end
 end
 local claims, ghosts, err = plan_claims(base, pending, count)
@@ -185,6 +211,7 @@ for n = 1, #items do
     verdict = finish_retry(active, delayed, dead, item.row, item.id, item.error, item.delay_ms,
       item.max_attempts, now, item.ended, events_key, item.fence)
   end
+  if item.from then apply_steps(join, item.from, item.to) end
   verdicts[n] = redis.status_reply(verdict)
 end
 

@@ -1,5 +1,6 @@
 -- Jobs due by now going back to run (recover, promote) or out of dead (requeue).
 --- @include "cancelled"
+--- @include "dependents"
 --- @include "derived"
 --- @include "ended"
 --- @include "errors"
@@ -80,6 +81,20 @@ local function move_due(base, now, limit, max_attempts, check, events_key)
     dec(limit))
   local moves, ghosts = plan_moves(base, due, recover and now or nil, max_attempts)
   if moves == nil then return ghosts end
+  local join = recover and new_join(base, now, events_key)
+  if recover then -- the end hooks (include/dependents.lua), in the order the moves apply
+    for i = #moves, 1, -1 do
+      local move, failure = moves[i], nil
+      if move.cancelled then
+        move.from, move.to, failure = plan_hook(join, move.id, move.row, 'cancelled',
+          mark_of(move.row))
+      elseif move.spent then
+        move.from, move.to, failure = plan_hook(join, move.id, move.row, 'dead',
+          'lease expired during attempt ' .. dec(move.spent) .. ': the worker was lost')
+      end
+      if failure then return failure end
+    end
+  end
   if check then
     local failure = check()
     if failure then return failure end
@@ -102,6 +117,9 @@ local function move_due(base, now, limit, max_attempts, check, events_key)
       redis.call('ZADD', dead, dec(now), move.id)
       mark_ended(move.ended, nil)
       emit(events_key, 'dead', move.id, move.spent, now)
+    end
+    if move.from then apply_steps(join, move.from, move.to) end
+    if move.cancelled or move.spent then -- ended: nothing more
     elseif move.lane then
       push_lane(ring, move, push)
       back = back + 1
