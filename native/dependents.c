@@ -591,7 +591,9 @@ static void apply_cancel(Join *j, const Step *st, ValkeyModuleKey *row) {
     long long attempt = ev_attempts(j->ctx, j->ev, row);
     leave_waiting(j, st, row);
     if (st->retention > 0) fx_mark_cancel(j->ctx, row, st->row, st->retention, st->at);
-    bury_cancelled(j->ctx, row, st->row, named(j, "ended:", st->id), st->retention);
+    /* the script's DEL of a row already gone (a job cancelled twice in one call) changes nothing */
+    if (st->retention > 0 || ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_EMPTY)
+        bury_cancelled(j->ctx, row, st->row, named(j, "ended:", st->id), st->retention);
     ev_emit(j->ctx, j->ev, &(Event){.kind = "cancelled", .id = st->id, .attempt = attempt});
 }
 
@@ -615,9 +617,21 @@ static void apply_link(Join *j, const Step *st, ValkeyModuleKey *row) {
     ValkeyModule_FreeString(j->ctx, value);
 }
 
-/* Apply the steps planned since the last apply, in order. */
+/* How many steps are planned so far: the end of the last hook planned (join_apply_to). */
+size_t join_mark(const Join *j) {
+    return j->nsteps;
+}
+
+/* Apply every step planned since the last apply, in order. */
 void join_apply(Join *j) {
-    for (; j->applied < j->nsteps; j->applied++) {
+    join_apply_to(j, j->nsteps);
+}
+
+/* Apply the steps planned since the last apply up to mark (join_mark's after a hook was
+ * planned), in order: the hooks of a call are planned in the order their jobs end, so each job's
+ * steps are applied right after its own writes. */
+void join_apply_to(Join *j, size_t mark) {
+    for (; j->applied < mark && j->applied < j->nsteps; j->applied++) {
         const Step *st = &j->steps[j->applied];
         if (st->op == OP_DEDUPE) {
             apply_dedupe(j, st);
@@ -640,4 +654,11 @@ void join_apply(Join *j) {
         }
         done_with(row, opened);
     }
+}
+
+/* mark_of of the script: (retention, at) of the row's cancel mark, each absent or bad: 0. */
+void join_mark_of(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long *retention, long long *at) {
+    int hash = ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH;
+    *retention = hash ? row_int_field(ctx, row, "cancel", 0) : 0;
+    *at = hash ? row_int_field(ctx, row, "cancelled", 0) : 0;
 }

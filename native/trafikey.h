@@ -232,6 +232,10 @@ const char *join_end(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, i
 const char *join_failure(const Join *j);
 int join_has_steps(const Join *j);
 void join_apply(Join *j);
+size_t join_mark(const Join *j);
+void join_apply_to(Join *j, size_t mark);
+/* The cancel mark a cancelled job's dependents inherit: its row's cancel and cancelled fields. */
+void join_mark_of(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long *retention, long long *at);
 void join_free(Join *j);
 /* EMQ.AFTER's own job: its state on the plan's overlay, and its steps. */
 void join_waiter(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, long long waits, int hold,
