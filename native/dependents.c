@@ -560,7 +560,8 @@ static void apply_dedupe(Join *j, const Step *st) {
 
 static void apply_release(Join *j, const Step *st, ValkeyModuleKey *row) {
     long long attempt = ev_attempts(j->ctx, j->ev, row);
-    long long now = j->has_now ? j->now : ValkeyModule_CachedMicroseconds() / 1000;
+    /* a call that takes no now (ack, ack with a result): the job's enqueued_at (absent or bad: 0) */
+    long long now = j->has_now ? j->now : row_int_field(j->ctx, row, "enqueued_at", 0);
     leave_waiting(j, st, row);
     long long p = row_priority(j->ctx, row);
     int opened;

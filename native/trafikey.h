@@ -8,6 +8,8 @@
  *   derived.c      keys a transition derives itself: ACL, a moving slot, rows, the fence counter
  *   progress.c     a running job's report of how far it got (EMQ.PROGRESS)
  *   cancel.c       EMQ.CANCEL and a cancelled job's tombstone
+ *   after.c        EMQ.ENQUEUE_AFTER and EMQ.AFTER: jobs waiting for their parents
+ *   dependents.c   the join: a job's end planned on its dependents and dedupe key, then applied
  *   protocol.h     generated from echomq/engine/transitions.py: the table all of the above read */
 #ifndef TRAFIKEY_H
 #define TRAFIKEY_H
@@ -222,7 +224,7 @@ const char *bury_cancelled(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyMod
  * waiting on it and to its dedupe key, checking each derived key once (join_end: the first failed
  * check, or NULL); join_apply then makes the planned writes, in order. names/keys: the call's
  * declared keys, open (a key declared is written through its handle). has_now: the call takes a
- * now (else a release reads the server's clock, and events carry no at). */
+ * now (else a job released goes to pending at its enqueued_at, and events carry no at). */
 typedef struct Join Join;
 enum { JOIN_DONE, JOIN_DEAD, JOIN_CANCELLED };
 Join *join_new(ValkeyModuleCtx *ctx, Bytes base, const EventSink *ev, int has_now, long long now,
