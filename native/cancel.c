@@ -34,8 +34,8 @@ static int has_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *fie
 
 /* The verdict on a row whose derived keys passed, and its effects. group, lane: a lane job's
  * group and lane key, else NULL. */
-static const char *cancel_job(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **k, ValkeyModuleString *ended,
-                              ValkeyModuleString *group, ValkeyModuleString *lane) {
+static const char *cancel_job(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, ValkeyModuleString *ended,
+                              ValkeyModuleString *group, ValkeyModuleString *lane, const char **err) {
     ValkeyModuleString *id = call->args[EMQ_CANCEL_ARG_ID], **names = call->keys;
     ValkeyModuleKey *row = k[EMQ_CANCEL_KEY_JOB];
     long long now = call->num[EMQ_CANCEL_ARG_NOW], retention_ms = call->num[EMQ_CANCEL_ARG_RETENTION_MS];
@@ -46,8 +46,33 @@ static const char *cancel_job(ValkeyModuleCtx *ctx, const Call *call, ValkeyModu
         if (!has_field(ctx, row, "cancel")) fx_mark_cancel(ctx, row, names[EMQ_CANCEL_KEY_JOB], retention_ms, now);
         return "CANCELLING";
     }
+    /* The job ends now: a waiting one (its row counts waits) leaves <base>waiting too, and the end
+     * hook runs (dependents.c), planned before anything is written. */
+    EventSink ev = event_sink(call, k);
+    int waits = has_field(ctx, row, "waits");
+    ValkeyModuleString *waiting = waits ? derived_key(ctx, call->base, "waiting", NULL) : NULL;
+    if (waiting) {
+        Acl acl = {ctx, NULL, 0};
+        *err = check_key(ctx, &acl, call->base, waiting, VALKEYMODULE_KEYTYPE_ZSET, NULL);
+        acl_release(&acl);
+    }
+    Join *j = join_new(ctx, call->base, &ev, 1, now, names, k, call->nkeys);
+    if (*err == NULL) *err = join_end(j, id, names[EMQ_CANCEL_KEY_JOB], JOIN_CANCELLED, NULL, retention_ms, now);
+    if (*err) {
+        join_free(j);
+        if (waiting) ValkeyModule_FreeString(ctx, waiting);
+        return NULL;
+    }
     fx_zrem(ctx, k[EMQ_CANCEL_KEY_PENDING], names[EMQ_CANCEL_KEY_PENDING], id);
     fx_zrem(ctx, k[EMQ_CANCEL_KEY_DELAYED], names[EMQ_CANCEL_KEY_DELAYED], id);
+    if (waiting) {
+        ValkeyModuleKey *key = ValkeyModule_OpenKey(ctx, waiting, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+        fx_zrem(ctx, key, waiting, id);
+        ValkeyModule_CloseKey(key);
+        ValkeyModule_FreeString(ctx, waiting);
+        static const char *const fields[] = {"waits", "hold"};
+        fx_hdel_fields(ctx, row, names[EMQ_CANCEL_KEY_JOB], fields, 2);
+    }
     if (lane) {
         fx_lrem(ctx, lane, id);
         ValkeyModuleString *prio_name = derived_key(ctx, call->base, "prio:", group);
@@ -59,11 +84,12 @@ static const char *cancel_job(ValkeyModuleCtx *ctx, const Call *call, ValkeyModu
         if (lane_is_empty(ctx, call->base, group))
             fx_lrem_open(ctx, &k[EMQ_CANCEL_KEY_RING], names[EMQ_CANCEL_KEY_RING], group);
     }
-    EventSink ev = event_sink(call, k);
     long long attempt = ev_attempts(ctx, &ev, row);
     if (retention_ms > 0) fx_mark_cancel(ctx, row, names[EMQ_CANCEL_KEY_JOB], retention_ms, now);
     bury_cancelled(ctx, row, names[EMQ_CANCEL_KEY_JOB], ended, retention_ms);
     ev_emit(ctx, &ev, &(Event){.kind = "cancelled", .id = id, .attempt = attempt});
+    join_apply(j);
+    join_free(j);
     return "CANCELLED";
 }
 
@@ -83,7 +109,8 @@ int tx_cancel(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         err = check_lane_keys(ctx, &acl, call->base, group, lane);
     }
     acl_release(&acl);
-    int rc = err ? reply_error(ctx, err) : ValkeyModule_ReplyWithSimpleString(ctx, cancel_job(ctx, call, k, ended, group, lane));
+    const char *verdict = err ? NULL : cancel_job(ctx, call, k, ended, group, lane, &err);
+    int rc = err ? reply_error(ctx, err) : ValkeyModule_ReplyWithSimpleString(ctx, verdict);
     if (group) ValkeyModule_FreeString(ctx, group);
     if (lane) ValkeyModule_FreeString(ctx, lane);
     ValkeyModule_FreeString(ctx, ended);

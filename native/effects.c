@@ -356,3 +356,53 @@ void fx_xadd(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *key
     ValkeyModule_Replicate(ctx, "XADD", "scclbv", keyname, "MAXLEN", "=", length, id_text,
                            stream_id_text(&id, id_text), fields, n);
 }
+
+/* HSET key f1 v1 f2 v2 ... (n pairs) as one command: one "hset" event, one replicated HSET. */
+void fx_hset_fields(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *const *fields,
+                    ValkeyModuleString **values, size_t n) {
+    ValkeyModuleString **argv = ValkeyModule_Alloc(2 * n * sizeof *argv);
+    for (size_t i = 0; i < n; i++) {
+        argv[2 * i] = ValkeyModule_CreateString(ctx, fields[i], strlen(fields[i]));
+        argv[2 * i + 1] = values[i];
+        ValkeyModule_HashSet(key, VALKEYMODULE_HASH_NONE, argv[2 * i], values[i], NULL);
+    }
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", keyname);
+    ValkeyModule_Replicate(ctx, "HSET", "sv", keyname, argv, 2 * n);
+    for (size_t i = 0; i < n; i++) ValkeyModule_FreeString(ctx, argv[2 * i]);
+    ValkeyModule_Free(argv);
+}
+
+/* HDEL key f1 f2 ... as one command: "hdel" when any field was there (replicated with the fields
+ * named, as the script's HDEL is), then "del" when the hash is gone. */
+void fx_hdel_fields(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *const *fields,
+                    size_t n) {
+    if (ValkeyModule_KeyType(key) != VALKEYMODULE_KEYTYPE_HASH) return;
+    int deleted = 0;
+    ValkeyModuleString **argv = ValkeyModule_Alloc(n * sizeof *argv);
+    for (size_t i = 0; i < n; i++) {
+        argv[i] = ValkeyModule_CreateString(ctx, fields[i], strlen(fields[i]));
+        if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_HASH &&
+            ValkeyModule_HashSet(key, VALKEYMODULE_HASH_NONE, argv[i], VALKEYMODULE_HASH_DELETE, NULL) > 0)
+            deleted = 1;
+    }
+    if (deleted) {
+        removed_from(ctx, key, VALKEYMODULE_NOTIFY_HASH, "hdel", keyname);
+        ValkeyModule_Replicate(ctx, "HDEL", "sv", keyname, argv, n);
+    }
+    for (size_t i = 0; i < n; i++) ValkeyModule_FreeString(ctx, argv[i]);
+    ValkeyModule_Free(argv);
+}
+
+/* HINCRBY key field delta: "hincrby", replicated as HINCRBY. The field absent counts as 0 (an
+ * integer is there: the transition wrote it). Returns the new value. */
+long long fx_hincrby(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *field,
+                     long long delta) {
+    long long v = row_int_field(ctx, key, field, 0) + delta;
+    char num[24];
+    ValkeyModuleString *value = ValkeyModule_CreateString(ctx, num, decimal(v, num));
+    ValkeyModule_HashSet(key, VALKEYMODULE_HASH_CFIELDS, field, value, NULL);
+    ValkeyModule_FreeString(ctx, value);
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hincrby", keyname);
+    ValkeyModule_Replicate(ctx, "HINCRBY", "scl", keyname, field, delta);
+    return v;
+}

@@ -8,6 +8,8 @@
  *   derived.c      keys a transition derives itself: ACL, a moving slot, rows, the fence counter
  *   progress.c     a running job's report of how far it got (EMQ.PROGRESS)
  *   cancel.c       EMQ.CANCEL and a cancelled job's tombstone
+ *   after.c        EMQ.ENQUEUE_AFTER and EMQ.AFTER: jobs waiting for their parents
+ *   dependents.c   the join: a job's end planned on its dependents and dedupe key, then applied
  *   protocol.h     generated from echomq/engine/transitions.py: the table all of the above read */
 #ifndef TRAFIKEY_H
 #define TRAFIKEY_H
@@ -37,7 +39,7 @@ static inline Bytes bytes_of(const ValkeyModuleString *s) {
 
 /* One element of a command's list (an item of EMQ.SETTLE, a pair of EMQ.EXTEND_MANY): its form
  * in the table, its arguments after the form's word (views into argv), its integers by position.
- * Every form starts with the lease it names, <id> <fence> (echomq.engine.protocol_gen checks it). */
+ * A settlement's forms start with the lease they name, <id> <fence>; EMQ.AFTER's one form is a parent id. */
 typedef struct {
     int form;
     ValkeyModuleString **args;
@@ -146,6 +148,12 @@ void fx_mark_cancel(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleStri
                     long long now);
 void fx_lrem(ValkeyModuleCtx *ctx, ValkeyModuleString *keyname, ValkeyModuleString *element);
 void fx_lrem_open(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString *element);
+void fx_hset_fields(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *const *fields,
+                    ValkeyModuleString **values, size_t n);
+void fx_hdel_fields(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *const *fields,
+                    size_t n);
+long long fx_hincrby(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *field,
+                     long long delta);
 void fx_xadd(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString **fields,
              size_t n);
 void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
@@ -211,6 +219,37 @@ long long reopen_lanes(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, D
  * settlements that end a flagged lease. */
 const char *bury_cancelled(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
                            ValkeyModuleString *ended, long long retention_ms);
+
+/* dependents.c: the join (include/dependents.lua). A plan walks what a job's end does to the jobs
+ * waiting on it and to its dedupe key, checking each derived key once (join_end: the first failed
+ * check, or NULL); join_apply then makes the planned writes, in order. names/keys: the call's
+ * declared keys, open (a key declared is written through its handle). has_now: the call takes a
+ * now (else a job released goes to pending at its enqueued_at, and events carry no at). */
+typedef struct Join Join;
+enum { JOIN_DONE, JOIN_DEAD, JOIN_CANCELLED };
+Join *join_new(ValkeyModuleCtx *ctx, Bytes base, const EventSink *ev, int has_now, long long now,
+               ValkeyModuleString **names, ValkeyModuleKey **keys, int nkeys);
+const char *join_end(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, int outcome,
+                     ValkeyModuleString *error, long long retention, long long at);
+const char *join_failure(const Join *j);
+int join_has_steps(const Join *j);
+void join_apply(Join *j);
+size_t join_mark(const Join *j);
+void join_apply_to(Join *j, size_t mark);
+/* The cancel mark a cancelled job's dependents inherit: its row's cancel and cancelled fields. */
+void join_mark_of(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long *retention, long long *at);
+void join_free(Join *j);
+/* EMQ.AFTER's own job: its state on the plan's overlay, and its steps. */
+void join_waiter(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, long long waits, int hold,
+                 ValkeyModuleString *policy);
+int join_waiting(Join *j, ValkeyModuleString *id);
+long long join_waits(Join *j, ValkeyModuleString *id);
+int join_linked(Join *j, ValkeyModuleString *parent, ValkeyModuleString *field, ValkeyModuleString *id);
+void join_link(Join *j, ValkeyModuleString *parent, ValkeyModuleString *prow, ValkeyModuleString *id);
+void join_seal(Join *j, ValkeyModuleString *id);
+void join_release(Join *j, ValkeyModuleString *id);
+void join_fail(Join *j, ValkeyModuleString *id, ValkeyModuleString *parent, ValkeyModuleString *parent_error);
+void join_cancel(Join *j, ValkeyModuleString *id, long long retention, long long at);
 
 /* claimrecord.c: a claim's record, the optional last key of a claiming command: whether it is
  * there, and the leases it holds. */

@@ -6,6 +6,7 @@
  * and arguments, the same validation order, byte-identical replies under RESP2 and RESP3, and the
  * same resulting keyspace for every argument list. Where this file and the Lua differ, the Lua is
  * the reference. A usage line heads each command's function, tx_<name>. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -302,6 +303,19 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     return err ? reply_error(ctx, err) : VALKEYMODULE_OK;
 }
 
+/* The end hook of a job a single verb ends (include/dependents.lua's plan_hook): planned on a
+ * new join after the verb's own checks, before anything is written; *j is set either way (the
+ * caller frees it). outcome JOIN_CANCELLED takes the row's cancel mark, JOIN_DEAD the error its
+ * dependents quote. NULL, or the error to reply. */
+static const char *plan_end_hook(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, const EventSink *ev,
+                                 int has_now, long long now, ValkeyModuleString *id, ValkeyModuleKey *row,
+                                 ValkeyModuleString *row_name, int outcome, ValkeyModuleString *error, Join **j) {
+    long long retention = 0, at = 0;
+    *j = join_new(ctx, call->base, ev, has_now, now, call->keys, k, call->nkeys);
+    if (outcome == JOIN_CANCELLED) join_mark_of(ctx, row, &retention, &at);
+    return join_end(*j, id, row_name, outcome, error, retention, at);
+}
+
 /* EMQ.ACK 2 <base>active <base>job:<id> <id> <fence:1> <retention_ms:0>
  * Twin of ack.lua. +ACKED | +STALE | EMQARITY EMQKIND EMQKEYS EMQNUM WRONGTYPE. */
 int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
@@ -309,6 +323,7 @@ int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleKey *active = k[EMQ_ACK_KEY_ACTIVE], *row = k[EMQ_ACK_KEY_JOB];
     int flagged = row_has(ctx, row, "cancel"), rc;
     long long fence = call->num[EMQ_ACK_ARG_FENCE];
+    Join *j = NULL;
     EventSink ev = event_sink(call, k);
     const char *err = flagged ? derive_ended(ctx, call->base, id, &ended) : NULL;
     if (err) {
@@ -317,16 +332,22 @@ int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         rc = ValkeyModule_ReplyWithSimpleString(ctx, replayed(ctx, row, call->num[EMQ_ACK_ARG_FENCE], NULL, NULL, id));
     } else if ((err = lane_bookkeeping_error(ctx, call->base, row)) != NULL) {
         rc = reply_error(ctx, err);
+    } else if ((err = plan_end_hook(ctx, call, k, &ev, 0, 0, id, row, call->keys[EMQ_ACK_KEY_JOB],
+                                    flagged ? JOIN_CANCELLED : JOIN_DONE, NULL, &j)) != NULL) {
+        rc = reply_error(ctx, err);
     } else if (flagged) {
         rc = ValkeyModule_ReplyWithSimpleString(ctx, finish_cancelled(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row,
                                                                       call->keys[EMQ_ACK_KEY_JOB], id, ended, NULL, &ev,
                                                                       fence));
+        join_apply(j);
     } else {
         rc = ValkeyModule_ReplyWithSimpleString(ctx, finish_ack(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row,
                                                                 call->keys[EMQ_ACK_KEY_JOB], id,
                                                                 call->num[EMQ_ACK_ARG_RETENTION_MS], NULL, NULL, NULL,
                                                                 &ev, fence));
+        join_apply(j);
     }
+    join_free(j);
     if (ended) ValkeyModule_FreeString(ctx, ended);
     return rc;
 }
@@ -351,12 +372,16 @@ int tx_ack_result(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     const char *err = derive_ended(ctx, call->base, id, &ended);
     long long fence = call->num[EMQ_ACK_RESULT_ARG_FENCE];
     EventSink ev = event_sink(call, k);
+    Join *j = NULL;
     int rc;
     if (err) {
         rc = reply_error(ctx, err);
     } else if (!is_current_lease(ctx, active, row, id, call->num[EMQ_ACK_RESULT_ARG_FENCE])) {
         rc = ValkeyModule_ReplyWithSimpleString(ctx, replayed(ctx, row, call->num[EMQ_ACK_RESULT_ARG_FENCE], NULL, NULL, id));
     } else if ((err = lane_bookkeeping_error(ctx, call->base, row)) != NULL) {
+        rc = reply_error(ctx, err);
+    } else if ((err = plan_end_hook(ctx, call, k, &ev, 0, 0, id, row, call->keys[EMQ_ACK_RESULT_KEY_JOB],
+                                    row_has(ctx, row, "cancel") ? JOIN_CANCELLED : JOIN_DONE, NULL, &j)) != NULL) {
         rc = reply_error(ctx, err);
     } else {
         const char *verdict =
@@ -366,10 +391,26 @@ int tx_ack_result(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
                 : finish_ack(ctx, active, call->keys[EMQ_ACK_RESULT_KEY_ACTIVE], row, call->keys[EMQ_ACK_RESULT_KEY_JOB],
                              id, call->num[EMQ_ACK_RESULT_ARG_RETENTION_MS], call->args[EMQ_ACK_RESULT_ARG_RESULT],
                              ended, NULL, &ev, fence);
+        join_apply(j);
         rc = ValkeyModule_ReplyWithSimpleString(ctx, verdict);
     }
+    join_free(j);
     ValkeyModule_FreeString(ctx, ended);
     return rc;
+}
+
+/* retry's end hook on a current lease: cancelled for a flagged one, dead for one whose attempts
+ * reach max_attempts (its dependents quote the error), none otherwise (an empty plan). */
+static const char *plan_retry_hook(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, const EventSink *ev,
+                                   ValkeyModuleKey *row, Join **j) {
+    ValkeyModuleString *id = call->args[EMQ_RETRY_ARG_ID], *row_name = call->keys[EMQ_RETRY_KEY_JOB];
+    long long now = call->num[EMQ_RETRY_ARG_NOW];
+    if (row_has(ctx, row, "cancel"))
+        return plan_end_hook(ctx, call, k, ev, 1, now, id, row, row_name, JOIN_CANCELLED, NULL, j);
+    if (row_int_field(ctx, row, "attempts", 0) >= call->num[EMQ_RETRY_ARG_MAX_ATTEMPTS])
+        return plan_end_hook(ctx, call, k, ev, 1, now, id, row, row_name, JOIN_DEAD, call->args[EMQ_RETRY_ARG_ERROR], j);
+    *j = join_new(ctx, call->base, ev, 1, now, call->keys, k, call->nkeys);
+    return NULL;
 }
 
 /* EMQ.RETRY 4 <base>active <base>delayed <base>dead <base>job:<id>
@@ -381,6 +422,8 @@ int tx_retry(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleString *id = call->args[EMQ_RETRY_ARG_ID], **names = call->keys, *ended;
     ValkeyModuleKey *row = k[EMQ_RETRY_KEY_JOB];
     const char *err = derive_ended(ctx, call->base, id, &ended);
+    EventSink ev = event_sink(call, k);
+    Join *j = NULL;
     int rc;
     if (err) {
         rc = reply_error(ctx, err);
@@ -389,8 +432,9 @@ int tx_retry(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
                                                               call->args[EMQ_RETRY_ARG_ERROR], k[EMQ_RETRY_KEY_DEAD], id));
     } else if ((err = lane_bookkeeping_error(ctx, call->base, row)) != NULL) {
         rc = reply_error(ctx, err);
+    } else if ((err = plan_retry_hook(ctx, call, k, &ev, row, &j)) != NULL) {
+        rc = reply_error(ctx, err);
     } else {
-        EventSink ev = event_sink(call, k);
         long long fence = call->num[EMQ_RETRY_ARG_FENCE];
         RetryKeys rk = {k[EMQ_RETRY_KEY_ACTIVE],     k[EMQ_RETRY_KEY_DELAYED],     k[EMQ_RETRY_KEY_DEAD],
                         names[EMQ_RETRY_KEY_ACTIVE], names[EMQ_RETRY_KEY_DELAYED], names[EMQ_RETRY_KEY_DEAD],
@@ -402,8 +446,10 @@ int tx_retry(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
                 : finish_retry(ctx, &rk, row, names[EMQ_RETRY_KEY_JOB], id, call->args[EMQ_RETRY_ARG_ERROR],
                                call->num[EMQ_RETRY_ARG_DELAY_MS], call->num[EMQ_RETRY_ARG_MAX_ATTEMPTS],
                                call->num[EMQ_RETRY_ARG_NOW], ended, &ev, fence);
+        join_apply(j);
         rc = ValkeyModule_ReplyWithSimpleString(ctx, verdict);
     }
+    join_free(j);
     ValkeyModule_FreeString(ctx, ended);
     return rc;
 }
@@ -440,9 +486,46 @@ static const char *plan_release_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
     return check_lane_keys(ctx, acl, base, it->lane, it->lane_key);
 }
 
+/* The end hook of a settle item (plan_item_hook of settle.lua), its row open: an item that ends
+ * its job (a current lease, not settled earlier in the call) plans it on the call's join — done
+ * for ack and done, dead for a retry using up its attempts, cancelled for a flagged lease; release
+ * ends nothing. marks[i]: the join's mark after the item's hook (SIZE_MAX: none); current[i]: the
+ * item's lease is current as the call found it. NULL, or the failure of a check. */
+static const char *plan_item_hook(ValkeyModuleCtx *ctx, Join *j, ValkeyModuleKey *active, Item *items, long long i,
+                                  ValkeyModuleKey *row, size_t *marks, char *current) {
+    Item *it = &items[i];
+    marks[i] = SIZE_MAX;
+    current[i] = 0;
+    for (long long m = 0; m < i; m++) {
+        Bytes a = bytes_of(ITEM_ID(&items[m])), b = bytes_of(ITEM_ID(it));
+        if (current[m] && a.n == b.n && memcmp(a.p, b.p, a.n) == 0) return NULL;
+    }
+    if (!is_current_lease(ctx, active, row, ITEM_ID(it), ITEM_FENCE(it))) return NULL;
+    current[i] = 1;
+    int outcome = -1;
+    long long retention = 0, at = 0;
+    ValkeyModuleString *error = NULL;
+    if (row_has(ctx, row, "cancel")) {
+        outcome = JOIN_CANCELLED;
+        join_mark_of(ctx, row, &retention, &at);
+    } else if (it->form == EMQ_SETTLE_FORM_ACK || it->form == EMQ_SETTLE_FORM_DONE) {
+        outcome = JOIN_DONE;
+    } else if (it->form == EMQ_SETTLE_FORM_RETRY &&
+               row_int_field(ctx, row, "attempts", 0) >= it->num[EMQ_SETTLE_RETRY_ARG_MAX_ATTEMPTS]) {
+        outcome = JOIN_DEAD;
+        error = it->args[EMQ_SETTLE_RETRY_ARG_ERROR];
+    }
+    if (outcome < 0) return NULL;
+    const char *err = join_end(j, ITEM_ID(it), it->row_name, outcome, error, retention, at);
+    marks[i] = join_mark(j);
+    return err;
+}
+
 /* check_rows for EMQ.SETTLE: each item's row, then a release item's lane, then the ended key of
- * a done or retry item or of a row a cancel flagged, then its lane bookkeeping, in item order. */
-static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *items, long long n) {
+ * a done or retry item or of a row a cancel flagged, then its lane bookkeeping, then its end hook
+ * (plan_item_hook), in item order. */
+static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Item *items, long long n, Join *j,
+                                     ValkeyModuleKey *active, size_t *marks, char *current) {
     for (long long i = 0; i < n; i++) {
         Item *it = &items[i];
         it->row_name = derived_key(ctx, base, "job:", ITEM_ID(it));
@@ -455,6 +538,7 @@ static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
                 err = check_ended(ctx, acl, base, it->ended);
             }
             if (!err) err = check_lane_bookkeeping(ctx, acl, base, row);
+            if (!err) err = plan_item_hook(ctx, j, active, items, i, row, marks, current);
             ValkeyModule_CloseKey(row);
         }
         if (err) return err;
@@ -552,7 +636,13 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (paused) count = 0;
     if (!fail && count > 0 && !fence_counter(k[EMQ_SETTLE_KEY_FENCE], &last_fence)) fail = EMQ_ERR_FENCE;
     StrList claims = {0}, ghosts = {0};
-    if (!fail) fail = check_settle_rows(ctx, &acl, call->base, call->items, call->nitems);
+    EventSink ev = event_sink(call, k);
+    Join *j = join_new(ctx, call->base, &ev, 1, now, call->keys, k, call->nkeys);
+    size_t *marks = ValkeyModule_Alloc(((size_t)call->nitems + 1) * sizeof *marks);
+    char *current = ValkeyModule_Alloc((size_t)call->nitems + 1);
+    if (!fail)
+        fail = check_settle_rows(ctx, &acl, call->base, call->items, call->nitems, j, k[EMQ_SETTLE_KEY_ACTIVE], marks,
+                                 current);
     if (!fail) fail = plan_claims(ctx, &acl, call->base, pending, count, &claims, &ghosts);
     /* Each lease takes the next fence: a batch the counter cannot number to its end is refused. */
     if (!fail && last_fence + (long long)claims.n > EMQ_INT_MAX) fail = EMQ_ERR_FENCE;
@@ -560,11 +650,12 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (!fail) {
         ValkeyModuleString **names = call->keys;
         SettleKeys sk = {k, names};
-        EventSink ev = event_sink(call, k);
         ValkeyModule_ReplyWithArray(ctx, 2);
         ValkeyModule_ReplyWithArray(ctx, call->nitems);
-        for (long long i = 0; i < call->nitems; i++)
+        for (long long i = 0; i < call->nitems; i++) {
             ValkeyModule_ReplyWithSimpleString(ctx, settle_item(ctx, &sk, &call->items[i], retention_ms, now, &ev));
+            if (marks[i] != SIZE_MAX) join_apply_to(j, marks[i]);
+        }
         for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, names[EMQ_SETTLE_KEY_PENDING], ghosts.v[i]);
         ClaimKeys ck = {pending,
                         k[EMQ_SETTLE_KEY_ACTIVE],
@@ -585,6 +676,9 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     recorded_free(ctx, &recorded);
     strlist_free(ctx, &claims);
     strlist_free(ctx, &ghosts);
+    join_free(j);
+    ValkeyModule_Free(marks);
+    ValkeyModule_Free(current);
     return fail ? reply_error(ctx, fail) : VALKEYMODULE_OK;
 }
 
@@ -633,6 +727,7 @@ typedef struct {
     ValkeyModuleString *ended;   /* recover, a spent or cancelled job: its ended key */
     int cancelled;               /* recover: a lease a cancel flagged, which ends cancelled */
     long long priority, at;      /* a lane job: its row's priority, and the time its score is of */
+    size_t mark;                 /* recover, a job it ends: the join's mark after its end hook */
 } Move;
 
 static void moves_free(ValkeyModuleCtx *ctx, Move *moves, size_t n) {
@@ -711,6 +806,34 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
         ValkeyModule_FreeString(ctx, row_name);
     }
     acl_release(&acl);
+    return err;
+}
+
+/* recover: the end hooks of the jobs it ends (a flagged lease cancelled, a spent one dead), planned
+ * in the order the moves apply (the last due first), after every move's own keys were checked.
+ * NULL, or the failure of a check. */
+static const char *plan_move_hooks(ValkeyModuleCtx *ctx, Join *j, Bytes base, Move *moves, size_t n) {
+    const char *err = NULL;
+    for (size_t i = n; i-- > 0 && err == NULL;) {
+        Move *m = &moves[i];
+        if (!m->live || !(m->cancelled || m->spent)) continue;
+        ValkeyModuleString *row_name = derived_key(ctx, base, "job:", m->id);
+        if (m->cancelled) {
+            long long retention, at;
+            ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
+            join_mark_of(ctx, row, &retention, &at);
+            ValkeyModule_CloseKey(row);
+            err = join_end(j, m->id, row_name, JOIN_CANCELLED, NULL, retention, at);
+        } else {
+            char text[96];
+            int len = snprintf(text, sizeof text, "lease expired during attempt %lld: the worker was lost", m->spent);
+            ValkeyModuleString *error = ValkeyModule_CreateString(ctx, text, (size_t)len);
+            err = join_end(j, m->id, row_name, JOIN_DEAD, error, 0, 0);
+            ValkeyModule_FreeString(ctx, error);
+        }
+        m->mark = join_mark(j);
+        ValkeyModule_FreeString(ctx, row_name);
+    }
     return err;
 }
 
@@ -811,7 +934,7 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
                 cap = cap ? cap * 2 : 16;
                 moves = ValkeyModule_Realloc(moves, cap * sizeof *moves);
             }
-            moves[n++] = (Move){member, score, 0, 0, NULL, NULL, NULL, 0, 0, 0};
+            moves[n++] = (Move){member, score, 0, 0, NULL, NULL, NULL, 0, 0, 0, SIZE_MAX};
             if (!ValkeyModule_ZsetRangeNext(source)) break;
         }
         ValkeyModule_ZsetRangeStop(source);
@@ -820,10 +943,14 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
     /* promote: the groups whose rate window has opened, checked after the jobs' keys and before
      * anything is written */
     DueLanes due = {NULL, 0};
+    EventSink ev = event_sink(call, k);
+    Join *j = recover ? join_new(ctx, base, &ev, 1, now, call->keys, k, call->nkeys) : NULL;
     const char *err = plan_moves(ctx, base, moves, n, recover, now, max_attempts);
+    if (err == NULL && recover) err = plan_move_hooks(ctx, j, base, moves, n);
     if (err == NULL && !recover) err = check_reopening(ctx, base);
     if (err == NULL && !recover) err = due_lanes(ctx, base, now, limit, &due);
     if (err) {
+        join_free(j);
         due_lanes_free(ctx, &due);
         moves_free(ctx, moves, n);
         return reply_error(ctx, err);
@@ -835,20 +962,22 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
         else taken++;
     }
     /* recover pushes lane jobs at the head, latest deadline first, so a lane keeps their order. */
-    EventSink ev = event_sink(call, k);
-    for (size_t j = 0; j < n; j++) {
-        const Move *m = &moves[recover ? n - 1 - j : j];
+    for (size_t i = 0; i < n; i++) {
+        const Move *m = &moves[recover ? n - 1 - i : i];
         if (!m->live) continue;
         if (m->cancelled) {
             apply_cancel(ctx, base, m, k, call, &ev);
+            if (m->mark != SIZE_MAX) join_apply_to(j, m->mark);
         } else if (m->spent) {
             apply_death(ctx, base, m, k, call, now, &ev);
+            if (m->mark != SIZE_MAX) join_apply_to(j, m->mark);
         } else {
             apply_move(ctx, m, k, call, recover ? VALKEYMODULE_LIST_HEAD : VALKEYMODULE_LIST_TAIL, &ev);
             back++;
         }
     }
     fx_wake(ctx, wake, call->keys[MOVE_KEY_WAKE], back);
+    join_free(j);
     moves_free(ctx, moves, n);
     if (!recover) { /* promote: then the groups whose rate window has opened come back */
         LaneRing ring = {k[MOVE_KEY_RING], call->keys[MOVE_KEY_RING]};

@@ -165,6 +165,14 @@ static int parse_number(const EmqArgSpec *spec, const ValkeyModuleString *s, lon
         snprintf(err, cap, "%s", EMQ_ERR_PROGRESS);
         return 0;
     }
+    if (spec->kind == EMQ_ARG_POLICY) {
+        Bytes b = bytes_of(s);
+        if ((b.n == 4 && memcmp(b.p, "fail", 4) == 0) || (b.n == 6 && memcmp(b.p, "ignore", 6) == 0) ||
+            (b.n == 8 && memcmp(b.p, "continue", 8) == 0))
+            return 1;
+        snprintf(err, cap, "%s", EMQ_ERR_POLICY);
+        return 0;
+    }
     if (spec->kind == EMQ_ARG_NOW) {
         if (parse_now(s, out)) return 1;
         snprintf(err, cap, "%s", EMQ_ERR_NOW);
@@ -242,8 +250,8 @@ int parse_items(Call *call, char *err, size_t cap) {
     call->items = NULL;
     call->nitems = 0;
     if (spec->nforms == 0) return 1;
-    /* Every form is at least two words wide (<id> <fence>): a bound on the count. */
-    call->items = ValkeyModule_Alloc(((size_t)(call->nargs - spec->nargs) / 2 + 1) * sizeof *call->items);
+    /* Every form is at least one word wide (EMQ.AFTER's <parent>): a bound on the count. */
+    call->items = ValkeyModule_Alloc(((size_t)(call->nargs - spec->nargs) + 1) * sizeof *call->items);
     for (int i = spec->nargs; i < call->nargs; call->nitems++) {
         ValkeyModuleString **a = call->args + i;
         int f = find_form(spec, a);

@@ -269,6 +269,64 @@ def test_replica_sees_every_transition(primary: EmbeddedValkey,
         conn.close()
 
 
+def enqueue_after(conn: redis.Redis, queue: Queue, job_id: str, policy: str = "fail") -> Any:
+    """EMQ.ENQUEUE_AFTER of job_id on queue (the module's command, with the events key)."""
+    keys = (queue.key("waiting"), queue.key("job", job_id), queue.key("events"))
+    return conn.execute_command("EMQ.ENQUEUE_AFTER", 3, *keys, job_id, b"w", 1000, policy)
+
+
+def after(conn: redis.Redis, queue: Queue, job_id: str, *parents: str, seal: int = 1) -> Any:
+    """EMQ.AFTER of job_id on queue: its parents registered, its list sealed unless seal is 0."""
+    keys = [queue.key(role) for role in ("waiting", "pending", "dead")]
+    keys += [queue.key("job", job_id), queue.key("wake"), queue.key("events")]
+    return conn.execute_command("EMQ.AFTER", len(keys), *keys, job_id, 2000, seal, *parents)
+
+
+def test_replica_sees_the_join(primary: EmbeddedValkey, replica: EmbeddedValkey) -> None:
+    """Jobs waiting for their parents, and every end of a parent that moves them (ack, retry to
+    dead, settle, recover, cancel, a waiting job cancelled), on the module: a replica without it
+    holds the same keyspace (its writes replicated as plain commands)."""
+    conn = primary.client()
+    try:
+        conn.flushall()
+        queue = Queue(conn, "join6", wire=6)
+        queue.enqueue_many([(f"JOB:p{i}", b"p%d" % i) for i in range(6)])
+        for child, policy, parents in (("JOB:c0", "fail", ("JOB:p0", "JOB:p1")),
+                                       ("JOB:c1", "ignore", ("JOB:p1", "JOB:p2")),
+                                       ("JOB:c2", "continue", ("JOB:p2",)),
+                                       ("JOB:c3", "fail", ("JOB:c0", "JOB:p3")),
+                                       ("JOB:c4", "fail", ("JOB:p4",)),
+                                       ("JOB:c5", "fail", ("JOB:c4",)),
+                                       ("JOB:c6", "fail", ("JOB:p5",))):
+            assert enqueue_after(conn, queue, child, policy) == b"WAITING"
+            assert after(conn, queue, child, *parents, seal=0) == b"WAITING"
+            assert after(conn, queue, child) == b"WAITING"
+        conn.hset(queue.key("job", "JOB:p5"), mapping={"dedupe": "dedupe:k", "dedupe_ms": RETAIN})
+        conn.set(queue.key("dedupe:k"), "JOB:p5")
+        jobs = {job.id: job for job in (queue.claim(lease_ms=600_000) for _ in range(6)) if job}
+        queue.ack(jobs["JOB:p0"], retention_ms=RETAIN)
+        queue.retry(jobs["JOB:p1"], delay_ms=0, max_attempts=1, error=b"boom")  # c0, c3 die
+        queue.settle([Ack(jobs["JOB:p2"], result=b"r")], retention_ms=0)  # c1, c2 released
+        assert queue.cancel("JOB:c4", retention_ms=RETAIN) is Verdict.CANCELLED  # c5 too
+        assert queue.cancel(jobs["JOB:p5"].id, retention_ms=0) is Verdict.CANCELLING
+        queue.ack(jobs["JOB:p5"], retention_ms=0)  # flagged: cancelled, c6 too; dedupe kept
+        conn.zadd(queue.key("active"), {"JOB:p3": 0, "JOB:p4": 0})
+        assert queue.recover(max_attempts=1) == 2
+        assert enqueue_after(conn, queue, "JOB:late") == b"WAITING"
+        assert after(conn, queue, "JOB:late", "JOB:p1", "JOB:p0") == b"DEAD"
+        assert conn.zcard(queue.key("waiting")) == 0
+        pending, dead = (conn.zrange(queue.key(role), 0, -1) for role in ("pending", "dead"))
+        assert set(pending) == {b"JOB:c1", b"JOB:c2"}
+        assert {b"JOB:c0", b"JOB:c3", b"JOB:late"} <= set(dead)
+        assert conn.hget(queue.key("job", "JOB:c5"), "cancelled") is not None
+        assert conn.pttl(queue.key("dedupe:k")) > 0
+        leave_a_tombstone(conn, 6)
+        assert conn.execute_command("WAIT", 1, 5000) >= 1
+        assert_same_keyspace(primary, replica)
+    finally:
+        conn.close()
+
+
 def expire_leases(conn: redis.Redis, queue: Queue) -> None:
     """Bounded polling until some 1 ms lease is past the server's clock."""
     deadline = time.monotonic() + 5

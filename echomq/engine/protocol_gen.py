@@ -173,8 +173,9 @@ def _form_tables(transition: Transition) -> list[str]:
 
 
 def _form(ident: str, n: int, form: ItemForm) -> str:
-    if ARGUMENTS[form.args[0]].kind != "id" or (len(form.args) > 1 and form.args[:2] != ("id", "fence")):
-        raise ValueError(f"an item form starts with the job it names, <id> <fence> or an id alone: "
+    lease = form.args[:2] == ("id", "fence")
+    if ARGUMENTS[form.args[0]].kind != "id" or (len(form.args) > 1 and not lease):
+        raise ValueError("an item form starts with the job it names, <id> <fence>, or is one id: "
                          f"{form.shape}")
     word = _c_string(form.word) if form.word else "NULL"
     return f"{{{word}, {len(form.args)}, emq_{ident}_form{n}_args}}"

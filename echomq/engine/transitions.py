@@ -300,12 +300,12 @@ ENQUEUE_DELAYED = Transition(
 )
 ACK = Transition(
     "ack", ("active", "job"), ("id", "fence", "retention_ms"), "EMQ.ACK", fast=True,
-    events=("done", "cancelled"),
+    events=("done", "cancelled", "ready"),
     summary="Complete the current lease (twin of ack.lua).", complexity="O(log N)",
 )
 ACK_RESULT = Transition(
     "ack_result", ("active", "job"), ("id", "fence", "retention_ms", "result"), "EMQ.ACK_RESULT",
-    fast=True, events=("done", "cancelled"),
+    fast=True, events=("done", "cancelled", "ready"),
     summary="Complete the current lease, keeping its result (twin of ack_result.lua).",
     complexity="O(log N)",
 )
@@ -313,7 +313,7 @@ RETRY = Transition(
     "retry",
     ("active", "delayed", "dead", "job"),
     ("id", "fence", "delay_ms", "max_attempts", "error", "now"),
-    "EMQ.RETRY", fast=True, events=("retried", "dead", "cancelled"),
+    "EMQ.RETRY", fast=True, events=("retried", "dead", "cancelled", "ready"),
     summary="Fail the current lease: delayed or dead (twin of retry.lua).", complexity="O(log N)",
 )
 EXTEND = Transition(
@@ -330,7 +330,7 @@ SETTLE = Transition(
     ("active", "delayed", "dead", "pending", "fence", "ring", "wake"),
     ("now", "retention_ms", "lease_ms", "count"),
     "EMQ.SETTLE", record=True,
-    events=("done", "retried", "dead", "released", "cancelled", "claimed"),
+    events=("done", "retried", "dead", "released", "cancelled", "claimed", "ready"),
     item_forms=(
         ItemForm("ack", ("id", "fence")),
         ItemForm("done", ("id", "fence", "result")),
@@ -348,7 +348,7 @@ EXTEND_MANY = Transition(
 )
 RECOVER = Transition(
     "recover", ("active", "pending", "ring", "wake", "dead"), ("now", "limit", "max_attempts"),
-    "EMQ.RECOVER", events=("recovered", "dead", "cancelled"),
+    "EMQ.RECOVER", events=("recovered", "dead", "cancelled", "ready"),
     summary="Expired leases go back where they came from (twin of recover.lua).",
     complexity="O(M log N) with M the leases taken",
 )

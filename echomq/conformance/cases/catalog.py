@@ -1,13 +1,15 @@
 """Every case of the conformance table in one list, by family: the cases every transition has
 (``generic``), the single verbs' (``flat``), the batched ones (``batch``), the lane bookkeeping
 (``lanes``) and priority inside a lane (``lane_priority``), the replays (``replay``), the claim
-records (``records``), cancel (``cancel``), the bounds of dead jobs (``dead``) and flat priority
-(``priority``), then every one of them again with the events stream declared (``events``); each
-family imports only ``common``, and only this module gathers them."""
+records (``records``), cancel (``cancel``), the bounds of dead jobs (``dead``), flat priority
+(``priority``) and dependencies with the join (``after``), then every one of them again with
+the events stream declared (``events``); each family imports only ``common``, and only this
+module gathers them."""
 
 from __future__ import annotations
 
 from echomq.conformance.cases import flat
+from echomq.conformance.cases.after import join_cases
 from echomq.conformance.cases.batch import batch_cases
 from echomq.conformance.cases.cancel import cancel_cases
 from echomq.conformance.cases.common import Case
@@ -30,7 +32,7 @@ def all_cases() -> list[Case]:
              *flat.promote_cases(), *batch_cases(), *flat.enqueue_delayed_cases(),
              *flat.ack_result_cases(), *lane_cases(), *replay_cases(),
              *record_cases(), *flat.progress_cases(), *cancel_cases(), *trim_dead_cases(),
-             *priority_cases(), *lane_priority_cases()]
+             *priority_cases(), *lane_priority_cases(), *join_cases()]
     cases += event_cases(cases)
     ids = [case.id for case in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}

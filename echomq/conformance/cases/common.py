@@ -114,6 +114,9 @@ GOOD: dict[str, list[Arg]] = {
     "cancel": [6, key("job"), key("pending"), key("delayed"), key("active"), key("dead"),
                key("ring"), "JOB:1", NOW, 60_000],
     "trim_dead": [2, key("dead"), key("deadconf"), NOW, 100],
+    "enqueue_after": [2, key("waiting"), key("job"), "JOB:1", b"payload", NOW, "fail"],
+    "after": [5, key("waiting"), key("pending"), key("dead"), key("job"), key("wake"), "JOB:1",
+              NOW, 1, "JOB:2"],
 }
 
 # A state on which each transition's GOOD call succeeds.
@@ -133,7 +136,28 @@ READY: dict[str, list[Command]] = {
     "cancel": waiting("JOB:1"),
     "trim_dead": [["HSET", key("deadconf"), "max_count", "1"], *dead("JOB:1", NOW - 10),
                   *dead("JOB:2", NOW - 5)],
+    "enqueue_after": [],
+    "after": [],  # filled below: JOB:1 waiting, open; JOB:2 (its parent) absent, so done
 }
+
+
+
+def held(job_id: str, at: int = NOW - 10, waits: int = 1, hold: bool = True,
+         policy: str | None = None, priority: int = 0) -> list[Command]:
+    """A job admitted by enqueue_after at ``at``, waiting for ``waits`` (its open hold counted
+    while ``hold``)."""
+    fields: list[Arg] = ["payload", b"p", "attempts", "0", "enqueued_at", str(at)]
+    if priority:
+        fields += ["priority", str(priority)]
+    fields += ["waits", str(waits)]
+    if hold:
+        fields += ["hold", "1"]
+    if policy is not None:
+        fields += ["policy", policy]
+    return [row(job_id, *fields), ["ZADD", key("waiting"), str(at), job_id]]
+
+
+READY["after"] = held("JOB:1")
 
 BAD_IDS: list[tuple[str, Arg]] = [
     ("empty", ""), ("kind-only", "JOB:"), ("lowercase-kind", "job:1"), ("other-kind", "RUN:1"),

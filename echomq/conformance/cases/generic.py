@@ -43,7 +43,7 @@ BAD_NUMKEYS: list[tuple[str, Arg, bytes]] = [
     ("word", "x", E_NOTINT), ("empty", "", E_NOTINT), ("float", "1.5", E_NOTINT),
     ("huge", "99999999999999999999", E_NOTINT), ("negative", "-1", E_NEGATIVE),
 ]
-MINIMUM = {"lease_ms": 1, "fence": 1, "max_attempts": 1, "limit": 1, "retention_ms": 0,
+MINIMUM = {"seal": 0, "lease_ms": 1, "fence": 1, "max_attempts": 1, "limit": 1, "retention_ms": 0,
            "delay_ms": 0, "count": 0, "at_ms": 0}
 WRONG_VALUE: dict[str, list[Command]] = {
     "hash": [["SET", "{k}", "x"], ["RPUSH", "{k}", "x"]],
@@ -53,7 +53,7 @@ WRONG_VALUE: dict[str, list[Command]] = {
 }
 KEY_TYPES = {"job": "hash", "pending": "zset", "active": "zset", "delayed": "zset",
              "dead": "zset", "ring": "list", "wake": "list", "fence": "string",
-             "deadconf": "hash"}
+             "deadconf": "hash", "waiting": "zset"}
 
 
 def _with(argv: list[Arg], index: int, value: Arg) -> list[Arg]:
@@ -74,10 +74,12 @@ def shape_cases(t: Transition) -> Iterator[Case]:
     fixed = 1 + nkeys + len(t.args)
     yield Case(t, "last-arg-missing", good[: fixed - 1] if t.items else good[:-1], E_ARITY)
     # one word more is an item of a list, or the optional priority (a bad one), or too many
-    extra = E_ITEM if t.items else E_NUM if t.optional else E_ARITY
+    # A list of bare ids (after's parents) has no item shape to break: a bad word is a bad id.
+    item = E_KIND if t.items and t.item_forms[0].args == ("parent",) else E_ITEM
+    extra = item if t.items else E_NUM if t.optional else E_ARITY
     yield Case(t, "extra-arg", [*good, "extra"], extra)
     yield Case(t, "extra-args-two", [*good, *["0"] * (len(t.optional) + 1)],
-               E_ITEM if t.items else E_ARITY)
+               item if t.items else E_ARITY)
     yield Case(t, "numkeys-only", [0], E_ARITY)
     yield Case(t, "keys-only", good[: nkeys + 1], E_ARITY)
 
@@ -86,7 +88,9 @@ def _more_keys(t: Transition, more: int) -> bytes:
     """numkeys raised by ``more``: the first arguments are taken for keys. A transition that may
     declare that many optional keys then finds them bad (EMQKEYS) when enough arguments are left
     (a list's); otherwise the shape is wrong."""
-    return E_KEYS if t.items and more <= t.optional_keys else E_ARITY
+    if t.items and more <= t.optional_keys:  # after: the id's place now holds the now, no id
+        return E_KIND if t.args[0] == "id" else E_KEYS
+    return E_ARITY
 
 
 def _declared(t: Transition, *extra: Arg) -> list[Arg]:
@@ -144,7 +148,8 @@ def id_cases(t: Transition) -> Iterator[Case]:
         yield Case(t, f"id-{label}", _with(good, at, bad), E_KIND)
     for label, fine in GOOD_IDS:
         argv = _with(_with(good, at, fine), job_at, BASE.encode() + b"job:" + _raw(fine))
-        expect = b"+ENQUEUED" if t.admits else b"+UNKNOWN" if t.name == "cancel" else b"+STALE"
+        expect = {"enqueue_after": b"+WAITING", "after": b"+NOTWAITING", "cancel": b"+UNKNOWN"}.get(
+            t.name, b"+ENQUEUED" if t.admits else b"+STALE")
         yield Case(t, f"id-{label}", argv, expect)
     yield Case(t, "id-not-the-rows", _with(good, at, "JOB:2"), E_KEYS)
 
@@ -174,7 +179,7 @@ def _expect_ok(t: Transition) -> bytes:
             "settle": b"*2\r\n*2\r\n+ACKED\r\n+RETRYING\r\n*1\r\n*4\r\n$5\r\nJOB:3\r\n",
             "extend_many": b"*2\r\n+EXTENDED\r\n+EXTENDED\r\n", "progress": b"+RECORDED",
             "cancel": b"+CANCELLED",
-            "trim_dead": b":1\r\n"}[t.name]
+            "trim_dead": b":1\r\n", "enqueue_after": b"+WAITING", "after": b"+READY"}[t.name]
 
 
 def number_cases(t: Transition) -> Iterator[Case]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from echomq.conformance.model.call import Call, Item
 from echomq.conformance.model.flat import FlatTransitions
-from echomq.conformance.model.replies import E_FENCE, array, bulk, error, integer, status
+from echomq.conformance.model.join import Join
+from echomq.conformance.model.replies import E_FENCE, E_TYPE, array, bulk, error, integer, status
 from echomq.conformance.model.words import INT_MAX, dec, int_field, pending_score, row_priority
 
 
@@ -14,10 +15,17 @@ class BatchTransitions(FlatTransitions):
     def _settle(self, call: Call) -> bytes:
         active, pending, counter = call.keys[0], call.keys[3], call.keys[4]
         count = 0 if call.recorded is not None else call.numbers["count"]
+        j, current = Join(call.base, call.numbers["now"]), set[bytes]()
+        spans = [self.item_hook(j, call, item, current) for item in call.items]
+        if j.failed:
+            return error(E_TYPE)
         claims, ghosts = self.plan_claims(call.base, pending, count)
         if call.numbers["last_fence"] + len(claims) > INT_MAX:
             return error(E_FENCE)
-        verdicts = [status(self.settle_item(call, item)) for item in call.items]
+        verdicts = []
+        for item, span in zip(call.items, spans, strict=True):
+            verdicts.append(status(self.settle_item(call, item)))
+            self.apply_steps(j, span)
         if call.recorded is not None:
             return b"*2\r\n" + array(verdicts) + array(self.held(call, active))
         for ghost in ghosts:
@@ -35,6 +43,23 @@ class BatchTransitions(FlatTransitions):
                         + integer(fence))
         self.write_record(call, leases)
         return b"*2\r\n" + array(verdicts) + array(jobs)
+
+    def item_hook(self, j: Join, call: Call, item: Item,
+                  current: set[bytes]) -> tuple[int, int] | None:
+        """The end hook of an item that ends its job (a current lease, not settled earlier in
+        the call): done (ack, done), dead (a retry using up its attempts), cancelled (flagged)."""
+        row = call.base + b"job:" + item.id
+        if j.failed or item.id in current or not self.is_current(call.keys[0], row, item.id,
+                                                                  item.fence):
+            return None
+        current.add(item.id)
+        if self.flagged(row):
+            return self.plan_end(j, item.id, row, "cancelled", mark=self.mark_of(row))
+        if item.op in (b"ack", b"done"):
+            return self.plan_end(j, item.id, row, "done")
+        if item.op == b"retry" and int_field(self.hget(row, b"attempts"), 0) >= item.max_attempts:
+            return self.plan_end(j, item.id, row, "dead", item.error)
+        return None
 
     def plan_claims(self, base: bytes, pending: bytes, count: int) -> tuple[list[bytes],
                                                                             list[bytes]]:

@@ -4,12 +4,12 @@ tombstone, which the settlements of a flagged lease share, is ``State.bury_cance
 from __future__ import annotations
 
 from echomq.conformance.model.call import Call
+from echomq.conformance.model.join import Join, Joins
 from echomq.conformance.model.replies import E_TYPE, error, status
-from echomq.conformance.model.state import State
 from echomq.conformance.model.words import dec
 
 
-class Cancels(State):
+class Cancels(Joins):
     """cancel applied to the keyspace."""
 
     def mark_cancel(self, row: bytes, retention_ms: int, now: int) -> None:
@@ -35,14 +35,35 @@ class Cancels(State):
             if self.hget(row, b"cancel") is None:
                 self.mark_cancel(row, call.numbers["retention_ms"], call.numbers["now"])
             return status("CANCELLING")
-        return status(self.cancel_waiting(call, lane))
+        j = Join(call.base, call.numbers["now"])
+        span = self.cancel_hook(call, j)
+        if span is None:
+            return error(E_TYPE)
+        verdict = self.cancel_waiting(call, lane)
+        self.apply_steps(j, span)
+        return status(verdict)
+
+    def cancel_hook(self, call: Call, j: Join) -> tuple[int, int] | None:
+        """A job cancelled at once: <base>waiting checked when it waits (its row counts waits),
+        then its end hook planned (cancelled, with this cancel's mark); None: WRONGTYPE."""
+        row = call.keys[0]
+        if self.hget(row, b"waits") is not None \
+                and self.kind(call.base + b"waiting") not in (b"none", b"zset"):
+            return None
+        return self.plan_end(j, call.args[0], row, "cancelled",
+                             mark=(call.numbers["retention_ms"], call.numbers["now"]))
 
     def cancel_waiting(self, call: Call, lane: bytes | None) -> str:
         """A job waiting to run leaves its set (pending, delayed, its lane) and is buried."""
         row, pending, delayed = call.keys[:3]
         job_id, retention_ms = call.args[0], call.numbers["retention_ms"]
+        waits = self.hget(row, b"waits") is not None
         self.zrem(pending, job_id)
         self.zrem(delayed, job_id)
+        if waits:
+            self.zrem(call.base + b"waiting", job_id)
+            self.keys[row].data.pop(b"waits", None)
+            self.keys[row].data.pop(b"hold", None)
         if lane is not None:
             self.lane_cancelled(call, lane, job_id)
         attempt = self.attempts_of(row)

@@ -4,6 +4,7 @@ progress."""
 from __future__ import annotations
 
 from echomq.conformance.model.call import Call, Item
+from echomq.conformance.model.join import Join, Joins
 from echomq.conformance.model.records import Records
 from echomq.conformance.model.replies import E_TYPE, bulk, error, integer, null, status
 from echomq.conformance.model.state import Value
@@ -15,7 +16,7 @@ def priority_of(call: Call) -> int:
     return call.numbers.get("priority", 0)
 
 
-class FlatTransitions(Records):
+class FlatTransitions(Records, Joins):
     """The single verbs applied to the keyspace."""
 
     def admit(self, call: Call, score: int, delayed: bool = False) -> bytes:
@@ -81,10 +82,23 @@ class FlatTransitions(Records):
             return status(self.replayed(row, call.numbers["fence"]))
         if not self.lane_bookkeeping_ok(call.base, row):
             return error(E_TYPE)
+        j, span = self.ack_hook(call, row)
+        if j.failed:
+            return error(E_TYPE)
         if self.flagged(row):
-            return status(self.finish_cancelled(active, row, call.args[0], call.numbers["fence"]))
-        return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"],
-                                      fence=call.numbers["fence"]))
+            verdict = self.finish_cancelled(active, row, call.args[0], call.numbers["fence"])
+        else:
+            verdict = self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"],
+                                      fence=call.numbers["fence"])
+        self.apply_steps(j, span)
+        return status(verdict)
+
+    def ack_hook(self, call: Call, row: bytes) -> tuple[Join, tuple[int, int] | None]:
+        """The end hook of an ack's current lease: done, or cancelled when flagged (no now)."""
+        j = Join(call.base, None)
+        if self.flagged(row):
+            return j, self.plan_end(j, call.args[0], row, "cancelled", mark=self.mark_of(row))
+        return j, self.plan_end(j, call.args[0], row, "done")
 
     def _ack_result(self, call: Call) -> bytes:
         active, row = call.keys
@@ -92,10 +106,16 @@ class FlatTransitions(Records):
             return status(self.replayed(row, call.numbers["fence"]))
         if not self.lane_bookkeeping_ok(call.base, row):
             return error(E_TYPE)
+        j, span = self.ack_hook(call, row)
+        if j.failed:
+            return error(E_TYPE)
         if self.flagged(row):
-            return status(self.finish_cancelled(active, row, call.args[0], call.numbers["fence"]))
-        return status(self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"],
-                                      call.args[3], call.numbers["fence"]))
+            verdict = self.finish_cancelled(active, row, call.args[0], call.numbers["fence"])
+        else:
+            verdict = self.finish_ack(active, row, call.args[0], call.numbers["retention_ms"],
+                                      call.args[3], call.numbers["fence"])
+        self.apply_steps(j, span)
+        return status(verdict)
 
     def finish_ack(self, active: bytes, row: bytes, job_id: bytes, retention_ms: int,
                    result: bytes | None = None, fence: int = 0) -> str:
@@ -122,11 +142,21 @@ class FlatTransitions(Records):
             return status(self.replayed(row, number["fence"], call.args[4], call.keys[2], job_id))
         if not self.lane_bookkeeping_ok(call.base, row):
             return error(E_TYPE)
+        j, span = Join(call.base, number["now"]), None
         if self.flagged(row):
-            return status(self.finish_cancelled(active, row, job_id, number["fence"]))
-        item = Item(b"retry", job_id, number["fence"], number["delay_ms"],
-                    number["max_attempts"], call.args[4])
-        return status(self.finish_retry(call.keys, row, item, number["now"]))
+            span = self.plan_end(j, job_id, row, "cancelled", mark=self.mark_of(row))
+        elif int_field(self.hget(row, b"attempts"), 0) >= number["max_attempts"]:
+            span = self.plan_end(j, job_id, row, "dead", call.args[4])
+        if j.failed:
+            return error(E_TYPE)
+        if self.flagged(row):
+            verdict = self.finish_cancelled(active, row, job_id, number["fence"])
+        else:
+            item = Item(b"retry", job_id, number["fence"], number["delay_ms"],
+                        number["max_attempts"], call.args[4])
+            verdict = self.finish_retry(call.keys, row, item, number["now"])
+        self.apply_steps(j, span)
+        return status(verdict)
 
     def finish_retry(self, keys: list[bytes], row: bytes, item: Item, now: int) -> str:
         """retry's effects; ``keys`` starts with active, delayed, dead."""

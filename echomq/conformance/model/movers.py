@@ -4,14 +4,15 @@ promote (delayed jobs due) and requeue (a dead job), each to pending or to its l
 from __future__ import annotations
 
 from echomq.conformance.model.call import Call, Move
+from echomq.conformance.model.join import Join, Joins
 from echomq.conformance.model.replies import E_TYPE, error, integer, status
-from echomq.conformance.model.state import REOPENING, State
+from echomq.conformance.model.state import REOPENING
 from echomq.conformance.model.words import int_field, pending_score, row_priority
 
 LOST = b"lease expired during attempt %d: the worker was lost"
 
 
-class Movers(State):
+class Movers(Joins):
     """recover, promote and requeue applied to the keyspace."""
 
     def _plan(self, base: bytes, due: list[tuple[bytes, int]], fallback: int | None,
@@ -60,12 +61,13 @@ class Movers(State):
         # Every key is checked before anything is written, each refusal a WRONGTYPE: recover
         # checks the lane bookkeeping of each lane lease it takes, promote the keys of the groups
         # it reopens.
-        if head and not all(self.lane_bookkeeping_ok(call.base, call.base + b"job:" + member)
-                            for member, _score in due):
-            return error(E_TYPE)
-        if not head and not self.typed(call.base, REOPENING):
+        if not self.movers_typed(call.base, head, due):
             return error(E_TYPE)
         moves, ghosts = plan
+        j = Join(call.base, now)
+        spans = self.recover_hooks(j, moves) if head else {}
+        if j.failed:
+            return error(E_TYPE)
         for ghost in ghosts:
             self.zrem(zsource, ghost)
         back = 0
@@ -76,11 +78,13 @@ class Movers(State):
                 self.bury_cancelled(move.row, move.member,
                                     int_field(self.hget(move.row, b"cancel"), 0))
                 self.emit("cancelled", move.member, attempt)
+                self.apply_steps(j, spans.get(move.member))
             elif move.spent:
                 self.keys[move.row].data[b"error"] = LOST % move.spent
                 self.zadd(call.keys[4], now, move.member)
                 self.mark_ended(move.row, move.member, None)
                 self.emit("dead", move.member, move.spent)
+                self.apply_steps(j, spans.get(move.member))
             else:
                 self.put_back(call.base, ring, pending, move, head)
                 back += 1
@@ -88,6 +92,26 @@ class Movers(State):
                           lane=move.lane)
         self.wake(wake_key, back)
         return integer(len(moves))
+
+    def movers_typed(self, base: bytes, head: bool, due: list[tuple[bytes, int]]) -> bool:
+        """recover: the lane bookkeeping of each lease it takes; promote: the reopening keys."""
+        if head:
+            return all(self.lane_bookkeeping_ok(base, base + b"job:" + member)
+                       for member, _score in due)
+        return self.typed(base, REOPENING)
+
+    def recover_hooks(self, j: Join, moves: list[Move]) -> dict[bytes, tuple[int, int] | None]:
+        """recover's end hooks, planned in the order its moves apply (latest deadline first): a
+        flagged lease ends cancelled, a spent one dead."""
+        spans: dict[bytes, tuple[int, int] | None] = {}
+        for move in reversed(moves):
+            if move.cancelled:
+                spans[move.member] = self.plan_end(j, move.member, move.row, "cancelled",
+                                                   mark=self.mark_of(move.row))
+            elif move.spent:
+                spans[move.member] = self.plan_end(j, move.member, move.row, "dead",
+                                                   LOST % move.spent)
+        return spans
 
     def _requeue(self, call: Call) -> bytes:
         dead, pending, ring, wake_key, row = call.keys

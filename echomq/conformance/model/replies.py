@@ -16,6 +16,7 @@ E_RESULT = b"EMQSIZE result must be at most 524288 bytes"
 RESULT_MAX = 524288
 E_PROGRESS = b"EMQSIZE progress must be at most 65536 bytes"
 E_PRIORITY = b"EMQNUM priority must be an integer from -100 to 100"
+E_POLICY = b"EMQPOLICY policy must be fail, ignore or continue"
 PROGRESS_MAX = 65536
 E_NOTINT = b"ERR value is not an integer or out of range"
 E_NEGATIVE = b"ERR Number of keys can't be negative"

@@ -14,6 +14,7 @@ from echomq.conformance.model.replies import (
     E_NEGATIVE,
     E_NOTINT,
     E_NOW,
+    E_POLICY,
     E_PRIORITY,
     E_PROGRESS,
     E_RESULT,
@@ -36,7 +37,7 @@ from echomq.engine.transitions import Transition
 ENDING = ("ack_result", "retry", "cancel")
 KEY_TYPE = {"job": b"hash", "pending": b"zset", "active": b"zset", "delayed": b"zset",
             "dead": b"zset", "ring": b"list", "wake": b"list", "fence": b"string",
-            "deadconf": b"hash"}
+            "deadconf": b"hash", "waiting": b"zset"}
 
 
 def shape_ok(transition: Transition, keys: list[bytes], args: list[bytes]) -> bool:
@@ -129,14 +130,32 @@ class Validation(Records):
     def _numbers(self, call: Call, names: Sequence[str], words: Sequence[bytes]) -> bytes | None:
         """The first number error among the fixed arguments, in order; None when all parse."""
         for name, word in zip(names, words, strict=True):
-            failure = self._number(call, name, word)
+            failure = self._number(call, name, word) or self._policy(name, word)
             if failure is not None:
                 return failure
         return None
 
+    def _validate_after(self, transition: Transition, keys: list[bytes], args: list[bytes],
+                        extra: list[bytes]) -> Call | bytes:
+        """after: the id, the keys, now and seal, each parent's id, then the types."""
+        if not id_ok(args[0]):
+            return error(E_KIND)
+        call = self._keyed(transition, keys, args, extra, args[0])
+        if call is None:
+            return error(E_KEYS)
+        fixed = len(transition.args)
+        failure = self._numbers(call, transition.args, args[:fixed])
+        if failure is not None:
+            return failure
+        if not all(id_ok(parent) for parent in args[fixed:]):
+            return error(E_KIND)
+        return self._typed(transition, call)
+
     def _validate_batch(self, transition: Transition, keys: list[bytes],
                         args: list[bytes], extra: list[bytes]) -> Call | bytes:
         """settle and extend_many: keys, fixed numbers, items, types, then every item's row."""
+        if transition.name == "after":
+            return self._validate_after(transition, keys, args, extra)
         fixed = len(transition.args)
         call = self._keyed(transition, keys, args, extra, b"")
         if call is None:
@@ -208,6 +227,13 @@ class Validation(Records):
         if any(key != base + end for key, end in zip(keys[1:], suffixes[1:], strict=True)):
             return None
         return base
+
+    @staticmethod
+    def _policy(name: str, word: bytes) -> bytes | None:
+        """enqueue_after's policy: exactly fail, ignore or continue."""
+        if name == "policy" and word not in (b"fail", b"ignore", b"continue"):
+            return error(E_POLICY)
+        return None
 
     @staticmethod
     def _number(call: Call, name: str, word: bytes) -> bytes | None:

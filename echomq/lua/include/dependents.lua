@@ -5,7 +5,6 @@
 -- overlay of what it already planned, checking each derived key it meets once (ACL, moving
 -- slot, type; the order of PROTOCOL.md "The end hook"); the caller applies the planned steps
 -- after every check passed (apply_steps), in the order they were planned.
---- @include "args"
 --- @include "cancelled"
 --- @include "derived"
 --- @include "ended"
@@ -14,8 +13,8 @@
 --- @include "priority"
 --- @include "wake"
 
--- A join plan on the queue at base: now (nil for a call that takes none: the server's clock is
--- read when a job is released), events_key (nil: none declared).
+-- A join plan on the queue at base: now (nil for a call that takes none, ack and ack with a
+-- result: a job released then goes to pending at its enqueued_at), events_key (nil: none).
 local function new_join(base, now, events_key)
   return { base = base, now = now, events_key = events_key, checked = {}, state = {},
            next_add = {}, steps = {}, failure = nil }
@@ -165,12 +164,13 @@ local APPLY = {
   end,
   release = function(j, step)
     local attempt = attempts_of(j.events_key, step.row)
-    local now = j.now or now_arg('*')
+    local at = j.now or int_field(redis.call('HGET', step.row, 'enqueued_at'), 0)
     leave_waiting(j, step)
     local p = row_priority(step.row)
-    redis.call('ZADD', j.base .. 'pending', dec(pending_score(p, now)), step.id)
+    redis.call('ZADD', j.base .. 'pending', dec(pending_score(p, at)), step.id)
     wake(j.base .. 'wake', 1)
-    emit(j.events_key, 'ready', step.id, attempt, j.now, with_priority(p))
+    local ev = j.events_key
+    emit(ev, 'ready', step.id, attempt, j.now, with_priority(p))
   end,
   fail = function(j, step)
     local attempt = attempts_of(j.events_key, step.row)
@@ -178,7 +178,8 @@ local APPLY = {
     redis.call('HSET', step.row, 'error', step.error)
     redis.call('ZADD', j.base .. 'dead', dec(j.now), step.id)
     mark_ended(j.base .. 'ended:' .. step.id, nil)
-    emit(j.events_key, 'dead', step.id, attempt, j.now)
+    local ev = j.events_key
+    emit(ev, 'dead', step.id, attempt, j.now)
   end,
   cancel = function(j, step)
     local attempt = attempts_of(j.events_key, step.row)
@@ -186,7 +187,8 @@ local APPLY = {
     local retention = step.mark[1]
     if retention > 0 then mark_cancel(step.row, retention, step.mark[2]) end
     bury_cancelled(step.row, j.base .. 'ended:' .. step.id, retention)
-    emit(j.events_key, 'cancelled', step.id, attempt, j.now)
+    local ev = j.events_key
+    emit(ev, 'cancelled', step.id, attempt, j.now)
   end,
 }
 
