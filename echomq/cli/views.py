@@ -85,11 +85,11 @@ def print_stats(found: list[admin.QueueStats], workers: list[WorkerInfo], lanes_
         return
     serving, running = counts_by_queue(workers), running_by_queue(workers)
     rows = table("queue", "pending", "active", "running", "delayed", "dead", "lanes", "in lanes",
-                 "oldest pending", "paused", "workers")
+                 "waiting", "oldest pending", "paused", "workers")
     for s in found:
         rows.add_row(Text(s.name), str(s.pending), str(s.active), str(running.get(s.name, 0)),
                      str(s.delayed), str(s.dead), str(len(s.lanes)), str(sum(s.lanes.values())),
-                     human_age(s.oldest_pending_age_ms), _paused(s),
+                     str(s.waiting), human_age(s.oldest_pending_age_ms), _paused(s),
                      _workers_cell(s, serving.get(s.name, 0)))
     out.print(rows)
     for s in found if lanes_shown else []:

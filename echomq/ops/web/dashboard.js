@@ -171,14 +171,14 @@ function renderQueues(queues) {
     const row = body.insertRow();
     row.dataset.queue = s.name;
     [s.paused ? `${s.name} (paused)` : s.name, s.pending, s.active, s.running, s.delayed, s.dead,
-      inLanes, age(s.oldest_pending_age_ms), rate(s.rates.backlog_per_min),
+      inLanes, s.waiting, age(s.oldest_pending_age_ms), rate(s.rates.backlog_per_min),
       rate(s.rates.dead_per_min)].forEach((v) => cell(row, v));
     // A queue whose jobs wait for no worker stands out.
     const alone = !s.workers && s.pending + inLanes > 0;
     cell(row, alone ? "none" : s.workers, alone ? "alarm" : "").dataset.workers = s.name;
     row.insertCell().appendChild(pauseButton(s.name, null, s.paused));
   }
-  if (!queues.length) cell(body.insertRow(), "no queues yet", "empty").colSpan = 12;
+  if (!queues.length) cell(body.insertRow(), "no queues yet", "empty").colSpan = 13;
 }
 
 // What each live worker runs and since when, by the server's clock.
