@@ -178,7 +178,7 @@ class JobOutcome:
 UNKNOWN = JobOutcome("unknown", None, None, 0)
 # The reads behind an outcome, in this order, each after the job id's keys are named: the row's
 # type and fields, whether it still holds its payload (an ack removes it), then the zsets.
-_PLACES = ("dead", "active", "delayed", "pending", "waiting")
+_PLACES = ("dead", "active", "delayed", "pending")
 
 
 def text(value: Any) -> str:
@@ -219,18 +219,19 @@ def outcome_of(replies: Sequence[Any]) -> JobOutcome:
     """The JobOutcome of the replies to ``QueueCalls.outcome_reads``. A row that is not a hash
     is no job's (unknown); dead wins over everything (a dead job keeps its payload); a row
     without its payload was acked (done) or cancelled (its cancel mark kept); else the zset
-    that holds the id, or pending (a lane job waiting in its lane is in no zset)."""
+    that holds the id, or waiting (its row counts the parents it waits for, ``waits``), or
+    pending (a lane job waiting in its lane is in no zset)."""
     kind, fields, has_payload, *scores = replies
     if text(kind) != "hash":
         return UNKNOWN
-    attempts, result, error, progress, cancelled = fields
+    attempts, result, error, progress, cancelled, waits = fields
     places = [place for place, score in zip(_PLACES, scores, strict=True) if score is not None]
     if "dead" in places:
         state = "dead"
     elif not has_payload:
         state = "done" if cancelled is None else "cancelled"
-    else:
-        state = places[0] if places else "pending"
+    else:  # a row counting the parents it waits for is in waiting (and in no zset above)
+        state = places[0] if places else "pending" if waits is None else "waiting"
     count = int(attempts) if attempts is not None and text(attempts).isdigit() else 0
     return JobOutcome(state, None if result is None else payload_bytes(result),
                       None if error is None else payload_bytes(error).decode(errors="replace"),
@@ -482,7 +483,7 @@ class QueueCalls:
         """The read-only commands behind ``outcome_of``, to send in one pipeline."""
         row = self.key("job", checked_id(job_id))
         return [("TYPE", row),
-                ("HMGET", row, "attempts", "result", "error", "progress", "cancelled"),
+                ("HMGET", row, "attempts", "result", "error", "progress", "cancelled", "waits"),
                 ("HEXISTS", row, "payload"),
                 *(("ZSCORE", self.key(place), job_id) for place in _PLACES)]
 
