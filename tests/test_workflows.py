@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 
-from echomq import App, Cancelled, Consumer, RetryIn, TaskFailed, Verdict, chain, chord, group
+from echomq import App, Cancelled, Consumer, RetryIn, TaskFailed, Verdict, aio, chain, chord, group
 from echomq.queue.results import RESULTS_PAGE
 from echomq.tasks.workflow import WorkflowHandle
 
@@ -258,3 +259,32 @@ def test_a_running_worker_takes_each_next_step_as_its_parent_ends(app: App) -> N
         worker.join(timeout=30)
         consumer.close()
     assert not worker.is_alive()
+
+
+def test_the_asyncio_consumer_gives_a_body_its_parents_results(app: App) -> None:
+    """On ``app.async_handler`` the parents' results are read on the App's asyncio client."""
+    add, total = task(app, "add"), task(app, "total")
+
+    @app.task(name="atotal")
+    async def atotal(values: list[int]) -> int:
+        return sum(values) * 2
+
+    handle = chain(chord([add.s(n, n) for n in range(4)], total.s()),
+                   chord([add.s(1), add.s(2)], atotal.s())).enqueue()
+    conn = app.conn
+
+    async def serve() -> int:
+        client = aioredis.Redis(port=conn.connection_pool.connection_kwargs["port"])
+        consumer = aio.Consumer(aio.Queue(client, app.queue.name, wire=app.wire),
+                                app.async_handler, concurrency=4)
+        handled = 0
+        try:
+            while ran := await asyncio.wait_for(consumer.drain(), 30):
+                handled += ran
+            return handled
+        finally:
+            await client.aclose()
+            await app.aclose()
+
+    assert asyncio.run(serve()) == 8
+    assert handle.result(timeout=5) == ((12 + 1) + (12 + 2)) * 2
