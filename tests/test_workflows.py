@@ -14,7 +14,20 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from echomq import App, Cancelled, Consumer, RetryIn, TaskFailed, Verdict, aio, chain, chord, group
+from echomq import (
+    App,
+    Cancelled,
+    Consumer,
+    Queue,
+    RetryIn,
+    TaskFailed,
+    Verdict,
+    aio,
+    chain,
+    chord,
+    group,
+)
+from echomq.queue.graphs import GraphJob
 from echomq.queue.results import RESULTS_PAGE
 from echomq.tasks.workflow import WorkflowHandle
 
@@ -288,3 +301,17 @@ def test_the_asyncio_consumer_gives_a_body_its_parents_results(app: App) -> None
 
     assert asyncio.run(serve()) == 8
     assert handle.result(timeout=5) == ((12 + 1) + (12 + 2)) * 2
+
+
+def test_a_server_that_lost_its_scripts_gets_the_whole_transaction_again(
+        conn: redis.Redis) -> None:
+    """NOSCRIPT fails only its own call inside a transaction: the scripts are loaded and the
+    whole transaction is sent again, each call keeping its first good reply."""
+    queue = Queue(conn, "lost-scripts", wire=5)
+    assert queue.enqueue("JOB:first", b"f") is Verdict.ENQUEUED  # enqueue's script is loaded
+    conn.script_flush()
+    verdicts = queue.enqueue_graph([GraphJob("JOB:p", b"p"),
+                                    GraphJob("JOB:c", b"c", after=("JOB:p", "JOB:first"))])
+    assert verdicts == [Verdict.ENQUEUED, Verdict.WAITING]
+    assert queue.outcome("JOB:c").state == "waiting"
+    assert conn.hget(queue.key("job", "JOB:p"), "next") == b"JOB:c"

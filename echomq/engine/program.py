@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 
 from echomq.engine.once import async_flush_once, async_send_once, flush_once, send_once
+from echomq.engine.transact import async_transact_once, transact_once
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -108,26 +109,15 @@ class Reads:
 
 @dataclass(frozen=True, slots=True)
 class Atomic:
-    """``commands`` sent as one transaction (``MULTI`` … ``EXEC``): every one runs, and nothing
-    else runs between them; a reply each, a server error as a reply (not raised)."""
+    """``commands`` sent once as one transaction (``MULTI`` … ``EXEC``): every one runs and
+    nothing else runs between them (``echomq.engine.transact``); a reply each, a server error as
+    a reply (not raised)."""
 
     client: Any
     commands: Sequence[Command]
 
     def perform(self, aio: bool) -> Any:
-        return self._async_run() if aio else self._run()
-
-    def _run(self) -> Any:
-        with self.client.pipeline(transaction=True) as pipe:
-            for command in self.commands:
-                pipe.execute_command(*command)
-            return pipe.execute(raise_on_error=False)
-
-    async def _async_run(self) -> Any:
-        async with self.client.pipeline(transaction=True) as pipe:
-            for command in self.commands:
-                pipe.execute_command(*command)
-            return await pipe.execute(raise_on_error=False)
+        return (async_transact_once if aio else transact_once)(self.client, self.commands)
 
 
 Step = Send | Flush | Invoke | Reads | Atomic
