@@ -23,7 +23,8 @@ typedef enum {
     EMQ_ARG_BYTES,
     EMQ_ARG_RESULT, /* bytes, at most EMQ_RESULT_MAX of them */
     EMQ_ARG_PROGRESS, /* bytes, at most EMQ_PROGRESS_MAX of them */
-    EMQ_ARG_PRIORITY /* an optional '-' and 1..3 digits, -100 to 100 */
+    EMQ_ARG_PRIORITY, /* an optional '-' and 1..3 digits, -100 to 100 */
+    EMQ_ARG_MODE /* enqueue_unique's mode: dedupe, debounce or throttle, read as 0, 1, 2 */
 } EmqArgKind;
 
 /* An argument: its name (as EMQNUM errors give it), kind and, for an integer, its minimum. */
@@ -34,7 +35,9 @@ typedef struct {
 } EmqArgSpec;
 
 /* A declared key: base + suffix; when from_arg >= 0, base + suffix + that argument (the row of
- * the id). type: the VALKEYMODULE_KEYTYPE_* it must have when present. */
+ * the id); when from_arg is EMQ_KEY_NAMED, base + suffix + a name of the caller's (the lane gate).
+ * type: the VALKEYMODULE_KEYTYPE_* it must have when present. */
+#define EMQ_KEY_NAMED (-2)
 typedef struct {
     const char *suffix;
     size_t len;
@@ -84,11 +87,12 @@ enum {
     EMQ_CMD_PROGRESS,
     EMQ_CMD_CANCEL,
     EMQ_CMD_TRIM_DEAD,
+    EMQ_CMD_ENQUEUE_UNIQUE,
     EMQ_COMMAND_COUNT
 };
 
 #define EMQ_KEYS_MAX 9
-#define EMQ_ARGS_MAX 6
+#define EMQ_ARGS_MAX 7
 #define EMQ_ITEM_ARGS_MAX 5
 
 /* A claim record's key: base + this prefix + the claim id (the lane gate). */
@@ -113,6 +117,7 @@ enum {
     X(PROGRESS, progress) \
     X(CANCEL, cancel) \
     X(TRIM_DEAD, trim_dead) \
+    X(ENQUEUE_UNIQUE, enqueue_unique) \
 
 
 /* EMQ.ENQUEUE 3|4 <base>job:<id> <base>pending <base>wake [<base>events] <id> <payload> <now> [<priority>] */
@@ -287,6 +292,23 @@ enum {
 #define EMQ_TRIM_DEAD_KEY_DEADCONF 1
 #define EMQ_TRIM_DEAD_ARG_NOW 0
 #define EMQ_TRIM_DEAD_ARG_LIMIT 1
+
+/* EMQ.ENQUEUE_UNIQUE 5|6 <base>pending <base>delayed <base>job:<id> <base>wake <base>dedupe:<key> [<base>events] <id> <payload> <now> <mode> <period_ms:0> <delay_ms:0> [<priority>] */
+#define EMQ_ENQUEUE_UNIQUE_NUMKEYS 5
+#define EMQ_ENQUEUE_UNIQUE_NARGS 6
+#define EMQ_ENQUEUE_UNIQUE_KEY_PENDING 0
+#define EMQ_ENQUEUE_UNIQUE_KEY_DELAYED 1
+#define EMQ_ENQUEUE_UNIQUE_KEY_JOB 2
+#define EMQ_ENQUEUE_UNIQUE_KEY_WAKE 3
+#define EMQ_ENQUEUE_UNIQUE_KEY_DEDUPE 4
+#define EMQ_ENQUEUE_UNIQUE_NOPT 1
+#define EMQ_ENQUEUE_UNIQUE_ARG_ID 0
+#define EMQ_ENQUEUE_UNIQUE_ARG_PAYLOAD 1
+#define EMQ_ENQUEUE_UNIQUE_ARG_NOW 2
+#define EMQ_ENQUEUE_UNIQUE_ARG_MODE 3
+#define EMQ_ENQUEUE_UNIQUE_ARG_PERIOD_MS 4
+#define EMQ_ENQUEUE_UNIQUE_ARG_DELAY_MS 5
+#define EMQ_ENQUEUE_UNIQUE_ARG_PRIORITY 6
 
 extern const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT];
 
@@ -474,6 +496,22 @@ static const EmqKeySpec emq_trim_dead_keys[] = {
 static const EmqArgSpec emq_trim_dead_args[] = {
     {"now", EMQ_ARG_NOW, 0},
     {"limit", EMQ_ARG_INT, 1},
+};
+static const EmqKeySpec emq_enqueue_unique_keys[] = {
+    {"pending", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"delayed", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"job:", 4, 0, VALKEYMODULE_KEYTYPE_HASH},
+    {"wake", 4, -1, VALKEYMODULE_KEYTYPE_LIST},
+    {"dedupe:", 7, EMQ_KEY_NAMED, VALKEYMODULE_KEYTYPE_STRING},
+};
+static const EmqArgSpec emq_enqueue_unique_args[] = {
+    {"id", EMQ_ARG_ID, 0},
+    {"payload", EMQ_ARG_BYTES, 0},
+    {"now", EMQ_ARG_NOW, 0},
+    {"mode", EMQ_ARG_MODE, 0},
+    {"period_ms", EMQ_ARG_INT, 0},
+    {"delay_ms", EMQ_ARG_INT, 0},
+    {"priority", EMQ_ARG_PRIORITY, 0},
 };
 const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
     {"emq.enqueue",
@@ -699,6 +737,22 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      0,
      0,
+     1},
+    {"emq.enqueue_unique",
+     "ENQUEUE_UNIQUE",
+     "write deny-oom fast getkeys-api no-mandatory-keys",
+     "Admit a job once per dedupe key: dedupe, debounce or throttle (twin of enqueue_unique.lua).",
+     "O(log N) with N the pending or delayed jobs",
+     -2,
+     EMQ_ENQUEUE_UNIQUE_NUMKEYS,
+     emq_enqueue_unique_keys,
+     EMQ_ENQUEUE_UNIQUE_NARGS,
+     emq_enqueue_unique_args,
+     0,
+     NULL,
+     NULL,
+     0,
+     1,
      1},
 };
 #endif

@@ -8,6 +8,7 @@
  *   derived.c      keys a transition derives itself: ACL, a moving slot, rows, the fence counter
  *   progress.c     a running job's report of how far it got (EMQ.PROGRESS)
  *   cancel.c       EMQ.CANCEL and a cancelled job's tombstone
+ *   unique.c       EMQ.ENQUEUE_UNIQUE: dedupe, debounce, throttle
  *   protocol.h     generated from echomq/engine/transitions.py: the table all of the above read */
 #ifndef TRAFIKEY_H
 #define TRAFIKEY_H
@@ -148,6 +149,11 @@ void fx_lrem(ValkeyModuleCtx *ctx, ValkeyModuleString *keyname, ValkeyModuleStri
 void fx_lrem_open(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString *element);
 void fx_xadd(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString **fields,
              size_t n);
+void fx_new_row_with(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
+                     ValkeyModuleString *payload, long long now, long long priority, const char *const *extra,
+                     ValkeyModuleString **values, size_t nextra);
+void fx_set_string(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname,
+                   ValkeyModuleString *value, long long px);
 void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
               ValkeyModuleKey *active, ValkeyModuleString *active_name, ValkeyModuleKey **fence_key,
               ValkeyModuleString *fence_name, long long last_fence, long long deadline, long long *attempt,

@@ -54,7 +54,12 @@ class Case:
         return f"{self.transition.name}:{self.label}"
 
 
+DEDUPE_KEY = "k1"  # the dedupe key of enqueue_unique's calls: <base>dedupe:k1
+
+
 def key(role: str, job_id: str = "JOB:1", base: str = BASE) -> str:
+    if role == "dedupe":
+        return f"{base}dedupe:{DEDUPE_KEY}"
     return base + (f"job:{job_id}" if role == "job" else role)
 
 
@@ -114,6 +119,8 @@ GOOD: dict[str, list[Arg]] = {
     "cancel": [6, key("job"), key("pending"), key("delayed"), key("active"), key("dead"),
                key("ring"), "JOB:1", NOW, 60_000],
     "trim_dead": [2, key("dead"), key("deadconf"), NOW, 100],
+    "enqueue_unique": [5, key("pending"), key("delayed"), key("job"), key("wake"), key("dedupe"),
+                       "JOB:1", b"payload", NOW, "dedupe", 60_000, 0],
 }
 
 # A state on which each transition's GOOD call succeeds.
@@ -133,6 +140,7 @@ READY: dict[str, list[Command]] = {
     "cancel": waiting("JOB:1"),
     "trim_dead": [["HSET", key("deadconf"), "max_count", "1"], *dead("JOB:1", NOW - 10),
                   *dead("JOB:2", NOW - 5)],
+    "enqueue_unique": [],
 }
 
 BAD_IDS: list[tuple[str, Arg]] = [

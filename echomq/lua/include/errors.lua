@@ -11,6 +11,7 @@ local E_FENCE = 'EMQFENCE the fence counter must hold an integer from 0 to 99999
 local E_RESULT = 'EMQSIZE result must be at most 524288 bytes'
 local E_PROGRESS = 'EMQSIZE progress must be at most 65536 bytes'
 local E_PRIORITY = 'EMQNUM priority must be an integer from -100 to 100'
+local E_MODE = 'EMQMODE mode must be dedupe, debounce or throttle'
 
 local function arity_error(verb, nkeys, nargs)
   return redis.error_reply(string.format('EMQARITY EMQ.%s takes %d keys and %d arguments',
