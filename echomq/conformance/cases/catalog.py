@@ -1,9 +1,10 @@
 """Every case of the conformance table in one list, by family: the cases every transition has
 (``generic``), the single verbs' (``flat``), the batched ones (``batch``), the lane bookkeeping
 (``lanes``) and priority inside a lane (``lane_priority``), the replays (``replay``), the claim
-records (``records``), cancel (``cancel``), the bounds of dead jobs (``dead``) and flat priority
-(``priority``), the unique enqueue (``unique``), then every one of them again with the events stream declared (``events``); each
-family imports only ``common``, and only this module gathers them."""
+records (``records``), cancel (``cancel``), the bounds of dead jobs (``dead``), flat priority
+(``priority``) and the unique enqueue (``unique``), then every one of them again with the events
+stream declared (``events``); each family imports only ``common``, and only this module gathers
+them."""
 
 from __future__ import annotations
 
