@@ -82,6 +82,9 @@ class Verdict(enum.Enum):
     CANCELLING = "CANCELLING"
     DONE = "DONE"
     UNKNOWN = "UNKNOWN"
+    # the unique enqueue's: a delayed job of the key pushed back, a throttle's window taken
+    DEBOUNCED = "DEBOUNCED"
+    THROTTLED = "THROTTLED"
 
     @classmethod
     def of(cls, reply: Any) -> Verdict:
