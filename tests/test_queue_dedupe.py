@@ -251,3 +251,35 @@ def test_the_servers_mode_error_is_an_argument_error(queue: Queue) -> None:
     with pytest.raises(ArgumentError, match="EMQMODE"):
         queue.executor.call(queue.conn, ENQUEUE_UNIQUE, keys,
                             ["JOB:1", b"x", str(T), "unique", "0", "0"])
+
+
+# ---- the task layer --------------------------------------------------------------------------
+
+
+def test_a_tasks_options_and_with_options(conn: redis.Redis, wire: int) -> None:
+    from echomq import App
+
+    app = App(conn, f"dedupe-tasks{wire}", wire=wire, check_policy=False)
+
+    @app.task(dedupe=lambda order_id: f"order-{order_id}")
+    def ship(order_id: int) -> None: ...
+
+    @app.task(debounce="reindex", debounce_ms=60_000)
+    def reindex(what: str) -> None: ...
+
+    assert ship.enqueue(7).verdict is Verdict.ENQUEUED
+    assert ship.enqueue(7).verdict is Verdict.DUPLICATE
+    assert ship.enqueue(8).verdict is Verdict.ENQUEUED
+    assert reindex.enqueue("a").verdict is Verdict.ENQUEUED
+    assert reindex.enqueue("b").verdict is Verdict.DEBOUNCED
+    # with_options replaces the task's own: a throttle instead of its dedupe
+    assert ship.with_options(throttle="burst", throttle_ms=600_000).enqueue(7).verdict \
+        is Verdict.ENQUEUED
+    assert ship.with_options(throttle="burst", throttle_ms=600_000).enqueue(9).verdict \
+        is Verdict.THROTTLED
+    with pytest.raises(ArgumentError):
+        ship.with_options(dedupe="a", throttle="b")
+    with pytest.raises(ArgumentError):
+        app.task(debounce_ms=5)(lambda: None)
+    with pytest.raises(TypeError):
+        ship.with_options(dedup="a")
