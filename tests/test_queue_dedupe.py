@@ -283,3 +283,26 @@ def test_a_tasks_options_and_with_options(conn: redis.Redis, wire: int) -> None:
         app.task(debounce_ms=5)(lambda: None)
     with pytest.raises(TypeError):
         ship.with_options(dedup="a")
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+
+def test_echomq_enqueue_takes_the_modes(valkey: EmbeddedValkey, wire: int) -> None:
+    from click.testing import CliRunner
+
+    from echomq.cli.main import main
+
+    def enqueue(*flags: str) -> str:
+        result = CliRunner().invoke(main, ["enqueue", f"cli-dedupe{wire}", "p", "--wire",
+                                           str(wire), *flags], env={"ECHOMQ_URL": valkey.url})
+        return result.output.split(" ", 1)[0] if result.exit_code == 0 else result.output
+
+    assert enqueue("--throttle", "t", "--window-ms", "600000") == "ENQUEUED"
+    assert enqueue("--throttle", "t") == "THROTTLED"
+    assert enqueue("--debounce", "d", "--window-ms", "60000") == "ENQUEUED"
+    assert enqueue("--debounce", "d") == "DEBOUNCED"
+    assert enqueue("--dedupe", "x", "--id", "JOB:cli1") == "ENQUEUED"
+    assert enqueue("--dedupe", "x") == "DUPLICATE"
+    assert "--window-ms" in enqueue("--window-ms", "5")
+    assert "--window-ms" in enqueue("--dedupe", "a", "--throttle", "b")
