@@ -306,3 +306,32 @@ def test_echomq_enqueue_takes_the_modes(valkey: EmbeddedValkey, wire: int) -> No
     assert enqueue("--dedupe", "x") == "DUPLICATE"
     assert "--window-ms" in enqueue("--window-ms", "5")
     assert "--window-ms" in enqueue("--dedupe", "a", "--throttle", "b")
+
+
+# ---- step 6: the holder's row, a derived key -------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["dedupe", "debounce"])
+def test_the_holders_row_is_checked_against_the_callers_acl(valkey: EmbeddedValkey, wire: int,
+                                                            mode: str) -> None:
+    """A user allowed every key of the call but the row of the job the dedupe key names gets
+    NOPERM from both executors, nothing written; a throttle never reads that row."""
+    from echomq.engine.errors import error_reply
+    from echomq.engine.transitions import queue_base
+
+    name = f"acl-{mode}{wire}"
+    base = queue_base(name)
+    admin = valkey.client()
+    admin.set(base + "dedupe:k", "JOB:held")
+    user = f"dedupe-{mode}{wire}"
+    allowed = [f"~{base}{suffix}" for suffix in ("pending", "delayed", "wake", "dedupe:k",
+                                                 "job:JOB:1")]
+    admin.execute_command("ACL", "SETUSER", user, "reset", "on", ">pw", *allowed, "+@all")
+    client = redis.Redis(port=valkey.port, username=user, password="pw")
+    queue = Queue(client, name, wire=wire, check_policy=False)
+    with pytest.raises(redis.exceptions.NoPermissionError) as refused:
+        queue.enqueue("JOB:1", b"x", now=T, **{mode: "k"})  # type: ignore[arg-type]
+    assert error_reply(refused.value).code == "NOPERM"
+    assert not admin.exists(base + "job:JOB:1")
+    assert queue.enqueue("JOB:1", b"x", throttle="k", now=T) is Verdict.THROTTLED
+    client.close()
