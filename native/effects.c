@@ -406,3 +406,56 @@ long long fx_hincrby(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleStr
     ValkeyModule_Replicate(ctx, "HINCRBY", "scl", keyname, field, delta);
     return v;
 }
+
+/* new_row of the prelude with extra field/value pairs after its fields (enqueue_unique's dedupe
+ * and dedupe_ms): one HSET of them all, in order, with one "hset" event, as the script writes it. */
+void fx_new_row_with(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
+                     ValkeyModuleString *payload, long long now, long long priority, const char *const *extra,
+                     ValkeyModuleString **values, size_t nextra) {
+    ValkeyModuleString *v[6 + 2 * 4 + 2];
+    int owned[6 + 2 * 4 + 2] = {0};
+    size_t n = 0;
+    char num[24], pnum[24];
+    static const char *const head[] = {"payload", "attempts", "enqueued_at"};
+    ValkeyModuleString *head_values[] = {payload, s_zero, ValkeyModule_CreateString(ctx, num, decimal(now, num))};
+    for (int i = 0; i < 3; i++) {
+        v[n] = ValkeyModule_CreateString(ctx, head[i], strlen(head[i]));
+        owned[n++] = 1;
+        v[n] = head_values[i];
+        owned[n++] = i == 2;
+    }
+    if (priority != 0) {
+        v[n] = ValkeyModule_CreateString(ctx, "priority", 8);
+        owned[n++] = 1;
+        v[n] = ValkeyModule_CreateString(ctx, pnum, decimal(priority, pnum));
+        owned[n++] = 1;
+    }
+    for (size_t i = 0; i < nextra && i < 4; i++) {
+        v[n] = ValkeyModule_CreateString(ctx, extra[i], strlen(extra[i]));
+        owned[n++] = 1;
+        v[n] = values[i];
+        owned[n++] = 0;
+    }
+    for (size_t i = 0; i < n; i += 2) ValkeyModule_HashSet(row, VALKEYMODULE_HASH_NONE, v[i], v[i + 1], NULL);
+    touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
+    ValkeyModule_Replicate(ctx, "HSET", "sv", row_name, v, n);
+    for (size_t i = 0; i < n; i++)
+        if (owned[i]) ValkeyModule_FreeString(ctx, v[i]);
+}
+
+/* SET key value, with PX px when px > 0, run by the server's own SET as fx_record runs it (its
+ * events: "set", then "expire" with PX; the value stored as the script's SET stores it), and
+ * replicated as SET key value [PXAT <the absolute expiry>]. The open key is closed around the
+ * call and opened again. */
+void fx_set_string(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname,
+                   ValkeyModuleString *value, long long px) {
+    ValkeyModule_CloseKey(*key);
+    ValkeyModuleCallReply *reply = px > 0 ? ValkeyModule_Call(ctx, "SET", "sscl", keyname, value, "PX", px)
+                                          : ValkeyModule_Call(ctx, "SET", "ss", keyname, value);
+    if (reply != NULL) ValkeyModule_FreeCallReply(reply);
+    *key = ValkeyModule_OpenKey(ctx, keyname, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    if (px > 0)
+        ValkeyModule_Replicate(ctx, "SET", "sscl", keyname, value, "PXAT", (long long)ValkeyModule_GetAbsExpire(*key));
+    else
+        ValkeyModule_Replicate(ctx, "SET", "ss", keyname, value);
+}

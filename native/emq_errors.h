@@ -23,6 +23,7 @@
  *   NOPERM: the caller's ACL denies a derived key
  *   TRYAGAIN: a derived key's slot is moving between cluster nodes
  *   ERR: a bad numkeys, refused as EVALSHA refuses it
+ *   EMQMODE: enqueue_unique's mode is not one of its modes
  */
 /* verb, nkeys, nargs */
 #define EMQ_FMT_ARITY "EMQARITY EMQ.%s takes %d keys and %d arguments"
@@ -49,5 +50,6 @@
 #define EMQ_ERR_NUMKEYS_INT "ERR value is not an integer or out of range"
 #define EMQ_ERR_NUMKEYS_NEG "ERR Number of keys can't be negative"
 #define EMQ_ERR_NUMKEYS_BIG "ERR Number of keys can't be greater than number of args"
+#define EMQ_ERR_MODE "EMQMODE mode must be dedupe, debounce or throttle"
 
 #endif

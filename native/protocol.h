@@ -24,7 +24,8 @@ typedef enum {
     EMQ_ARG_RESULT, /* bytes, at most EMQ_RESULT_MAX of them */
     EMQ_ARG_PROGRESS, /* bytes, at most EMQ_PROGRESS_MAX of them */
     EMQ_ARG_PRIORITY, /* an optional '-' and 1..3 digits, -100 to 100 */
-    EMQ_ARG_POLICY /* exactly fail, ignore or continue */
+    EMQ_ARG_POLICY, /* exactly fail, ignore or continue */
+    EMQ_ARG_MODE /* enqueue_unique's mode: dedupe, debounce or throttle, read as 0, 1, 2 */
 } EmqArgKind;
 
 /* An argument: its name (as EMQNUM errors give it), kind and, for an integer, its minimum. */
@@ -35,7 +36,9 @@ typedef struct {
 } EmqArgSpec;
 
 /* A declared key: base + suffix; when from_arg >= 0, base + suffix + that argument (the row of
- * the id). type: the VALKEYMODULE_KEYTYPE_* it must have when present. */
+ * the id); when from_arg is EMQ_KEY_NAMED, base + suffix + a name of the caller's (the lane gate).
+ * type: the VALKEYMODULE_KEYTYPE_* it must have when present. */
+#define EMQ_KEY_NAMED (-2)
 typedef struct {
     const char *suffix;
     size_t len;
@@ -87,11 +90,12 @@ enum {
     EMQ_CMD_TRIM_DEAD,
     EMQ_CMD_ENQUEUE_AFTER,
     EMQ_CMD_AFTER,
+    EMQ_CMD_ENQUEUE_UNIQUE,
     EMQ_COMMAND_COUNT
 };
 
 #define EMQ_KEYS_MAX 9
-#define EMQ_ARGS_MAX 6
+#define EMQ_ARGS_MAX 7
 #define EMQ_ITEM_ARGS_MAX 5
 
 /* A claim record's key: base + this prefix + the claim id (the lane gate). */
@@ -118,6 +122,7 @@ enum {
     X(TRIM_DEAD, trim_dead) \
     X(ENQUEUE_AFTER, enqueue_after) \
     X(AFTER, after) \
+    X(ENQUEUE_UNIQUE, enqueue_unique) \
 
 
 /* EMQ.ENQUEUE 3|4 <base>job:<id> <base>pending <base>wake [<base>events] <id> <payload> <now> [<priority>] */
@@ -318,6 +323,23 @@ enum {
 #define EMQ_AFTER_ARG_SEAL 2
 #define EMQ_AFTER_FORM_ITEM 0
 #define EMQ_AFTER_ITEM_ARG_PARENT 0
+
+/* EMQ.ENQUEUE_UNIQUE 5|6 <base>pending <base>delayed <base>job:<id> <base>wake <base>dedupe:<key> [<base>events] <id> <payload> <now> <mode> <period_ms:0> <delay_ms:0> [<priority>] */
+#define EMQ_ENQUEUE_UNIQUE_NUMKEYS 5
+#define EMQ_ENQUEUE_UNIQUE_NARGS 6
+#define EMQ_ENQUEUE_UNIQUE_KEY_PENDING 0
+#define EMQ_ENQUEUE_UNIQUE_KEY_DELAYED 1
+#define EMQ_ENQUEUE_UNIQUE_KEY_JOB 2
+#define EMQ_ENQUEUE_UNIQUE_KEY_WAKE 3
+#define EMQ_ENQUEUE_UNIQUE_KEY_DEDUPE 4
+#define EMQ_ENQUEUE_UNIQUE_NOPT 1
+#define EMQ_ENQUEUE_UNIQUE_ARG_ID 0
+#define EMQ_ENQUEUE_UNIQUE_ARG_PAYLOAD 1
+#define EMQ_ENQUEUE_UNIQUE_ARG_NOW 2
+#define EMQ_ENQUEUE_UNIQUE_ARG_MODE 3
+#define EMQ_ENQUEUE_UNIQUE_ARG_PERIOD_MS 4
+#define EMQ_ENQUEUE_UNIQUE_ARG_DELAY_MS 5
+#define EMQ_ENQUEUE_UNIQUE_ARG_PRIORITY 6
 
 extern const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT];
 
@@ -534,6 +556,22 @@ static const EmqArgSpec emq_after_form0_args[] = {
 };
 static const EmqItemForm emq_after_forms[] = {
     {NULL, 1, emq_after_form0_args},
+};
+static const EmqKeySpec emq_enqueue_unique_keys[] = {
+    {"pending", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"delayed", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"job:", 4, 0, VALKEYMODULE_KEYTYPE_HASH},
+    {"wake", 4, -1, VALKEYMODULE_KEYTYPE_LIST},
+    {"dedupe:", 7, EMQ_KEY_NAMED, VALKEYMODULE_KEYTYPE_STRING},
+};
+static const EmqArgSpec emq_enqueue_unique_args[] = {
+    {"id", EMQ_ARG_ID, 0},
+    {"payload", EMQ_ARG_BYTES, 0},
+    {"now", EMQ_ARG_NOW, 0},
+    {"mode", EMQ_ARG_MODE, 0},
+    {"period_ms", EMQ_ARG_INT, 0},
+    {"delay_ms", EMQ_ARG_INT, 0},
+    {"priority", EMQ_ARG_PRIORITY, 0},
 };
 const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
     {"emq.enqueue",
@@ -791,6 +829,22 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      "<parent>",
      0,
      0,
+     1},
+    {"emq.enqueue_unique",
+     "ENQUEUE_UNIQUE",
+     "write deny-oom fast getkeys-api no-mandatory-keys",
+     "Admit a job once per dedupe key: dedupe, debounce or throttle (twin of enqueue_unique.lua).",
+     "O(log N) with N the pending or delayed jobs",
+     -2,
+     EMQ_ENQUEUE_UNIQUE_NUMKEYS,
+     emq_enqueue_unique_keys,
+     EMQ_ENQUEUE_UNIQUE_NARGS,
+     emq_enqueue_unique_args,
+     0,
+     NULL,
+     NULL,
+     0,
+     1,
      1},
 };
 #endif

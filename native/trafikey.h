@@ -10,6 +10,7 @@
  *   cancel.c       EMQ.CANCEL and a cancelled job's tombstone
  *   after.c        EMQ.ENQUEUE_AFTER and EMQ.AFTER: jobs waiting for their parents
  *   dependents.c   the join: a job's end planned on its dependents and dedupe key, then applied
+ *   unique.c       EMQ.ENQUEUE_UNIQUE: dedupe, debounce, throttle
  *   protocol.h     generated from echomq/engine/transitions.py: the table all of the above read */
 #ifndef TRAFIKEY_H
 #define TRAFIKEY_H
@@ -156,6 +157,11 @@ long long fx_hincrby(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleStr
                      long long delta);
 void fx_xadd(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString **fields,
              size_t n);
+void fx_new_row_with(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
+                     ValkeyModuleString *payload, long long now, long long priority, const char *const *extra,
+                     ValkeyModuleString **values, size_t nextra);
+void fx_set_string(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname,
+                   ValkeyModuleString *value, long long px);
 void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
               ValkeyModuleKey *active, ValkeyModuleString *active_name, ValkeyModuleKey **fence_key,
               ValkeyModuleString *fence_name, long long last_fence, long long deadline, long long *attempt,

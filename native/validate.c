@@ -91,6 +91,14 @@ static int record_key_ok(Bytes k, Bytes first, size_t blen) {
     return emq_lane_ok(k.p + blen + plen, k.n - blen - plen);
 }
 
+/* A declared key named by the caller: base + the table's prefix + a name of the lane gate
+ * (named_key_ok of the prelude). */
+static int named_key_ok(Bytes k, Bytes first, size_t blen, const char *prefix) {
+    size_t plen = strlen(prefix);
+    if (k.n <= blen + plen || memcmp(k.p, first.p, blen) != 0 || memcmp(k.p + blen, prefix, plen) != 0) return 0;
+    return emq_lane_ok(k.p + blen + plen, k.n - blen - plen);
+}
+
 /* optional_keys of the prelude: the keys after the table's, in order, the claim record (a command
  * taking one; any key but the events key is taken for it) then the events key (exactly base +
  * EMQ_EVENTS_SUFFIX). Sets call->record_at and call->events_at; 0 when a key is neither. */
@@ -123,6 +131,10 @@ static int keys_base(Call *call) {
     if (!emq_split_base(first.p, first.n, suffix.p, suffix.n, &blen)) return 0;
     for (int i = 1; i < call->spec->nkeys; i++) {
         Bytes k = bytes_of(call->keys[i]);
+        if (call->spec->keys[i].from_arg == EMQ_KEY_NAMED) {
+            if (!named_key_ok(k, first, blen, call->spec->keys[i].suffix)) return 0;
+            continue;
+        }
         suffix = key_suffix(call, i, room);
         if (!emq_is_base_plus(k.p, k.n, first.p, blen, suffix.p, suffix.n)) return 0;
     }
@@ -171,6 +183,17 @@ static int parse_number(const EmqArgSpec *spec, const ValkeyModuleString *s, lon
             (b.n == 8 && memcmp(b.p, "continue", 8) == 0))
             return 1;
         snprintf(err, cap, "%s", EMQ_ERR_POLICY);
+        return 0;
+    }
+    if (spec->kind == EMQ_ARG_MODE) {
+        static const char *const modes[] = {"dedupe", "debounce", "throttle"};
+        Bytes b = bytes_of(s);
+        for (long long m = 0; m < 3; m++)
+            if (b.n == strlen(modes[m]) && memcmp(b.p, modes[m], b.n) == 0) {
+                *out = m;
+                return 1;
+            }
+        snprintf(err, cap, "%s", EMQ_ERR_MODE);
         return 0;
     }
     if (spec->kind == EMQ_ARG_NOW) {

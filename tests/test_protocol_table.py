@@ -21,6 +21,7 @@ from echomq.engine.transitions import (
     EVENTS_MAXLEN,
     EVENTS_ROLE,
     EXTEND_MANY,
+    NAMED_ROLES,
     PRIORITY_BAND,
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -141,7 +142,10 @@ def test_script_keys_base_suffixes_are_the_tables(transition: Transition) -> Non
     assert len(found) == 1
     bound = argv_locals(source)
     expected = []
-    for role in transition.keys:
+    for i, role in enumerate(transition.keys, start=1):
+        if role in NAMED_ROLES:  # a name of the caller's: checked on its own, after keys_base
+            assert f"named_key_ok(base, KEYS[{i}], '{NAMED_ROLES[role]}')" in source
+            continue
         if role in DERIVED_ROLES:
             prefix, arg = DERIVED_ROLES[role]
             local = next(name for name, index in bound.items() if transition.args[index] == arg)
@@ -229,7 +233,7 @@ def test_every_event_kind_a_row_names_is_a_kind_of_the_table() -> None:
 def test_only_the_enqueues_take_the_optional_priority() -> None:
     takes = {t.name for t in ALL_TRANSITIONS if t.optional}
     assert takes == {"enqueue", "enqueue_delayed", "lane_enqueue", "lane_enqueue_delayed",
-                     "enqueue_after"}
+                     "enqueue_after", "enqueue_unique"}
     assert all(t.optional == ("priority",) and not t.variadic
                for t in ALL_TRANSITIONS if t.optional)
 

@@ -55,6 +55,8 @@ OPS: st.SearchStrategy[Op] = st.one_of(
     st.tuples(st.just("promote"), st.sampled_from([1, 1_000])),
     st.tuples(st.just("cancel"), st.sampled_from(IDS), st.sampled_from([0, RETAIN])),
     st.tuples(st.just("trim_dead"), st.sampled_from([1, 2])),
+    st.tuples(st.just("unique"), st.sampled_from(IDS), st.sampled_from(["k1", "k2"]),
+              st.sampled_from(["dedupe", "debounce", "throttle"]), st.sampled_from([0, RETAIN])),
 )
 WORKLOAD = st.lists(st.tuples(st.sampled_from(QUEUES), OPS), min_size=10, max_size=80)
 SETTINGS = settings(max_examples=8, deadline=None,
@@ -78,7 +80,7 @@ class Worker:
     def step(self, name: str, op: Op) -> None:
         queue, held = self.queues[name], self.held[name]
         verb, *args = op
-        if verb in ("enqueue", "enqueue_many", "cancel"):
+        if verb in ("enqueue", "enqueue_many", "cancel", "unique"):
             self.by_id(queue, verb, args)
         elif verb == "claim":
             job = queue.claim(lease_ms=args[0])
@@ -93,11 +95,14 @@ class Worker:
 
     @staticmethod
     def by_id(queue: Queue, verb: str, args: list[Any]) -> None:
-        """An admission, or a cancel, of the ids drawn."""
+        """An admission (plain, or unique in a mode), or a cancel, of the ids drawn."""
         if verb == "enqueue":
             queue.enqueue(args[0], args[1], delay_ms=args[2])
         elif verb == "enqueue_many":
             queue.enqueue_many(args[0])
+        elif verb == "unique":  # a throttle's window (a TTL) outlives the comparison, or is none
+            job_id, key, mode, window = args
+            queue.enqueue(job_id, b"u", **{mode: key, f"{mode}_ms": window})
         else:
             queue.cancel(args[0], retention_ms=args[1])
 

@@ -24,15 +24,30 @@ from echomq.queue.ids import new_job_id
 @click.option("--priority", type=PRIORITY, default=0, show_default=True,
               help="-100 to 100, higher is claimed first")
 @click.option("--wire", type=click.Choice(WIRE_CHOICES), default="5", show_default=True)
+@click.option("--dedupe", metavar="KEY", default=None,
+              help="admit only while no job of KEY lives (DUPLICATE otherwise)")
+@click.option("--debounce", metavar="KEY", default=None,
+              help="one delayed job of KEY, pushed back and given PAYLOAD by each call")
+@click.option("--throttle", metavar="KEY", default=None,
+              help="at most one job of KEY a window (THROTTLED otherwise)")
+@click.option("--window-ms", type=click.IntRange(min=0), default=None,
+              help="the window of --dedupe (after its job ends), --debounce or --throttle")
 @url_option
 @json_option
 def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, priority: int,
-            wire: str, url: str, as_json: bool) -> None:
+            wire: str, dedupe: str | None, debounce: str | None, throttle: str | None,
+            window_ms: int | None, url: str, as_json: bool) -> None:
     """Admit one job with PAYLOAD into QUEUE."""
     job_id = job_id or new_job_id()
+    named = [mode for mode, key in (("dedupe", dedupe), ("debounce", debounce),
+                                    ("throttle", throttle)) if key is not None]
+    if len(named) > 1 or (window_ms is not None and not named):
+        raise click.UsageError("--window-ms goes with one of --dedupe, --debounce, --throttle")
+    unique = {f"{named[0]}_ms": window_ms} if named and window_ms is not None else {}
     conn = connect(url)
     producer = Queue(conn, queue, wire=wire_of(wire), events=admin.has_events(conn, queue))
-    verdict = producer.enqueue(job_id, payload.encode(), lane=lane, priority=priority)
+    verdict = producer.enqueue(job_id, payload.encode(), lane=lane, priority=priority,
+                               dedupe=dedupe, debounce=debounce, throttle=throttle, **unique)
     admin.register_queue(conn, queue)
     emit(as_json, {"id": job_id, "verdict": verdict.value},
          lambda: [f"{verdict.value} {job_id}"])

@@ -1,10 +1,10 @@
 """A seeded random sequence of transitions on both executors, checked step by step.
 
 One queue is driven through enqueue, claim, ack, retry, extend, progress, settle, extend_many,
-recover, promote, cancel and trim_dead on an explicit clock that jumps forward, with current and
-stale fences, and now and then a malformed call from the case table. After every step both
-executors' replies must be the same bytes and their keyspaces equal, and both must agree with the
-model (echomq.conformance.model).
+recover, promote, cancel, trim_dead and enqueue_unique on an explicit clock that jumps forward,
+with current and stale fences, and now and then a malformed call from the case table. After every
+step both executors' replies must be the same bytes and their keyspaces equal, and both must agree
+with the model (echomq.conformance.model).
 The same seed gives the same sequence, so a difference found on one server can be replayed.
 """
 
@@ -25,6 +25,7 @@ from echomq.engine.transitions import (
     CLAIM,
     ENQUEUE,
     ENQUEUE_DELAYED,
+    ENQUEUE_UNIQUE,
     EXTEND,
     EXTEND_MANY,
     PROGRESS,
@@ -72,7 +73,7 @@ class Walk:
             self.enqueue, self.enqueue, self.claim, self.claim, self.ack, self.retry,
             self.extend, self.settle, self.settle, self.extend_many, self.recover, self.promote,
             self.bad, self.enqueue_later, self.ack_result, self.progress, self.cancel,
-            self.trim_dead]
+            self.trim_dead, self.unique]
 
     def run(self, steps: int, between_steps: Callable[[], None] = lambda: None) -> WalkResult:
         """Up to ``steps`` steps; stops at the first difference (the states part there).
@@ -134,6 +135,16 @@ class Walk:
         due = [self.rng.choice([0, 1_000]), self.rng.choice([0, self.now + 5_000])]
         return ENQUEUE_DELAYED, [3, key(b"job", job_id), key(b"delayed"), key(b"wake"), job_id,
                                  self.rng.choice(PAYLOADS), self.now, *due]
+
+    def unique(self) -> Call:
+        """A unique enqueue on one of two dedupe keys: a throttle's window (a TTL on the server's
+        real clock) outlasts any run, as a tombstone's retention does."""
+        job_id, mode = self.fresh(), self.rng.choice([b"dedupe", b"debounce", b"throttle"])
+        period = RETENTION_MS if mode == b"throttle" else self.rng.choice([0, 1_000])
+        return ENQUEUE_UNIQUE, [5, key(b"pending"), key(b"delayed"), key(b"job", job_id),
+                                key(b"wake"), key(b"dedupe:" + self.rng.choice([b"a", b"b"])),
+                                job_id, self.rng.choice(PAYLOADS), self.now, mode, period,
+                                self.rng.choice([0, 0, 500])]
 
     def claim(self) -> Call:
         return CLAIM, [3, key(b"pending"), key(b"active"), key(b"fence"),

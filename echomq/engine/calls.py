@@ -87,6 +87,9 @@ class Verdict(enum.Enum):
     READY = "READY"
     NOTWAITING = "NOTWAITING"
     SEALED = "SEALED"
+    # the unique enqueue's: a delayed job of the key pushed back, a throttle's window taken
+    DEBOUNCED = "DEBOUNCED"
+    THROTTLED = "THROTTLED"
 
     @classmethod
     def of(cls, reply: Any) -> Verdict:

@@ -55,6 +55,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode("NOPERM", "NoPermissionError", "the caller's ACL denies a derived key"),
     ErrorCode("TRYAGAIN", "TryAgainError", "a derived key's slot is moving between cluster nodes"),
     ErrorCode("ERR", "ResponseError", "a bad numkeys, refused as EVALSHA refuses it"),
+    ErrorCode("EMQMODE", "ArgumentError", "enqueue_unique's mode is not one of its modes"),
 )
 # The type a placeholder of an error text takes in C (the scripts' format is %s or %d).
 ERROR_FIELDS: dict[str, str] = {"verb": "const char *", "nkeys": "int", "nargs": "int",
@@ -124,5 +125,6 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
     ErrorText("NUMKEYS_INT", "ERR value is not an integer or out of range", "native"),
     ErrorText("NUMKEYS_NEG", "ERR Number of keys can't be negative", "native"),
     ErrorText("NUMKEYS_BIG", "ERR Number of keys can't be greater than number of args", "native"),
+    ErrorText("MODE", "EMQMODE mode must be dedupe, debounce or throttle"),
 )
 ERRORS: dict[str, ErrorText] = {error.name: error for error in ERROR_TEXTS}

@@ -36,6 +36,7 @@ class EventKind(enum.StrEnum):
     PURGED = "purged"
     CANCELLED = "cancelled"
     PROGRESS = "progress"
+    DEBOUNCED = "debounced"
 
 
 _KINDS = {kind.value: kind for kind in EventKind}

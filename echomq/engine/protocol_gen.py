@@ -22,6 +22,7 @@ from echomq.engine.transitions import (
     DERIVED_ROLES,
     EVENTS_MAXLEN,
     EVENTS_ROLE,
+    NAMED_ROLES,
     ROLE_TYPES,
     TRANSITIONS,
     ItemForm,
@@ -57,7 +58,8 @@ typedef enum {
     EMQ_ARG_RESULT, /* bytes, at most EMQ_RESULT_MAX of them */
     EMQ_ARG_PROGRESS, /* bytes, at most EMQ_PROGRESS_MAX of them */
     EMQ_ARG_PRIORITY, /* an optional '-' and 1..3 digits, -100 to 100 */
-    EMQ_ARG_POLICY /* exactly fail, ignore or continue */
+    EMQ_ARG_POLICY, /* exactly fail, ignore or continue */
+    EMQ_ARG_MODE /* enqueue_unique's mode: dedupe, debounce or throttle, read as 0, 1, 2 */
 } EmqArgKind;
 
 /* An argument: its name (as EMQNUM errors give it), kind and, for an integer, its minimum. */
@@ -68,7 +70,9 @@ typedef struct {
 } EmqArgSpec;
 
 /* A declared key: base + suffix; when from_arg >= 0, base + suffix + that argument (the row of
- * the id). type: the VALKEYMODULE_KEYTYPE_* it must have when present. */
+ * the id); when from_arg is EMQ_KEY_NAMED, base + suffix + a name of the caller's (the lane gate).
+ * type: the VALKEYMODULE_KEYTYPE_* it must have when present. */
+#define EMQ_KEY_NAMED (-2)
 typedef struct {
     const char *suffix;
     size_t len;
@@ -106,7 +110,8 @@ typedef struct {
 KIND = {"id": "EMQ_ARG_ID", "group": "EMQ_ARG_GROUP", "int": "EMQ_ARG_INT", "now": "EMQ_ARG_NOW",
         "bytes": "EMQ_ARG_BYTES", "result": "EMQ_ARG_RESULT",
         "progress": "EMQ_ARG_PROGRESS", "priority": "EMQ_ARG_PRIORITY",
-        "policy": "EMQ_ARG_POLICY"}
+        "policy": "EMQ_ARG_POLICY",
+        "mode": "EMQ_ARG_MODE"}
 KEYTYPE = {"zset": "VALKEYMODULE_KEYTYPE_ZSET", "hash": "VALKEYMODULE_KEYTYPE_HASH",
            "list": "VALKEYMODULE_KEYTYPE_LIST", "string": "VALKEYMODULE_KEYTYPE_STRING",
            "stream": "VALKEYMODULE_KEYTYPE_STREAM"}
@@ -133,9 +138,11 @@ def _arg_spec(name: str) -> str:
 def _key_spec(transition: Transition, role: str) -> str:
     if role in DERIVED_ROLES:
         prefix, arg = DERIVED_ROLES[role]
-        suffix, from_arg = prefix, transition.args.index(arg)
+        suffix, from_arg = prefix, str(transition.args.index(arg))
+    elif role in NAMED_ROLES:
+        suffix, from_arg = NAMED_ROLES[role], "EMQ_KEY_NAMED"
     else:
-        suffix, from_arg = role, -1
+        suffix, from_arg = role, "-1"
     return f"{{{_c_string(suffix)}, {len(suffix)}, {from_arg}, {KEYTYPE[ROLE_TYPES[role]]}}}"
 
 

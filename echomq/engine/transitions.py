@@ -96,10 +96,16 @@ ROLE_TYPES: dict[str, str] = {
     "prio": "zset",
     # Jobs waiting for their parents (enqueue_after, after), score = the now of their admission.
     "waiting": "zset",
+    # A dedupe key, <base>dedupe:<key> (the key chosen by the caller, of the lane gate): the id
+    # of the job that holds it (enqueue_unique; released by the end of that job).
+    "dedupe": "string",
 }
 # Roles whose key is derived from an argument rather than a fixed suffix: role -> (prefix, arg).
 DERIVED_ROLES: dict[str, tuple[str, str]] = {"job": ("job:", "id"), "lane": ("lane:", "group"),
                                              "prio": ("prio:", "group")}
+# Declared keys named by the caller rather than by an argument: role -> the prefix after the
+# base; the rest is the caller's (1 to 200 bytes of A-Z a-z 0-9 . _ : -, the lane gate).
+NAMED_ROLES: dict[str, str] = {"dedupe": "dedupe:"}
 # The optional last key of a claiming transition (``Transition.record``): its claim record,
 # <base>claim:<claim_id>, the claim id chosen by the caller (1 to 200 bytes of A-Z a-z 0-9 . _ : -,
 # as a lane name). A claim sent again with it after a lost reply answers the leases recorded
@@ -113,7 +119,7 @@ EVENTS_ROLE = "events"
 EVENTS_MAXLEN = 10_000
 EVENT_KINDS: tuple[str, ...] = ("enqueued", "claimed", "done", "retried", "dead", "released",
                                 "recovered", "promoted", "requeued", "purged", "cancelled",
-                                "progress", "waiting", "ready")
+                                "progress", "waiting", "ready", "debounced")
 
 
 @dataclass(frozen=True)
@@ -155,7 +161,11 @@ ARGUMENTS: dict[str, Argument] = {
     "policy": Argument("policy"),  # fail, ignore or continue (EMQPOLICY otherwise)
     "seal": Argument("int", 0),  # not 0: the call seals the waiting job's list of parents
     "parent": Argument("id"),  # a job the waiting job waits on
+    "mode": Argument("mode"),  # enqueue_unique: dedupe, debounce or throttle (EMQMODE)
+    "period_ms": Argument("int", 0),  # enqueue_unique: the mode's window
 }
+# The modes of enqueue_unique, in the order of their number in the native call (0, 1, 2).
+UNIQUE_MODES: tuple[str, ...] = ("dedupe", "debounce", "throttle")
 
 
 @dataclass(frozen=True)
@@ -257,6 +267,8 @@ class Transition:
 
 
 def _key_text(role: str) -> str:
+    if role in NAMED_ROLES:
+        return f"<base>{NAMED_ROLES[role]}<key>"
     if role in DERIVED_ROLES:
         prefix, arg = DERIVED_ROLES[role]
         return f"<base>{prefix}<{arg}>"
@@ -419,6 +431,14 @@ AFTER = Transition(
     summary="Register a waiting job's parents, and seal it (twin of after.lua).",
     complexity="O((P + D) log N) with P the parents, D the jobs a failure or cancel ends",
 )
+ENQUEUE_UNIQUE = Transition(
+    "enqueue_unique", ("pending", "delayed", "job", "wake", "dedupe"),
+    ("id", "payload", "now", "mode", "period_ms", "delay_ms"), "EMQ.ENQUEUE_UNIQUE",
+    admits=True, fast=True, optional=("priority",), events=("enqueued", "debounced"),
+    summary="Admit a job once per dedupe key: dedupe, debounce or throttle (twin of "
+            "enqueue_unique.lua).",
+    complexity="O(log N) with N the pending or delayed jobs",
+)
 # The bounds of a queue's dead jobs, fields of <base>deadconf (decimal; 0: no bound of that
 # kind), and each one's value when its field is absent: 10,000 jobs, 180 days.
 DEAD_BOUNDS: dict[str, int] = {"max_count": 10_000, "max_age_ms": 180 * 24 * 3600 * 1000}
@@ -426,7 +446,7 @@ DEAD_BOUNDS: dict[str, int] = {"max_count": 10_000, "max_age_ms": 180 * 24 * 360
 # Every transition with a native twin; the conformance suite runs each on both executors.
 TRANSITIONS: tuple[Transition, ...] = (
     ENQUEUE, CLAIM, ACK, RETRY, EXTEND, SETTLE, EXTEND_MANY, RECOVER, PROMOTE, ENQUEUE_DELAYED,
-    ACK_RESULT, PROGRESS, CANCEL, TRIM_DEAD, ENQUEUE_AFTER, AFTER,
+    ACK_RESULT, PROGRESS, CANCEL, TRIM_DEAD, ENQUEUE_AFTER, AFTER, ENQUEUE_UNIQUE,
 )
 # Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
 SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM, LANE_ENQUEUE_DELAYED, LANE_SET,
@@ -446,13 +466,15 @@ def queue_base(name: str) -> str:
 def key_of(base: str, role: str, job_id: str | None = None, lane: str | None = None) -> str:
     """The key of ``role`` (pending, active, ...; ``job``: the row of ``job_id``; ``ended``: the
     token that wakes the waiters of ``job_id``; ``lane``: the lane of group ``lane``; ``claim``:
-    the record of claim id ``job_id``)."""
+    the record of claim id ``job_id``; ``dedupe``: the dedupe key ``lane``)."""
     if role == CLAIM_RECORD:
         return f"{base}{CLAIM_RECORD_PREFIX}{job_id}"
     if role in ("job", "ended"):
         return f"{base}{role}:{job_id}"
     if role in ("lane", "prio"):
         return f"{base}{role}:{lane}"
+    if role in NAMED_ROLES:
+        return f"{base}{NAMED_ROLES[role]}{lane}"
     return base + role
 
 

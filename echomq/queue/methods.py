@@ -42,10 +42,11 @@ from echomq.engine.calls import (
     settled,
 )
 from echomq.engine.clients import twins
-from echomq.engine.errors import EvictionPolicyWarning
+from echomq.engine.errors import ArgumentError, EvictionPolicyWarning
 from echomq.engine.execution import ExecutorMethods
 from echomq.engine.once import lost_reply
 from echomq.engine.program import Invoke, Program, Reads, method, op
+from echomq.engine.unique import unique_call, unique_options
 from echomq.engine.wire import Wire
 from echomq.queue.bounds import HOUSEKEEPING_STEP, TRIM_STEPS, Housekept, more_due
 from echomq.queue.dead import DeadControls
@@ -171,7 +172,9 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
     @op
     def enqueue(self, job_id: str, payload: Payload, *, lane: str | None = None,
                 delay_ms: int = 0, at_ms: int | None = None, priority: int = 0,
-                now: int | None = None) -> Program[Verdict]:
+                now: int | None = None, dedupe: str | None = None, dedupe_ms: int | None = None,
+                debounce: str | None = None, debounce_ms: int | None = None,
+                throttle: str | None = None, throttle_ms: int | None = None) -> Program[Verdict]:
         """Admit a job once: ENQUEUED, or DUPLICATE when its row exists. KindError on a bad id;
         TypeError, before anything is sent, for a payload that is not str or bytes-like.
 
@@ -186,8 +189,19 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
         sent): a job of higher priority is claimed before every job of lower priority waiting
         with it, and jobs of one priority in the order they were admitted. It is kept through
         retries, delays, recovery and release. At 0 nothing more is sent, so any server takes
-        the call."""
-        call = self.calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms, priority)
+        the call.
+
+        At most one of ``dedupe``, ``debounce``, ``throttle`` (a key, 1-200 bytes of
+        ``A-Z a-z 0-9 . _ : -``; its window ``<mode>_ms``; flat jobs, no ``at_ms``): DUPLICATE
+        while the key's job lives (and ``dedupe_ms`` after it ends); DEBOUNCED when the key's
+        job still waits in delayed (its payload replaced, due ``debounce_ms`` from now);
+        THROTTLED while a job of the key was admitted in the last ``throttle_ms``."""
+        unique = unique_options(dedupe, dedupe_ms, debounce, debounce_ms, throttle, throttle_ms)
+        if unique is not None and (lane is not None or at_ms is not None):
+            raise ArgumentError(f"{unique.mode}= takes a flat job without at_ms")
+        call = (unique_call(self.calls, unique, job_id, payload, now, delay_ms, priority)
+                if unique else self.calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms,
+                                                  priority))
         started = time.monotonic()
         try:
             verdict = yield from self._sent(call, Verdict.of)

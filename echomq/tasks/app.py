@@ -59,6 +59,7 @@ from echomq.tasks.reporting import running
 from echomq.tasks.retry import DEFAULT_BACKOFF, Backoff, Draw, RetryPolicy
 from echomq.tasks.signature import ArgumentsRejected, Signature
 from echomq.tasks.twins import AsyncQueues, QueueOptions
+from echomq.tasks.unique import UniqueKey, unique_of
 from echomq.tasks.workflow import given_parents, parent_ids
 
 __all__ = ["App", "Task", "TaskCall"]
@@ -148,12 +149,13 @@ class App:
     def task(self, /, *, name: str | None = None, queue: str | None = None,
              max_attempts: int | None = None, backoff: Backoff | None = None,
              no_retry: tuple[type[BaseException], ...] = (), keep_result: bool = True,
-             priority: int = 0) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+             priority: int = 0, **unique: UniqueKey | int | None,
+             ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(self, function: Callable[..., Any] | None = None, /, *, name: str | None = None,
              queue: str | None = None, max_attempts: int | None = None,
              backoff: Backoff | None = None, no_retry: tuple[type[BaseException], ...] = (),
-             keep_result: bool = True, priority: int = 0) -> Any:
+             keep_result: bool = True, priority: int = 0, **unique: UniqueKey | int | None) -> Any:
         """Register ``function`` as a task, bare (``@app.task``) or with options: ``name``
         (default ``module.qualname``: what the job names, so producer and worker must agree),
         ``queue``, ``max_attempts`` and ``backoff`` (default the app's), ``no_retry``
@@ -161,15 +163,18 @@ class App:
         the return value with the job's tombstone for ``handle.result()``; False: the value is
         neither encoded nor kept, and ``handle.result()`` gives None once the job is done) and
         ``priority`` (-100 to 100, default 0: the priority its jobs are enqueued at, unless
-        ``with_options`` gives another; higher is claimed first)."""
+        ``with_options`` gives another; higher is claimed first); ``dedupe``, ``debounce`` or
+        ``throttle`` and its ``<mode>_ms``, as ``Queue.enqueue`` takes them, a key also a function
+        of the task's arguments giving one (ArgumentError here when they are bad)."""
         checked_priority(priority)
+        unique = unique_of(**unique)
         policy = RetryPolicy(
             max_attempts=self.policy.max_attempts if max_attempts is None else max_attempts,
             backoff=backoff or self.policy.backoff, no_retry=tuple(no_retry))
 
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
             made = Task(self, function, name=name, queue=queue or self.queue.name,
-                        policy=policy, keep_result=keep_result, priority=priority)
+                        policy=policy, keep_result=keep_result, priority=priority, unique=unique)
             if made.name in self.tasks:
                 raise ValueError(f"a task named {made.name!r} is already registered")
             self.tasks[made.name] = made
@@ -321,7 +326,8 @@ class Task(Generic[P, R]):
     """A registered task: call it to run it here, ``enqueue`` it to run it on a worker."""
 
     def __init__(self, app: App, function: Callable[P, R], *, name: str | None, queue: str,
-                 policy: RetryPolicy, keep_result: bool, priority: int = 0) -> None:
+                 policy: RetryPolicy, keep_result: bool, priority: int = 0,
+                 unique: dict[str, Any] | None = None) -> None:
         self.app = app
         self.function = function
         self.name = name or f"{function.__module__}.{function.__qualname__}"
@@ -329,6 +335,7 @@ class Task(Generic[P, R]):
         self.policy = policy
         self.keep_result = keep_result
         self.priority = priority
+        self.unique = unique or {}
         self.signature = Signature(function)
         self.is_async = inspect.iscoroutinefunction(function)
         self.__doc__ = function.__doc__
@@ -344,11 +351,13 @@ class Task(Generic[P, R]):
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         """Admit one run of this task with these arguments; its handle. TypeError, before
         anything is sent, for arguments that do not fit the signature or the serializer."""
-        return TaskCall[P, R](self, priority=self.priority).enqueue(*args, **kwargs)
+        return TaskCall[P, R](self, priority=self.priority,
+                              unique=self.unique).enqueue(*args, **kwargs)
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         """``enqueue``, awaited: on the App's asyncio client, never blocking the event loop."""
-        return await TaskCall[P, R](self, priority=self.priority).aenqueue(*args, **kwargs)
+        return await TaskCall[P, R](self, priority=self.priority,
+                                    unique=self.unique).aenqueue(*args, **kwargs)
 
     def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
         """One call of this task for a workflow (``echomq.chain``, ``group``, ``chord``), given
@@ -368,13 +377,16 @@ class Task(Generic[P, R]):
                      at: datetime.datetime | None = None,
                      lane: str | None = None, queue: str | None = None,
                      priority: int | None = None, after: Sequence[Parent] | None = None,
-                     policy: str = "fail") -> TaskCall[P, R]:
+                     policy: str = "fail",
+                     **unique: UniqueKey | int | None) -> TaskCall[P, R]:
         """This task with per-call options, kept apart from the task's own arguments:
         ``job_id`` (the idempotency key: a second enqueue of it is a DUPLICATE), ``delay_ms``
         or ``at`` (an aware datetime: run then, by the server's clock), ``lane``, ``queue``,
         ``priority`` (-100 to 100; default the task's; ArgumentError otherwise, here),
         ``after`` (handles or job ids of the same queue: the job waits until each of them
-        ended) and ``policy`` (what a dead one does to it: "fail", "ignore" or "continue")."""
+        ended) and ``policy`` (what a dead one does to it: "fail", "ignore" or "continue");
+        ``dedupe``, ``debounce`` or ``throttle`` and its ``<mode>_ms`` (as ``@app.task``'s;
+        any given replace the task's)."""
         if delay_ms and at is not None:
             raise ValueError("give delay_ms or at, not both")
         if priority is not None:
@@ -382,7 +394,8 @@ class Task(Generic[P, R]):
         return TaskCall[P, R](self, job_id=job_id, delay_ms=delay_ms,
                         at_ms=None if at is None else at_ms(at), lane=lane, queue=queue,
                         priority=self.priority if priority is None else priority,
-                        after=None if after is None else tuple(after), policy=policy)
+                        after=None if after is None else tuple(after), policy=policy,
+                        unique=unique_of(**unique) if unique else self.unique)
 
     # the worker side ----------------------------------------------------------------------------
 

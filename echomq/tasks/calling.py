@@ -17,6 +17,7 @@ from echomq.tasks.canvas import TaskSignature
 from echomq.tasks.envelope import Envelope, encode
 from echomq.tasks.handle import HandledTask, TaskHandle
 from echomq.tasks.signature import Signature
+from echomq.tasks.unique import resolved
 from echomq.tasks.workflow import WorkflowHandle, leaves
 
 if TYPE_CHECKING:
@@ -87,12 +88,14 @@ class TaskCall(Generic[P, R]):
     priority: int = 0
     after: tuple[Parent, ...] | None = None
     policy: str = "fail"
+    unique: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         checked_policy(self.policy)
-        if self.after is not None and (self.delay_ms or self.at_ms is not None or self.lane):
+        if self.after is not None and (self.delay_ms or self.at_ms is not None or self.lane
+                                       or self.unique):
             raise ValueError("a job with after= runs once its parents ended: give no delay, "
-                             "at or lane with it")
+                             "at, lane, dedupe, debounce or throttle with it")
 
     def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
         """``Task.s`` with this call's ``job_id`` and ``priority`` (a workflow's jobs go to its
@@ -139,7 +142,8 @@ class TaskCall(Generic[P, R]):
                                       queue.name), app.serializer)
             after = None if self.after is None else parent_ids(self.after, queue.name)
             yield Admission(queue, job_id, payload,
-                            {"lane": self.lane, "priority": self.priority, **self._timing()},
+                            {"lane": self.lane, "priority": self.priority, **self._timing(),
+                             **resolved(self.unique or {}, args, kwargs)},
                             after, self.policy)
 
     def _timing(self) -> dict[str, int]:

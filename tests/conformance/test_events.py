@@ -18,6 +18,7 @@ from echomq.conformance.cases import Case, all_cases
 from echomq.conformance.cases.dead import trim_dead_cases
 from echomq.conformance.cases.events import EVENTS, evented
 from echomq.conformance.cases.lanes import lane_cases
+from echomq.conformance.cases.unique import unique_cases
 from echomq.conformance.harness import BY_NAME, EXECUTORS, Pair
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.transitions import EVENTS_MAXLEN
@@ -25,10 +26,11 @@ from echomq.engine.transitions import EVENTS_MAXLEN
 MARKER = "emq-events-done"
 LANE_CASES = {case.id for case in lane_cases()}
 DEAD_CASES = {case.id for case in trim_dead_cases()}
+UNIQUE_CASES = {case.id for case in unique_cases()}
 # The evented calls too: their XADD fires "xadd" (and "xtrim") in the same place on both.
 CASES = [case for case in all_cases()
          if case.transition.items or case.label in ("good", "all-keys-other-queue", "evented-good")
-         or case.label.startswith("events-") or case.id in LANE_CASES | DEAD_CASES]
+         or case.label.startswith("events-") or case.id in LANE_CASES | DEAD_CASES | UNIQUE_CASES]
 Events = list[tuple[bytes, bytes]]
 
 

@@ -54,7 +54,12 @@ class Case:
         return f"{self.transition.name}:{self.label}"
 
 
+DEDUPE_KEY = "k1"  # the dedupe key of enqueue_unique's calls: <base>dedupe:k1
+
+
 def key(role: str, job_id: str = "JOB:1", base: str = BASE) -> str:
+    if role == "dedupe":
+        return f"{base}dedupe:{DEDUPE_KEY}"
     return base + (f"job:{job_id}" if role == "job" else role)
 
 
@@ -117,6 +122,8 @@ GOOD: dict[str, list[Arg]] = {
     "enqueue_after": [2, key("waiting"), key("job"), "JOB:1", b"payload", NOW, "fail"],
     "after": [5, key("waiting"), key("pending"), key("dead"), key("job"), key("wake"), "JOB:1",
               NOW, 1, "JOB:2"],
+    "enqueue_unique": [5, key("pending"), key("delayed"), key("job"), key("wake"), key("dedupe"),
+                       "JOB:1", b"payload", NOW, "dedupe", 60_000, 0],
 }
 
 # A state on which each transition's GOOD call succeeds.
@@ -138,6 +145,7 @@ READY: dict[str, list[Command]] = {
                   *dead("JOB:2", NOW - 5)],
     "enqueue_after": [],
     "after": [],  # filled below: JOB:1 waiting, open; JOB:2 (its parent) absent, so done
+    "enqueue_unique": [],
 }
 
 

@@ -29,7 +29,7 @@ from echomq.conformance.cases.common import (
     key,
 )
 from echomq.conformance.resp import Arg
-from echomq.engine.transitions import TRANSITIONS, Transition
+from echomq.engine.transitions import NAMED_ROLES, TRANSITIONS, Transition
 
 BAD_INTS: list[tuple[str, Arg]] = [
     ("empty", ""), ("negative", "-1"), ("plus", "+1"), ("space", " 1"), ("float", "1.0"),
@@ -44,7 +44,7 @@ BAD_NUMKEYS: list[tuple[str, Arg, bytes]] = [
     ("huge", "99999999999999999999", E_NOTINT), ("negative", "-1", E_NEGATIVE),
 ]
 MINIMUM = {"seal": 0, "lease_ms": 1, "fence": 1, "max_attempts": 1, "limit": 1, "retention_ms": 0,
-           "delay_ms": 0, "count": 0, "at_ms": 0}
+           "delay_ms": 0, "count": 0, "at_ms": 0, "period_ms": 0}
 WRONG_VALUE: dict[str, list[Command]] = {
     "hash": [["SET", "{k}", "x"], ["RPUSH", "{k}", "x"]],
     "zset": [["SET", "{k}", "x"], ["HSET", "{k}", "f", "v"]],
@@ -53,7 +53,7 @@ WRONG_VALUE: dict[str, list[Command]] = {
 }
 KEY_TYPES = {"job": "hash", "pending": "zset", "active": "zset", "delayed": "zset",
              "dead": "zset", "ring": "list", "wake": "list", "fence": "string",
-             "deadconf": "hash", "waiting": "zset"}
+             "deadconf": "hash", "waiting": "zset", "dedupe": "string"}
 
 
 def _with(argv: list[Arg], index: int, value: Arg) -> list[Arg]:
@@ -161,7 +161,9 @@ def key_cases(t: Transition) -> Iterator[Case]:
         if len(t.keys) > 1:  # a lone key of another queue is that queue's whole call
             yield Case(t, f"key{i}-other-queue", _with(good, i, other), E_KEYS)
         yield Case(t, f"key{i}-empty", _with(good, i, ""), E_KEYS)
-        yield Case(t, f"key{i}-suffix-changed", _with(good, i, _raw(good[i]) + b"x"), E_KEYS)
+        # a named key (the dedupe key) takes any name of the lane gate: a byte outside it
+        changed = _raw(good[i]) + (b"/" if role in NAMED_ROLES else b"x")
+        yield Case(t, f"key{i}-suffix-changed", _with(good, i, changed), E_KEYS)
     yield Case(t, "keys-swapped", [good[0], good[2], good[1], *good[3:]], E_KEYS)
     whole_other = [good[0], *(key(r, base=OTHER) for r in t.keys), *good[1 + len(t.keys):]]
     yield Case(t, "all-keys-other-queue", whole_other, _expect_ok(t), READY_OTHER[t.name])
@@ -179,7 +181,8 @@ def _expect_ok(t: Transition) -> bytes:
             "settle": b"*2\r\n*2\r\n+ACKED\r\n+RETRYING\r\n*1\r\n*4\r\n$5\r\nJOB:3\r\n",
             "extend_many": b"*2\r\n+EXTENDED\r\n+EXTENDED\r\n", "progress": b"+RECORDED",
             "cancel": b"+CANCELLED",
-            "trim_dead": b":1\r\n", "enqueue_after": b"+WAITING", "after": b"+READY"}[t.name]
+            "trim_dead": b":1\r\n", "enqueue_after": b"+WAITING", "after": b"+READY",
+            "enqueue_unique": b"+ENQUEUED"}[t.name]
 
 
 def number_cases(t: Transition) -> Iterator[Case]:

@@ -10,12 +10,13 @@ from echomq.conformance.model.cancel import Cancels
 from echomq.conformance.model.dead import DeadTrimming
 from echomq.conformance.model.events import EventSink
 from echomq.conformance.model.movers import Movers
+from echomq.conformance.model.unique import UniqueEnqueue
 from echomq.conformance.model.validation import Validation
 from echomq.conformance.resp import Arg
 from echomq.engine.transitions import Transition
 
 
-class Model(Validation, BatchTransitions, Movers, Cancels, DeadTrimming):
+class Model(Validation, BatchTransitions, Movers, Cancels, DeadTrimming, UniqueEnqueue):
     """The queue's keyspace in Python and every transition applied to it."""
 
     def call(self, transition: Transition, argv: Sequence[Arg]) -> bytes:

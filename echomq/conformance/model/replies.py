@@ -21,6 +21,8 @@ PROGRESS_MAX = 65536
 E_NOTINT = b"ERR value is not an integer or out of range"
 E_NEGATIVE = b"ERR Number of keys can't be negative"
 E_TOOMANY = b"ERR Number of keys can't be greater than number of args"
+E_MODE = b"EMQMODE mode must be dedupe, debounce or throttle"
+UNIQUE_MODES = (b"dedupe", b"debounce", b"throttle")
 
 
 def status(text: str) -> bytes:

@@ -11,6 +11,7 @@ from echomq.conformance.model.replies import (
     E_FENCE,
     E_KEYS,
     E_KIND,
+    E_MODE,
     E_NEGATIVE,
     E_NOTINT,
     E_NOW,
@@ -22,22 +23,31 @@ from echomq.conformance.model.replies import (
     E_TYPE,
     PROGRESS_MAX,
     RESULT_MAX,
+    UNIQUE_MODES,
     arity_error,
     error,
     number_error,
     optional_arity_error,
     variadic_arity_error,
 )
-from echomq.conformance.model.words import MINIMUM, id_ok, int_arg, numkeys_of, priority_arg, raw
+from echomq.conformance.model.words import (
+    MINIMUM,
+    id_ok,
+    int_arg,
+    lane_ok,
+    numkeys_of,
+    priority_arg,
+    raw,
+)
 from echomq.conformance.resp import Arg
-from echomq.engine.transitions import Transition
+from echomq.engine.transitions import NAMED_ROLES, Transition
 
 # The single verbs that may end a job (done keeping a result, dead, or cancelled): they check its
 # ended key.
 ENDING = ("ack_result", "retry", "cancel")
 KEY_TYPE = {"job": b"hash", "pending": b"zset", "active": b"zset", "delayed": b"zset",
             "dead": b"zset", "ring": b"list", "wake": b"list", "fence": b"string",
-            "deadconf": b"hash", "waiting": b"zset"}
+            "deadconf": b"hash", "waiting": b"zset", "dedupe": b"string"}
 
 
 def shape_ok(transition: Transition, keys: list[bytes], args: list[bytes]) -> bool:
@@ -100,10 +110,16 @@ class Validation(Records):
         if failure is not None:
             return failure
         checked = self._typed(transition, call)
-        if transition.name in ENDING and not isinstance(checked, bytes) \
-                and not self.list_or_none(call.base + b"ended:" + job_id):
-            return error(E_TYPE)
-        return checked
+        if isinstance(checked, bytes) or self._derived_ok(transition, checked, job_id):
+            return checked
+        return error(E_TYPE)
+
+    def _derived_ok(self, transition: Transition, call: Call, job_id: bytes) -> bool:
+        """Step 6 of a single verb: the ended key of one that may end a job, the holder's row
+        of enqueue_unique."""
+        if transition.name in ENDING:
+            return self.list_or_none(call.base + b"ended:" + job_id)
+        return transition.name != "enqueue_unique" or self._holder_ok(call)
 
     def _keyed(self, transition: Transition, keys: list[bytes], args: list[bytes],
                extra: list[bytes], job_id: bytes) -> Call | None:
@@ -130,7 +146,10 @@ class Validation(Records):
     def _numbers(self, call: Call, names: Sequence[str], words: Sequence[bytes]) -> bytes | None:
         """The first number error among the fixed arguments, in order; None when all parse."""
         for name, word in zip(names, words, strict=True):
-            failure = self._number(call, name, word) or self._policy(name, word)
+            if name == "mode":  # enqueue_unique's mode, in its place among the numbers
+                failure = None if word in UNIQUE_MODES else error(E_MODE)
+            else:
+                failure = self._number(call, name, word) or self._policy(name, word)
             if failure is not None:
                 return failure
         return None
@@ -181,6 +200,15 @@ class Validation(Records):
             return error(E_TYPE)
         return checked
 
+    def _holder_ok(self, call: Call) -> bool:
+        """Step 6 of enqueue_unique (dedupe, debounce): the row of the id its dedupe key names,
+        absent or a hash."""
+        dedupe = call.keys[4]
+        if call.args[3] == b"throttle" or self.kind(dedupe) != b"string":
+            return True
+        held = self.keys[dedupe].data
+        return not id_ok(held) or self.kind(call.base + b"job:" + held) in (b"none", b"hash")
+
     def release_lane_ok(self, base: bytes, item: Item) -> bool:
         """The lane keys a release item's job would go back to are of their types (or it has
         none)."""
@@ -224,8 +252,13 @@ class Validation(Records):
         if not first.endswith(suffix):
             return None
         base = first[:len(first) - len(suffix)]
-        if any(key != base + end for key, end in zip(keys[1:], suffixes[1:], strict=True)):
-            return None
+        for role, key, end in zip(transition.keys[1:], keys[1:], suffixes[1:], strict=True):
+            if role in NAMED_ROLES:  # base + its prefix + a name of the lane gate
+                head = base + NAMED_ROLES[role].encode()
+                if not key.startswith(head) or not lane_ok(key[len(head):]):
+                    return None
+            elif key != base + end:
+                return None
         return base
 
     @staticmethod

@@ -13,7 +13,7 @@ LLONG_MAX = 2**63 - 1
 
 # The minimum of every integer argument; "now" and free-form bytes are absent.
 MINIMUM = {"fence": 1, "lease_ms": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 1,
-           "limit": 1, "count": 0, "at_ms": 0, "seal": 0}
+           "limit": 1, "count": 0, "at_ms": 0, "seal": 0, "period_ms": 0}
 
 _ID = re.compile(rb"JOB:[A-Za-z0-9._:-]{1,200}\Z")
 _INT = re.compile(rb"[0-9]{1,15}\Z")
@@ -26,6 +26,11 @@ def raw(arg: Arg) -> bytes:
 
 def id_ok(value: bytes) -> bool:
     return _ID.match(value) is not None
+
+
+def lane_ok(value: bytes) -> bool:
+    """A name of the lane gate: 1-200 bytes of A-Z a-z 0-9 . _ : -."""
+    return re.match(rb"[A-Za-z0-9._:-]{1,200}\Z", value) is not None
 
 
 def int_arg(value: bytes, minimum: int) -> int | None:

@@ -3,8 +3,8 @@
 
 -- One HSET: payload, attempts 0, enqueued_at now, a lane job's lane (group, when given), then
 -- priority, written only when it is not 0 (a row without it is priority 0, so a job at 0 has the
--- fields it always had).
-local function new_row(row, payload, now, priority, group)
+-- fields it always had), then the field/value pairs of extra (enqueue_unique's dedupe fields).
+local function new_row(row, payload, now, priority, group, extra)
   local fields = { 'payload', payload, 'attempts', '0', 'enqueued_at', dec(now) }
   if group then
     fields[#fields + 1], fields[#fields + 2] = 'lane', group
@@ -12,5 +12,6 @@ local function new_row(row, payload, now, priority, group)
   if priority ~= 0 then
     fields[#fields + 1], fields[#fields + 2] = 'priority', dec(priority)
   end
+  for _, v in ipairs(extra or {}) do fields[#fields + 1] = v end
   redis.call('HSET', row, unpack(fields))
 end

@@ -12,6 +12,7 @@ local E_RESULT = 'EMQSIZE result must be at most 524288 bytes'
 local E_PROGRESS = 'EMQSIZE progress must be at most 65536 bytes'
 local E_PRIORITY = 'EMQNUM priority must be an integer from -100 to 100'
 local E_POLICY = 'EMQPOLICY policy must be fail, ignore or continue'
+local E_MODE = 'EMQMODE mode must be dedupe, debounce or throttle'
 
 local function arity_error(verb, nkeys, nargs)
   return redis.error_reply(string.format('EMQARITY EMQ.%s takes %d keys and %d arguments',

@@ -34,6 +34,15 @@ local function record_key_ok(base, key)
   return lane_ok(string.sub(key, #prefix + 1))
 end
 
+-- A declared key named by the caller: base .. prefix .. a name of the lane gate (enqueue_unique's
+-- dedupe key, 'dedupe:').
+local function named_key_ok(base, key, prefix)
+  if base == nil then return false end
+  local head = base .. prefix
+  if #key <= #head or string.sub(key, 1, #head) ~= head then return false end
+  return lane_ok(string.sub(key, #head + 1))
+end
+
 -- The keys a call may declare after its n own ones, in order: its claim record (takes_record;
 -- any key but the events key is taken for it), then the queue's events key, exactly
 -- base .. 'events'. Returns record_key, events_key (nil when not declared), or false, false
