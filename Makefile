@@ -59,7 +59,9 @@ LOWEST_SUITE = tests/test_consumer.py tests/test_aio.py tests/test_queue.py test
 	tests/test_tasks_e2e.py tests/test_directives.py tests/test_periodic.py \
 	tests/test_lanes.py tests/test_lane_limits.py tests/test_metrics.py tests/test_tracing.py \
 	tests/test_wait_slices.py tests/test_clients.py tests/test_replay.py tests/test_cluster_once.py \
-	tests/test_cluster_scripts.py tests/test_cluster_routing.py tests/test_tasks_async.py
+	tests/test_cluster_scripts.py tests/test_cluster_routing.py tests/test_tasks_async.py \
+	tests/test_workflows.py tests/test_queue_after.py tests/test_cluster_workflows.py \
+	tests/test_queue_dedupe.py
 
 $(LOWEST_VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
 	test -x $(LOWEST_VENV)/bin/python || python3 -m venv $(LOWEST_VENV)
