@@ -64,7 +64,7 @@ def _workers_or_none(conn: Any) -> list[WorkerInfo]:
 
 
 def _holds_anything(s: admin.QueueStats) -> bool:
-    return bool(s.pending or s.active or s.delayed or s.dead or s.lanes or s.paused)
+    return bool(s.pending or s.active or s.delayed or s.dead or s.lanes or s.paused or s.waiting)
 
 
 @click.command()

@@ -82,6 +82,11 @@ class Verdict(enum.Enum):
     CANCELLING = "CANCELLING"
     DONE = "DONE"
     UNKNOWN = "UNKNOWN"
+    # a job with parents (enqueue_after, after): waiting, moved to pending, not waiting, sealed
+    WAITING = "WAITING"
+    READY = "READY"
+    NOTWAITING = "NOTWAITING"
+    SEALED = "SEALED"
 
     @classmethod
     def of(cls, reply: Any) -> Verdict:

@@ -40,6 +40,7 @@ class QueueStats:
     server_time_ms: int = 0
     paused: bool = False
     paused_lanes: list[str] = field(default_factory=list)
+    waiting: int = 0  # jobs waiting for their parents (Queue.enqueue_after), in <base>waiting
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -184,10 +185,11 @@ def stats(conn: Any, name: str) -> QueueStats:
         pipe.lrange(calls.key("ring"), 0, -1)
         pipe.hgetall(calls.key("parked"))
         pipe.exists(calls.key("paused"))
+        pipe.zcard(calls.key("waiting"))
         if not clustered:
             pipe.time()  # a cluster pipeline refuses TIME: asked of the slot's node below
         replies = pipe.execute()
-    *sizes, head, tail, groups, parked, paused = replies[:len(ZSETS) + 5]
+    *sizes, head, tail, groups, parked, paused, waiting = replies[:len(ZSETS) + 6]
     now = slot_clock_ms(conn, calls.key("pending")) if clustered else time_ms(replies[-1])
     lanes, lane_oldest = _lanes_of(conn, calls, groups, parked)
     oldest = _oldest_pending(conn, calls.key("pending"), head, tail)
@@ -197,7 +199,7 @@ def stats(conn: Any, name: str) -> QueueStats:
     return QueueStats(name, pending, active, delayed, dead, lanes=lanes,
                       oldest_pending_age_ms=max(0, now - min(times)) if times else None,
                       server_time_ms=now, paused=bool(paused),
-                      paused_lanes=paused_lanes(parked))
+                      paused_lanes=paused_lanes(parked), waiting=int(waiting))
 
 
 def slot_clock_ms(conn: Any, key: str) -> int:
@@ -271,10 +273,10 @@ def inspect(conn: Any, name: str, job_id: str) -> dict[str, Any] | None:
 def _location(conn: Any, calls: QueueCalls, job_id: str,
               lane: str | None) -> tuple[str, int | None]:
     with conn.pipeline(transaction=False) as pipe:
-        for role in ZSETS:
+        for role in (*ZSETS, "waiting"):
             pipe.zscore(calls.key(role), job_id)
         scores = pipe.execute()
-    for role, score in zip(ZSETS, scores, strict=True):
+    for role, score in zip((*ZSETS, "waiting"), scores, strict=True):
         if score is not None:
             return role, int(score)
     if lane is not None and conn.lpos(calls.key("lane", lane=lane), job_id) is not None:
