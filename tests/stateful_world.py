@@ -23,6 +23,7 @@ from echomq.conformance.model import (
 from echomq.engine.transitions import (
     ACK,
     ACK_RESULT,
+    AFTER,
     CANCEL,
     CLAIM,
     ENQUEUE,
@@ -184,10 +185,10 @@ class BeyondTheQueue(DeadBoundsRules):
         numbers = {"id": job_id, "payload": b"p", "now": self.now, "lease_ms": 1_000,
                    "fence": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 3,
                    "error": b"e", "limit": 10, "count": 1, "at_ms": 0, "result": b"r",
-                   "progress": b"g"}
+                   "progress": b"g", "policy": b"fail", "seal": 1}
         keys = [key(role.encode(), job_id, base) for role in transition.keys]
         items: Argv = {SETTLE: [b"ack", job_id, 1, b"retry", job_id, 1, 0, 3, b"e"],
-                       EXTEND_MANY: [job_id, 1]}.get(transition, [])
+                       EXTEND_MANY: [job_id, 1], AFTER: [b"JOB:2"]}.get(transition, [])
         return [len(keys), *keys, *(numbers[name] for name in transition.args), *items]
 
     @rule(data=st.data(), transition=st.sampled_from(TRANSITIONS),
