@@ -23,6 +23,7 @@ from echomq.conformance.model import (
 from echomq.engine.transitions import (
     ACK,
     ACK_RESULT,
+    AFTER,
     CANCEL,
     CLAIM,
     ENQUEUE,
@@ -187,7 +188,7 @@ class BeyondTheQueue(DeadBoundsRules):
                    "progress": b"g", "policy": b"fail", "seal": 1}
         keys = [key(role.encode(), job_id, base) for role in transition.keys]
         items: Argv = {SETTLE: [b"ack", job_id, 1, b"retry", job_id, 1, 0, 3, b"e"],
-                       EXTEND_MANY: [job_id, 1]}.get(transition, [])
+                       EXTEND_MANY: [job_id, 1], AFTER: [b"JOB:2"]}.get(transition, [])
         return [len(keys), *keys, *(numbers[name] for name in transition.args), *items]
 
     @rule(data=st.data(), transition=st.sampled_from(TRANSITIONS),
