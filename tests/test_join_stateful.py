@@ -1,8 +1,7 @@
 """Dependencies and the join, stateful: random workflows (jobs admitted at once or after random
 parents under random policies, claimed, acked, sent dead, cancelled, recovered, settled) run on
-the scripts and on the model (echomq/conformance/model/join.py) in lockstep — every reply and,
-after every step, the whole keyspace. The scripts run on both sides of the pair (the native
-twins are compared by the conformance suite once they exist)."""
+the scripts, on trafikey and on the model (echomq/conformance/model/join.py) in lockstep —
+every reply and, after every step, the whole keyspace of both executors."""
 
 from __future__ import annotations
 
@@ -36,8 +35,9 @@ class JoinMachine(RuleBasedStateMachine):
 
     def call(self, transition: t.Transition, argv: list[Arg]) -> bytes:
         expected = self.model.call(transition, argv)
-        outcomes = self.pair.run(transition, argv, scripts_only=True)
-        assert outcomes["lua"].reply == expected, (transition.name, argv)
+        outcomes = self.pair.run(transition, argv)
+        for name in ("lua", "native"):
+            assert outcomes[name].reply == expected, (name, transition.name, argv)
         head = expected.split(b"\r")[0].decode()
         event(f"{transition.name} {head}")
         return expected
@@ -121,7 +121,8 @@ class JoinMachine(RuleBasedStateMachine):
 
     @invariant()
     def keyspaces_agree(self) -> None:
-        assert normalise(self.pair.snapshot("lua")) == self.model.render()
+        for name in ("lua", "native"):
+            assert normalise(self.pair.snapshot(name)) == self.model.render(), name
 
     def teardown(self) -> None:
         self.pair.close()
@@ -131,5 +132,5 @@ STATEFUL = settings(max_examples=100, stateful_step_count=50, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
-def test_scripts_and_model_in_lockstep(valkey: EmbeddedValkey) -> None:
+def test_executors_and_model_in_lockstep(valkey: EmbeddedValkey) -> None:
     run_state_machine_as_test(lambda: JoinMachine(valkey.port), settings=STATEFUL)
