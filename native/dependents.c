@@ -413,6 +413,14 @@ static void plan_dependent(Join *j, ValkeyModuleString *d, const Work *w, Workli
  * found it (one read of next, dedupe, dedupe_ms). Returns the failure of a check, or NULL. */
 const char *join_end(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, int outcome,
                      ValkeyModuleString *error, long long retention, long long at) {
+    if (j->failure) return j->failure;
+    {   /* a job with no dependents and no dedupe key (most): that one read, nothing planned */
+        int opened, quiet;
+        ValkeyModuleKey *key = handle(j, row, VALKEYMODULE_READ, &opened);
+        quiet = !row_has(j->ctx, key, "next") && !row_has(j->ctx, key, "dedupe");
+        done_with(key, opened);
+        if (quiet) return NULL;
+    }
     Worklist work = {0};
     work_push(&work, (Work){keep(j, id), keep(j, row), error ? keep(j, error) : NULL, outcome, retention, at});
     for (size_t k = 0; k < work.n && !j->failure; k++) {
