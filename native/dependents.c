@@ -182,10 +182,6 @@ const char *join_failure(const Join *j) {
     return j->failure;
 }
 
-int join_has_steps(const Join *j) {
-    return j->nsteps > j->applied;
-}
-
 static Step *add_step(Join *j, Op op) {
     if (j->nsteps == j->cap) {
         j->cap = j->cap ? j->cap * 2 : 8;
@@ -238,10 +234,9 @@ static int in_zset_named(Join *j, ValkeyModuleString *zset, ValkeyModuleString *
     return in;
 }
 
-/* A hash field of the row named, or NULL (absent row or field). The caller frees it. */
-static ValkeyModuleString *field_of(Join *j, ValkeyModuleKey *row, const char *field) {
+/* A hash field of the open row, or NULL (absent row or field). The caller frees it. */
+static ValkeyModuleString *field_of(ValkeyModuleKey *row, const char *field) {
     ValkeyModuleString *v = NULL;
-    (void)j;
     if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH)
         ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, field, &v, NULL);
     return v;
@@ -276,7 +271,7 @@ static Waiter *waiter(Join *j, ValkeyModuleString *d) {
     int opened;
     ValkeyModuleKey *key = handle(j, row, VALKEYMODULE_READ, &opened);
     if (ValkeyModule_KeyType(key) != VALKEYMODULE_KEYTYPE_EMPTY) {
-        ValkeyModuleString *hold = field_of(j, key, "hold"), *policy = field_of(j, key, "policy");
+        ValkeyModuleString *hold = field_of(key, "hold"), *policy = field_of(key, "policy");
         s->waiting = 1;
         s->waits = row_int_field(j->ctx, key, "waits", 0);
         s->hold = hold != NULL;
@@ -418,6 +413,14 @@ static void plan_dependent(Join *j, ValkeyModuleString *d, const Work *w, Workli
  * found it (one read of next, dedupe, dedupe_ms). Returns the failure of a check, or NULL. */
 const char *join_end(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, int outcome,
                      ValkeyModuleString *error, long long retention, long long at) {
+    if (j->failure) return j->failure;
+    {   /* a job with no dependents and no dedupe key (most): that one read, nothing planned */
+        int opened, quiet;
+        ValkeyModuleKey *key = handle(j, row, VALKEYMODULE_READ, &opened);
+        quiet = !row_has(j->ctx, key, "next") && !row_has(j->ctx, key, "dedupe");
+        done_with(key, opened);
+        if (quiet) return NULL;
+    }
     Worklist work = {0};
     work_push(&work, (Work){keep(j, id), keep(j, row), error ? keep(j, error) : NULL, outcome, retention, at});
     for (size_t k = 0; k < work.n && !j->failure; k++) {
@@ -599,7 +602,7 @@ static void apply_cancel(Join *j, const Step *st, ValkeyModuleKey *row) {
 }
 
 static void apply_link(Join *j, const Step *st, ValkeyModuleKey *row) {
-    ValkeyModuleString *cur = field_of(j, row, "next");
+    ValkeyModuleString *cur = field_of(row, "next");
     Bytes c = bytes_of(st->child);
     ValkeyModuleString *value;
     if (cur == NULL) {

@@ -238,7 +238,6 @@ Join *join_new(ValkeyModuleCtx *ctx, Bytes base, const EventSink *ev, int has_no
 const char *join_end(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, int outcome,
                      ValkeyModuleString *error, long long retention, long long at);
 const char *join_failure(const Join *j);
-int join_has_steps(const Join *j);
 void join_apply(Join *j);
 size_t join_mark(const Join *j);
 void join_apply_to(Join *j, size_t mark);

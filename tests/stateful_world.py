@@ -53,6 +53,9 @@ REPLAYS: dict[str, tuple[bytes, ...]] = {
 ITEM_REPLAYS: dict[bytes, tuple[bytes, ...]] = {
     b"ack": (b"ACKED", b"CANCELLED"), b"done": (b"ACKED", b"CANCELLED"),
     b"retry": (b"RETRYING", b"DEAD", b"CANCELLED"), b"release": (b"CANCELLED",)}
+# The transitions bad input is sent to: all but the dependencies' (a good call by chance would
+# admit or release a waiting job the world does not track; tests/test_join_stateful.py runs them).
+BAD_INPUT = tuple(t for t in TRANSITIONS if t.name not in ("enqueue_after", "after"))
 # transitions whose replies the machine's bookkeeping follows
 TRACKED = (ENQUEUE, ENQUEUE_DELAYED, CLAIM, ACK, ACK_RESULT, SETTLE, CANCEL)
 
@@ -192,7 +195,7 @@ class BeyondTheQueue(DeadBoundsRules):
                        EXTEND_MANY: [job_id, 1]}.get(transition, [])
         return [len(keys), *keys, *(numbers[name] for name in transition.args), *items]
 
-    @rule(data=st.data(), transition=st.sampled_from(TRANSITIONS),
+    @rule(data=st.data(), transition=st.sampled_from(BAD_INPUT),
           job_id=st.sampled_from(POOL), base=st.sampled_from([BASE, BASE, OTHER, b""]))
     def bad_input(self, data: st.DataObject, transition: Transition, job_id: bytes,
                   base: bytes) -> None:

@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from echomq import Queue
+from echomq.embedded import EmbeddedValkey
 from echomq.engine import transitions as t
 from echomq.engine.calls import Verdict
 from echomq.engine.scripts import script_for
@@ -157,3 +158,32 @@ def test_fifteen_hundred_parents_in_chunks(conn: redis.Redis, queue: Queue) -> N
         assert waiting(conn) == 1, n
         queue.ack(job)
     run_one(queue, "JOB:join")
+
+
+def test_a_hook_key_the_acl_denies_refuses_before_any_write(conn: redis.Redis, queue: Queue,
+                                                            valkey: EmbeddedValkey) -> None:
+    """ack of a parent whose dependent waits needs <base>waiting (derived): a user denied it
+    gets NOPERM and the lease stays as it was; a job with no dependents acks as before."""
+    base = t.queue_base(NAME)
+    queue.enqueue("JOB:p", b"p")
+    queue.enqueue("JOB:solo", b"s")
+    enqueue_after(conn, "JOB:d", ["JOB:p"])
+    leases = [queue.claim(), queue.claim()]
+    conn.acl_setuser("joiner", enabled=True, passwords=["+pw"], commands=["+@all"],
+                     keys=[f"{base}active", f"{base}job:*", f"{base}ended:*"])
+    user = redis.Redis(port=valkey.port, username="joiner", password="pw")
+    try:
+        sha = user.script_load(script_for(t.ACK).source)
+        for job in leases:
+            assert job is not None
+            keys = t.keys_for(base, t.ACK, job.id)
+            if job.id == "JOB:p":
+                with pytest.raises(redis.exceptions.NoPermissionError):
+                    user.evalsha(sha, len(keys), *keys, job.id, job.fence, 0)
+                assert conn.zscore(base + "active", "JOB:p") is not None
+                assert conn.hget(base + "job:JOB:p", "payload") == b"p"
+            else:
+                assert user.evalsha(sha, len(keys), *keys, job.id, job.fence, 0) == b"ACKED"
+    finally:
+        user.close()
+        conn.acl_deluser("joiner")

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from echomq.conformance.cases import Case, all_cases
+from echomq.conformance.cases.after import join_cases
 from echomq.conformance.cases.dead import trim_dead_cases
 from echomq.conformance.cases.events import EVENTS, evented
 from echomq.conformance.cases.lanes import lane_cases
@@ -27,10 +28,13 @@ MARKER = "emq-events-done"
 LANE_CASES = {case.id for case in lane_cases()}
 DEAD_CASES = {case.id for case in trim_dead_cases()}
 UNIQUE_CASES = {case.id for case in unique_cases()}
+# The join: the end hook's writes on the dependents, the waiting set, pending, dead, ended keys.
+JOIN_CASES = {case.id for case in join_cases()}
 # The evented calls too: their XADD fires "xadd" (and "xtrim") in the same place on both.
 CASES = [case for case in all_cases()
          if case.transition.items or case.label in ("good", "all-keys-other-queue", "evented-good")
-         or case.label.startswith("events-") or case.id in LANE_CASES | DEAD_CASES | UNIQUE_CASES]
+         or case.label.startswith("events-")
+         or case.id in LANE_CASES | DEAD_CASES | UNIQUE_CASES | JOIN_CASES]
 Events = list[tuple[bytes, bytes]]
 
 
