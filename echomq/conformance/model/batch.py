@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from echomq.conformance.model.call import Call, Item
 from echomq.conformance.model.flat import FlatTransitions
-from echomq.conformance.model.replies import E_FENCE, array, bulk, error, integer, status
+from echomq.conformance.model.limits import limited_take, note_queue_limits, queue_limits
+from echomq.conformance.model.replies import E_FENCE, E_TYPE, array, bulk, error, integer, status
 from echomq.conformance.model.words import INT_MAX, dec, int_field, pending_score, row_priority
 
 
@@ -14,6 +15,9 @@ class BatchTransitions(FlatTransitions):
     def _settle(self, call: Call) -> bytes:
         active, pending, counter = call.keys[0], call.keys[3], call.keys[4]
         count = 0 if call.recorded is not None else call.numbers["count"]
+        limits = queue_limits(self, call.base, call.numbers["now"]) if count > 0 else None
+        if count > 0 and limits is None:
+            return error(E_TYPE)
         claims, ghosts = self.plan_claims(call.base, pending, count)
         if call.numbers["last_fence"] + len(claims) > INT_MAX:
             return error(E_FENCE)
@@ -23,7 +27,8 @@ class BatchTransitions(FlatTransitions):
         for ghost in ghosts:
             self.zrem(pending, ghost)
         jobs, leases = [], []
-        for member in claims:
+        take = limited_take(self, limits, active, len(claims)) if limits is not None else 0
+        for member in claims[:take]:
             row = call.base + b"job:" + member
             self.zrem(pending, member)
             attempt, fence = self.lease(call, row, member, active, counter)
@@ -34,6 +39,8 @@ class BatchTransitions(FlatTransitions):
             jobs.append(b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt)
                         + integer(fence))
         self.write_record(call, leases)
+        if limits is not None:
+            note_queue_limits(self, call.base, limits, active, pending, take)
         return b"*2\r\n" + array(verdicts) + array(jobs)
 
     def plan_claims(self, base: bytes, pending: bytes, count: int) -> tuple[list[bytes],
@@ -70,6 +77,7 @@ class BatchTransitions(FlatTransitions):
         active, pending, ring, wake_key = call.keys[0], call.keys[3], call.keys[5], call.keys[6]
         job_id = item.id
         self.zrem(active, job_id)
+        self.release_queue_slot(call.base)
         attempts = int_field(self.hget(row, b"attempts"), 0)
         self.keys[row].data[b"attempts"] = dec(max(attempts - 1, 0))
         at = int_field(self.hget(row, b"enqueued_at"), call.numbers["now"])

@@ -86,6 +86,7 @@ class Movers(State):
                 back += 1
                 self.emit("recovered" if head else "promoted", move.member, attempt,
                           lane=move.lane)
+        self.release_queue_slot(call.base, len(moves) if head else 0)  # recover's leases
         self.wake(wake_key, back)
         return integer(len(moves))
 
