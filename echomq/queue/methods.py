@@ -51,6 +51,7 @@ from echomq.queue.bounds import HOUSEKEEPING_STEP, TRIM_STEPS, Housekept, more_d
 from echomq.queue.dead import DeadControls
 from echomq.queue.events import EventReads
 from echomq.queue.lanes import LaneControls, lane_groups, per_group, shown_depths, waiting_keys
+from echomq.queue.limits import LimitControls
 from echomq.queue.parking import WATCH_ROLE, watch_commands
 from echomq.queue.registry import REGISTRY_KEY
 from echomq.queue.waiting import next_block_s, wait_slice_s
@@ -88,7 +89,7 @@ def _outside_stacklevel() -> int:
     return level
 
 
-class QueueMethods(LaneControls, DeadControls, EventReads):
+class QueueMethods(LaneControls, DeadControls, EventReads, LimitControls):
     """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``):
     what both Queues are, and do. With ``events``, each change its calls make is appended to the
     queue's events stream (``events()`` reads it back)."""
