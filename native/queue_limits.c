@@ -96,11 +96,15 @@ long long limited_take(const QueueLimits *ql, ValkeyModuleKey *active, long long
 
 void note_queue_limits(ValkeyModuleCtx *ctx, Bytes base, const QueueLimits *ql, ValkeyModuleKey *active,
                        ValkeyModuleKey *pending, long long taken) {
-    int waiting = ValkeyModule_ValueLength(pending) > 0;
-    int held = ql->has_concurrency && waiting && (long long)ValkeyModule_ValueLength(active) >= ql->concurrency;
     ValkeyModuleString *name;
     ValkeyModuleKey *conf = open_named(ctx, base, "queueconf", &name);
     ValkeyModuleString *was = conf_field(conf, "held");
+    if (!ql->has_concurrency && !ql->has_rate && was == NULL) {
+        close_named(ctx, conf, name);
+        return;
+    }
+    int waiting = ValkeyModule_ValueLength(pending) > 0;
+    int held = ql->has_concurrency && waiting && (long long)ValkeyModule_ValueLength(active) >= ql->concurrency;
     if (held && was == NULL) {
         ValkeyModuleString *one = ValkeyModule_CreateString(ctx, "1", 1);
         fx_hset1(ctx, conf, name, "held", one);

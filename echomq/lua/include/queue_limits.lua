@@ -47,13 +47,14 @@ end
 
 -- After the claim leased `taken` jobs: the window counts them; the queue is held at its
 -- concurrency limit (field `held`) while active holds concurrency leases and jobs wait; over its
--- rate, its window's opening waits in throttled.
+-- rate, its window's opening waits in throttled. A queue with no limits, not held: nothing.
 local function note_queue_limits(base, limits, active, pending, taken)
   local conf = base .. 'queueconf'
+  local was_held = redis.call('HGET', conf, 'held') ~= false
+  if not (limits.concurrency or limits.rate or was_held) then return end
   local waiting = redis.call('ZCARD', pending) > 0
   local held = limits.concurrency ~= nil and waiting
     and redis.call('ZCARD', active) >= limits.concurrency
-  local was_held = redis.call('HGET', conf, 'held') ~= false
   if held and not was_held then redis.call('HSET', conf, 'held', '1') end
   if was_held and not held then redis.call('HDEL', conf, 'held') end
   if not limits.rate then return end
