@@ -4,6 +4,7 @@ promote (delayed jobs due) and requeue (a dead job), each to pending or to its l
 from __future__ import annotations
 
 from echomq.conformance.model.call import Call, Move
+from echomq.conformance.model.limits import reopen_queue_window
 from echomq.conformance.model.replies import E_TYPE, error, integer, status
 from echomq.conformance.model.state import REOPENING, State
 from echomq.conformance.model.words import int_field, pending_score, row_priority
@@ -116,4 +117,8 @@ class Movers(State):
         return self._move_back(call, head=True)
 
     def _promote(self, call: Call) -> bytes:
-        return self._move_back(call, head=False)
+        reply = self._move_back(call, head=False)
+        if not reply.startswith(b"-"):
+            reopen_queue_window(self, call.base, call.keys[3], call.numbers["now"],
+                                call.numbers["limit"])
+        return reply
