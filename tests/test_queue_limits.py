@@ -102,3 +102,22 @@ def test_the_limits_command_shows_and_sets(valkey: EmbeddedValkey, conn: redis.R
 def test_a_bad_limit_is_one_line_and_exit_2(valkey: EmbeddedValkey) -> None:
     assert_one_error(echomq("limits", "clim", "--concurrency", "0", url=valkey.url), 2,
                      "not a limit", "echomq limits -h")
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_raising_the_limit_of_a_held_queue_wakes_its_parked_consumers(conn: redis.Redis,
+                                                                      wire: int) -> None:
+    name = f"raise{wire}"
+    queue = Queue(conn, name, wire=wire, check_policy=False)
+    queue.set_limits(concurrency=1)
+    for n in range(3):
+        queue.enqueue(f"JOB:{n}", b"p", now=NOW + n)
+    assert queue.claim(now=NOW + 10) is not None
+    assert queue.claim(now=NOW + 11) is None  # held
+    conn.delete(f"emq:{{{name}}}:wake")
+    queue.set_limits(concurrency=3)
+    assert conn.llen(f"emq:{{{name}}}:wake") == 3
+    assert len(queue.claim_many(5, now=NOW + 12)) == 2
+    assert conn.hget(f"emq:{{{name}}}:queueconf", "held") is None
+    queue.set_limits(rate=5)  # not held: nothing to wake
+    assert conn.llen(f"emq:{{{name}}}:wake") == 3

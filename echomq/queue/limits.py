@@ -19,6 +19,7 @@ from echomq.engine.program import Program, Reads, method, op
 QUEUECONF_ROLE = "queueconf"
 KNOBS = ("concurrency", "rate", "window_ms")
 DEFAULT_WINDOW_MS = 1000
+WAKE_CAP = 64  # the wake list's cap, as the transitions keep it
 # A knob passed as ``...`` keeps its value; None clears it (no limit; the window: 1000 ms).
 Limit = int | None | types.EllipsisType
 
@@ -56,6 +57,18 @@ def limit_writes(key: str, limits: dict[str, Limit]) -> list[Any]:
     return writes + ([method("hdel", key, *cleared)] if cleared else [])
 
 
+def wake_held(conn: Any, calls: QueueCalls, applied: QueueLimits) -> Program[None]:
+    """Consumers parked while the queue was held at its concurrency limit wake to claim under
+    the limits as they now apply: when the queue is held, a wake token for each lease the new
+    limit allows (64 without one: the wake list's cap, kept with ``LTRIM``)."""
+    held = yield Reads(conn, [method("hexists", calls.key(QUEUECONF_ROLE), "held")])
+    if held[0]:
+        tokens = min(WAKE_CAP, applied.concurrency or WAKE_CAP)
+        wake = calls.key("wake")
+        yield Reads(conn, [method("rpush", wake, *[1] * tokens),
+                           method("ltrim", wake, 0, WAKE_CAP - 1)])
+
+
 class LimitControls:
     """The queue-wide limits, for both Queues (mixed in): written once, as programs."""
 
@@ -79,4 +92,7 @@ class LimitControls:
                               {"concurrency": concurrency, "rate": rate, "window_ms": window_ms})
         if writes:
             yield Reads(self.conn, writes)
-        return (yield from LimitControls.limits.program(self))
+        applied = yield from LimitControls.limits.program(self)
+        if writes:
+            yield from wake_held(self.conn, self.calls, applied)
+        return applied
