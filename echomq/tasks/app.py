@@ -97,7 +97,8 @@ class App:
     to the queue's events stream (``Queue.events`` reads it); ``aconn``: the asyncio client
     ``aenqueue`` and ``aresult`` use (default: a twin of ``conn`` per event loop,
     ``echomq.tasks.twins``; a cluster App needs one given); ``limits``: a ``QueueLimits`` set on
-    the app's queue as the app is made (``set_limits``: shared by every worker of the queue)."""
+    the app's queue as the app is made, exactly (a None field clears that limit; one write:
+    ``set_limits``, shared by every worker of the queue)."""
 
     def __init__(self, conn: Any, queue: str = "default", *, wire: int = Wire.SCRIPTS,
                  serializer: str = "json", max_attempts: int = DEFAULT_MAX_ATTEMPTS,
