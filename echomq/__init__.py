@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from echomq.engine.wire import Wire
     from echomq.queue.blocking import Ack, Job, JobOutcome, Queue, Release, Retry, Verdict
     from echomq.queue.ids import new_job_id
+    from echomq.queue.limits import QueueLimits
     from echomq.tasks import (
         App,
         Backoff,
@@ -60,6 +61,7 @@ _HOMES = {
                      "TaskFailed", "TrafikeyMissing", "Wire6Unsupported"), "echomq.engine.errors"),
     **dict.fromkeys(("Event", "EventKind"), "echomq.engine.events"),
     "new_job_id": "echomq.queue.ids",
+    "QueueLimits": "echomq.queue.limits",
     **dict.fromkeys(("Ack", "Job", "JobOutcome", "Queue", "Release", "Retry", "Verdict"),
                     "echomq.queue.blocking"),
     **dict.fromkeys(("App", "Backoff", "Cancelled", "RetryAfter", "Task", "TaskHandle",
@@ -88,6 +90,7 @@ __all__ = [
     "KindError",
     "LaneError",
     "Queue",
+    "QueueLimits",
     "Reject",
     "Release",
     "Retry",

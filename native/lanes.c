@@ -117,6 +117,7 @@ static void lower_parked(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring,
 }
 
 void release_lane_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, ValkeyModuleKey *row) {
+    release_queue_slot(ctx, base, ring);
     ValkeyModuleString *group = NULL;
     if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH)
         ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &group, NULL);
@@ -267,11 +268,12 @@ const char *check_lane_bookkeeping(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, V
                 {"laneconf", VALKEYMODULE_KEYTYPE_HASH},
                 {"leased", VALKEYMODULE_KEYTYPE_HASH},
                 {"parked", VALKEYMODULE_KEYTYPE_HASH}};
+    const char *err = check_queue_slot(ctx, acl, base);
+    if (err) return err;
     ValkeyModuleString *group = NULL;
     if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH)
         ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &group, NULL);
     if (group == NULL) return NULL;
-    const char *err = NULL;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0] && err == NULL; i++)
         err = check_named_key(ctx, acl, base, keys[i].suffix, NULL, keys[i].type, NULL);
     if (err == NULL && parked_at_limit(ctx, base, group)) {

@@ -201,6 +201,10 @@ long long ev_attempts_of(ValkeyModuleCtx *ctx, const EventSink *sink, Bytes base
 typedef struct {
     ValkeyModuleKey *key;
     ValkeyModuleString *name;
+    /* the call's own open <base>wake when it declares it (settle, recover), else NULL: a held
+     * queue's wake token (queue_limits.c) is pushed on it, never through a second handle */
+    ValkeyModuleKey *wake;
+    ValkeyModuleString *wake_name;
 } LaneRing;
 
 void release_lane_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, ValkeyModuleKey *row);
@@ -220,6 +224,19 @@ typedef struct {
 const char *due_lanes(ValkeyModuleCtx *ctx, Bytes base, long long now, long long limit, DueLanes *due);
 void due_lanes_free(ValkeyModuleCtx *ctx, DueLanes *due);
 long long reopen_lanes(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, DueLanes *due);
+
+/* queue_limits.c: queue-wide limits of a flat queue (<base>queueconf), read by claim and
+ * settle's claim part; a lease leaving active while the queue is held leaves a wake token. */
+typedef struct {
+    long long concurrency, rate, window_ms, start, count;
+    int has_concurrency, has_rate;
+} QueueLimits;
+const char *queue_limits(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, long long now, QueueLimits *ql);
+long long limited_take(const QueueLimits *ql, ValkeyModuleKey *active, long long planned);
+void note_queue_limits(ValkeyModuleCtx *ctx, Bytes base, const QueueLimits *ql, ValkeyModuleKey *active,
+                       ValkeyModuleKey *pending, long long taken);
+const char *check_queue_slot(ValkeyModuleCtx *ctx, Acl *acl, Bytes base);
+void release_queue_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring);
 
 /* cancel.c: a cancelled job's tombstone (bury_cancelled of the prelude), shared with the
  * settlements that end a flagged lease. */

@@ -279,6 +279,13 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         return err ? reply_error(ctx, err) : ValkeyModule_ReplyWithNull(ctx);
     }
 
+    QueueLimits limits;
+    err = queue_limits(ctx, &acl, call->base, now, &limits);
+    if (err) {
+        acl_release(&acl);
+        return reply_error(ctx, err);
+    }
+
     /* Find the first live job: every derived row is checked before anything is written. */
     StrList claims = {0}, ghosts = {0};
     err = plan_claims(ctx, &acl, call->base, pending, 1, &claims, &ghosts);
@@ -294,9 +301,12 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
                         names[EMQ_CLAIM_KEY_FENCE]};
         long long first_fence = last_fence + 1;
         EventSink ev = event_sink(call, k);
-        if (claims.n == 0) ValkeyModule_ReplyWithNull(ctx);
+        long long take = claims.n == 0 ? 0 : limited_take(&limits, active, 1);
+        if (take == 0) ValkeyModule_ReplyWithNull(ctx);
         else claim_planned(ctx, call->base, &ck, claims.v[0], &last_fence, now + lease_ms, &ev);
-        record_claims(ctx, call, k, &claims, first_fence, lease_ms);
+        StrList leased = {claims.v, (size_t)take, claims.cap}; /* a view: claims owns the strings */
+        record_claims(ctx, call, k, &leased, first_fence, lease_ms);
+        note_queue_limits(ctx, call->base, &limits, active, pending, take);
     }
     strlist_free(ctx, &claims);
     strlist_free(ctx, &ghosts);
@@ -553,7 +563,8 @@ static const char *check_settle_rows(ValkeyModuleCtx *ctx, Acl *acl, Bytes base,
 static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, ValkeyModuleKey *row,
                                   const Item *it, long long now, const EventSink *ev) {
     Bytes base = base_of_active(sk->names[EMQ_SETTLE_KEY_ACTIVE]);
-    LaneRing ring = {sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING]};
+    LaneRing ring = {sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING], sk->k[EMQ_SETTLE_KEY_WAKE],
+                     sk->names[EMQ_SETTLE_KEY_WAKE]};
     fx_zrem(ctx, sk->k[EMQ_SETTLE_KEY_ACTIVE], sk->names[EMQ_SETTLE_KEY_ACTIVE], ITEM_ID(it));
     release_lane_slot(ctx, base, &ring, row);
     long long attempts = row_int_field(ctx, row, "attempts", 0);
@@ -580,7 +591,8 @@ static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, Va
 static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const Item *it,
                                long long retention_ms, long long now, const EventSink *ev) {
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-    LaneRing ring = {sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING]};
+    LaneRing ring = {sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING], sk->k[EMQ_SETTLE_KEY_WAKE],
+                     sk->names[EMQ_SETTLE_KEY_WAKE]};
     RetryKeys rk = {sk->k[EMQ_SETTLE_KEY_ACTIVE], sk->k[EMQ_SETTLE_KEY_DELAYED], sk->k[EMQ_SETTLE_KEY_DEAD],
                     sk->names[EMQ_SETTLE_KEY_ACTIVE], sk->names[EMQ_SETTLE_KEY_DELAYED],
                     sk->names[EMQ_SETTLE_KEY_DEAD], &ring};
@@ -634,6 +646,8 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (recorded.present) count = 0;
     if (!fail && count > 0) fail = queue_paused(ctx, &acl, call->base, &paused);
     if (paused) count = 0;
+    QueueLimits limits = {0};
+    if (!fail && count > 0) fail = queue_limits(ctx, &acl, call->base, now, &limits);
     if (!fail && count > 0 && !fence_counter(k[EMQ_SETTLE_KEY_FENCE], &last_fence)) fail = EMQ_ERR_FENCE;
     StrList claims = {0}, ghosts = {0};
     EventSink ev = event_sink(call, k);
@@ -667,10 +681,13 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         if (recorded.present) {
             reply_recorded(ctx, call->base, k[EMQ_SETTLE_KEY_ACTIVE], &recorded, 0);
         } else {
-            ValkeyModule_ReplyWithArray(ctx, (long)claims.n);
-            for (size_t i = 0; i < claims.n; i++)
+            long long take = count > 0 ? limited_take(&limits, k[EMQ_SETTLE_KEY_ACTIVE], (long long)claims.n) : 0;
+            ValkeyModule_ReplyWithArray(ctx, (long)take);
+            for (long long i = 0; i < take; i++)
                 claim_planned(ctx, call->base, &ck, claims.v[i], &last_fence, now + lease_ms, &ev);
-            record_claims(ctx, call, k, &claims, first_fence, lease_ms);
+            StrList leased = {claims.v, (size_t)take, claims.cap}; /* a view: claims owns the strings */
+            record_claims(ctx, call, k, &leased, first_fence, lease_ms);
+            if (count > 0) note_queue_limits(ctx, call->base, &limits, k[EMQ_SETTLE_KEY_ACTIVE], pending, take);
         }
     }
     recorded_free(ctx, &recorded);
@@ -858,7 +875,7 @@ static void apply_move(ValkeyModuleCtx *ctx, const Move *m, ValkeyModuleKey **k,
     long long attempt = ev_attempts_of(ctx, ev, call->base, m->id);
     fx_zrem(ctx, k[MOVE_KEY_SOURCE], call->keys[MOVE_KEY_SOURCE], m->id);
     if (lane_end == VALKEYMODULE_LIST_HEAD) { /* recover: the lease leaves active */
-        LaneRing ring = {k[MOVE_KEY_RING], call->keys[MOVE_KEY_RING]};
+        LaneRing ring = {k[MOVE_KEY_RING], call->keys[MOVE_KEY_RING], k[MOVE_KEY_WAKE], call->keys[MOVE_KEY_WAKE]};
         ValkeyModuleString *row_name = derived_key(ctx, call->base, "job:", m->id);
         ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
         release_lane_slot(ctx, call->base, &ring, row);
@@ -866,7 +883,7 @@ static void apply_move(ValkeyModuleCtx *ctx, const Move *m, ValkeyModuleKey **k,
         ValkeyModule_FreeString(ctx, row_name);
     }
     if (m->lane) {
-        LaneRing ring = {k[MOVE_KEY_RING], call->keys[MOVE_KEY_RING]};
+        LaneRing ring = {k[MOVE_KEY_RING], call->keys[MOVE_KEY_RING], k[MOVE_KEY_WAKE], call->keys[MOVE_KEY_WAKE]};
         push_lane(ctx, call->base, &ring, m->lane, m->lane_key, m->id, lane_end, m->priority, m->at);
     } else {
         fx_zadd(ctx, k[MOVE_KEY_PENDING], call->keys[MOVE_KEY_PENDING], m->score, m->id);
@@ -882,7 +899,8 @@ static void apply_death(ValkeyModuleCtx *ctx, Bytes base, const Move *m, ValkeyM
     fx_zrem(ctx, k[EMQ_RECOVER_KEY_ACTIVE], call->keys[EMQ_RECOVER_KEY_ACTIVE], m->id);
     ValkeyModuleString *row_name = derived_key(ctx, base, "job:", m->id);
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-    LaneRing ring = {k[EMQ_RECOVER_KEY_RING], call->keys[EMQ_RECOVER_KEY_RING]};
+    LaneRing ring = {k[EMQ_RECOVER_KEY_RING], call->keys[EMQ_RECOVER_KEY_RING], k[EMQ_RECOVER_KEY_WAKE],
+                     call->keys[EMQ_RECOVER_KEY_WAKE]};
     release_lane_slot(ctx, base, &ring, row);
     char text[96];
     int len = snprintf(text, sizeof text, "lease expired during attempt %lld: the worker was lost", m->spent);
@@ -903,7 +921,8 @@ static void apply_cancel(ValkeyModuleCtx *ctx, Bytes base, const Move *m, Valkey
     fx_zrem(ctx, k[EMQ_RECOVER_KEY_ACTIVE], call->keys[EMQ_RECOVER_KEY_ACTIVE], m->id);
     ValkeyModuleString *row_name = derived_key(ctx, base, "job:", m->id);
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-    LaneRing ring = {k[EMQ_RECOVER_KEY_RING], call->keys[EMQ_RECOVER_KEY_RING]};
+    LaneRing ring = {k[EMQ_RECOVER_KEY_RING], call->keys[EMQ_RECOVER_KEY_RING], k[EMQ_RECOVER_KEY_WAKE],
+                     call->keys[EMQ_RECOVER_KEY_WAKE]};
     release_lane_slot(ctx, base, &ring, row);
     long long attempt = ev_attempts(ctx, ev, row);
     bury_cancelled(ctx, row, row_name, m->ended, row_int_field(ctx, row, "cancel", 0));
@@ -980,7 +999,7 @@ static int move_due(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, int r
     join_free(j);
     moves_free(ctx, moves, n);
     if (!recover) { /* promote: then the groups whose rate window has opened come back */
-        LaneRing ring = {k[MOVE_KEY_RING], call->keys[MOVE_KEY_RING]};
+        LaneRing ring = {k[MOVE_KEY_RING], call->keys[MOVE_KEY_RING], k[MOVE_KEY_WAKE], call->keys[MOVE_KEY_WAKE]};
         fx_wake(ctx, wake, call->keys[MOVE_KEY_WAKE], reopen_lanes(ctx, base, &ring, &due));
     }
     return ValkeyModule_ReplyWithLongLong(ctx, taken);

@@ -29,6 +29,7 @@ HOMES = {
     "worker": "workers", "workers": "workers",
     "serve": "serve", "dashboard": "serve",
     "demo": "tools", "bench": "tools", "conformance": "tools",
+    "limits": "limits",
 }
 
 

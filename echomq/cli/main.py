@@ -9,6 +9,7 @@ from echomq.cli.dead import dead
 from echomq.cli.errors import ErrorReportingGroup
 from echomq.cli.events import events
 from echomq.cli.jobs import cancel, enqueue, inspect
+from echomq.cli.limits import limits
 from echomq.cli.queues import forget, lanes, pause, recover, resume, stats
 from echomq.cli.serve import dashboard, serve
 from echomq.cli.tools import bench, conformance, demo
@@ -28,5 +29,5 @@ def main(debug: bool) -> None:
 
 
 for command in (demo, worker, enqueue, stats, workers, inspect, cancel, dead, forget, recover,
-                pause, resume, lanes, events, serve, dashboard, bench, conformance):
+                pause, resume, lanes, events, serve, dashboard, bench, conformance, limits):
     main.add_command(command)

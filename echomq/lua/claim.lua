@@ -10,6 +10,8 @@
   Derived: <base>job:<id> of each id walked.
   The lease is (id, fence): the counter's next value, also written to the row's fence field.
   While the queue is paused (<base>paused present, see lane_pause) nothing is leased: null.
+  The queue's limits (<base>queueconf, derived, after paused; include/queue_limits.lua): at its
+  concurrency or over its rate nothing is leased: null.
   With a record: a record found answers its first lease still held (or null), writing nothing;
   else the lease made is recorded for lease_ms.
   Replies: [id, payload, attempt, fence] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE, EMQFENCE,
@@ -21,6 +23,7 @@
 --- @include "events"
 --- @include "keys"
 --- @include "numbers"
+--- @include "queue_limits"
 --- @include "records"
 if #KEYS < 3 or #KEYS > 5 or #ARGV ~= 2 then return arity_error('CLAIM', 3, 2) end
 local base = keys_base({ 'pending', 'active', 'fence' })
@@ -43,14 +46,20 @@ if last_fence == nil then return redis.error_reply(E_FENCE) end
 local paused, failure = queue_paused(base)
 if paused == nil then return failure end
 if paused then return false end
+local limits, limits_failure = queue_limits(base, now)
+if limits == nil then return limits_failure end
 local claims, ghosts, err = plan_claims(base, pending, 1)
 if claims == nil then return err end
 for i = 1, #ghosts do redis.call('ZREM', pending, ghosts[i]) end
-if #claims == 0 then return false end
+if #claims == 0 or limited_take(limits, active, 1) == 0 then
+  note_queue_limits(base, limits, active, pending, 0)
+  return false
+end
 
 local id, row = claims[1].id, claims[1].row
 redis.call('ZREM', pending, id)
 local attempt, fence = lease(row, id, active, fence_key, last_fence, now + lease_ms)
 emit(events_key, 'claimed', id, attempt, now, 'fence', dec(fence))
 write_record(record_key, { { id, fence } }, lease_ms)
+note_queue_limits(base, limits, active, pending, 1)
 return { id, redis.call('HGET', row, 'payload') or '', attempt, fence }

@@ -25,7 +25,8 @@
   0; the fence counter is not rewound) and a wake token is left. Then jobs are leased as claim
   leases them, ghosts on the way dropped. The claim walk is planned before anything is written, so
   a job released by this call is not claimed by it. While the queue is paused (<base>paused
-  present) no job is leased. A lease of a lane job that leaves active gives its group's slot back.
+  present) no job is leased; the queue's limits (<base>queueconf, read after paused when count > 0)
+  cut the jobs leased to what fits after the items. A lease of a lane job that leaves active gives its group's slot back.
   With a record and count > 0: a record found answers its leases still held as the jobs, and no
   job is leased; else the leases made are recorded for lease_ms.
   Replies: a pair: the verdicts (+ACKED, +RETRYING, +DEAD, +RELEASED or +STALE per item, in order)
@@ -45,6 +46,7 @@
 --- @include "leases"
 --- @include "numbers"
 --- @include "priority"
+--- @include "queue_limits"
 --- @include "records"
 --- @include "settlements"
 --- @include "wake"
@@ -167,6 +169,12 @@ if count > 0 then
   if paused == nil then return failure end
   if paused then count = 0 end
 end
+local limits
+if count > 0 then
+  local limits_failure
+  limits, limits_failure = queue_limits(base, now)
+  if limits == nil then return limits_failure end
+end
 local last_fence = 0
 if count > 0 then
   last_fence = fence_counter(fence_key)
@@ -218,7 +226,8 @@ end
 if recorded then return { verdicts, held_leases(active, recorded) } end
 for n = 1, #ghosts do redis.call('ZREM', pending, ghosts[n]) end
 local jobs, leases = {}, {}
-for n = 1, #claims do
+local take = limits and limited_take(limits, active, #claims) or 0
+for n = 1, take do
   local id, row = claims[n].id, claims[n].row
   redis.call('ZREM', pending, id)
   local attempt, fence = lease(row, id, active, fence_key, last_fence, now + lease_ms)
@@ -228,4 +237,5 @@ for n = 1, #claims do
   leases[n] = { id, fence }
 end
 write_record(record_key, leases, lease_ms)
+if limits then note_queue_limits(base, limits, active, pending, take) end
 return { verdicts, jobs }

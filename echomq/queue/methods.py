@@ -53,6 +53,7 @@ from echomq.queue.dead import DeadControls
 from echomq.queue.events import EventReads
 from echomq.queue.graphs import GraphAdmissions
 from echomq.queue.lanes import LaneControls, lane_groups, per_group, shown_depths, waiting_keys
+from echomq.queue.limits import LimitControls
 from echomq.queue.parking import WATCH_ROLE, watch_commands
 from echomq.queue.registry import REGISTRY_KEY
 from echomq.queue.results import ResultReads
@@ -91,7 +92,8 @@ def _outside_stacklevel() -> int:
     return level
 
 
-class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdmissions):
+class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdmissions,
+                   LimitControls):
     """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``):
     what both Queues are, and do. With ``events``, each change its calls make is appended to the
     queue's events stream (``events()`` reads it back)."""

@@ -31,6 +31,7 @@ from echomq.engine.calls import (
 from echomq.engine.native import checked_priority
 from echomq.engine.wire import Wire
 from echomq.queue.blocking import Queue
+from echomq.queue.limits import Limit, QueueLimits
 from echomq.tasks.attempts import Attempt, Directive, Unrunnable
 from echomq.tasks.calling import Parent, TaskCall, at_ms
 from echomq.tasks.canvas import TaskSignature
@@ -83,13 +84,16 @@ class App:
     every queue of the app, and every ``echomq worker`` serving the app, appends each change
     to the queue's events stream (``Queue.events`` reads it); ``aconn``: the asyncio client
     ``aenqueue`` and ``aresult`` use (default: a twin of ``conn`` per event loop,
-    ``echomq.tasks.twins``; a cluster App needs one given)."""
+    ``echomq.tasks.twins``; a cluster App needs one given); ``limits``: a ``QueueLimits`` set on
+    the app's queue as the app is made, exactly (a None field clears that limit; one write:
+    ``set_limits``, shared by every worker of the queue)."""
 
     def __init__(self, conn: Any, queue: str = "default", *, wire: int = Wire.SCRIPTS,
                  serializer: str = "json", max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  backoff: Backoff = DEFAULT_BACKOFF, retention_ms: int = DEFAULT_RETENTION_MS,
                  hooks: TaskHooks | Sequence[TaskHooks] = (), draw: Draw = random.random,
-                 check_policy: bool = True, events: bool = False, aconn: Any = None) -> None:
+                 check_policy: bool = True, events: bool = False, aconn: Any = None,
+                 limits: QueueLimits | None = None) -> None:
         self.conn = conn
         self.wire = wire
         self.events = events
@@ -107,6 +111,9 @@ class App:
                                                              self.policy.max_attempts, events))
         self.scheduler = Scheduler()
         self._runners = threading.local()
+        if limits is not None:  # shared by every worker of the queue: kept on the server
+            self.set_limits(concurrency=limits.concurrency, rate=limits.rate,
+                            window_ms=limits.window_ms)
 
     def hook_list(self) -> tuple[TaskHooks, ...]:
         """The hooks the app calls, in order."""
@@ -131,6 +138,13 @@ class App:
             self.check_policy = False  # one connection: asked once is enough
             self.queues[name] = queue
         return queue
+
+    def set_limits(self, *, queue: str | None = None, concurrency: Limit = ..., rate: Limit = ...,
+                   window_ms: Limit = ...) -> QueueLimits:
+        """``Queue.set_limits`` on the app's queue (or ``queue``): the queue-wide limits every
+        worker of it shares; the limits as they now apply."""
+        target = self.queue if queue is None else self.queue_named(queue)
+        return target.set_limits(concurrency=concurrency, rate=rate, window_ms=window_ms)
 
     async def aclose(self) -> None:
         """Close the asyncio client the running event loop's ``aenqueue`` and ``aresult`` made

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from echomq.conformance.model.call import Call, Item
 from echomq.conformance.model.flat import FlatTransitions
 from echomq.conformance.model.join import Join
+from echomq.conformance.model.limits import limited_take, note_queue_limits, queue_limits
 from echomq.conformance.model.replies import E_FENCE, E_TYPE, array, bulk, error, integer, status
 from echomq.conformance.model.words import INT_MAX, dec, int_field, pending_score, row_priority
 
@@ -13,8 +16,11 @@ class BatchTransitions(FlatTransitions):
     """The batched verbs, built on the single ones' effects."""
 
     def _settle(self, call: Call) -> bytes:
-        active, pending, counter = call.keys[0], call.keys[3], call.keys[4]
+        active, pending = call.keys[0], call.keys[3]
         count = 0 if call.recorded is not None else call.numbers["count"]
+        limits = queue_limits(self, call.base, call.numbers["now"]) if count > 0 else None
+        if count > 0 and limits is None:
+            return error(E_TYPE)
         j, current = Join(call.base, call.numbers["now"]), set[bytes]()
         spans = [self.item_hook(j, call, item, current) for item in call.items]
         if j.failed:
@@ -30,8 +36,14 @@ class BatchTransitions(FlatTransitions):
             return b"*2\r\n" + array(verdicts) + array(self.held(call, active))
         for ghost in ghosts:
             self.zrem(pending, ghost)
+        return b"*2\r\n" + array(verdicts) + array(self._claim_part(call, limits, claims))
+
+    def _claim_part(self, call: Call, limits: Any, claims: list[bytes]) -> list[bytes]:
+        """settle's claim part: the planned claims leased, as far as the queue's limits let."""
+        active, pending, counter = call.keys[0], call.keys[3], call.keys[4]
         jobs, leases = [], []
-        for member in claims:
+        take = limited_take(self, limits, active, len(claims)) if limits is not None else 0
+        for member in claims[:take]:
             row = call.base + b"job:" + member
             self.zrem(pending, member)
             attempt, fence = self.lease(call, row, member, active, counter)
@@ -42,7 +54,9 @@ class BatchTransitions(FlatTransitions):
             jobs.append(b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt)
                         + integer(fence))
         self.write_record(call, leases)
-        return b"*2\r\n" + array(verdicts) + array(jobs)
+        if limits is not None:
+            note_queue_limits(self, call.base, limits, active, pending, take)
+        return jobs
 
     def item_hook(self, j: Join, call: Call, item: Item,
                   current: set[bytes]) -> tuple[int, int] | None:
@@ -95,6 +109,7 @@ class BatchTransitions(FlatTransitions):
         active, pending, ring, wake_key = call.keys[0], call.keys[3], call.keys[5], call.keys[6]
         job_id = item.id
         self.zrem(active, job_id)
+        self.release_queue_slot(call.base)
         attempts = int_field(self.hget(row, b"attempts"), 0)
         self.keys[row].data[b"attempts"] = dec(max(attempts - 1, 0))
         at = int_field(self.hget(row, b"enqueued_at"), call.numbers["now"])

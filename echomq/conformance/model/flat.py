@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from echomq.conformance.model.call import Call, Item
 from echomq.conformance.model.join import Join, Joins
+from echomq.conformance.model.limits import limited_take, note_queue_limits, queue_limits
 from echomq.conformance.model.records import Records
 from echomq.conformance.model.replies import E_TYPE, bulk, error, integer, null, status
 from echomq.conformance.model.state import Value
@@ -49,17 +50,25 @@ class FlatTransitions(Records, Joins):
         pending, active, counter = call.keys
         if call.recorded is not None:
             return next(iter(self.held(call, active)), null(self.protocol))
+        limits = queue_limits(self, call.base, call.numbers["now"])
+        if limits is None:
+            return error(E_TYPE)
         for member, _score in self.zitems(pending):
             row = call.base + b"job:" + member
-            self.zrem(pending, member)
             if self.kind(row) != b"hash":
+                self.zrem(pending, member)
                 continue  # a ghost: dropped, never returned
+            if limited_take(self, limits, active, 1) == 0:
+                break
+            self.zrem(pending, member)
             attempt, fence = self.lease(call, row, member, active, counter)
-            self.write_record(call, [(member, fence)])
             self.emit("claimed", member, attempt, fence=fence)
+            self.write_record(call, [(member, fence)])
+            note_queue_limits(self, call.base, limits, active, pending, 1)
             payload = self.hget(row, b"payload") or b""
             return (b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt)
                     + integer(fence))
+        note_queue_limits(self, call.base, limits, active, pending, 0)
         return null(self.protocol)
 
     def lease(self, call: Call, row: bytes, member: bytes, active: bytes,
@@ -121,6 +130,7 @@ class FlatTransitions(Records, Joins):
                    result: bytes | None = None, fence: int = 0) -> str:
         attempt = self.attempts_of(row)
         self.zrem(active, job_id)
+        self.release_queue_slot(active[:-len(b"active")])
         if retention_ms == 0:
             del self.keys[row]
         else:
@@ -162,6 +172,7 @@ class FlatTransitions(Records, Joins):
         """retry's effects; ``keys`` starts with active, delayed, dead."""
         active, delayed, dead = keys[:3]
         self.zrem(active, item.id)
+        self.release_queue_slot(active[:-len(b"active")])
         self.keys[row].data[b"error"] = item.error
         attempts = int_field(self.hget(row, b"attempts"), 0)
         if attempts >= item.max_attempts:

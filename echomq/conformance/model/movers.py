@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from echomq.conformance.model.call import Call, Move
 from echomq.conformance.model.join import Join, Joins
+from echomq.conformance.model.limits import reopen_queue_window
 from echomq.conformance.model.replies import E_TYPE, error, integer, status
 from echomq.conformance.model.state import REOPENING
 from echomq.conformance.model.words import int_field, pending_score, row_priority
@@ -90,6 +91,7 @@ class Movers(Joins):
                 back += 1
                 self.emit("recovered" if head else "promoted", move.member, attempt,
                           lane=move.lane)
+        self.release_queue_slot(call.base, len(moves) if head else 0)  # recover's leases
         self.wake(wake_key, back)
         return integer(len(moves))
 
@@ -139,4 +141,8 @@ class Movers(Joins):
         return self._move_back(call, head=True)
 
     def _promote(self, call: Call) -> bytes:
-        return self._move_back(call, head=False)
+        reply = self._move_back(call, head=False)
+        if not reply.startswith(b"-"):
+            reopen_queue_window(self, call.base, call.keys[3], call.numbers["now"],
+                                call.numbers["limit"])
+        return reply

@@ -241,6 +241,7 @@ class State:
         with the retention its flag carries."""
         attempt = self.attempts_of(row)
         self.zrem(active, job_id)
+        self.release_queue_slot(active[:-len(b"active")])
         verdict = self.bury_cancelled(row, job_id, int_field(self.hget(row, b"cancel"), 0))
         self.emit("cancelled", job_id, attempt, fence=fence)
         return verdict
@@ -265,6 +266,8 @@ class State:
         """check_lane_bookkeeping of the prelude, types only: a lane job's lease leaving active
         touches the ring, the knobs, the leases held, the parked groups, and its lane when its
         group is parked at its limit; each must be absent or of its type."""
+        if self.kind(row) == b"hash" and not self.queue_slot_ok(row[:row.index(b"job:")]):
+            return False
         group = self.hget(row, b"lane") if self.kind(row) == b"hash" else None
         if group is None:
             return True
@@ -305,3 +308,18 @@ class State:
                       move.member)
         else:
             self.push(base + b"lane:" + move.lane, move.member, head=head)
+
+    # the queue-wide limits' side of a lease leaving active (the claims': model/limits.py) -------
+
+    def queue_slot_ok(self, base: bytes) -> bool:
+        """check_queue_slot, types only: ``queueconf`` a hash or absent; while the queue is held
+        at its concurrency limit (``held``), ``wake`` a list or absent."""
+        conf = base + b"queueconf"
+        if self.kind(conf) not in (b"none", b"hash"):
+            return False
+        return self.hget(conf, b"held") is None or self.list_or_none(base + b"wake")
+
+    def release_queue_slot(self, base: bytes, leases: int = 1) -> None:
+        """``leases`` leases leave active: while the queue is held, a wake token each."""
+        if self.hget(base + b"queueconf", b"held") is not None:
+            self.wake(base + b"wake", leases)

@@ -4,6 +4,7 @@
 --- @include "errors"
 --- @include "lanes"
 --- @include "numbers"
+--- @include "queue_limits"
 
 -- The keys a lane job's lease touches when it leaves active (the ring, the knobs, the leases
 -- held, the parked groups, and the group's lane when the group is parked at its limit: it may
@@ -12,6 +13,8 @@
 local LANE_BOOKKEEPING = { { 'ring', 'list' }, { 'laneconf', 'hash' }, { 'leased', 'hash' },
   { 'parked', 'hash' } }
 local function check_lane_bookkeeping(base, row)
+  local held_failure = check_queue_slot(base)
+  if held_failure then return held_failure end
   local group = redis.call('HGET', row, 'lane')
   if not group then return nil end
   for i = 1, #LANE_BOOKKEEPING do
@@ -28,6 +31,7 @@ end
 -- A lease of a lane job leaves active (acked, retried, dead, recovered, released): its group
 -- holds one lease less, and comes back from its concurrency limit when below it.
 local function release_lane_slot(base, row)
+  release_queue_slot(base)
   local group = redis.call('HGET', row, 'lane')
   if not group then return end
   local held = int_field(redis.call('HGET', base .. 'leased', group), 0) - 1

@@ -17,7 +17,9 @@ API (paths relative to where the app is mounted): ``GET api/queues``, ``GET api/
 waiting, leases held, state), ``POST api/queues/{name}/pause`` and ``.../resume`` (JSON
 ``{"lane": group}`` or ``{}`` for the whole queue), ``GET api/queues/{name}/events``
 (``?since=ID&count=N&block_ms=M``: ``{"enabled", "events": [...], "last"}``, a long poll of the
-queue's events stream; ``echomq.ops.dashboard.live``).
+queue's events stream; ``echomq.ops.dashboard.live``), ``GET api/queues/{name}/limits`` and
+``POST`` the same (JSON ``{"concurrency", "rate", "window_ms"}``, each optional, an integer from 1
+or null for no limit: ``Queue.set_limits``; the limits as they now apply).
 """
 
 from __future__ import annotations
@@ -52,12 +54,14 @@ from echomq.ops.dashboard.requests import MAX_DEPTH, BodyRefused, checked, nesti
 from echomq.ops.workflows import workflow_of
 from echomq.queue.blocking import Queue
 from echomq.queue.lanes import lane_report, lane_waiting
+from echomq.queue.limits import KNOBS
 
 __all__ = ["LOOPBACK_HOSTS", "History", "Policy", "create_app"]
 
 log = logging.getLogger("echomq.ops.dashboard")
 PREVIEW_BYTES = 4096
 MAX_LIST = 1000
+LIMIT_MAX = 999_999_999_999_999
 # The files the page loads, the only ones ``static/{name}`` serves, and their types.
 STATIC_FILES = {"dashboard.js": "text/javascript", "live.js": "text/javascript",
                 "workflow.js": "text/javascript", "dashboard.css": "text/css"}
@@ -134,6 +138,8 @@ class _Views:
             Route("/api/queues/{name}/pause", checked(self.pause), methods=["POST"]),
             Route("/api/queues/{name}/resume", checked(self.resume), methods=["POST"]),
             Route("/api/queues/{name}/events", checked(self.events)),
+            Route("/api/queues/{name}/limits", checked(self.limits)),
+            Route("/api/queues/{name}/limits", checked(self.set_limits), methods=["POST"]),
         ]
 
     async def page(self, request: Request) -> Response:
@@ -153,7 +159,9 @@ class _Views:
         serving, running = counts_by_queue(live), running_by_queue(live)
         return JSONResponse([{**s.as_dict(), "rates": self.history.rates(s.name),
                               "workers": serving.get(s.name, 0),
-                              "running": running.get(s.name, 0), **self._pauses(s.name)}
+                              "running": running.get(s.name, 0), **self._pauses(s.name),
+                              "limits": asdict(Queue(self.conn, s.name,
+                                                     check_policy=False).limits())}
                              for s in found])
 
     def _pauses(self, name: str) -> dict[str, Any]:
@@ -191,6 +199,25 @@ class _Views:
         _audit(request, action, name, f"lane={json.dumps(lane)}")
         whole, lanes = queue.paused()
         return JSONResponse({"paused": whole, "paused_lanes": lanes})
+
+    def limits(self, request: Request) -> Response:
+        queue = Queue(self.conn, request.path_params["name"], check_policy=False)
+        return JSONResponse(asdict(queue.limits()))
+
+    async def set_limits(self, request: Request) -> Response:
+        """Set the queue-wide limits the body names (``Queue.set_limits``): each an integer from
+        1, or null for no limit; the limits as they now apply."""
+        body = await _json_body(request)
+        if not isinstance(body, dict) or not body.keys() <= set(KNOBS) or not all(
+                value is None or (type(value) is int and 1 <= value <= LIMIT_MAX)
+                for value in body.values()):
+            return JSONResponse({"error": "a JSON object of concurrency, rate and window_ms, "
+                                          f"each an integer from 1 to {LIMIT_MAX} or null "
+                                          "(no limit)"}, 400)
+        name = request.path_params["name"]
+        applied = Queue(self.conn, name, check_policy=False).set_limits(**body)
+        _audit(request, "limits", name, f"set={json.dumps(body, sort_keys=True)}")
+        return JSONResponse(asdict(applied))
 
     async def events(self, request: Request) -> Response:
         """The queue's events after ``since`` (the newest without it), waiting up to

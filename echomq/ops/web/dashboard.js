@@ -177,8 +177,35 @@ function renderQueues(queues) {
     const alone = !s.workers && s.pending + inLanes > 0;
     cell(row, alone ? "none" : s.workers, alone ? "alarm" : "").dataset.workers = s.name;
     row.insertCell().appendChild(pauseButton(s.name, null, s.paused));
+    const limits = cell(row, limitsText(s.limits));
+    limits.dataset.limitsOf = s.name;
+    limits.appendChild(limitsButton(s.name, s.limits));
   }
-  if (!queues.length) cell(body.insertRow(), "no queues yet", "empty").colSpan = 13;
+  if (!queues.length) cell(body.insertRow(), "no queues yet", "empty").colSpan = 14;
+}
+
+// A queue's queue-wide limits, shown ("none" when it has none) and set (each a number, or
+// "none" for no limit; the server refuses anything else).
+function limitsText(l) {
+  const parts = [];
+  if (l.concurrency !== null) parts.push(`${l.concurrency} at once`);
+  if (l.rate !== null) parts.push(`${l.rate} per ${l.window_ms} ms`);
+  return parts.length ? parts.join(", ") : "none";
+}
+
+function limitsButton(queue, l) {
+  const shown = (v) => (v === null ? "none" : String(v));
+  const value = (w) => (w === "none" ? null : /^[0-9]+$/.test(w) ? Number(w) : w);
+  const control = button("set", () => {
+    const answer = prompt(`Limits of ${queue}: concurrency rate window_ms (none: no limit)`,
+      `${shown(l.concurrency)} ${shown(l.rate)} ${l.window_ms}`);
+    if (answer === null) return;
+    const [concurrency, rate, windowMs] = answer.trim().split(/\s+/).map(value);
+    act("limits", () => post(`api/queues/${q(queue)}/limits`,
+      { concurrency, rate, window_ms: windowMs === undefined ? null : windowMs }));
+  });
+  control.dataset.limits = queue;
+  return control;
 }
 
 // What each live worker runs and since when, by the server's clock.
