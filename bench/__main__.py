@@ -54,8 +54,8 @@ QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_r
          "parking_pending": 10_000, "parking_enqueues": 3,
          "priority_calls": 2_000, "priority_behind": 1_000_000, "priority_groups": 10,
          "events_calls": 1_000, "events_reps": 1,
-         "flow_settles": 2_000, "flow_fan_in": 100, "flow_chord": 2_000, "flow_peer_chord": 200,
-         "flow_reps": 1}
+         "flow_settles": 2_000, "flow_fan_in": 20, "flow_chord": 2_000, "flow_peer_chord": 200,
+         "flow_reps": 3}
 PHASES = ("cost", "throughput", "e2e", "workers", "memory", "scaling", "lanes", "tasks",
           "parking", "priority", "events", "workflows")
 
