@@ -30,6 +30,7 @@ from bench import (
     tasks,
     throughput,
     workers,
+    workflows,
 )
 from bench.common import load_scripts, missing_tools, running_server, server_version
 from echomq.engine.native import module_path
@@ -42,7 +43,9 @@ FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_
         "task_jobs": 20_000, "task_reps": 3, "parking_idle_s": 80.0,
         "parking_pending": 200_000, "parking_enqueues": 10,
         "priority_calls": 20_000, "priority_behind": 1_000_000, "priority_groups": 100,
-        "events_calls": 20_000, "events_reps": 3}
+        "events_calls": 20_000, "events_reps": 3,
+        "flow_settles": 20_000, "flow_fan_in": 100, "flow_chord": 10_000, "flow_peer_chord": 1_000,
+        "flow_reps": 3}
 QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_reps": 1,
          "e2e_jobs": 300, "sizes": [10**3, 10**4], "lanes": [10, 1_000], "scale_calls": 300,
          "worker_jobs": 2_000, "worker_reps": 1, "worker_counts": [1, 2], "latency_samples": 50,
@@ -50,9 +53,11 @@ QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_r
          "task_jobs": 1_000, "task_reps": 1, "parking_idle_s": 5.0,
          "parking_pending": 10_000, "parking_enqueues": 3,
          "priority_calls": 2_000, "priority_behind": 1_000_000, "priority_groups": 10,
-         "events_calls": 1_000, "events_reps": 1}
+         "events_calls": 1_000, "events_reps": 1,
+         "flow_settles": 2_000, "flow_fan_in": 20, "flow_chord": 2_000, "flow_peer_chord": 200,
+         "flow_reps": 3}
 PHASES = ("cost", "throughput", "e2e", "workers", "memory", "scaling", "lanes", "tasks",
-          "parking", "priority", "events")
+          "parking", "priority", "events", "workflows")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,6 +137,7 @@ def run_phase(phase: str, conn: Any, port: int, config: dict[str, Any]) -> Any:
         "priority": lambda: priority.run(conn, port, config["priority_calls"],
                                          config["priority_behind"], config["priority_groups"]),
         "events": lambda: events.run(conn, config["events_calls"], config["events_reps"]),
+        "workflows": lambda: workflows.run(conn, port, config),
     }
     return runs[phase]()
 

@@ -20,6 +20,7 @@ from bench.parking import report_section as parking_section
 from bench.priority import section as priority_section
 from bench.targets import GUARANTEES, fig, md_table, ok_e2e, targets
 from bench.tasks import section as tasks_section
+from bench.workflows import section as workflows_section
 
 
 def cost_section(results: dict[str, Any], out: str) -> str:
@@ -390,6 +391,7 @@ def write(results: dict[str, Any], out: str) -> str:
         "parking": lambda: parking_section(results),
         "priority": lambda: priority_section(results),
         "events": lambda: events_section(results),
+        "workflows": lambda: workflows_section(results),
     }
     for phase, section in sections.items():
         if phase in results:

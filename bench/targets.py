@@ -11,6 +11,7 @@ from bench.events import targets as event_targets
 from bench.findings import TARGETS
 from bench.priority import targets as priority_targets
 from bench.tasks import targets as task_targets
+from bench.workflows import targets as workflow_targets
 
 GUARANTEES = {
     "echomq wire=6": "idempotent enqueue by the caller's id (a tombstone keeps it a duplicate "
@@ -88,6 +89,7 @@ def targets(results: dict[str, Any]) -> list[list[str]]:  # noqa: C901
                          verdict(ratio >= 1.5)])
     rows += worker_targets(results) + produce_targets(results) + memory_targets(results)
     rows += task_targets(results) + priority_targets(results) + event_targets(results)
+    rows += workflow_targets(results)
     flat = results.get("scaling", {}).get("flat")
     if flat and len(flat) > 1:
         lo, hi = flat[0], flat[-1]
