@@ -21,9 +21,11 @@ from echomq.conformance.resp import Arg
 from echomq.engine.transitions import (
     ACK,
     ACK_RESULT,
+    AFTER,
     CANCEL,
     CLAIM,
     ENQUEUE,
+    ENQUEUE_AFTER,
     ENQUEUE_DELAYED,
     EXTEND,
     EXTEND_MANY,
@@ -72,7 +74,7 @@ class Walk:
             self.enqueue, self.enqueue, self.claim, self.claim, self.ack, self.retry,
             self.extend, self.settle, self.settle, self.extend_many, self.recover, self.promote,
             self.bad, self.enqueue_later, self.ack_result, self.progress, self.cancel,
-            self.trim_dead]
+            self.trim_dead, self.enqueue_after, self.after]
 
     def run(self, steps: int, between_steps: Callable[[], None] = lambda: None) -> WalkResult:
         """Up to ``steps`` steps; stops at the first difference (the states part there).
@@ -191,6 +193,20 @@ class Walk:
     def promote(self) -> Call:
         return PROMOTE, [4, key(b"delayed"), key(b"pending"), key(b"ring"), key(b"wake"),
                          self.now, self.rng.choice([1, 100])]
+
+    def enqueue_after(self) -> Call:
+        job_id = self.fresh()
+        return ENQUEUE_AFTER, [2, key(b"waiting"), key(b"job", job_id), job_id,
+                               self.rng.choice(PAYLOADS), self.now,
+                               self.rng.choice([b"fail", b"ignore", b"continue"])]
+
+    def after(self) -> Call:
+        """Parents for a waiting job (mostly), any ids met, sealing now and then."""
+        waiting = [member for member, _ in self.model.zitems(key(b"waiting"))]
+        job_id = self.rng.choice(waiting) if waiting else self.rng.choice(self.known)
+        parents = [self.rng.choice(self.known) for _ in range(self.rng.randint(0, 3))]
+        return AFTER, [5, key(b"waiting"), key(b"pending"), key(b"dead"), key(b"job", job_id),
+                       key(b"wake"), job_id, self.now, self.rng.choice([0, 1, 1]), *parents]
 
     def cancel(self) -> Call:
         job_id = self.pick()
