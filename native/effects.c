@@ -3,8 +3,8 @@
  * checks the sources), so no write can skip its event, its signal or its replication.
  *
  * Replication style, for every command: EFFECTS. Each write is replicated with
- * ValkeyModule_Replicate as the plain command the Lua twin would have run (HSET, HDEL, DEL,
- * PEXPIREAT with the absolute expiry, ZADD, ZREM, RPUSH, LPUSH, SET) with literal values, and only
+ * ValkeyModule_Replicate as the plain command the Lua twin would have run (HSET, HDEL, HINCRBY,
+ * DEL, PEXPIREAT with the absolute expiry, ZADD, ZREM, RPUSH, LPUSH, SET) with literal values, and only
  * when it changed something; the server wraps one call's effects in MULTI/EXEC. A replica or an
  * AOF without the module reaches the same keyspace. Never ReplicateVerbatim: `now = *` reads a
  * clock. The fence counter a claim takes is replicated as `SET <base>fence <value>`, the value the
