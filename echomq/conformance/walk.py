@@ -2,8 +2,8 @@
 
 One queue is driven through enqueue, claim, ack, retry, extend, progress, settle, extend_many,
 recover, promote, cancel, trim_dead, enqueue_unique, enqueue_after and after on an explicit
-clock that jumps forward,
-with current and stale fences, and now and then a malformed call from the case table. After every
+clock that jumps forward, with current and stale fences, and now and then a malformed call from
+the case table. After every
 step both executors' replies must be the same bytes and their keyspaces equal, and both must agree
 with the model (echomq.conformance.model).
 The same seed gives the same sequence, so a difference found on one server can be replayed.
