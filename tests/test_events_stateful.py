@@ -40,6 +40,7 @@ PLACE_AFTER: dict[str, str | None] = {
     EventKind.DEAD: "dead", EventKind.RELEASED: "pending", EventKind.RECOVERED: "pending",
     EventKind.PROMOTED: "pending", EventKind.REQUEUED: "pending", EventKind.PURGED: "unknown",
     EventKind.CANCELLED: "cancelled", EventKind.PROGRESS: None,
+    EventKind.WAITING: "waiting", EventKind.READY: "pending", EventKind.DEBOUNCED: "delayed",
 }
 
 
@@ -271,6 +272,16 @@ def test_every_kind_of_event_folds_to_its_state(valkey: EmbeddedValkey) -> None:
         lambda: machine.both(lambda q, w: q.retry(machine.leases[-1][w], max_attempts=2,
                                                   now=machine.now)),    # dead
         lambda: machine.purge(),                                        # purged
+        lambda: machine.both(lambda q, _: q.enqueue_after(
+            "JOB:5", b"p", after=["JOB:4"], now=machine.now)),          # waiting, JOB:4 purged
+        lambda: machine.both(lambda q, _: q.enqueue_after(
+            "JOB:6", b"p", after=["JOB:5"], now=machine.now)),          # waiting on JOB:5
+        lambda: machine.claim(lease_ms=30_000),
+        lambda: machine.both(lambda q, w: q.ack(machine.leases[-1][w])),  # done; JOB:6 ready
+        lambda: machine.both(lambda q, _: q.enqueue(
+            "JOB:7", b"p", debounce="save", debounce_ms=1_000, now=machine.now)),
+        lambda: machine.both(lambda q, _: q.enqueue(
+            "JOB:8", b"p", debounce="save", debounce_ms=1_000, now=machine.now)),  # debounced
     ]
     try:
         for step in steps:

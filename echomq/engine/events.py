@@ -36,6 +36,8 @@ class EventKind(enum.StrEnum):
     PURGED = "purged"
     CANCELLED = "cancelled"
     PROGRESS = "progress"
+    WAITING = "waiting"
+    READY = "ready"
     DEBOUNCED = "debounced"
 
 

@@ -28,8 +28,6 @@ from echomq.conformance.cases.common import (
 from echomq.conformance.resp import Arg
 
 E_POLICY = b"-EMQPOLICY policy must be fail, ignore or continue\r\n"
-EA_KEYS: list[Arg] = [2, key("waiting"), key("job", "JOB:1")]
-AFTER_KEYS = [key("waiting"), key("pending"), key("dead"), key("job", "JOB:1"), key("wake")]
 
 
 def enqueue_after(policy: Arg = "fail", *more: Arg, job_id: str = "JOB:1") -> list[Arg]:

@@ -14,7 +14,6 @@ from echomq.conformance.model.words import dec, int_field, pending_score, row_pr
 
 POLICIES = (b"fail", b"ignore", b"continue")
 # The type each derived key of the hook must have when present, by its suffix's first word.
-_TYPES = {b"pending": b"zset", b"wake": b"list", b"dead": b"zset", b"waiting": b"zset"}
 
 
 @dataclass
