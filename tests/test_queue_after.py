@@ -170,7 +170,8 @@ def test_a_hook_key_the_acl_denies_refuses_before_any_write(conn: redis.Redis, q
     enqueue_after(conn, "JOB:d", ["JOB:p"])
     leases = [queue.claim(), queue.claim()]
     conn.acl_setuser("joiner", enabled=True, passwords=["+pw"], commands=["+@all"],
-                     keys=[f"{base}active", f"{base}job:*", f"{base}ended:*"])
+                     keys=[f"{base}active", f"{base}job:*", f"{base}ended:*",
+                           f"{base}queueconf"])  # every ack reads the queue's limits
     user = redis.Redis(port=valkey.port, username="joiner", password="pw")
     try:
         sha = user.script_load(script_for(t.ACK).source)
