@@ -204,8 +204,10 @@ class BeyondTheQueue(DeadBoundsRules):
         for _ in range(data.draw(st.integers(1, 2), label="mutations")):
             argv = data.draw(mutated(transition, argv), label="argv")
         checked = self.model.validate(transition, argv)
-        if not isinstance(checked, bytes) and checked.base == BASE and transition in TRACKED:
-            return  # a valid call on the queue the rules track: theirs to make
+        if not isinstance(checked, bytes) and checked.base == BASE \
+                and (transition in TRACKED or transition.name == "enqueue_unique"):
+            return  # a valid call on the queue the rules track: theirs to make (or, for the
+            # unique enqueue, a job no rule tracks)
         self.execute(transition, argv)
 
     # invariants -------------------------------------------------------------------------------
