@@ -128,7 +128,9 @@ def describe(conn: RawConnection, key: bytes) -> tuple[Any, ...]:
         value = stream_entries(parse(conn.call("XRANGE", key, "-", "+")))
     else:
         value = parse(conn.call("DUMP", key))
-    return (kind, value, parse(conn.call("PTTL", key)) > 0)
+    # Whether it has a TTL: PTTL 0 is a key in its last millisecond, -2 one that expired since it
+    # was read (nothing else deletes scratch keys); only -1 is a key without one.
+    return (kind, value, parse(conn.call("PTTL", key)) != -1)
 
 
 def stream_entries(entries: list[list[Any]]) -> list[tuple[bytes, ...]]:

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from echomq.conformance.cases import NOW, all_cases
-from echomq.conformance.harness import Pair, parity_differences
+from echomq.conformance.harness import Outcome, Pair, parity_differences
 from echomq.conformance.model import Model, int_field, normalise
-from echomq.conformance.resp import Arg
+from echomq.conformance.resp import Arg, parse
 from echomq.engine.transitions import (
     ACK,
     ACK_RESULT,
@@ -48,6 +48,8 @@ TICKS = [0, 0, 1, 7, 1_000, 30_000, 600_000]
 # outlasts any run, so neither executor's tombstone expires before the two are compared (a minute
 # did not, on a loaded machine).
 RETENTION_MS = 86_400_000
+# A TTL a step gives a key must outlast the walk (see Walk.short_lived).
+SHORTEST_TTL_MS = 3_600_000
 Call = tuple[Transition, list[Arg]]
 
 
@@ -104,6 +106,20 @@ class Walk:
             found.append(f"the model expects {expected[:80]!r}, the server sent {reply[:80]!r}")
         elif normalise(outcomes["lua"].after) != self.model.render():
             found.append("the keyspace differs from the model's")
+        return found or self.short_lived(outcomes["lua"])
+
+    def short_lived(self, outcome: Outcome) -> list[str]:
+        """Keys the step gave a TTL (on the server's real clock) that may run out before the walk
+        ends: the model keeps no clock, so such a key would part it from the servers some steps
+        later, on a timing, not here where the call set it."""
+        found = []
+        for name, (_, _, expires) in outcome.after.items():
+            if not expires or outcome.before.get(name, (None, None, False))[2]:
+                continue
+            ttl = parse(self.pair.inspect.call("PTTL", self.pair.scratch.prefix("lua") + name))
+            if isinstance(ttl, int) and 0 <= ttl < SHORTEST_TTL_MS:
+                found.append(f"key {name!r} expires in {ttl} ms on the server's clock, within the "
+                             f"walk (the model has no clock)")
         return found
 
     # the calls --------------------------------------------------------------------------------
@@ -140,10 +156,14 @@ class Walk:
                                  self.rng.choice(PAYLOADS), self.now, *due]
 
     def unique(self) -> Call:
-        """A unique enqueue on one of two dedupe keys: a throttle's window (a TTL on the server's
-        real clock) outlasts any run, as a tombstone's retention does."""
+        """A unique enqueue on one of two dedupe keys: a throttle's window and a dedupe's
+        ``dedupe_ms`` (the TTL the end hook gives the key when its job ends) are TTLs on the
+        server's real clock, so they outlast any run, as a tombstone's retention does; a
+        debounce's period only moves a due time on the sequence's clock."""
         job_id, mode = self.fresh(), self.rng.choice([b"dedupe", b"debounce", b"throttle"])
         period = RETENTION_MS if mode == b"throttle" else self.rng.choice([0, 1_000])
+        if mode == b"dedupe" and period:  # the same draws as ever: a seed replays as before
+            period = RETENTION_MS
         return ENQUEUE_UNIQUE, [5, key(b"pending"), key(b"delayed"), key(b"job", job_id),
                                 key(b"wake"), key(b"dedupe:" + self.rng.choice([b"a", b"b"])),
                                 job_id, self.rng.choice(PAYLOADS), self.now, mode, period,

@@ -137,6 +137,20 @@ def hook_cases() -> Iterator[Case]:
     yield _case("ack", "hook-dedupe-released", ack, b"+ACKED", leased("JOB:1") + dedupe)
     yield _case("ack", "hook-dedupe-window", ack, b"+ACKED",
                 leased("JOB:1") + dedupe + [["HSET", key("job"), "dedupe_ms", "9000"]])
+    # The release with a dedupe_ms is a PEXPIRE on the server's real clock: each window here
+    # outlasts the snapshot (the random walk's 1,000 ms ran out within its run, Walk.short_lived;
+    # 50 ms could on a slow server). The walk's end was an ack with a result: it, settle's done
+    # and a cancel that ends the job at once.
+    window: list[Command] = [*leased("JOB:1"), *dedupe,
+                             ["HSET", key("job"), "dedupe_ms", "60000"]]
+    yield _case("ack_result", "hook-dedupe-window",
+                [2, key("active"), key("job"), "JOB:1", 1, 60_000, b"*3\r\n"], b"+ACKED", window)
+    yield _case("settle", "hook-dedupe-window", settle("done", "JOB:1", 1, b"r"),
+                replied([b"ACKED"], []), window)
+    yield _case("cancel", "hook-dedupe-window",
+                [6, key("job"), key("pending"), key("delayed"), key("active"), key("dead"),
+                 key("ring"), "JOB:1", NOW, 60_000], b"+CANCELLED",
+                [*waiting("JOB:1"), *dedupe, ["HSET", key("job"), "dedupe_ms", "60000"]])
     yield _case("ack", "hook-dedupe-taken", ack, b"+ACKED",
                 leased("JOB:1") + dedupe + [["SET", BASE + "dedupe:k1", "JOB:2"]])
     yield _case("ack", "hook-dedupe-wrongtype", ack, E_TYPE,
@@ -159,7 +173,8 @@ def hook_cases() -> Iterator[Case]:
     yield _case("retry", "hook-dead-ended-wrongtype", retry, E_TYPE,
                 [*chain, ["SET", BASE + "ended:JOB:8", "x"]])
     yield _case("retry", "hook-dead-dedupe", retry, b"+DEAD",
-                [*leased("JOB:1"), ["HSET", key("job"), "dedupe", "dedupe:k", "dedupe_ms", "50"],
+                [*leased("JOB:1"),
+                 ["HSET", key("job"), "dedupe", "dedupe:k", "dedupe_ms", "60000"],
                  ["SET", BASE + "dedupe:k", "JOB:1"]])
     two = [*parent_of("JOB:1", "JOB:5"), *parent_of("JOB:2", "JOB:5"),
            *held("JOB:5", hold=False, waits=2), *parent_of("JOB:3", "JOB:6"),
