@@ -52,9 +52,6 @@ async def async_transact_once(client: Any, commands: Sequence[Command]) -> list[
     conn, single = await _async_borrow(client, "MULTI")
     try:
         return await _async_exchange(conn, commands)
-    except BaseException:
-        await conn.disconnect()
-        raise
     finally:
         await _async_give_back(client, conn, single)
 
@@ -64,9 +61,6 @@ async def _on_node(node: Any, commands: Sequence[Command]) -> list[Any]:
     conn = node.acquire_connection()
     try:
         return await _async_exchange(conn, commands)
-    except BaseException:
-        await conn.disconnect()
-        raise
     finally:
         release = getattr(node, "release", None)
         if release is not None:
@@ -76,9 +70,15 @@ async def _on_node(node: Any, commands: Sequence[Command]) -> list[Any]:
 
 
 async def _async_exchange(conn: Any, commands: Sequence[Command]) -> list[Any]:
-    await conn.send_packed_command(conn.pack_commands(_wrapped(commands)))
-    queued = [await _async_read(conn) for _ in range(len(commands) + 1)]
-    return _replies(queued, await _async_read(conn), len(commands))
+    """The transaction written and read on ``conn``; anything but a server error closes it (its
+    replies may still be coming)."""
+    try:
+        await conn.send_packed_command(conn.pack_commands(_wrapped(commands)))
+        queued = [await _async_read(conn) for _ in range(len(commands) + 1)]
+        return _replies(queued, await _async_read(conn), len(commands))
+    except BaseException:
+        await conn.disconnect()
+        raise
 
 
 def _node_of(client: Any, commands: Sequence[Command]) -> Any:
