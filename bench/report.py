@@ -20,7 +20,7 @@ from bench.parking import report_section as parking_section
 from bench.priority import section as priority_section
 from bench.targets import GUARANTEES, fig, md_table, ok_e2e, targets
 from bench.tasks import section as tasks_section
-from bench.workflows import section as workflows_section
+from bench.workflow_report import section as workflows_section
 
 
 def cost_section(results: dict[str, Any], out: str) -> str:

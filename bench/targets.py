@@ -11,7 +11,7 @@ from bench.events import targets as event_targets
 from bench.findings import TARGETS
 from bench.priority import targets as priority_targets
 from bench.tasks import targets as task_targets
-from bench.workflows import targets as workflow_targets
+from bench.workflow_report import targets as workflow_targets
 
 GUARANTEES = {
     "echomq wire=6": "idempotent enqueue by the caller's id (a tombstone keeps it a duplicate "

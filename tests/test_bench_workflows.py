@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import workflows
+from bench import workflow_report, workflows
 from echomq.embedded import EmbeddedValkey
 
 TINY = {"flow_settles": 40, "flow_fan_in": 10, "flow_chord": 30, "flow_peer_chord": 10,
@@ -32,10 +32,10 @@ def test_the_phase_runs_and_writes_its_rows(valkey: EmbeddedValkey) -> None:
     celery = data["peers"]["celery"]
     assert "seconds" in celery or celery["error"]
     results = {"workflows": data}
-    text = workflows.section(results)
+    text = workflow_report.section(results)
     assert "| child (not the last) | 6 |" in text
     assert "| last child (releases the body) | 5 |" in text
     assert "| echomq wire=6 checkout | 10 |" in text
     assert ("| celery " in text) and ("could not run here" in text) == ("error" in celery)
-    rows = workflows.targets(results)
+    rows = workflow_report.targets(results)
     assert [row[2] for row in rows] == ["**met**", "**met**"]
