@@ -1,5 +1,5 @@
 """A chord of 10,000 children drained by 4 worker processes while one of them is SIGKILLed at
-random every few seconds and the server is SIGKILLed once (AOF ``appendfsync always``): the
+random every 1,500 children run and the server is SIGKILLed once (AOF ``appendfsync always``): the
 callback runs exactly once with all 10,000 results in order, and no child is lost — counted
 from the ledger the handlers write (tests/chord_app.py) and from the server's keyspace."""
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 ECHOMQ = str(Path(sys.executable).with_name("echomq"))
 CHILDREN = 10_000
 WORKERS = 4
-KILL_EVERY_S = 2.5
+KILL_EVERY = 1_500  # a worker killed each time this many more children ran
 BOUND_S = 600.0  # a loaded 2-core machine: a bound on waiting, never a speed
 
 
@@ -97,13 +97,18 @@ def test_a_chord_under_kills_runs_its_callback_once_with_every_result(
         server_killed = False
         with workers(env, tmp_path / "workers.log") as crew:
             deadline = time.monotonic() + BOUND_S
+            kills_at = iter(range(KILL_EVERY, CHILDREN, KILL_EVERY))  # by progress, not time
+            next_kill: int | None = next(kills_at)
             while not any("fanin" in entry for entry in ledger_of(ledger)):
                 assert time.monotonic() < deadline, (tmp_path / "workers.log").read_text()[-3000:]
-                time.sleep(KILL_EVERY_S)
-                crew.kill_one(draw)
-                if not server_killed and len(ledger_of(ledger)) > CHILDREN // 3:
-                    restart(server)
-                    server_killed = True
+                time.sleep(0.02)
+                ran = len(ledger_of(ledger))
+                if next_kill is not None and ran >= next_kill:
+                    crew.kill_one(draw)
+                    next_kill = next(kills_at, None)
+                    if not server_killed and ran > CHILDREN // 3:
+                        restart(server)
+                        server_killed = True
             assert server_killed and crew.kills >= 2
             result = handle.result(timeout=BOUND_S)
         check(app, ledger, result)
