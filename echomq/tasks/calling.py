@@ -5,7 +5,6 @@ waiting, ``Queue.enqueue_after``, and runs once each of them ended, under ``poli
 from __future__ import annotations
 
 import datetime
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 from echomq.engine.graph_calls import checked_policy
 from echomq.queue.ids import new_job_id
 from echomq.tasks.canvas import TaskSignature
-from echomq.tasks.envelope import Envelope, encode
+from echomq.tasks.envelope import Envelope, encode, now_ms
 from echomq.tasks.handle import HandledTask, TaskHandle
 from echomq.tasks.signature import Signature
 from echomq.tasks.unique import resolved
@@ -26,10 +25,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def at_ms(at: datetime.datetime) -> int:

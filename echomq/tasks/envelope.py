@@ -7,6 +7,7 @@ which never is ``{``. A worker therefore reads jobs from producers using either 
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 import msgspec
@@ -52,6 +53,11 @@ _JSON_ENCODER = msgspec.json.Encoder()
 _MSGPACK_ENCODER = msgspec.msgpack.Encoder()
 _ENVELOPE_DECODERS = (msgspec.json.Decoder(Envelope), msgspec.msgpack.Decoder(Envelope))
 _RESULT_DECODERS = (msgspec.json.Decoder(Result), msgspec.msgpack.Decoder(Result))
+
+
+def now_ms() -> int:
+    """The client's clock in ms, as an envelope's ``enqueued_at`` is stamped."""
+    return time.time_ns() // 1_000_000
 
 
 def checked_serializer(name: str) -> Serializer:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 from echomq.engine.calls import Verdict
 from echomq.queue.graphs import GraphJob
 from echomq.queue.ids import new_job_id
-from echomq.tasks.envelope import UNKEPT_RESULT, Envelope, decode_result, encode
+from echomq.tasks.envelope import UNKEPT_RESULT, Envelope, decode_result, encode, now_ms
 from echomq.tasks.handle import TaskHandle
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ def _payload(app: Any, queue: Queue, job: Planned) -> bytes:
     headers: dict[str, str] = {}
     with app.hooks.enqueuing(queue.name, task.name, headers):
         return encode(Envelope(task.name, list(job.leaf.args), job.leaf.kwargs, headers,
-                               int(time.time() * 1000), queue.name, job.parents),
+                               now_ms(), queue.name, job.parents),
                       app.serializer)
 
 
