@@ -202,6 +202,9 @@ class Transition:
     # The event kinds the transition may append (EVENT_KINDS): when any, the call may declare
     # the queue's events key (EVENTS_ROLE) last, after its claim record.
     events: tuple[str, ...] = ()
+    # A list's bound: at most this many items in one call (0: none), refused at step 1 with
+    # EMQARITY (ERRORS["MANY"]) before anything else is read.
+    max_items: int = 0
     summary: str = ""
     complexity: str = ""
 
@@ -439,6 +442,17 @@ ENQUEUE_UNIQUE = Transition(
             "enqueue_unique.lua).",
     complexity="O(log N) with N the pending or delayed jobs",
 )
+# The most jobs one EMQ.ENQUEUE_MANY admits: a longer list is refused whole (EMQARITY), so one
+# call's work, and the time the server spends in it, stays bounded; the client sends longer
+# batches as several calls.
+ENQUEUE_MANY_MAX = 10_000
+ENQUEUE_MANY = Transition(
+    "enqueue_many", ("pending", "delayed", "wake"), ("now",), "EMQ.ENQUEUE_MANY", admits=True,
+    item_forms=(ItemForm(None, ("id", "payload", "delay_ms", "priority")),),
+    events=("enqueued",), max_items=ENQUEUE_MANY_MAX,
+    summary="Admit many flat jobs once each, a verdict per job (twin of enqueue_many.lua).",
+    complexity="O(J log N) with J the jobs",
+)
 # The bounds of a queue's dead jobs, fields of <base>deadconf (decimal; 0: no bound of that
 # kind), and each one's value when its field is absent: 10,000 jobs, 180 days.
 DEAD_BOUNDS: dict[str, int] = {"max_count": 10_000, "max_age_ms": 180 * 24 * 3600 * 1000}
@@ -446,7 +460,7 @@ DEAD_BOUNDS: dict[str, int] = {"max_count": 10_000, "max_age_ms": 180 * 24 * 360
 # Every transition with a native twin; the conformance suite runs each on both executors.
 TRANSITIONS: tuple[Transition, ...] = (
     ENQUEUE, CLAIM, ACK, RETRY, EXTEND, SETTLE, EXTEND_MANY, RECOVER, PROMOTE, ENQUEUE_DELAYED,
-    ACK_RESULT, PROGRESS, CANCEL, TRIM_DEAD, ENQUEUE_AFTER, AFTER, ENQUEUE_UNIQUE,
+    ACK_RESULT, PROGRESS, CANCEL, TRIM_DEAD, ENQUEUE_AFTER, AFTER, ENQUEUE_UNIQUE, ENQUEUE_MANY,
 )
 # Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
 SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM, LANE_ENQUEUE_DELAYED, LANE_SET,
