@@ -899,7 +899,7 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
     {"emq.enqueue_many",
      "ENQUEUE_MANY",
      "write deny-oom getkeys-api no-mandatory-keys",
-     "Admit many flat jobs once each, a verdict per job (twin of enqueue_many.lua).",
+     "Admit many flat jobs, a verdict each (twin of enqueue_many.lua).",
      "O(J log N) with J the jobs",
      -2,
      EMQ_ENQUEUE_MANY_NUMKEYS,
