@@ -146,3 +146,14 @@ def test_the_asyncio_queue_sends_one_command_too(valkey: EmbeddedValkey, conn: r
 
     assert asyncio.run(body()) == [ENQUEUED, ENQUEUED, DUPLICATE]
     assert sent(conn) == {"evalsha" if wire == 5 else "emq.enqueue_many": 1}
+
+
+def test_a_delay_for_the_whole_batch(queue: Queue) -> None:
+    verdicts = queue.enqueue_many([("JOB:1", b""), ("JOB:2", b"", None, 3)], now=NOW,
+                                  delay_ms=5_000)
+    assert verdicts == [ENQUEUED, ENQUEUED]
+    assert queue.conn.zrange(queue.key("delayed"), 0, -1, withscores=True) == [
+        (b"JOB:1", NOW + 5_000), (b"JOB:2", NOW + 5_000)]
+    assert queue.counts()["pending"] == 0
+    with pytest.raises(ArgumentError, match="delay_ms"):
+        queue.enqueue_many([("JOB:3", b"")], delay_ms=-1)

@@ -230,12 +230,13 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
         return lost_admission(call, replies, time.monotonic() - started)
 
     @op
-    def enqueue_many(self, items: Iterable[Item], *,
-                     now: int | None = None) -> Program[list[Verdict]]:
-        """Admit many jobs in one wire flush (``echomq.engine.produce``); a verdict per item, in
-        order. Items are ``(id, payload)``, ``(id, payload, lane)`` or ``(id, payload, lane,
-        priority)`` (lane None: a flat job); each is checked before anything is sent."""
-        calls = enqueue_many_calls(self.calls, items, now)
+    def enqueue_many(self, items: Iterable[Item], *, now: int | None = None,
+                     delay_ms: int = 0) -> Program[list[Verdict]]:
+        """Admit many jobs in one wire flush (``echomq.engine.produce``), each due ``delay_ms``
+        from now; a verdict per item, in order. Items are ``(id, payload)``, ``(id, payload,
+        lane)`` or ``(id, payload, lane, priority)`` (lane None: a flat job); each is checked
+        before anything is sent."""
+        calls = enqueue_many_calls(self.calls, items, now, delay_ms)
         replies = yield from ExecutorMethods.call_many.program(self.executor, self.conn, calls)
         yield from self._register()
         return batch_verdicts(calls, replies)
