@@ -16,7 +16,7 @@ from typing import Any
 from echomq.engine import transitions as t
 from echomq.engine.calls import Arg, Call, Item, QueueCalls, Verdict, checked_arg, payload_bytes
 from echomq.engine.errors import KindError
-from echomq.engine.native import checked_now, checked_priority, id_ok
+from echomq.engine.native import checked_now, checked_priority, id_gate
 
 KIND_ERROR = t.ERRORS["KIND"].text
 _VERDICT_OF_REPLY = {verdict.value.encode(): verdict for verdict in Verdict}
@@ -56,7 +56,8 @@ def enqueue_many_calls(calls: QueueCalls, items: Iterable[Item], now: int | None
 def _words(item: Item, delay: str) -> tuple[Arg, Arg, Arg, Arg]:
     """A flat item's four words, ``<id> <payload> <delay_ms> <priority>``, checked."""
     job_id, payload = item[0], item[1]
-    if not id_ok(job_id):
+    raw = job_id.encode() if type(job_id) is str else job_id
+    if not id_gate(raw, len(raw)):
         raise KindError(KIND_ERROR)
     priority = item[3] if len(item) > 3 else 0
     return (job_id, payload if type(payload) is bytes else payload_bytes(payload), delay,
