@@ -36,6 +36,7 @@ class Figures:
     jobs: int
     produce_s: float = 0.0
     produce_batch_s: float | None = None
+    set_pipeline_s: float | None = None  # the same jobs as plain SETs, in the same phase
     consume_s: float = 0.0
     consume_jobs: int = 0
     memory_bytes: int = 0
@@ -49,6 +50,7 @@ class Figures:
             "system": self.system, "version": self.version, "jobs": self.jobs,
             "produce": produce,
             "produce_batch": self.jobs / self.produce_batch_s if self.produce_batch_s else None,
+            "set_pipeline": self.jobs / self.set_pipeline_s if self.set_pipeline_s else None,
             "consume": consume, "consume_jobs": self.consume_jobs,
             "roundtrip": 1.0 / (1.0 / produce + 1.0 / consume),
             "memory_per_job": self.memory_bytes / self.jobs,
@@ -93,9 +95,13 @@ def echomq(port: int, jobs: int, wire: int) -> Figures:
     fig.memory_bytes = settle_memory(conn) - before
     fig.consume_s, fig.consume_jobs = _timed(consume)
     conn.flushall()
-    fig.produce_batch_s = statistics.median(_batched(conn, queue, jobs)
-                                            for _ in range(BATCH_REPS))
-    fig.notes.append(f"batched: the median of {BATCH_REPS} timed runs")
+    batched, sets = [], []
+    for _ in range(BATCH_REPS):  # side by side: each run of the batch, then the same in SETs
+        batched.append(_batched(conn, queue, jobs))
+        sets.append(_set_pipeline(conn, jobs))
+    fig.produce_batch_s, fig.set_pipeline_s = statistics.median(batched), statistics.median(sets)
+    fig.notes.append(f"batched: the median of {BATCH_REPS} timed runs; beside each, a redis-py "
+                     f"pipeline of the same jobs as plain SETs ({BATCH} a pipeline)")
     conn.close()
     return fig
 
@@ -104,6 +110,20 @@ def _batched(conn: redis.Redis, queue: Queue, jobs: int) -> float:
     elapsed, _ = _timed(lambda: [
         queue.enqueue_many([(new_job_id(), PAYLOAD) for _ in range(size)])
         for size in _chunks(jobs)])
+    conn.flushall()
+    return elapsed
+
+
+def _set_pipeline(conn: redis.Redis, jobs: int) -> float:
+    """The floor a batch is held to: the same number of plain ``SET <id> noop``, a redis-py
+    pipeline of ``BATCH`` (the batch's own chunks), new ids made as the batch makes them."""
+    def sets() -> None:
+        for size in _chunks(jobs):
+            pipe = conn.pipeline(transaction=False)
+            for _ in range(size):
+                pipe.set(new_job_id(), PAYLOAD)
+            pipe.execute()
+    elapsed, _ = _timed(sets)
     conn.flushall()
     return elapsed
 

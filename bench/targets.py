@@ -165,6 +165,11 @@ def produce_targets(results: dict[str, Any]) -> list[list[str]]:
     from bench.e2e import BATCH
     rows = [[f"`enqueue_many` ({BATCH} a batch, wire=6) ≥ {TARGETS['produce_batch']:,} jobs/s",
              f"{ours:,.0f} jobs/s", verdict(ours >= TARGETS["produce_batch"])]]
+    sets = (e2e.get("echomq wire=6") or {}).get("set_pipeline")
+    if sets:
+        rows.append(_ratio_row(f"… ≥ {TARGETS['over_set_pipeline']:.1f} × a redis-py pipeline "
+                               f"of as many plain `SET`s ({BATCH} a pipeline, same phase)",
+                               ours, sets, TARGETS["over_set_pipeline"], "jobs/s"))
     rq = (e2e.get("rq (SimpleWorker)") or {}).get("produce_batch")
     if rq:
         rows.append(_ratio_row(f"… ≥ {TARGETS['over_rq_batch']:.0f} × RQ's `enqueue_many` "

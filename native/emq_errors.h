@@ -31,6 +31,8 @@
 #define EMQ_FMT_VARIADIC_ARITY "EMQARITY EMQ.%s takes %d keys and at least %d arguments"
 /* verb, nkeys, nargs, nmax */
 #define EMQ_FMT_OPTIONAL_ARITY "EMQARITY EMQ.%s takes %d keys and %d or %d arguments"
+/* verb, nmax */
+#define EMQ_FMT_MANY "EMQARITY EMQ.%s takes at most %d items"
 /* n, shape */
 #define EMQ_FMT_ITEM "EMQITEM item %lld must be %s"
 #define EMQ_ERR_KIND "EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of A-Z a-z 0-9 . _ : -"

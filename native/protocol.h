@@ -70,6 +70,7 @@ typedef struct {
     int record;             /* 1: a claim record may follow the keys (EMQ_RECORD_PREFIX) */
     int nopt;               /* trailing arguments a call may leave off (absent: 0) */
     int events;             /* 1: the events key may follow, last (base + EMQ_EVENTS_SUFFIX) */
+    long long max_items;    /* a list's bound: at most this many items (0: none), EMQ_FMT_MANY */
 } EmqCommandSpec;
 
 /* The commands, in the order of emq_commands. */
@@ -91,6 +92,7 @@ enum {
     EMQ_CMD_ENQUEUE_AFTER,
     EMQ_CMD_AFTER,
     EMQ_CMD_ENQUEUE_UNIQUE,
+    EMQ_CMD_ENQUEUE_MANY,
     EMQ_COMMAND_COUNT
 };
 
@@ -123,6 +125,7 @@ enum {
     X(ENQUEUE_AFTER, enqueue_after) \
     X(AFTER, after) \
     X(ENQUEUE_UNIQUE, enqueue_unique) \
+    X(ENQUEUE_MANY, enqueue_many) \
 
 
 /* EMQ.ENQUEUE 3|4 <base>job:<id> <base>pending <base>wake [<base>events] <id> <payload> <now> [<priority>] */
@@ -340,6 +343,19 @@ enum {
 #define EMQ_ENQUEUE_UNIQUE_ARG_PERIOD_MS 4
 #define EMQ_ENQUEUE_UNIQUE_ARG_DELAY_MS 5
 #define EMQ_ENQUEUE_UNIQUE_ARG_PRIORITY 6
+
+/* EMQ.ENQUEUE_MANY 3|4 <base>pending <base>delayed <base>wake [<base>events] <now> [<id> <payload> <delay_ms:0> <priority> ...] */
+#define EMQ_ENQUEUE_MANY_NUMKEYS 3
+#define EMQ_ENQUEUE_MANY_NARGS 1
+#define EMQ_ENQUEUE_MANY_KEY_PENDING 0
+#define EMQ_ENQUEUE_MANY_KEY_DELAYED 1
+#define EMQ_ENQUEUE_MANY_KEY_WAKE 2
+#define EMQ_ENQUEUE_MANY_ARG_NOW 0
+#define EMQ_ENQUEUE_MANY_FORM_ITEM 0
+#define EMQ_ENQUEUE_MANY_ITEM_ARG_ID 0
+#define EMQ_ENQUEUE_MANY_ITEM_ARG_PAYLOAD 1
+#define EMQ_ENQUEUE_MANY_ITEM_ARG_DELAY_MS 2
+#define EMQ_ENQUEUE_MANY_ITEM_ARG_PRIORITY 3
 
 extern const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT];
 
@@ -573,6 +589,23 @@ static const EmqArgSpec emq_enqueue_unique_args[] = {
     {"delay_ms", EMQ_ARG_INT, 0},
     {"priority", EMQ_ARG_PRIORITY, 0},
 };
+static const EmqKeySpec emq_enqueue_many_keys[] = {
+    {"pending", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"delayed", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"wake", 4, -1, VALKEYMODULE_KEYTYPE_LIST},
+};
+static const EmqArgSpec emq_enqueue_many_args[] = {
+    {"now", EMQ_ARG_NOW, 0},
+};
+static const EmqArgSpec emq_enqueue_many_form0_args[] = {
+    {"id", EMQ_ARG_ID, 0},
+    {"payload", EMQ_ARG_BYTES, 0},
+    {"delay_ms", EMQ_ARG_INT, 0},
+    {"priority", EMQ_ARG_PRIORITY, 0},
+};
+static const EmqItemForm emq_enqueue_many_forms[] = {
+    {NULL, 4, emq_enqueue_many_form0_args},
+};
 const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
     {"emq.enqueue",
      "ENQUEUE",
@@ -589,7 +622,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      0,
      1,
-     1},
+     1,
+     0},
     {"emq.claim",
      "CLAIM",
      "write getkeys-api no-mandatory-keys",
@@ -605,7 +639,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      1,
      0,
-     1},
+     1,
+     0},
     {"emq.ack",
      "ACK",
      "write fast getkeys-api no-mandatory-keys",
@@ -621,7 +656,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      0,
      0,
-     1},
+     1,
+     0},
     {"emq.retry",
      "RETRY",
      "write fast getkeys-api no-mandatory-keys",
@@ -637,7 +673,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      0,
      0,
-     1},
+     1,
+     0},
     {"emq.extend",
      "EXTEND",
      "write fast getkeys-api no-mandatory-keys",
@@ -651,6 +688,7 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      NULL,
      NULL,
+     0,
      0,
      0,
      0},
@@ -669,7 +707,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      "ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> or retry <id> <fence> <delay_ms> <max_attempts> <error>",
      1,
      0,
-     1},
+     1,
+     0},
     {"emq.extend_many",
      "EXTEND_MANY",
      "write getkeys-api no-mandatory-keys",
@@ -683,6 +722,7 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      1,
      emq_extend_many_forms,
      "<id> <fence>",
+     0,
      0,
      0,
      0},
@@ -701,7 +741,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      0,
      0,
-     1},
+     1,
+     0},
     {"emq.promote",
      "PROMOTE",
      "write getkeys-api no-mandatory-keys",
@@ -717,7 +758,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      0,
      0,
-     1},
+     1,
+     0},
     {"emq.enqueue_delayed",
      "ENQUEUE_DELAYED",
      "write deny-oom fast getkeys-api no-mandatory-keys",
@@ -733,7 +775,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      0,
      1,
-     1},
+     1,
+     0},
     {"emq.ack_result",
      "ACK_RESULT",
      "write fast getkeys-api no-mandatory-keys",
@@ -749,7 +792,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      0,
      0,
-     1},
+     1,
+     0},
     {"emq.progress",
      "PROGRESS",
      "write fast getkeys-api no-mandatory-keys",
@@ -765,7 +809,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      0,
      0,
-     1},
+     1,
+     0},
     {"emq.cancel",
      "CANCEL",
      "write getkeys-api no-mandatory-keys",
@@ -781,7 +826,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      0,
      0,
-     1},
+     1,
+     0},
     {"emq.trim_dead",
      "TRIM_DEAD",
      "write getkeys-api no-mandatory-keys",
@@ -797,7 +843,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      0,
      0,
-     1},
+     1,
+     0},
     {"emq.enqueue_after",
      "ENQUEUE_AFTER",
      "write deny-oom fast getkeys-api no-mandatory-keys",
@@ -813,7 +860,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      0,
      1,
-     1},
+     1,
+     0},
     {"emq.after",
      "AFTER",
      "write getkeys-api no-mandatory-keys",
@@ -829,7 +877,8 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      "<parent>",
      0,
      0,
-     1},
+     1,
+     0},
     {"emq.enqueue_unique",
      "ENQUEUE_UNIQUE",
      "write deny-oom fast getkeys-api no-mandatory-keys",
@@ -845,7 +894,25 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      0,
      1,
-     1},
+     1,
+     0},
+    {"emq.enqueue_many",
+     "ENQUEUE_MANY",
+     "write deny-oom getkeys-api no-mandatory-keys",
+     "Admit many flat jobs, a verdict each (twin of enqueue_many.lua).",
+     "O(J log N) with J the jobs",
+     -2,
+     EMQ_ENQUEUE_MANY_NUMKEYS,
+     emq_enqueue_many_keys,
+     EMQ_ENQUEUE_MANY_NARGS,
+     emq_enqueue_many_args,
+     1,
+     emq_enqueue_many_forms,
+     "<id> <payload> <delay_ms> <priority>",
+     0,
+     0,
+     1,
+     10000},
 };
 #endif
 

@@ -11,6 +11,7 @@
  *   after.c        EMQ.ENQUEUE_AFTER and EMQ.AFTER: jobs waiting for their parents
  *   dependents.c   the join: a job's end planned on its dependents and dedupe key, then applied
  *   unique.c       EMQ.ENQUEUE_UNIQUE: dedupe, debounce, throttle
+ *   enqueue_many.c EMQ.ENQUEUE_MANY: a producer's batch, a verdict per job
  *   protocol.h     generated from echomq/engine/transitions.py: the table all of the above read */
 #ifndef TRAFIKEY_H
 #define TRAFIKEY_H

@@ -38,14 +38,22 @@ static int split_numkeys(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int ar
 
 /* Step 1, the shape (EMQARITY): the table's keys, then up to its optional keys (the claim record,
  * the events key); its arguments, then up to its optional ones (a command taking a list: at least
- * its fixed arguments). Returns 0 after replying with the error. */
+ * its fixed arguments; a bounded list: at most max_items items, EMQ_FMT_MANY). Returns 0 after
+ * replying with the error. */
 static int check_shape(ValkeyModuleCtx *ctx, const Call *call) {
     const EmqCommandSpec *spec = call->spec;
     int args_ok = spec->nforms ? call->nargs >= spec->nargs
                                : call->nargs >= spec->nargs && call->nargs <= spec->nargs + spec->nopt;
     int keys_ok = call->nkeys >= spec->nkeys && call->nkeys <= spec->nkeys + spec->record + spec->events;
-    if (keys_ok && args_ok) return 1;
     char buf[128];
+    if (keys_ok && args_ok) {
+        /* A bounded list (one wordless form): at most max_items of its width, counted in words. */
+        if (spec->max_items == 0 || (long long)(call->nargs - spec->nargs) <= spec->max_items * spec->forms[0].nargs)
+            return 1;
+        snprintf(buf, sizeof buf, EMQ_FMT_MANY, spec->verb, (int)spec->max_items);
+        reply_error(ctx, buf);
+        return 0;
+    }
     if (spec->nforms) emq_variadic_arity_error(buf, sizeof buf, spec->verb, spec->nkeys, spec->nargs);
     else if (spec->nopt)
         emq_optional_arity_error(buf, sizeof buf, spec->verb, spec->nkeys, spec->nargs, spec->nargs + spec->nopt);

@@ -35,6 +35,7 @@ from echomq.engine.errors import (
 from echomq.engine.executors import executor_for
 from echomq.engine.transitions import (
     CLAIM,
+    ENQUEUE_MANY,
     ERROR_CODES,
     ERROR_TEXTS,
     ERRORS,
@@ -302,7 +303,8 @@ def test_the_protocol_docs_error_table_is_the_tables_texts_in_order() -> None:
         if error.executors != "both":
             continue
         if "shape" in error.fields:
-            expected += [documented(error, shape=t.item_shape) for t in (SETTLE, EXTEND_MANY)]
+            expected += [documented(error, shape=t.item_shape)
+                         for t in (SETTLE, EXTEND_MANY, ENQUEUE_MANY)]
         else:
             expected.append(documented(error))
     assert rows == expected

@@ -1,11 +1,10 @@
 """A seeded random sequence of transitions on both executors, checked step by step.
 
 One queue is driven through enqueue, claim, ack, retry, extend, progress, settle, extend_many,
-recover, promote, cancel, trim_dead, enqueue_unique, enqueue_after and after on an explicit
-clock that jumps forward, with current and stale fences, and now and then a malformed call from
-the case table. After every
-step both executors' replies must be the same bytes and their keyspaces equal, and both must agree
-with the model (echomq.conformance.model).
+recover, promote, cancel, trim_dead, enqueue_unique, enqueue_after, after and enqueue_many on an
+explicit clock that jumps forward, with current and stale fences, and now and then a malformed
+call from the case table. After every step both executors' replies must be the same bytes and
+their keyspaces equal, and both must agree with the model (echomq.conformance.model).
 The same seed gives the same sequence, so a difference found on one server can be replayed.
 """
 
@@ -28,6 +27,7 @@ from echomq.engine.transitions import (
     ENQUEUE,
     ENQUEUE_AFTER,
     ENQUEUE_DELAYED,
+    ENQUEUE_MANY,
     ENQUEUE_UNIQUE,
     EXTEND,
     EXTEND_MANY,
@@ -78,7 +78,7 @@ class Walk:
             self.enqueue, self.enqueue, self.claim, self.claim, self.ack, self.retry,
             self.extend, self.settle, self.settle, self.extend_many, self.recover, self.promote,
             self.bad, self.enqueue_later, self.ack_result, self.progress, self.cancel,
-            self.trim_dead, self.unique, self.enqueue_after, self.after]
+            self.trim_dead, self.unique, self.enqueue_after, self.after, self.enqueue_many]
 
     def run(self, steps: int, between_steps: Callable[[], None] = lambda: None) -> WalkResult:
         """Up to ``steps`` steps; stops at the first difference (the states part there).
@@ -154,6 +154,16 @@ class Walk:
         due = [self.rng.choice([0, 1_000]), self.rng.choice([0, self.now + 5_000])]
         return ENQUEUE_DELAYED, [3, key(b"job", job_id), key(b"delayed"), key(b"wake"), job_id,
                                  self.rng.choice(PAYLOADS), self.now, *due]
+
+    def enqueue_many(self) -> Call:
+        """Up to four jobs, fresh or met before (an id twice now and then), delayed or not,
+        at a priority or not."""
+        jobs: list[Arg] = []
+        for _ in range(self.rng.randint(0, 4)):
+            jobs += [self.fresh(), self.rng.choice(PAYLOADS), self.rng.choice([0, 0, 1_000]),
+                     self.rng.choice([0, 0, 5, -3])]
+        return ENQUEUE_MANY, [3, key(b"pending"), key(b"delayed"), key(b"wake"), self.now,
+                              *jobs]
 
     def unique(self) -> Call:
         """A unique enqueue on one of two dedupe keys: a throttle's window and a dedupe's

@@ -363,12 +363,6 @@ class QueueCalls:
         args: tuple[Arg, ...] = (job_id, body, checked_lane(lane), stamp, *due, *rank)
         return self._call(t.LANE_ENQUEUE_DELAYED, args, job_id)
 
-    def enqueue_many(self, items: Iterable[Item], now: int | None) -> list[Call]:
-        stamp = checked_now(now)
-        return [self._admission(item[0], item[1], item[2] if len(item) > 2 else None, stamp,
-                                item[3] if len(item) > 3 else 0)
-                for item in items]
-
     def _admission(self, job_id: str, payload: Payload, lane: str | None,
                    stamp: str, priority: int = 0) -> Call:
         checked_id(job_id)

@@ -103,6 +103,7 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
               "EMQARITY EMQ.{verb} takes {nkeys} keys and at least {nargs} arguments"),
     ErrorText("OPTIONAL_ARITY",
               "EMQARITY EMQ.{verb} takes {nkeys} keys and {nargs} or {nmax} arguments"),
+    ErrorText("MANY", "EMQARITY EMQ.{verb} takes at most {nmax} items"),
     ErrorText("ITEM", "EMQITEM item {n} must be {shape}"),
     ErrorText("KIND", "EMQKIND job id must be JOB:<rest> with <rest> 1 to 200 bytes of "
                       "A-Z a-z 0-9 . _ : -"),

@@ -26,6 +26,10 @@ def module_path() -> str:
     )
 
 
+# The kind gate itself, for a loop over many ids (``echomq.engine.produce``): (bytes, length).
+id_gate = lib.emq_id_ok
+
+
 def id_ok(job_id: str | bytes) -> bool:
     """The kind gate: ``JOB:<rest>``, rest 1-200 bytes of ``[A-Za-z0-9._:-]``."""
     raw = job_id.encode() if isinstance(job_id, str) else job_id

@@ -104,6 +104,7 @@ typedef struct {
     int record;             /* 1: a claim record may follow the keys (EMQ_RECORD_PREFIX) */
     int nopt;               /* trailing arguments a call may leave off (absent: 0) */
     int events;             /* 1: the events key may follow, last (base + EMQ_EVENTS_SUFFIX) */
+    long long max_items;    /* a list's bound: at most this many items (0: none), EMQ_FMT_MANY */
 } EmqCommandSpec;
 """
 
@@ -180,10 +181,8 @@ def _form_tables(transition: Transition) -> list[str]:
 
 
 def _form(ident: str, n: int, form: ItemForm) -> str:
-    lease = form.args[:2] == ("id", "fence")
-    if ARGUMENTS[form.args[0]].kind != "id" or (len(form.args) > 1 and not lease):
-        raise ValueError("an item form starts with the job it names, <id> <fence>, or is one id: "
-                         f"{form.shape}")
+    if ARGUMENTS[form.args[0]].kind != "id":
+        raise ValueError(f"an item form starts with the id of the job it names: {form.shape}")
     word = _c_string(form.word) if form.word else "NULL"
     return f"{{{word}, {len(form.args)}, emq_{ident}_form{n}_args}}"
 
@@ -213,6 +212,7 @@ def _entry(transition: Transition) -> str:
         _c_string(transition.item_shape) if transition.item_forms else "NULL",
         "1" if transition.record else "0",
         str(len(transition.optional)), "1" if transition.events else "0",
+        str(transition.max_items),
     ]
     return "    {" + ",\n     ".join(fields) + "},"
 

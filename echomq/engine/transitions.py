@@ -7,10 +7,9 @@ file in ``echomq/lua/`` and its native twin in trafikey (or none), its flags, su
 complexity. A key role has one type wherever it appears (``ROLE_TYPES``) and an argument name one
 kind and minimum (``ARGUMENTS``), so a row lists names and the grammar gives the rest.
 
-The C side reads this table through ``native/protocol.h``, which ``python -m
-echomq.engine.protocol_gen``
-writes from it (a test fails when the checked-in header is stale); the Lua side and
-docs/PROTOCOL.md are checked against it by tests/test_protocol_table.py.
+The C side reads this table through ``native/protocol.h``, which ``python -m echomq.engine.
+protocol_gen`` writes from it (a test fails when the checked-in header is stale); the Lua side
+and docs/PROTOCOL.md are checked against it by tests/test_protocol_table.py.
 
 The error table (``ERROR_CODES``, ``ERROR_TEXTS``) states every error reply byte for byte and the
 exception each code raises in Python: the generator writes native/emq_errors.h from it, the client
@@ -202,6 +201,7 @@ class Transition:
     # The event kinds the transition may append (EVENT_KINDS): when any, the call may declare
     # the queue's events key (EVENTS_ROLE) last, after its claim record.
     events: tuple[str, ...] = ()
+    max_items: int = 0  # a list's bound (0: none): more items is EMQARITY (ERRORS["MANY"])
     summary: str = ""
     complexity: str = ""
 
@@ -439,6 +439,12 @@ ENQUEUE_UNIQUE = Transition(
             "enqueue_unique.lua).",
     complexity="O(log N) with N the pending or delayed jobs",
 )
+ENQUEUE_MANY_MAX = 10_000  # the most jobs one EMQ.ENQUEUE_MANY admits: its time stays bounded
+ENQUEUE_MANY = Transition(
+    "enqueue_many", ("pending", "delayed", "wake"), ("now",), "EMQ.ENQUEUE_MANY", admits=True,
+    item_forms=(ItemForm(None, ("id", "payload", "delay_ms", "priority")),), events=("enqueued",),
+    max_items=ENQUEUE_MANY_MAX, complexity="O(J log N) with J the jobs",
+    summary="Admit many flat jobs, a verdict each (twin of enqueue_many.lua).")
 # The bounds of a queue's dead jobs, fields of <base>deadconf (decimal; 0: no bound of that
 # kind), and each one's value when its field is absent: 10,000 jobs, 180 days.
 DEAD_BOUNDS: dict[str, int] = {"max_count": 10_000, "max_age_ms": 180 * 24 * 3600 * 1000}
@@ -446,7 +452,7 @@ DEAD_BOUNDS: dict[str, int] = {"max_count": 10_000, "max_age_ms": 180 * 24 * 360
 # Every transition with a native twin; the conformance suite runs each on both executors.
 TRANSITIONS: tuple[Transition, ...] = (
     ENQUEUE, CLAIM, ACK, RETRY, EXTEND, SETTLE, EXTEND_MANY, RECOVER, PROMOTE, ENQUEUE_DELAYED,
-    ACK_RESULT, PROGRESS, CANCEL, TRIM_DEAD, ENQUEUE_AFTER, AFTER, ENQUEUE_UNIQUE,
+    ACK_RESULT, PROGRESS, CANCEL, TRIM_DEAD, ENQUEUE_AFTER, AFTER, ENQUEUE_UNIQUE, ENQUEUE_MANY,
 )
 # Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
 SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM, LANE_ENQUEUE_DELAYED, LANE_SET,

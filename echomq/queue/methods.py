@@ -45,6 +45,7 @@ from echomq.engine.clients import twins
 from echomq.engine.errors import ArgumentError, EvictionPolicyWarning
 from echomq.engine.execution import ExecutorMethods
 from echomq.engine.once import lost_reply
+from echomq.engine.produce import batch_verdicts, enqueue_many_calls
 from echomq.engine.program import Invoke, Program, Reads, method, op
 from echomq.engine.unique import unique_call, unique_options
 from echomq.engine.wire import Wire
@@ -79,7 +80,7 @@ def evicting_check(conn: Any) -> Program[str | None]:
 
 
 def verdicts(replies: Iterable[Any]) -> list[Verdict]:
-    """A verdict per reply of a batch (an enqueue_many's, an extend_many's), in order."""
+    """A verdict per reply of a batch (an extend_many's), in order."""
     return [Verdict.of(reply) for reply in replies]
 
 
@@ -229,16 +230,16 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
         return lost_admission(call, replies, time.monotonic() - started)
 
     @op
-    def enqueue_many(self, items: Iterable[Item], *,
-                     now: int | None = None) -> Program[list[Verdict]]:
-        """Admit many jobs in one wire flush; a verdict per item, in order. Items are
-        ``(id, payload)``, ``(id, payload, lane)`` or ``(id, payload, lane, priority)`` (lane
-        None for a flat job; priority as for ``enqueue``); every one is checked before anything
-        is sent."""
-        calls = self.calls.enqueue_many(items, now)
+    def enqueue_many(self, items: Iterable[Item], *, now: int | None = None,
+                     delay_ms: int = 0) -> Program[list[Verdict]]:
+        """Admit many jobs in one wire flush (``echomq.engine.produce``), each due ``delay_ms``
+        from now; a verdict per item, in order. Items are ``(id, payload)``, ``(id, payload,
+        lane)`` or ``(id, payload, lane, priority)`` (lane None: a flat job); each is checked
+        before anything is sent."""
+        calls = enqueue_many_calls(self.calls, items, now, delay_ms)
         replies = yield from ExecutorMethods.call_many.program(self.executor, self.conn, calls)
         yield from self._register()
-        return verdicts(replies)
+        return batch_verdicts(calls, replies)
 
     def _register(self) -> Program[None]:
         """Enter this queue in the server's registry of queues after its first admission (once

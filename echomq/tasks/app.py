@@ -17,7 +17,7 @@ import datetime
 import inspect
 import random
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from echomq.consumer.directives import Done, Reject, RetryIn
@@ -372,6 +372,20 @@ class Task(Generic[P, R]):
         """``enqueue``, awaited: on the App's asyncio client, never blocking the event loop."""
         return await TaskCall[P, R](self, priority=self.priority,
                                     unique=self.unique).aenqueue(*args, **kwargs)
+
+    def enqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle[R]]:
+        """Admit one run of this task per call, all in one ``Queue.enqueue_many`` (one command
+        per 10,000 jobs): a call is a tuple of positional arguments, ``add.enqueue_many([(1, 2),
+        (3, 4)])``, or this task's signature, ``add.s(1, y=2)``; a handle per call, in order.
+        TypeError or ValueError, before anything is sent, for a call that does not fit.
+        ``with_options(lane=, queue=, priority=, delay_ms=)`` sets them for the whole batch."""
+        return TaskCall[P, R](self, priority=self.priority,
+                              unique=self.unique).enqueue_many(calls)
+
+    async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle[R]]:
+        """``enqueue_many``, awaited: on the App's asyncio client, never blocking the loop."""
+        return await TaskCall[P, R](self, priority=self.priority,
+                                    unique=self.unique).aenqueue_many(calls)
 
     def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
         """One call of this task for a workflow (``echomq.chain``, ``group``, ``chord``), given

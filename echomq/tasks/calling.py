@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from echomq.engine.graph_calls import checked_policy
 from echomq.queue.ids import new_job_id
+from echomq.tasks.batch import batch_of
 from echomq.tasks.canvas import TaskSignature
 from echomq.tasks.envelope import Envelope, encode, now_ms
 from echomq.tasks.handle import HandledTask, TaskHandle
@@ -122,6 +123,21 @@ class TaskCall(Generic[P, R]):
             queue = await self.task.app.aqueues.queue_named(admission.queue.name)
             verdict: Verdict = await admission.sent(queue)
         return admission.handle(self.task, verdict)
+
+    def enqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle[R]]:
+        """Admit one run of the task per call — a tuple of positional arguments, or the task's
+        signature (``task.s(...)``) — in one ``Queue.enqueue_many``; a handle per call, in
+        order (``echomq.tasks.batch``). Every call is checked before anything is sent."""
+        with batch_of(self, calls, now_ms()) as batch:
+            verdicts: list[Verdict] = batch.sent(batch.queue)
+        return batch.handles(self.task, verdicts)
+
+    async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle[R]]:
+        """``enqueue_many``, awaited, on the App's asyncio client."""
+        with batch_of(self, calls, now_ms()) as batch:
+            queue = await self.task.app.aqueues.queue_named(batch.queue.name)
+            verdicts: list[Verdict] = await batch.sent(queue)
+        return batch.handles(self.task, verdicts)
 
     @contextmanager
     def _admitting(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Admission[R]]:

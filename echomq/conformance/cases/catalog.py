@@ -2,8 +2,9 @@
 (``generic``), the single verbs' (``flat``), the batched ones (``batch``), the lane bookkeeping
 (``lanes``) and priority inside a lane (``lane_priority``), the replays (``replay``), the claim
 records (``records``), cancel (``cancel``), the bounds of dead jobs (``dead``), flat priority
-(``priority``), dependencies with the join (``after``), the unique enqueue (``unique``) and the
-queue-wide limits (``limits``), then every one of them again with the events stream declared
+(``priority``), dependencies with the join (``after``), the unique enqueue (``unique``), the
+queue-wide limits (``limits``) and the producer's batch (``many``), then every one of them
+again with the events stream declared
 (``events``); each family imports only ``common``, and only this module gathers them."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from echomq.conformance.cases.generic import generic_cases
 from echomq.conformance.cases.lane_priority import lane_priority_cases
 from echomq.conformance.cases.lanes import lane_cases
 from echomq.conformance.cases.limits import limit_cases
+from echomq.conformance.cases.many import many_cases
 from echomq.conformance.cases.priority import priority_cases
 from echomq.conformance.cases.records import record_cases
 from echomq.conformance.cases.replay import replay_cases
@@ -35,7 +37,7 @@ def all_cases() -> list[Case]:
              *flat.ack_result_cases(), *lane_cases(), *replay_cases(),
              *record_cases(), *flat.progress_cases(), *cancel_cases(), *trim_dead_cases(),
              *priority_cases(), *lane_priority_cases(), *join_cases(), *unique_cases(),
-             *limit_cases()]
+             *limit_cases(), *many_cases()]
     cases += event_cases(cases)
     ids = [case.id for case in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}

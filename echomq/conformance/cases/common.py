@@ -124,6 +124,8 @@ GOOD: dict[str, list[Arg]] = {
               NOW, 1, "JOB:2"],
     "enqueue_unique": [5, key("pending"), key("delayed"), key("job"), key("wake"), key("dedupe"),
                        "JOB:1", b"payload", NOW, "dedupe", 60_000, 0],
+    "enqueue_many": [3, key("pending"), key("delayed"), key("wake"), NOW,
+                     "JOB:1", b"payload", 0, 0, "JOB:2", b"later", 5_000, 7],
 }
 
 # A state on which each transition's GOOD call succeeds.
@@ -146,6 +148,7 @@ READY: dict[str, list[Command]] = {
     "enqueue_after": [],
     "after": [],  # filled below: JOB:1 waiting, open; JOB:2 (its parent) absent, so done
     "enqueue_unique": [],
+    "enqueue_many": [],
 }
 
 

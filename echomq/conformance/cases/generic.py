@@ -182,7 +182,8 @@ def _expect_ok(t: Transition) -> bytes:
             "extend_many": b"*2\r\n+EXTENDED\r\n+EXTENDED\r\n", "progress": b"+RECORDED",
             "cancel": b"+CANCELLED",
             "trim_dead": b":1\r\n", "enqueue_after": b"+WAITING", "after": b"+READY",
-            "enqueue_unique": b"+ENQUEUED"}[t.name]
+            "enqueue_unique": b"+ENQUEUED",
+            "enqueue_many": b"*2\r\n+ENQUEUED\r\n+ENQUEUED\r\n"}[t.name]
 
 
 def number_cases(t: Transition) -> Iterator[Case]:

@@ -1,5 +1,6 @@
 """A validated call and its parts: the numbers parsed, the items of a batch (settle's ack, done,
-release and retry, extend_many's pairs) parsed in order, a job moving back to be run."""
+release and retry, extend_many's pairs, enqueue_many's jobs) parsed in order, a job moving back
+to be run."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from dataclasses import dataclass, field
 
 from echomq.conformance.model.replies import (
     E_KIND,
+    E_PRIORITY,
     E_RESULT,
     RESULT_MAX,
     error,
     item_error,
     number_error,
 )
-from echomq.conformance.model.words import MINIMUM, id_ok, int_arg
+from echomq.conformance.model.words import MINIMUM, id_ok, int_arg, priority_arg
 
 SETTLE_ITEM = ("ack <id> <fence>, done <id> <fence> <result>, release <id> <fence> or retry "
                "<id> <fence> <delay_ms> <max_attempts> <error>")
@@ -45,6 +47,45 @@ class Item:
     result: bytes | None = None  # done: the result its tombstone keeps
 
 
+JOB_SHAPE = "<id> <payload> <delay_ms> <priority>"
+WIDTH = 4  # the words of one of enqueue_many's jobs
+MAX_JOBS = 10_000  # the most jobs one enqueue_many admits
+
+
+def many_error(verb: str, nmax: int) -> bytes:
+    return error(f"EMQARITY EMQ.{verb} takes at most {nmax} items".encode())
+
+
+@dataclass
+class Admission:
+    """One job of an enqueue_many: its id, payload, delay and priority."""
+
+    id: bytes
+    payload: bytes
+    delay_ms: int
+    priority: int
+
+
+def parse_jobs(words: list[bytes]) -> list[Admission] | bytes:
+    """enqueue_many's jobs, in order, each checked whole before the next: its width, id,
+    delay_ms, priority."""
+    jobs: list[Admission] = []
+    for i in range(0, len(words), WIDTH):
+        if i + WIDTH > len(words):
+            return item_error(len(jobs) + 1, JOB_SHAPE)
+        job_id, payload, delay, rank = words[i:i + WIDTH]
+        if not id_ok(job_id):
+            return error(E_KIND)
+        delay_ms = int_arg(delay, 0)
+        if delay_ms is None:
+            return number_error("delay_ms", 0)
+        priority = priority_arg(rank)
+        if priority is None:
+            return error(E_PRIORITY)
+        jobs.append(Admission(job_id, payload, delay_ms, priority))
+    return jobs
+
+
 @dataclass
 class Call:
     """A validated call: its keys, its arguments, the parsed numbers and items."""
@@ -57,6 +98,7 @@ class Call:
     record: bytes | None = None  # the claim record declared after the keys
     events: bytes | None = None  # the events key declared last
     recorded: list[tuple[bytes, int]] | None = None  # its leases, when it was found
+    jobs: list[Admission] = field(default_factory=list)  # enqueue_many's jobs
 
 
 def parse_items(words: list[bytes]) -> list[Item] | bytes:

@@ -9,6 +9,7 @@ from echomq.conformance.model.batch import BatchTransitions
 from echomq.conformance.model.cancel import Cancels
 from echomq.conformance.model.dead import DeadTrimming
 from echomq.conformance.model.events import EventSink
+from echomq.conformance.model.many import ManyEnqueue
 from echomq.conformance.model.movers import Movers
 from echomq.conformance.model.unique import UniqueEnqueue
 from echomq.conformance.model.validation import Validation
@@ -16,7 +17,8 @@ from echomq.conformance.resp import Arg
 from echomq.engine.transitions import Transition
 
 
-class Model(Validation, BatchTransitions, Movers, Cancels, DeadTrimming, UniqueEnqueue):
+class Model(Validation, BatchTransitions, Movers, Cancels, DeadTrimming, UniqueEnqueue,
+            ManyEnqueue):
     """The queue's keyspace in Python and every transition applied to it."""
 
     def call(self, transition: Transition, argv: Sequence[Arg]) -> bytes:

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from echomq.conformance.model.call import Call, Item, parse_items, parse_pairs
+from echomq.conformance.model.call import (
+    MAX_JOBS,
+    WIDTH,
+    Call,
+    Item,
+    many_error,
+    parse_items,
+    parse_jobs,
+    parse_pairs,
+)
 from echomq.conformance.model.records import Records, optional_keys, split_optional
 from echomq.conformance.model.replies import (
     E_FENCE,
@@ -71,6 +80,15 @@ def shape_error(transition: Transition) -> bytes:
     return arity_error(verb, nkeys, fixed)
 
 
+def shape_failure(transition: Transition, keys: list[bytes], args: list[bytes]) -> bytes | None:
+    """Step 1's error: the shape, then a bounded list's length (enqueue_many's jobs)."""
+    if not shape_ok(transition, keys, args):
+        return shape_error(transition)
+    if transition.max_items and len(args) - len(transition.args) > MAX_JOBS * WIDTH:
+        return many_error(transition.verb, MAX_JOBS)
+    return None
+
+
 def split_keys(words: list[bytes]) -> tuple[list[bytes], list[bytes]] | bytes:
     """Keys and arguments after numkeys, or the error EVALSHA gives for a bad numkeys."""
     numkeys = numkeys_of(words[0])
@@ -93,8 +111,9 @@ class Validation(Records):
         if isinstance(split, bytes):
             return split
         keys, args = split
-        if not shape_ok(transition, keys, args):
-            return shape_error(transition)
+        failure = shape_failure(transition, keys, args)
+        if failure is not None:
+            return failure
         keys, extra = split_optional(transition, keys)
         if transition.items:
             return self._validate_batch(transition, keys, args, extra)
@@ -175,6 +194,8 @@ class Validation(Records):
         """settle and extend_many: keys, fixed numbers, items, types, then every item's row."""
         if transition.name == "after":
             return self._validate_after(transition, keys, args, extra)
+        if transition.name == "enqueue_many":
+            return self._validate_many(transition, keys, args, extra)
         fixed = len(transition.args)
         call = self._keyed(transition, keys, args, extra, b"")
         if call is None:
@@ -197,6 +218,27 @@ class Validation(Records):
                or (item.op != b"extend"
                    and not self.lane_bookkeeping_ok(base, base + b"job:" + item.id))
                for item in items):
+            return error(E_TYPE)
+        return checked
+
+    def _validate_many(self, transition: Transition, keys: list[bytes], args: list[bytes],
+                       extra: list[bytes]) -> Call | bytes:
+        """enqueue_many: the keys, now, each job whole, the types, then every job's row (absent
+        or a hash), in list order."""
+        call = self._keyed(transition, keys, args, extra, b"")
+        if call is None:
+            return error(E_KEYS)
+        failure = self._numbers(call, transition.args, args[:1])
+        if failure is not None:
+            return failure
+        jobs = parse_jobs(args[1:])
+        if isinstance(jobs, bytes):
+            return jobs
+        call.jobs = jobs
+        checked = self._typed(transition, call)
+        if isinstance(checked, bytes):
+            return checked
+        if any(self.kind(call.base + b"job:" + job.id) not in (b"none", b"hash") for job in jobs):
             return error(E_TYPE)
         return checked
 

@@ -40,3 +40,8 @@ local function number_error(name, min)
   return redis.error_reply(string.format('EMQNUM %s must be an integer from %d to 999999999999999',
     name, min))
 end
+
+-- A bounded list (enqueue_many's jobs) longer than its bound: at most nmax items.
+local function many_error(verb, nmax)
+  return redis.error_reply(string.format('EMQARITY EMQ.%s takes at most %d items', verb, nmax))
+end

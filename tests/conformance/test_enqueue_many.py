@@ -1,0 +1,19 @@
+"""The producer's batch, case by case (echomq/conformance/cases/many.py): the model agrees with
+both executors — reply, and keyspace — under RESP2 and RESP3."""
+
+from __future__ import annotations
+
+import pytest
+
+from echomq.conformance.cases import Case
+from echomq.conformance.cases.many import many_cases
+from echomq.conformance.harness import Pair
+from tests.conformance.lockstep import model_agrees
+
+CASES = list(many_cases())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_the_model_agrees_with_both_executors(pair: Pair, case: Case) -> None:
+    expected = model_agrees(pair, case)
+    assert expected.startswith(case.expect)
