@@ -238,7 +238,7 @@ static int in_zset_named(Join *j, ValkeyModuleString *zset, ValkeyModuleString *
 static ValkeyModuleString *field_of(ValkeyModuleKey *row, const char *field) {
     ValkeyModuleString *v = NULL;
     if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH)
-        ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, field, &v, NULL);
+        hash_get1(row, field, &v);
     return v;
 }
 
@@ -415,11 +415,16 @@ const char *join_end(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, i
                      ValkeyModuleString *error, long long retention, long long at) {
     if (j->failure) return j->failure;
     {   /* a job with no dependents and no dedupe key (most): that one read, nothing planned */
-        int opened, quiet;
+        int opened;
+        ValkeyModuleString *next = NULL, *dedupe = NULL;
         ValkeyModuleKey *key = handle(j, row, VALKEYMODULE_READ, &opened);
-        quiet = !row_has(j->ctx, key, "next") && !row_has(j->ctx, key, "dedupe");
+        if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_HASH)
+            ValkeyModule_HashGet(key, VALKEYMODULE_HASH_NONE, field_name("next"), &next, field_name("dedupe"), &dedupe,
+                                 NULL);
         done_with(key, opened);
-        if (quiet) return NULL;
+        if (next) ValkeyModule_FreeString(j->ctx, next);
+        if (dedupe) ValkeyModule_FreeString(j->ctx, dedupe);
+        if (next == NULL && dedupe == NULL) return NULL;
     }
     Worklist work = {0};
     work_push(&work, (Work){keep(j, id), keep(j, row), error ? keep(j, error) : NULL, outcome, retention, at});
@@ -429,8 +434,8 @@ const char *join_end(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, i
         int opened;
         ValkeyModuleKey *key = handle(j, w.row, VALKEYMODULE_READ, &opened);
         if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_HASH)
-            ValkeyModule_HashGet(key, VALKEYMODULE_HASH_CFIELDS, "next", &next, "dedupe", &dedupe, "dedupe_ms",
-                                 &dedupe_ms, NULL);
+            ValkeyModule_HashGet(key, VALKEYMODULE_HASH_NONE, field_name("next"), &next, field_name("dedupe"), &dedupe,
+                                 field_name("dedupe_ms"), &dedupe_ms, NULL);
         done_with(key, opened);
         if (dedupe) {
             Bytes suffix = bytes_of(dedupe);

@@ -120,8 +120,8 @@ const char *check_lane_keys(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyMo
 /* int_field of the prelude: an absent or non-integer field counts as the fallback. */
 long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field,
                         long long fallback) {
-    ValkeyModuleString *v = NULL;
-    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, field, &v, NULL);
+    ValkeyModuleString *v;
+    hash_get1(row, field, &v);
     if (v == NULL) return fallback;
     long long out;
     Bytes b = bytes_of(v);
@@ -133,8 +133,8 @@ long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *
 /* row_priority of the prelude: the row's priority field, read as the argument is; absent or bad
  * counts as 0. */
 long long row_priority(ValkeyModuleCtx *ctx, ValkeyModuleKey *row) {
-    ValkeyModuleString *v = NULL;
-    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "priority", &v, NULL);
+    ValkeyModuleString *v;
+    hash_get1(row, "priority", &v);
     if (v == NULL) return 0;
     long long out;
     Bytes b = bytes_of(v);
@@ -154,9 +154,9 @@ int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModule
 
 /* Whether the row (open, any type) is a hash holding field. */
 int row_has(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field) {
-    ValkeyModuleString *v = NULL;
+    ValkeyModuleString *v;
     if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_HASH) return 0;
-    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, field, &v, NULL);
+    hash_get1(row, field, &v);
     if (v == NULL) return 0;
     ValkeyModule_FreeString(ctx, v);
     return 1;
@@ -173,8 +173,8 @@ int cancelled_at(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence) {
 /* extended of the prelude: an extend of a current lease answers CANCELLING when a cancel flagged
  * its row (the lease is extended all the same), else EXTENDED. */
 const char *extended(ValkeyModuleCtx *ctx, ValkeyModuleKey *row) {
-    ValkeyModuleString *flag = NULL;
-    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "cancel", &flag, NULL);
+    ValkeyModuleString *flag;
+    hash_get1(row, "cancel", &flag);
     if (flag == NULL) return "EXTENDED";
     ValkeyModule_FreeString(ctx, flag);
     return "CANCELLING";

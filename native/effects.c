@@ -64,6 +64,18 @@ static void removed_from(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, int type, c
     ValkeyModule_SignalModifiedKey(ctx, keyname);
 }
 
+/* A field's name as a string: the one kept since load (fields.c), else a new one (*owned: the
+ * caller frees it). */
+static ValkeyModuleString *field_str(ValkeyModuleCtx *ctx, const char *field, int *owned) {
+    ValkeyModuleString *kept = field_name(field);
+    *owned = kept == NULL;
+    return kept ? kept : ValkeyModule_CreateString(ctx, field, strlen(field));
+}
+
+static void field_done(ValkeyModuleCtx *ctx, ValkeyModuleString *name, int owned) {
+    if (owned) ValkeyModule_FreeString(ctx, name);
+}
+
 /* ZADD key score member: an event and a replica command only when the member was added or its
  * score changed, as zaddCommand. */
 void fx_zadd(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
@@ -99,9 +111,12 @@ void fx_push(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *key
 /* HSET key field value (one field). HSET always fires, changed or not. */
 void fx_hset1(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
               const char *field, ValkeyModuleString *value) {
-    ValkeyModule_HashSet(key, VALKEYMODULE_HASH_CFIELDS, field, value, NULL);
+    int owned;
+    ValkeyModuleString *name = field_str(ctx, field, &owned);
+    ValkeyModule_HashSet(key, VALKEYMODULE_HASH_NONE, name, value, NULL);
     touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", keyname);
-    ValkeyModule_Replicate(ctx, "HSET", "scs", keyname, field, value);
+    ValkeyModule_Replicate(ctx, "HSET", "sss", keyname, name, value);
+    field_done(ctx, name, owned);
 }
 
 /* HSET key field <v>, the field a string (a lane's group): fires "hset" whether it changed or not,
@@ -122,17 +137,19 @@ void fx_new_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *
                 ValkeyModuleString *payload, long long now, long long priority) {
     char num[32], pnum[24];
     ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, decimal(now, num));
+    ValkeyModuleString *f_payload = field_name("payload"), *f_attempts = field_name("attempts"),
+                       *f_enqueued_at = field_name("enqueued_at");
     if (priority == 0) {
-        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
+        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_NONE, f_payload, payload, f_attempts, s_zero, f_enqueued_at,
                              enqueued_at, NULL);
-        ValkeyModule_Replicate(ctx, "HSET", "scscscs", row_name, "payload", payload, "attempts", s_zero,
-                               "enqueued_at", enqueued_at);
+        ValkeyModule_Replicate(ctx, "HSET", "sssssss", row_name, f_payload, payload, f_attempts, s_zero, f_enqueued_at,
+                               enqueued_at);
     } else {
         ValkeyModuleString *p = ValkeyModule_CreateString(ctx, pnum, decimal(priority, pnum));
-        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
-                             enqueued_at, "priority", p, NULL);
-        ValkeyModule_Replicate(ctx, "HSET", "scscscscs", row_name, "payload", payload, "attempts", s_zero,
-                               "enqueued_at", enqueued_at, "priority", p);
+        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_NONE, f_payload, payload, f_attempts, s_zero, f_enqueued_at,
+                             enqueued_at, field_name("priority"), p, NULL);
+        ValkeyModule_Replicate(ctx, "HSET", "sssssssss", row_name, f_payload, payload, f_attempts, s_zero,
+                               f_enqueued_at, enqueued_at, field_name("priority"), p);
         ValkeyModule_FreeString(ctx, p);
     }
     touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
@@ -171,11 +188,14 @@ void fx_del(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyn
 /* HDEL key field: "hdel" when the field was there, then "del" when the hash is gone. */
 void fx_hdel(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
              const char *field) {
-    int deleted = ValkeyModule_HashSet(key, VALKEYMODULE_HASH_CFIELDS, field, VALKEYMODULE_HASH_DELETE,
-                                       NULL);
-    if (deleted <= 0) return;
-    removed_from(ctx, key, VALKEYMODULE_NOTIFY_HASH, "hdel", keyname);
-    ValkeyModule_Replicate(ctx, "HDEL", "sc", keyname, field);
+    int owned;
+    ValkeyModuleString *name = field_str(ctx, field, &owned);
+    int deleted = ValkeyModule_HashSet(key, VALKEYMODULE_HASH_NONE, name, VALKEYMODULE_HASH_DELETE, NULL);
+    if (deleted > 0) {
+        removed_from(ctx, key, VALKEYMODULE_NOTIFY_HASH, "hdel", keyname);
+        ValkeyModule_Replicate(ctx, "HDEL", "ss", keyname, name);
+    }
+    field_done(ctx, name, owned);
 }
 
 /* HDEL key field, the field a string (a lane's group), on a key that may be of any type: "hdel"
@@ -226,9 +246,10 @@ void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *ro
     ValkeyModuleString *attempt_str = ValkeyModule_CreateString(ctx, num, decimal(*attempt, num));
     ValkeyModuleString *fence_str = ValkeyModule_CreateString(ctx, num, decimal(*fence, num));
     fx_set_counter(ctx, fence_key, fence_name, *fence);
-    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "attempts", attempt_str, "fence", fence_str, NULL);
+    ValkeyModuleString *f_attempts = field_name("attempts"), *f_fence = field_name("fence");
+    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_NONE, f_attempts, attempt_str, f_fence, fence_str, NULL);
     touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
-    ValkeyModule_Replicate(ctx, "HSET", "scscs", row_name, "attempts", attempt_str, "fence", fence_str);
+    ValkeyModule_Replicate(ctx, "HSET", "sssss", row_name, f_attempts, attempt_str, f_fence, fence_str);
     fx_zadd(ctx, active, active_name, (double)deadline, id);
     ValkeyModule_FreeString(ctx, attempt_str);
     ValkeyModule_FreeString(ctx, fence_str);

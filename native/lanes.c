@@ -119,8 +119,7 @@ static void lower_parked(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring,
 void release_lane_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, ValkeyModuleKey *row) {
     release_queue_slot(ctx, base, ring);
     ValkeyModuleString *group = NULL;
-    if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH)
-        ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "lane", &group, NULL);
+    if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH) hash_get1(row, "lane", &group);
     if (group == NULL) return;
     Opened leased = open_of(ctx, base, "leased", NULL);
     long long held = hash_int(ctx, leased.key, group, 0, 0) - 1;

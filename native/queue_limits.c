@@ -27,8 +27,7 @@ static void close_named(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModule
 /* A field of the hash (NULL when absent or the key is not a hash); the caller frees it. */
 static ValkeyModuleString *conf_field(ValkeyModuleKey *conf, const char *field) {
     ValkeyModuleString *v = NULL;
-    if (ValkeyModule_KeyType(conf) == VALKEYMODULE_KEYTYPE_HASH)
-        ValkeyModule_HashGet(conf, VALKEYMODULE_HASH_CFIELDS, field, &v, NULL);
+    if (ValkeyModule_KeyType(conf) == VALKEYMODULE_KEYTYPE_HASH) hash_get1(conf, field, &v);
     return v;
 }
 
@@ -50,14 +49,39 @@ static int parse_window(const char *p, size_t n, long long *start, long long *co
     return emq_parse_int(p, first, 0, start) && emq_parse_int(space + 1, n - first - 1, 0, count);
 }
 
+/* <base>queueconf checked as check_key checks a derived key (the caller's ACL, then its type, an
+ * absent one whether its slot moves away), opened once: NULL and *conf open (the caller closes it
+ * with close_named), or the error to reply (nothing left open). */
+static const char *open_conf(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey **conf,
+                             ValkeyModuleString **name) {
+    *name = derived_key(ctx, base, "queueconf", NULL);
+    const char *err = NULL;
+    if (!acl_may_access(acl, *name)) {
+        err = EMQ_ERR_PERM;
+    } else {
+        *conf = ValkeyModule_OpenKey(ctx, *name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+        int t = ValkeyModule_KeyType(*conf);
+        if (t == VALKEYMODULE_KEYTYPE_EMPTY && moved_away(ctx, *name, base)) err = EMQ_ERR_MOVING;
+        else if (t != VALKEYMODULE_KEYTYPE_EMPTY && t != VALKEYMODULE_KEYTYPE_HASH) err = EMQ_ERR_TYPE;
+        if (err) ValkeyModule_CloseKey(*conf);
+    }
+    if (err) ValkeyModule_FreeString(ctx, *name);
+    return err;
+}
+
 const char *queue_limits(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, long long now, QueueLimits *ql) {
     memset(ql, 0, sizeof *ql);
     ql->window_ms = QUEUE_WINDOW_MS;
     ql->start = now;
-    const char *err = check_named_key(ctx, acl, base, "queueconf", NULL, VALKEYMODULE_KEYTYPE_HASH, NULL);
-    if (err) return err;
     ValkeyModuleString *name;
-    ValkeyModuleKey *conf = open_named(ctx, base, "queueconf", &name);
+    ValkeyModuleKey *conf;
+    const char *err = open_conf(ctx, acl, base, &conf, &name);
+    if (err) return err;
+    ql->absent = ValkeyModule_KeyType(conf) == VALKEYMODULE_KEYTYPE_EMPTY;
+    if (ql->absent) { /* no limits, nothing held: nothing more to read */
+        close_named(ctx, conf, name);
+        return NULL;
+    }
     ql->has_concurrency = conf_knob(ctx, conf, "concurrency", &ql->concurrency);
     ql->has_rate = conf_knob(ctx, conf, "rate", &ql->rate);
     long long window_ms;
@@ -96,6 +120,7 @@ long long limited_take(const QueueLimits *ql, ValkeyModuleKey *active, long long
 
 void note_queue_limits(ValkeyModuleCtx *ctx, Bytes base, const QueueLimits *ql, ValkeyModuleKey *active,
                        ValkeyModuleKey *pending, long long taken) {
+    if (ql->absent) return;
     ValkeyModuleString *name;
     ValkeyModuleKey *conf = open_named(ctx, base, "queueconf", &name);
     ValkeyModuleString *was = conf_field(conf, "held");
@@ -140,25 +165,46 @@ void note_queue_limits(ValkeyModuleCtx *ctx, Bytes base, const QueueLimits *ql, 
     close_named(ctx, throttled, tname);
 }
 
-/* Whether the queue is held at its concurrency limit (queueconf's `held`). */
-static int queue_held(ValkeyModuleCtx *ctx, Bytes base) {
-    ValkeyModuleString *name;
-    ValkeyModuleKey *conf = open_named(ctx, base, "queueconf", &name);
+/* Whether the queue is held (queueconf's `held`) as the first lease leaving active in the running
+ * call found it: -1 until then. Only a claim writes `held`, and no call releases a lease after its
+ * claim part, so the answer holds for every lease the call releases; queue_slot_reset clears it
+ * before each call (trafikey.c). */
+static int held_in_call = -1;
+
+void queue_slot_reset(void) {
+    held_in_call = -1;
+}
+
+/* Whether the open queueconf holds `held`. */
+static int conf_held(ValkeyModuleCtx *ctx, ValkeyModuleKey *conf) {
     ValkeyModuleString *v = conf_field(conf, "held");
-    close_named(ctx, conf, name);
     if (v == NULL) return 0;
     ValkeyModule_FreeString(ctx, v);
     return 1;
 }
 
 const char *check_queue_slot(ValkeyModuleCtx *ctx, Acl *acl, Bytes base) {
-    const char *err = check_named_key(ctx, acl, base, "queueconf", NULL, VALKEYMODULE_KEYTYPE_HASH, NULL);
-    if (err || !queue_held(ctx, base)) return err;
-    return check_named_key(ctx, acl, base, "wake", NULL, VALKEYMODULE_KEYTYPE_LIST, NULL);
+    if (held_in_call >= 0) return NULL; /* checked for an earlier lease of this call */
+    ValkeyModuleString *name;
+    ValkeyModuleKey *conf;
+    const char *err = open_conf(ctx, acl, base, &conf, &name);
+    if (err) return err;
+    int held = conf_held(ctx, conf);
+    close_named(ctx, conf, name);
+    if (held) err = check_named_key(ctx, acl, base, "wake", NULL, VALKEYMODULE_KEYTYPE_LIST, NULL);
+    if (!err) held_in_call = held;
+    return err;
 }
 
 void release_queue_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring) {
-    if (!queue_held(ctx, base)) return;
+    int held = held_in_call;
+    if (held < 0) {
+        ValkeyModuleString *name;
+        ValkeyModuleKey *conf = open_named(ctx, base, "queueconf", &name);
+        held = conf_held(ctx, conf);
+        close_named(ctx, conf, name);
+    }
+    if (!held) return;
     if (ring && ring->wake) {
         fx_wake(ctx, ring->wake, ring->wake_name, 1);
         return;

@@ -52,6 +52,7 @@ static int run_command(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc
                        int (*logic)(ValkeyModuleCtx *, Call *, ValkeyModuleKey **)) {
     if (ValkeyModule_IsKeysPositionRequest(ctx)) return report_keys(ctx, argv, argc);
     Call call;
+    queue_slot_reset();
     if (!check_call(ctx, argv, argc, &emq_commands[id], &call)) return VALKEYMODULE_OK;
     char err[256];
     ValkeyModuleKey *k[EMQ_KEYS_MAX];
@@ -131,6 +132,7 @@ int ValkeyModule_OnLoad(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int arg
     s_one = ValkeyModule_CreateString(NULL, "1", 1);
     s_zero = ValkeyModule_CreateString(NULL, "0", 1);
     ev_names_create();
+    fields_create();
 
     if (register_commands(ctx) != VALKEYMODULE_OK) return VALKEYMODULE_ERR;
     return VALKEYMODULE_OK;
@@ -143,5 +145,6 @@ int ValkeyModule_OnUnload(ValkeyModuleCtx *ctx) {
     ValkeyModule_FreeString(NULL, s_one);
     ValkeyModule_FreeString(NULL, s_zero);
     ev_names_free();
+    fields_free();
     return VALKEYMODULE_OK;
 }

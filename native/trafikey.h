@@ -4,11 +4,13 @@
  *                  positions, the handler table
  *   validate.c     validation steps 1-5 (numkeys, shape, gates, keys, numbers, items, key types)
  *   transitions.c  each transition's logic on its opened keys: derived keys, effects, reply
+ *   claim.c        EMQ.CLAIM, and the walk and lease it shares with settle
  *   effects.c      each write as the command the Lua twin runs: event, signal, replication
  *   derived.c      keys a transition derives itself: ACL, a moving slot, rows, the fence counter
  *   progress.c     a running job's report of how far it got (EMQ.PROGRESS)
  *   cancel.c       EMQ.CANCEL and a cancelled job's tombstone
  *   after.c        EMQ.ENQUEUE_AFTER and EMQ.AFTER: jobs waiting for their parents
+ *   fields.c       the hash fields' names, kept from load to unload
  *   dependents.c   the join: a job's end planned on its dependents and dedupe key, then applied
  *   unique.c       EMQ.ENQUEUE_UNIQUE: dedupe, debounce, throttle
  *   enqueue_many.c EMQ.ENQUEUE_MANY: a producer's batch, a verdict per job
@@ -32,6 +34,14 @@ typedef struct {
     const char *p;
     size_t n;
 } Bytes;
+
+/* fields.c: the hash fields' names as strings kept from load to unload. field_name: the kept
+ * string of a name (NULL for a name it does not keep); hash_get1: HashGet of one field of an open
+ * hash through it (*out NULL when absent; the caller frees it). */
+void fields_create(void);
+void fields_free(void);
+ValkeyModuleString *field_name(const char *name);
+void hash_get1(ValkeyModuleKey *key, const char *field, ValkeyModuleString **out);
 
 static inline Bytes bytes_of(const ValkeyModuleString *s) {
     Bytes b;
@@ -231,6 +241,7 @@ long long reopen_lanes(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, D
 typedef struct {
     long long concurrency, rate, window_ms, start, count;
     int has_concurrency, has_rate;
+    int absent; /* queueconf is not there: no limits, not held */
 } QueueLimits;
 const char *queue_limits(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, long long now, QueueLimits *ql);
 long long limited_take(const QueueLimits *ql, ValkeyModuleKey *active, long long planned);
@@ -238,6 +249,8 @@ void note_queue_limits(ValkeyModuleCtx *ctx, Bytes base, const QueueLimits *ql, 
                        ValkeyModuleKey *pending, long long taken);
 const char *check_queue_slot(ValkeyModuleCtx *ctx, Acl *acl, Bytes base);
 void release_queue_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring);
+/* Forget what the last call found of queueconf's `held` (run before each call). */
+void queue_slot_reset(void);
 
 /* cancel.c: a cancelled job's tombstone (bury_cancelled of the prelude), shared with the
  * settlements that end a flagged lease. */
@@ -273,6 +286,32 @@ void join_seal(Join *j, ValkeyModuleString *id);
 void join_release(Join *j, ValkeyModuleString *id);
 void join_fail(Join *j, ValkeyModuleString *id, ValkeyModuleString *parent, ValkeyModuleString *parent_error);
 void join_cancel(Join *j, ValkeyModuleString *id, long long retention, long long at);
+
+/* claim.c: EMQ.CLAIM, and claim's walk and lease shared with settle. A growable array of strings
+ * the handler owns (ids read off a zset, row names); plan_claims walks pending for up to count live
+ * rows (their ids to claims, their names to rows, in step) and the ghosts met on the way, checking
+ * every row before anything is written (NULL, or the error to reply); claim_planned leases one and
+ * replies it as claim does; record_claims records n leases in the call's claim record, if any. */
+typedef struct {
+    ValkeyModuleString **v;
+    size_t n, cap;
+} StrList;
+void strlist_push(StrList *l, ValkeyModuleString *s);
+void strlist_free(ValkeyModuleCtx *ctx, StrList *l);
+/* The declared keys a claim writes: pending, active, the fence counter (open, and their names). */
+typedef struct {
+    ValkeyModuleKey *pending, *active, **fence; /* fence: the call's own slot, opened again by each lease */
+    ValkeyModuleString *pending_name, *active_name, *fence_name;
+} ClaimKeys;
+
+const char *plan_claims(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *pending, long long count,
+                        StrList *claims, StrList *rows, StrList *ghosts);
+void claim_planned(ValkeyModuleCtx *ctx, const ClaimKeys *ck, ValkeyModuleString *id, ValkeyModuleString *row_name,
+                   long long *last_fence, long long deadline, const EventSink *ev);
+ValkeyModuleKey *record_of(const Call *call, ValkeyModuleKey **k);
+ValkeyModuleString *record_name_of(const Call *call);
+void record_claims(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **k, const StrList *claims,
+                   long long first_fence, long long lease_ms);
 
 /* claimrecord.c: a claim's record, the optional last key of a claiming command: whether it is
  * there, and the leases it holds. */

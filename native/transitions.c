@@ -12,27 +12,6 @@
 
 #include "trafikey.h"
 
-/* A growable array of strings the handler owns (ids read off a zset). */
-typedef struct {
-    ValkeyModuleString **v;
-    size_t n, cap;
-} StrList;
-
-static void strlist_push(StrList *l, ValkeyModuleString *s) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? l->cap * 2 : 8;
-        l->v = ValkeyModule_Realloc(l->v, l->cap * sizeof *l->v);
-    }
-    l->v[l->n++] = s;
-}
-
-static void strlist_free(ValkeyModuleCtx *ctx, StrList *l) {
-    for (size_t i = 0; i < l->n; i++) ValkeyModule_FreeString(ctx, l->v[i]);
-    ValkeyModule_Free(l->v);
-    l->v = NULL;
-    l->n = l->cap = 0;
-}
-
 /* ---- Finishing a lease: shared by ack, retry and settle -------------------------------------- */
 
 /* The queue's base, from its active key's name (the call's keys passed keys_base). */
@@ -122,67 +101,6 @@ static const char *finish_retry(ValkeyModuleCtx *ctx, const RetryKeys *rk, Valke
     return "RETRYING";
 }
 
-/* ---- Claiming: claim's walk and lease, shared with settle ------------------------------------ */
-
-/* The declared keys a claim writes: pending, active, the fence counter (open, and their names). */
-typedef struct {
-    ValkeyModuleKey *pending, *active, **fence; /* fence: the call's own slot, opened again by each lease */
-    ValkeyModuleString *pending_name, *active_name, *fence_name;
-} ClaimKeys;
-
-/* plan_claims of the prelude: walk pending from its lowest entry for up to count live rows (to
- * lease) and the ghosts met on the way (to drop), checking every row before anything is written.
- * NULL, or the error to reply. */
-static const char *plan_claims(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *pending,
-                               long long count, StrList *claims, StrList *ghosts) {
-    const char *err = NULL;
-    if (count == 0 || ValkeyModule_ZsetFirstInScoreRange(pending, VALKEYMODULE_NEGATIVE_INFINITE,
-                                                         VALKEYMODULE_POSITIVE_INFINITE, 0, 0) != VALKEYMODULE_OK)
-        return NULL;
-    while (!ValkeyModule_ZsetRangeEndReached(pending) && (long long)claims->n < count) {
-        double score;
-        ValkeyModuleString *member = ValkeyModule_ZsetRangeCurrentElement(pending, &score);
-        if (member == NULL) break;
-        int t;
-        err = check_named_key(ctx, acl, base, "job:", member, KEYTYPE_ANY, &t);
-        if (err) {
-            ValkeyModule_FreeString(ctx, member);
-            break;
-        }
-        strlist_push(t == VALKEYMODULE_KEYTYPE_HASH ? claims : ghosts, member);
-        if (!ValkeyModule_ZsetRangeNext(pending)) break;
-    }
-    ValkeyModule_ZsetRangeStop(pending);
-    return err;
-}
-
-/* Lease one planned job as claim does and reply [id, payload, attempt, fence]. */
-static void claim_planned(ValkeyModuleCtx *ctx, Bytes base, const ClaimKeys *ck, ValkeyModuleString *id,
-                          long long *last_fence, long long deadline, const EventSink *ev) {
-    ValkeyModuleString *row_name = derived_key(ctx, base, "job:", id);
-    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-    fx_zrem(ctx, ck->pending, ck->pending_name, id);
-    long long attempt, fence;
-    fx_lease(ctx, row, row_name, id, ck->active, ck->active_name, ck->fence, ck->fence_name, *last_fence,
-             deadline, &attempt, &fence);
-    *last_fence = fence;
-    ev_emit(ctx, ev, &(Event){.kind = "claimed", .id = id, .attempt = attempt, .fence = fence, .with = EV_FENCE});
-    ValkeyModuleString *payload = NULL;
-    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "payload", &payload, NULL);
-    ValkeyModule_ReplyWithArray(ctx, 4);
-    ValkeyModule_ReplyWithString(ctx, id);
-    if (payload) {
-        ValkeyModule_ReplyWithString(ctx, payload);
-        ValkeyModule_FreeString(ctx, payload);
-    } else {
-        ValkeyModule_ReplyWithStringBuffer(ctx, "", 0);
-    }
-    ValkeyModule_ReplyWithLongLong(ctx, attempt);
-    ValkeyModule_ReplyWithLongLong(ctx, fence);
-    ValkeyModule_CloseKey(row);
-    ValkeyModule_FreeString(ctx, row_name);
-}
-
 /* ---- One job at a time ----------------------------------------------------------------------- */
 
 /* EMQ.ENQUEUE 3 <base>job:<id> <base>pending <base>wake <id> <payload> <now> [<priority>]
@@ -228,89 +146,6 @@ int tx_enqueue_delayed(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
             &(Event){.kind = "enqueued", .id = call->args[EMQ_ENQUEUE_DELAYED_ARG_ID], .due = at > due ? at : due,
                      .priority = call->num[EMQ_ENQUEUE_DELAYED_ARG_PRIORITY], .with = EV_DUE});
     return ValkeyModule_ReplyWithSimpleString(ctx, "ENQUEUED");
-}
-
-/* The call's claim record when it declares one (the key after the table's), else NULL. */
-static ValkeyModuleKey *record_of(const Call *call, ValkeyModuleKey **k) {
-    return call->record_at >= 0 ? k[call->record_at] : NULL;
-}
-
-/* Its name (NULL when it declares none). */
-static ValkeyModuleString *record_name_of(const Call *call) {
-    return call->record_at >= 0 ? call->keys[call->record_at] : NULL;
-}
-
-/* After a claim leased n jobs (ids, fenced from first_fence on): its record, if it declares one. */
-static void record_claims(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **k, const StrList *claims,
-                          long long first_fence, long long lease_ms) {
-    if (record_of(call, k) == NULL || claims->n == 0) return;
-    int at = call->record_at;
-    fx_record(ctx, &k[at], call->keys[at], claims->v, claims->n, first_fence, lease_ms);
-}
-
-/* EMQ.CLAIM 3|4 <base>pending <base>active <base>fence [<base>claim:<claim_id>] <lease_ms:1> <now>
- * Twin of claim.lua. *4 id payload :attempt :fence | null | EMQARITY EMQKEYS EMQNUM WRONGTYPE
- * EMQFENCE NOPERM TRYAGAIN.
- * Walks pending from its lowest entry (plan_claims for one job); ghosts met on the way are dropped
- * once the walk is over. With its claim record: a record found answers its first lease still
- * held (or null) and nothing is written; else the lease made is recorded. */
-int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
-    ValkeyModuleKey *pending = k[EMQ_CLAIM_KEY_PENDING], *active = k[EMQ_CLAIM_KEY_ACTIVE],
-                    *fence_key = k[EMQ_CLAIM_KEY_FENCE];
-    long long lease_ms = call->num[EMQ_CLAIM_ARG_LEASE_MS], now = call->num[EMQ_CLAIM_ARG_NOW];
-    long long last_fence;
-    Acl acl = {ctx, NULL, 0};
-    Recorded recorded;
-    const char *err = read_record(ctx, &acl, call->base, record_of(call, k), record_name_of(call), &recorded);
-    if (err || recorded.present) {
-        acl_release(&acl);
-        if (!err) reply_recorded(ctx, call->base, active, &recorded, 1);
-        recorded_free(ctx, &recorded);
-        return err ? reply_error(ctx, err) : VALKEYMODULE_OK;
-    }
-    if (!fence_counter(fence_key, &last_fence)) {
-        acl_release(&acl);
-        return reply_error(ctx, EMQ_ERR_FENCE);
-    }
-    int paused;
-    err = queue_paused(ctx, &acl, call->base, &paused);
-    if (err || paused) {
-        acl_release(&acl);
-        return err ? reply_error(ctx, err) : ValkeyModule_ReplyWithNull(ctx);
-    }
-
-    QueueLimits limits;
-    err = queue_limits(ctx, &acl, call->base, now, &limits);
-    if (err) {
-        acl_release(&acl);
-        return reply_error(ctx, err);
-    }
-
-    /* Find the first live job: every derived row is checked before anything is written. */
-    StrList claims = {0}, ghosts = {0};
-    err = plan_claims(ctx, &acl, call->base, pending, 1, &claims, &ghosts);
-    acl_release(&acl);
-    if (!err) {
-        ValkeyModuleString **names = call->keys;
-        for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, names[EMQ_CLAIM_KEY_PENDING], ghosts.v[i]);
-        ClaimKeys ck = {pending,
-                        active,
-                        &k[EMQ_CLAIM_KEY_FENCE],
-                        names[EMQ_CLAIM_KEY_PENDING],
-                        names[EMQ_CLAIM_KEY_ACTIVE],
-                        names[EMQ_CLAIM_KEY_FENCE]};
-        long long first_fence = last_fence + 1;
-        EventSink ev = event_sink(call, k);
-        long long take = claims.n == 0 ? 0 : limited_take(&limits, active, 1);
-        if (take == 0) ValkeyModule_ReplyWithNull(ctx);
-        else claim_planned(ctx, call->base, &ck, claims.v[0], &last_fence, now + lease_ms, &ev);
-        StrList leased = {claims.v, (size_t)take, claims.cap}; /* a view: claims owns the strings */
-        record_claims(ctx, call, k, &leased, first_fence, lease_ms);
-        note_queue_limits(ctx, call->base, &limits, active, pending, take);
-    }
-    strlist_free(ctx, &claims);
-    strlist_free(ctx, &ghosts);
-    return err ? reply_error(ctx, err) : VALKEYMODULE_OK;
 }
 
 /* The end hook of a job a single verb ends (include/dependents.lua's plan_hook): planned on a
@@ -649,7 +484,7 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     QueueLimits limits = {0};
     if (!fail && count > 0) fail = queue_limits(ctx, &acl, call->base, now, &limits);
     if (!fail && count > 0 && !fence_counter(k[EMQ_SETTLE_KEY_FENCE], &last_fence)) fail = EMQ_ERR_FENCE;
-    StrList claims = {0}, ghosts = {0};
+    StrList claims = {0}, rows = {0}, ghosts = {0};
     EventSink ev = event_sink(call, k);
     Join *j = join_new(ctx, call->base, &ev, 1, now, call->keys, k, call->nkeys);
     size_t *marks = ValkeyModule_Alloc(((size_t)call->nitems + 1) * sizeof *marks);
@@ -657,7 +492,7 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (!fail)
         fail = check_settle_rows(ctx, &acl, call->base, call->items, call->nitems, j, k[EMQ_SETTLE_KEY_ACTIVE], marks,
                                  current);
-    if (!fail) fail = plan_claims(ctx, &acl, call->base, pending, count, &claims, &ghosts);
+    if (!fail) fail = plan_claims(ctx, &acl, call->base, pending, count, &claims, &rows, &ghosts);
     /* Each lease takes the next fence: a batch the counter cannot number to its end is refused. */
     if (!fail && last_fence + (long long)claims.n > EMQ_INT_MAX) fail = EMQ_ERR_FENCE;
     acl_release(&acl);
@@ -684,7 +519,7 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
             long long take = count > 0 ? limited_take(&limits, k[EMQ_SETTLE_KEY_ACTIVE], (long long)claims.n) : 0;
             ValkeyModule_ReplyWithArray(ctx, (long)take);
             for (long long i = 0; i < take; i++)
-                claim_planned(ctx, call->base, &ck, claims.v[i], &last_fence, now + lease_ms, &ev);
+                claim_planned(ctx, &ck, claims.v[i], rows.v[i], &last_fence, now + lease_ms, &ev);
             StrList leased = {claims.v, (size_t)take, claims.cap}; /* a view: claims owns the strings */
             record_claims(ctx, call, k, &leased, first_fence, lease_ms);
             if (count > 0) note_queue_limits(ctx, call->base, &limits, k[EMQ_SETTLE_KEY_ACTIVE], pending, take);
@@ -692,6 +527,7 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     }
     recorded_free(ctx, &recorded);
     strlist_free(ctx, &claims);
+    strlist_free(ctx, &rows);
     strlist_free(ctx, &ghosts);
     join_free(j);
     ValkeyModule_Free(marks);

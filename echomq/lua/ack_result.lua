@@ -41,21 +41,24 @@ if events_key and not events_type_ok(events_key) then return redis.error_reply(E
 local active, row, ended = KEYS[1], KEYS[2], base .. 'ended:' .. id
 local err = check_ended(ended)
 if err then return err end
-if not is_current_lease(active, row, id, fence) then
+local r = read_lease(row)
+local cancelled = r.cancel ~= false
+if not is_lease_read(active, id, fence, r) then
   return redis.status_reply(replayed(row, fence))
 end
+known_lane(row, r.lane)
 local failure = check_lane_bookkeeping(base, row)
 if failure then return failure end
 local j = new_join(base, nil, events_key)
 local from, to, hook_failure
-if flagged(row) then
-  from, to, hook_failure = plan_hook(j, id, row, 'cancelled', mark_of(row))
+if cancelled then
+  from, to, hook_failure = plan_hook(j, id, row, 'cancelled', mark_of(row), r)
 else
-  from, to, hook_failure = plan_hook(j, id, row, 'done')
+  from, to, hook_failure = plan_hook(j, id, row, 'done', nil, r)
 end
 if hook_failure then return hook_failure end
 local verdict
-if flagged(row) then
+if cancelled then
   verdict = finish_cancelled(active, row, id, ended, events_key, fence)
 else
   verdict = finish_ack(active, row, id, retention_ms, ARGV[4], ended, events_key,

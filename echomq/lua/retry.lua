@@ -47,21 +47,24 @@ local active, delayed, dead, row = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ended = base .. 'ended:' .. id
 local err = check_ended(ended)
 if err then return err end
-if not is_current_lease(active, row, id, fence) then
+local r = read_lease(row)
+local cancelled = r.cancel ~= false
+if not is_lease_read(active, id, fence, r) then
   return redis.status_reply(replayed(row, fence, ARGV[5], dead, id))
 end
+known_lane(row, r.lane)
 local failure = check_lane_bookkeeping(base, row)
 if failure then return failure end
 local j = new_join(base, now, events_key)
 local from, to, hook_failure
-if flagged(row) then
-  from, to, hook_failure = plan_hook(j, id, row, 'cancelled', mark_of(row))
-elseif int_field(redis.call('HGET', row, 'attempts'), 0) >= max_attempts then
-  from, to, hook_failure = plan_hook(j, id, row, 'dead', ARGV[5])
+if cancelled then
+  from, to, hook_failure = plan_hook(j, id, row, 'cancelled', mark_of(row), r)
+elseif int_field(r.attempts, 0) >= max_attempts then
+  from, to, hook_failure = plan_hook(j, id, row, 'dead', ARGV[5], r)
 end
 if hook_failure then return hook_failure end
 local verdict
-if flagged(row) then
+if cancelled then
   verdict = finish_cancelled(active, row, id, ended, events_key, fence, now)
 else
   verdict = finish_retry(active, delayed, dead, row, id, ARGV[5], delay_ms, max_attempts, now,

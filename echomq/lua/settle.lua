@@ -105,7 +105,7 @@ local ring, wake_key = KEYS[6], KEYS[7]
 -- A release item's lane, when its row has one: the lane keys checked as recover checks them.
 -- Nil, or the error reply.
 local function plan_release_lane(item)
-  local lane = redis.call('HGET', item.row, 'lane')
+  local lane = item.r.lane
   if not lane then return nil end
   local failure = check_lane_keys(base, lane)
   if failure then return failure end
@@ -138,21 +138,20 @@ end
 -- cancelled for a flagged lease; release ends nothing.
 local join, current = new_join(base, now, events_key), {}
 local function plan_item_hook(item)
-  if current[item.id] or not is_current_lease(active, item.row, item.id, item.fence) then
+  if current[item.id] or not is_lease_read(active, item.id, item.fence, item.r) then
     return nil
   end
   current[item.id] = true
   local outcome, detail, failure
-  if flagged(item.row) then
+  if item.r.cancel then
     outcome, detail = 'cancelled', mark_of(item.row)
   elseif item.op == 'ack' or item.op == 'done' then
     outcome = 'done'
-  elseif item.op == 'retry'
-    and int_field(redis.call('HGET', item.row, 'attempts'), 0) >= item.max_attempts then
+  elseif item.op == 'retry' and int_field(item.r.attempts, 0) >= item.max_attempts then
     outcome, detail = 'dead', item.error
   end
   if outcome then
-    item.from, item.to, failure = plan_hook(join, item.id, item.row, outcome, detail)
+    item.from, item.to, failure = plan_hook(join, item.id, item.row, outcome, detail, item.r)
   end
   return failure
 end
@@ -184,8 +183,12 @@ for n = 1, #items do
   local item = items[n]
   item.row = base .. 'job:' .. item.id
   local err = check_row(item.row)
+  if err == nil then
+    item.r = read_lease(item.row)
+    known_lane(item.row, item.r.lane)
+  end
   if err == nil and item.op == 'release' then err = plan_release_lane(item) end
-  if err == nil and (item.op == 'done' or item.op == 'retry' or flagged(item.row)) then
+  if err == nil and (item.op == 'done' or item.op == 'retry' or item.r.cancel) then
     item.ended = base .. 'ended:' .. item.id
     err = check_ended(item.ended)
   end
@@ -202,13 +205,15 @@ local verdicts = {}
 for n = 1, #items do
   local item = items[n]
   local verdict
-  if not is_current_lease(active, item.row, item.id, item.fence) then
+  local state = redis.call('HMGET', item.row, 'fence', 'cancel')
+  if state[1] == false or int_field(state[1], 0) ~= item.fence
+    or redis.call('ZSCORE', active, item.id) == false then
     if item.op ~= 'release' then
       verdict = replayed(item.row, item.fence, item.error, dead, item.id)
     else
       verdict = cancelled_at(item.row, item.fence) and 'CANCELLED' or 'STALE'
     end
-  elseif flagged(item.row) then
+  elseif state[2] then
     verdict = finish_cancelled(active, item.row, item.id, item.ended, events_key, item.fence, now)
   elseif item.op == 'ack' or item.op == 'done' then
     verdict = finish_ack(active, item.row, item.id, retention_ms, item.result, item.ended,

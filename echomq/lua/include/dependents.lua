@@ -105,14 +105,20 @@ end
 -- A planned job's end, and the ends it causes, as a worklist (breadth first, in `next` order):
 -- outcome 'done', 'dead' (detail: the error its dependents' own error quotes) or 'cancelled'
 -- (detail: { retention, at }, the cancel mark they inherit). The job's row is read before the
--- call writes it (one HMGET of next, dedupe, dedupe_ms). Returns the failure of a check, or nil.
-local function plan_end(j, id, row, outcome, detail)
+-- call writes it (one HMGET of next, dedupe, dedupe_ms; for the job the call ends, read (a
+-- settlement's read_lease) when given, that read's). Returns the failure of a check, or nil.
+local function plan_end(j, id, row, outcome, detail, read)
   local work = { { id = id, row = row, outcome = outcome, detail = detail } }
   local k = 1
   while k <= #work and not j.failure do
     local w = work[k]
     k = k + 1
-    local f = redis.call('HMGET', w.row, 'next', 'dedupe', 'dedupe_ms')
+    local f
+    if k == 2 and read then
+      f = { read.next, read.dedupe, read.dedupe_ms }
+    else
+      f = redis.call('HMGET', w.row, 'next', 'dedupe', 'dedupe_ms')
+    end
     if f[2] then
       local key = j.base .. f[2]
       join_check(j, key, 'string')
@@ -201,10 +207,11 @@ local function apply_steps(j, from, to)
 end
 
 -- The end hook of a job the call ends: plans it (see plan_end) and returns the range of its
--- steps, to apply after the job's own writes, or nil, nil, the failure of a check.
-local function plan_hook(j, id, row, outcome, detail)
+-- steps, to apply after the job's own writes, or nil, nil, the failure of a check. read: the
+-- call's read_lease of the row, when it made one.
+local function plan_hook(j, id, row, outcome, detail, read)
   local from = #j.steps + 1
-  local failure = plan_end(j, id, row, outcome, detail)
+  local failure = plan_end(j, id, row, outcome, detail, read)
   if failure then return nil, nil, failure end
   return from, #j.steps
 end

@@ -12,10 +12,27 @@
 -- written: nil, or the error reply. Nothing is checked for a flat job.
 local LANE_BOOKKEEPING = { { 'ring', 'list' }, { 'laneconf', 'hash' }, { 'leased', 'hash' },
   { 'parked', 'hash' } }
+
+-- Each row's lane (false: a flat job) as this call read it: a row's lane never changes.
+local row_lanes = {}
+local function lane_of(row)
+  local group = row_lanes[row]
+  if group == nil then
+    group = redis.call('HGET', row, 'lane')
+    row_lanes[row] = group
+  end
+  return group
+end
+
+-- The lane a settlement's one read of its row found (read_lease), kept for lane_of.
+local function known_lane(row, group)
+  row_lanes[row] = group
+end
+
 local function check_lane_bookkeeping(base, row)
   local held_failure = check_queue_slot(base)
   if held_failure then return held_failure end
-  local group = redis.call('HGET', row, 'lane')
+  local group = lane_of(row)
   if not group then return nil end
   for i = 1, #LANE_BOOKKEEPING do
     local key = base .. LANE_BOOKKEEPING[i][1]
@@ -32,7 +49,7 @@ end
 -- holds one lease less, and comes back from its concurrency limit when below it.
 local function release_lane_slot(base, row)
   release_queue_slot(base)
-  local group = redis.call('HGET', row, 'lane')
+  local group = lane_of(row)
   if not group then return end
   local held = int_field(redis.call('HGET', base .. 'leased', group), 0) - 1
   if held <= 0 then

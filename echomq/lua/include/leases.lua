@@ -1,11 +1,28 @@
 -- Whether a lease is current, and what a settlement of one that is not answers.
 --- @include "numbers"
 
--- The current lease: the id is in active and the row's fence equals the given fence.
+-- The current lease: the id is in active and the row's fence equals the given fence (an absent
+-- row has no fence, and a lease's fence is at least 1).
 local function is_current_lease(active, row, id, fence)
   if redis.call('ZSCORE', active, id) == false then return false end
-  if redis.call('EXISTS', row) == 0 then return false end
-  return int_field(redis.call('HGET', row, 'fence'), 0) == fence
+  local f = redis.call('HGET', row, 'fence')
+  return f ~= false and int_field(f, 0) == fence
+end
+
+-- A settlement's one read of its lease's row, before anything is written: the fields the
+-- transition and its end hook use (fence, the cancel flag, the lane, attempts, then next,
+-- dedupe and dedupe_ms for the end hook), each false when absent.
+local function read_lease(row)
+  local f = redis.call('HMGET', row, 'fence', 'cancel', 'lane', 'attempts', 'next', 'dedupe',
+    'dedupe_ms')
+  return { fence = f[1], cancel = f[2], lane = f[3], attempts = f[4], next = f[5], dedupe = f[6],
+           dedupe_ms = f[7] }
+end
+
+-- is_current_lease on the row as read_lease found it.
+local function is_lease_read(active, id, fence, r)
+  if r.fence == false or int_field(r.fence, 0) ~= fence then return false end
+  return redis.call('ZSCORE', active, id) ~= false
 end
 
 -- What an extend of a current lease answers: CANCELLING when a cancel flagged its row (the lease

@@ -7,6 +7,7 @@
 --- @include "events"
 --- @include "lane_slots"
 --- @include "lanes"
+--- @include "leases"
 --- @include "numbers"
 --- @include "priority"
 --- @include "wake"
@@ -25,14 +26,18 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
     local row_type = derived_type(row)
     if row_type == nil then return nil, redis.error_reply(E_MOVING) end
     if row_type == 'hash' then
-      if max_attempts then
+      local move = { id = id, row = row, score = score }
+      local lane, attempts
+      if max_attempts then -- a lease leaving active: its row read once (read_lease)
+        move.read = read_lease(row)
+        known_lane(row, move.read.lane)
         local failure = check_lane_bookkeeping(base, row)
         if failure then return nil, failure end
+        lane, attempts = move.read.lane, int_field(move.read.attempts, 0)
+      else
+        lane = redis.call('HGET', row, 'lane')
       end
-      local move = { id = id, row = row, score = score }
-      local lane = redis.call('HGET', row, 'lane')
-      local attempts = max_attempts and int_field(redis.call('HGET', row, 'attempts'), 0)
-      if max_attempts and redis.call('HEXISTS', row, 'cancel') == 1 then
+      if max_attempts and move.read.cancel then
         move.cancelled = true
         move.ended = base .. 'ended:' .. id
         local err = check_ended(move.ended)
@@ -87,10 +92,10 @@ local function move_due(base, now, limit, max_attempts, check, events_key)
       local move, failure = moves[i], nil
       if move.cancelled then
         move.from, move.to, failure = plan_hook(join, move.id, move.row, 'cancelled',
-          mark_of(move.row))
+          mark_of(move.row), move.read)
       elseif move.spent then
         move.from, move.to, failure = plan_hook(join, move.id, move.row, 'dead',
-          'lease expired during attempt ' .. dec(move.spent) .. ': the worker was lost')
+          'lease expired during attempt ' .. dec(move.spent) .. ': the worker was lost', move.read)
       end
       if failure then return failure end
     end

@@ -1,0 +1,163 @@
+/* claim.c: EMQ.CLAIM, and claim's walk of pending and its lease, shared with settle
+ * (transitions.c); the call's claim record (claimrecord.c keeps what it holds). Twin of claim.lua
+ * and include/claims.lua, as transitions.c's header says of every command. The walk keeps the
+ * name of each live row it checked, so the lease names and opens it once more, not twice. */
+#include <string.h>
+
+#include "trafikey.h"
+
+void strlist_push(StrList *l, ValkeyModuleString *s) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 8;
+        l->v = ValkeyModule_Realloc(l->v, l->cap * sizeof *l->v);
+    }
+    l->v[l->n++] = s;
+}
+
+void strlist_free(ValkeyModuleCtx *ctx, StrList *l) {
+    for (size_t i = 0; i < l->n; i++) ValkeyModule_FreeString(ctx, l->v[i]);
+    ValkeyModule_Free(l->v);
+    l->v = NULL;
+    l->n = l->cap = 0;
+}
+
+
+/* ---- Claiming: claim's walk and lease, shared with settle ------------------------------------ */
+
+/* plan_claims of the prelude: walk pending from its lowest entry for up to count live rows (to
+ * lease) and the ghosts met on the way (to drop), checking every row before anything is written.
+ * Each live row's name goes to rows, in step with claims. NULL, or the error to reply. */
+const char *plan_claims(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *pending, long long count,
+                        StrList *claims, StrList *rows, StrList *ghosts) {
+    const char *err = NULL;
+    if (count == 0 || ValkeyModule_ZsetFirstInScoreRange(pending, VALKEYMODULE_NEGATIVE_INFINITE,
+                                                         VALKEYMODULE_POSITIVE_INFINITE, 0, 0) != VALKEYMODULE_OK)
+        return NULL;
+    while (!ValkeyModule_ZsetRangeEndReached(pending) && (long long)claims->n < count) {
+        double score;
+        ValkeyModuleString *member = ValkeyModule_ZsetRangeCurrentElement(pending, &score);
+        if (member == NULL) break;
+        int t;
+        ValkeyModuleString *row = derived_key(ctx, base, "job:", member);
+        err = check_key(ctx, acl, base, row, KEYTYPE_ANY, &t);
+        if (err || t != VALKEYMODULE_KEYTYPE_HASH) ValkeyModule_FreeString(ctx, row);
+        if (err) {
+            ValkeyModule_FreeString(ctx, member);
+            break;
+        }
+        if (t == VALKEYMODULE_KEYTYPE_HASH) strlist_push(rows, row); /* its name kept for the lease */
+        strlist_push(t == VALKEYMODULE_KEYTYPE_HASH ? claims : ghosts, member);
+        if (!ValkeyModule_ZsetRangeNext(pending)) break;
+    }
+    ValkeyModule_ZsetRangeStop(pending);
+    return err;
+}
+
+/* Lease one planned job (its row named row_name, the walk's) as claim does and reply [id, payload, attempt, fence]. */
+void claim_planned(ValkeyModuleCtx *ctx, const ClaimKeys *ck, ValkeyModuleString *id, ValkeyModuleString *row_name,
+                   long long *last_fence, long long deadline, const EventSink *ev) {
+    ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+    fx_zrem(ctx, ck->pending, ck->pending_name, id);
+    long long attempt, fence;
+    fx_lease(ctx, row, row_name, id, ck->active, ck->active_name, ck->fence, ck->fence_name, *last_fence,
+             deadline, &attempt, &fence);
+    *last_fence = fence;
+    ev_emit(ctx, ev, &(Event){.kind = "claimed", .id = id, .attempt = attempt, .fence = fence, .with = EV_FENCE});
+    ValkeyModuleString *payload;
+    hash_get1(row, "payload", &payload);
+    ValkeyModule_ReplyWithArray(ctx, 4);
+    ValkeyModule_ReplyWithString(ctx, id);
+    if (payload) {
+        ValkeyModule_ReplyWithString(ctx, payload);
+        ValkeyModule_FreeString(ctx, payload);
+    } else {
+        ValkeyModule_ReplyWithStringBuffer(ctx, "", 0);
+    }
+    ValkeyModule_ReplyWithLongLong(ctx, attempt);
+    ValkeyModule_ReplyWithLongLong(ctx, fence);
+    ValkeyModule_CloseKey(row);
+}
+
+/* The call's claim record when it declares one (the key after the table's), else NULL. */
+ValkeyModuleKey *record_of(const Call *call, ValkeyModuleKey **k) {
+    return call->record_at >= 0 ? k[call->record_at] : NULL;
+}
+
+/* Its name (NULL when it declares none). */
+ValkeyModuleString *record_name_of(const Call *call) {
+    return call->record_at >= 0 ? call->keys[call->record_at] : NULL;
+}
+
+/* After a claim leased n jobs (ids, fenced from first_fence on): its record, if it declares one. */
+void record_claims(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **k, const StrList *claims,
+                          long long first_fence, long long lease_ms) {
+    if (record_of(call, k) == NULL || claims->n == 0) return;
+    int at = call->record_at;
+    fx_record(ctx, &k[at], call->keys[at], claims->v, claims->n, first_fence, lease_ms);
+}
+
+/* EMQ.CLAIM 3|4 <base>pending <base>active <base>fence [<base>claim:<claim_id>] <lease_ms:1> <now>
+ * Twin of claim.lua. *4 id payload :attempt :fence | null | EMQARITY EMQKEYS EMQNUM WRONGTYPE
+ * EMQFENCE NOPERM TRYAGAIN.
+ * Walks pending from its lowest entry (plan_claims for one job); ghosts met on the way are dropped
+ * once the walk is over. With its claim record: a record found answers its first lease still
+ * held (or null) and nothing is written; else the lease made is recorded. */
+int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
+    ValkeyModuleKey *pending = k[EMQ_CLAIM_KEY_PENDING], *active = k[EMQ_CLAIM_KEY_ACTIVE],
+                    *fence_key = k[EMQ_CLAIM_KEY_FENCE];
+    long long lease_ms = call->num[EMQ_CLAIM_ARG_LEASE_MS], now = call->num[EMQ_CLAIM_ARG_NOW];
+    long long last_fence;
+    Acl acl = {ctx, NULL, 0};
+    Recorded recorded;
+    const char *err = read_record(ctx, &acl, call->base, record_of(call, k), record_name_of(call), &recorded);
+    if (err || recorded.present) {
+        acl_release(&acl);
+        if (!err) reply_recorded(ctx, call->base, active, &recorded, 1);
+        recorded_free(ctx, &recorded);
+        return err ? reply_error(ctx, err) : VALKEYMODULE_OK;
+    }
+    if (!fence_counter(fence_key, &last_fence)) {
+        acl_release(&acl);
+        return reply_error(ctx, EMQ_ERR_FENCE);
+    }
+    int paused;
+    err = queue_paused(ctx, &acl, call->base, &paused);
+    if (err || paused) {
+        acl_release(&acl);
+        return err ? reply_error(ctx, err) : ValkeyModule_ReplyWithNull(ctx);
+    }
+
+    QueueLimits limits;
+    err = queue_limits(ctx, &acl, call->base, now, &limits);
+    if (err) {
+        acl_release(&acl);
+        return reply_error(ctx, err);
+    }
+
+    /* Find the first live job: every derived row is checked before anything is written. */
+    StrList claims = {0}, rows = {0}, ghosts = {0};
+    err = plan_claims(ctx, &acl, call->base, pending, 1, &claims, &rows, &ghosts);
+    acl_release(&acl);
+    if (!err) {
+        ValkeyModuleString **names = call->keys;
+        for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, names[EMQ_CLAIM_KEY_PENDING], ghosts.v[i]);
+        ClaimKeys ck = {pending,
+                        active,
+                        &k[EMQ_CLAIM_KEY_FENCE],
+                        names[EMQ_CLAIM_KEY_PENDING],
+                        names[EMQ_CLAIM_KEY_ACTIVE],
+                        names[EMQ_CLAIM_KEY_FENCE]};
+        long long first_fence = last_fence + 1;
+        EventSink ev = event_sink(call, k);
+        long long take = claims.n == 0 ? 0 : limited_take(&limits, active, 1);
+        if (take == 0) ValkeyModule_ReplyWithNull(ctx);
+        else claim_planned(ctx, &ck, claims.v[0], rows.v[0], &last_fence, now + lease_ms, &ev);
+        StrList leased = {claims.v, (size_t)take, claims.cap}; /* a view: claims owns the strings */
+        record_claims(ctx, call, k, &leased, first_fence, lease_ms);
+        note_queue_limits(ctx, call->base, &limits, active, pending, take);
+    }
+    strlist_free(ctx, &claims);
+    strlist_free(ctx, &rows);
+    strlist_free(ctx, &ghosts);
+    return err ? reply_error(ctx, err) : VALKEYMODULE_OK;
+}

@@ -1,0 +1,41 @@
+/* fields.c: the names of the hash fields the module reads and writes (a row's, queueconf's), made
+ * once at load as strings kept for the module's life. A field named as a C string
+ * (VALKEYMODULE_HASH_CFIELDS, a "c" argument of ValkeyModule_Replicate) becomes a new string object
+ * on every call; a kept one is passed as it is (VALKEYMODULE_HASH_NONE, "s": the server takes a
+ * reference, copies nothing). field_name gives the kept string of a name, hash_get1 reads one
+ * field through it. */
+#include <string.h>
+
+#include "trafikey.h"
+
+static const char *const NAMES[] = {"payload", "attempts", "fence",  "enqueued_at", "priority", "lane",
+                                    "error",   "result",   "cancel", "cancelled",   "next",     "dedupe",
+                                    "dedupe_ms", "waits",  "hold",   "policy",      "held",     "concurrency",
+                                    "rate",    "window_ms", "window", "progress"};
+#define NNAMES (sizeof NAMES / sizeof NAMES[0])
+static ValkeyModuleString *kept[NNAMES];
+
+void fields_create(void) {
+    for (size_t i = 0; i < NNAMES; i++) kept[i] = ValkeyModule_CreateString(NULL, NAMES[i], strlen(NAMES[i]));
+}
+
+void fields_free(void) {
+    for (size_t i = 0; i < NNAMES; i++) {
+        if (kept[i]) ValkeyModule_FreeString(NULL, kept[i]);
+        kept[i] = NULL;
+    }
+}
+
+ValkeyModuleString *field_name(const char *name) {
+    for (size_t i = 0; i < NNAMES; i++)
+        if (NAMES[i][0] == name[0] && strcmp(NAMES[i], name) == 0) return kept[i];
+    return NULL;
+}
+
+/* HashGet of one field of an open hash (the caller checked its type); *out NULL when absent. */
+void hash_get1(ValkeyModuleKey *key, const char *field, ValkeyModuleString **out) {
+    *out = NULL;
+    ValkeyModuleString *name = field_name(field);
+    if (name) ValkeyModule_HashGet(key, VALKEYMODULE_HASH_NONE, name, out, NULL);
+    else ValkeyModule_HashGet(key, VALKEYMODULE_HASH_CFIELDS, field, out, NULL);
+}
