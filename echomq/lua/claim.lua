@@ -58,8 +58,8 @@ end
 
 local id, row = claims[1].id, claims[1].row
 redis.call('ZREM', pending, id)
-local attempt, fence = lease(row, id, active, fence_key, last_fence, now + lease_ms)
+local attempt, fence, payload = lease(row, id, active, fence_key, last_fence, now + lease_ms)
 emit(events_key, 'claimed', id, attempt, now, 'fence', dec(fence))
 write_record(record_key, { { id, fence } }, lease_ms)
 note_queue_limits(base, limits, active, pending, 1)
-return { id, redis.call('HGET', row, 'payload') or '', attempt, fence }
+return { id, payload, attempt, fence }

@@ -127,7 +127,8 @@ elseif served >= knobs.weight then
 else
   redis.call('SET', KEYS[9], dec(served) .. ' ' .. group)
 end
-local attempt, fence = lease(found.row, found.id, active, fence_key, last_fence, now + lease_ms)
+local attempt, fence, payload = lease(found.row, found.id, active, fence_key, last_fence,
+  now + lease_ms)
 emit(events_key, 'claimed', found.id, attempt, now, 'fence', dec(fence), 'lane', group)
 write_record(record_key, { { found.id, fence } }, lease_ms)
-return { found.id, redis.call('HGET', found.row, 'payload') or '', attempt, fence, group }
+return { found.id, payload, attempt, fence, group }

@@ -235,10 +235,10 @@ local take = limits and limited_take(limits, active, #claims) or 0
 for n = 1, take do
   local id, row = claims[n].id, claims[n].row
   redis.call('ZREM', pending, id)
-  local attempt, fence = lease(row, id, active, fence_key, last_fence, now + lease_ms)
+  local attempt, fence, payload = lease(row, id, active, fence_key, last_fence, now + lease_ms)
   last_fence = fence
   emit(events_key, 'claimed', id, attempt, now, 'fence', dec(fence))
-  jobs[n] = { id, redis.call('HGET', row, 'payload') or '', attempt, fence }
+  jobs[n] = { id, payload, attempt, fence }
   leases[n] = { id, fence }
 end
 write_record(record_key, leases, lease_ms)

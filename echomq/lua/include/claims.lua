@@ -16,14 +16,16 @@ local function fence_counter(key)
 end
 
 -- Lease a job: count the attempt, take the next fence (SET, so a replica copies the value the
--- lease was given), put the id in active until now + lease_ms. Returns attempt, fence.
+-- lease was given), put the id in active until now + lease_ms. Returns attempt, fence and the
+-- row's payload ('' when it has none), read with its attempts before the lease writes.
 local function lease(row, id, active, fence_key, last_fence, deadline)
-  local attempt = int_field(redis.call('HGET', row, 'attempts'), 0) + 1
+  local f = redis.call('HMGET', row, 'attempts', 'payload')
+  local attempt = int_field(f[1], 0) + 1
   local fence = last_fence + 1
   redis.call('SET', fence_key, dec(fence))
   redis.call('HSET', row, 'attempts', dec(attempt), 'fence', dec(fence))
   redis.call('ZADD', active, dec(deadline), id)
-  return attempt, fence
+  return attempt, fence, f[2] or ''
 end
 
 -- The walk of claim, for up to count jobs: from pending's lowest entry, live rows to lease and
