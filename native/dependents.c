@@ -415,16 +415,11 @@ const char *join_end(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, i
                      ValkeyModuleString *error, long long retention, long long at) {
     if (j->failure) return j->failure;
     {   /* a job with no dependents and no dedupe key (most): that one read, nothing planned */
-        int opened;
-        ValkeyModuleString *next = NULL, *dedupe = NULL;
+        int opened, quiet;
         ValkeyModuleKey *key = handle(j, row, VALKEYMODULE_READ, &opened);
-        if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_HASH)
-            ValkeyModule_HashGet(key, VALKEYMODULE_HASH_NONE, field_name("next"), &next, field_name("dedupe"), &dedupe,
-                                 NULL);
+        quiet = !row_has_either(j->ctx, key, "next", "dedupe");
         done_with(key, opened);
-        if (next) ValkeyModule_FreeString(j->ctx, next);
-        if (dedupe) ValkeyModule_FreeString(j->ctx, dedupe);
-        if (next == NULL && dedupe == NULL) return NULL;
+        if (quiet) return NULL;
     }
     Worklist work = {0};
     work_push(&work, (Work){keep(j, id), keep(j, row), error ? keep(j, error) : NULL, outcome, retention, at});

@@ -162,6 +162,16 @@ int row_has(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field) {
     return 1;
 }
 
+/* Whether the row (open, any type) is a hash holding field a or field b: one read of both. */
+int row_has_either(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *a, const char *b) {
+    ValkeyModuleString *va = NULL, *vb = NULL;
+    if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_HASH) return 0;
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_NONE, field_name(a), &va, field_name(b), &vb, NULL);
+    if (va) ValkeyModule_FreeString(ctx, va);
+    if (vb) ValkeyModule_FreeString(ctx, vb);
+    return va != NULL || vb != NULL;
+}
+
 /* cancelled_at of the prelude: the row is a cancelled tombstone (no payload, the cancel mark) at
  * fence, as a flagged lease's settlement leaves it. */
 int cancelled_at(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence) {

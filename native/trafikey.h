@@ -131,6 +131,7 @@ int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModule
                      long long fence);
 const char *extended(ValkeyModuleCtx *ctx, ValkeyModuleKey *row);
 int row_has(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field);
+int row_has_either(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *a, const char *b); /* kept names */
 int cancelled_at(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence);
 const char *replayed(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence, ValkeyModuleString *error,
                      ValkeyModuleKey *dead, ValkeyModuleString *id);
