@@ -37,6 +37,7 @@ from echomq.consumer import settings as defaults
 from echomq.consumer.actions import Action, Program, Stepper
 from echomq.consumer.beat import Beat
 from echomq.consumer.blocking_parker import Parker, push_wake_token, push_watch_token
+from echomq.consumer.cancelling import Flag
 from echomq.consumer.loop import error_text
 from echomq.consumer.presence import announced
 from echomq.consumer.settings import Clock, park_window
@@ -44,6 +45,7 @@ from echomq.consumer.shell import (
     LoopShell,
     refuse_unsupported,
 )
+from echomq.engine.program import Ahead
 from echomq.engine.server_time import server_ms
 from echomq.queue.blocking import DEFAULT_LEASE_MS, Job, Queue
 from echomq.queue.bounds import Housekept
@@ -65,7 +67,7 @@ class AwaitableRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: tuple[Job, asyncio.Future[object]] | None = None
 
-    def call(self, handler: Handler, job: Job, cancelled: threading.Event) -> object:
+    def call(self, handler: Handler, job: Job, cancelled: Flag) -> object:
         """What ``handler(job)`` returned (awaited to the end when awaitable; its task cancelled
         at once if ``cancelled`` is set by then)."""
         result = handler(job)
@@ -251,7 +253,11 @@ class Consumer(LoopShell):
             actions.PauseAfter: self._pause,
             actions.Overran: self._cancel_overrun,
             actions.KeeperDone: lambda action: None,  # the keeper idles by itself
+            actions.SendAhead: self._send_ahead,
+            actions.Collect: lambda action: self._ahead.pop(action.index).result(),
         }
+        # The rounds sent ahead whose replies are not read yet, by queue.
+        self._ahead: dict[int, Ahead[Any]] = {}
 
     @property
     def park_cap_ms(self) -> int:
@@ -292,6 +298,9 @@ class Consumer(LoopShell):
     def close(self) -> None:
         """Release the keeper thread, the parking connection and the handlers' event loop."""
         self._keeper.close()
+        for ahead in self._ahead.values():
+            ahead.close()
+        self._ahead.clear()
         self._parker.close()
         self._runner.close()
 
@@ -342,11 +351,10 @@ class Consumer(LoopShell):
     def _perform(self, steps: Stepper[Any], action: Action) -> None:
         """Perform ``action``, its reply (or what it raised) for ``steps``."""
         try:
-            call = self._queue_call(action)
-            if call is not None:
-                steps.reply(self._answer(action, call()))
-            elif (perform := self._io.get(type(action))) is not None:
+            if (perform := self._io.get(type(action))) is not None:
                 steps.reply(perform(action))
+            elif (call := self._queue_call(action)) is not None:
+                steps.reply(self._answer(action, call()))
             else:
                 self._notice(action)
                 steps.reply()
@@ -369,6 +377,11 @@ class Consumer(LoopShell):
         cancelled too (a plain one reads ``cancel_requested()``)."""
         for job in self.flags.request(action.jobs):
             self._runner.cancel(job)
+
+    def _send_ahead(self, action: actions.SendAhead) -> None:
+        """Write the round's settle call now; ``Collect`` reads its reply (on a client that
+        cannot split the two, the call is made whole now)."""
+        self._ahead[action.index] = Ahead(self._settle_program(action))
 
     def _read(self, action: actions.Read) -> list[Any]:
         announcer = self.announcer if action.before_park else None
