@@ -49,7 +49,7 @@ def transitions_sent(queue: Queue, before: dict[str, int]) -> dict[str, int]:
 def test_a_batch_costs_one_settle_round_trip(make: Make, queue: Queue) -> None:
     """256 jobs: batches of 1, 2, 4 … 32 (the ramp, to half the prefetch: a consumer of one
     queue reads ahead, the batch running and the one sent ahead both in hand), then 32 each —
-    about 2 × jobs/prefetch settle calls, not two round trips per job."""
+    about twice jobs/prefetch settle calls, not two round trips per job."""
     # outcomes wait for their batch's end here (none waits settle_delay_ms for the keeper)
     consumer = make(queue, lambda job: None, prefetch=64, settle_delay_ms=60_000)
     assert consumer.beat(park=False) == 0  # scripts loaded: no NOSCRIPT is counted below

@@ -297,7 +297,7 @@ class Consumer(LoopShell):
         """What the handler returned on ``job``, or its failure. It runs as a task of its own,
         so the keeper can cancel it (its time limit, or its job cancelled), with its job's
         cancel flag the one ``cancel_requested()`` reads."""
-        with self.flags.running(job, self._cancel_asked(index, job)) as flag:
+        with self.flags.running(job, self._cancel_asked(index)) as flag:
             handling = asyncio.ensure_future(self._call_handler(job))
             self._handling[job] = handling
             if self.settings.time_limit_ms is not None:

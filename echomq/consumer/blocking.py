@@ -367,7 +367,7 @@ class Consumer(LoopShell):
         """What the handler returned, or what it raised (its job's cancel flag the one
         ``cancel_requested()`` reads meanwhile)."""
         try:
-            with self.flags.running(job, self._cancel_asked(index, job)) as flag:
+            with self.flags.running(job, self._cancel_asked(index)) as flag:
                 return self._runner.call(self.handler, job, flag), None
         except BaseException as exc:  # the loop survives every handler outcome
             return None, exc

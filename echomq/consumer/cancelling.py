@@ -11,8 +11,7 @@ usual and the server ends the attempt as cancelled.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Container, Iterable
 from contextvars import ContextVar
 
 from echomq.engine.calls import Job
@@ -49,19 +48,18 @@ class CancelFlags:
     """The cancel flag of each job whose handler runs in this consumer (safe across threads)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Read and written by single dict operations, each atomic across threads.
         self._flags: dict[Job, Flag] = {}
 
-    def running(self, job: Job, asked: Callable[[], bool]) -> Running:
+    def running(self, job: Job, asked: Container[Job]) -> Running:
         """While the block runs, ``job``'s flag is the one ``cancel_requested()`` reads; set at
-        once when ``asked()`` says the cancel was learned before (asked once the flag is
-        listed, so a ``request`` made meanwhile is never missed)."""
+        once when ``job`` is in ``asked``: the cancel was learned before (looked up once the
+        flag is listed, so a ``request`` made meanwhile is never missed)."""
         return Running(self, job, asked)
 
     def request(self, jobs: Iterable[Job]) -> list[Job]:
         """Set the flag of each of ``jobs`` whose handler runs: those jobs, in order."""
-        with self._lock:
-            flags = [(job, flag) for job in jobs if (flag := self._flags.get(job)) is not None]
+        flags = [(job, flag) for job in jobs if (flag := self._flags.get(job)) is not None]
         for _, flag in flags:
             flag.set()
         return [job for job, _ in flags]
@@ -72,21 +70,18 @@ class Running:
 
     __slots__ = ("_asked", "_flags", "_job", "_token")
 
-    def __init__(self, flags: CancelFlags, job: Job, asked: Callable[[], bool]) -> None:
-        self._flags, self._job, self._asked = flags, job, asked
+    def __init__(self, flags: CancelFlags, job: Job, asked: Container[Job]) -> None:
+        self._flags, self._job, self._asked = flags._flags, job, asked
 
     def __enter__(self) -> Flag:
         flag = Flag()
-        flags = self._flags
-        with flags._lock:
-            flags._flags[self._job] = flag
-        if self._asked():
+        job = self._job
+        self._flags[job] = flag
+        if job in self._asked:
             flag.set()
         self._token = _flag.set(flag)
         return flag
 
     def __exit__(self, *exc: object) -> None:
         _flag.reset(self._token)
-        flags = self._flags
-        with flags._lock:
-            flags._flags.pop(self._job, None)
+        self._flags.pop(self._job, None)

@@ -112,19 +112,15 @@ class Lineup:
         """How many more jobs the consumer may take into hand, over every queue."""
         return max(0, self.settings.capacity - self.held())
 
-    @property
-    def reads_ahead(self) -> bool:
-        """Whether this consumer sends its next round while a batch runs: one queue, claiming
-        batches of more than one job."""
-        return len(self.cores) == 1 and self.settings.batch_claims \
-            and self.settings.batch_cap >= 2
-
-    @property
-    def batch_cap(self) -> int:
-        """The largest batch a round claims: the settings' cap; half of it when reading ahead,
-        so the batch running and the batch sent ahead together stay within the prefetch."""
-        cap = self.settings.batch_cap
-        return cap // 2 if self.reads_ahead else cap
+    def __post_init__(self) -> None:
+        settings = self.settings
+        # Whether this consumer sends its next round while a batch runs: one queue, claiming
+        # batches of more than one job.
+        self.reads_ahead = len(self.cores) == 1 and settings.batch_claims \
+            and settings.batch_cap >= 2
+        # The largest batch a round claims: the settings' cap; half of it when reading ahead,
+        # so the batch running and the batch sent ahead together stay within the prefetch.
+        self.batch_cap = settings.batch_cap // 2 if self.reads_ahead else settings.batch_cap
 
     def round_size(self) -> int:
         """How many jobs the next round claims over all the queues: the ramp within the room

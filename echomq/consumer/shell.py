@@ -304,9 +304,10 @@ class LoopShell:
         """Perform a notice of the beat program: a log line, a user's hook, a stop."""
         NOTICES[type(action)](self, action)
 
-    def _cancel_asked(self, index: int, job: Job) -> Callable[[], bool]:
-        """Whether ``job`` of queue ``index`` was found cancelled before its handler started."""
-        return lambda: job in self.lineup.cores[index].cancel_asked
+    def _cancel_asked(self, index: int) -> set[Job]:
+        """The jobs of queue ``index`` found cancelled (a handler's among them before it started:
+        its flag is set at once)."""
+        return self.lineup.cores[index].cancel_asked
 
     def _report(self, action: Report) -> None:
         """What a round's outcomes came to; a job the server ended cancelled is counted, and a
