@@ -187,7 +187,7 @@ class Beat(Rounds):
             yield from self.check_pauses()
         picked = lineup.next_job(self.now())
         if picked is None:
-            yield from (self.collect() if lineup.ahead is not None else self.claim_round())
+            yield from self.next_batch()
             picked = lineup.next_job(self.now())
         if lineup.isolating:
             yield from self.isolate()
@@ -198,6 +198,16 @@ class Beat(Rounds):
         if picked is not None and self.settings.time_limit_ms is not None:
             yield Nudge()  # its time limit is a new deadline
         return picked
+
+    def next_batch(self) -> Program[None]:
+        """The batch sent ahead, its reply read (and the pause checked again: its word on a
+        pause is as old as its sending), else the batch of a claim round."""
+        if self.lineup.ahead is None:
+            yield from self.claim_round()
+            return
+        yield from self.collect()
+        if self.lineup.pause_checks_due(self.now()):
+            yield from self.check_pauses()
 
     def isolate(self) -> Program[None]:
         """Leave the job claimed before that starts alone in hand: the reply of a round sent

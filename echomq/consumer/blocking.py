@@ -174,9 +174,10 @@ class Consumer(LoopShell):
     ``prefetch``: the most jobs in hand at once (at most ``MAX_PREFETCH``, 1,000) — claimed in
     batches, run one at a time in claim order, their outcomes sent with the next claim in one
     ``settle`` call. With one queue, batches grow to half the prefetch and, while the queue is
-    busy, the next round goes out as a batch starts (its reply read when the batch has run). An outcome waits at most ``settle_delay_ms`` for that call (the keeper
-    sends it otherwise). 1 claims, runs and settles one job at a time. A prefetched job whose
-    lease is within a third of its end by this consumer's clock is released, never started;
+    busy, the next round goes out as a batch starts (its reply read when the batch has run).
+    An outcome waits at most ``settle_delay_ms`` for that call (the keeper sends it otherwise).
+    1 claims, runs and settles one job at a time. A prefetched job whose lease is within a
+    third of its end by this consumer's clock is released, never started;
     so are the prefetched jobs of a queue found paused, which the consumer asks before it
     starts one once its last word on it is ``pause_check_ms`` old (0: before every start).
 
