@@ -242,4 +242,10 @@ def sends_ahead(client: Any) -> bool:
     blocking client with a pool of connections (not one single connection, a cluster, or a
     pipeline)."""
     return sends_once(client) and getattr(client, "connection", None) is None \
-        and not is_cluster(client)
+        and not is_cluster(client) and not _waits_for_connections(client.connection_pool)
+
+
+def _waits_for_connections(pool: Any) -> bool:
+    """Whether ``pool`` makes a caller wait for a connection when all are out (a blocking pool):
+    one held for a reply read later could then hold up the caller's own handler."""
+    return "Blocking" in type(pool).__name__
