@@ -1,7 +1,7 @@
 """A program's first step written now and its reply read later (``echomq.engine.program.Ahead``):
-the same reply as driving it whole, the connection back in the pool once read, the steps after the
-first (a script loaded again) performed when it is read, and clients that cannot split a call (one connection,
-a blocking pool) served whole at once."""
+the same reply as driving it whole, the connection back in the pool once read, the steps after
+the first (a script loaded again) performed when it is read, and clients that cannot split a
+call (one connection, a blocking pool) served whole at once."""
 
 from __future__ import annotations
 
