@@ -111,7 +111,7 @@ def test_a_handler_reads_its_own_flag_in_its_thread_and_the_threads_and_tasks_it
         seen["task"] = await asyncio.ensure_future(_flag_in_task())
         seen["to_thread"] = await asyncio.to_thread(cancel_requested)
 
-    with flags.running(job(1), lambda: False):
+    with flags.running(job(1), set()):
         seen["before"] = echomq.cancel_requested()
         assert flags.request([job(1), job(2)]) == [job(1)]  # job 2 runs nowhere here
         seen["thread"] = echomq.cancel_requested()
@@ -127,7 +127,7 @@ async def _flag_in_task() -> bool:
 
 def test_a_flag_asked_before_the_handler_starts_is_set_from_its_start() -> None:
     flags = CancelFlags()
-    with flags.running(job(1), lambda: True):
+    with flags.running(job(1), {job(1)}):
         assert cancel_requested()
     other = threading.Thread(target=lambda: None)
     other.start()
@@ -158,10 +158,10 @@ def test_an_attempt_whose_job_was_cancelled_is_counted_cancelled() -> None:
 
     before = {name: count(name) for name in ("cancelled", "retried", "succeeded")}
     hooks, flags = PrometheusHooks(), CancelFlags()
-    with flags.running(job(1), lambda: True), pytest.raises(asyncio.CancelledError), \
+    with flags.running(job(1), {job(1)}), pytest.raises(asyncio.CancelledError), \
             hooks.running("cancel-core", "t", job(1), {}, None):
         raise asyncio.CancelledError
-    with flags.running(job(2), lambda: False), hooks.running("cancel-core", "t", job(2), {}, None):
+    with flags.running(job(2), set()), hooks.running("cancel-core", "t", job(2), {}, None):
         flags.request([job(2)])
     after = {name: count(name) for name in before}
     assert {name: after[name] - before[name] for name in before} == {
@@ -170,7 +170,7 @@ def test_an_attempt_whose_job_was_cancelled_is_counted_cancelled() -> None:
 
 def test_a_round_that_ends_a_job_cancelled_counts_it_and_tells_a_handler_still_running() -> None:
     shell = SimpleNamespace(cancelled=0, flags=CancelFlags(), on_ack=None)
-    with shell.flags.running(job(1), lambda: False):  # past its time limit, still running
+    with shell.flags.running(job(1), set()):  # past its time limit, still running
         LoopShell._report(shell, actions.Report(  # type: ignore[arg-type]
             [calls.Retry(job(1), 0, "TimeLimitExceeded"), calls.Ack(job(2))],
             [Verdict.CANCELLED, Verdict.ACKED]))

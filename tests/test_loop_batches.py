@@ -19,8 +19,12 @@ from tests.test_loop import job, settings
 # batches ------------------------------------------------------------------------------------
 
 
-def test_claims_ramp_from_one_to_the_prefetch_and_start_over_after_a_rest() -> None:
-    lineup = Lineup.of(settings(capacity=8), 1)
+@pytest.mark.parametrize(("queues", "cap"), [(2, 8), (1, 4)], ids=["two-queues", "reads-ahead"])
+def test_claims_ramp_from_one_to_the_prefetch_and_start_over_after_a_rest(queues: int,
+                                                                           cap: int) -> None:
+    """Up to the prefetch; a consumer of one queue, which reads ahead, up to half of it (the
+    batch running and the batch sent ahead both in hand)."""
+    lineup = Lineup.of(settings(capacity=8), queues)
     core = lineup.cores[0]
     asked = []
     for _ in range(5):
@@ -30,9 +34,9 @@ def test_claims_ramp_from_one_to_the_prefetch_and_start_over_after_a_rest() -> N
         lineup.round_claimed(count, count)
         while (started := core.next_job(0.0)) is not None:
             assert core.finished(started)
-    assert asked == [1, 2, 4, 8, 8]
-    lineup.round_claimed(8, 1)  # a short batch: the queue ran dry, the ramp stays
-    assert lineup.ramp == 8
+    assert asked == [1, 2, 4, cap, cap]
+    lineup.round_claimed(cap, 1)  # a short batch: the queue ran dry, the ramp stays
+    assert lineup.ramp == cap
     lineup.rested()
     assert lineup.round_size() == 1
 

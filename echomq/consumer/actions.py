@@ -72,6 +72,20 @@ class Settle(OnQueue):
 
 
 @dataclass(frozen=True)
+class SendAhead(OnQueue):
+    """Send the settle call for ``round`` on queue ``index`` now and read its reply later
+    (``Collect``), so the batch in hand runs meanwhile: reply nothing."""
+
+    round: Round
+
+
+@dataclass(frozen=True)
+class Collect(OnQueue):
+    """Read the reply of the round sent ahead on queue ``index``: reply (verdicts, jobs
+    claimed), as ``Settle`` does."""
+
+
+@dataclass(frozen=True)
 class Extend(OnQueue):
     """Extend the leases of ``jobs`` of queue ``index`` in one call: reply their verdicts."""
 

@@ -108,10 +108,14 @@ class Consumer(LoopShell):
             actions.WaitOne: lambda action: self._one_finished(wake=action.wake),
             actions.SettleInFlight: lambda action: self._settle_in_flight(),
             actions.KeeperDone: lambda action: self._keeper_done(),
+            actions.Collect: lambda action: self._ahead.pop(action.index),
         }
+        # The rounds sent ahead (``SendAhead``) whose replies are not read yet, by queue.
+        self._ahead: dict[int, asyncio.Future[Any]] = {}
         self._now_io: dict[type[Action], Callable[[Any], None]] = {
             actions.Nudge: lambda action: self._nudge(),
             actions.Spawn: self._spawn,
+            actions.SendAhead: self._send_ahead,
             actions.Overran: self._cancel_overrun,
             actions.CancelAsked: self._tell_cancelled,
         }
@@ -237,6 +241,11 @@ class Consumer(LoopShell):
             self._changed.set()
             await asyncio.gather(keeper, return_exceptions=True)
 
+    def _send_ahead(self, action: actions.SendAhead) -> None:
+        """The round's settle call, sent from a task of its own; ``Collect`` awaits its reply."""
+        self._ahead[action.index] = asyncio.ensure_future(
+            self.queues[action.index]._adrive(self._settle_program(action)))
+
     def _spawn(self, action: actions.Spawn) -> None:
         """Run ``action.job``'s handler as a task of its own."""
         task = asyncio.ensure_future(self.drive(self.program.spawned_process(action.index,
@@ -288,7 +297,7 @@ class Consumer(LoopShell):
         """What the handler returned on ``job``, or its failure. It runs as a task of its own,
         so the keeper can cancel it (its time limit, or its job cancelled), with its job's
         cancel flag the one ``cancel_requested()`` reads."""
-        with self.flags.running(job, self._cancel_asked(index, job)) as flag:
+        with self.flags.running(job, self._cancel_asked(index)) as flag:
             handling = asyncio.ensure_future(self._call_handler(job))
             self._handling[job] = handling
             if self.settings.time_limit_ms is not None:

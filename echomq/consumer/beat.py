@@ -18,30 +18,24 @@ No I/O: the shell gives its monotonic clock (``Host.monotonic``) and performs ev
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 from echomq.consumer.actions import (
     Block,
     CancelAsked,
-    ClaimLane,
     Dropped,
     Extend,
-    Failed,
     Housekeep,
     Idle,
     KeeperDone,
     LostLeases,
-    NotHandedBack,
     Nudge,
     Overran,
     PauseAfter,
     PauseCheck,
     Program,
     Read,
-    Report,
     Run,
     ServerTime,
-    Settle,
     SettleInFlight,
     Spawn,
     StopAsked,
@@ -52,47 +46,21 @@ from echomq.consumer.actions import (
     Watch,
 )
 from echomq.consumer.core import LoopCore
-from echomq.consumer.loop import Lineup
-from echomq.consumer.settings import Clock, Round, Settings
+from echomq.consumer.rounds import Host, Rounds
 from echomq.engine.calls import Job
 from echomq.queue.parking import Sighting
 
 
-class Host(Protocol):
-    """What the programs read of the shell that performs them."""
-
-    lineup: Lineup
-    clock: Clock | None  # the ms clock of every transition (None: the server's)
-    concurrency: int  # how many handlers run at once
-
-    @property
-    def stopping(self) -> bool: ...
-
-    @property
-    def parking_timeout_s(self) -> float | None:
-        """The read timeout of the parking connection (None: none)."""
-
-    def monotonic(self) -> float: ...
-
-
-class Beat:
+class Beat(Rounds):
     """The programs of one consumer (``run``, ``beat``, ``drain``, ``park``, the keeper's
     ``keep``...), over its ``host``'s lineup."""
 
     def __init__(self, host: Host) -> None:
         self.host = host
         self.spawned = 0  # handlers running concurrently (``Spawn``), not finished yet
-
-    @property
-    def lineup(self) -> Lineup:
-        return self.host.lineup
-
-    @property
-    def settings(self) -> Settings:
-        return self.host.lineup.settings
-
-    def now(self) -> float:
-        return self.host.monotonic()
+        # Until when (monotonic s) the keeper idles, unless nudged; None: it may not be idling
+        # (so a change in hand nudges it). A change with a later deadline needs no nudge.
+        self.keeper_until: float | None = None
 
     # the loop ---------------------------------------------------------------------------------
 
@@ -138,7 +106,8 @@ class Beat:
         handled = 0
         try:
             while not self.host.stopping:
-                yield from self.housekeep()
+                if self.lineup.housekeeping_due(self.now()):
+                    yield from self.housekeep()
                 if self.spawned >= self.host.concurrency:
                     yield WaitOne(wake=False)
                     continue
@@ -195,8 +164,10 @@ class Beat:
         finally:
             mine = core.finished(job)
         settlement = core.settlement(failure, returned, job.attempt)
-        if mine and core.record(job, settlement, self.now()):
-            yield Nudge()  # the first outcome waiting: a new deadline for the keeper
+        now = self.now()
+        if mine and core.record(job, settlement, now):
+            # the first outcome waiting: a new deadline for the keeper
+            yield from self.nudge(now + self.settings.settle_delay_ms / 1000)
         if not mine:
             yield Dropped(job)
         if core.stops_loop(failure):
@@ -206,20 +177,44 @@ class Beat:
 
     def next_job(self) -> Program[tuple[int, Job] | None]:
         """The next job to run with its queue's index, its lease in hand: a prefetched one, else
-        one of the batch the next round claims (sending the outcomes waiting with it). The rounds
-        that leave a job claimed before alone in hand go first (one that fails is logged: the job
-        runs all the same)."""
-        yield from self.check_pauses()
-        picked = self.lineup.next_job(self.now())
+        one of the batch the round sent ahead brought, else of the batch the next claim round
+        brings (sending the outcomes waiting with it). The rounds that leave a job claimed before
+        alone in hand go first, after the reply of a round sent ahead (its jobs go back too; one
+        that fails is logged: the job runs all the same). Else, while the queue is busy, the
+        next round goes out ahead as this job starts (``Lineup.read_ahead``)."""
+        lineup = self.lineup
+        if lineup.pause_checks_due(self.now()):
+            yield from self.check_pauses()
+        picked = lineup.next_job(self.now())
         if picked is None:
-            yield from self.claim_round()
-            picked = self.lineup.next_job(self.now())
-        if self.lineup.isolating:
-            for index, round_ in self.lineup.take_isolations():
-                yield from self.guarded("send", self.send(index, round_))
+            yield from self.next_batch()
+            picked = lineup.next_job(self.now())
+        if lineup.isolating:
+            yield from self.isolate()
+        elif picked is not None and not self.host.stopping:
+            ahead = lineup.read_ahead(self.now())
+            if ahead is not None:
+                yield from self.guarded("send", self.send_ahead(ahead))
         if picked is not None and self.settings.time_limit_ms is not None:
             yield Nudge()  # its time limit is a new deadline
         return picked
+
+    def next_batch(self) -> Program[None]:
+        """The batch sent ahead, its reply read (and the pause checked again: its word on a
+        pause is as old as its sending), else the batch of a claim round."""
+        if self.lineup.ahead is None:
+            yield from self.claim_round()
+            return
+        yield from self.collect()
+        if self.lineup.pause_checks_due(self.now()):
+            yield from self.check_pauses()
+
+    def isolate(self) -> Program[None]:
+        """Leave the job claimed before that starts alone in hand: the reply of a round sent
+        ahead read, then every queue's rounds handing back the jobs not started."""
+        yield from self.guarded("send", self.collect())
+        for index, round_ in self.lineup.take_isolations():
+            yield from self.guarded("send", self.send(index, round_))
 
     def check_pauses(self) -> Program[None]:
         """Ask each queue whose prefetched jobs may start next and whose last word on a pause is
@@ -228,76 +223,6 @@ class Beat:
             sent_at = self.now()
             paused = yield PauseCheck(index)
             self.lineup.cores[index].pause_checked(paused, sent_at)
-
-    def claim_round(self) -> Program[None]:
-        """One settle call per queue, in priority order, each claiming what the queues before it
-        left of the round (the lineup's rule). A lane consumer takes one job: a queue's lanes,
-        then its flat jobs, then the next queue's."""
-        wanted = self.lineup.round_size()
-        taken = 0
-        for index, core in enumerate(self.lineup.cores):
-            asked = self.lineup.ask(wanted, taken)
-            if asked and self.settings.lanes:
-                sent_at = self.now()
-                watch, claim_id = core.watches(Round([], 1)), core.next_claim_id(sent_at)
-                job = yield ClaimLane(index, watch, claim_id)
-                sent_at = core.claim_answered(claim_id, sent_at)
-                if job is not None:
-                    yield from self.took(index, [job], sent_at)
-                    taken += 1
-                    continue
-            claimed = yield from self.send(index, core.take_round(asked, now=self.now()))
-            taken += len(claimed)
-        self.lineup.round_claimed(wanted, taken)
-
-    def send(self, index: int, round_: Round) -> Program[list[Job]]:
-        """One settle call for ``round_`` on queue ``index``; what it claimed goes into hand (and
-        is returned). If it fails, its outcomes wait for the next round."""
-        if not round_.outcomes and not round_.claim:
-            return []
-        core = self.lineup.cores[index]
-        sent_at = self.now()
-        try:
-            verdicts, jobs = yield Settle(index, round_, core.watches(round_))
-        except Exception:
-            core.unsent(round_, self.now())
-            raise
-        yield from self.took(index, jobs, core.claim_answered(round_.claim_id, sent_at))
-        yield Report(round_.outcomes, verdicts)
-        return list(jobs)
-
-    def took(self, index: int, jobs: Sequence[Job], sent_at: float) -> Program[None]:
-        """``jobs`` of queue ``index``, claimed by a call sent at ``sent_at``, are in hand (a
-        claim with nothing of the queue in hand sent its watch tokens in its own flush)."""
-        core = self.lineup.cores[index]
-        core.sent()
-        core.claimed(jobs, self.now(), sent_at)
-        if jobs:
-            yield Nudge()  # leases to extend: the keeper looks
-
-    def send_all(self, *, hand_back: bool) -> Program[None]:
-        """Send every queue's outcomes waiting (with ``hand_back``, its jobs not started); a
-        failure is raised after every queue had its try."""
-        failure: Exception | None = None
-        for index, core in enumerate(self.lineup.cores):
-            try:
-                yield from self.send(index, core.take_round(hand_back=hand_back))
-            except Exception as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
-
-    def wind_down(self) -> Program[None]:
-        """Send the outcomes waiting; on a stop, hand back the jobs not started with them."""
-        yield from self.send_all(hand_back=self.host.stopping)
-
-    def hand_back_quietly(self) -> Program[None]:
-        """The last round of a loop that ends: what it cannot send is logged; those leases run
-        out and recover puts their jobs back."""
-        try:
-            yield from self.wind_down()
-        except Exception as exc:
-            yield NotHandedBack(exc)
 
     def watch(self, index: int) -> Program[None]:
         yield Watch(index)
@@ -395,11 +320,21 @@ class Beat:
     def keep(self) -> Program[None]:
         """While anything is in hand: extend the leases in hand, fail overrun attempts, send the
         outcomes that waited long enough, run due housekeeping; ends when nothing is in hand."""
+        try:
+            yield from self.kept()
+        finally:
+            self.keeper_until = None
+
+    def kept(self) -> Program[None]:
         while self.lineup.in_hand:
             now = self.now()
             wait = self.lineup.next_tick(now)
             if wait > 0:
-                yield Idle(wait)
+                self.keeper_until = now + wait
+                try:
+                    yield Idle(wait)
+                finally:
+                    self.keeper_until = None
                 continue
             for index, core in enumerate(self.lineup.cores):
                 yield from self.keep_queue(index, core, now)
@@ -419,12 +354,6 @@ class Beat:
             yield from self.guarded("send", self.send(index, due))
         if housekeep:
             yield from self.guarded("housekeep_queue", self.housekeep_queue(index))
-
-    def guarded(self, what: str, program: Program[object]) -> Program[None]:
-        try:
-            yield from program
-        except Exception as exc:
-            yield Failed(what, exc)
 
     def heartbeat(self, index: int, jobs: list[Job]) -> Program[None]:
         """Extend every lease in hand of queue ``index`` in one call; a lease found lost is let

@@ -37,6 +37,7 @@ from echomq.consumer import settings as defaults
 from echomq.consumer.actions import Action, Program, Stepper
 from echomq.consumer.beat import Beat
 from echomq.consumer.blocking_parker import Parker, push_wake_token, push_watch_token
+from echomq.consumer.cancelling import Flag
 from echomq.consumer.loop import error_text
 from echomq.consumer.presence import announced
 from echomq.consumer.settings import Clock, park_window
@@ -44,6 +45,7 @@ from echomq.consumer.shell import (
     LoopShell,
     refuse_unsupported,
 )
+from echomq.engine.program import Ahead
 from echomq.engine.server_time import server_ms
 from echomq.queue.blocking import DEFAULT_LEASE_MS, Job, Queue
 from echomq.queue.bounds import Housekept
@@ -65,7 +67,7 @@ class AwaitableRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: tuple[Job, asyncio.Future[object]] | None = None
 
-    def call(self, handler: Handler, job: Job, cancelled: threading.Event) -> object:
+    def call(self, handler: Handler, job: Job, cancelled: Flag) -> object:
         """What ``handler(job)`` returned (awaited to the end when awaitable; its task cancelled
         at once if ``cancelled`` is set by then)."""
         result = handler(job)
@@ -170,10 +172,12 @@ class Consumer(LoopShell):
     ``RetryIn``, ``Reject``) to say how its job is settled.
 
     ``prefetch``: the most jobs in hand at once (at most ``MAX_PREFETCH``, 1,000) — claimed in
-    one batch, run one at a time in claim order, their outcomes sent with the next claim in one
-    ``settle`` call. An outcome waits at most ``settle_delay_ms`` for that call (the keeper
-    sends it otherwise). 1 claims, runs and settles one job at a time. A prefetched job whose
-    lease is within a third of its end by this consumer's clock is released, never started;
+    batches, run one at a time in claim order, their outcomes sent with the next claim in one
+    ``settle`` call. With one queue, batches grow to half the prefetch and, while the queue is
+    busy, the next round goes out as a batch starts (its reply read when the batch has run).
+    An outcome waits at most ``settle_delay_ms`` for that call (the keeper sends it otherwise).
+    1 claims, runs and settles one job at a time. A prefetched job whose lease is within a
+    third of its end by this consumer's clock is released, never started;
     so are the prefetched jobs of a queue found paused, which the consumer asks before it
     starts one once its last word on it is ``pause_check_ms`` old (0: before every start).
 
@@ -251,7 +255,11 @@ class Consumer(LoopShell):
             actions.PauseAfter: self._pause,
             actions.Overran: self._cancel_overrun,
             actions.KeeperDone: lambda action: None,  # the keeper idles by itself
+            actions.SendAhead: self._send_ahead,
+            actions.Collect: lambda action: self._ahead.pop(action.index).result(),
         }
+        # The rounds sent ahead whose replies are not read yet, by queue.
+        self._ahead: dict[int, Ahead[Any]] = {}
 
     @property
     def park_cap_ms(self) -> int:
@@ -292,6 +300,9 @@ class Consumer(LoopShell):
     def close(self) -> None:
         """Release the keeper thread, the parking connection and the handlers' event loop."""
         self._keeper.close()
+        for ahead in self._ahead.values():
+            ahead.close()
+        self._ahead.clear()
         self._parker.close()
         self._runner.close()
 
@@ -342,11 +353,10 @@ class Consumer(LoopShell):
     def _perform(self, steps: Stepper[Any], action: Action) -> None:
         """Perform ``action``, its reply (or what it raised) for ``steps``."""
         try:
-            call = self._queue_call(action)
-            if call is not None:
-                steps.reply(self._answer(action, call()))
-            elif (perform := self._io.get(type(action))) is not None:
+            if (perform := self._io.get(type(action))) is not None:
                 steps.reply(perform(action))
+            elif (call := self._queue_call(action)) is not None:
+                steps.reply(self._answer(action, call()))
             else:
                 self._notice(action)
                 steps.reply()
@@ -359,7 +369,7 @@ class Consumer(LoopShell):
         """What the handler returned, or what it raised (its job's cancel flag the one
         ``cancel_requested()`` reads meanwhile)."""
         try:
-            with self.flags.running(job, self._cancel_asked(index, job)) as flag:
+            with self.flags.running(job, self._cancel_asked(index)) as flag:
                 return self._runner.call(self.handler, job, flag), None
         except BaseException as exc:  # the loop survives every handler outcome
             return None, exc
@@ -369,6 +379,11 @@ class Consumer(LoopShell):
         cancelled too (a plain one reads ``cancel_requested()``)."""
         for job in self.flags.request(action.jobs):
             self._runner.cancel(job)
+
+    def _send_ahead(self, action: actions.SendAhead) -> None:
+        """Write the round's settle call now; ``Collect`` reads its reply (on a client that
+        cannot split the two, the call is made whole now)."""
+        self._ahead[action.index] = Ahead(self._settle_program(action))
 
     def _read(self, action: actions.Read) -> list[Any]:
         announcer = self.announcer if action.before_park else None

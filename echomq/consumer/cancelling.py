@@ -2,7 +2,7 @@
 handler, and ``CancelFlags``, where both consumer shells keep the flag of each handler running.
 
 ``Queue.cancel`` flags a leased job on the server; the holder learns it at its next heartbeat
-(``extend_many`` answers CANCELLING) and its shell sets the job's flag, a ``threading.Event``
+(``extend_many`` answers CANCELLING) and its shell sets the job's flag, a ``Flag``
 that a context variable holds while the handler runs: in the handler's thread, in an
 ``asyncio.to_thread`` it starts (the context is copied) and in an ``async def`` handler's task.
 Whatever the handler does then (return, raise, or its task cancelled), its outcome is settled as
@@ -11,14 +11,29 @@ usual and the server ends the attempt as cancelled.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Container, Iterable
 from contextvars import ContextVar
 
 from echomq.engine.calls import Job
 
-_flag: ContextVar[threading.Event | None] = ContextVar("echomq_cancel_flag", default=None)
+
+class Flag:
+    """A job's cancel flag: set once, from any thread (a bool written under the GIL); nothing
+    waits on it, so it is lighter than a ``threading.Event`` made for every job."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+_flag: ContextVar[Flag | None] = ContextVar("echomq_cancel_flag", default=None)
 
 
 def cancel_requested() -> bool:
@@ -33,31 +48,40 @@ class CancelFlags:
     """The cancel flag of each job whose handler runs in this consumer (safe across threads)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._flags: dict[Job, threading.Event] = {}
+        # Read and written by single dict operations, each atomic across threads.
+        self._flags: dict[Job, Flag] = {}
 
-    @contextmanager
-    def running(self, job: Job, asked: Callable[[], bool]) -> Iterator[threading.Event]:
+    def running(self, job: Job, asked: Container[Job]) -> Running:
         """While the block runs, ``job``'s flag is the one ``cancel_requested()`` reads; set at
-        once when ``asked()`` says the cancel was learned before (asked once the flag is
-        listed, so a ``request`` made meanwhile is never missed)."""
-        flag = threading.Event()
-        with self._lock:
-            self._flags[job] = flag
-        if asked():
-            flag.set()
-        token = _flag.set(flag)
-        try:
-            yield flag
-        finally:
-            _flag.reset(token)
-            with self._lock:
-                self._flags.pop(job, None)
+        once when ``job`` is in ``asked``: the cancel was learned before (looked up once the
+        flag is listed, so a ``request`` made meanwhile is never missed)."""
+        return Running(self, job, asked)
 
     def request(self, jobs: Iterable[Job]) -> list[Job]:
         """Set the flag of each of ``jobs`` whose handler runs: those jobs, in order."""
-        with self._lock:
-            flags = [(job, flag) for job in jobs if (flag := self._flags.get(job)) is not None]
+        flags = [(job, flag) for job in jobs if (flag := self._flags.get(job)) is not None]
         for _, flag in flags:
             flag.set()
         return [job for job, _ in flags]
+
+
+class Running:
+    """``CancelFlags.running``: a context manager (a class: one is made for every job)."""
+
+    __slots__ = ("_asked", "_flags", "_job", "_token")
+
+    def __init__(self, flags: CancelFlags, job: Job, asked: Container[Job]) -> None:
+        self._flags, self._job, self._asked = flags._flags, job, asked
+
+    def __enter__(self) -> Flag:
+        flag = Flag()
+        job = self._job
+        self._flags[job] = flag
+        if job in self._asked:
+            flag.set()
+        self._token = _flag.set(flag)
+        return flag
+
+    def __exit__(self, *exc: object) -> None:
+        _flag.reset(self._token)
+        self._flags.pop(self._job, None)

@@ -53,7 +53,7 @@ class LoopCore:
     outbox_since: float | None = None
     unsent_rounds: int = 0  # consecutive rounds that could not be sent
     # A round to send before the job just started runs: see ``isolate``.
-    isolation: Round | None = None
+    isolating: bool = False
     # When the last call was sent whose reply showed the queue not paused (monotonic s).
     unpaused_at: float = float("-inf")
     # The claim sent whose reply has not come (its id, and when it was first sent): the next
@@ -201,15 +201,17 @@ class LoopCore:
         """The job about to start was claimed before (a retry, or a lease that ran out: perhaps
         its handler killed the worker), so it runs with nothing else in hand. The jobs
         prefetched behind it are handed back (their attempt uncounted) and the outcomes waiting
-        go out, in ``isolation``: a round the shell sends before the handler starts. A worker
-        lost to it then charges no other job an attempt."""
-        if self.prefetched or self.outbox:
-            self.isolation = self.take_round(hand_back=True)
+        go out, in ``take_isolation``: a round the shell sends before the handler starts (after
+        reading the reply of a round sent ahead, whose jobs go back too). A worker lost to it
+        then charges no other job an attempt."""
+        self.isolating = True
 
     def take_isolation(self) -> Round | None:
         """The round to send before the job just started runs (see ``isolate``), if any."""
-        round_, self.isolation = self.isolation, None
-        return round_
+        isolating, self.isolating = self.isolating, False
+        if isolating and (self.prefetched or self.outbox):
+            return self.take_round(hand_back=True)
+        return None
 
     def held_back(self, job: Job) -> None:
         """``job``, taken to start, waits for the handlers running to finish first (it runs

@@ -78,6 +78,17 @@ class Lineup:
     ramp: int = 1
     # A job claimed before was taken to start: rounds may wait in ``take_isolations``.
     isolating: bool = False
+    # Reading ahead (``read_ahead``): the round sent while the batch in hand runs, its reply
+    # not read yet, and when it was sent.
+    ahead: Round | None = None
+    ahead_sent_at: float = 0.0
+    # Whether the last round came back whole (as many jobs as it asked for).
+    whole: bool = False
+    # How long a job of the last batch took to run (s; None: not known), from when the batch
+    # came to when the next round was due (``batch_began``, ``batch_done``).
+    pace: float | None = None
+    batch_at: float | None = None
+    batch_size: int = 0
 
     @classmethod
     def of(cls, settings: Settings, queues: int) -> Lineup:
@@ -101,6 +112,16 @@ class Lineup:
         """How many more jobs the consumer may take into hand, over every queue."""
         return max(0, self.settings.capacity - self.held())
 
+    def __post_init__(self) -> None:
+        settings = self.settings
+        # Whether this consumer sends its next round while a batch runs: one queue, claiming
+        # batches of more than one job.
+        self.reads_ahead = len(self.cores) == 1 and settings.batch_claims \
+            and settings.batch_cap >= 2
+        # The largest batch a round claims: the settings' cap; half of it when reading ahead,
+        # so the batch running and the batch sent ahead together stay within the prefetch.
+        self.batch_cap = settings.batch_cap // 2 if self.reads_ahead else settings.batch_cap
+
     def round_size(self) -> int:
         """How many jobs the next round claims over all the queues: the ramp within the room
         left (a lane consumer: one, when nothing is in hand)."""
@@ -116,12 +137,53 @@ class Lineup:
 
     def round_claimed(self, wanted: int, taken: int) -> None:
         """A round wanting ``wanted`` jobs took ``taken``: a whole batch doubles the next."""
-        if wanted and taken >= wanted:
-            self.ramp = min(self.ramp * 2, self.settings.batch_cap)
+        self.whole = bool(wanted) and taken >= wanted
+        if self.whole:
+            self.ramp = min(self.ramp * 2, self.batch_cap)
 
     def rested(self) -> None:
-        """The consumer parks (or starts a beat): its next round claims one job again."""
-        self.ramp = 1
+        """The consumer parks (or starts a beat): its next round claims one job again, and
+        reads ahead only once a batch has run since."""
+        self.ramp, self.whole, self.batch_at = 1, False, None
+
+    # reading ahead ----------------------------------------------------------------------------
+
+    def batch_done(self, now: float) -> None:
+        """The batch in hand ran out at ``now`` (the next round is due): its pace is known."""
+        if self.batch_at is not None and self.batch_size:
+            self.pace = (now - self.batch_at) / self.batch_size
+        self.batch_at = None
+
+    def batch_began(self, size: int, now: float) -> None:
+        """A round brought ``size`` jobs at ``now``, the next batch to run."""
+        if size:
+            self.batch_at, self.batch_size = now, size
+
+    def read_ahead(self, now: float) -> Round | None:
+        """The round to send now, a job of the batch in hand starting, its reply read when the
+        batch has run (``take_ahead``): the outcomes waiting and a claim of the next batch, so
+        its round trip overlaps the handlers instead of following them. Only while the queue is
+        busy — the batch in hand came whole at the cap: an idle consumer never reads
+        ahead — and only when, at the last batch's pace, the jobs in hand run within a third of
+        a lease: the batch sent ahead then starts (or is extended by the heartbeat) long before
+        its leases run out. None when there is nothing to send ahead."""
+        if not self.reads_ahead or self.ahead is not None or self.isolating or not self.whole \
+                or self.batch_size < self.batch_cap or self.pace is None:
+            return None
+        core = self.cores[0]
+        if self.pace * len(core.leases) > self.settings.lapse_margin_s \
+                or any(job.attempt > 1 for job in core.running):
+            return None
+        claim = min(self.ramp, self.room())
+        if claim < 1:
+            return None
+        self.ahead, self.ahead_sent_at = core.take_round(claim, now=now), now
+        return self.ahead
+
+    def take_ahead(self) -> Round | None:
+        """The round sent ahead whose reply is to be read now, if any (taken: read once)."""
+        round_, self.ahead = self.ahead, None
+        return round_
 
     def next_job(self, now: float) -> tuple[int, Job] | None:
         """The next job to run, with its queue's index: the earliest queue's first prefetched
@@ -151,6 +213,10 @@ class Lineup:
         self.isolating = False
         return [(index, round_) for index, core in enumerate(self.cores)
                 if (round_ := core.take_isolation()) is not None]
+
+    def housekeeping_due(self, now: float) -> bool:
+        """Whether any queue's turn to housekeep has come (``LoopCore.take_housekeeping``)."""
+        return any(now >= core.housekeeping_at for core in self.cores)
 
     def next_tick(self, now: float) -> float:
         """Seconds until any queue's keeper work is due."""

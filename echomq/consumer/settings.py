@@ -22,7 +22,7 @@ PARK_FLOOR_MS = 10
 PARK_CAP_MS = 75_000
 # The most time between two tries after transient errors (the park cap may be far longer).
 BACKOFF_CAP_S = 5.0
-PREFETCH = 64
+PREFETCH = 128
 # The largest prefetch: a batch is one settle call and every lease in hand goes into one heartbeat,
 # each of which blocks the server for as long as it takes (tens of microseconds a job).
 MAX_PREFETCH = 1_000

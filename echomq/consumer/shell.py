@@ -24,6 +24,7 @@ from echomq.consumer.actions import (
     OnQueue,
     PauseCheck,
     Report,
+    SendAhead,
     Settle,
     StopAsked,
     TakeToken,
@@ -39,8 +40,10 @@ from echomq.engine import calls
 from echomq.engine.calls import Job, Outcome, Verdict
 from echomq.engine.clients import is_cluster
 from echomq.engine.errors import Wire6Unsupported
+from echomq.engine.program import Program
 from echomq.engine.transitions import LANE_CLAIM
 from echomq.engine.wire import Wire
+from echomq.queue.methods import QueueMethods
 from echomq.queue.parking import (
     TOKEN_ROLE,
     WATCH_ROLE,
@@ -286,6 +289,13 @@ class LoopShell:
                                self._name, self.settings.housekeeping_ms)
         return None
 
+    def _settle_program(self, action: SendAhead) -> Program[Any]:
+        """The program of the settle call that performs ``action`` (its reply read later)."""
+        round_ = action.round
+        return QueueMethods.settle_leased.program(
+            self.queues[action.index], round_.outcomes, round_.claim, self.lease_ms,
+            self.settings.retention_ms, self._now(), claim_id=round_.claim_id)
+
     def _answer(self, action: Action, reply: Any) -> Any:
         """The program's reply to ``action`` from its queue call's ``reply``."""
         return token_taken(reply, self._name) if isinstance(action, TakeToken) else reply
@@ -294,9 +304,10 @@ class LoopShell:
         """Perform a notice of the beat program: a log line, a user's hook, a stop."""
         NOTICES[type(action)](self, action)
 
-    def _cancel_asked(self, index: int, job: Job) -> Callable[[], bool]:
-        """Whether ``job`` of queue ``index`` was found cancelled before its handler started."""
-        return lambda: job in self.lineup.cores[index].cancel_asked
+    def _cancel_asked(self, index: int) -> set[Job]:
+        """The jobs of queue ``index`` found cancelled (a handler's among them before it started:
+        its flag is set at once)."""
+        return self.lineup.cores[index].cancel_asked
 
     def _report(self, action: Report) -> None:
         """What a round's outcomes came to; a job the server ended cancelled is counted, and a

@@ -116,9 +116,10 @@ class Job:
     fence: int = 0
 
     def __hash__(self) -> int:
-        # A consumer keeps its leases in hand keyed by job: the lease, (id, fence), is enough
-        # (equal jobs have equal leases) and spares hashing the payload.
-        return hash((self.id, self.fence))
+        # A consumer keeps its leases in hand keyed by job: the id is enough (equal jobs have
+        # equal ids), and a str keeps its hash, so a job is hashed once however often it is
+        # looked up (no tuple built, no payload hashed).
+        return hash(self.id)
 
 
 @dataclass(frozen=True)

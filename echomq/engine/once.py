@@ -184,3 +184,68 @@ async def _async_give_back(client: Any, conn: Any, single: bool) -> None:
         client._single_conn_lock.release()
     else:
         await client.connection_pool.release(conn)
+
+
+class Sent:
+    """A command (or a flush of commands) written once on a connection of a client's pool, whose
+    reply is read later (``reply``): what a caller does meanwhile overlaps the round trip. The
+    connection stays out of the pool until then; anything but a server error closes it."""
+
+    def __init__(self, client: Any, commands: Sequence[Command], flush: bool) -> None:
+        self._client, self._commands, self._flush = client, commands, flush
+        pool = client.connection_pool
+        self._conn = pool.get_connection(*_pool_args(pool, commands[0][0]))
+        try:
+            if flush:
+                self._conn.send_packed_command(self._conn.pack_commands(commands))
+            else:
+                self._conn.send_command(*commands[0])
+        except BaseException:
+            self._give_back(broken=True)
+            raise
+
+    def _give_back(self, *, broken: bool) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if broken:
+            conn.disconnect()
+        self._client.connection_pool.release(conn)
+
+    def reply(self) -> Any:
+        """The reply (``send_once``'s, or ``flush_once``'s list), read now."""
+        client, conn = self._client, self._conn
+        if conn is None:
+            raise ConnectionError("the reply of a command sent ahead was read already")
+        broken = True
+        try:
+            if self._flush:
+                replies = [_reply(client, conn, command[0]) for command in self._commands]
+            else:
+                try:
+                    replies = client.parse_response(conn, self._commands[0][0])
+                except twins(ResponseError):
+                    broken = False
+                    raise
+            broken = False
+            return replies
+        finally:
+            self._give_back(broken=broken)
+
+    def close(self) -> None:
+        """Forget the reply: the connection is closed (its reply may still be coming)."""
+        self._give_back(broken=True)
+
+
+def sends_ahead(client: Any) -> bool:
+    """Whether a command can be written on ``client`` now and its reply read later: a standalone
+    blocking client with a pool of connections (not one single connection, a cluster, or a
+    pipeline)."""
+    return sends_once(client) and getattr(client, "connection", None) is None \
+        and not is_cluster(client) and not _waits_for_connections(client.connection_pool)
+
+
+def _waits_for_connections(pool: Any) -> bool:
+    """Whether ``pool`` makes a caller wait for a connection when all are out (a blocking pool):
+    one held for a reply read later could then hold up the caller's own handler."""
+    return "Blocking" in type(pool).__name__

@@ -23,7 +23,14 @@ from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 
-from echomq.engine.once import async_flush_once, async_send_once, flush_once, send_once
+from echomq.engine.once import (
+    Sent,
+    async_flush_once,
+    async_send_once,
+    flush_once,
+    send_once,
+    sends_ahead,
+)
 from echomq.engine.transact import async_transact_once, transact_once
 
 P = ParamSpec("P")
@@ -155,6 +162,14 @@ class Turns(Generic[R]):
         except BaseException as exc:  # the program decides: it is thrown in at its ``yield``
             self._error = exc
 
+    def replied(self, reply: Any) -> None:
+        """The reply of the step last given, performed elsewhere."""
+        self._reply = reply
+
+    def failed(self, error: BaseException) -> None:
+        """The step last given raised ``error`` (thrown into the program at its ``yield``)."""
+        self._error = error
+
     async def async_answer(self, step: Step) -> None:
         try:
             self._reply = await step.perform(True)
@@ -180,6 +195,51 @@ async def adrive(program: Program[R]) -> R:
     for step in turns:
         await turns.async_answer(step)
     return turns.result
+
+
+class Ahead(Generic[R]):
+    """A program driven on blocking clients whose first step is sent now and whose reply is
+    read by ``result``, so what the caller does meanwhile overlaps that round trip. A first
+    step that cannot be split (a cluster, a client of one connection, a step that is not a
+    ``Send`` or ``Flush``) is performed whole now; the steps after the first (a script loaded
+    again, a second flush) are performed by ``result``."""
+
+    def __init__(self, program: Program[R]) -> None:
+        self._turns = Turns(program)
+        self._step: Step | None = next(self._turns, None)
+        self._sent: Sent | None = None
+        step = self._step
+        if step is None:
+            return
+        if isinstance(step, Send | Flush) and sends_ahead(step.client):
+            commands = [step.command] if isinstance(step, Send) else list(step.commands)
+            if commands:
+                try:
+                    self._sent = Sent(step.client, commands, isinstance(step, Flush))
+                except BaseException as exc:
+                    self._turns.failed(exc)
+                    self._step = None
+                return
+        self._turns.answer(step)
+        self._step = None
+
+    def result(self) -> R:
+        """What the program returns: the first step's reply read, then the rest driven."""
+        sent, self._sent = self._sent, None
+        if sent is not None:
+            try:
+                self._turns.replied(sent.reply())
+            except BaseException as exc:
+                self._turns.failed(exc)
+        for step in self._turns:
+            self._turns.answer(step)
+        return self._turns.result
+
+    def close(self) -> None:
+        """Give up the reply (its connection closed), never reading it."""
+        sent, self._sent = self._sent, None
+        if sent is not None:
+            sent.close()
 
 
 class BlockingShell:
