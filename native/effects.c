@@ -123,16 +123,16 @@ void fx_new_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *
     char num[32], pnum[24];
     ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, decimal(now, num));
     if (priority == 0) {
-        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
+        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, ROW_PAYLOAD, payload, ROW_ATTEMPTS, s_zero, ROW_ENQUEUED_AT,
                              enqueued_at, NULL);
-        ValkeyModule_Replicate(ctx, "HSET", "scscscs", row_name, "payload", payload, "attempts", s_zero,
-                               "enqueued_at", enqueued_at);
+        ValkeyModule_Replicate(ctx, "HSET", "scscscs", row_name, ROW_PAYLOAD, payload, ROW_ATTEMPTS, s_zero,
+                               ROW_ENQUEUED_AT, enqueued_at);
     } else {
         ValkeyModuleString *p = ValkeyModule_CreateString(ctx, pnum, decimal(priority, pnum));
-        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "payload", payload, "attempts", s_zero, "enqueued_at",
+        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, ROW_PAYLOAD, payload, ROW_ATTEMPTS, s_zero, ROW_ENQUEUED_AT,
                              enqueued_at, "priority", p, NULL);
-        ValkeyModule_Replicate(ctx, "HSET", "scscscscs", row_name, "payload", payload, "attempts", s_zero,
-                               "enqueued_at", enqueued_at, "priority", p);
+        ValkeyModule_Replicate(ctx, "HSET", "scscscscs", row_name, ROW_PAYLOAD, payload, ROW_ATTEMPTS, s_zero,
+                               ROW_ENQUEUED_AT, enqueued_at, "priority", p);
         ValkeyModule_FreeString(ctx, p);
     }
     touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
@@ -220,15 +220,15 @@ void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *ro
               ValkeyModuleString *id, ValkeyModuleKey *active, ValkeyModuleString *active_name,
               ValkeyModuleKey **fence_key, ValkeyModuleString *fence_name, long long last_fence,
               long long deadline, long long *attempt, long long *fence) {
-    *attempt = row_int_field(ctx, row, "attempts", 0) + 1;
+    *attempt = row_int_field(ctx, row, ROW_ATTEMPTS, 0) + 1;
     *fence = last_fence + 1;
     char num[24];
     ValkeyModuleString *attempt_str = ValkeyModule_CreateString(ctx, num, decimal(*attempt, num));
     ValkeyModuleString *fence_str = ValkeyModule_CreateString(ctx, num, decimal(*fence, num));
     fx_set_counter(ctx, fence_key, fence_name, *fence);
-    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, "attempts", attempt_str, "fence", fence_str, NULL);
+    ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, ROW_ATTEMPTS, attempt_str, ROW_FENCE, fence_str, NULL);
     touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
-    ValkeyModule_Replicate(ctx, "HSET", "scscs", row_name, "attempts", attempt_str, "fence", fence_str);
+    ValkeyModule_Replicate(ctx, "HSET", "scscs", row_name, ROW_ATTEMPTS, attempt_str, ROW_FENCE, fence_str);
     fx_zadd(ctx, active, active_name, (double)deadline, id);
     ValkeyModule_FreeString(ctx, attempt_str);
     ValkeyModule_FreeString(ctx, fence_str);
@@ -416,7 +416,7 @@ void fx_new_row_with(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleStr
     int owned[6 + 2 * 4 + 2] = {0};
     size_t n = 0;
     char num[24], pnum[24];
-    static const char *const head[] = {"payload", "attempts", "enqueued_at"};
+    static const char *const head[] = {ROW_PAYLOAD, ROW_ATTEMPTS, ROW_ENQUEUED_AT};
     ValkeyModuleString *head_values[] = {payload, s_zero, ValkeyModule_CreateString(ctx, num, decimal(now, num))};
     for (int i = 0; i < 3; i++) {
         v[n] = ValkeyModule_CreateString(ctx, head[i], strlen(head[i]));

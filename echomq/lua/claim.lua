@@ -62,4 +62,4 @@ local attempt, fence = lease(row, id, active, fence_key, last_fence, now + lease
 emit(events_key, 'claimed', id, attempt, now, 'fence', dec(fence))
 write_record(record_key, { { id, fence } }, lease_ms)
 note_queue_limits(base, limits, active, pending, 1)
-return { id, redis.call('HGET', row, 'payload') or '', attempt, fence }
+return { id, redis.call('HGET', row, 'p') or '', attempt, fence }

@@ -130,4 +130,4 @@ end
 local attempt, fence = lease(found.row, found.id, active, fence_key, last_fence, now + lease_ms)
 emit(events_key, 'claimed', found.id, attempt, now, 'fence', dec(fence), 'lane', group)
 write_record(record_key, { { found.id, fence } }, lease_ms)
-return { found.id, redis.call('HGET', found.row, 'payload') or '', attempt, fence, group }
+return { found.id, redis.call('HGET', found.row, 'p') or '', attempt, fence, group }

@@ -56,7 +56,7 @@ local j = new_join(base, now, events_key)
 local from, to, hook_failure
 if flagged(row) then
   from, to, hook_failure = plan_hook(j, id, row, 'cancelled', mark_of(row))
-elseif int_field(redis.call('HGET', row, 'attempts'), 0) >= max_attempts then
+elseif int_field(redis.call('HGET', row, 'a'), 0) >= max_attempts then
   from, to, hook_failure = plan_hook(j, id, row, 'dead', ARGV[5])
 end
 if hook_failure then return hook_failure end

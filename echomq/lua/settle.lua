@@ -111,7 +111,7 @@ local function plan_release_lane(item)
   if failure then return failure end
   item.lane, item.lane_key = lane, base .. 'lane:' .. lane
   item.priority = row_priority(item.row)
-  item.at = int_field(redis.call('HGET', item.row, 'enqueued_at'), now)
+  item.at = int_field(redis.call('HGET', item.row, 't'), now)
   return nil
 end
 
@@ -120,12 +120,12 @@ end
 local function finish_release(item)
   redis.call('ZREM', active, item.id)
   release_lane_slot(base, item.row)
-  local attempts = int_field(redis.call('HGET', item.row, 'attempts'), 0)
-  redis.call('HSET', item.row, 'attempts', dec(math.max(attempts - 1, 0)))
+  local attempts = int_field(redis.call('HGET', item.row, 'a'), 0)
+  redis.call('HSET', item.row, 'a', dec(math.max(attempts - 1, 0)))
   if item.lane then
     push_lane(ring, item, 'LPUSH')
   else
-    local at = int_field(redis.call('HGET', item.row, 'enqueued_at'), now)
+    local at = int_field(redis.call('HGET', item.row, 't'), now)
     redis.call('ZADD', pending, dec(pending_score(row_priority(item.row), at)), item.id)
   end
   wake(wake_key, 1)
@@ -148,7 +148,7 @@ local function plan_item_hook(item)
   elseif item.op == 'ack' or item.op == 'done' then
     outcome = 'done'
   elseif item.op == 'retry'
-    and int_field(redis.call('HGET', item.row, 'attempts'), 0) >= item.max_attempts then
+    and int_field(redis.call('HGET', item.row, 'a'), 0) >= item.max_attempts then
     outcome, detail = 'dead', item.error
   end
   if outcome then
@@ -233,7 +233,7 @@ for n = 1, take do
   local attempt, fence = lease(row, id, active, fence_key, last_fence, now + lease_ms)
   last_fence = fence
   emit(events_key, 'claimed', id, attempt, now, 'fence', dec(fence))
-  jobs[n] = { id, redis.call('HGET', row, 'payload') or '', attempt, fence }
+  jobs[n] = { id, redis.call('HGET', row, 'p') or '', attempt, fence }
   leases[n] = { id, fence }
 end
 write_record(record_key, leases, lease_ms)

@@ -18,10 +18,10 @@ end
 -- Lease a job: count the attempt, take the next fence (SET, so a replica copies the value the
 -- lease was given), put the id in active until now + lease_ms. Returns attempt, fence.
 local function lease(row, id, active, fence_key, last_fence, deadline)
-  local attempt = int_field(redis.call('HGET', row, 'attempts'), 0) + 1
+  local attempt = int_field(redis.call('HGET', row, 'a'), 0) + 1
   local fence = last_fence + 1
   redis.call('SET', fence_key, dec(fence))
-  redis.call('HSET', row, 'attempts', dec(attempt), 'fence', dec(fence))
+  redis.call('HSET', row, 'a', dec(attempt), 'f', dec(fence))
   redis.call('ZADD', active, dec(deadline), id)
   return attempt, fence
 end

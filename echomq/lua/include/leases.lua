@@ -5,7 +5,7 @@
 local function is_current_lease(active, row, id, fence)
   if redis.call('ZSCORE', active, id) == false then return false end
   if redis.call('EXISTS', row) == 0 then return false end
-  return int_field(redis.call('HGET', row, 'fence'), 0) == fence
+  return int_field(redis.call('HGET', row, 'f'), 0) == fence
 end
 
 -- What an extend of a current lease answers: CANCELLING when a cancel flagged its row (the lease
@@ -19,8 +19,8 @@ end
 -- lease's settlement leaves.
 local function cancelled_at(row, fence)
   if redis.call('EXISTS', row) == 0 then return false end
-  if int_field(redis.call('HGET', row, 'fence'), 0) ~= fence then return false end
-  return redis.call('HEXISTS', row, 'payload') == 0 and redis.call('HEXISTS', row, 'cancelled') == 1
+  if int_field(redis.call('HGET', row, 'f'), 0) ~= fence then return false end
+  return redis.call('HEXISTS', row, 'p') == 0 and redis.call('HEXISTS', row, 'cancelled') == 1
 end
 
 -- What a lease that is not current answers when its settlement went through already: a replay
@@ -31,8 +31,8 @@ end
 -- leaves a row so; anything else is STALE. Reads only.
 local function replayed(row, fence, error, dead, id)
   if redis.call('EXISTS', row) == 0 then return 'STALE' end
-  if int_field(redis.call('HGET', row, 'fence'), 0) ~= fence then return 'STALE' end
-  local has_payload = redis.call('HEXISTS', row, 'payload') == 1
+  if int_field(redis.call('HGET', row, 'f'), 0) ~= fence then return 'STALE' end
+  local has_payload = redis.call('HEXISTS', row, 'p') == 1
   if not has_payload and redis.call('HEXISTS', row, 'cancelled') == 1 then return 'CANCELLED' end
   if error == nil then
     if has_payload or redis.call('PTTL', row) < 0 then return 'STALE' end

@@ -31,7 +31,7 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
       end
       local move = { id = id, row = row, score = score }
       local lane = redis.call('HGET', row, 'lane')
-      local attempts = max_attempts and int_field(redis.call('HGET', row, 'attempts'), 0)
+      local attempts = max_attempts and int_field(redis.call('HGET', row, 'a'), 0)
       if max_attempts and redis.call('HEXISTS', row, 'cancel') == 1 then
         move.cancelled = true
         move.ended = base .. 'ended:' .. id
@@ -47,7 +47,7 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
         -- -inf, 1.5)
         local at = math.max(math.floor(tonumber(score)), 0)
         if fallback_score ~= nil then
-          at = int_field(redis.call('HGET', row, 'enqueued_at'), fallback_score)
+          at = int_field(redis.call('HGET', row, 't'), fallback_score)
         end
         if lane then -- into its lane: the list at priority 0, else its prio zset (push_lane)
           local failure = check_lane_keys(base, lane)
