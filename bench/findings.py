@@ -178,26 +178,29 @@ def _renamed(results: dict[str, Any]) -> bool:
 
 
 def _names_saving(results: dict[str, Any]) -> float:
-    """What the earlier release's long field names cost a row more than the one-letter ones."""
+    """What the earlier release's long field names cost a row more than the one-letter ones (the
+    row with its attempts, as the earlier release wrote it)."""
     parts = results["memory"]["breakdown"]
     if _renamed(results):
-        return float(parts["row_old_names"] - parts["row"])
+        return float(parts["row_old_names"] - parts["row_with_attempts"])
     return float(parts["row"] - parts["row_short_names"])
 
 
 def _job_with(results: dict[str, Any], long_names: bool) -> float:
-    """A pending job's cost with the long field names, or with the one-letter ones."""
-    pending = float(results["memory"]["breakdown"]["pending_job"])
-    if long_names == _renamed(results):
-        return pending + _names_saving(results) if long_names else pending - _names_saving(results)
-    return pending
+    """A pending job's cost in the earlier release's row (long names), or in this one's."""
+    parts = results["memory"]["breakdown"]
+    pending = float(parts["pending_job"])
+    if not _renamed(results):  # a run of the earlier release: its job, and the names' saving
+        return pending if long_names else pending - _names_saving(results)
+    return pending + float(parts["row_old_names"] - parts["row"]) if long_names else pending
 
 
 def _no_attempts(results: dict[str, Any]) -> str:
     parts = results["memory"]["breakdown"]
-    if "row_without_attempts" not in parts:
+    if "row_with_attempts" not in parts:
         return "was not measured in this run"
-    return f"measures {parts['row'] - parts['row_without_attempts']:.0f} B less a row"
+    return (f"measures {parts['row']:.0f} B a row without it, {parts['row_with_attempts']:.0f} B "
+            "with it")
 
 
 def _tombstone_expiry(results: dict[str, Any]) -> float:

@@ -116,23 +116,22 @@ void fx_hset_int(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString 
     ValkeyModule_FreeString(ctx, value);
 }
 
-/* The row of a new job: payload, attempts 0, enqueued_at now, then priority only when it is not 0,
- * as one HSET, the enqueue scripts' own (new_row of the prelude). */
+/* The row of a new job: payload, enqueue time now (no attempts: absent counts as 0 until the first
+ * claim), then priority only when it is not 0, as one HSET, the enqueue scripts' own (new_row of
+ * the prelude). */
 void fx_new_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
                 ValkeyModuleString *payload, long long now, long long priority) {
     char num[32], pnum[24];
     ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, decimal(now, num));
     if (priority == 0) {
-        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, ROW_PAYLOAD, payload, ROW_ATTEMPTS, s_zero, ROW_ENQUEUED_AT,
-                             enqueued_at, NULL);
-        ValkeyModule_Replicate(ctx, "HSET", "scscscs", row_name, ROW_PAYLOAD, payload, ROW_ATTEMPTS, s_zero,
-                               ROW_ENQUEUED_AT, enqueued_at);
+        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, ROW_PAYLOAD, payload, ROW_ENQUEUED_AT, enqueued_at, NULL);
+        ValkeyModule_Replicate(ctx, "HSET", "scscs", row_name, ROW_PAYLOAD, payload, ROW_ENQUEUED_AT, enqueued_at);
     } else {
         ValkeyModuleString *p = ValkeyModule_CreateString(ctx, pnum, decimal(priority, pnum));
-        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, ROW_PAYLOAD, payload, ROW_ATTEMPTS, s_zero, ROW_ENQUEUED_AT,
-                             enqueued_at, "priority", p, NULL);
-        ValkeyModule_Replicate(ctx, "HSET", "scscscscs", row_name, ROW_PAYLOAD, payload, ROW_ATTEMPTS, s_zero,
-                               ROW_ENQUEUED_AT, enqueued_at, "priority", p);
+        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_CFIELDS, ROW_PAYLOAD, payload, ROW_ENQUEUED_AT, enqueued_at,
+                             "priority", p, NULL);
+        ValkeyModule_Replicate(ctx, "HSET", "scscscs", row_name, ROW_PAYLOAD, payload, ROW_ENQUEUED_AT, enqueued_at,
+                               "priority", p);
         ValkeyModule_FreeString(ctx, p);
     }
     touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
@@ -416,13 +415,13 @@ void fx_new_row_with(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleStr
     int owned[6 + 2 * 4 + 2] = {0};
     size_t n = 0;
     char num[24], pnum[24];
-    static const char *const head[] = {ROW_PAYLOAD, ROW_ATTEMPTS, ROW_ENQUEUED_AT};
-    ValkeyModuleString *head_values[] = {payload, s_zero, ValkeyModule_CreateString(ctx, num, decimal(now, num))};
-    for (int i = 0; i < 3; i++) {
+    static const char *const head[] = {ROW_PAYLOAD, ROW_ENQUEUED_AT};
+    ValkeyModuleString *head_values[] = {payload, ValkeyModule_CreateString(ctx, num, decimal(now, num))};
+    for (int i = 0; i < 2; i++) {
         v[n] = ValkeyModule_CreateString(ctx, head[i], strlen(head[i]));
         owned[n++] = 1;
         v[n] = head_values[i];
-        owned[n++] = i == 2;
+        owned[n++] = i == 1;
     }
     if (priority != 0) {
         v[n] = ValkeyModule_CreateString(ctx, "priority", 8);

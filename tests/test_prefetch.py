@@ -125,7 +125,7 @@ def test_stop_hands_back_the_prefetched_jobs_at_once(make: Make, queue: Queue) -
     pending = queue.conn.zrange(queue.key("pending"), 0, -1)
     assert pending == [job_id.encode() for job_id in ids[4:]]
     for job_id in ids[4:7]:
-        assert queue.conn.hget(queue.key("job", job_id), "a") == b"0"
+        assert queue.conn.hget(queue.key("job", job_id), "a") in (None, b"0")
     assert queue.conn.hget(queue.key("job", ids[3]), "p") is None  # acked
 
 

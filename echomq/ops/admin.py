@@ -265,6 +265,7 @@ def inspect(conn: Any, name: str, job_id: str) -> dict[str, Any] | None:
     fields: dict[str, Any] = {k: shown(v) for k, v in named.items() if k != "payload"}
     if "payload" in named:
         fields["payload"] = payload_bytes(named["payload"])
+    fields.setdefault("attempts", "0")  # a row never claimed has no a (docs/PROTOCOL.md)
     if "progress" in named:
         fields["progress"] = progress_of(payload_bytes(named["progress"]))
     where, score = _location(conn, calls, job_id, fields.get("lane"))

@@ -28,7 +28,7 @@ class FlatTransitions(Records, Joins):
         job_id, payload = call.args[0], call.args[1]
         if row in self.keys:
             return status("DUPLICATE")
-        fields = {b"p": payload, b"a": b"0", b"t": dec(call.numbers["now"])}
+        fields = {b"p": payload, b"t": dec(call.numbers["now"])}
         if priority_of(call):
             fields[b"priority"] = dec(priority_of(call))
         self.keys[row] = Value(b"hash", fields)

@@ -235,7 +235,7 @@ class Joins(State):
         if row in self.keys:
             return status("DUPLICATE")
         now, priority = call.numbers["now"], call.numbers.get("priority", 0)
-        fields = {b"p": payload, b"a": b"0", b"t": dec(now)}
+        fields = {b"p": payload, b"t": dec(now)}
         if priority:
             fields[b"priority"] = dec(priority)
         fields[b"waits"], fields[b"hold"] = b"1", b"1"

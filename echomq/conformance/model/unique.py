@@ -60,7 +60,7 @@ class UniqueEnqueue(State):
         pending, delayed, row, wake_key, dedupe = call.keys
         job_id, now = call.args[0], call.numbers["now"]
         priority = call.numbers.get("priority", 0)
-        fields = {b"p": call.args[1], b"a": b"0", b"t": dec(now)}
+        fields = {b"p": call.args[1], b"t": dec(now)}
         if priority:
             fields[b"priority"] = dec(priority)
         self.keys[row] = Value(b"hash", {**fields, **extra})
