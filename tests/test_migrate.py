@@ -27,13 +27,17 @@ PENDING = {"JOB:p1": b"one", "JOB:p2": b"two", "JOB:p3": b"\x00bin\xff"}
 
 
 def write_old_release(conn: redis.Redis) -> None:
-    """The keyspace of queue ``old`` as the previous release left it: three pending jobs, a
-    delayed retry (due), a dead job, an acked job's tombstone keeping its result, and a job
-    leased by a worker that was stopped (its lease expired)."""
+    """The keyspace of queue ``old`` as the previous release left it: three pending jobs, one in
+    lane ``g``, a delayed retry (due), a dead job, an acked job's tombstone keeping its result,
+    and a job leased by a worker that was stopped (its lease expired)."""
     for n, (job_id, payload) in enumerate(PENDING.items()):
         conn.hset(BASE + "job:" + job_id, mapping={"payload": payload, "attempts": "0",
                                                    "enqueued_at": str(AT + n)})
         conn.zadd(BASE + "pending", {job_id: AT + n})
+    conn.hset(BASE + "job:JOB:lane", mapping={"payload": b"laned", "attempts": "0",
+                                              "enqueued_at": str(AT), "lane": "g"})
+    conn.rpush(BASE + "lane:g", "JOB:lane")
+    conn.rpush(BASE + "ring", "g")
     conn.hset(BASE + "job:JOB:delayed", mapping={"payload": b"later", "attempts": "1",
                                                  "enqueued_at": str(AT), "fence": "1",
                                                  "error": "try again"})
@@ -64,7 +68,7 @@ def rows_of(conn: redis.Redis) -> dict[bytes, dict[bytes, bytes]]:
 def test_a_queue_of_the_old_layout_drains_after_migrate(conn: redis.Redis, wire: int) -> None:
     write_old_release(conn)
     done = migrate_queue(conn, NAME)
-    assert (done.rows, done.rewritten) == (7, 7)
+    assert (done.rows, done.rewritten) == (8, 8)
     migrated = rows_of(conn)
     assert not any(set(row) & {b"payload", b"attempts", b"enqueued_at", b"fence"}
                    for row in migrated.values())
@@ -72,7 +76,7 @@ def test_a_queue_of_the_old_layout_drains_after_migrate(conn: redis.Redis, wire:
         b"p": b"later", b"a": b"1", b"t": str(AT).encode(), b"f": b"1", b"error": b"try again"}
     assert 0 < conn.pttl(BASE + "job:JOB:done") <= 600_000  # the tombstone keeps its expiry
     again = migrate_queue(conn, NAME)
-    assert (again.rows, again.rewritten) == (7, 0) and rows_of(conn) == migrated
+    assert (again.rows, again.rewritten) == (8, 0) and rows_of(conn) == migrated
 
     queue = Queue(conn, NAME, wire=wire)
     assert queue.outcome("JOB:done") == JobOutcome("done", b"forty-two", None, 1)
@@ -92,9 +96,14 @@ def test_a_queue_of_the_old_layout_drains_after_migrate(conn: redis.Redis, wire:
         assert job.id not in ran
         ran[job.id] = (job.payload, job.attempt)
         queue.ack(job, result=b"r:" + job.payload)
+    lanes = Queue(conn, NAME, wire=5)  # a lane claim is a script on either wire
+    while (job := lanes.claim_lane()) is not None:
+        assert job.id not in ran and job.lane == "g"
+        ran[job.id] = (job.payload, job.attempt)
+        lanes.ack(job)
     assert ran == {**{job_id: (payload, 1) for job_id, payload in PENDING.items()},
                    "JOB:delayed": (b"later", 2), "JOB:leased": (b"held", 2),
-                   "JOB:dead": (b"doomed", 1)}
+                   "JOB:dead": (b"doomed", 1), "JOB:lane": (b"laned", 1)}
     assert queue.outcome("JOB:p3") == JobOutcome("done", b"r:\x00bin\xff", None, 1)
     assert queue.outcome("JOB:done") == JobOutcome("done", b"forty-two", None, 1)
     assert (conn.zcard(BASE + "pending"), conn.zcard(BASE + "active"), conn.zcard(BASE + "delayed"),
@@ -111,7 +120,7 @@ def test_migrate_leaves_other_queues_and_keys_alone(conn: redis.Redis) -> None:
     write_old_release(conn)
     conn.hset("emq:{older}:job:JOB:1", mapping={"payload": "x", "attempts": "0"})
     conn.set(BASE + "job:JOB:string", "not a row")
-    assert migrate_queue(conn, NAME).rewritten == 7
+    assert migrate_queue(conn, NAME).rewritten == 8
     assert conn.hgetall("emq:{older}:job:JOB:1") == {b"payload": b"x", b"attempts": b"0"}
     assert conn.get(BASE + "job:JOB:string") == b"not a row"
 
@@ -122,6 +131,6 @@ def test_the_command(valkey: EmbeddedValkey, conn: redis.Redis) -> None:
     assert empty.exit_code == 1 and len(lines) == 2, empty.output
     assert lines[0].startswith("error: no queue to migrate") and lines[1].startswith("hint: ")
     write_old_release(conn)
-    assert cli(valkey, "migrate") == "old: rewrote 7 of 7 rows\n"
+    assert cli(valkey, "migrate") == "old: rewrote 8 of 8 rows\n"
     assert json.loads(cli(valkey, "migrate", "old", "--json")) == [
-        {"queue": "old", "rows": 7, "rewritten": 0}]
+        {"queue": "old", "rows": 8, "rewritten": 0}]
