@@ -74,6 +74,7 @@ def test_a_queue_of_the_old_layout_drains_after_migrate(conn: redis.Redis, wire:
                    for row in migrated.values())
     assert migrated[(BASE + "job:JOB:delayed").encode()] == {
         b"p": b"later", b"a": b"1", b"t": str(AT).encode(), b"f": b"1", b"error": b"try again"}
+    assert migrated[(BASE + "job:JOB:p1").encode()] == {b"p": b"one", b"t": str(AT).encode()}
     assert 0 < conn.pttl(BASE + "job:JOB:done") <= 600_000  # the tombstone keeps its expiry
     again = migrate_queue(conn, NAME)
     assert (again.rows, again.rewritten) == (8, 0) and rows_of(conn) == migrated
@@ -114,6 +115,8 @@ def test_a_new_name_already_set_keeps_its_value() -> None:
     sets, gone = rename([b"old", b"2", None, b"7", None, b"5", None, None])
     assert sets == {"p": b"old", "f": b"7"} and gone == ["payload", "attempts", "fence"]
     assert rename([None] * 4 + [b"p", b"1", b"2", b"3"]) == ({}, [])
+    assert rename([b"x", b"0", b"9", None, None, None, None, None]) == (
+        {"p": b"x", "t": b"9"}, ["payload", "attempts", "enqueued_at"])  # attempts 0: no a
 
 
 def test_migrate_leaves_other_queues_and_keys_alone(conn: redis.Redis) -> None:

@@ -8,7 +8,8 @@ queue's row keys (``<base>job:*``, hashes only). A row holding none of the old n
 alone, so a run over a migrated queue changes nothing and a run cut short can simply be run
 again. A row holding any is rewritten in one ``MULTI``/``EXEC`` under ``WATCH`` (tried again when
 the row changed in between): the new names get the old values (a new name already present
-keeps its own value, the later write), the old names go. ``HSET``/``HDEL`` keep the row's
+keeps its own value, the later write; ``attempts`` 0 becomes no ``a``, as a new row has none),
+the old names go. ``HSET``/``HDEL`` keep the row's
 expiry, so a tombstone still expires when it would have.
 
 The order of an upgrade: stop the old release's workers, install this release, run
@@ -54,10 +55,12 @@ def row_keys(conn: Any, name: str) -> Iterator[Any]:
 def rename(values: Sequence[Any]) -> tuple[dict[str, Any], list[str]]:
     """The fields to set and the fields to delete, from a row's values of ``OLD`` then
     ``NEW`` (None: absent): each old name present goes, its value moving to the new name unless
-    the new name is already set."""
+    the new name is already set — or unless it is ``attempts`` at 0, which a row of this release
+    says by leaving ``a`` out."""
     old, new = values[:len(OLD)], values[len(OLD):]
     sets = {short: value for short, value, now in zip(NEW, old, new, strict=True)
-            if value is not None and now is None}
+            if value is not None and now is None
+            and not (short == jobrow.ATTEMPTS and value in (b"0", "0"))}
     gone = [full for full, value in zip(OLD, old, strict=True) if value is not None]
     return sets, gone
 
