@@ -109,28 +109,28 @@ def bare(conn: redis.Redis, base: str, count: int) -> dict[str, dict[str, float]
     sequences: dict[str, Callable[[], Iterator[Sequence[Any]]]] = {
         "enqueue": lambda: (c for j in jobs for c in (
             ("EXISTS", row[j]),
-            ("HSET", row[j], "payload", PAYLOAD, "attempts", "0", "enqueued_at", now),
+            ("HSET", row[j], "p", PAYLOAD, "t", now),
             ("ZADD", pending, now, j), ("RPUSH", wake, "1"))),
         "claim": lambda: (c for j in jobs for c in (
             ("ZRANGE", pending, 0, 0), ("GET", fence), ("ZREM", pending, j),
-            ("HGET", row[j], "attempts"), ("SET", fence, "1"),
-            ("HSET", row[j], "attempts", "1", "fence", "1"), ("ZADD", active, far, j),
-            ("HGET", row[j], "payload"))),
+            ("HGET", row[j], "a"), ("SET", fence, "1"),
+            ("HSET", row[j], "a", "1", "f", "1"), ("ZADD", active, far, j),
+            ("HGET", row[j], "p"))),
         "extend": lambda: (c for j in jobs for c in (
-            ("ZSCORE", active, j), ("HGET", row[j], "attempts"), ("ZADD", active, far + 1, j))),
+            ("ZSCORE", active, j), ("HGET", row[j], "a"), ("ZADD", active, far + 1, j))),
         "retry": lambda: (c for j in jobs for c in (
-            ("ZSCORE", active, j), ("HGET", row[j], "attempts"), ("ZREM", active, j),
+            ("ZSCORE", active, j), ("HGET", row[j], "a"), ("ZREM", active, j),
             ("HSET", row[j], "error", "boom"), ("ZADD", delayed, now, j))),
         "promote": lambda: (c for j in jobs for c in (
             ("ZRANGEBYSCORE", delayed, "-inf", now, "LIMIT", 0, 1), ("HMGET", row[j], "lane"),
             ("ZREM", delayed, j), ("ZADD", pending, now, j), ("LLEN", wake))),
         "recover": lambda: (c for j in jobs for c in (
             ("ZRANGEBYSCORE", active, "-inf", far + 1, "LIMIT", 0, 1),
-            ("HMGET", row[j], "lane", "enqueued_at"), ("ZREM", active, j),
+            ("HMGET", row[j], "lane", "t"), ("ZREM", active, j),
             ("ZADD", pending, now, j), ("LLEN", wake))),
         "ack": lambda: (c for j in jobs for c in (
-            ("ZSCORE", active, j), ("HGET", row[j], "attempts"), ("ZREM", active, j),
-            ("HDEL", row[j], "payload"), ("PEXPIRE", row[j], RETENTION_MS))),
+            ("ZSCORE", active, j), ("HGET", row[j], "a"), ("ZREM", active, j),
+            ("HDEL", row[j], "p"), ("PEXPIRE", row[j], RETENTION_MS))),
     }
     # recover needs the jobs back in active: claim them again (not measured) before it.
     reclaim = lambda: (c for j in jobs for c in (  # noqa: E731

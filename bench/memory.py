@@ -1,6 +1,7 @@
 """What a job costs in memory, piece by piece: the whole pending job (``enqueue_many`` with
 default ids, payload ``noop``), its row alone, its pending-zset entry alone, the row again with
-one-letter field names (what a protocol change would save), the same job with ids of other
+the earlier release's long field names (what the one-letter names saved) and with ``a 0``
+(what leaving the attempts out of a new row saved), the same job with ids of other
 lengths, and the tombstone an acked job leaves for ``retention_ms`` (with and without its
 expiry). Each figure is the used_memory growth over N jobs, divided by N, on an empty server."""
 
@@ -15,13 +16,19 @@ import redis
 
 from bench.common import pipelined, settle_memory
 from echomq import Ack, Queue, new_job_id
+from echomq.engine import rows
 
 QUEUE = "bench"
 PAYLOAD = b"noop"
 BATCH = 500
 ID_CHARS = string.ascii_letters + string.digits
 ID_LENGTHS = (12, 16, 19, 20, 22, 23, 26, 30)  # whole ids, "JOB:" included; 30 = a ULID's
-STAMP = 1_796_000_000_000  # a current ms timestamp: 13 digits, as enqueued_at holds
+STAMP = 1_796_000_000_000  # a current ms timestamp: 13 digits, as the row's t holds
+# The row as enqueue writes it (no attempts until the first claim), the same with its attempts
+# at 0, and the earlier release's row.
+ROW = ((rows.PAYLOAD.encode(), PAYLOAD), (rows.ENQUEUED_AT.encode(), STAMP))
+ROW_WITH_ATTEMPTS = (ROW[0], (rows.ATTEMPTS.encode(), 0), ROW[1])
+OLD_ROW = ((b"payload", PAYLOAD), (b"attempts", 0), (b"enqueued_at", STAMP))
 
 
 def per_job(conn: redis.Redis, jobs: int, load: Callable[[], object]) -> float:
@@ -37,12 +44,11 @@ def enqueue_all(queue: Queue, ids: Sequence[str]) -> None:
         queue.enqueue_many([(job_id, PAYLOAD) for job_id in ids[start:start + BATCH]])
 
 
-def rows(conn: redis.Redis, queue: Queue, ids: Iterable[str], fields: Sequence[bytes]) -> None:
-    """Each id's row as enqueue writes it, under the given names for payload, attempts and
-    enqueued_at."""
-    payload, attempts, enqueued_at = fields
-    pipelined(conn, (("HSET", queue.key("job", job_id), payload, PAYLOAD, attempts, 0,
-                      enqueued_at, STAMP) for job_id in ids))
+def write_rows(conn: redis.Redis, queue: Queue, ids: Iterable[str],
+               fields: Sequence[tuple[bytes, Any]]) -> None:
+    """Each id's row with the given fields and values, in order."""
+    flat = [part for field in fields for part in field]
+    pipelined(conn, (("HSET", queue.key("job", job_id), *flat) for job_id in ids))
 
 
 def pending_entries(conn: redis.Redis, queue: Queue, ids: Iterable[str]) -> None:
@@ -63,11 +69,12 @@ def random_ids(length: int, count: int) -> list[str]:
 
 def breakdown(conn: redis.Redis, queue: Queue, jobs: int) -> dict[str, Any]:
     ids = [new_job_id() for _ in range(jobs)]
-    names = (b"payload", b"attempts", b"enqueued_at")
     return {
         "pending_job": per_job(conn, jobs, lambda: enqueue_all(queue, ids)),
-        "row": per_job(conn, jobs, lambda: rows(conn, queue, ids, names)),
-        "row_short_names": per_job(conn, jobs, lambda: rows(conn, queue, ids, (b"p", b"a", b"t"))),
+        "row": per_job(conn, jobs, lambda: write_rows(conn, queue, ids, ROW)),
+        "row_old_names": per_job(conn, jobs, lambda: write_rows(conn, queue, ids, OLD_ROW)),
+        "row_with_attempts": per_job(
+            conn, jobs, lambda: write_rows(conn, queue, ids, ROW_WITH_ATTEMPTS)),
         "pending_entry": per_job(conn, jobs, lambda: pending_entries(conn, queue, ids)),
         "row_usage": _row_usage(conn, queue, ids[0]),
         "id_bytes": len(ids[0]),

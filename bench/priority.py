@@ -79,8 +79,7 @@ def _seed(count: int) -> Iterator[list[Any]]:
     """Rows and pending entries of ``count`` jobs of priority 0, admitted a ms apart."""
     for i, job_id in enumerate(ids("behind", count)):
         at = SEED_AT + i
-        yield ["HSET", f"{BASE}job:{job_id}", "payload", PAYLOAD, "attempts", "0",
-               "enqueued_at", str(at)]
+        yield ["HSET", f"{BASE}job:{job_id}", "p", PAYLOAD, "t", str(at)]
         yield ["ZADD", f"{BASE}pending", str(pending_score(0, at)), job_id]
 
 

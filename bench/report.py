@@ -250,6 +250,23 @@ def _plot_workers(data: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+def _row_rows(parts: dict[str, Any]) -> list[list[str]]:
+    """The row's line: its fields as the measured release wrote them (the one-letter names when
+    the run measured the earlier layout beside them)."""
+    names = "p, t" if "row_old_names" in parts else "payload, attempts, enqueued_at"
+    return [[f"… its row: key + hash ({names})", fig(parts["row"], 1)]]
+
+
+def _other_layouts(parts: dict[str, Any]) -> list[list[str]]:
+    """The rows of the layouts measured beside the one enqueue writes."""
+    if "row_old_names" not in parts:  # a run of the release before the one-letter names
+        return [["the row with one-letter field names (p, a, t): a protocol change",
+                 fig(parts["row_short_names"], 1)]]
+    return [["the row with the earlier release's names (payload, attempts, enqueued_at)",
+             fig(parts["row_old_names"], 1)],
+            ["the row with `a` 0 as well (p, a, t)", fig(parts["row_with_attempts"], 1)]]
+
+
 def memory_section(results: dict[str, Any], out: str) -> str:
     data = results["memory"]
     parts = data["breakdown"]
@@ -257,12 +274,11 @@ def memory_section(results: dict[str, Any], out: str) -> str:
     rest = parts["pending_job"] - parts["row"] - parts["pending_entry"]
     rows = [
         ["a pending job (enqueue_many, default id)", fig(parts["pending_job"], 1)],
-        ["… its row: key + hash (payload, attempts, enqueued_at)", fig(parts["row"], 1)],
+        *_row_rows(parts),
         ["… its `pending` zset entry (member = the id, score)", fig(parts["pending_entry"], 1)],
         ["… the rest (wake list; parts measured alone can sum to more than the whole)",
          fig(rest, 1)],
-        ["the row with one-letter field names (p, a, t): a protocol change",
-         fig(parts["row_short_names"], 1)],
+        *_other_layouts(parts),
         ["a tombstone (acked job's row: " + ", ".join(tomb["fields"]) + "), with its expiry",
          fig(tomb["tombstone"], 1)],
         ["… the same without the expiry (PERSIST)", fig(tomb["without_expiry"], 1)],

@@ -172,7 +172,7 @@ def settle_costs(conn: redis.Redis, wire: int, count: int, fan_in: int) -> dict[
 def bare_hincrby(conn: redis.Redis, count: int) -> dict[str, float]:
     """usec_per_call and key writes per call of ``HINCRBY`` on one row."""
     conn.flushall()
-    conn.hset("bench:row", mapping={"payload": PAYLOAD, "attempts": 0, "waits": count + 1})
+    conn.hset("bench:row", mapping={"p": PAYLOAD, "waits": count + 1})
     return measured(conn, "hincrby", [("HINCRBY", "bench:row", "waits", -1)
                                       for _ in range(count)])
 
@@ -185,7 +185,7 @@ SCRIPT_NOTHING = "local _ = KEYS[1]"
 
 def evalsha(conn: redis.Redis, source: str, count: int) -> dict[str, float]:
     conn.flushall()
-    conn.hset("bench:row", mapping={"payload": PAYLOAD, "attempts": 0, "waits": count + 1})
+    conn.hset("bench:row", mapping={"p": PAYLOAD, "waits": count + 1})
     sha = conn.script_load(source)
     return measured(conn, "evalsha", [("EVALSHA", sha, 1, "bench:row", "waits", -1)
                                       for _ in range(count)])

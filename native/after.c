@@ -55,7 +55,7 @@ static const char *plan_parent(ValkeyModuleCtx *ctx, Join *j, Call *call, Valkey
     ValkeyModuleString *prow_name = derived_key(ctx, call->base, "job:", p);
     ValkeyModuleKey *prow = ValkeyModule_OpenKey(ctx, prow_name, VALKEYMODULE_READ);
     const char *verdict = NULL;
-    ValkeyModuleString *payload = hget(prow, "payload");
+    ValkeyModuleString *payload = hget(prow, ROW_PAYLOAD);
     if (ValkeyModule_KeyType(prow) == VALKEYMODULE_KEYTYPE_EMPTY) {
         /* done, forgotten */
     } else if (in_zset(k[EMQ_AFTER_KEY_DEAD], p)) {

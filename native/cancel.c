@@ -12,7 +12,7 @@ const char *bury_cancelled(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyMod
         fx_del(ctx, row, row_name);
         return "CANCELLED";
     }
-    fx_hdel(ctx, row, row_name, "payload");
+    fx_hdel(ctx, row, row_name, ROW_PAYLOAD);
     fx_pexpire(ctx, row, row_name, retention_ms);
     fx_mark_ended(ctx, ended, retention_ms);
     return "CANCELLED";
@@ -41,7 +41,7 @@ static const char *cancel_job(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey 
     long long now = call->num[EMQ_CANCEL_ARG_NOW], retention_ms = call->num[EMQ_CANCEL_ARG_RETENTION_MS];
     if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_HASH) return "UNKNOWN";
     if (in_zset(k[EMQ_CANCEL_KEY_DEAD], id)) return "DEAD";
-    if (!has_field(ctx, row, "payload")) return has_field(ctx, row, "cancelled") ? "CANCELLED" : "DONE";
+    if (!has_field(ctx, row, ROW_PAYLOAD)) return has_field(ctx, row, "cancelled") ? "CANCELLED" : "DONE";
     if (in_zset(k[EMQ_CANCEL_KEY_ACTIVE], id)) {
         if (!has_field(ctx, row, "cancel")) fx_mark_cancel(ctx, row, names[EMQ_CANCEL_KEY_JOB], retention_ms, now);
         return "CANCELLING";

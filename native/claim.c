@@ -64,7 +64,7 @@ void claim_planned(ValkeyModuleCtx *ctx, const ClaimKeys *ck, ValkeyModuleString
     *last_fence = fence;
     ev_emit(ctx, ev, &(Event){.kind = "claimed", .id = id, .attempt = attempt, .fence = fence, .with = EV_FENCE});
     ValkeyModuleString *payload;
-    hash_get1(row, "payload", &payload);
+    hash_get1(row, ROW_PAYLOAD, &payload);
     ValkeyModule_ReplyWithArray(ctx, 4);
     ValkeyModule_ReplyWithString(ctx, id);
     if (payload) {

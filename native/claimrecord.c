@@ -79,7 +79,7 @@ static void reply_lease(ValkeyModuleCtx *ctx, Bytes base, const Recorded *r, siz
     ValkeyModuleString *row_name = derived_key(ctx, base, "job:", r->ids[i]);
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ);
     ValkeyModuleString *payload = NULL;
-    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "payload", &payload, NULL);
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, ROW_PAYLOAD, &payload, NULL);
     ValkeyModule_ReplyWithArray(ctx, 4);
     ValkeyModule_ReplyWithString(ctx, r->ids[i]);
     if (payload) {
@@ -88,7 +88,7 @@ static void reply_lease(ValkeyModuleCtx *ctx, Bytes base, const Recorded *r, siz
     } else {
         ValkeyModule_ReplyWithStringBuffer(ctx, "", 0);
     }
-    ValkeyModule_ReplyWithLongLong(ctx, row_int_field(ctx, row, "attempts", 0));
+    ValkeyModule_ReplyWithLongLong(ctx, row_int_field(ctx, row, ROW_ATTEMPTS, 0));
     ValkeyModule_ReplyWithLongLong(ctx, r->fences[i]);
     ValkeyModule_CloseKey(row);
     ValkeyModule_FreeString(ctx, row_name);

@@ -564,7 +564,7 @@ static void apply_dedupe(Join *j, const Step *st) {
 static void apply_release(Join *j, const Step *st, ValkeyModuleKey *row) {
     long long attempt = ev_attempts(j->ctx, j->ev, row);
     /* a call that takes no now (ack, ack with a result): the job's enqueued_at (absent or bad: 0) */
-    long long now = j->has_now ? j->now : row_int_field(j->ctx, row, "enqueued_at", 0);
+    long long now = j->has_now ? j->now : row_int_field(j->ctx, row, ROW_ENQUEUED_AT, 0);
     leave_waiting(j, st, row);
     long long p = row_priority(j->ctx, row);
     int opened;

@@ -149,7 +149,7 @@ int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModule
     double score;
     if (ValkeyModule_ZsetScore(active, id, &score) != VALKEYMODULE_OK) return 0;
     if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_EMPTY) return 0;
-    return row_int_field(ctx, row, "fence", 0) == fence;
+    return row_int_field(ctx, row, ROW_FENCE, 0) == fence;
 }
 
 /* Whether the row (open, any type) is a hash holding field. */
@@ -176,8 +176,8 @@ int row_has_either(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *a, co
  * fence, as a flagged lease's settlement leaves it. */
 int cancelled_at(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence) {
     if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_HASH) return 0;
-    if (row_int_field(ctx, row, "fence", 0) != fence) return 0;
-    return !row_has(ctx, row, "payload") && row_has(ctx, row, "cancelled");
+    if (row_int_field(ctx, row, ROW_FENCE, 0) != fence) return 0;
+    return !row_has(ctx, row, ROW_PAYLOAD) && row_has(ctx, row, "cancelled");
 }
 
 /* extended of the prelude: an extend of a current lease answers CANCELLING when a cancel flagged
@@ -198,9 +198,9 @@ const char *replayed(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence
                      ValkeyModuleKey *dead, ValkeyModuleString *id) {
     if (cancelled_at(ctx, row, fence)) return "CANCELLED";
     if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_EMPTY) return "STALE";
-    if (row_int_field(ctx, row, "fence", 0) != fence) return "STALE";
+    if (row_int_field(ctx, row, ROW_FENCE, 0) != fence) return "STALE";
     ValkeyModuleString *payload = NULL, *kept = NULL;
-    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, "payload", &payload, "error", &kept, NULL);
+    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, ROW_PAYLOAD, &payload, "error", &kept, NULL);
     int has_payload = payload != NULL, same = 0;
     if (kept != NULL && error != NULL) {
         Bytes a = bytes_of(kept), b = bytes_of(error);

@@ -131,25 +131,23 @@ void fx_hset_int(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString 
     ValkeyModule_FreeString(ctx, value);
 }
 
-/* The row of a new job: payload, attempts 0, enqueued_at now, then priority only when it is not 0,
- * as one HSET, the enqueue scripts' own (new_row of the prelude). */
+/* The row of a new job: payload, enqueue time now (no attempts: absent counts as 0 until the first
+ * claim), then priority only when it is not 0, as one HSET, the enqueue scripts' own (new_row of
+ * the prelude). */
 void fx_new_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
                 ValkeyModuleString *payload, long long now, long long priority) {
     char num[32], pnum[24];
     ValkeyModuleString *enqueued_at = ValkeyModule_CreateString(ctx, num, decimal(now, num));
-    ValkeyModuleString *f_payload = field_name("payload"), *f_attempts = field_name("attempts"),
-                       *f_enqueued_at = field_name("enqueued_at");
+    ValkeyModuleString *f_payload = field_name(ROW_PAYLOAD), *f_enqueued_at = field_name(ROW_ENQUEUED_AT);
     if (priority == 0) {
-        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_NONE, f_payload, payload, f_attempts, s_zero, f_enqueued_at,
-                             enqueued_at, NULL);
-        ValkeyModule_Replicate(ctx, "HSET", "sssssss", row_name, f_payload, payload, f_attempts, s_zero, f_enqueued_at,
-                               enqueued_at);
+        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_NONE, f_payload, payload, f_enqueued_at, enqueued_at, NULL);
+        ValkeyModule_Replicate(ctx, "HSET", "sssss", row_name, f_payload, payload, f_enqueued_at, enqueued_at);
     } else {
         ValkeyModuleString *p = ValkeyModule_CreateString(ctx, pnum, decimal(priority, pnum));
-        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_NONE, f_payload, payload, f_attempts, s_zero, f_enqueued_at,
-                             enqueued_at, field_name("priority"), p, NULL);
-        ValkeyModule_Replicate(ctx, "HSET", "sssssssss", row_name, f_payload, payload, f_attempts, s_zero,
-                               f_enqueued_at, enqueued_at, field_name("priority"), p);
+        ValkeyModule_HashSet(row, VALKEYMODULE_HASH_NONE, f_payload, payload, f_enqueued_at, enqueued_at,
+                             field_name("priority"), p, NULL);
+        ValkeyModule_Replicate(ctx, "HSET", "sssssss", row_name, f_payload, payload, f_enqueued_at, enqueued_at,
+                               field_name("priority"), p);
         ValkeyModule_FreeString(ctx, p);
     }
     touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
@@ -240,13 +238,13 @@ void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *ro
               ValkeyModuleString *id, ValkeyModuleKey *active, ValkeyModuleString *active_name,
               ValkeyModuleKey **fence_key, ValkeyModuleString *fence_name, long long last_fence,
               long long deadline, long long *attempt, long long *fence) {
-    *attempt = row_int_field(ctx, row, "attempts", 0) + 1;
+    *attempt = row_int_field(ctx, row, ROW_ATTEMPTS, 0) + 1;
     *fence = last_fence + 1;
     char num[24];
     ValkeyModuleString *attempt_str = ValkeyModule_CreateString(ctx, num, decimal(*attempt, num));
     ValkeyModuleString *fence_str = ValkeyModule_CreateString(ctx, num, decimal(*fence, num));
     fx_set_counter(ctx, fence_key, fence_name, *fence);
-    ValkeyModuleString *f_attempts = field_name("attempts"), *f_fence = field_name("fence");
+    ValkeyModuleString *f_attempts = field_name(ROW_ATTEMPTS), *f_fence = field_name(ROW_FENCE);
     ValkeyModule_HashSet(row, VALKEYMODULE_HASH_NONE, f_attempts, attempt_str, f_fence, fence_str, NULL);
     touched(ctx, VALKEYMODULE_NOTIFY_HASH, "hset", row_name);
     ValkeyModule_Replicate(ctx, "HSET", "sssss", row_name, f_attempts, attempt_str, f_fence, fence_str);
@@ -437,13 +435,13 @@ void fx_new_row_with(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleStr
     int owned[6 + 2 * 4 + 2] = {0};
     size_t n = 0;
     char num[24], pnum[24];
-    static const char *const head[] = {"payload", "attempts", "enqueued_at"};
-    ValkeyModuleString *head_values[] = {payload, s_zero, ValkeyModule_CreateString(ctx, num, decimal(now, num))};
-    for (int i = 0; i < 3; i++) {
+    static const char *const head[] = {ROW_PAYLOAD, ROW_ENQUEUED_AT};
+    ValkeyModuleString *head_values[] = {payload, ValkeyModule_CreateString(ctx, num, decimal(now, num))};
+    for (int i = 0; i < 2; i++) {
         v[n] = ValkeyModule_CreateString(ctx, head[i], strlen(head[i]));
         owned[n++] = 1;
         v[n] = head_values[i];
-        owned[n++] = i == 2;
+        owned[n++] = i == 1;
     }
     if (priority != 0) {
         v[n] = ValkeyModule_CreateString(ctx, "priority", 8);

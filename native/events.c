@@ -53,7 +53,7 @@ EventSink event_sink(const Call *call, ValkeyModuleKey **k) {
  * attempts_of of include/events.lua. */
 long long ev_attempts(ValkeyModuleCtx *ctx, const EventSink *sink, ValkeyModuleKey *row) {
     if (sink == NULL || sink->key == NULL || ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_HASH) return 0;
-    return row_int_field(ctx, row, "attempts", 0);
+    return row_int_field(ctx, row, ROW_ATTEMPTS, 0);
 }
 
 /* ev_attempts of the row of job id (derived from base), opened for the read. */

@@ -8,7 +8,7 @@
 
 #include "trafikey.h"
 
-static const char *const NAMES[] = {"payload", "attempts", "fence",  "enqueued_at", "priority", "lane",
+static const char *const NAMES[] = {ROW_PAYLOAD, ROW_ATTEMPTS, ROW_FENCE, ROW_ENQUEUED_AT, "priority", "lane",
                                     "error",   "result",   "cancel", "cancelled",   "next",     "dedupe",
                                     "dedupe_ms", "waits",  "hold",   "policy",      "held",     "concurrency",
                                     "rate",    "window_ms", "window", "progress"};

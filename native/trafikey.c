@@ -128,7 +128,7 @@ int ValkeyModule_OnLoad(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int arg
     ValkeyModule_SetModuleOptions(ctx, VALKEYMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
 
     s_hincrby = ValkeyModule_CreateString(NULL, "HINCRBY", 7);
-    s_attempts = ValkeyModule_CreateString(NULL, "attempts", 8);
+    s_attempts = ValkeyModule_CreateString(NULL, ROW_ATTEMPTS, sizeof(ROW_ATTEMPTS) - 1);
     s_one = ValkeyModule_CreateString(NULL, "1", 1);
     s_zero = ValkeyModule_CreateString(NULL, "0", 1);
     ev_names_create();

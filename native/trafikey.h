@@ -27,6 +27,13 @@
 /* "job:" + the longest id the kind gate admits. */
 #define ROW_SUFFIX_MAX (4 + EMQ_ID_KIND_LEN + EMQ_ID_REST_MAX)
 
+/* The job row's field names every job carries (docs/PROTOCOL.md, "The job row"); every other
+ * field is spelled out where it is used. */
+#define ROW_PAYLOAD "p"
+#define ROW_ATTEMPTS "a"
+#define ROW_ENQUEUED_AT "t"
+#define ROW_FENCE "f"
+
 /* Strings made once at load (trafikey.c): the arguments of the ACL probe and the wake token. */
 extern ValkeyModuleString *s_hincrby, *s_attempts, *s_one, *s_zero;
 

@@ -44,7 +44,7 @@ static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, Val
         fx_del(ctx, row, row_name);
     } else {
         if (result) fx_hset1(ctx, row, row_name, "result", result);
-        fx_hdel(ctx, row, row_name, "payload");
+        fx_hdel(ctx, row, row_name, ROW_PAYLOAD);
         fx_pexpire(ctx, row, row_name, retention_ms);
         if (result) fx_mark_ended(ctx, ended, retention_ms);
     }
@@ -87,7 +87,7 @@ static const char *finish_retry(ValkeyModuleCtx *ctx, const RetryKeys *rk, Valke
     fx_zrem(ctx, rk->active, rk->active_name, id);
     release_lane_slot(ctx, base_of_active(rk->active_name), rk->ring, row);
     fx_hset1(ctx, row, row_name, "error", error);
-    long long attempts = row_int_field(ctx, row, "attempts", 0);
+    long long attempts = row_int_field(ctx, row, ROW_ATTEMPTS, 0);
     if (attempts >= max_attempts) {
         fx_zadd(ctx, rk->dead, rk->dead_name, (double)now, id);
         fx_mark_ended(ctx, ended, 0);
@@ -252,7 +252,7 @@ static const char *plan_retry_hook(ValkeyModuleCtx *ctx, Call *call, ValkeyModul
     long long now = call->num[EMQ_RETRY_ARG_NOW];
     if (row_has(ctx, row, "cancel"))
         return plan_end_hook(ctx, call, k, ev, 1, now, id, row, row_name, JOIN_CANCELLED, NULL, j);
-    if (row_int_field(ctx, row, "attempts", 0) >= call->num[EMQ_RETRY_ARG_MAX_ATTEMPTS])
+    if (row_int_field(ctx, row, ROW_ATTEMPTS, 0) >= call->num[EMQ_RETRY_ARG_MAX_ATTEMPTS])
         return plan_end_hook(ctx, call, k, ev, 1, now, id, row, row_name, JOIN_DEAD, call->args[EMQ_RETRY_ARG_ERROR], j);
     *j = join_new(ctx, call->base, ev, 1, now, call->keys, k, call->nkeys);
     return NULL;
@@ -356,7 +356,7 @@ static const char *plan_item_hook(ValkeyModuleCtx *ctx, Join *j, ValkeyModuleKey
     } else if (it->form == EMQ_SETTLE_FORM_ACK || it->form == EMQ_SETTLE_FORM_DONE) {
         outcome = JOIN_DONE;
     } else if (it->form == EMQ_SETTLE_FORM_RETRY &&
-               row_int_field(ctx, row, "attempts", 0) >= it->num[EMQ_SETTLE_RETRY_ARG_MAX_ATTEMPTS]) {
+               row_int_field(ctx, row, ROW_ATTEMPTS, 0) >= it->num[EMQ_SETTLE_RETRY_ARG_MAX_ATTEMPTS]) {
         outcome = JOIN_DEAD;
         error = it->args[EMQ_SETTLE_RETRY_ARG_ERROR];
     }
@@ -402,16 +402,16 @@ static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, Va
                      sk->names[EMQ_SETTLE_KEY_WAKE]};
     fx_zrem(ctx, sk->k[EMQ_SETTLE_KEY_ACTIVE], sk->names[EMQ_SETTLE_KEY_ACTIVE], ITEM_ID(it));
     release_lane_slot(ctx, base, &ring, row);
-    long long attempts = row_int_field(ctx, row, "attempts", 0);
+    long long attempts = row_int_field(ctx, row, ROW_ATTEMPTS, 0);
     char num[24];
     ValkeyModuleString *uncounted = ValkeyModule_CreateString(ctx, num, decimal(attempts > 0 ? attempts - 1 : 0, num));
-    fx_hset1(ctx, row, it->row_name, "attempts", uncounted);
+    fx_hset1(ctx, row, it->row_name, ROW_ATTEMPTS, uncounted);
     ValkeyModule_FreeString(ctx, uncounted);
     if (it->lane) {
         push_lane(ctx, base, &ring, it->lane, it->lane_key, ITEM_ID(it), VALKEYMODULE_LIST_HEAD, row_priority(ctx, row),
-                  row_int_field(ctx, row, "enqueued_at", now));
+                  row_int_field(ctx, row, ROW_ENQUEUED_AT, now));
     } else {
-        long long at = row_int_field(ctx, row, "enqueued_at", now);
+        long long at = row_int_field(ctx, row, ROW_ENQUEUED_AT, now);
         fx_zadd(ctx, sk->k[EMQ_SETTLE_KEY_PENDING], sk->names[EMQ_SETTLE_KEY_PENDING],
                 (double)emq_pending_score(row_priority(ctx, row), at), ITEM_ID(it));
     }
@@ -603,7 +603,7 @@ static const char *plan_lane(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, Move *m
  * promote, whose integer part is taken, never below 0 (a due score set behind the queue's back:
  * -inf, 1.5); a flat job's place in pending is in the band of its row's priority (pending_at). */
 static long long back_at(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, double due, int recover, long long now) {
-    return recover ? row_int_field(ctx, row, "enqueued_at", now) : due > 0 ? (long long)due : 0;
+    return recover ? row_int_field(ctx, row, ROW_ENQUEUED_AT, now) : due > 0 ? (long long)due : 0;
 }
 
 static double pending_at(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, double due, int recover, long long now) {
@@ -638,7 +638,7 @@ static const char *plan_moves(ValkeyModuleCtx *ctx, Bytes base, Move *moves, siz
                 err = check_ended(ctx, &acl, base, m->ended);
             } else if (row_type == VALKEYMODULE_KEYTYPE_HASH) {
                 m->live = 1;
-                long long attempts = max_attempts > 0 ? row_int_field(ctx, row, "attempts", 0) : 0;
+                long long attempts = max_attempts > 0 ? row_int_field(ctx, row, ROW_ATTEMPTS, 0) : 0;
                 if (max_attempts > 0 && attempts >= max_attempts) {
                     m->spent = attempts;
                     m->ended = derived_key(ctx, base, "ended:", m->id);

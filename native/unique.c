@@ -65,7 +65,7 @@ static int admit(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, long lon
 static int debounced(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k, ValkeyModuleString *holder,
                      ValkeyModuleString *row_name, long long due) {
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-    fx_hset1(ctx, row, row_name, "payload", call->args[EMQ_ENQUEUE_UNIQUE_ARG_PAYLOAD]);
+    fx_hset1(ctx, row, row_name, ROW_PAYLOAD, call->args[EMQ_ENQUEUE_UNIQUE_ARG_PAYLOAD]);
     fx_zadd(ctx, k[EMQ_ENQUEUE_UNIQUE_KEY_DELAYED], call->keys[EMQ_ENQUEUE_UNIQUE_KEY_DELAYED], (double)due, holder);
     EventSink ev = event_sink(call, k);
     ev_emit(ctx, &ev,

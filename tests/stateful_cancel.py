@@ -61,7 +61,7 @@ class Cancelling:
         for job_id in sorted(self.live):
             row = key(b"job", job_id)
             tombstone = self.model.hget(row, b"cancelled") is not None \
-                and self.model.hget(row, b"payload") is None
+                and self.model.hget(row, b"p") is None
             if tombstone or (job_id in flagged and row not in self.model.keys):
                 self.live.discard(job_id)
                 flagged.discard(job_id)

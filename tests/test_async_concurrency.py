@@ -134,7 +134,7 @@ def test_the_heartbeat_keeps_every_lease_in_flight(valkey: EmbeddedValkey, wire:
         counts = await queue.counts()
         assert counts["active"] == counts["delayed"] == counts["pending"] == 0
         for n in range(3):
-            assert conn.hget(queue.key("job", f"JOB:{n:02}"), "attempts") == b"1"
+            assert conn.hget(queue.key("job", f"JOB:{n:02}"), "a") == b"1"
 
     run(valkey, wire, body)
 
@@ -182,7 +182,7 @@ def test_a_stop_lets_the_handlers_in_flight_finish_and_hands_back_the_rest(
         counts = await queue.counts()
         assert counts["pending"] == 8 and counts["active"] == 0
         for n in range(2, 10):  # handed back: the claim's attempt uncounted
-            assert conn.hget(queue.key("job", f"JOB:{n:02}"), "attempts") in (None, b"0")
+            assert conn.hget(queue.key("job", f"JOB:{n:02}"), "a") in (None, b"0")
 
     run(valkey, wire, body)
 

@@ -88,7 +88,7 @@ def test_release_hands_leases_back_unrun(queue: Queue) -> None:
     assert queue.conn.zrange(queue.key("pending"), 0, -1, withscores=True) == [
         (b"JOB:0", NOW), (b"JOB:2", NOW)]
     assert queue.conn.zcard(queue.key("active")) == 0
-    assert queue.conn.hget(queue.key("job", "JOB:0"), "attempts") == b"0"
+    assert queue.conn.hget(queue.key("job", "JOB:0"), "a") == b"0"
     assert queue.conn.llen(queue.key("wake")) == 2
     again = queue.claim_many(3, now=NOW + 20)
     assert [(job.id, job.attempt, job.fence) for job in again] == [("JOB:0", 1, 4), ("JOB:2", 1, 5)]
@@ -143,7 +143,7 @@ def test_one_settle_round_trip_replaces_two_per_job(queue: Queue) -> None:
 def queue_active(queue: Queue) -> list[Job]:
     """The current leases, as a worker that holds them would know them."""
     ids = [member.decode() for member in queue.conn.zrange(queue.key("active"), 0, -1)]
-    return [Job(job_id, b"", 1, fence=int(queue.conn.hget(queue.key("job", job_id), "fence")))
+    return [Job(job_id, b"", 1, fence=int(queue.conn.hget(queue.key("job", job_id), "f")))
             for job_id in ids]
 
 

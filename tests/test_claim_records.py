@@ -34,7 +34,7 @@ def test_a_claim_sent_again_under_its_id_answers_its_lease(queue: Queue,
     again = queue.claim(now=NOW, claim_id="c-1")
     assert first == again and first is not None and first.attempt == 1
     assert conn.zrange("emq:{work}:active", 0, -1) == [b"JOB:0"]
-    assert conn.hget("emq:{work}:job:JOB:0", "attempts") == b"1"
+    assert conn.hget("emq:{work}:job:JOB:0", "a") == b"1"
     assert 0 < conn.pttl("emq:{work}:claim:c-1") <= 30_000
     other = queue.claim(now=NOW, claim_id="c-2")
     assert other is not None and other.id == "JOB:1"

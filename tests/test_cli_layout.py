@@ -23,7 +23,7 @@ MODULES = [*sorted((ROOT / "echomq" / "cli").glob("*.py")),
 HOMES = {
     "enqueue": "jobs", "inspect": "jobs", "cancel": "jobs",
     "stats": "queues", "lanes": "queues", "pause": "queues", "resume": "queues",
-    "recover": "queues", "forget": "queues", "events": "events",
+    "recover": "queues", "forget": "queues", "migrate": "queues", "events": "events",
     "dead": "dead", "dead list": "dead", "dead requeue": "dead", "dead purge": "dead",
     "dead bounds": "dead",
     "worker": "workers", "workers": "workers",

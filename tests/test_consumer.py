@@ -327,7 +327,7 @@ def test_a_long_handler_keeps_its_lease(make: Make, queue: Queue) -> None:
     assert seen == [1]
     assert acked[0].attempt == 1
     row = queue.conn.hgetall(queue.key("job", "JOB:long"))
-    assert row[b"attempts"] == b"1" and b"payload" not in row
+    assert row[b"a"] == b"1" and b"p" not in row
 
 
 def test_without_a_heartbeat_the_lease_is_lost_and_the_late_ack_is_stale(

@@ -32,8 +32,8 @@ def test_a_pending_jobs_view_shows_its_priority_and_enqueue_time(conn: redis.Red
     queue.enqueue("JOB:plain", b"")
     at = conn.zscore(queue.key("pending"), "JOB:plain")
     assert at is not None
-    conn.hset(queue.key("job", "JOB:urgent"), mapping={"payload": "", "attempts": 0,
-                                                        "enqueued_at": int(at), "priority": 7})
+    conn.hset(queue.key("job", "JOB:urgent"), mapping={"p": "", "a": 0,
+                                                        "t": int(at), "priority": 7})
     conn.zadd(queue.key("pending"), {"JOB:urgent": pending_score(7, int(at))})
     for url in serve(create_app(conn)):
         page.goto(url)

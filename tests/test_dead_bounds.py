@@ -37,7 +37,7 @@ def bury(queue: Queue, count: int, *, first_died: int = NOW, start: int = 0) -> 
     with queue.conn.pipeline(transaction=False) as pipe:
         for n, job_id in enumerate(ids):
             pipe.hset(queue.key("job", job_id),
-                      mapping={"payload": "p", "attempts": 3, "enqueued_at": NOW - 10,
+                      mapping={"p": "p", "a": 3, "t": NOW - 10,
                                "error": "boom"})
             pipe.zadd(queue.key("dead"), {job_id: first_died + n})
             pipe.rpush(queue.key("ended", job_id), 1)

@@ -78,7 +78,7 @@ def test_reject_sends_the_job_dead_on_its_first_attempt(make: Make, queue: Queue
     counts = queue.counts()
     assert counts["dead"] == 1 and counts["delayed"] == 0
     assert row(queue, "JOB:a")[b"error"] == b"cannot ever work"
-    assert row(queue, "JOB:a")[b"attempts"] == b"1"
+    assert row(queue, "JOB:a")[b"a"] == b"1"
 
 
 def test_done_acks_and_any_other_value_acks_as_before(make: Make, queue: Queue) -> None:

@@ -51,7 +51,7 @@ def test_a_batch_of_flat_jobs_is_one_command(queue: Queue) -> None:
     assert sent(queue.conn) == one_call(queue)
     assert queue.conn.zrange(queue.key("pending"), 0, 2) == [b"JOB:0", b"JOB:1", b"JOB:10"]
     assert queue.conn.hgetall(queue.key("job", "JOB:7")) == {
-        b"payload": b"p7", b"attempts": b"0", b"enqueued_at": str(NOW).encode()}
+        b"p": b"p7", b"t": str(NOW).encode()}
 
 
 def test_duplicates_inside_the_batch_and_of_rows_already_there(queue: Queue) -> None:
@@ -59,7 +59,7 @@ def test_duplicates_inside_the_batch_and_of_rows_already_there(queue: Queue) -> 
     verdicts = queue.enqueue_many([("JOB:a", b"1"), ("JOB:old", b"2"), ("JOB:a", b"3"),
                                    ("JOB:b", b"4", None, 7)], now=NOW)
     assert verdicts == [ENQUEUED, DUPLICATE, DUPLICATE, ENQUEUED]
-    assert queue.conn.hget(queue.key("job", "JOB:a"), "payload") == b"1"
+    assert queue.conn.hget(queue.key("job", "JOB:a"), "p") == b"1"
     assert queue.conn.hget(queue.key("job", "JOB:b"), "priority") == b"7"
     assert queue.claim(now=NOW).id == "JOB:b"  # its priority: claimed first
 

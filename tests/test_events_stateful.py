@@ -103,7 +103,7 @@ class EventMachine(RuleBasedStateMachine):
         queue = self.queues[5]
         current = [lease for lease in self.leases
                    if queue.outcome(lease[5].id).state == "active"
-                   and int(self.conn.hget(queue.key("job", lease[5].id), "fence") or 0)
+                   and int(self.conn.hget(queue.key("job", lease[5].id), "f") or 0)
                    == lease[5].fence]
         pool = current if current and data.draw(st.integers(0, 3), label="stale") else self.leases
         lease: dict[int, Job] = data.draw(st.sampled_from(pool), label="lease")

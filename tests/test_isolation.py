@@ -116,7 +116,7 @@ def test_a_job_that_kills_its_worker_takes_no_neighbour_dead_with_it(
     assert row[b"error"] == b"lease expired during attempt 3: the worker was lost"
     for job_id in others:  # acked: a tombstone, charged at most P's first crash besides its run
         row = queue.conn.hgetall(queue.key("job", job_id))
-        assert b"payload" not in row and int(row[b"attempts"]) <= 2, (job_id, row)
+        assert b"p" not in row and int(row[b"a"]) <= 2, (job_id, row)
     # on_ack follows its ack's reply, so a crash can fall between the two: none is told twice
     ledger = Counter(acked(queue))
     assert set(ledger) <= set(others) and set(ledger.values()) == {1}, ledger
@@ -145,7 +145,7 @@ def test_a_job_claimed_before_runs_with_nothing_else_in_hand(make: Make, queue: 
     assert ran == [(ids[0], 1), (ids[1], 2)] + [(job_id, 1) for job_id in ids[2:]]
     assert in_hand_while_it_ran == [ids[1].encode()]
     for job_id in ids[2:]:  # handed back uncounted, then run once
-        assert queue.conn.hget(queue.key("job", job_id), "attempts") == b"1"
+        assert queue.conn.hget(queue.key("job", job_id), "a") == b"1"
     assert queue.counts()["active"] == 0
 
 

@@ -49,7 +49,7 @@ class JoinMachine(RuleBasedStateMachine):
         out = []
         for member in sorted(active.data):
             row = self.model.keys.get(key("job", member.decode()).encode())
-            fence = int(row.data.get(b"fence", b"0")) if row is not None else 0
+            fence = int(row.data.get(b"f", b"0")) if row is not None else 0
             out.append((member.decode(), fence))
         return out
 

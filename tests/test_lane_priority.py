@@ -52,7 +52,7 @@ def test_priority_zero_is_the_row_and_lane_of_old(queue: Queue, written: str | N
     conn = queue.conn
     assert lane_enqueue(queue, "JOB:1", "a", written) == b"ENQUEUED"
     assert conn.hgetall(queue.key("job", "JOB:1")) == {
-        b"payload": b"p", b"attempts": b"0", b"enqueued_at": str(NOW).encode(), b"lane": b"a"}
+        b"p": b"p", b"t": str(NOW).encode(), b"lane": b"a"}
     assert conn.lrange(queue.key("lane", lane="a"), 0, -1) == [b"JOB:1"]
     assert not conn.exists(queue.key("prio", lane="a"))
 

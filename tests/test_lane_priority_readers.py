@@ -21,8 +21,8 @@ def seed(conn: redis.Redis, queue: Queue) -> None:
     for job_id, group, priority in (("JOB:a0", "a", 0), ("JOB:a1", "a", 5), ("JOB:a2", "a", -5),
                                     ("JOB:b1", "b", 9)):
         at = LONG_AGO if job_id == "JOB:b1" else LONG_AGO * 2
-        conn.hset(queue.key("job", job_id), mapping={"payload": "p", "attempts": "0",
-                                                      "enqueued_at": str(at), "lane": group})
+        conn.hset(queue.key("job", job_id), mapping={"p": "p", "a": "0",
+                                                      "t": str(at), "lane": group})
         if priority:
             conn.hset(queue.key("job", job_id), "priority", str(priority))
             conn.zadd(queue.key("prio", lane=group), {job_id: pending_score(priority, at)})

@@ -303,14 +303,14 @@ def test_lane_claim_and_claim_share_the_queues_fence(conn: redis.Redis) -> None:
     flat, lane = queue.claim(now=NOW), queue.claim_lane(now=NOW)
     assert flat is not None and lane is not None
     assert (flat.fence, lane.fence) == (1, 2)
-    assert conn.hget(queue.key("job", "JOB:a1"), "fence") == b"2"
+    assert conn.hget(queue.key("job", "JOB:a1"), "f") == b"2"
     assert conn.get(queue.key("fence")) == b"2"
 
 
 def test_lane_claim_refuses_a_counter_that_cannot_count(valkey: EmbeddedValkey) -> None:
     valkey.client().flushall()
     with RawConnection(valkey.port) as conn:
-        conn.call("HSET", BASE + "job:JOB:1", "payload", "p", "attempts", "0", "lane", "a")
+        conn.call("HSET", BASE + "job:JOB:1", "p", "p", "a", "0", "lane", "a")
         conn.call("RPUSH", BASE + "lane:a", "JOB:1")
         conn.call("RPUSH", BASE + "ring", "a")
         conn.call("SET", BASE + "fence", "999999999999999")

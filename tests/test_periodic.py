@@ -152,7 +152,7 @@ def test_a_new_schedule_starts_at_its_first_pass_and_admits_each_tick_once(
     assert entry.mark() == tick
     assert recorder.enqueued() == {job_id: 1}
     assert queue.conn.zscore(queue.key("periodic"), "r") == tick
-    assert queue.conn.hget(queue.key("job", job_id), "payload") == b"tick %d" % tick
+    assert queue.conn.hget(queue.key("job", job_id), "p") == b"tick %d" % tick
 
 
 def test_of_payload_admits_the_payload_to_the_queue_or_a_lane(conn: redis.Redis) -> None:

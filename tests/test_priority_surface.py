@@ -84,8 +84,8 @@ def test_stats_reads_the_oldest_flat_job_of_every_priority(conn: redis.Redis) ->
     admitted = {"JOB:urgent": (10, NOW + 5_000), "JOB:old": (0, NOW), "JOB:low": (-3, NOW + 1),
                 "JOB:mid": (4, NOW + 2_000)}
     for job_id, (priority, at) in admitted.items():
-        conn.hset(base + "job:" + job_id, mapping={"payload": "", "attempts": 0,
-                                                   "enqueued_at": at})
+        conn.hset(base + "job:" + job_id, mapping={"p": "", "a": 0,
+                                                   "t": at})
         conn.zadd(base + "pending", {job_id: pending_score(priority, at)})
     stats = admin.stats(conn, "aged")
     assert stats.pending == 4
@@ -111,4 +111,4 @@ def test_the_command_line_enqueues_at_a_priority(valkey: EmbeddedValkey,
     said = json.loads(cli(valkey, "enqueue", "cliq", "hello", "--id", "JOB:c1", "--priority",
                           "-5", "--json"))
     assert said == {"id": "JOB:c1", "verdict": "ENQUEUED"}
-    assert conn.hget("emq:{cliq}:job:JOB:c1", "payload") == b"hello"
+    assert conn.hget("emq:{cliq}:job:JOB:c1", "p") == b"hello"

@@ -47,7 +47,7 @@ def commands_sent(conn: redis.Redis) -> int:
 def test_enqueue_admits_once(queue: Queue) -> None:
     assert queue.enqueue("JOB:1", b"hello", now=NOW) is Verdict.ENQUEUED
     assert queue.enqueue("JOB:1", b"other", now=NOW + 1) is Verdict.DUPLICATE
-    assert queue.conn.hget(queue.key("job", "JOB:1"), "payload") == b"hello"
+    assert queue.conn.hget(queue.key("job", "JOB:1"), "p") == b"hello"
     assert queue.counts() == {"pending": 1, "active": 0, "delayed": 0, "dead": 0, "lanes": 0}
 
 
@@ -247,7 +247,7 @@ def test_a_job_that_kills_its_worker_ends_dead(queue: Queue) -> None:
         poison.recover(now=clock + 10)
     assert poison.counts()["dead"] == 1
     row = poison.conn.hgetall(poison.key("job", "JOB:1"))
-    assert row[b"attempts"] == b"3"
+    assert row[b"a"] == b"3"
     assert row[b"error"] == b"lease expired during attempt 3: the worker was lost"
     assert poison.conn.llen(poison.key("wake")) == 3  # the enqueue's and two recoveries'
 

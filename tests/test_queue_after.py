@@ -182,7 +182,7 @@ def test_a_hook_key_the_acl_denies_refuses_before_any_write(conn: redis.Redis, q
                 with pytest.raises(redis.exceptions.NoPermissionError):
                     user.evalsha(sha, len(keys), *keys, job.id, job.fence, 0)
                 assert conn.zscore(base + "active", "JOB:p") is not None
-                assert conn.hget(base + "job:JOB:p", "payload") == b"p"
+                assert conn.hget(base + "job:JOB:p", "p") == b"p"
             else:
                 assert user.evalsha(sha, len(keys), *keys, job.id, job.fence, 0) == b"ACKED"
     finally:

@@ -25,7 +25,7 @@ def test_a_pending_job_cancelled_ends_at_once(queue: Queue) -> None:
     queue.enqueue("JOB:2", b"p", now=NOW + 1)
     assert queue.cancel("JOB:1", now=NOW + 2) is Verdict.CANCELLED
     row = queue.key("job", "JOB:1")
-    assert queue.conn.hget(row, "payload") is None
+    assert queue.conn.hget(row, "p") is None
     assert queue.conn.hget(row, "cancelled") == str(NOW + 2).encode()
     assert 0 < queue.conn.pttl(row) <= queue.retention_ms
     assert queue.conn.lrange(queue.key("ended", "JOB:1"), 0, -1) == [b"1"]

@@ -47,7 +47,7 @@ def test_ack_with_a_result_keeps_it_in_the_tombstone(queue: Queue) -> None:
     assert queue.ack(job, result=b"\x00forty-two\r\n", retention_ms=60_000) is Verdict.ACKED
     row = queue.key("job", "JOB:1")
     assert queue.conn.hget(row, "result") == b"\x00forty-two\r\n"
-    assert queue.conn.hget(row, "payload") is None
+    assert queue.conn.hget(row, "p") is None
     assert 0 < queue.conn.pttl(row) <= 60_000
     ended = queue.key("ended", "JOB:1")  # its waiters' token expires with the tombstone
     assert queue.conn.lrange(ended, 0, -1) == [b"1"]

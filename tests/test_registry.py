@@ -24,7 +24,7 @@ def fill_job_rows(conn: redis.Redis, count: int) -> None:
     for start in range(0, count, 10_000):
         with conn.pipeline(transaction=False) as pipe:
             for n in range(start, min(count, start + 10_000)):
-                pipe.hset(f"emq:{{bulk}}:job:JOB:{n}", mapping={"payload": "x", "attempts": 0})
+                pipe.hset(f"emq:{{bulk}}:job:JOB:{n}", mapping={"p": "x", "a": 0})
             pipe.execute()
 
 

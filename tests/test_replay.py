@@ -91,7 +91,7 @@ def test_a_lost_ack_reply_is_retried_by_the_consumer_as_a_replay(
     assert proxy.dropped == 1
     assert "the ack was refused" not in caplog.text
     row = Queue(conn, "work", wire=wire).key("job", "JOB:1")
-    assert conn.hget(row, "payload") is None and conn.zcard("emq:{work}:active") == 0
+    assert conn.hget(row, "p") is None and conn.zcard("emq:{work}:active") == 0
 
 
 def test_an_ack_whose_reply_was_lost_raises_and_its_replay_answers_acked(
@@ -195,6 +195,6 @@ def test_the_asyncio_client_sends_a_transition_once(proxy: ReplyDropper, conn: r
 
     asyncio.run(body())
     assert conn.zrange("emq:{work}:active", 0, -1) == [b"JOB:1"]
-    assert conn.hget("emq:{work}:job:JOB:1", "attempts") == b"1"
+    assert conn.hget("emq:{work}:job:JOB:1", "a") == b"1"
     assert conn.zrange("emq:{work}:pending", 0, -1) == [b"JOB:2"]
     assert proxy.dropped == 2

@@ -59,15 +59,15 @@ def test_lane_enqueues_and_lane_claim(conn: redis.Redis) -> None:
 
 def test_requeue_and_purge(conn: redis.Redis) -> None:
     for job_id in ("JOB:1", "JOB:2"):
-        conn.hset(BASE + "job:" + job_id, mapping={"payload": "p", "attempts": "3",
-                                                   "enqueued_at": str(NOW), "error": "boom"})
+        conn.hset(BASE + "job:" + job_id, mapping={"p": "p", "a": "3",
+                                                   "t": str(NOW), "error": "boom"})
         conn.zadd(BASE + "dead", {job_id: NOW})
     conn.hset(BASE + "job:JOB:2", "lane", "g")
     assert run(conn, REQUEUE, ["JOB:1", NOW + 5], lane=None) == b"REQUEUED"
     assert run(conn, REQUEUE, ["JOB:1", NOW + 6], lane=None) == b"NOT_DEAD"
     assert run(conn, REQUEUE, ["JOB:2", NOW + 7], "JOB:2", lane=None) == b"REQUEUED"
     conn.zadd(BASE + "dead", {"JOB:9": NOW})
-    conn.hset(BASE + "job:JOB:9", mapping={"payload": "p", "attempts": "2"})
+    conn.hset(BASE + "job:JOB:9", mapping={"p": "p", "a": "2"})
     assert run(conn, PURGE, [10], lane=None) == 1
     assert fields(conn) == [
         [b"kind", b"requeued", b"job", b"JOB:1", b"attempt", b"0", b"at", b"%d" % (NOW + 5)],

@@ -291,7 +291,7 @@ class QueueMachine(Priorities, Progress, BeyondTheQueue, Checks, Cancelling, Eve
             assert self.model.kind(row) == b"none"
             return
         assert self.model.hget(row, b"result") == result
-        assert self.model.hget(row, b"payload") is None
+        assert self.model.hget(row, b"p") is None
         event("a result kept")
 
     @precondition(lambda self: self.leases)
@@ -375,7 +375,7 @@ class QueueMachine(Priorities, Progress, BeyondTheQueue, Checks, Cancelling, Eve
         waiting = [j for j in self.zmembers(b"pending") if j in self.live][:count]
         holders = set(self.zmembers(b"active"))
         current = [self.is_current(job_id, fence) for _, job_id, fence, _ in items]
-        attempts = {job_id: int_field(self.model.hget(key(b"job", job_id), b"attempts"), 0)
+        attempts = {job_id: int_field(self.model.hget(key(b"job", job_id), b"a"), 0)
                     for _, job_id, _, _ in items if self.model.kind(key(b"job", job_id)) == b"hash"}
         argv = [7, key(b"active"), key(b"delayed"), key(b"dead"), key(b"pending"),
                 key(b"fence"), key(b"ring"), key(b"wake"), self.now, retention_ms, lease_ms,
@@ -418,7 +418,7 @@ class QueueMachine(Priorities, Progress, BeyondTheQueue, Checks, Cancelling, Eve
         leased = self.model.zitems(key(b"active")) if self.zmembers(b"active") else []
         due = [job_id for job_id, deadline in leased if deadline <= self.now][:limit]
         rows = [(job_id, key(b"job", job_id)) for job_id in due]
-        attempts = {job_id: int_field(self.model.hget(row, b"attempts"), 0)
+        attempts = {job_id: int_field(self.model.hget(row, b"a"), 0)
                     for job_id, row in rows if self.model.kind(row) == b"hash"}
         spent = {j: n for j, n in attempts.items() if n >= max_attempts and not self.flagged(j)}
         argv = [5, key(b"active"), key(b"pending"), key(b"ring"), key(b"wake"), key(b"dead"),
@@ -447,7 +447,7 @@ class QueueMachine(Priorities, Progress, BeyondTheQueue, Checks, Cancelling, Eve
                 key(b"job", job_id), job_id, self.now]
         reply, _ = self.execute(REQUEUE, argv)
         if reply == status("REQUEUED"):
-            assert self.model.hget(key(b"job", job_id), b"attempts") == b"0"
+            assert self.model.hget(key(b"job", job_id), b"a") == b"0"
             event("a dead job requeued")
 
     @rule(limit=st.sampled_from([1, 2, 1_000]), late=LATE)

@@ -40,7 +40,7 @@ def test_retry_replay_over_a_row_without_payload(valkey: EmbeddedValkey, protoco
     machine = QueueMachine(valkey.port, protocol)
     try:
         machine.enqueue_id(POOL[0], b"p")
-        machine.behind_the_back(b"HDEL", key(b"job", POOL[0]), b"payload")
+        machine.behind_the_back(b"HDEL", key(b"job", POOL[0]), b"p")
         job_id = machine.claim_one(1_000)
         assert job_id == POOL[0]
         fence = machine.fences[job_id][-1]

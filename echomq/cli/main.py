@@ -10,7 +10,7 @@ from echomq.cli.errors import ErrorReportingGroup
 from echomq.cli.events import events
 from echomq.cli.jobs import cancel, enqueue, inspect
 from echomq.cli.limits import limits
-from echomq.cli.queues import forget, lanes, pause, recover, resume, stats
+from echomq.cli.queues import forget, lanes, migrate, pause, recover, resume, stats
 from echomq.cli.serve import dashboard, serve
 from echomq.cli.tools import bench, conformance, demo
 from echomq.cli.workers import worker, workers
@@ -29,5 +29,6 @@ def main(debug: bool) -> None:
 
 
 for command in (demo, worker, enqueue, stats, workers, inspect, cancel, dead, forget, recover,
-                pause, resume, lanes, events, serve, dashboard, bench, conformance, limits):
+                pause, resume, lanes, events, serve, dashboard, bench, conformance, limits,
+                migrate):
     main.add_command(command)

@@ -1,5 +1,6 @@
 """The commands on a whole queue: ``stats`` (its depths and live workers), ``lanes``, ``pause``
-and ``resume``, ``recover`` (its due leases and retries now) and ``forget``."""
+and ``resume``, ``recover`` (its due leases and retries now), ``forget`` and ``migrate`` (its
+rows to this release's layout)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from echomq.cli.views import LANES_SHOWN, print_lanes, print_stats
 from echomq.consumer.roster import WorkerInfo, counts_by_queue, live_workers, running_by_queue
 from echomq.engine.wire import wire_of
 from echomq.ops import admin
+from echomq.ops.migrate import migrate_queue
 from echomq.queue.blocking import Queue
 from echomq.queue.lanes import lane_report
 
@@ -128,3 +130,23 @@ def lanes(queue: str, url: str, as_json: bool) -> None:
         print_json({"paused": whole, "defaults": q.lane_settings(), "lanes": rows})
         return
     print_lanes(queue, whole, rows)
+
+
+@click.command()
+@click.argument("queues", nargs=-1, type=QUEUE)
+@url_option
+@json_option
+def migrate(queues: tuple[str, ...], url: str, as_json: bool) -> None:
+    """Rewrite the job rows of QUEUES (default: every listed queue) that an earlier release
+    wrote, to this release's field names (payload, attempts, enqueued_at, fence: p, a, t, f),
+    each row atomically; rows already rewritten are left alone, so it is safe to run again.
+    Stop the earlier release's workers first; start this release's after."""
+    conn = connect(url)
+    names = list(queues) or admin.queue_names(conn)
+    if not names:
+        raise Failure("no queue to migrate: none is listed on this server",
+                      "name them: `echomq migrate QUEUE...`; `echomq stats --rescan` searches "
+                      "the keyspace for queues")
+    done = [migrate_queue(conn, name) for name in names]
+    emit(as_json, done, lambda: [f"{d.queue}: rewrote {d.rewritten} of {d.rows} rows"
+                                 for d in done])

@@ -141,7 +141,7 @@ class Walk:
 
     def fence(self, job_id: bytes) -> int:
         """The row's current fence, or now and then one that is not."""
-        current = int_field(self.model.hget(key(b"job", job_id), b"fence"), 1)
+        current = int_field(self.model.hget(key(b"job", job_id), b"f"), 1)
         return max(1, current + self.rng.choice([0, 0, 0, 0, 1, -1]))
 
     def enqueue(self) -> Call:

@@ -48,6 +48,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from echomq.consumer.directives import Directive, Done, Reject, RetryIn
+from echomq.engine import rows as jobrow
 from echomq.engine.calls import JobOutcome
 from echomq.engine.wire import Wire
 from echomq.queue.blocking import Job, Queue
@@ -167,7 +168,7 @@ class EchoMQBackend(BaseTaskBackend):
 
     def _read(self, queue: Queue, job_id: str, outcome: JobOutcome) -> TaskResult:
         raw = outcome.result if outcome.state == "done" else \
-            queue.conn.hget(queue.key("job", job_id), "payload")
+            queue.conn.hget(queue.key("job", job_id), jobrow.PAYLOAD)
         if not raw:  # acked keeping no result (none, or an empty one): not one of ours
             raise TaskResultDoesNotExist(job_id)
         call = Call.decode(raw)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from echomq.engine import rows as jobrow
 from echomq.engine import transitions as t
 from echomq.engine.errors import ArgumentError, StaleLease
 from echomq.engine.native import (
@@ -279,7 +280,7 @@ def fenced(job: Job, reply: Any) -> Verdict:
 def admission_reads(call: Call) -> list[tuple[str, ...]]:
     """What tells whether an admission whose reply was lost went through, read after it: the
     row's payload and enqueued_at, then the server's clock (``TIME``)."""
-    return [("HMGET", call[1][0], "payload", "enqueued_at"), ("TIME",)]
+    return [("HMGET", call[1][0], jobrow.PAYLOAD, jobrow.ENQUEUED_AT), ("TIME",)]
 
 
 def lost_admission(call: Call, replies: Sequence[Any], elapsed_s: float) -> Verdict | None:
@@ -481,8 +482,9 @@ class QueueCalls:
         """The read-only commands behind ``outcome_of``, to send in one pipeline."""
         row = self.key("job", checked_id(job_id))
         return [("TYPE", row),
-                ("HMGET", row, "attempts", "result", "error", "progress", "cancelled", "waits"),
-                ("HEXISTS", row, "payload"),
+                ("HMGET", row, jobrow.ATTEMPTS, "result", "error", "progress", "cancelled",
+                 "waits"),
+                ("HEXISTS", row, jobrow.PAYLOAD),
                 *(("ZSCORE", self.key(place), job_id) for place in _PLACES)]
 
     def requeue(self, job_id: str, now: int | None) -> Call:

@@ -70,7 +70,7 @@ for n = 4, #ARGV do
         plan_end(j, id, row, 'dead', text)
         verdict = 'DEAD'
       end
-    elseif redis.call('HEXISTS', prow, 'payload') == 0 then
+    elseif redis.call('HEXISTS', prow, 'p') == 0 then
       if redis.call('HEXISTS', prow, 'cancelled') == 1 then
         local mark = mark_of(prow)
         plan_cancel(j, id, me, mark)

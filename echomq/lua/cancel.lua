@@ -56,7 +56,7 @@ end
 
 if not exists then return redis.status_reply('UNKNOWN') end
 if redis.call('ZSCORE', dead, id) ~= false then return redis.status_reply('DEAD') end
-if redis.call('HEXISTS', row, 'payload') == 0 then
+if redis.call('HEXISTS', row, 'p') == 0 then
   if redis.call('HEXISTS', row, 'cancelled') == 1 then return redis.status_reply('CANCELLED') end
   return redis.status_reply('DONE')
 end

@@ -105,7 +105,7 @@ if mode == 'dedupe' then
 elseif mode == 'debounce' then
   local due = now + period_ms + delay_ms
   if holder and redis.call('ZSCORE', delayed, holder_id) and redis.call('EXISTS', holder) == 1 then
-    redis.call('HSET', holder, 'payload', ARGV[2])
+    redis.call('HSET', holder, 'p', ARGV[2])
     redis.call('ZADD', delayed, dec(due), holder_id)
     emit(events_key, 'debounced', holder_id, attempts_of(events_key, holder), now, 'due', dec(due))
     return redis.status_reply('DEBOUNCED')

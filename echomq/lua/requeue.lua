@@ -50,7 +50,7 @@ if move.lane then -- its group may be parked: read before the lane's job joins t
   if failure then return failure end
 end
 redis.call('ZREM', dead, id)
-redis.call('HSET', row, 'attempts', '0')
+redis.call('HSET', row, 'a', '0')
 redis.call('DEL', ended)
 if move.lane then
   push_lane(ring, move, 'RPUSH')

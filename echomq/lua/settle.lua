@@ -111,7 +111,7 @@ local function plan_release_lane(item)
   if failure then return failure end
   item.lane, item.lane_key = lane, base .. 'lane:' .. lane
   item.priority = row_priority(item.row)
-  item.at = int_field(redis.call('HGET', item.row, 'enqueued_at'), now)
+  item.at = int_field(redis.call('HGET', item.row, 't'), now)
   return nil
 end
 
@@ -120,12 +120,12 @@ end
 local function finish_release(item)
   redis.call('ZREM', active, item.id)
   release_lane_slot(base, item.row)
-  local attempts = int_field(redis.call('HGET', item.row, 'attempts'), 0)
-  redis.call('HSET', item.row, 'attempts', dec(math.max(attempts - 1, 0)))
+  local attempts = int_field(redis.call('HGET', item.row, 'a'), 0)
+  redis.call('HSET', item.row, 'a', dec(math.max(attempts - 1, 0)))
   if item.lane then
     push_lane(ring, item, 'LPUSH')
   else
-    local at = int_field(redis.call('HGET', item.row, 'enqueued_at'), now)
+    local at = int_field(redis.call('HGET', item.row, 't'), now)
     redis.call('ZADD', pending, dec(pending_score(row_priority(item.row), at)), item.id)
   end
   wake(wake_key, 1)
@@ -205,7 +205,7 @@ local verdicts = {}
 for n = 1, #items do
   local item = items[n]
   local verdict
-  local state = redis.call('HMGET', item.row, 'fence', 'cancel')
+  local state = redis.call('HMGET', item.row, 'f', 'cancel')
   if state[1] == false or int_field(state[1], 0) ~= item.fence
     or redis.call('ZSCORE', active, item.id) == false then
     if item.op ~= 'release' then

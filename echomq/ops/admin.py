@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from echomq.engine import rows as jobrow
 from echomq.engine.calls import ZSETS, QueueCalls, payload_bytes, text
 from echomq.engine.clients import is_cluster
 from echomq.engine.executors import executor_for
@@ -247,23 +248,26 @@ def _lanes_of(conn: Any, calls: QueueCalls, ring: list[Any],
     prio_times = [split_score(top[0][1])[1] for top in replies[3::4] if top]
     with conn.pipeline(transaction=False) as pipe:
         for job_id in heads:
-            pipe.hget(calls.key("job", job_id), "enqueued_at")
+            pipe.hget(calls.key("job", job_id), jobrow.ENQUEUED_AT)
         admitted = [int(at) for at in pipe.execute() if at is not None and text(at).isdigit()]
     return (shown_depths(names, per_group(counts), ring),
             min(admitted + prio_times, default=None))
 
 
 def inspect(conn: Any, name: str, job_id: str) -> dict[str, Any] | None:
-    """The row of ``job_id`` and where the job is (with its score there), or None."""
+    """The row of ``job_id`` (its fields under their full names: ``payload``, ``attempts``,
+    ``enqueued_at``, ``fence``, ...) and where the job is (with its score there), or None."""
     calls = QueueCalls(name)
     row = conn.hgetall(calls.key("job", job_id))
     if not row:
         return None
-    fields: dict[str, Any] = {shown(k): shown(v) for k, v in row.items() if shown(k) != "payload"}
-    if b"payload" in row or "payload" in row:
-        fields["payload"] = payload_bytes(row.get(b"payload", row.get("payload")))
-    if b"progress" in row or "progress" in row:
-        fields["progress"] = progress_of(payload_bytes(row.get(b"progress", row.get("progress"))))
+    named = {jobrow.FULL_NAMES.get(shown(k), shown(k)): v for k, v in row.items()}
+    fields: dict[str, Any] = {k: shown(v) for k, v in named.items() if k != "payload"}
+    if "payload" in named:
+        fields["payload"] = payload_bytes(named["payload"])
+    fields.setdefault("attempts", "0")  # a row never claimed has no a (docs/PROTOCOL.md)
+    if "progress" in named:
+        fields["progress"] = progress_of(payload_bytes(named["progress"]))
     where, score = _location(conn, calls, job_id, fields.get("lane"))
     ttl = conn.pttl(calls.key("job", job_id))
     return {"id": job_id, "state": where, "score": score, "fields": fields,
@@ -294,7 +298,8 @@ def dead_jobs(conn: Any, name: str, limit: int = 100, *, start: int = 0) -> list
     entries = conn.zrange(calls.key("dead"), start, start + limit - 1, withscores=True)
     with conn.pipeline(transaction=False) as pipe:
         for job_id, _ in entries:
-            pipe.hmget(calls.key("job", text(job_id)), "attempts", "error", "lane", "payload")
+            pipe.hmget(calls.key("job", text(job_id)), jobrow.ATTEMPTS, "error", "lane",
+                       jobrow.PAYLOAD)
         rows = pipe.execute()
     return [DeadJob(text(job_id), int(score), int(row[0] or 0),
                     readable_error(shown(row[1] or b"")),

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from echomq.engine import rows as jobrow
 from echomq.engine.calls import QueueCalls, outcome_of, payload_bytes, text
 from echomq.tasks.envelope import PayloadError, decode_envelope
 from echomq.tasks.workflow import leaves
@@ -32,7 +33,7 @@ def workflow_of(conn: Any, name: str, job_id: str) -> dict[str, Any] | None:
     parents by state with a sample, and its dependents as a tree."""
     calls = QueueCalls(name)
     row = calls.key("job", job_id)
-    payload, waits, policy = conn.hmget(row, "payload", "waits", "policy")
+    payload, waits, policy = conn.hmget(row, jobrow.PAYLOAD, "waits", "policy")
     [state] = states(conn, calls, [job_id])
     if state == "unknown":
         return None

@@ -70,7 +70,7 @@ def test_lane_job_never_lost_to_a_wrong_typed_parked(pair: Pair) -> None:
     """The script-only transitions that put a lane job in its lane read the parked groups: one
     of another type is refused before anything is written, never after the job left where it
     was."""
-    dead_lane_job = [["HSET", key("job"), "payload", "p", "attempts", "3", "lane", "a"],
+    dead_lane_job = [["HSET", key("job"), "p", "p", "a", "3", "lane", "a"],
                      ["ZADD", key("dead"), "5", "JOB:1"]]
     calls = [(REQUEUE, [5, *keys_for(BASE, REQUEUE, "JOB:1"), "JOB:1", NOW], dead_lane_job),
              (LANE_ENQUEUE, [4, *keys_for(BASE, LANE_ENQUEUE, "JOB:1", "a"), "JOB:1", "p", "a",

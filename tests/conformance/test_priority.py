@@ -94,4 +94,4 @@ def test_the_row_keeps_its_priority_only_when_not_zero(pair: Pair, case_id: str,
     for name, keys in after(pair, BY_ID[case_id]).items():
         row = dict(keys[b"job:JOB:1"][1])
         assert row.get(b"priority") == field, name
-        assert {b"payload", b"attempts", b"enqueued_at"} <= row.keys()
+        assert {b"p", b"t"} <= row.keys() and b"a" not in row  # no attempt yet: no a

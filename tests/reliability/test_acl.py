@@ -219,7 +219,7 @@ def test_a_hidden_events_stream_is_refused_alike(server: EmbeddedValkey, transit
                                 ["ZADD", f"{BASE}throttled", "5", "a"]]),
     ("prio-hidden", "ack", lane_lease() + parked("a", 1, 1)),
     ("prio-hidden", "settle-release", lane_lease()),
-    ("prio-hidden", "cancel", [["HSET", f"{BASE}job:JOB:1", "payload", "p", "attempts", "0",
+    ("prio-hidden", "cancel", [["HSET", f"{BASE}job:JOB:1", "p", "p", "a", "0",
                                 "lane", "a"], ["RPUSH", f"{BASE}lane:a", "JOB:1"]]),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_derived_keys_are_checked_alike(server: EmbeddedValkey, user: str, transition: str,
@@ -290,7 +290,7 @@ def test_lane_scripts_check_the_prio_zset(server: EmbeddedValkey) -> None:
         assert reply == NOPERM_KEY and admin.keys("*") == []
         admin.rpush(f"{base}ring", "g")
         admin.rpush(f"{base}lane:g", "JOB:1")
-        admin.hset(f"{base}job:JOB:1", mapping={"payload": "p", "attempts": "0", "lane": "g"})
+        admin.hset(f"{base}job:JOB:1", mapping={"p": "p", "a": "0", "lane": "g"})
         keys = keys_for(base, LANE_CLAIM)
         reply = conn.call("EVALSHA", script_for(LANE_CLAIM).sha, len(keys), *keys, 1000, "*")
         assert reply == NOPERM_KEY and admin.lrange(f"{base}lane:g", 0, -1) == [b"JOB:1"]

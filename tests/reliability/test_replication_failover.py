@@ -233,7 +233,7 @@ def test_failover_loses_no_confirmed_job(primary: EmbeddedValkey) -> None:
         redelivered = 0
         for job in crew.unconfirmed_acks:
             row = conn.hgetall(queues[0].key("job", job.id))
-            if row and b"payload" not in row and row.get(b"fence") == str(job.fence).encode():
+            if row and b"p" not in row and row.get(b"f") == str(job.fence).encode():
                 ledger.acked(job, in_doubt=True)
             else:
                 redelivered += 1  # still leased on the replica: run again (at least once)

@@ -167,8 +167,8 @@ class Crew:
             row = queue.conn.hgetall(queue.key("job", job.id))
             active = queue.conn.zscore(queue.key("active"), job.id)
             fields = {_text(k): _text(v) for k, v in row.items()}
-            return (active is None and bool(fields) and "payload" not in fields
-                    and fields.get("attempts") == str(job.attempt))
+            return (active is None and bool(fields) and "p" not in fields
+                    and fields.get("a") == str(job.attempt))
         return keep_trying(look, self.ledger, "look", self.deadline)
 
     def finish(self, timeout: float = 60.0) -> None:

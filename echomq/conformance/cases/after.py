@@ -46,7 +46,7 @@ def parent_of(job_id: str, *children: str, attempt: int = 1) -> list[Command]:
 
 def tombstone(job_id: str, *fields: Arg) -> list[Command]:
     """An acked job's row: no payload."""
-    return [row(job_id, "attempts", "1", "fence", "1", *fields)]
+    return [row(job_id, "a", "1", "f", "1", *fields)]
 
 
 def cancelled(job_id: str, retention: int = 60_000) -> list[Command]:
@@ -202,7 +202,7 @@ def hook_cases() -> Iterator[Case]:
                 [*waiting("JOB:1"), ["HSET", key("job"), "next", "JOB:5 JOB:6"],
                  *held("JOB:5", hold=False), *held("JOB:6", hold=False, policy="ignore")])
     yield _case("cancel", "hook-waiting-wrongtype", cancel, E_TYPE,
-                [row("JOB:1", "payload", b"p", "waits", "1"), ["SET", key("waiting"), "x"]])
+                [row("JOB:1", "p", b"p", "waits", "1"), ["SET", key("waiting"), "x"]])
     yield _case("cancel", "hook-leased-flags-only", cancel, b"+CANCELLING",
                 parent_of("JOB:1", "JOB:5") + held("JOB:5", hold=False))
 

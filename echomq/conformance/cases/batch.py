@@ -72,7 +72,7 @@ def settle_claim_cases() -> Iterator[Case]:
                 [["ZADD", key("pending"), "1", "JOB:g1", "2", "JOB:g2"]])
     yield _case("settle", "fence-counts-on", settle(count=2),
                 replied([], [job("JOB:1", 3, 42), job("JOB:2", 1, 43)]),
-                [row("JOB:1", "payload", "p", "attempts", "2"), ["ZADD", key("pending"), "1",
+                [row("JOB:1", "p", "p", "a", "2"), ["ZADD", key("pending"), "1",
                                                                   "JOB:1"],
                  *waiting("JOB:2", at=2), ["SET", key("fence"), "41"]])
     yield _case("settle", "fence-bad-when-claiming", settle(count=1), E_FENCE,
@@ -132,7 +132,7 @@ def settle_item_cases() -> Iterator[Case]:
                  *waiting("JOB:2")])
     yield _case("settle", "item-rows-of-another-queue-untouched", settle("ack", "JOB:1", 1),
                 replied([b"STALE"], []),
-                [row("JOB:1", "payload", "p", "attempts", "1", "fence", "1",
+                [row("JOB:1", "p", "p", "a", "1", "f", "1",
                      base="emq:{other}:"), ["ZADD", key("active", base="emq:{other}:"), "1",
                                             "JOB:1"]])
 
@@ -154,11 +154,11 @@ def settle_release_cases() -> Iterator[Case]:
                 replied([b"RELEASED"], []), leased("JOB:1", attempt=0, fence=3))
     yield _case("settle", "release-attempts-unreadable", settle("release", "JOB:1", 1),
                 replied([b"RELEASED"], []),
-                [row("JOB:1", "payload", "p", "attempts", "x", "fence", "1"),
+                [row("JOB:1", "p", "p", "a", "x", "f", "1"),
                  ["ZADD", key("active"), "1", "JOB:1"]])
     yield _case("settle", "release-without-enqueued-at-goes-to-now",
                 settle("release", "JOB:1", 1), replied([b"RELEASED"], []),
-                [row("JOB:1", "payload", "p", "attempts", "2", "fence", "1"),
+                [row("JOB:1", "p", "p", "a", "2", "f", "1"),
                  ["ZADD", key("active"), "1", "JOB:1"], *waiting("JOB:2", at=NOW + 1)])
     yield _case("settle", "release-lane-jobs", settle(
         "release", "JOB:a1", 1, "release", "JOB:b1", 1), replied([b"RELEASED", b"RELEASED"], []),

@@ -30,7 +30,7 @@ ENDED = key("ended:JOB:1")
 
 def in_lane(job_id: str, group: str = "a", *others: str) -> list[Command]:
     """A lane job waiting in its group's lane (behind ``others``), its group in the ring."""
-    return [row(job_id, "payload", b"p", "attempts", "0", "enqueued_at", str(NOW - 5),
+    return [row(job_id, "p", b"p", "a", "0", "t", str(NOW - 5),
                 "lane", group),
             ["RPUSH", key(f"lane:{group}"), *others, job_id], ["RPUSH", key("ring"), group]]
 
@@ -45,7 +45,7 @@ def flagged(job_id: str = "JOB:1", retention: str = "5000", *, attempt: int = 1,
 
 def cancelled(job_id: str = "JOB:1") -> list[Command]:
     """A cancelled tombstone."""
-    return [row(job_id, "attempts", "0", "enqueued_at", "5", "cancel", "5000", "cancelled", "7"),
+    return [row(job_id, "a", "0", "t", "5", "cancel", "5000", "cancelled", "7"),
             ["PEXPIRE", key("job", job_id), "100000"]]
 
 
@@ -62,9 +62,9 @@ def cancel_cases() -> Iterator[Case]:
                 [*in_lane("JOB:1", "a", "JOB:0"), ["RPUSH", key("lane:a"), "JOB:2"]])
     yield _case(name, "alone-in-its-lane", _argv(name), b"+CANCELLED", in_lane("JOB:1"))
     yield _case(name, "lane-job-not-in-its-lane", _argv(name), b"+CANCELLED",
-                [row("JOB:1", "payload", b"p", "attempts", "0", "lane", "a")])
+                [row("JOB:1", "p", b"p", "a", "0", "lane", "a")])
     yield _case(name, "in-no-set", _argv(name), b"+CANCELLED",
-                [row("JOB:1", "payload", b"p", "attempts", "2", "fence", "4")])
+                [row("JOB:1", "p", b"p", "a", "2", "f", "4")])
     yield _case(name, "leased", _argv(name), b"+CANCELLING", leased("JOB:1"))
     yield _case(name, "leased-no-retention", _argv(name, retention_ms=0), b"+CANCELLING",
                 leased("JOB:1"))
@@ -73,10 +73,10 @@ def cancel_cases() -> Iterator[Case]:
     yield _case(name, "already-flagged", _argv(name), b"+CANCELLING", flagged())
     yield _case(name, "already-cancelled", _argv(name), b"+CANCELLED", cancelled())
     yield _case(name, "done", _argv(name), b"+DONE",
-                [row("JOB:1", "attempts", "1", "fence", "1", "result", "r"),
+                [row("JOB:1", "a", "1", "f", "1", "result", "r"),
                  ["PEXPIRE", key("job"), "100000"]])
     yield _case(name, "dead", _argv(name), b"+DEAD",
-                [row("JOB:1", "payload", "p", "attempts", "5", "error", "e"),
+                [row("JOB:1", "p", "p", "a", "5", "error", "e"),
                  ["ZADD", key("dead"), "9", "JOB:1"], ["RPUSH", ENDED, "1"]])
     yield _case(name, "unknown", _argv(name), b"+UNKNOWN")
     yield _case(name, "unknown-with-a-token", _argv(name), b"+UNKNOWN", [["RPUSH", ENDED, "1"]])
@@ -105,9 +105,9 @@ def settlement_cases() -> Iterator[Case]:
         yield _case(name, "flagged-ended-wrongtype-when-stale", _argv(name, fence=2), E_TYPE,
                     [*flagged(), ["SET", ENDED, "x"]])
         yield _case(name, "replay-of-a-cancelled-end", _argv(name), b"+CANCELLED",
-                    [*cancelled(), ["HSET", key("job"), "fence", "1"]])
+                    [*cancelled(), ["HSET", key("job"), "f", "1"]])
         yield _case(name, "other-fence-of-a-cancelled-end", _argv(name, fence=2), b"+STALE",
-                    [*cancelled(), ["HSET", key("job"), "fence", "1"]])
+                    [*cancelled(), ["HSET", key("job"), "f", "1"]])
     yield _case("retry", "flagged-at-its-last-attempt", _argv("retry", max_attempts=1),
                 b"+CANCELLED", flagged(attempt=3, fence=1))
     yield _case("ack", "unflagged-ended-wrongtype", _argv("ack"), b"+ACKED",
@@ -138,7 +138,7 @@ def settle_cases() -> Iterator[Case]:
         yield _case("settle", f"{op}-flagged-ended-wrongtype", settle(op, "JOB:1", 1, *tail),
                     E_TYPE, [*flagged(), ["SET", ENDED, "x"]])
     yield _case("settle", "release-replay-of-a-cancelled-end", settle("release", "JOB:1", 1),
-                replied([b"CANCELLED"], []), [*cancelled(), ["HSET", key("job"), "fence", "1"]])
+                replied([b"CANCELLED"], []), [*cancelled(), ["HSET", key("job"), "f", "1"]])
     yield _case("settle", "flagged-beside-others",
                 settle("ack", "JOB:2", 1, "ack", "JOB:1", 1, "retry", "JOB:4", 1, 0, 1, b"e"),
                 replied([b"ACKED", b"CANCELLED", b"DEAD"], []),
@@ -162,14 +162,14 @@ def derived_cases() -> Iterator[Case]:
     job's lane."""
     name = "cancel"
     for label, ready in (("pending", waiting("JOB:1")), ("unknown", []),
-                         ("dead", [row("JOB:1", "payload", "p"),
+                         ("dead", [row("JOB:1", "p", "p"),
                                    ["ZADD", key("dead"), "9", "JOB:1"]])):
         yield _case(name, f"ended-wrongtype-{label}", _argv(name), E_TYPE,
                     [*ready, ["SET", ENDED, "x"]])
     yield _case(name, "ended-wrongtype-hash", _argv(name), E_TYPE,
                 [*leased("JOB:1"), ["HSET", ENDED, "f", "v"]])
     yield _case(name, "lane-wrongtype", _argv(name), E_TYPE,
-                [row("JOB:1", "payload", b"p", "lane", "a"), ["SET", key("lane:a"), "x"]])
+                [row("JOB:1", "p", b"p", "lane", "a"), ["SET", key("lane:a"), "x"]])
     yield _case(name, "lane-wrongtype-when-leased", _argv(name), E_TYPE,
                 [*leased("JOB:1", lane="a"), ["ZADD", key("lane:a"), "1", "x"]])
     yield _case(name, "ended-before-lane", _argv(name), E_TYPE,

@@ -69,7 +69,7 @@ def row(job_id: str, *fields: Arg, base: str = BASE) -> list[Arg]:
 
 def waiting(job_id: str, at: int = NOW, payload: Arg = b"p") -> list[Command]:
     """A flat job enqueued at ``at``, not yet claimed."""
-    return [row(job_id, "payload", payload, "attempts", "0", "enqueued_at", str(at)),
+    return [row(job_id, "p", payload, "a", "0", "t", str(at)),
             ["ZADD", key("pending"), str(at), job_id]]
 
 
@@ -77,15 +77,15 @@ def leased(job_id: str, attempt: int = 1, deadline: int = NOW + 30_000,
            lane: str | None = None, fence: int | None = None) -> list[Command]:
     """A job under its ``attempt``-th lease, fenced ``fence`` (default: ``attempt``), until
     ``deadline`` (a lane job if ``lane``)."""
-    fields: list[Arg] = ["payload", b"p", "attempts", str(attempt), "enqueued_at", str(NOW - 5),
-                         "fence", str(attempt if fence is None else fence)]
+    fields: list[Arg] = ["p", b"p", "a", str(attempt), "t", str(NOW - 5),
+                         "f", str(attempt if fence is None else fence)]
     if lane is not None:
         fields += ["lane", lane]
     return [row(job_id, *fields), ["ZADD", key("active"), str(deadline), job_id]]
 
 
 def delayed(job_id: str, due: int, lane: str | None = None) -> list[Command]:
-    fields: list[Arg] = ["payload", b"p", "attempts", "1", "enqueued_at", str(NOW - 5)]
+    fields: list[Arg] = ["p", b"p", "a", "1", "t", str(NOW - 5)]
     if lane is not None:
         fields += ["lane", lane]
     return [row(job_id, *fields), ["ZADD", key("delayed"), str(due), job_id]]
@@ -93,7 +93,7 @@ def delayed(job_id: str, due: int, lane: str | None = None) -> list[Command]:
 
 def dead(job_id: str, died: int) -> list[Command]:
     """A job that died at ``died``, its ended key holding its token."""
-    return [row(job_id, "payload", b"p", "attempts", "3", "enqueued_at", str(NOW - 50),
+    return [row(job_id, "p", b"p", "a", "3", "t", str(NOW - 50),
                 "error", b"boom"),
             ["ZADD", key("dead"), str(died), job_id], ["RPUSH", f"{BASE}ended:{job_id}", "1"]]
 
@@ -157,7 +157,7 @@ def held(job_id: str, at: int = NOW - 10, waits: int = 1, hold: bool = True,
          policy: str | None = None, priority: int = 0) -> list[Command]:
     """A job admitted by enqueue_after at ``at``, waiting for ``waits`` (its open hold counted
     while ``hold``)."""
-    fields: list[Arg] = ["payload", b"p", "attempts", "0", "enqueued_at", str(at)]
+    fields: list[Arg] = ["p", b"p", "a", "0", "t", str(at)]
     if priority:
         fields += ["priority", str(priority)]
     fields += ["waits", str(waits)]

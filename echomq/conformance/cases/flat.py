@@ -38,10 +38,10 @@ def enqueue_cases() -> Iterator[Case]:
     yield _case("enqueue", "duplicate-live", _argv("enqueue", payload=b"new"), b"+DUPLICATE",
                 waiting("JOB:1", payload=b"old"))
     yield _case("enqueue", "duplicate-tombstone", _argv("enqueue"), b"+DUPLICATE",
-                [row("JOB:1", "attempts", "1", "enqueued_at", "5"),
+                [row("JOB:1", "a", "1", "t", "5"),
                  ["PEXPIRE", key("job"), "100000"]])
     yield _case("enqueue", "duplicate-dead", _argv("enqueue"), b"+DUPLICATE",
-                [row("JOB:1", "payload", "p", "attempts", "5", "enqueued_at", "5"),
+                [row("JOB:1", "p", "p", "a", "5", "t", "5"),
                  ["ZADD", key("dead"), "9", "JOB:1"]])
     yield _case("enqueue", "wake-full", _argv("enqueue"), b"+ENQUEUED",
                 [["RPUSH", key("wake"), *(["1"] * 64)]])
@@ -64,10 +64,10 @@ def enqueue_delayed_cases() -> Iterator[Case]:
     yield _case(name, "duplicate-delayed", _argv(name, delay_ms=1), b"+DUPLICATE",
                 delayed("JOB:1", due=NOW + 5))
     yield _case(name, "duplicate-tombstone", _argv(name), b"+DUPLICATE",
-                [row("JOB:1", "attempts", "1", "enqueued_at", "5", "result", "r"),
+                [row("JOB:1", "a", "1", "t", "5", "result", "r"),
                  ["PEXPIRE", key("job"), "100000"]])
     yield _case(name, "duplicate-dead", _argv(name), b"+DUPLICATE",
-                [row("JOB:1", "payload", "p", "attempts", "5", "enqueued_at", "5"),
+                [row("JOB:1", "p", "p", "a", "5", "t", "5"),
                  ["ZADD", key("dead"), "9", "JOB:1"]])
     yield _case(name, "after-others", _argv(name), b"+ENQUEUED",
                 delayed("JOB:0", due=NOW + 5_000) + delayed("JOB:2", due=NOW + 1))
@@ -103,7 +103,7 @@ def ack_result_cases() -> Iterator[Case]:
     yield _case(name, "result-replaced", _argv(name), b"+ACKED",
                 [*leased("JOB:1"), ["HSET", key("job"), "result", "old"]])
     yield _case(name, "row-without-payload", _argv(name), b"+ACKED",
-                [row("JOB:1", "attempts", "1", "fence", "1"),
+                [row("JOB:1", "a", "1", "f", "1"),
                  ["ZADD", key("active"), "1", "JOB:1"]])
 
 
@@ -139,17 +139,17 @@ def claim_cases() -> Iterator[Case]:
                 [["ZADD", key("pending"), "1", "JOB:s"], ["SET", key("job", "JOB:s"), "x"],
                  *waiting("JOB:2")])
     yield _case("claim", "attempts-not-a-number", list(GOOD["claim"]), b"*4",
-                [row("JOB:1", "payload", "p", "attempts", "x1"), ["ZADD", key("pending"), "1",
+                [row("JOB:1", "p", "p", "a", "x1"), ["ZADD", key("pending"), "1",
                                                                    "JOB:1"]])
     yield _case("claim", "row-without-payload", list(GOOD["claim"]), b"*4",
-                [row("JOB:1", "attempts", "4"), ["ZADD", key("pending"), "1", "JOB:1"]])
+                [row("JOB:1", "a", "4"), ["ZADD", key("pending"), "1", "JOB:1"]])
     yield _case("claim", "binary-payload", list(GOOD["claim"]), b"*4",
                 waiting("JOB:1", payload=b"\x00\r\n*1\r\n"))
     yield _case("claim", "max-lease-and-now",
                 [3, key("pending"), key("active"), key("fence"), MAXINT, MAXINT], b"*4",
                 waiting("JOB:1"))
     yield _case("claim", "second-attempt", list(GOOD["claim"]), b"*4",
-                [row("JOB:1", "payload", "p", "attempts", "2"),
+                [row("JOB:1", "p", "p", "a", "2"),
                  ["ZADD", key("pending"), "1", "JOB:1"]])
     yield from fence_counter_cases("claim", list(GOOD["claim"]), waiting("JOB:1"),
                                    b"*4\r\n$5\r\nJOB:1\r\n$1\r\np\r\n:1\r\n")
@@ -190,12 +190,12 @@ def fenced_cases(name: str, ok: bytes) -> Iterator[Case]:
     yield _case(name, "attempt-is-not-the-fence", _argv(name, fence=1), b"+STALE",
                 leased("JOB:1", attempt=1, fence=9))
     yield _case(name, "row-without-fence", _argv(name), b"+STALE",
-                [row("JOB:1", "payload", "p", "attempts", "1"),
+                [row("JOB:1", "p", "p", "a", "1"),
                  ["ZADD", key("active"), "1", "JOB:1"]])
     yield _case(name, "fence-not-a-number", _argv(name), b"+STALE",
-                [*leased("JOB:1"), ["HSET", key("job"), "fence", "1x"]])
+                [*leased("JOB:1"), ["HSET", key("job"), "f", "1x"]])
     yield _case(name, "not-in-active", _argv(name), b"+STALE",
-                [row("JOB:1", "payload", "p", "attempts", "1", "fence", "1")])
+                [row("JOB:1", "p", "p", "a", "1", "f", "1")])
     yield _case(name, "row-gone", _argv(name), b"+STALE",
                 [["ZADD", key("active"), "1", "JOB:1"]])
     yield _case(name, "no-such-job", _argv(name), b"+STALE")
@@ -212,7 +212,7 @@ def ack_cases() -> Iterator[Case]:
     yield _case("ack", "no-retention", _argv("ack", retention_ms=0), b"+ACKED", leased("JOB:1"))
     yield _case("ack", "tombstone", _argv("ack", retention_ms=5_000), b"+ACKED", leased("JOB:1"))
     yield _case("ack", "tombstone-without-payload", _argv("ack"), b"+ACKED",
-                [row("JOB:1", "attempts", "1", "fence", "1"),
+                [row("JOB:1", "a", "1", "f", "1"),
                  ["ZADD", key("active"), "1", "JOB:1"]])
 
 
@@ -225,7 +225,7 @@ def retry_cases() -> Iterator[Case]:
     yield _case("retry", "below-max-whatever-the-fence", _argv("retry", fence=40), b"+RETRYING",
                 leased("JOB:1", attempt=2, fence=40))
     yield _case("retry", "attempts-not-a-number", _argv("retry"), b"+RETRYING",
-                [*leased("JOB:1"), ["HSET", key("job"), "attempts", "x"]])
+                [*leased("JOB:1"), ["HSET", key("job"), "a", "x"]])
     yield _case("retry", "max-one", _argv("retry", max_attempts=1), b"+DEAD", leased("JOB:1"))
     yield _case("retry", "no-delay", _argv("retry", delay_ms=0), b"+RETRYING", leased("JOB:1"))
     yield _case("retry", "binary-error", _argv("retry", error=b"\x00\xff\r\n"), b"+RETRYING",
@@ -271,10 +271,10 @@ def progress_cases() -> Iterator[Case]:
     yield _case(name, "size-before-types", _argv(name, progress=PROGRESS_OVER_CAP),
                 E_PROGRESS_SIZE, [["SET", key("active"), "x"]])
     yield _case(name, "tombstone-is-stale", _argv(name), b"+STALE",
-                [row("JOB:1", "attempts", "1", "fence", "1", "progress", "kept"),
+                [row("JOB:1", "a", "1", "f", "1", "progress", "kept"),
                  ["PEXPIRE", key("job"), "100000"]])
     yield _case(name, "dead-is-stale", _argv(name), b"+STALE",
-                [row("JOB:1", "payload", "p", "attempts", "3", "fence", "1"),
+                [row("JOB:1", "p", "p", "a", "3", "f", "1"),
                  ["ZADD", key("dead"), "9", "JOB:1"]])
 
 
@@ -311,10 +311,10 @@ def recover_cases() -> Iterator[Case]:
     yield from mover_cases("recover", "active")
     yield from spent_cases()
     yield _case("recover", "no-enqueued-at", _argv("recover"), b":1",
-                [row("JOB:1", "payload", "p", "attempts", "1"),
+                [row("JOB:1", "p", "p", "a", "1"),
                  ["ZADD", key("active"), "5", "JOB:1"]])
     yield _case("recover", "bad-enqueued-at", _argv("recover"), b":1",
-                [row("JOB:1", "payload", "p", "attempts", "1", "enqueued_at", "-4"),
+                [row("JOB:1", "p", "p", "a", "1", "t", "-4"),
                  ["ZADD", key("active"), "5", "JOB:1"]])
 
 
@@ -357,5 +357,5 @@ def spent_cases() -> Iterator[Case]:
 def promote_cases() -> Iterator[Case]:
     yield from mover_cases("promote", "delayed")
     yield _case("promote", "odd-scores", _argv("promote"), b":2",
-                [row("JOB:1", "attempts", "1"), row("JOB:2", "attempts", "1"),
+                [row("JOB:1", "a", "1"), row("JOB:2", "a", "1"),
                  ["ZADD", key("delayed"), "-inf", "JOB:1", "1.5", "JOB:2"]])

@@ -33,7 +33,7 @@ def prioritised(job_id: str, priority: str, group: str = "a") -> list[Command]:
 
 def in_prio(job_id: str, score: int, group: str = "a") -> list[Command]:
     """A prioritised lane job waiting in its group's prio zset, its group in the ring."""
-    return [["HSET", key("job", job_id), "payload", "p", "attempts", "0", "enqueued_at",
+    return [["HSET", key("job", job_id), "p", "p", "a", "0", "t",
              str(NOW - 50), "lane", group, "priority", "9"],
             ["ZADD", key(f"prio:{group}"), str(score), job_id]]
 
@@ -83,7 +83,7 @@ def put_back_cases() -> Iterator[Case]:
                 [*delayed("JOB:1", BAND + 5, "a"), *prioritised("JOB:1", "3")])
     yield _case("recover", "lane-prio-enqueued-clamped", _argv("recover", now=INT_MAX), b":1",
                 [*leased("JOB:1", deadline=1, lane="a"), *prioritised("JOB:1", "-2"),
-                 ["HSET", key("job"), "enqueued_at", str(INT_MAX)]])
+                 ["HSET", key("job"), "t", str(INT_MAX)]])
 
 
 def emptiness_cases() -> Iterator[Case]:
@@ -133,7 +133,7 @@ def cancel_prio_cases() -> Iterator[Case]:
                 [*in_prio("JOB:1", -BAND), ["RPUSH", key("lane:a"), "JOB:7"],
                  ["RPUSH", key("ring"), "a"]])
     yield _case("cancel", "lane-list-job-prio-left", _argv("cancel"), b"+CANCELLED",
-                [["HSET", key("job"), "payload", "p", "attempts", "0", "enqueued_at", str(NOW),
+                [["HSET", key("job"), "p", "p", "a", "0", "t", str(NOW),
                   "lane", "a"], ["RPUSH", key("lane:a"), "JOB:1"], *in_prio("JOB:7", BAND),
                  ["RPUSH", key("ring"), "a"]])
     yield _case("cancel", "lane-prio-job-no-retention", _argv("cancel", retention_ms=0),

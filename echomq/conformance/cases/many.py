@@ -78,7 +78,7 @@ def duplicate_cases() -> Iterator[Case]:
     yield _case(NAME, "existing-lease", many("JOB:2", b"b", 0, 0, "JOB:1", b"a", 0, 0),
                 verdicts(ENQ, DUP), leased("JOB:1"))
     yield _case(NAME, "existing-tombstone", many("JOB:1", b"a", 0, 0),
-                verdicts(DUP), [row("JOB:1", "attempts", "1", "enqueued_at", str(NOW - 9))])
+                verdicts(DUP), [row("JOB:1", "a", "1", "t", str(NOW - 9))])
     yield _case(NAME, "all-duplicates", many("JOB:1", b"a", 0, 0, "JOB:1", b"a", 0, 0),
                 verdicts(DUP, DUP), waiting("JOB:1"))
 

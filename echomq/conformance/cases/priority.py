@@ -42,7 +42,7 @@ BAD_PRIORITIES: list[tuple[str, Arg]] = [
 
 def ranked(job_id: str, priority: int, at: int = NOW) -> list[Command]:
     """A flat job of ``priority`` enqueued at ``at``, not yet claimed (the field only if not 0)."""
-    fields: list[Arg] = ["payload", b"p", "attempts", "0", "enqueued_at", str(at)]
+    fields: list[Arg] = ["p", b"p", "a", "0", "t", str(at)]
     if priority:
         fields += ["priority", str(priority)]
     return [row(job_id, *fields), ["ZADD", key("pending"), str(score(priority, at)), job_id]]
@@ -51,13 +51,13 @@ def ranked(job_id: str, priority: int, at: int = NOW) -> list[Command]:
 def leased_at(job_id: str, priority: Arg, deadline: int = NOW - 1,
               enqueued_at: Arg = NOW - 5) -> list[Command]:
     """A job under its first lease until ``deadline``, its row's priority field ``priority``."""
-    return [row(job_id, "payload", b"p", "attempts", "1", "enqueued_at", enqueued_at, "fence", "1",
+    return [row(job_id, "p", b"p", "a", "1", "t", enqueued_at, "f", "1",
                 "priority", priority),
             ["ZADD", key("active"), str(deadline), job_id]]
 
 
 def delayed_at(job_id: str, priority: Arg, due: int) -> list[Command]:
-    return [row(job_id, "payload", b"p", "attempts", "1", "enqueued_at", str(NOW - 5),
+    return [row(job_id, "p", b"p", "a", "1", "t", str(NOW - 5),
                 "priority", priority),
             ["ZADD", key("delayed"), str(due), job_id]]
 
@@ -138,13 +138,13 @@ def return_cases() -> Iterator[Case]:
                 leased_at("JOB:1", "0", enqueued_at=MAXINT)
                 + leased_at("JOB:2", "5", deadline=NOW, enqueued_at=MAXINT))
     yield _case("recover", "priority-no-enqueued-at", _argv("recover"), b":1",
-                [row("JOB:1", "payload", "p", "attempts", "1", "priority", "3"),
+                [row("JOB:1", "p", "p", "a", "1", "priority", "3"),
                  ["ZADD", key("active"), "5", "JOB:1"]])
     yield _case("promote", "priority-negative-due", _argv("promote"), b":1",
                 delayed_at("JOB:1", "3", -5))
     yield _case("promote", "priority-due-past-the-cap", _argv("promote", now=MAXINT), b":2",
                 delayed_at("JOB:1", "5", TIME_CAP + 5) + delayed_at("JOB:2", "0", TIME_CAP + 1))
     yield _case("promote", "priority-odd-scores", _argv("promote"), b":2",
-                [row("JOB:1", "attempts", "1", "priority", "2"),
-                 row("JOB:2", "attempts", "1", "priority", "-2"),
+                [row("JOB:1", "a", "1", "priority", "2"),
+                 row("JOB:2", "a", "1", "priority", "-2"),
                  ["ZADD", key("delayed"), "-inf", "JOB:1", "1.5", "JOB:2"]])

@@ -134,7 +134,7 @@ def settle_record_cases() -> Iterator[Case]:
                 [*held, recorded("JOB:1 5 JOB:2")])
     yield _case("settle", "record-attempt-is-the-rows", settle(),
                 replied([], [job("JOB:1", 3, 5)]),
-                [row("JOB:1", "payload", b"p", "attempts", "3", "fence", "5"),
+                [row("JOB:1", "p", b"p", "a", "3", "f", "5"),
                  ["ZADD", key("active"), str(NOW + 30_000), "JOB:1"], recorded("JOB:1 5")])
 
 

@@ -21,10 +21,10 @@ from echomq.conformance.cases.common import (
 )
 
 # What the first ack of lease (JOB:1, 1) left: a tombstone at fence 1, expiring.
-ACKED: list[Command] = [row("JOB:1", "attempts", "1", "enqueued_at", str(NOW - 5), "fence", "1"),
+ACKED: list[Command] = [row("JOB:1", "a", "1", "t", str(NOW - 5), "f", "1"),
                         ["PEXPIRE", key("job"), "60000"]]
 ACKED_WITH_RESULT: list[Command] = [*ACKED, ["HSET", key("job"), "result", "r"]]
-RETRIED_FIELDS = ("payload", "p", "attempts", "1", "enqueued_at", str(NOW - 5), "fence", "1")
+RETRIED_FIELDS = ("p", "p", "a", "1", "t", str(NOW - 5), "f", "1")
 
 
 def retried(where: str, error: str = "boom") -> list[Command]:
@@ -51,7 +51,7 @@ def single_verb_cases() -> Iterator[Case]:
     yield _case("retry", "replay-of-a-retry-to-dead", _argv("retry"), b"+DEAD",
                 retried("dead"))
     yield _case("retry", "replay-of-a-retry-to-dead-without-payload", _argv("retry"), b"+STALE",
-                [*retried("dead"), ["HDEL", key("job"), "payload"]])
+                [*retried("dead"), ["HDEL", key("job"), "p"]])
     yield _case("retry", "replay-other-error", _argv("retry"), b"+STALE",
                 retried("delayed", "other"))
     yield _case("retry", "replay-other-fence", _argv("retry", fence=2), b"+STALE",

@@ -28,7 +28,7 @@ class FlatTransitions(Records, Joins):
         job_id, payload = call.args[0], call.args[1]
         if row in self.keys:
             return status("DUPLICATE")
-        fields = {b"payload": payload, b"attempts": b"0", b"enqueued_at": dec(call.numbers["now"])}
+        fields = {b"p": payload, b"t": dec(call.numbers["now"])}
         if priority_of(call):
             fields[b"priority"] = dec(priority_of(call))
         self.keys[row] = Value(b"hash", fields)
@@ -65,7 +65,7 @@ class FlatTransitions(Records, Joins):
             self.emit("claimed", member, attempt, fence=fence)
             self.write_record(call, [(member, fence)])
             note_queue_limits(self, call.base, limits, active, pending, 1)
-            payload = self.hget(row, b"payload") or b""
+            payload = self.hget(row, b"p") or b""
             return (b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt)
                     + integer(fence))
         note_queue_limits(self, call.base, limits, active, pending, 0)
@@ -74,12 +74,12 @@ class FlatTransitions(Records, Joins):
     def lease(self, call: Call, row: bytes, member: bytes, active: bytes,
               counter: bytes) -> tuple[int, int]:
         """Counts the attempt and takes the queue's next fence (SET: any TTL goes)."""
-        attempt = int_field(self.hget(row, b"attempts"), 0) + 1
+        attempt = int_field(self.hget(row, b"a"), 0) + 1
         fence = call.numbers["last_fence"] + 1
         self.keys[counter] = Value(b"string", dec(fence))
         fields = self.keys.setdefault(row, Value(b"hash", {})).data
-        fields[b"attempts"] = dec(attempt)
-        fields[b"fence"] = dec(fence)
+        fields[b"a"] = dec(attempt)
+        fields[b"f"] = dec(fence)
         self.zadd(active, call.numbers["now"] + call.numbers["lease_ms"], member)
         return attempt, fence
 
@@ -137,7 +137,7 @@ class FlatTransitions(Records, Joins):
             value = self.keys[row]
             if result is not None:
                 value.data[b"result"] = result
-            value.data.pop(b"payload", None)
+            value.data.pop(b"p", None)
             value.expires = True
             self._drop_empty(row)
             if result is not None:
@@ -155,7 +155,7 @@ class FlatTransitions(Records, Joins):
         j, span = Join(call.base, number["now"]), None
         if self.flagged(row):
             span = self.plan_end(j, job_id, row, "cancelled", mark=self.mark_of(row))
-        elif int_field(self.hget(row, b"attempts"), 0) >= number["max_attempts"]:
+        elif int_field(self.hget(row, b"a"), 0) >= number["max_attempts"]:
             span = self.plan_end(j, job_id, row, "dead", call.args[4])
         if j.failed:
             return error(E_TYPE)
@@ -174,7 +174,7 @@ class FlatTransitions(Records, Joins):
         self.zrem(active, item.id)
         self.release_queue_slot(active[:-len(b"active")])
         self.keys[row].data[b"error"] = item.error
-        attempts = int_field(self.hget(row, b"attempts"), 0)
+        attempts = int_field(self.hget(row, b"a"), 0)
         if attempts >= item.max_attempts:
             self.zadd(dead, now, item.id)
             self.mark_ended(row, item.id, None)

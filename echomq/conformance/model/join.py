@@ -201,7 +201,7 @@ class Joins(State):
 
     def _step_release(self, j: Join, step: Step) -> None:
         attempt = self.attempts_of(step.row)
-        at = j.now if j.now is not None else int_field(self.hget(step.row, b"enqueued_at"), 0)
+        at = j.now if j.now is not None else int_field(self.hget(step.row, b"t"), 0)
         self._leave_waiting(j, step)
         p = row_priority(self.hget(step.row, b"priority"))
         self.zadd(j.base + b"pending", pending_score(p, at), step.id)
@@ -235,7 +235,7 @@ class Joins(State):
         if row in self.keys:
             return status("DUPLICATE")
         now, priority = call.numbers["now"], call.numbers.get("priority", 0)
-        fields = {b"payload": payload, b"attempts": b"0", b"enqueued_at": dec(now)}
+        fields = {b"p": payload, b"t": dec(now)}
         if priority:
             fields[b"priority"] = dec(priority)
         fields[b"waits"], fields[b"hold"] = b"1", b"1"
@@ -263,7 +263,7 @@ class Joins(State):
             self.plan_fail(j, job_id, me, text)
             self.plan_end(j, job_id, row, "dead", text)
             return "DEAD"
-        if self.hget(prow, b"payload") is None:
+        if self.hget(prow, b"p") is None:
             if self.hget(prow, b"cancelled") is None:
                 return None
             mark = self.mark_of(prow)

@@ -22,7 +22,7 @@ class ManyEnqueue(FlatTransitions):
             if row in self.keys:
                 verdicts.append(status("DUPLICATE"))
                 continue
-            fields = {b"payload": job.payload, b"attempts": b"0", b"enqueued_at": dec(now)}
+            fields = {b"p": job.payload, b"t": dec(now)}
             if job.priority:
                 fields[b"priority"] = dec(job.priority)
             self.keys[row] = Value(b"hash", fields)

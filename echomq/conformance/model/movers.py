@@ -40,11 +40,11 @@ class Movers(Joins):
         ended_ok = self.list_or_none(base + b"ended:" + member)
         if max_attempts is not None and self.flagged(row):
             return Move(member, row, score, cancelled=True) if ended_ok else error(E_TYPE)
-        attempts = int_field(self.hget(row, b"attempts"), 0)
+        attempts = int_field(self.hget(row, b"a"), 0)
         if max_attempts is not None and attempts >= max_attempts:
             return Move(member, row, score, spent=attempts) if ended_ok else error(E_TYPE)
         at = max(score, 0) if fallback is None \
-            else int_field(self.hget(row, b"enqueued_at"), fallback)
+            else int_field(self.hget(row, b"t"), fallback)
         move = self.lane_move(base, member, score, at)
         if move is None:
             return error(E_TYPE)
@@ -130,7 +130,7 @@ class Movers(Joins):
                                                                                      b"hash"):
             return error(E_TYPE)
         self.zrem(dead, job_id)
-        self.keys[row].data[b"attempts"] = b"0"
+        self.keys[row].data[b"a"] = b"0"
         self.keys.pop(call.base + b"ended:" + job_id, None)
         self.put_back(call.base, ring, pending, plan[0][0], head=False)
         self.wake(wake_key, 1)

@@ -77,8 +77,8 @@ class Records(State):
         for job_id, fence in call.recorded or ():
             row = call.base + b"job:" + job_id
             if self.is_current(active, row, job_id, fence):
-                attempt = int_field(self.hget(row, b"attempts"), 0)
-                jobs.append(b"*4\r\n" + bulk(job_id) + bulk(self.hget(row, b"payload") or b"")
+                attempt = int_field(self.hget(row, b"a"), 0)
+                jobs.append(b"*4\r\n" + bulk(job_id) + bulk(self.hget(row, b"p") or b"")
                             + integer(attempt) + integer(fence))
         return jobs
 

@@ -123,7 +123,7 @@ class State:
 
     def attempts_of(self, row: bytes) -> int:
         """The attempts a row counts (no row, absent or not a count: 0)."""
-        return int_field(self.hget(row, b"attempts"), 0) if self.kind(row) == b"hash" else 0
+        return int_field(self.hget(row, b"a"), 0) if self.kind(row) == b"hash" else 0
 
     def _drop_empty(self, key: bytes) -> None:
         value = self.keys.get(key)
@@ -193,7 +193,7 @@ class State:
             return False
         if self.kind(row) != b"hash":
             return False
-        return int_field(self.hget(row, b"fence"), 0) == fence
+        return int_field(self.hget(row, b"f"), 0) == fence
 
     def replayed(self, row: bytes, fence: int, error: bytes | None = None,
                  dead: bytes = b"", job_id: bytes = b"") -> str:
@@ -204,9 +204,9 @@ class State:
         Else STALE."""
         if self.cancelled_at(row, fence):
             return "CANCELLED"
-        if self.kind(row) != b"hash" or int_field(self.hget(row, b"fence"), 0) != fence:
+        if self.kind(row) != b"hash" or int_field(self.hget(row, b"f"), 0) != fence:
             return "STALE"
-        has_payload = self.hget(row, b"payload") is not None
+        has_payload = self.hget(row, b"p") is not None
         if error is None:
             return "STALE" if has_payload or not self.keys[row].expires else "ACKED"
         if not has_payload or self.hget(row, b"error") != error:
@@ -220,8 +220,8 @@ class State:
 
     def cancelled_at(self, row: bytes, fence: int) -> bool:
         """The row is a cancelled tombstone (no payload, the cancel mark) at ``fence``."""
-        return (self.kind(row) == b"hash" and int_field(self.hget(row, b"fence"), 0) == fence
-                and self.hget(row, b"payload") is None
+        return (self.kind(row) == b"hash" and int_field(self.hget(row, b"f"), 0) == fence
+                and self.hget(row, b"p") is None
                 and self.hget(row, b"cancelled") is not None)
 
     def bury_cancelled(self, row: bytes, job_id: bytes, retention_ms: int) -> str:
@@ -231,7 +231,7 @@ class State:
             del self.keys[row]
             return "CANCELLED"
         value = self.keys[row]
-        value.data.pop(b"payload", None)
+        value.data.pop(b"p", None)
         value.expires = True
         self.mark_ended(row, job_id, retention_ms)
         return "CANCELLED"

@@ -42,7 +42,7 @@ class UniqueEnqueue(State):
             due = now + period + delay
             if holder is not None and holder_row is not None and holder_row in self.keys \
                     and holder in self.zset(delayed):
-                self.keys[holder_row].data[b"payload"] = call.args[1]
+                self.keys[holder_row].data[b"p"] = call.args[1]
                 self.zadd(delayed, due, holder)
                 self.emit("debounced", holder, self.attempts_of(holder_row), due=due)
                 return status("DEBOUNCED")
@@ -60,7 +60,7 @@ class UniqueEnqueue(State):
         pending, delayed, row, wake_key, dedupe = call.keys
         job_id, now = call.args[0], call.numbers["now"]
         priority = call.numbers.get("priority", 0)
-        fields = {b"payload": call.args[1], b"attempts": b"0", b"enqueued_at": dec(now)}
+        fields = {b"p": call.args[1], b"t": dec(now)}
         if priority:
             fields[b"priority"] = dec(priority)
         self.keys[row] = Value(b"hash", {**fields, **extra})

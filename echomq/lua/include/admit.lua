@@ -1,11 +1,12 @@
 -- A new job's row, written once by the enqueue scripts.
 --- @include "numbers"
 
--- One HSET: payload, attempts 0, enqueued_at now, a lane job's lane (group, when given), then
+-- One HSET: p (the payload), t now (the enqueue time; no a: absent counts as no attempt until the
+-- first claim), a lane job's lane (group, when given), then
 -- priority, written only when it is not 0 (a row without it is priority 0, so a job at 0 has the
 -- fields it always had), then the field/value pairs of extra (enqueue_unique's dedupe fields).
 local function new_row(row, payload, now, priority, group, extra)
-  local fields = { 'payload', payload, 'attempts', '0', 'enqueued_at', dec(now) }
+  local fields = { 'p', payload, 't', dec(now) }
   if group then
     fields[#fields + 1], fields[#fields + 2] = 'lane', group
   end

@@ -15,7 +15,7 @@ local function bury_cancelled(row, ended, retention_ms)
     redis.call('DEL', row)
     return 'CANCELLED'
   end
-  redis.call('HDEL', row, 'payload')
+  redis.call('HDEL', row, 'p')
   redis.call('PEXPIRE', row, dec(retention_ms))
   mark_ended(ended, retention_ms)
   return 'CANCELLED'

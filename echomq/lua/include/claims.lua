@@ -19,11 +19,11 @@ end
 -- lease was given), put the id in active until now + lease_ms. Returns attempt, fence and the
 -- row's payload ('' when it has none), read with its attempts before the lease writes.
 local function lease(row, id, active, fence_key, last_fence, deadline)
-  local f = redis.call('HMGET', row, 'attempts', 'payload')
+  local f = redis.call('HMGET', row, 'a', 'p')
   local attempt = int_field(f[1], 0) + 1
   local fence = last_fence + 1
   redis.call('SET', fence_key, dec(fence))
-  redis.call('HSET', row, 'attempts', dec(attempt), 'fence', dec(fence))
+  redis.call('HSET', row, 'a', dec(attempt), 'f', dec(fence))
   redis.call('ZADD', active, dec(deadline), id)
   return attempt, fence, f[2] or ''
 end

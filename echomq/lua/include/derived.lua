@@ -21,7 +21,7 @@ end
 
 -- A derived key must be readable and writable by the caller, as a declared key would be.
 local function may_access(key)
-  return redis.acl_check_cmd('HINCRBY', key, 'attempts', '1')
+  return redis.acl_check_cmd('HINCRBY', key, 'a', '1')
 end
 
 -- A derived key the call reads or writes: readable and writable by the caller, absent or of the

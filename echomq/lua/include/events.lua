@@ -10,7 +10,7 @@ local EVENTS_MAXLEN = '10000'
 -- on. The row is absent or a hash (the caller checked its type or found its lease): one HGET.
 local function attempts_of(key, row)
   if not key then return 0 end
-  return int_field(redis.call('HGET', row, 'attempts'), 0)
+  return int_field(redis.call('HGET', row, 'a'), 0)
 end
 
 -- attempts_of of a row that may be of any type (a dead id's, not checked): 0 unless a hash.

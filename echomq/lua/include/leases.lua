@@ -5,7 +5,7 @@
 -- row has no fence, and a lease's fence is at least 1).
 local function is_current_lease(active, row, id, fence)
   if redis.call('ZSCORE', active, id) == false then return false end
-  local f = redis.call('HGET', row, 'fence')
+  local f = redis.call('HGET', row, 'f')
   return f ~= false and int_field(f, 0) == fence
 end
 
@@ -13,7 +13,7 @@ end
 -- transition and its end hook use (fence, the cancel flag, the lane, attempts, then next,
 -- dedupe and dedupe_ms for the end hook), each false when absent.
 local function read_lease(row)
-  local f = redis.call('HMGET', row, 'fence', 'cancel', 'lane', 'attempts', 'next', 'dedupe',
+  local f = redis.call('HMGET', row, 'f', 'cancel', 'lane', 'a', 'next', 'dedupe',
     'dedupe_ms')
   return { fence = f[1], cancel = f[2], lane = f[3], attempts = f[4], next = f[5], dedupe = f[6],
            dedupe_ms = f[7] }
@@ -36,8 +36,8 @@ end
 -- lease's settlement leaves.
 local function cancelled_at(row, fence)
   if redis.call('EXISTS', row) == 0 then return false end
-  if int_field(redis.call('HGET', row, 'fence'), 0) ~= fence then return false end
-  return redis.call('HEXISTS', row, 'payload') == 0 and redis.call('HEXISTS', row, 'cancelled') == 1
+  if int_field(redis.call('HGET', row, 'f'), 0) ~= fence then return false end
+  return redis.call('HEXISTS', row, 'p') == 0 and redis.call('HEXISTS', row, 'cancelled') == 1
 end
 
 -- What a lease that is not current answers when its settlement went through already: a replay
@@ -48,8 +48,8 @@ end
 -- leaves a row so; anything else is STALE. Reads only.
 local function replayed(row, fence, error, dead, id)
   if redis.call('EXISTS', row) == 0 then return 'STALE' end
-  if int_field(redis.call('HGET', row, 'fence'), 0) ~= fence then return 'STALE' end
-  local has_payload = redis.call('HEXISTS', row, 'payload') == 1
+  if int_field(redis.call('HGET', row, 'f'), 0) ~= fence then return 'STALE' end
+  local has_payload = redis.call('HEXISTS', row, 'p') == 1
   if not has_payload and redis.call('HEXISTS', row, 'cancelled') == 1 then return 'CANCELLED' end
   if error == nil then
     if has_payload or redis.call('PTTL', row) < 0 then return 'STALE' end

@@ -52,7 +52,7 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
         -- -inf, 1.5)
         local at = math.max(math.floor(tonumber(score)), 0)
         if fallback_score ~= nil then
-          at = int_field(redis.call('HGET', row, 'enqueued_at'), fallback_score)
+          at = int_field(redis.call('HGET', row, 't'), fallback_score)
         end
         if lane then -- into its lane: the list at priority 0, else its prio zset (push_lane)
           local failure = check_lane_keys(base, lane)

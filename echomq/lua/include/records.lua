@@ -56,8 +56,8 @@ local function held_leases(active, leases)
   for i = 1, #leases do
     local l = leases[i]
     if is_current_lease(active, l.row, l.id, l.fence) then
-      jobs[#jobs + 1] = { l.id, redis.call('HGET', l.row, 'payload') or '',
-        int_field(redis.call('HGET', l.row, 'attempts'), 0), l.fence }
+      jobs[#jobs + 1] = { l.id, redis.call('HGET', l.row, 'p') or '',
+        int_field(redis.call('HGET', l.row, 'a'), 0), l.fence }
     end
   end
   return jobs
