@@ -14,7 +14,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from echomq.engine import rows as jobrow
 from echomq.engine import transitions as t
 from echomq.engine.errors import ArgumentError, StaleLease
 from echomq.engine.native import (
@@ -25,6 +24,7 @@ from echomq.engine.native import (
     checked_now,
     checked_priority,
 )
+from echomq.engine.rows import ATTEMPTS, ENQUEUED_AT, PAYLOAD
 from echomq.engine.server_time import time_ms
 
 Arg = str | bytes
@@ -278,9 +278,8 @@ def fenced(job: Job, reply: Any) -> Verdict:
 
 
 def admission_reads(call: Call) -> list[tuple[str, ...]]:
-    """What tells whether an admission whose reply was lost went through, read after it: the
-    row's payload and enqueued_at, then the server's clock (``TIME``)."""
-    return [("HMGET", call[1][0], jobrow.PAYLOAD, jobrow.ENQUEUED_AT), ("TIME",)]
+    """Read after an admission whose reply was lost: the row's p and t, then ``TIME``."""
+    return [("HMGET", call[1][0], PAYLOAD, ENQUEUED_AT), ("TIME",)]
 
 
 def lost_admission(call: Call, replies: Sequence[Any], elapsed_s: float) -> Verdict | None:
@@ -482,9 +481,8 @@ class QueueCalls:
         """The read-only commands behind ``outcome_of``, to send in one pipeline."""
         row = self.key("job", checked_id(job_id))
         return [("TYPE", row),
-                ("HMGET", row, jobrow.ATTEMPTS, "result", "error", "progress", "cancelled",
-                 "waits"),
-                ("HEXISTS", row, jobrow.PAYLOAD),
+                ("HMGET", row, ATTEMPTS, "result", "error", "progress", "cancelled", "waits"),
+                ("HEXISTS", row, PAYLOAD),
                 *(("ZSCORE", self.key(place), job_id) for place in _PLACES)]
 
     def requeue(self, job_id: str, now: int | None) -> Call:
