@@ -57,8 +57,8 @@ class Cancelling:
     def forget_cancelled(self) -> None:
         """A flagged lease's end, by any settlement or a recover, leaves a cancelled tombstone,
         or no row at all when the cancel asked for no retention: its id is live no more."""
-        flagged = self.flagged_leases()
-        for job_id in sorted(self.live):
+        flagged, active = self.flagged_leases(), set(self.zmembers(b"active"))
+        for job_id in sorted(self.live - active):  # a flagged lease ends by leaving active
             row = key(b"job", job_id)
             tombstone = self.model.hget(row, b"cancelled") is not None \
                 and self.model.hget(row, b"p") is None
