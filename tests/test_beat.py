@@ -44,6 +44,7 @@ class World:
         self.now = 0.0
         self.trace: list[str] = []
         self.stop: Callable[[], None] = lambda: None
+        self.ahead: Any = None
 
     def clock(self) -> float:
         return self.now
@@ -53,6 +54,14 @@ class World:
         self.now += 0.001
         if isinstance(action, actions.Settle):
             return self.settle(action.round)
+        if isinstance(action, actions.SendAhead):  # settled on the server now, read later
+            self.ahead = self.settled_ahead(action.round)
+            return None
+        if isinstance(action, actions.Collect):
+            reply, self.ahead = self.ahead, None
+            if isinstance(reply, BaseException):
+                raise reply
+            return reply
         if isinstance(action, actions.ClaimLane):
             return self.pending.popleft() if self.pending else None
         if isinstance(action, actions.Run):
@@ -67,6 +76,13 @@ class World:
         if isinstance(action, actions.Housekeep):
             return Housekept(0, 0, 0)  # nothing was due, nothing dead
         return isinstance(action, actions.TakeToken) or None  # a token taken; not paused
+
+    def settled_ahead(self, round_: Any) -> Any:
+        """A round sent ahead: its reply, or the error reading it will raise."""
+        try:
+            return self.settle(round_)
+        except redis.ConnectionError as exc:
+            return exc
 
     def settle(self, round_: Any) -> tuple[list[Verdict], list[Job]]:
         self.settles += 1
