@@ -52,16 +52,8 @@ class World:
     def answer(self, action: Action) -> Any:
         self.trace.append(re.sub(r"claim_id='[^']*'", "claim_id=ID", repr(action)))
         self.now += 0.001
-        if isinstance(action, actions.Settle):
-            return self.settle(action.round)
-        if isinstance(action, actions.SendAhead):  # settled on the server now, read later
-            self.ahead = self.settled_ahead(action.round)
-            return None
-        if isinstance(action, actions.Collect):
-            reply, self.ahead = self.ahead, None
-            if isinstance(reply, BaseException):
-                raise reply
-            return reply
+        if isinstance(action, actions.Settle | actions.SendAhead | actions.Collect):
+            return self.round_trip(action)
         if isinstance(action, actions.ClaimLane):
             return self.pending.popleft() if self.pending else None
         if isinstance(action, actions.Run):
@@ -76,6 +68,19 @@ class World:
         if isinstance(action, actions.Housekeep):
             return Housekept(0, 0, 0)  # nothing was due, nothing dead
         return isinstance(action, actions.TakeToken) or None  # a token taken; not paused
+
+    def round_trip(self, action: actions.Settle | actions.SendAhead | actions.Collect) -> Any:
+        """A settle call: sent and read at once, sent ahead (settled on the server now, its reply
+        read later), or that reply read."""
+        if isinstance(action, actions.Settle):
+            return self.settle(action.round)
+        if isinstance(action, actions.SendAhead):
+            self.ahead = self.settled_ahead(action.round)
+            return None
+        reply, self.ahead = self.ahead, None
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
 
     def settled_ahead(self, round_: Any) -> Any:
         """A round sent ahead: its reply, or the error reading it will raise."""

@@ -7,6 +7,7 @@ prefetch has a cap, refused past it by the consumers and the command line.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Iterator
 
@@ -99,8 +100,11 @@ def test_no_prefetched_job_starts_after_its_lease_lapsed(
         consumer.beat(park=False)
     assert recovered == [8]  # the head, the three behind it and the four claimed ahead
     proxy.up()
-    for _ in range(3):
-        consumer.beat(park=False)
+    for _ in range(4):
+        # a pooled connection the cut closed (the asyncio shell's round sent ahead used one of
+        # its own) fails once when next used, as the run loop's back-off would meet it
+        with contextlib.suppress(redis.ConnectionError):
+            consumer.beat(park=False)
         if quiet(direct):
             break
     assert quiet(direct)

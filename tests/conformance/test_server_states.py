@@ -51,7 +51,8 @@ def test_out_of_memory(full_server: EmbeddedValkey, transition: Transition, prot
 
 
 def test_read_only_replica_refuses_alike(valkey: EmbeddedValkey) -> None:
-    replica = start_server(config={"replicaof": f"127.0.0.1 {valkey.port}"})
+    replica = start_server(refuse_data=False,  # it copies its primary, which earlier tests used
+                           config={"replicaof": f"127.0.0.1 {valkey.port}"})
     try:
         pair = Pair(replica.port, 2)
         for transition in TRANSITIONS:
