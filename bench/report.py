@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker
 
 from bench import findings
+from bench.cluster import section as cluster_section
 from bench.events import section as events_section
 from bench.lanes import section as lanes_section
 from bench.parking import report_section as parking_section
@@ -408,6 +409,7 @@ def write(results: dict[str, Any], out: str) -> str:
         "priority": lambda: priority_section(results),
         "events": lambda: events_section(results),
         "workflows": lambda: workflows_section(results),
+        "cluster": lambda: cluster_section(results),
     }
     for phase, section in sections.items():
         if phase in results:

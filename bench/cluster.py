@@ -1,0 +1,259 @@
+# ruff: noqa: RUF001  (the report writes the multiplication sign on purpose)
+"""``python -m bench --only cluster``: what one queue costs on a cluster of three primaries, plain
+and sharded, measured by the servers themselves (``INFO commandstats`` on every node, reset
+before each run).
+
+For each wire and each layout (a plain queue; the same queue with ``SHARDS`` shards), ``jobs``
+jobs are enqueued in batches of 500 and drained by one consumer with a no-op handler. Per node:
+the microseconds the server spent in commands (every command: transitions, parks, reads), the
+calls, and ``COMMAND`` calls (a cluster client asking ``COMMAND GETKEYS``: extra round trips).
+From those:
+
+- the spread: each primary's share of the server time of the sharded queue, and the largest
+  departure from an even third;
+- the claim cost per job of the sharded queue against the plain one (the consumer's settle calls,
+  which claim and settle, in server microseconds a job) and the whole server time per job;
+- the calls per job, sharded against plain, and the extra round trips (``COMMAND``, and calls
+  beyond the plain queue's per job).
+
+The cluster runs on this machine's cores with the client beside it: the figures are costs per
+job, not a speed-up, and RESULTS.md derives the throughput of k primaries from them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+
+from bench.common import start_server
+from echomq import Consumer, Job, Queue
+
+SLOTS = 16384
+PRIMARIES = 3
+SHARDS = 12
+BATCH = 500
+FORMING_S = 30.0
+
+
+@contextmanager
+def running_cluster(size: int = PRIMARIES) -> Iterator[list[Any]]:
+    """``size`` of the bench's servers joined into one cluster, the slots split evenly."""
+    nodes = []
+    try:
+        for _ in range(size):
+            server = start_server(cluster=True)
+            nodes.append(server)
+        share = SLOTS // size
+        for index, node in enumerate(nodes):
+            last = SLOTS - 1 if index == size - 1 else (index + 1) * share - 1
+            client = node.client()
+            client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * share, last)
+            if index:
+                client.execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[0].port)
+            client.close()
+        _await_formed(nodes)
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def _await_formed(nodes: list[Any]) -> None:
+    deadline = time.monotonic() + FORMING_S
+    for node in nodes:
+        client = node.client()
+        while b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO") \
+                or f"cluster_known_nodes:{len(nodes)}".encode() \
+                not in client.execute_command("CLUSTER", "INFO"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster did not form")
+            time.sleep(0.05)
+        client.close()
+
+
+def node_stats(client: redis.Redis) -> dict[str, dict[str, float]]:
+    return {name.removeprefix("cmdstat_"): {"calls": float(row["calls"]),
+                                            "usec": float(row["usec"])}
+            for name, row in client.info("commandstats").items()}
+
+
+def _drain(queue: Queue, jobs: int) -> None:
+    done = [0]
+
+    def handler(job: Job) -> None:
+        done[0] += 1
+
+    consumer = Consumer(queue, handler)
+    while done[0] < jobs:
+        consumer.beat(park=False)
+    consumer.stop()
+
+
+def one_run(nodes: list[Any], rc: RedisCluster, wire: int, shards: int,
+            jobs: int) -> dict[str, Any]:
+    """Enqueue ``jobs`` on a fresh queue, then drain them: every node's commandstats of each
+    part alone (the drain's are the consumer's: its claims, settles, reads and parks)."""
+    name = f"bench-{wire}-{shards}-{time.monotonic_ns()}"
+    queue = Queue(rc, name, wire=wire) if shards == 1 else Queue(rc, name, wire=wire,
+                                                                 shards=shards)
+    clients = [node.client() for node in nodes]
+    _reset(clients)
+    for first in range(0, jobs, BATCH):
+        queue.enqueue_many([(f"JOB:{n}", b"{}") for n in range(first, min(jobs, first + BATCH))])
+    produced = [_summary(node_stats(client), jobs) for client in clients]
+    _reset(clients)
+    started = time.perf_counter()
+    _drain(queue, jobs)
+    elapsed = time.perf_counter() - started
+    drained = [_summary(node_stats(client), jobs) for client in clients]
+    for client in clients:
+        client.close()
+    return {"wire": wire, "shards": shards, "jobs": jobs, "drain_s": elapsed,
+            "produce": produced, "drain": drained}
+
+
+def _reset(clients: list[redis.Redis]) -> None:
+    for client in clients:
+        client.config_resetstat()
+
+
+def _summary(stats: dict[str, dict[str, float]], jobs: int) -> dict[str, float]:
+    ours = {name: row for name, row in stats.items()
+            if not name.startswith(("config", "info"))}
+    return {
+        "usec": sum(row["usec"] for row in ours.values()),
+        # the calls a client sent (a script's inner calls are counted by their own names)
+        "calls": sum(row["calls"] for name, row in ours.items() if _sent(name)),
+        "command_calls": sum(row["calls"] for name, row in ours.items()
+                             if name.startswith("command")),
+    }
+
+
+def _sent(name: str) -> bool:
+    return name == "evalsha" or name.startswith(("emq.", "command", "blpop", "time", "set",
+                                                  "script", "zrange", "hget", "llen"))
+
+
+def _per_job(run: dict[str, Any], part: str, field: str) -> float:
+    return float(sum(node[field] for node in run[part])) / run["jobs"]
+
+
+def compare(plain: dict[str, Any], sharded: dict[str, Any]) -> dict[str, float]:
+    """The figures RESULTS.md reports of one wire's plain and sharded runs."""
+    shares = [produce["usec"] + drain["usec"]
+              for produce, drain in zip(sharded["produce"], sharded["drain"], strict=True)]
+    mean = sum(shares) / len(shares)
+    figures: dict[str, float] = {
+        "spread_max_departure": max(abs(share - mean) / mean for share in shares),
+        "jobs": plain["jobs"],
+        "command_calls": sum(node["command_calls"] for run in (plain, sharded)
+                             for part in ("produce", "drain") for node in run[part]),
+    }
+    for part in ("produce", "drain"):
+        for field in ("usec", "calls"):
+            before, after = _per_job(plain, part, field), _per_job(sharded, part, field)
+            figures[f"{part}_{field}_plain"] = before
+            figures[f"{part}_{field}_sharded"] = after
+            figures[f"{part}_{field}_ratio"] = after / before if before else 0.0
+    whole = figures["produce_usec_sharded"] + figures["drain_usec_sharded"]
+    figures["usec_per_job_sharded"] = whole
+    figures["node_ceiling_jobs_s"] = 1e6 / whole if whole else 0.0
+    return figures
+
+
+def run(jobs: int) -> dict[str, Any]:
+    """Both wires, plain and sharded, on one cluster of three primaries."""
+    out: dict[str, Any] = {"primaries": PRIMARIES, "shards": SHARDS, "runs": [], "wires": {}}
+    with running_cluster() as nodes:
+        rc = RedisCluster(host="127.0.0.1", port=nodes[0].port)
+        for wire in (5, 6):
+            plain = one_run(nodes, rc, wire, 1, jobs)
+            sharded = one_run(nodes, rc, wire, SHARDS, jobs)
+            out["runs"] += [plain, sharded]
+            out["wires"][str(wire)] = compare(plain, sharded)
+        rc.close()
+    return out
+
+
+SPREAD_BOUND = 0.20
+DRAIN_RATIO_BOUND = 1.2
+PROJECTED = (1, 2, 3, 4, 8, 16)
+
+
+def projected_jobs_s(figures: dict[str, float], primaries: int) -> float:
+    """The jobs a second a sharded queue's primaries can serve, its shards spread as measured:
+    each primary's core spends the measured server time per job on its jobs, and the busiest
+    one (``1 + departure`` times an even share of the work) sets the pace."""
+    return figures["node_ceiling_jobs_s"] * primaries / (1 + figures["spread_max_departure"])
+
+
+def verdict(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    return "\n".join("| " + " | ".join(row) + " |"
+                     for row in [header, ["---"] * len(header), *rows])
+
+
+def targets(results: dict[str, Any]) -> list[list[str]]:
+    """The targets rows: an even spread, the consumer's cost, no extra round trip."""
+    rows: list[list[str]] = []
+    for wire, figures in results.get("cluster", {}).get("wires", {}).items():
+        rows += [
+            [f"wire={wire} sharded queue: each primary's server time within "
+             f"{SPREAD_BOUND:.0%} of an even share",
+             f"largest departure {figures['spread_max_departure']:.1%}",
+             verdict(figures["spread_max_departure"] <= SPREAD_BOUND)],
+            [f"wire={wire} sharded queue: the consumer's server time per job ≤ "
+             f"{DRAIN_RATIO_BOUND} × a plain queue's",
+             f"{figures['drain_usec_sharded']:.2f} / {figures['drain_usec_plain']:.2f} µs = "
+             f"{figures['drain_usec_ratio']:.2f}×",
+             verdict(figures["drain_usec_ratio"] <= DRAIN_RATIO_BOUND)],
+            [f"wire={wire} sharded queue: no extra round trip (COMMAND GETKEYS) on a cluster",
+             f"{figures['command_calls']:.0f} COMMAND calls",
+             verdict(figures["command_calls"] == 0)],
+        ]
+    return rows
+
+
+def section(results: dict[str, Any]) -> str:
+    """The RESULTS.md section of this phase."""
+    data = results["cluster"]
+    rows, projected = [], []
+    for wire, figures in data["wires"].items():
+        for part in ("produce", "drain"):
+            rows.append([f"wire={wire} {part}",
+                         f"{figures[f'{part}_usec_plain']:.2f}",
+                         f"{figures[f'{part}_usec_sharded']:.2f}",
+                         f"{figures[f'{part}_usec_ratio']:.2f}×",
+                         f"{figures[f'{part}_calls_plain']:.3f}",
+                         f"{figures[f'{part}_calls_sharded']:.3f}"])
+        projected.append([f"wire={wire}", f"{figures['usec_per_job_sharded']:.2f}",
+                          f"{figures['spread_max_departure']:.1%}",
+                          *(f"{projected_jobs_s(figures, k):,.0f}" for k in PROJECTED)])
+    return "\n".join([
+        "## One queue over a cluster (plain and sharded)",
+        "",
+        f"{data['primaries']} primaries on this machine, one queue plain and with "
+        f"{data['shards']} shards, {next(iter(data['wires'].values()))['jobs']:,.0f} jobs "
+        "enqueued in batches of 500 and drained by one consumer; the servers' own "
+        "`INFO commandstats` of each part, summed over the nodes, per job (calls: those a "
+        "client sent).",
+        "",
+        table(["part", "plain µs/job", "sharded µs/job", "ratio", "plain calls/job",
+                  "sharded calls/job"], rows),
+        "",
+        "Expected throughput of the sharded queue on k primaries, each with a core of this "
+        "machine's speed to itself, from the server time per job and the measured spread "
+        "(`k × 10⁶ / µs per job / (1 + largest departure)`): clients on other cores, the "
+        "network not the limit, at least as many shards as primaries.",
+        "",
+        table(["wire", "server µs/job", "largest departure",
+                  *(f"k={k} jobs/s" for k in PROJECTED)], projected),
+    ])
