@@ -19,9 +19,10 @@ from echomq.engine.executors import Executor, executor_for
 from echomq.engine.program import BlockingShell, drive
 from echomq.queue.events import AFTER_NOW, resumed
 from echomq.queue.methods import QueueMethods, evicting_check
+from echomq.queue.sharded import ShardedMethods
 
 __all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "JobOutcome", "Queue", "Release", "Retry",
-           "Verdict", "warn_if_evicting"]
+           "ShardedQueue", "Verdict", "warn_if_evicting"]
 
 
 def warn_if_evicting(conn: Any) -> str | None:
@@ -57,3 +58,17 @@ class Queue(QueueMethods, BlockingShell):
             for event in self.events(after, block_ms=block_ms):
                 after = event.id
                 yield event
+
+
+class ShardedQueue(ShardedMethods, Queue):
+    """One logical queue over N shards (``Queue(conn, name, shards=N)``): see
+    ``echomq.queue.sharded``. The count of shards is recorded, or checked, as it is made."""
+
+    plain_class = Queue
+
+    def _made(self) -> None:
+        drive(self._layout())
+        super()._made()
+
+
+Queue.sharded_class = ShardedQueue
