@@ -50,7 +50,7 @@ class ShardedQueue(ShardedMethods, Queue):
     shards=N)``): see ``echomq.queue.sharded``. The count of shards is recorded, or checked,
     before its first command."""
 
-    plain_class = Queue
+    _plain_class = Queue
 
     async def _adrive(self, program: Program[R]) -> R:
         if self._layout_due:
@@ -58,4 +58,4 @@ class ShardedQueue(ShardedMethods, Queue):
         return await super()._adrive(program)
 
 
-Queue.sharded_class = ShardedQueue
+Queue._sharded_class = ShardedQueue

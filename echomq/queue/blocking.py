@@ -66,14 +66,14 @@ class ShardedQueue(ShardedMethods, Queue):
     """One logical queue over N shards (``Queue(conn, name, shards=N)``): see
     ``echomq.queue.sharded``. The count of shards is recorded, or checked, as it is made."""
 
-    plain_class = Queue
+    _plain_class = Queue
 
     def _made(self) -> None:
         drive(self._layout())
         super()._made()
 
 
-Queue.sharded_class = ShardedQueue
+Queue._sharded_class = ShardedQueue
 
 
 def recorded_queue(conn: Any, name: str, **options: Any) -> Queue:

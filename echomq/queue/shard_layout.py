@@ -88,13 +88,13 @@ class ShardCalls(QueueCalls):
 class ShardFace:
     """What every Queue says of its shards (mixed in): a plain queue is one shard, itself.
     ``Queue(conn, name, shards=N)`` makes the shell's sharded queue instead (its
-    ``sharded_class``, set by the shell)."""
+    ``_sharded_class``, set by the shell)."""
 
-    sharded_class: ClassVar[type[Any] | None] = None
+    _sharded_class: ClassVar[type[Any] | None] = None
     shards: int = 1
 
     def __new__(cls, *args: Any, shards: int | None = None, **options: Any) -> Any:
-        target = cls.sharded_class
+        target = cls._sharded_class
         if shards is not None and target is not None and not issubclass(cls, target):
             return object.__new__(target)
         return object.__new__(cls)

@@ -69,7 +69,7 @@ class ShardedMethods(ShardedControls, QueueMethods):
     first made; see the module's docstring. Every method of a Queue either works here or raises
     ShardError naming it and why."""
 
-    plain_class: ClassVar[type[Any]]  # the shell's plain Queue, of which the shards are made
+    _plain_class: ClassVar[type[Any]]  # the shell's plain Queue, of which the shards are made
 
     def __init__(self, conn: Any, name: str, *, wire: int = Wire.SCRIPTS,
                  retention_ms: int = DEFAULT_RETENTION_MS,
@@ -86,7 +86,7 @@ class ShardedMethods(ShardedControls, QueueMethods):
 
     def _shard(self, conn: Any, name: str, index: int, wire: int,
                options: dict[str, Any]) -> QueueMethods:
-        shard: QueueMethods = self.plain_class(conn, name, wire=wire, check_policy=False,
+        shard: QueueMethods = self._plain_class(conn, name, wire=wire, check_policy=False,
                                                **options)
         shard.calls = ShardCalls(name, index, **options)
         shard.name = shard.calls.name
