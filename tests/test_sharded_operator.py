@@ -7,22 +7,26 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from typing import Any
 
 import redis
+import redis.cluster
 
 from echomq import Queue, Verdict
 from echomq.embedded import EmbeddedValkey
 from echomq.ops import admin
 from echomq.ops.dashboard import create_app
 from echomq.ops.metrics import QueueDepths
+from tests.cluster import three_primaries
 from tests.command_line import cli
+from tests.reliability.servers import owner
 from tests.test_dashboard import serve
 from tests.test_metrics import collected, depth
 
 NOW = 1_700_000_000_000
 
 
-def made(conn: redis.Redis) -> Queue:
+def made(conn: Any) -> Queue:
     """A queue of 4 shards: 30 flat jobs, 2 delayed, 6 of them dead (killed in order)."""
     queue = Queue(conn, "orders", shards=4, max_attempts=1, check_policy=False)
     assert queue.enqueue_many([(f"JOB:{n}", b"x") for n in range(30)],
@@ -88,3 +92,21 @@ def test_the_dashboards_queue_list_has_one_row(conn: redis.Redis) -> None:
         assert [(row["name"], row["pending"], row["dead"]) for row in rows] == [
             ("orders", 24, 6)]
         break
+
+
+def test_the_operators_tools_through_a_cluster() -> None:
+    with three_primaries() as nodes:
+        client = redis.cluster.RedisCluster(host="127.0.0.1", port=nodes[0].port)
+        try:
+            queue = made(client)
+            slots = {int(client.keyslot(shard.key("pending"))) for shard in queue.shard_queues}
+            assert len({owner(nodes, slot).port for slot in slots}) >= 2
+            assert admin.queue_names(client) == ["orders"]
+            found = admin.stats(client, "orders")
+            assert (found.pending, found.delayed, found.dead) == (24, 2, 6)
+            assert [job.error for job in admin.dead_jobs(client, "orders")] == [
+                f"boom {at}" for at in range(6)]
+            assert admin.purge(client, "orders") == 6
+            assert admin.stats(client, "orders").dead == 0
+        finally:
+            client.close()
