@@ -265,3 +265,40 @@ def test_across_shards_through_a_cluster(nodes: list[EmbeddedValkey], wire: int,
             await reply(client.aclose() if aio else client.close())
 
     asyncio.run(scenario())
+
+
+def test_a_lane_lives_on_its_groups_shard_and_its_limits_stay_exact(conn: redis.Redis) -> None:
+    queue = Queue(conn, "lanes", shards=4, check_policy=False)
+    groups = ["tenant-a", "tenant-b", "t:9"]
+    for group in groups:
+        assert queue.enqueue_many([(f"JOB:{group}-{n}", b"x", group) for n in range(3)]) == [
+            Verdict.ENQUEUED] * 3
+    for group in groups:  # every key of a lane, and each of its jobs' rows, on one shard
+        shard = queue.shard_queues[queue.shard_of("JOB:any", group)]
+        assert shard.lane_depths()[group] == 3
+        assert conn.exists(shard.key("job", f"JOB:{group}-0"))
+    queue.set_lane("tenant-a", concurrency=1)
+    assert queue.lane_settings("tenant-a")["concurrency"] == 1
+    leased = [queue.claim_lane() for _ in range(9)]
+    held = [job for job in leased if job is not None]
+    assert sum(1 for job in held if job.lane == "tenant-a") == 1  # the limit, exact
+    assert len(held) == 7
+    settled, _ = queue.settle([Ack(job) for job in held])
+    assert settled == [Verdict.ACKED] * 7
+    assert queue.leased_by_lane() == {}
+    assert queue.lane_depths() == {"tenant-a": 2}
+    queue.pause("tenant-a")
+    assert queue.paused() == (False, ["tenant-a"])
+    assert queue.claim_lane() is None
+    queue.resume("tenant-a")
+    assert queue.claim_lane() is not None
+
+
+def test_a_subclass_of_queue_is_not_sharded_behind_its_back(conn: redis.Redis) -> None:
+    class Mine(Queue):
+        pass
+
+    with pytest.raises(ShardError, match="Mine cannot be sharded"):
+        Mine(conn, "q", shards=4)
+    assert isinstance(Queue(conn, "q", shards=4), Queue)
+    assert conn.keys("emq:{q}:*") == [b"emq:{q}:shards"]

@@ -95,9 +95,12 @@ class ShardFace:
 
     def __new__(cls, *args: Any, shards: int | None = None, **options: Any) -> Any:
         target = cls._sharded_class
-        if shards is not None and target is not None and not issubclass(cls, target):
+        if shards is None:
+            return object.__new__(cls)
+        if target is not None and issubclass(target, cls):
             return object.__new__(target)
-        return object.__new__(cls)
+        raise ShardError(f"{cls.__name__} cannot be sharded: make Queue(conn, name, "
+                         f"shards={shards!r})")
 
     @property
     def shard_queues(self) -> list[Any]:
