@@ -23,6 +23,7 @@ from echomq.engine.executors import Executor
 from echomq.engine.program import ops_of
 from echomq.queue import aio, blocking
 from echomq.queue.methods import QueueMethods
+from echomq.queue.sharded import ShardedMethods
 
 NOW = 1_700_000_000_000
 
@@ -37,8 +38,9 @@ def public_attributes(cls: type[Any]) -> set[str]:
 
 
 @pytest.mark.parametrize(("sync", "asyncio_", "core"), [
-    (blocking.Queue, aio.Queue, QueueMethods), (Executor, AsyncExecutor, ExecutorMethods)],
-    ids=["queue", "executor"])
+    (blocking.Queue, aio.Queue, QueueMethods), (Executor, AsyncExecutor, ExecutorMethods),
+    (blocking.ShardedQueue, aio.ShardedQueue, ShardedMethods)],
+    ids=["queue", "executor", "sharded"])
 def test_both_shells_have_the_same_methods_made_of_one_program_each(
         sync: type[Any], asyncio_: type[Any], core: type[Any]) -> None:
     """Each public method is the same program on both shells: same name, same parameters,
@@ -57,16 +59,17 @@ def test_both_shells_have_the_same_methods_made_of_one_program_each(
         elif name == "follow":  # a thin loop over ``events`` in each shell
             assert inspect.isgeneratorfunction(made) and inspect.isasyncgenfunction(twin)
         else:  # computed from what the queue holds, never sent
-            assert name in {"key", "command", "refuse", "reload"}, name
+            assert name in {"key", "command", "refuse", "reload", "shard_of"}, name
             assert made is twin
     assert set(programs) >= {name for name in methods if name not in
-                             {"key", "command", "refuse", "reload", "follow"}}
+                             {"key", "command", "refuse", "reload", "follow", "shard_of"}}
 
 
 def test_both_queues_take_the_same_constructor_arguments() -> None:
     assert inspect.signature(blocking.Queue) == inspect.signature(aio.Queue)
     assert list(inspect.signature(aio.Queue).parameters) == [
-        "conn", "name", "wire", "retention_ms", "max_attempts", "check_policy", "events"]
+        "conn", "name", "wire", "retention_ms", "max_attempts", "check_policy", "events",
+        "shards"]
 
 
 def run_async(conn: Any, body: Callable[[Any], Any]) -> Any:

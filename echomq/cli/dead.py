@@ -15,7 +15,7 @@ from echomq.cli.errors import Failure
 from echomq.cli.views import console, human_age, one_line, table
 from echomq.engine.server_time import server_ms
 from echomq.ops import admin
-from echomq.queue.blocking import Queue
+from echomq.queue.blocking import recorded_queue
 from echomq.queue.dead import Bound, DeadBounds
 
 
@@ -36,7 +36,7 @@ def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
     if as_json:
         print_json(jobs)
         return
-    kept = kept_text(Queue(conn, queue, check_policy=False).dead_bounds())
+    kept = kept_text(recorded_queue(conn, queue, check_policy=False).dead_bounds())
     if not jobs:
         console().print(f"no dead jobs in {queue} ({kept})")
         return
@@ -158,6 +158,6 @@ def dead_bounds(queue: str, max_count: int | None, max_age: int | None, url: str
              if ctx.get_parameter_source(name.removesuffix("_ms")) ==
              click.core.ParameterSource.COMMANDLINE}
     changes: dict[str, Bound] = {"max_count": ..., "max_age_ms": ..., **given}
-    bounds = Queue(connect(url), queue, check_policy=False).set_dead_bounds(**changes)
+    bounds = recorded_queue(connect(url), queue, check_policy=False).set_dead_bounds(**changes)
     emit(as_json, {"max_count": bounds.max_count, "max_age_ms": bounds.max_age_ms},
          lambda: [kept_text(bounds)])

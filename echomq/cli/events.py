@@ -20,7 +20,7 @@ from echomq.cli.common import (
 )
 from echomq.engine.errors import ArgumentError
 from echomq.engine.events import Event
-from echomq.queue.blocking import Queue
+from echomq.queue.blocking import Queue, recorded_queue
 from echomq.queue.events import checked_since
 
 FOLLOW_BLOCK_MS = 10_000
@@ -63,7 +63,7 @@ def events(queue: str, since: str | None, count: int, follow: bool, url: str,
         checked_since(since)
     except ArgumentError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from exc
-    reader = Queue(connect(url), queue, check_policy=False)
+    reader = recorded_queue(connect(url), queue, check_policy=False)
     batch = reader.latest_events(count) if since is None else reader.events(since, count)
     shown(batch, as_json)
     last = batch[-1].id if batch else (since or _last_or_first(reader))

@@ -12,7 +12,7 @@ from echomq.cli.views import print_job
 from echomq.engine.server_time import server_ms
 from echomq.engine.wire import wire_of
 from echomq.ops import admin
-from echomq.queue.blocking import Queue, Verdict
+from echomq.queue.blocking import Verdict, recorded_queue
 from echomq.queue.ids import new_job_id
 
 
@@ -45,7 +45,7 @@ def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, prio
         raise click.UsageError("--window-ms goes with one of --dedupe, --debounce, --throttle")
     unique = {f"{named[0]}_ms": window_ms} if named and window_ms is not None else {}
     conn = connect(url)
-    producer = Queue(conn, queue, wire=wire_of(wire), events=admin.has_events(conn, queue))
+    producer = recorded_queue(conn, queue, wire=wire_of(wire), events=admin.has_events(conn, queue))
     verdict = producer.enqueue(job_id, payload.encode(), lane=lane, priority=priority,
                                dedupe=dedupe, debounce=debounce, throttle=throttle, **unique)
     admin.register_queue(conn, queue)
@@ -83,7 +83,7 @@ def cancel(queue: str, job_id: str, wire: str, url: str, as_json: bool) -> None:
     heartbeat and ends cancelled. Prints the verdict: CANCELLED, CANCELLING (its handler is
     told), DONE or DEAD (it ended so: nothing changes); no such job exits 1."""
     conn = connect(url)
-    verdict = Queue(conn, queue, wire=wire_of(wire),
+    verdict = recorded_queue(conn, queue, wire=wire_of(wire),
                     events=admin.has_events(conn, queue)).cancel(job_id)
     if verdict is Verdict.UNKNOWN:
         raise Failure(f"no job {job_id} in queue {queue}",

@@ -9,7 +9,7 @@ import click
 
 from echomq.cli.args import QUEUE
 from echomq.cli.common import connect, emit, json_option, url_option
-from echomq.queue.blocking import Queue
+from echomq.queue.blocking import recorded_queue
 from echomq.queue.limits import Limit, QueueLimits
 
 INT_MAX = 999_999_999_999_999
@@ -62,6 +62,6 @@ def limits(queue: str, concurrency: int | None, rate: int | None, window_ms: int
                                              ("window_ms", window_ms))
              if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
     changes: dict[str, Limit] = {"concurrency": ..., "rate": ..., "window_ms": ..., **given}
-    applied = Queue(connect(url), queue, check_policy=False).set_limits(**changes)
+    applied = recorded_queue(connect(url), queue, check_policy=False).set_limits(**changes)
     emit(as_json, {"concurrency": applied.concurrency, "rate": applied.rate,
                    "window_ms": applied.window_ms}, lambda: [limits_text(queue, applied)])

@@ -17,7 +17,7 @@ from echomq.consumer.roster import WorkerInfo, counts_by_queue, live_workers, ru
 from echomq.engine.wire import wire_of
 from echomq.ops import admin
 from echomq.ops.migrate import migrate_queue
-from echomq.queue.blocking import Queue
+from echomq.queue.blocking import recorded_queue
 from echomq.queue.lanes import lane_report
 
 
@@ -89,7 +89,8 @@ def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
     (in short steps of 1,000), then trim its dead jobs to their bounds (`echomq dead
     bounds`)."""
     conn = connect(url)
-    housekeeper = Queue(conn, queue, wire=wire_of(wire), events=admin.has_events(conn, queue))
+    housekeeper = recorded_queue(conn, queue, wire=wire_of(wire),
+                                 events=admin.has_events(conn, queue))
     recovered, promoted, _ = housekeeper.recover_due()
     moved = {"recovered": recovered, "promoted": promoted}
     emit(as_json, moved, lambda: [f"recovered {moved['recovered']}, "
@@ -103,7 +104,7 @@ def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
 def pause(queue: str, lane: str | None, url: str) -> None:
     """Pause QUEUE (no job is leased, flat or lane) or one of its lanes (its jobs wait out of
     the ring). Jobs in hand run on."""
-    Queue(connect(url), queue, check_policy=False).pause(lane)
+    recorded_queue(connect(url), queue, check_policy=False).pause(lane)
     click.echo(f"paused {queue}" + (f" lane {lane}" if lane else ""))
 
 
@@ -113,7 +114,7 @@ def pause(queue: str, lane: str | None, url: str) -> None:
 @url_option
 def resume(queue: str, lane: str | None, url: str) -> None:
     """Resume QUEUE or one of its lanes; parked workers wake."""
-    Queue(connect(url), queue, check_policy=False).resume(lane)
+    recorded_queue(connect(url), queue, check_policy=False).resume(lane)
     click.echo(f"resumed {queue}" + (f" lane {lane}" if lane else ""))
 
 
@@ -123,9 +124,10 @@ def resume(queue: str, lane: str | None, url: str) -> None:
 @json_option
 def lanes(queue: str, url: str, as_json: bool) -> None:
     """QUEUE's lanes: each group's knobs, jobs waiting, leases held, ready or why parked."""
-    q = Queue(connect(url), queue, check_policy=False)
+    q = recorded_queue(connect(url), queue, check_policy=False)
     whole, _ = q.paused()
-    rows = lane_report(q)
+    rows = sorted((row for shard in q.shard_queues for row in lane_report(shard)),
+                  key=lambda row: row["group"])
     if as_json:
         print_json({"paused": whole, "defaults": q.lane_settings(), "lanes": rows})
         return

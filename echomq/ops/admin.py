@@ -24,6 +24,7 @@ from echomq.engine.transitions import EVENTS_ROLE
 from echomq.engine.wire import Wire
 from echomq.queue.lanes import lane_groups, paused_lanes, per_group, shown_depths, waiting_keys
 from echomq.queue.registry import DISCOVERED_KEY, REGISTRY_KEY
+from echomq.queue.shard_layout import ShardCalls, recorded_shards, shard_of
 
 _SCRIPTS = executor_for(Wire.SCRIPTS)
 _QUEUE_KEY = re.compile(rb"^emq:\{(?P<name>[^{}]+)\}:(pending|active|delayed|dead|ring)$")
@@ -169,14 +170,52 @@ def discover_queues(conn: Any) -> set[str]:
     return names
 
 
+def queue_calls(conn: Any, name: str, *, events: bool = False) -> list[QueueCalls]:
+    """The calls of each part of queue ``name``: of each of its shards, in order, when it is
+    recorded sharded (``echomq.queue.shard_layout``), else its own; one GET."""
+    count = recorded_shards(conn, name)
+    if count is None:
+        return [QueueCalls(name, events=events)]
+    return [ShardCalls(name, index, events=events) for index in range(count)]
+
+
+def _first_for_id(parts: list[QueueCalls], job_id: str) -> list[QueueCalls]:
+    """``parts`` with the one ``job_id`` routes to first (a lane job's may be another)."""
+    if len(parts) == 1:
+        return parts
+    first = shard_of(job_id, len(parts))
+    return [parts[first], *parts[:first], *parts[first + 1:]]
+
+
 def stats(conn: Any, name: str) -> QueueStats:
     """Depths of every part of queue ``name``, its lanes, whether it or any lane is paused,
-    and the age of its oldest waiting job (flat or at a lane's head). Three round trips
-    whatever the number of lanes: the queue's keys, each lane's depth and head, the heads'
-    admission times; one more when flat jobs of several priorities wait (the head of each
-    priority between the highest and the lowest). On a cluster client, one more: ``TIME`` of
-    the node serving the queue's slot (a cluster pipeline refuses ``TIME``)."""
-    calls = QueueCalls(name)
+    and the age of its oldest waiting job (flat or at a lane's head). A GET (is it sharded?),
+    then three round trips whatever the number of lanes: the queue's keys, each lane's depth and
+    head, the heads' admission times; one more when flat jobs of several priorities wait (the
+    head of each priority between the highest and the lowest). On a cluster client, one more:
+    ``TIME`` of the node serving the queue's slot (a cluster pipeline refuses ``TIME``). A
+    sharded queue is one row: its shards' sums, the oldest age the largest of theirs."""
+    parts = [_stats_of(conn, calls, name) for calls in queue_calls(conn, name)]
+    return parts[0] if len(parts) == 1 else summed(name, parts)
+
+
+def summed(name: str, parts: list[QueueStats]) -> QueueStats:
+    """One queue's stats from its shards'."""
+    ages = [part.oldest_pending_age_ms for part in parts
+            if part.oldest_pending_age_ms is not None]
+    lanes: dict[str, int] = {}
+    for part in parts:
+        lanes.update(part.lanes)
+    total = {role: sum(getattr(part, role) for part in parts) for role in ZSETS}
+    return QueueStats(name, total["pending"], total["active"], total["delayed"], total["dead"],
+                      lanes=lanes, oldest_pending_age_ms=max(ages, default=None),
+                      server_time_ms=max(part.server_time_ms for part in parts),
+                      paused=any(part.paused for part in parts),
+                      paused_lanes=sorted(lane for part in parts for lane in part.paused_lanes),
+                      waiting=sum(part.waiting for part in parts))
+
+
+def _stats_of(conn: Any, calls: QueueCalls, name: str) -> QueueStats:
     clustered = is_cluster(conn)
     with conn.pipeline(transaction=False) as pipe:
         for role in ZSETS:
@@ -257,10 +296,15 @@ def _lanes_of(conn: Any, calls: QueueCalls, ring: list[Any],
 def inspect(conn: Any, name: str, job_id: str) -> dict[str, Any] | None:
     """The row of ``job_id`` (its fields under their full names: ``payload``, ``attempts``,
     ``enqueued_at``, ``fence``, ...) and where the job is (with its score there), or None."""
-    calls = QueueCalls(name)
-    row = conn.hgetall(calls.key("job", job_id))
-    if not row:
-        return None
+    for calls in _first_for_id(queue_calls(conn, name), job_id):
+        row = conn.hgetall(calls.key("job", job_id))
+        if row:
+            return _inspected(conn, calls, job_id, row)
+    return None
+
+
+def _inspected(conn: Any, calls: QueueCalls, job_id: str,
+               row: dict[Any, Any]) -> dict[str, Any]:
     named = {jobrow.FULL_NAMES.get(shown(k), shown(k)): v for k, v in row.items()}
     fields: dict[str, Any] = {k: shown(v) for k, v in named.items() if k != "payload"}
     if "payload" in named:
@@ -293,8 +337,15 @@ def _location(conn: Any, calls: QueueCalls, job_id: str,
 
 def dead_jobs(conn: Any, name: str, limit: int = 100, *, start: int = 0) -> list[DeadJob]:
     """The dead jobs of queue ``name``, oldest death first (from the ``start``-th), with their
-    last errors."""
-    calls = QueueCalls(name)
+    last errors (of a sharded queue: its shards' merged by time of death)."""
+    parts = queue_calls(conn, name)
+    if len(parts) == 1:
+        return _dead_of(conn, parts[0], start, limit)
+    merged = [job for calls in parts for job in _dead_of(conn, calls, 0, start + limit)]
+    return sorted(merged, key=lambda job: job.died_at_ms)[start:start + limit]
+
+
+def _dead_of(conn: Any, calls: QueueCalls, start: int, limit: int) -> list[DeadJob]:
     entries = conn.zrange(calls.key("dead"), start, start + limit - 1, withscores=True)
     with conn.pipeline(transaction=False) as pipe:
         for job_id, _ in entries:
@@ -324,17 +375,34 @@ def every_dead_job(conn: Any, name: str) -> list[DeadJob]:
 def has_events(conn: Any, name: str) -> bool:
     """Whether queue ``name`` has an events stream (its Queues are made with ``events=True``):
     an operator's change to it then declares the key too, so the stream misses none."""
-    return bool(conn.exists(QueueCalls(name).key(EVENTS_ROLE)))
+    return _streams(conn, QueueCalls(name))
+
+
+def _streams(conn: Any, calls: QueueCalls) -> bool:
+    return bool(conn.exists(calls.key(EVENTS_ROLE)))
+
+
+def _with_events(conn: Any, calls: QueueCalls) -> QueueCalls:
+    """``calls`` declaring the events key when its queue (or shard) has an events stream."""
+    calls.events = _streams(conn, calls)
+    return calls
 
 
 def requeue(conn: Any, name: str, job_id: str, *, now: int | None = None) -> bool:
-    """Run dead job ``job_id`` again with fresh attempts; False if it is not dead."""
-    calls = QueueCalls(name, events=has_events(conn, name))
-    reply = _SCRIPTS.call(conn, *calls.requeue(job_id, now))
-    return text(reply) == "REQUEUED"
+    """Run dead job ``job_id`` again with fresh attempts; False if it is not dead (of a sharded
+    queue: on its id's shard, then, a lane job's, the others)."""
+    for calls in _first_for_id(queue_calls(conn, name), job_id):
+        reply = _SCRIPTS.call(conn, *_with_events(conn, calls).requeue(job_id, now))
+        if text(reply) == "REQUEUED":
+            return True
+    return False
 
 
 def purge(conn: Any, name: str, *, limit: int = 1000) -> int:
-    """Delete up to ``limit`` dead jobs (oldest first) and their rows; how many went."""
-    calls = QueueCalls(name, events=has_events(conn, name))
-    return int(_SCRIPTS.call(conn, *calls.purge(limit)))
+    """Delete up to ``limit`` dead jobs (oldest first; of a sharded queue, shard by shard) and
+    their rows; how many went."""
+    gone = 0
+    for calls in queue_calls(conn, name):
+        if gone < limit:
+            gone += int(_SCRIPTS.call(conn, *_with_events(conn, calls).purge(limit - gone)))
+    return gone

@@ -49,7 +49,7 @@ from echomq.engine.clients import twins
 from echomq.engine.errors import MetricsUnavailable
 from echomq.ops.admin import queue_names
 from echomq.ops.piddirs import pid_directory
-from echomq.queue.blocking import Job, Queue
+from echomq.queue.blocking import Job, recorded_queue
 from echomq.queue.connection import redis_from_url
 from echomq.tasks.hooks import CANCELLED, DEAD, RETRIED, SUCCEEDED, RunRecord, failures_recorded
 
@@ -208,7 +208,8 @@ class QueueDepths(Collector):
     def read(self) -> dict[str, dict[str, int]]:
         """Each queue's counts by state, by queue name."""
         names = queue_names(self.conn) if self.queues is None else self.queues
-        return {name: Queue(self.conn, name, check_policy=False).counts() for name in names}
+        return {name: recorded_queue(self.conn, name, check_policy=False).counts()
+                for name in names}
 
 
 def _depth_family() -> GaugeMetricFamily:

@@ -12,6 +12,7 @@ from echomq.engine.events import Event
 from echomq.engine.program import AsyncShell, Program, adrive
 from echomq.queue.events import AFTER_NOW, resumed
 from echomq.queue.methods import QueueMethods, evicting_check
+from echomq.queue.sharded import ShardedMethods
 
 R = TypeVar("R")
 
@@ -42,3 +43,19 @@ class Queue(QueueMethods, AsyncShell):
             for event in await self.events(after, block_ms=block_ms):
                 after = event.id
                 yield event
+
+
+class ShardedQueue(ShardedMethods, Queue):
+    """One logical queue over N shards, for asyncio code (``echomq.aio.Queue(conn, name,
+    shards=N)``): see ``echomq.queue.sharded``. The count of shards is recorded, or checked,
+    before its first command."""
+
+    _plain_class = Queue
+
+    async def _adrive(self, program: Program[R]) -> R:
+        if self._layout_due:
+            await adrive(self._layout())
+        return await super()._adrive(program)
+
+
+Queue._sharded_class = ShardedQueue

@@ -19,9 +19,12 @@ from echomq.engine.executors import Executor, executor_for
 from echomq.engine.program import BlockingShell, drive
 from echomq.queue.events import AFTER_NOW, resumed
 from echomq.queue.methods import QueueMethods, evicting_check
+from echomq.queue.shard_layout import recorded_shards
+from echomq.queue.sharded import ShardedMethods
 
 __all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "JobOutcome", "Queue", "Release", "Retry",
-           "Verdict", "warn_if_evicting"]
+           "ShardedQueue", "Verdict", "recorded_queue",
+           "warn_if_evicting"]
 
 
 def warn_if_evicting(conn: Any) -> str | None:
@@ -57,3 +60,23 @@ class Queue(QueueMethods, BlockingShell):
             for event in self.events(after, block_ms=block_ms):
                 after = event.id
                 yield event
+
+
+class ShardedQueue(ShardedMethods, Queue):
+    """One logical queue over N shards (``Queue(conn, name, shards=N)``): see
+    ``echomq.queue.sharded``. The count of shards is recorded, or checked, as it is made."""
+
+    _plain_class = Queue
+
+    def _made(self) -> None:
+        drive(self._layout())
+        super()._made()
+
+
+Queue._sharded_class = ShardedQueue
+
+
+def recorded_queue(conn: Any, name: str, **options: Any) -> Queue:
+    """The Queue of ``name`` as the server records it: sharded over its recorded count of
+    shards, else plain (one GET): what the operator's tools and the worker open."""
+    return Queue(conn, name, shards=recorded_shards(conn, name), **options)

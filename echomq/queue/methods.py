@@ -58,6 +58,7 @@ from echomq.queue.limits import LimitControls
 from echomq.queue.parking import WATCH_ROLE, watch_commands
 from echomq.queue.registry import REGISTRY_KEY
 from echomq.queue.results import ResultReads
+from echomq.queue.shard_layout import ShardFace
 from echomq.queue.waiting import next_block_s, wait_slice_s
 
 log = logging.getLogger("echomq")
@@ -94,7 +95,7 @@ def _outside_stacklevel() -> int:
 
 
 class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdmissions,
-                   LimitControls):
+                   LimitControls, ShardFace):
     """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``):
     what both Queues are, and do. With ``events``, each change its calls make is appended to the
     queue's events stream (``events()`` reads it back)."""
@@ -104,7 +105,7 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
     def __init__(self, conn: Any, name: str, *, wire: int = Wire.SCRIPTS,
                  retention_ms: int = DEFAULT_RETENTION_MS,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, check_policy: bool = True,
-                 events: bool = False) -> None:
+                 events: bool = False, shards: int | None = None) -> None:
         self.conn = conn
         self.name = name
         self.calls = QueueCalls(name, retention_ms=retention_ms, max_attempts=max_attempts,
@@ -144,8 +145,7 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
         return self.calls.events
 
     def key(self, role: str, job_id: str | None = None, lane: str | None = None) -> str:
-        """The key of ``role`` (pending, active, delayed, dead, wake, ring; ``job`` with a job
-        id; ``lane`` with a group) of this queue."""
+        """The key of ``role`` (``job``: of a job id; ``lane``: of a group) of this queue."""
         return self.calls.key(role, job_id, lane)
 
     @op

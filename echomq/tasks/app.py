@@ -86,15 +86,17 @@ class App:
     ``aenqueue`` and ``aresult`` use (default: a twin of ``conn`` per event loop,
     ``echomq.tasks.twins``; a cluster App needs one given); ``limits``: a ``QueueLimits`` set on
     the app's queue as the app is made, exactly (a None field clears that limit; one write:
-    ``set_limits``, shared by every worker of the queue)."""
+    ``set_limits``, shared by every worker of the queue); ``shards``: the app's queue is one
+    logical queue over that many shards (``Queue(..., shards=N)``, docs/CLUSTER.md)."""
 
     def __init__(self, conn: Any, queue: str = "default", *, wire: int = Wire.SCRIPTS,
                  serializer: str = "json", max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  backoff: Backoff = DEFAULT_BACKOFF, retention_ms: int = DEFAULT_RETENTION_MS,
                  hooks: TaskHooks | Sequence[TaskHooks] = (), draw: Draw = random.random,
                  check_policy: bool = True, events: bool = False, aconn: Any = None,
-                 limits: QueueLimits | None = None) -> None:
+                 limits: QueueLimits | None = None, shards: int | None = None) -> None:
         self.conn = conn
+        self.sharded = {} if shards is None else {queue: shards}
         self.wire = wire
         self.events = events
         self.serializer: Serializer = checked_serializer(serializer)
@@ -108,7 +110,8 @@ class App:
         self.queues: dict[str, Queue] = {}
         self.queue = self.queue_named(queue)
         self.aqueues = AsyncQueues(conn, aconn, QueueOptions(wire, retention_ms,
-                                                             self.policy.max_attempts, events))
+                                                             self.policy.max_attempts, events,
+                                                             self.sharded))
         self.scheduler = Scheduler()
         self._runners = threading.local()
         if limits is not None:  # shared by every worker of the queue: kept on the server
@@ -134,7 +137,7 @@ class App:
         if queue is None:
             queue = Queue(self.conn, name, wire=self.wire, retention_ms=self.retention_ms,
                           max_attempts=self.policy.max_attempts, check_policy=self.check_policy,
-                          events=self.events)
+                          events=self.events, shards=self.sharded.get(name))
             self.check_policy = False  # one connection: asked once is enough
             self.queues[name] = queue
         return queue

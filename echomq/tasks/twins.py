@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,18 +26,20 @@ __all__ = ["AsyncQueues", "QueueOptions"]
 
 @dataclass(frozen=True)
 class QueueOptions:
-    """What every queue of an App is made with (its wire, retention, attempts and events)."""
+    """What every queue of an App is made with (its wire, retention, attempts and events), and
+    the count of shards of each sharded one."""
 
     wire: int
     retention_ms: int
     max_attempts: int
     events: bool
+    sharded: Mapping[str, int] = field(default_factory=dict)
 
     def queue(self, aconn: Any, name: str) -> aio.Queue:
         # The App's blocking queue checked the server's eviction policy: not again here.
         return aio.Queue(aconn, name, wire=self.wire, retention_ms=self.retention_ms,
                          max_attempts=self.max_attempts, check_policy=False,
-                         events=self.events)
+                         events=self.events, shards=self.sharded.get(name))
 
 
 @dataclass

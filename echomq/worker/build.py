@@ -19,7 +19,8 @@ from echomq import aio
 from echomq.consumer.blocking import Consumer
 from echomq.consumer.presence import Announcer
 from echomq.engine.clients import async_twin
-from echomq.queue.blocking import Job, Queue
+from echomq.queue.blocking import Job, Queue, recorded_queue
+from echomq.queue.shard_layout import recorded_shards
 from echomq.worker.spec import WorkerSpec, connect, is_app, load_callable, load_target
 
 log = logging.getLogger("echomq")
@@ -88,7 +89,7 @@ def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None 
     ``on_job()`` is called as each job starts."""
     target = load_target(spec.handler) if target is None else target
     conn = connect(spec, target)
-    queues = [Queue(conn, name, wire=spec.wire, **queue_options(spec, target, name))
+    queues = [recorded_queue(conn, name, wire=spec.wire, **queue_options(spec, target, name))
               for name in spec.queues]
     handler = handler_of(target, spec)
     if spec.metrics_dir is not None and not is_app(target):  # an App counts through its hooks
@@ -143,6 +144,7 @@ class AsyncWorkerLoop:
             max_workers=in_flight + 1, thread_name_prefix="echomq-task"))
         try:
             queues = [aio.Queue(client, name, wire=self.spec.wire,
+                                shards=recorded_shards(self.queue.conn, name),
                                 **queue_options(self.spec, self.target, name))
                       for name in self.spec.queues]
             self._consumer = aio.Consumer(queues, self.handler,

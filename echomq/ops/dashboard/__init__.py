@@ -52,7 +52,7 @@ from echomq.ops.dashboard.history import COLUMNS, History
 from echomq.ops.dashboard.live import events_answer, query_of
 from echomq.ops.dashboard.requests import MAX_DEPTH, BodyRefused, checked, nesting, read_capped
 from echomq.ops.workflows import workflow_of
-from echomq.queue.blocking import Queue
+from echomq.queue.blocking import recorded_queue
 from echomq.queue.lanes import lane_report, lane_waiting
 from echomq.queue.limits import KNOBS
 
@@ -160,20 +160,22 @@ class _Views:
         return JSONResponse([{**s.as_dict(), "rates": self.history.rates(s.name),
                               "workers": serving.get(s.name, 0),
                               "running": running.get(s.name, 0), **self._pauses(s.name),
-                              "limits": asdict(Queue(self.conn, s.name,
-                                                     check_policy=False).limits())}
+                              "limits": asdict(recorded_queue(self.conn, s.name,
+                                                              check_policy=False).limits())}
                              for s in found])
 
     def _pauses(self, name: str) -> dict[str, Any]:
         """Whether queue ``name`` is paused, and its paused lanes with their jobs waiting."""
-        queue = Queue(self.conn, name, check_policy=False)
+        queue = recorded_queue(self.conn, name, check_policy=False)
         whole, lanes = queue.paused()
         depths = {group: lane_waiting(self.conn, queue, group) for group in lanes}
         return {"paused": whole, "paused_lanes": depths}
 
     def lanes(self, request: Request) -> Response:
-        queue = Queue(self.conn, request.path_params["name"], check_policy=False)
-        return JSONResponse({"paused": queue.paused()[0], "lanes": lane_report(queue)})
+        queue = recorded_queue(self.conn, request.path_params["name"], check_policy=False)
+        rows = sorted((row for shard in queue.shard_queues for row in lane_report(shard)),
+                      key=lambda row: row["group"])
+        return JSONResponse({"paused": queue.paused()[0], "lanes": rows})
 
     async def pause(self, request: Request) -> Response:
         return await self._pause_or_resume(request, True)
@@ -187,7 +189,7 @@ class _Views:
         if not isinstance(body, dict) or not isinstance(lane, str | None):
             return JSONResponse({"error": "a JSON object, with a lane (group) or none"}, 400)
         name = request.path_params["name"]
-        queue = Queue(self.conn, name, check_policy=False)
+        queue = recorded_queue(self.conn, name, check_policy=False)
         try:
             if pause:
                 queue.pause(lane)
@@ -201,7 +203,7 @@ class _Views:
         return JSONResponse({"paused": whole, "paused_lanes": lanes})
 
     def limits(self, request: Request) -> Response:
-        queue = Queue(self.conn, request.path_params["name"], check_policy=False)
+        queue = recorded_queue(self.conn, request.path_params["name"], check_policy=False)
         return JSONResponse(asdict(queue.limits()))
 
     async def set_limits(self, request: Request) -> Response:
@@ -215,7 +217,7 @@ class _Views:
                                           f"each an integer from 1 to {LIMIT_MAX} or null "
                                           "(no limit)"}, 400)
         name = request.path_params["name"]
-        applied = Queue(self.conn, name, check_policy=False).set_limits(**body)
+        applied = recorded_queue(self.conn, name, check_policy=False).set_limits(**body)
         _audit(request, "limits", name, f"set={json.dumps(body, sort_keys=True)}")
         return JSONResponse(asdict(applied))
 
@@ -261,7 +263,7 @@ class _Views:
         """Cancel one job (``Queue.cancel``): its verdict. A bad id is refused (400) by the
         checks around it, before anything is sent."""
         name, job_id = request.path_params["name"], request.path_params["job_id"]
-        verdict = Queue(self.conn, name, check_policy=False,
+        verdict = recorded_queue(self.conn, name, check_policy=False,
                         events=admin.has_events(self.conn, name)).cancel(job_id)
         _audit(request, "cancel", name, f"id={json.dumps(job_id)} verdict={verdict.value}")
         return JSONResponse({"id": job_id, "verdict": verdict.value})
