@@ -86,6 +86,20 @@ def queue_list(queue_or_queues: Any) -> list[Any]:
     return queues
 
 
+def shards_of(queue_or_queues: Any, spread: bool) -> tuple[Any, bool]:
+    """What a consumer serves, and whether it spreads over it: a sharded queue (``shards`` > 1)
+    is its ``shard_queues``, spread; anything else as given (``spread``: a list of queues served
+    as one, e.g. a sharded queue's shards). A sharded queue in a list is refused: it is served
+    by a consumer of its own."""
+    if getattr(queue_or_queues, "shards", 1) > 1:
+        return list(queue_or_queues.shard_queues), True
+    if isinstance(queue_or_queues, list | tuple) \
+            and any(getattr(queue, "shards", 1) > 1 for queue in queue_or_queues):
+        raise ValueError("a sharded queue is served by a consumer of its own (its shards "
+                         "spread), not listed with other queues")
+    return queue_or_queues, spread
+
+
 def wake_keys(queues: Iterable[Any]) -> list[str]:
     """The wake keys a consumer of ``queues`` parks on (a token on any wakes it)."""
     return [queue.key("wake") for queue in queues]
@@ -246,14 +260,17 @@ class LoopShell:
 
     monotonic = staticmethod(time.monotonic)
 
-    def _serve(self, queue: Any, handler: Any, lanes: bool, **knobs: Any) -> None:
+    def _serve(self, queue: Any, handler: Any, lanes: bool, *, spread: bool = False,
+               **knobs: Any) -> None:
         """What both constructors do first: the queues served (one queue or a list, of one wire;
-        a lane consumer is refused where lanes have no native claim), a core for each under one
-        ``Settings`` of ``lanes`` and ``knobs``, the handler, and this consumer's name in the
+        a sharded queue: its shards, spread; a lane consumer is refused where lanes have no
+        native claim), a core for each under one ``Settings`` of ``lanes`` and ``knobs`` (in
+        strict priority, or ``spread`` over them), the handler, and this consumer's name in the
         queues' housekeeping tokens."""
+        queue, spread = shards_of(queue, spread)
         self.queues = queue_list(queue)
         refuse_unsupported(self.queues[0].wire, lanes)
-        self.lineup = Lineup.of(Settings(lanes=lanes, **knobs), len(self.queues))
+        self.lineup = Lineup.of(Settings(lanes=lanes, **knobs), len(self.queues), spread=spread)
         self.queue = self.queues[0]
         self.handler = handler
         self._name = consumer_name()
