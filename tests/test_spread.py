@@ -278,11 +278,12 @@ def test_a_sharded_queue_is_served_spread_over_its_shards() -> None:
                               key=lambda *parts, n=n: ":".join((f"emq:{{orders~{n}}}", *parts)))
               for n in range(3)]
     sharded = SimpleNamespace(name="orders", wire=5, shards=3, shard_queues=shards)
-    consumer = Consumer(sharded, lambda job: None, announce=False)  # type: ignore[arg-type]
-    try:
-        assert consumer.queues == shards and consumer.lineup.spread is not None
-    finally:
-        consumer.close()
+    for served in (sharded, [sharded]):  # as the worker passes it: alone, or a list of one
+        consumer = Consumer(served, lambda job: None, announce=False)  # type: ignore[arg-type]
+        try:
+            assert consumer.queues == shards and consumer.lineup.spread is not None
+        finally:
+            consumer.close()
     with pytest.raises(ValueError, match="consumer of its own"):
         Consumer([sharded, shards[0]], lambda job: None,  # type: ignore[list-item]
                  announce=False)

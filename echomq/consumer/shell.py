@@ -89,8 +89,10 @@ def queue_list(queue_or_queues: Any) -> list[Any]:
 def shards_of(queue_or_queues: Any, spread: bool) -> tuple[Any, bool]:
     """What a consumer serves, and whether it spreads over it: a sharded queue (``shards`` > 1)
     is its ``shard_queues``, spread; anything else as given (``spread``: a list of queues served
-    as one, e.g. a sharded queue's shards). A sharded queue in a list is refused: it is served
-    by a consumer of its own."""
+    as one, e.g. a sharded queue's shards). A sharded queue listed with others is refused: it is
+    served by a consumer of its own."""
+    if isinstance(queue_or_queues, list | tuple) and len(queue_or_queues) == 1:
+        queue_or_queues = queue_or_queues[0]  # a list of one queue serves it
     if getattr(queue_or_queues, "shards", 1) > 1:
         return list(queue_or_queues.shard_queues), True
     if isinstance(queue_or_queues, list | tuple) \
