@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import redis
 
-from echomq import Job, Queue
+from echomq import Job, Queue, Verdict
 from echomq.consumer import actions
-from echomq.engine import once, program
+from echomq.engine import calls, once, program
 from echomq.engine.scripts import script_for
 from echomq.engine.transitions import SETTLE
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
@@ -51,6 +51,8 @@ class Ledger:
     def __init__(self, made: Any) -> None:
         self.rounds: list[list[tuple[int, int, int]]] = []  # (shard, asked, claimed) per call
         self.ran: list[str] = []
+        # each SettleAll's shards that handed back jobs (releases) in it
+        self.handed_back: list[set[int]] = []
         self.lock = threading.Lock()
         consumer = consumer_of(made)
         perform = consumer._io[actions.SettleAll]
@@ -68,6 +70,9 @@ class Ledger:
             self.rounds.append([(call.index, call.round.claim,
                                  0 if isinstance(reply, Exception) else len(reply[1]))
                                 for call, reply in zip(action.calls, replies, strict=True)])
+            self.handed_back.append({call.index for call in action.calls
+                                     if any(isinstance(outcome, calls.Release)
+                                            for outcome in call.round.outcomes)})
         return replies
 
     def handler(self, job: Job) -> None:
@@ -236,3 +241,32 @@ def test_a_stop_hands_back_what_every_shard_prefetched_uncounted(
         back = shard.claim_many(100)
         assert len(back) == 10 - ran[n]
         assert all(job.attempt == 1 for job in back)  # handed back: no attempt counted
+
+
+def test_a_job_claimed_before_runs_alone_over_every_shard(make: Make,
+                                                         shards: list[Queue]) -> None:
+    """A retried job of one shard, claimed with the other shards' jobs, runs with nothing else
+    in hand: every shard's prefetched jobs go back first, their attempts uncounted."""
+    shards[2].enqueue("JOB:2-again", b"x")
+    claimed = shards[2].claim()
+    assert claimed is not None
+    fill(shards, 3)
+    assert shards[2].retry(claimed, delay_ms=0) is Verdict.RETRYING
+    fill(shards, 3, tag="more")
+    made = make(shards, None, spread=True, prefetch=16, announce=False)
+    consumer = consumer_of(made)
+    ledger = Ledger(made)
+    seen: dict[str, tuple[int, int]] = {}  # id: (attempt, leases in hand as it ran)
+
+    def handler(job: Job) -> None:
+        seen[job.id] = (job.attempt, consumer.lineup.held())
+        ledger.handler(job)
+
+    made.handler = handler
+    with running(made):
+        assert wait_until(lambda: len(ledger.ran) == 1 + SHARDS * 6)
+    assert seen["JOB:2-again"] == (2, 1)  # alone in hand
+    # it came with another shard's jobs not started yet, which went back before it ran
+    assert any(shards_back - {2} for shards_back in ledger.handed_back)
+    assert all(attempt == 1 for job_id, (attempt, _) in seen.items() if job_id != "JOB:2-again")
+    assert sorted(ledger.ran) == sorted(set(ledger.ran))

@@ -8,7 +8,8 @@ call's own reply (its shard's outcomes wait for the next round); a call refused 
 server that lost its scripts) is sent again alone once its script is loaded. On a cluster the
 calls are sent one after another, each once to its own slot's node with its watch tokens
 (``QueueMethods.settle_leased``): a cluster pipeline sends a command again after a connection
-error (docs/CLUSTER.md), and each call's error, a lost connection included, is its own.
+error (docs/CLUSTER.md), and each call's error, a lost connection included, is its own. Queues
+on different clients are sent to the same way, each on its own.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def settle_all(queues: Sequence[Any], calls: Sequence[Settle], lease_ms: int,
     if not calls:
         return []
     conn = queues[calls[0].index].conn
-    if is_cluster(conn) or len(calls) == 1:
+    if is_cluster(conn) or len(calls) == 1 \
+            or any(queues[call.index].conn is not conn for call in calls):
         return (yield from one_by_one(queues, calls, lease_ms, retention_ms, now))
     made = [(queues[call.index], settle_call(queues[call.index], call, lease_ms, retention_ms,
                                              now)) for call in calls]
