@@ -302,3 +302,27 @@ def test_a_round_of_nothing_asked_sends_only_what_waits() -> None:
     drive(Beat(Host(lineup)).claim_round(), world)
     assert world.trips == [[(1, 0)]]  # the outcome went out; no claim (no room)
     assert lineup.cores[1].outbox == []
+
+
+def test_a_spread_lane_consumer_tries_the_shards_in_the_turning_order() -> None:
+    options = {**settings_of(4).__dict__, "lanes": True}
+    lineup = Lineup.of(Settings(**options), 3, spread=True)
+    beat = Beat(Host(lineup))
+    tried: list[int] = []
+
+    def answer(action: actions.Action) -> Any:
+        if isinstance(action, actions.ClaimLane):
+            tried.append(action.index)
+            return None
+        if isinstance(action, actions.Settle):
+            return [], []
+        return None
+
+    firsts = []
+    for _ in range(4):
+        tried.clear()
+        steps = Stepper(beat.claim_round())
+        while (action := steps.step()) is not None:
+            steps.reply(answer(action))
+        firsts.append(list(tried))
+    assert firsts == [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]
