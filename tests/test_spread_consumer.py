@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import redis
 
-from echomq import Job, Queue, Verdict
+from echomq import Consumer, Job, Queue, Verdict
 from echomq.consumer import actions
 from echomq.engine import calls, once, program
 from echomq.engine.scripts import script_for
@@ -270,3 +271,20 @@ def test_a_job_claimed_before_runs_alone_over_every_shard(make: Make,
     assert any(shards_back - {2} for shards_back in ledger.handed_back)
     assert all(attempt == 1 for job_id, (attempt, _) in seen.items() if job_id != "JOB:2-again")
     assert sorted(ledger.ran) == sorted(set(ledger.ran))
+
+
+def test_a_sharded_queue_is_served_spread_by_consumer_of_it(shards: list[Queue]) -> None:
+    """``Consumer(q)`` of a queue that has ``shards`` and ``shard_queues`` (as a sharded queue
+    has) serves the shards as one."""
+    fill(shards, 5)
+    sharded = SimpleNamespace(name="spread", wire=shards[0].wire, shards=SHARDS,
+                              shard_queues=shards)
+    ran: list[str] = []
+    consumer = Consumer(sharded, lambda job: ran.append(job.id),  # type: ignore[arg-type]
+                        prefetch=8, announce=False)
+    try:
+        assert consumer.lineup.spread is not None
+        assert consumer.drain() == SHARDS * 5
+    finally:
+        consumer.close()
+    assert sorted(ran) == sorted(f"JOB:{n}-{k}" for n in range(SHARDS) for k in range(5))
