@@ -36,6 +36,7 @@ from echomq.consumer.core import LoopCore
 from echomq.consumer.faults import Fault, classify
 from echomq.consumer.loop import Lineup
 from echomq.consumer.settings import Clock, Settings, describe, fatal_error, first_line
+from echomq.consumer.spread import shards_of
 from echomq.engine import calls
 from echomq.engine.calls import Job, Outcome, Verdict
 from echomq.engine.clients import is_cluster
@@ -84,22 +85,6 @@ def queue_list(queue_or_queues: Any) -> list[Any]:
                          "BLPOP, which a cluster refuses across slots: on a cluster, run a "
                          "consumer per queue")
     return queues
-
-
-def shards_of(queue_or_queues: Any, spread: bool) -> tuple[Any, bool]:
-    """What a consumer serves, and whether it spreads over it: a sharded queue (``shards`` > 1)
-    is its ``shard_queues``, spread; anything else as given (``spread``: a list of queues served
-    as one, e.g. a sharded queue's shards). A sharded queue listed with others is refused: it is
-    served by a consumer of its own."""
-    if isinstance(queue_or_queues, list | tuple) and len(queue_or_queues) == 1:
-        queue_or_queues = queue_or_queues[0]  # a list of one queue serves it
-    if getattr(queue_or_queues, "shards", 1) > 1:
-        return list(queue_or_queues.shard_queues), True
-    if isinstance(queue_or_queues, list | tuple) \
-            and any(getattr(queue, "shards", 1) > 1 for queue in queue_or_queues):
-        raise ValueError("a sharded queue is served by a consumer of its own (its shards "
-                         "spread), not listed with other queues")
-    return queue_or_queues, spread
 
 
 def wake_keys(queues: Iterable[Any]) -> list[str]:

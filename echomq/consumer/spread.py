@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def split(wanted: int, order: Sequence[int], shards: int) -> list[int]:
@@ -77,3 +78,24 @@ class Spread:
         if wanted > 0:
             self.start = (self.start + 1) % self.shards
         return claim
+
+
+def sharded(queue: Any) -> bool:
+    """Whether ``queue`` is a sharded queue of more than one shard (its ``shards``)."""
+    shards = getattr(queue, "shards", 1)
+    return isinstance(shards, int) and shards > 1
+
+
+def shards_of(queue_or_queues: Any, spread: bool) -> tuple[Any, bool]:
+    """What a consumer serves, and whether it spreads over it: a sharded queue (``shards`` > 1),
+    alone or as a list of one, is its ``shard_queues``, spread; anything else as given
+    (``spread``: a list of queues served as one, e.g. a sharded queue's shards). A sharded queue
+    listed with others is refused: it is served by a consumer of its own."""
+    if isinstance(queue_or_queues, list | tuple) and len(queue_or_queues) == 1:
+        queue_or_queues = queue_or_queues[0]  # a list of one queue serves it
+    if sharded(queue_or_queues):
+        return list(queue_or_queues.shard_queues), True
+    if isinstance(queue_or_queues, list | tuple) and any(map(sharded, queue_or_queues)):
+        raise ValueError("a sharded queue is served by a consumer of its own (its shards "
+                         "spread), not listed with other queues")
+    return queue_or_queues, spread
