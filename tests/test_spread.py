@@ -7,6 +7,7 @@ spread is today's consumer of one queue; several queues without spread keep stri
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections import deque
 from types import SimpleNamespace
@@ -14,12 +15,14 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from echomq.consumer import actions
 from echomq.consumer.actions import Stepper
+from echomq.consumer.aio import Consumer as AsyncConsumer
 from echomq.consumer.beat import Beat
 from echomq.consumer.blocking import Consumer
 from echomq.consumer.loop import Lineup
@@ -287,6 +290,18 @@ def test_a_sharded_queue_is_served_spread_over_its_shards() -> None:
     with pytest.raises(ValueError, match="consumer of its own"):
         Consumer([sharded, shards[0]], lambda job: None,  # type: ignore[list-item]
                  announce=False)
+
+    async def served_by_asyncio() -> list[Any]:
+        aio_shards = [SimpleNamespace(**{**vars(shard), "conn": redis.asyncio.Redis()})
+                      for shard in shards]
+        aio_sharded = SimpleNamespace(name="orders", wire=5, shards=3, shard_queues=aio_shards)
+        consumer = AsyncConsumer(aio_sharded, lambda job: None,  # type: ignore[arg-type]
+                                 announce=False)
+        assert consumer.lineup.spread is not None
+        return list(consumer.queues)
+
+    assert [queue.name for queue in asyncio.run(served_by_asyncio())] == \
+        [shard.name for shard in shards]
 
 
 def test_a_round_of_nothing_asked_sends_only_what_waits() -> None:

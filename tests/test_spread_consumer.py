@@ -20,7 +20,7 @@ from echomq.engine import calls, once, program
 from echomq.engine.scripts import script_for
 from echomq.engine.transitions import SETTLE
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
-from tests.test_consumer import running, wait_until
+from tests.test_consumer import parked, running, wait_until
 
 SHARDS = 4
 
@@ -288,3 +288,15 @@ def test_a_sharded_queue_is_served_spread_by_consumer_of_it(shards: list[Queue])
     finally:
         consumer.close()
     assert sorted(ran) == sorted(f"JOB:{n}-{k}" for n in range(SHARDS) for k in range(5))
+
+
+def test_a_parked_spread_consumer_wakes_for_a_job_on_any_shard(
+        make: Make, shards: list[Queue], conn: redis.Redis) -> None:
+    made = make(shards, None, spread=True, park_cap_ms=30_000, announce=False)
+    ledger = Ledger(made)
+    made.handler = ledger.handler
+    with running(made):
+        for n in (3, 1, 2, 0):
+            assert parked(conn)
+            shards[n].enqueue(f"JOB:{n}-woke", b"x")
+            assert wait_until(lambda n=n: f"JOB:{n}-woke" in ledger.ran)  # type: ignore[misc]
