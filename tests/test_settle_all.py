@@ -138,3 +138,14 @@ def test_on_a_cluster_each_call_goes_alone_and_a_node_down_fails_only_its_shard(
                 assert len(reply[1]) == 1 and reply[1][0].id.startswith(f"JOB:{queue.name}-")
     finally:
         client.close()
+
+
+def test_a_server_that_lost_its_scripts_has_each_call_sent_again_once(
+        conn: redis.Redis) -> None:
+    queues = loaded(conn, 5, ["lost0", "lost1", "lost2"], 2)
+    conn.script_flush()
+    replies = drive(settle_all(queues, claims(3, 1), LEASE_MS, None, None))
+    assert [[job.id for job in jobs] for _, jobs in replies] == \
+        [["JOB:lost0-0"], ["JOB:lost1-0"], ["JOB:lost2-0"]]
+    for queue in queues:  # each call ran once: one job leased, one left
+        assert conn.zcard(queue.key("active")) == 1 and conn.zcard(queue.key("pending")) == 1
