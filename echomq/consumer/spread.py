@@ -11,8 +11,9 @@ The asks of a round go out together (one pipelined call per shard: ``SettleAll``
 returns fewer jobs than it was asked for is dry for the rest of the round; when the round came
 back short, what it lacks is asked again of the shards not found dry (those that filled their ask,
 and those asked for none), split the same way, until the round is whole or every shard is dry
-(``SpreadClaim``). The asks of a round never sum to more than its size, so the prefetch bounds
-the jobs in hand over all the shards together, as for one queue.
+(``SpreadClaim``). Each call of a round asks for no more than the round still lacks, so a round
+never takes more than its size and the prefetch bounds the jobs in hand over all the shards
+together, as for one queue.
 """
 
 from __future__ import annotations
