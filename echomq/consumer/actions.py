@@ -72,6 +72,18 @@ class Settle(OnQueue):
 
 
 @dataclass(frozen=True)
+class SettleAll(Action):
+    """The settle calls ``calls`` of one round, on several queues of one client (a spread
+    consumer's shards), sent together: on one server, one pipeline, a round trip; on a cluster,
+    each call sent once to its own slot's node, one after another (a cluster pipeline would send
+    again after a connection error). Reply: for each call, in order, (verdicts, jobs claimed),
+    or the exception that call met (a server error, a lost connection): each call's fate is its
+    own. Raised: an error that failed them all (the pipeline's connection lost)."""
+
+    calls: tuple[Settle, ...]
+
+
+@dataclass(frozen=True)
 class SendAhead(OnQueue):
     """Send the settle call for ``round`` on queue ``index`` now and read its reply later
     (``Collect``), so the batch in hand runs meanwhile: reply nothing."""

@@ -17,6 +17,7 @@ from echomq.consumer.actions import Action, Program, Stepper
 from echomq.consumer.aio_parker import AsyncParker
 from echomq.consumer.beat import Beat
 from echomq.consumer.presence import announced_async
+from echomq.consumer.settle_all import settle_all
 from echomq.consumer.shell import LoopShell
 from echomq.engine.calls import DEFAULT_LEASE_MS, Job
 from echomq.engine.server_time import async_server_ms
@@ -51,6 +52,8 @@ class Consumer(LoopShell):
     it starts once the handlers in flight have finished, with the jobs prefetched handed back,
     and nothing else starts until it ends.
 
+    ``spread``, and a sharded queue: as ``echomq.Consumer``'s (its shards served as one).
+
     While anything is in hand, a keeper task extends the leases in hand, sends outcomes that
     waited ``settle_delay_ms``, runs due housekeeping and enforces the time limit. ``stop()``
     must be called from the loop's own thread; the handlers in flight finish, the jobs
@@ -70,11 +73,12 @@ class Consumer(LoopShell):
                  on_overrun: Callable[[Job], object] | None = None,
                  prefetch: int = defaults.PREFETCH,
                  settle_delay_ms: int = defaults.SETTLE_DELAY_MS, concurrency: int = 1,
-                 pause_check_ms: int = defaults.PAUSE_CHECK_MS, announce: bool = True) -> None:
+                 pause_check_ms: int = defaults.PAUSE_CHECK_MS, announce: bool = True,
+                 spread: bool = False) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive int, got {concurrency!r}")
         # The hand holds the jobs running too: at least one a handler.
-        self._serve(queue, handler, lanes, capacity=max(prefetch, concurrency),
+        self._serve(queue, handler, lanes, spread=spread, capacity=max(prefetch, concurrency),
                     lease_ms=lease_ms, retry_delay_ms=retry_delay_ms,
                     max_attempts=max_attempts, park_cap_ms=park_cap_ms,
                     park_floor_ms=park_floor_ms, housekeeping_ms=housekeeping_ms,
@@ -109,6 +113,9 @@ class Consumer(LoopShell):
             actions.SettleInFlight: lambda action: self._settle_in_flight(),
             actions.KeeperDone: lambda action: self._keeper_done(),
             actions.Collect: lambda action: self._ahead.pop(action.index),
+            actions.SettleAll: lambda action: self.queue._adrive(settle_all(
+                self.queues, action.calls, self.lease_ms, self.settings.retention_ms,
+                self._now())),
         }
         # The rounds sent ahead (``SendAhead``) whose replies are not read yet, by queue.
         self._ahead: dict[int, asyncio.Future[Any]] = {}

@@ -213,7 +213,11 @@ class Beat(Rounds):
         """Leave the job claimed before that starts alone in hand: the reply of a round sent
         ahead read, then every queue's rounds handing back the jobs not started."""
         yield from self.guarded("send", self.collect())
-        for index, round_ in self.lineup.take_isolations():
+        rounds = self.lineup.take_isolations()
+        if self.lineup.spread is not None:  # the shards' rounds in one round trip
+            yield from self.guarded("send", self.send_rounds(rounds))
+            return
+        for index, round_ in rounds:
             yield from self.guarded("send", self.send(index, round_))
 
     def check_pauses(self) -> Program[None]:

@@ -41,6 +41,7 @@ from echomq.consumer.cancelling import Flag
 from echomq.consumer.loop import error_text
 from echomq.consumer.presence import announced
 from echomq.consumer.settings import Clock, park_window
+from echomq.consumer.settle_all import settle_all
 from echomq.consumer.shell import (
     LoopShell,
     refuse_unsupported,
@@ -209,6 +210,12 @@ class Consumer(LoopShell):
     (``job.attempt > 1``) runs alone: the jobs prefetched behind it are handed back the same way
     and the outcomes waiting sent before its handler starts, so a job that kills its worker
     costs the others one attempt at most. ``max_attempts=1`` claims one job at a time.
+
+    ``spread``: the queues listed are served as one queue over its shards rather than in
+    priority order (``echomq.consumer.loop``): each round asks every shard at once for its
+    share of the batch, in one round trip on one server, and a ready shard is asked within N
+    rounds. A sharded queue (``shards`` > 1) is served so on its own: ``Consumer(q, ...)``
+    serves ``q.shard_queues``, spread.
     """
 
     concurrency = 1  # one handler at a time
@@ -225,8 +232,9 @@ class Consumer(LoopShell):
                  on_overrun: Callable[[Job], object] | None = None,
                  prefetch: int = defaults.PREFETCH,
                  settle_delay_ms: int = defaults.SETTLE_DELAY_MS,
-                 pause_check_ms: int = defaults.PAUSE_CHECK_MS, announce: bool = True) -> None:
-        self._serve(queue, handler, lanes, capacity=prefetch, lease_ms=lease_ms,
+                 pause_check_ms: int = defaults.PAUSE_CHECK_MS, announce: bool = True,
+                 spread: bool = False) -> None:
+        self._serve(queue, handler, lanes, spread=spread, capacity=prefetch, lease_ms=lease_ms,
                     retry_delay_ms=retry_delay_ms, max_attempts=max_attempts,
                     park_cap_ms=park_cap_ms, park_floor_ms=park_floor_ms,
                     housekeeping_ms=housekeeping_ms, time_limit_ms=time_limit_ms,
@@ -257,6 +265,9 @@ class Consumer(LoopShell):
             actions.KeeperDone: lambda action: None,  # the keeper idles by itself
             actions.SendAhead: self._send_ahead,
             actions.Collect: lambda action: self._ahead.pop(action.index).result(),
+            actions.SettleAll: lambda action: self.queue._drive(settle_all(
+                self.queues, action.calls, self.lease_ms, self.settings.retention_ms,
+                self._now())),
         }
         # The rounds sent ahead whose replies are not read yet, by queue.
         self._ahead: dict[int, Ahead[Any]] = {}

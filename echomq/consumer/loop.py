@@ -47,6 +47,7 @@ from echomq.consumer.settings import (
     error_text,
     park_socket_timeout,
 )
+from echomq.consumer.spread import Spread, SpreadClaim
 from echomq.engine.calls import Job
 
 # The core's names, here where its users have always found them (its parts: ``core``,
@@ -71,7 +72,14 @@ class Lineup:
     from 1 after a start or a park, doubling while whole batches come back, up to the
     prefetch; the prefetch bounds the jobs in hand over all the queues together. A lane
     consumer takes one job at a time: the first queue's lanes, then its flat jobs, then the
-    next queue's."""
+    next queue's.
+
+    ``spread``: the queues are the shards of one queue, served as one (``Spread``): a round
+    asks every shard at once for a share of the batch, the shard first in line turning each
+    round, so a ready shard is asked within N rounds; a prefetched job of any shard runs before
+    the next round; the ramp, the prefetch (over all the shards), isolation, pauses and time
+    limits are as above; a lane consumer claims one job, trying the shards in the round's
+    order."""
 
     cores: list[LoopCore]
     # How many jobs the next round claims: 1 after a start or a park, doubling up to capacity.
@@ -89,12 +97,28 @@ class Lineup:
     pace: float | None = None
     batch_at: float | None = None
     batch_size: int = 0
+    # The turning start of a spread consumer's rounds (None: strict priority, or one queue).
+    spread: Spread | None = None
 
     @classmethod
-    def of(cls, settings: Settings, queues: int) -> Lineup:
+    def of(cls, settings: Settings, queues: int, *, spread: bool = False) -> Lineup:
         if queues < 1:
             raise ValueError("a consumer needs at least one queue")
-        return cls([LoopCore(settings) for _ in range(queues)])
+        return cls([LoopCore(settings) for _ in range(queues)],
+                   spread=Spread(queues) if spread and queues > 1 else None)
+
+    def claim_order(self, wanted: int) -> list[int]:
+        """The queues (by index) in the order a round of ``wanted`` jobs tries them one after
+        another: priority order, or a spread consumer's order of the round (turned as
+        ``spread_claim`` turns it)."""
+        if self.spread is None:
+            return list(range(len(self.cores)))
+        return self.spread.turn(wanted).order
+
+    def spread_claim(self, wanted: int) -> SpreadClaim:
+        """A spread consumer's claim round of ``wanted`` jobs over its shards."""
+        assert self.spread is not None, "a lineup in strict priority does not spread"
+        return self.spread.turn(wanted)
 
     @property
     def settings(self) -> Settings:

@@ -18,6 +18,7 @@ from echomq.consumer.actions import (
     Report,
     SendAhead,
     Settle,
+    SettleAll,
 )
 from echomq.consumer.loop import Lineup
 from echomq.consumer.settings import Clock, Round, Settings
@@ -63,11 +64,16 @@ class Rounds:
     def claim_round(self) -> Program[None]:
         """One settle call per queue, in priority order, each claiming what the queues before it
         left of the round (the lineup's rule). A lane consumer takes one job: a queue's lanes,
-        then its flat jobs, then the next queue's."""
+        then its flat jobs, then the next queue's (a spread consumer's shards in the round's
+        order). A spread consumer's flat round: ``spread_round``."""
+        if self.lineup.spread is not None and not self.settings.lanes:
+            yield from self.spread_round()
+            return
         wanted = self.lineup.round_size()
         self.lineup.batch_done(self.now())
         taken = 0
-        for index, core in enumerate(self.lineup.cores):
+        for index in self.lineup.claim_order(wanted):
+            core = self.lineup.cores[index]
             asked = self.lineup.ask(wanted, taken)
             if asked and self.settings.lanes:
                 sent_at = self.now()
@@ -82,6 +88,57 @@ class Rounds:
             taken += len(claimed)
         self.lineup.round_claimed(wanted, taken)
         self.lineup.batch_began(taken, self.now())
+
+    def spread_round(self) -> Program[None]:
+        """A spread consumer's claim round: every shard's settle call (its outcomes waiting, its
+        share of the claim) sent together in one ``SettleAll``; while the round comes back short
+        and a shard not found dry may hold more, its shortfall is asked of those shards in one
+        more (``echomq.consumer.spread``)."""
+        lineup = self.lineup
+        wanted = lineup.round_size()
+        lineup.batch_done(self.now())
+        claim = lineup.spread_claim(wanted)
+        asks, first = claim.asks(), True
+        while first or any(asks):
+            got = yield from self.send_rounds(
+                [(index, core.take_round(asks[index], now=self.now()))
+                 for index, core in enumerate(lineup.cores)])
+            claim.took(asks, got)
+            asks, first = claim.asks(), False
+        lineup.round_claimed(wanted, claim.taken)
+        lineup.batch_began(claim.taken, self.now())
+
+    def send_rounds(self, rounds: Sequence[tuple[int, Round]]) -> Program[list[int]]:
+        """The settle calls of ``rounds`` (queue index, round) sent together (``SettleAll``):
+        what each claimed goes into hand; how many jobs each queue gave (by index). A call that
+        fails leaves its outcomes for the next round, as ``replied`` does for one; the first
+        failure is raised once every call's reply has been taken."""
+        cores = self.lineup.cores
+        got = [0] * len(cores)
+        calls = tuple(Settle(index, round_, cores[index].watches(round_))
+                      for index, round_ in rounds if round_.outcomes or round_.claim)
+        if not calls:
+            return got
+        sent_at = self.now()
+        try:
+            replies = list((yield SettleAll(calls)))
+        except Exception as exc:
+            replies = [exc] * len(calls)
+        failure: Exception | None = None
+        for call, reply in zip(calls, replies, strict=True):
+            core = cores[call.index]
+            if isinstance(reply, Exception):
+                core.unsent(call.round, self.now())
+                failure = failure or reply
+                continue
+            verdicts, jobs = reply
+            yield from self.took(call.index, jobs,
+                                 core.claim_answered(call.round.claim_id, sent_at))
+            yield Report(call.round.outcomes, verdicts)
+            got[call.index] = len(jobs)
+        if failure is not None:
+            raise failure
+        return got
 
     def send(self, index: int, round_: Round) -> Program[list[Job]]:
         """One settle call for ``round_`` on queue ``index``; what it claimed goes into hand (and
@@ -150,9 +207,14 @@ class Rounds:
             yield from self.collect()
         except Exception as exc:
             failure = exc
-        for index, core in enumerate(self.lineup.cores):
+        rounds = [(index, core.take_round(hand_back=hand_back))
+                  for index, core in enumerate(self.lineup.cores)]
+        # A spread consumer's shards: their rounds in one round trip.
+        sendings = [self.send_rounds(rounds)] if self.lineup.spread is not None \
+            else [self.send(index, round_) for index, round_ in rounds]
+        for sending in sendings:
             try:
-                yield from self.send(index, core.take_round(hand_back=hand_back))
+                yield from sending
             except Exception as exc:
                 failure = failure or exc
         if failure is not None:

@@ -36,6 +36,7 @@ from echomq.consumer.core import LoopCore
 from echomq.consumer.faults import Fault, classify
 from echomq.consumer.loop import Lineup
 from echomq.consumer.settings import Clock, Settings, describe, fatal_error, first_line
+from echomq.consumer.spread import shards_of
 from echomq.engine import calls
 from echomq.engine.calls import Job, Outcome, Verdict
 from echomq.engine.clients import is_cluster
@@ -246,14 +247,17 @@ class LoopShell:
 
     monotonic = staticmethod(time.monotonic)
 
-    def _serve(self, queue: Any, handler: Any, lanes: bool, **knobs: Any) -> None:
+    def _serve(self, queue: Any, handler: Any, lanes: bool, *, spread: bool = False,
+               **knobs: Any) -> None:
         """What both constructors do first: the queues served (one queue or a list, of one wire;
-        a lane consumer is refused where lanes have no native claim), a core for each under one
-        ``Settings`` of ``lanes`` and ``knobs``, the handler, and this consumer's name in the
+        a sharded queue: its shards, spread; a lane consumer is refused where lanes have no
+        native claim), a core for each under one ``Settings`` of ``lanes`` and ``knobs`` (in
+        strict priority, or ``spread`` over them), the handler, and this consumer's name in the
         queues' housekeeping tokens."""
+        queue, spread = shards_of(queue, spread)
         self.queues = queue_list(queue)
         refuse_unsupported(self.queues[0].wire, lanes)
-        self.lineup = Lineup.of(Settings(lanes=lanes, **knobs), len(self.queues))
+        self.lineup = Lineup.of(Settings(lanes=lanes, **knobs), len(self.queues), spread=spread)
         self.queue = self.queues[0]
         self.handler = handler
         self._name = consumer_name()

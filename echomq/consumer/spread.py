@@ -1,0 +1,102 @@
+"""How a consumer serving N queues as one (the shards of a sharded queue: ``spread``) splits a
+claim round over them, with no I/O.
+
+A round's claim is split evenly over the shards, the remainder going one job each to the first
+shards of the round's order, which starts one shard later each round (``Spread.turn``). So with a
+round of at least N jobs every shard is asked for one or more, and with a round of fewer (a ramp
+starting at 1) each shard is first in the order once every N rounds: a shard holding a ready job
+is asked for one within N claim rounds, whatever the others hold.
+
+The asks of a round go out together (one pipelined call per shard: ``SettleAll``). A shard that
+returns fewer jobs than it was asked for is dry for the rest of the round; when the round came
+back short, what it lacks is asked again of the shards not found dry (those that filled their ask,
+and those asked for none), split the same way, until the round is whole or every shard is dry
+(``SpreadClaim``). Each call of a round asks for no more than the round still lacks, so a round
+never takes more than its size and the prefetch bounds the jobs in hand over all the shards
+together, as for one queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def split(wanted: int, order: Sequence[int], shards: int) -> list[int]:
+    """What each of ``shards`` shards is asked for (by index) of ``wanted`` jobs spread over the
+    shards of ``order``: an even share each, one more for each of the first ``wanted mod
+    len(order)`` of them; none for a shard not in ``order``."""
+    asks = [0] * shards
+    if wanted <= 0 or not order:
+        return asks
+    share, rest = divmod(wanted, len(order))
+    for place, index in enumerate(order):
+        asks[index] = share + (1 if place < rest else 0)
+    return asks
+
+
+@dataclass
+class SpreadClaim:
+    """One claim round over the shards: ``wanted`` jobs, asked in ``order`` (see the module)."""
+
+    wanted: int
+    order: list[int]
+    shards: int
+    taken: int = 0
+    dry: set[int] = field(default_factory=set)
+
+    def asks(self) -> list[int]:
+        """What each shard is asked for next: the round's shortfall over the shards not dry (all
+        zeros once the round is whole or every shard is dry)."""
+        live = [index for index in self.order if index not in self.dry]
+        return split(self.wanted - self.taken, live, self.shards)
+
+    def took(self, asks: Sequence[int], got: Sequence[int]) -> None:
+        """The shards asked ``asks`` returned ``got`` jobs each: one that returned fewer than it
+        was asked for is dry for the rest of the round."""
+        for index, (asked, returned) in enumerate(zip(asks, got, strict=True)):
+            if asked and returned < asked:
+                self.dry.add(index)
+        self.taken += sum(got)
+
+
+@dataclass
+class Spread:
+    """The rotating start of a spread consumer's claim rounds over ``shards`` shards."""
+
+    shards: int
+    start: int = 0
+
+    def order(self) -> list[int]:
+        """The shards in this round's order: from the start, around."""
+        return [(self.start + step) % self.shards for step in range(self.shards)]
+
+    def turn(self, wanted: int) -> SpreadClaim:
+        """The claim round of ``wanted`` jobs that goes out now; the next one claiming anything
+        starts one shard later."""
+        claim = SpreadClaim(wanted, self.order(), self.shards)
+        if wanted > 0:
+            self.start = (self.start + 1) % self.shards
+        return claim
+
+
+def sharded(queue: Any) -> bool:
+    """Whether ``queue`` is a sharded queue of more than one shard (its ``shards``)."""
+    shards = getattr(queue, "shards", 1)
+    return isinstance(shards, int) and shards > 1
+
+
+def shards_of(queue_or_queues: Any, spread: bool) -> tuple[Any, bool]:
+    """What a consumer serves, and whether it spreads over it: a sharded queue (``shards`` > 1),
+    alone or as a list of one, is its ``shard_queues``, spread; anything else as given
+    (``spread``: a list of queues served as one, e.g. a sharded queue's shards). A sharded queue
+    listed with others is refused: it is served by a consumer of its own."""
+    if isinstance(queue_or_queues, list | tuple) and len(queue_or_queues) == 1:
+        queue_or_queues = queue_or_queues[0]  # a list of one queue serves it
+    if sharded(queue_or_queues):
+        return list(queue_or_queues.shard_queues), True
+    if isinstance(queue_or_queues, list | tuple) and any(map(sharded, queue_or_queues)):
+        raise ValueError("a sharded queue is served by a consumer of its own (its shards "
+                         "spread), not listed with other queues")
+    return queue_or_queues, spread
