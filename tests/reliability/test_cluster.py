@@ -24,6 +24,7 @@ from echomq.embedded import EmbeddedValkey
 from echomq.engine.scripts import script_for
 from echomq.engine.transitions import ALL_TRANSITIONS, ENQUEUE
 from echomq.ops import admin
+from tests.cluster import move_slot_by_hand
 from tests.reliability.ledger import Ledger, assert_nothing_lost, reckon
 from tests.reliability.servers import Cluster, cli, server_version, wait_until
 from tests.reliability.servers import cluster as fresh_cluster
@@ -162,29 +163,6 @@ def queues_at_the_head_of(source: EmbeddedValkey, count: int,
     return names, owned[0]
 
 
-def move_slot_by_hand(cluster: Cluster, slot: int, source: EmbeddedValkey,
-                      target: EmbeddedValkey, pause: float = 0.02) -> int:
-    """CLUSTER SETSLOT IMPORTING/MIGRATING, MIGRATE the slot's keys two at a time (pausing, so
-    the workload runs between batches), then SETSLOT NODE everywhere. Returns keys moved."""
-    src, dst = source.client(), target.client()
-    moved = 0
-    try:
-        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
-        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
-        for _ in range(100_000):
-            keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 2)
-            if not keys:
-                break
-            src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
-            moved += len(keys)
-            time.sleep(pause)
-        assign_slot(cluster, slot, target)
-    finally:
-        src.close()
-        dst.close()
-    return moved
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("wire", [
     5,
@@ -214,7 +192,7 @@ def reshard_under_load(cluster: Cluster, wire: int, started: float) -> None:
                 "--cluster-slots", "64", "--cluster-pipeline", "2", "--cluster-yes")
             assert all(cluster.owner(slot_of(n)) is target for n in names)
             # Then one queue's slot goes back, by hand.
-            moved_by_hand = move_slot_by_hand(cluster, slot_of(names[0]), target, source)
+            moved_by_hand = move_slot_by_hand(cluster.nodes, slot_of(names[0]), target, source)
             assert cluster.owner(slot_of(names[0])) is source
             crew.finish(timeout=90)
         finally:
