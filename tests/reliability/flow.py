@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,13 +60,25 @@ class FlowLedger(Ledger):
     starts: list[Start] = field(default_factory=list)
     confirmed: set[tuple[str, int]] = field(default_factory=set)
     fences: list[tuple[str, int]] = field(default_factory=list)
+    # Per queue (by its ids' prefix): ids told admitted, ids acked at least once.
+    told_count: Counter[str] = field(default_factory=Counter)
+    acked_count: Counter[str] = field(default_factory=Counter)
+    acked_ids: set[str] = field(default_factory=set)
+
+    def tell(self, prefix: str, ids: list[str]) -> None:
+        with self.lock:
+            self.told.update(ids)
+            self.told_count[prefix] += len(ids)
 
     def start(self, job: Job, at_ms: int) -> None:
         with self.lock:
             self.starts.append(Start(job.id, job.attempt, job.fence, at_ms))
 
-    def ack(self, job: Job, confirmed: bool) -> None:
+    def ack(self, prefix: str, job: Job, confirmed: bool) -> None:
         with self.lock:
+            if job.id not in self.acked_ids:
+                self.acked_ids.add(job.id)
+                self.acked_count[prefix] += 1
             self.acks.append((job.id, job.attempt))
             self.fences.append((job.id, job.fence))
             if confirmed:
@@ -74,9 +86,7 @@ class FlowLedger(Ledger):
 
     def outstanding(self, prefix: str) -> int:
         with self.lock:
-            told = sum(1 for job_id in self.told if job_id.startswith(prefix))
-            acked = len({job_id for job_id, _ in self.acks if job_id.startswith(prefix)})
-        return told - acked
+            return self.told_count[prefix] - self.acked_count[prefix]
 
 
 class Confirmer:
@@ -89,6 +99,8 @@ class Confirmer:
         self.rc = rc
         self.sole: set[int] = set()
         self._local = threading.local()
+        self._opened: list[redis.Redis] = []
+        self._lock = threading.Lock()
 
     def confirm(self, queue: Queue) -> bool:
         try:
@@ -108,7 +120,16 @@ class Confirmer:
             self._drop()
             held = (port, redis.Redis(port=port, socket_timeout=3, single_connection_client=True))
             self._local.conn = held
+            with self._lock:
+                self._opened.append(held[1])
         return held[1]
+
+    def close(self) -> None:
+        """Closes every thread's connection (once those threads have ended)."""
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for conn in opened:
+            conn.close()
 
     def _drop(self) -> None:
         held = getattr(self._local, "conn", None)
@@ -160,7 +181,7 @@ class Flow:
 
     def acked(self, job: Job) -> None:
         queue = next(q for q in self.queues if job.id.startswith(prefix_of(q)))
-        self.ledger.ack(job, self._confirmed(queue))
+        self.ledger.ack(prefix_of(queue), job, self._confirmed(queue))
 
     def _confirmed(self, queue: Queue) -> bool:
         return self.confirmer is None or self.confirmer.confirm(queue)
@@ -177,8 +198,7 @@ class Flow:
                 verdicts = keep_trying(
                     lambda ids=ids: queue.enqueue_many([(i, b"payload") for i in ids]),  # type: ignore[misc]
                     self.ledger, "enqueue_many", self.deadline)
-                with self.ledger.lock:
-                    self.ledger.told.update(ids)
+                self.ledger.tell(prefix, ids)
                 if self._confirmed(queue):
                     for job_id, verdict in zip(ids, verdicts, strict=True):
                         self.ledger.admit(job_id, verdict)
@@ -215,6 +235,8 @@ class Flow:
         for thread in [*self.producers, *self.threads]:
             thread.join(30)
         assert not any(t.is_alive() for t in [*self.producers, *self.threads]), "a thread hung"
+        if self.confirmer is not None:
+            self.confirmer.close()
         if check and self.failures:
             raise self.failures[0]
 
