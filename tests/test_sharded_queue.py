@@ -20,7 +20,7 @@ import redis.cluster
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echomq import Ack, Queue, Verdict
+from echomq import Ack, KindError, Queue, Verdict, Wire6Unsupported
 from echomq.aio import Queue as AsyncQueue
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.program import Op, ops_of
@@ -302,3 +302,14 @@ def test_a_subclass_of_queue_is_not_sharded_behind_its_back(conn: redis.Redis) -
         Mine(conn, "q", shards=4)
     assert isinstance(Queue(conn, "q", shards=4), Queue)
     assert conn.keys("emq:{q}:*") == [b"emq:{q}:shards"]
+
+
+def test_a_bad_item_of_enqueue_many_sends_nothing_to_any_shard(conn: redis.Redis) -> None:
+    queue = Queue(conn, "q", shards=4, wire=6, check_policy=False)
+    before = snapshot(conn)
+    items = [(f"JOB:{n}", b"x") for n in range(20)]
+    with pytest.raises(Wire6Unsupported):
+        queue.enqueue_many([*items, ("JOB:lane", b"x", "tenant-a")])
+    with pytest.raises(KindError):
+        queue.enqueue_many([*items, ("bad id", b"x")])
+    assert snapshot(conn) == before

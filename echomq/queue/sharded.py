@@ -164,6 +164,8 @@ class ShardedMethods(ShardedControls, QueueMethods):
         batches = {index: enqueue_many_calls(self._shards[index].calls,
                                              [listed[at] for at in places], now, delay_ms)
                    for index, places in groups.items()}
+        for call in (call for calls in batches.values() for call in calls):
+            self.executor.refuse(call[0])  # a lane job on wire=6: before any shard is sent to
         found: list[Verdict | None] = [None] * len(listed)
         for index, calls in batches.items():
             shard = self._shards[index]
