@@ -176,7 +176,7 @@ def queue_calls(conn: Any, name: str, *, events: bool = False) -> list[QueueCall
     count = recorded_shards(conn, name)
     if count is None:
         return [QueueCalls(name, events=events)]
-    return [ShardCalls(name, index, events=events) for index in range(count)]
+    return [ShardCalls(name, index, count, events=events) for index in range(count)]
 
 
 def _first_for_id(parts: list[QueueCalls], job_id: str) -> list[QueueCalls]:

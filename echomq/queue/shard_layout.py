@@ -3,10 +3,15 @@ plain queues, its shards, each under a hash tag of its own so they spread over a
 slots as N queues would. Part of the stored format: neither the shards' names nor the routing
 hash may ever change.
 
-- Shard ``k`` (0 <= k < N) of queue ``q`` is the plain queue whose keys start ``emq:{q{k}:``:
-  its hash tag is ``q{k`` (the cluster hashes what lies between the first ``{`` and the next
-  ``}``). A queue's name may not hold a brace, so no plain queue's keys (``emq:{<name>}:…``) can
-  ever be a shard's, nor can two shards of different queues meet.
+- Shard ``k`` (0 <= k < N) of queue ``q`` is the plain queue whose keys start ``emq:{q{k}:``
+  (or ``emq:{q{k~s}:``): its hash tag is ``q{k`` (the cluster hashes what lies between the first
+  ``{`` and the next ``}``). A queue's name may not hold a brace, so no plain queue's keys
+  (``emq:{<name>}:…``) can ever be a shard's, nor can two shards of different queues meet.
+- The shards' slots are evenly spaced: shard ``k``'s slot lies in the k-th N-th of the 16384
+  slots (``shard_range``). Where ``q{k`` hashes elsewhere, the tag is ``q{k~s`` for the least
+  ``s`` from 1 that lands there. So on a cluster whose primaries hold equal runs of slots (as
+  ``valkey-cli --cluster create`` deals them) N shards, a multiple of the primaries, put the
+  same number of shards on each.
 - N (from ``MIN_SHARDS`` to ``MAX_SHARDS``) is recorded at creation in ``emq:{q}:shards``
   (``SET NX``, read back), so every client agrees on it; a client asking another N is refused.
 - A job's shard is ``crc32(id) % N``; a lane job's is ``crc32(group) % N``, so a lane's keys
@@ -15,6 +20,8 @@ hash may ever change.
 
 from __future__ import annotations
 
+import binascii
+import functools
 import zlib
 from typing import Any, ClassVar
 
@@ -25,6 +32,10 @@ from echomq.engine.transitions import key_of, queue_base
 MIN_SHARDS = 2
 MAX_SHARDS = 256
 SHARDS_ROLE = "shards"
+SLOTS = 16384
+# The salts tried for a shard's tag: far more than ever needed (at N = 256 a tag lands in its
+# 64 slots once in 256 tries on average; every name and N within bounds finds one).
+SALTS = 1 << 20
 
 
 class ShardError(ArgumentError):
@@ -41,15 +52,35 @@ def checked_shards(shards: object) -> int:
     return shards
 
 
-def shard_name(name: str, index: int) -> str:
-    """The hash tag of shard ``index`` of queue ``name`` (``name`` checked as a queue's)."""
+def slot_of_tag(tag: str) -> int:
+    """The cluster's slot of a key whose hash tag is ``tag`` (CRC16/XMODEM mod 16384)."""
+    return binascii.crc_hqx(tag.encode(), 0) % SLOTS
+
+
+def shard_range(index: int, shards: int) -> range:
+    """The slots shard ``index`` of ``shards`` lies in: the index-th shards-th of them all."""
+    return range(index * SLOTS // shards, (index + 1) * SLOTS // shards)
+
+
+@functools.lru_cache(maxsize=4096)
+def shard_name(name: str, index: int, shards: int) -> str:
+    """The hash tag of shard ``index`` of the ``shards`` of queue ``name`` (``name`` checked as
+    a queue's): ``name{index``, salted ``name{index~s`` until its slot is in ``shard_range``."""
     queue_base(name)
-    return f"{name}{{{index}"
+    checked_shards(shards)
+    if not 0 <= index < shards:
+        raise ShardError(f"shard {index!r} is not one of {shards} shards")
+    head, slots = f"{name}{{{index}", shard_range(index, shards)
+    for salt in range(SALTS):
+        tag = head if salt == 0 else f"{head}~{salt}"
+        if slot_of_tag(tag) in slots:
+            return tag
+    raise ShardError(f"no tag of shard {index} of queue {name!r} lands in its slots")
 
 
-def shard_base(name: str, index: int) -> str:
-    """The prefix of every key of shard ``index`` of queue ``name``."""
-    return f"emq:{{{shard_name(name, index)}}}:"
+def shard_base(name: str, index: int, shards: int) -> str:
+    """The prefix of every key of shard ``index`` of the ``shards`` of queue ``name``."""
+    return f"emq:{{{shard_name(name, index, shards)}}}:"
 
 
 def record_key(name: str) -> str:
@@ -77,12 +108,12 @@ def mismatch(name: str, asked: int | None, found: int) -> ShardError:
 
 
 class ShardCalls(QueueCalls):
-    """The calls of shard ``index`` of queue ``name``."""
+    """The calls of shard ``index`` of the ``shards`` of queue ``name``."""
 
-    def __init__(self, name: str, index: int, **options: Any) -> None:
+    def __init__(self, name: str, index: int, shards: int, **options: Any) -> None:
         super().__init__(name, **options)
-        self.name = shard_name(name, index)
-        self.base = shard_base(name, index)
+        self.name = shard_name(name, index, shards)
+        self.base = shard_base(name, index, shards)
 
 
 class ShardFace:

@@ -88,7 +88,7 @@ class ShardedMethods(ShardedControls, QueueMethods):
                options: dict[str, Any]) -> QueueMethods:
         shard: QueueMethods = self._plain_class(conn, name, wire=wire, check_policy=False,
                                                **options)
-        shard.calls = ShardCalls(name, index, **options)
+        shard.calls = ShardCalls(name, index, self.shards, **options)
         shard.name = shard.calls.name
         shard._registered = True  # the logical queue is listed, never its shards
         return shard

@@ -1,5 +1,5 @@
 """Every case again on a shard's keys: a sharded queue's shard is a plain queue under a hash tag
-of its own (``emq:{q{3}:``, see ``echomq.queue.shard_layout``), so each case, its set-up and its
+of its own (``emq:{q{3…}:``, see ``echomq.queue.shard_layout``), so each case, its set-up and its
 arguments moved from the base ``emq:{q}:`` to a shard's, must give the same reply and the same
 keyspace on both executors. Under RESP3 only: the protocols are compared by the cases
 themselves."""
@@ -18,7 +18,7 @@ from echomq.conformance.resp import Arg
 from echomq.embedded import EmbeddedValkey
 from echomq.queue.shard_layout import shard_base
 
-SHARD_BASE = shard_base("q", 3)
+SHARD_BASE = shard_base("q", 3, 8)
 def moved(arg: Arg) -> Arg:
     """``arg`` with the plain queue's base, where it starts with it, made the shard's."""
     if isinstance(arg, str) and arg.startswith(BASE):
