@@ -16,6 +16,7 @@ from typing import Any
 import redis
 
 from echomq.consumer.node_parks import (
+    TIMEOUT_GRACE_S,
     UNBLOCK_PATIENCE_S,
     Answer,
     ParkGroup,
@@ -92,10 +93,13 @@ class AsyncNodeParks:
         tasks = [asyncio.ensure_future(self._call(line, group, timeout_s, ended))
                  for line, group in zip(lines, groups, strict=True)]
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             ended.append(True)
-            await self._unblock_all(lines, groups, tasks)
-            await asyncio.wait(tasks, timeout=UNBLOCK_PATIENCE_S)
+            if all(task.result() is None for task in done):  # the timeout: the others reach it
+                await asyncio.wait(tasks, timeout=TIMEOUT_GRACE_S)
+            if not all(task.done() for task in tasks):
+                await self._unblock_all(lines, groups, tasks)
+                await asyncio.wait(tasks, timeout=UNBLOCK_PATIENCE_S)
         except asyncio.CancelledError:
             self._abandon(lines, tasks)
             raise

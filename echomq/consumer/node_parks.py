@@ -34,6 +34,8 @@ from echomq.engine.clients import is_cluster, private_twin, twins
 from echomq.queue.parking import is_watch
 
 UNBLOCK_PATIENCE_S = 0.5
+# The calls of a park share its timeout; sent a moment apart, they reach it within this.
+TIMEOUT_GRACE_S = 0.05
 WAKE_CAP = 64  # the most tokens a wake key keeps
 # What a call of the park may answer, weakest first: nothing, a watch token, a wake token.
 RANK = {None: 0, "watch": 1, "wake": 2}
@@ -153,6 +155,17 @@ class Round:
             self._closed = True
 
 
+def take(round_: Round, answers: list[tuple[int, Answer]], within_s: float) -> None:
+    """Add to ``answers`` those of ``round_``'s calls that come ``within_s``, until every
+    call has answered."""
+    deadline = time.monotonic() + within_s
+    while len(answers) < len(round_.lines):
+        try:
+            answers.append(round_.answers.get(timeout=max(0.0, deadline - time.monotonic())))
+        except Empty:
+            return
+
+
 class NodeParks:
     """The parks of a blocking consumer over several slots of the cluster client ``conn``;
     ``socket_timeout_s``: its parking connections' read timeout; ``wake(key)`` leaves a wake
@@ -237,15 +250,14 @@ class NodeParks:
     def _end(self, round_: Round, first: tuple[int, Answer]) -> list[tuple[int, Answer]]:
         """After the ``first`` answer: unblock the other calls and take their answers (all of
         them, with the first), waiting at most ``UNBLOCK_PATIENCE_S`` (a call left then ends by
-        itself, its line given up)."""
-        self._unblock_all(round_)
+        itself, its line given up). A first answer that is the timeout's lets the others reach
+        theirs (``TIMEOUT_GRACE_S``) before any is unblocked: an idle park sends only BLPOPs."""
         answers = [first]
-        deadline = time.monotonic() + UNBLOCK_PATIENCE_S
-        while len(answers) < len(round_.lines):
-            try:
-                answers.append(round_.answers.get(timeout=max(0.0, deadline - time.monotonic())))
-            except Empty:
-                break
+        if first[1] is None:
+            take(round_, answers, TIMEOUT_GRACE_S)
+        if len(answers) < len(round_.lines):
+            self._unblock_all(round_)
+            take(round_, answers, UNBLOCK_PATIENCE_S)
         round_.close()
         with suppress(Empty):
             while True:

@@ -1,0 +1,359 @@
+"""A consumer of several queues on a Valkey Cluster of three primaries (``three_primaries``), on
+both shells and both wires: the queues chosen so their slots lie on different primaries, the
+consumer parks with one ``BLPOP`` per slot at once, each on a connection of its own to the
+slot's node (``echomq.consumer.node_parks``). Jobs of both queues run in strict priority order;
+an idle consumer sends each node only its park and the reads before it; a job on the second
+node's queue wakes it at once; ``stop()`` returns promptly and leaves no call blocked on any
+node; a slot moved under a park ends it as a wake and the next park follows the slot; a token a
+call pops alongside another call's counts in the park's answer, and one popped after its park
+ended goes back where it came from; ``echomq worker --queue a --queue b --url <one node>``
+serves both. See docs/CLUSTER.md."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.cluster import RedisCluster, key_slot
+
+from echomq import Job, Queue
+from echomq.consumer.blocking_parker import Parker, hand_back
+from echomq.consumer.node_parks import NodeParks, Round, park_groups
+from echomq.consumer.shell import park_keys
+from echomq.embedded import EmbeddedValkey
+from tests.cluster import close_move, open_move, three_primaries
+from tests.reliability.servers import owner
+from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
+from tests.test_consumer import running, wait_until
+from tests.test_worker import Workers
+
+PROMPT_S = 1.0  # a wake or a stop this long after its cause is prompt (the park cap is 30 s)
+
+
+@pytest.fixture(scope="module")
+def nodes() -> Iterator[list[EmbeddedValkey]]:
+    with three_primaries() as made:
+        yield made
+
+
+@pytest.fixture
+def rc(nodes: list[EmbeddedValkey]) -> Iterator[RedisCluster]:
+    client = RedisCluster(host="127.0.0.1", port=nodes[0].port)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture(params=[5, 6], ids=["wire5", "wire6"])
+def wire(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+def slot_of(name: str) -> int:
+    return int(key_slot(f"emq:{{{name}}}:wake".encode()))
+
+
+def apart(nodes: list[EmbeddedValkey], prefix: str) -> tuple[str, str]:
+    """Two queue names starting with ``prefix`` whose slots lie on different primaries."""
+    first = f"{prefix}-a"
+    home = owner(nodes, slot_of(first))
+    for n in range(100):
+        second = f"{prefix}-b{n}"
+        if owner(nodes, slot_of(second)) is not home:
+            return first, second
+    raise LookupError(prefix)
+
+
+def home_of(nodes: list[EmbeddedValkey], name: str) -> EmbeddedValkey:
+    return owner(nodes, slot_of(name))
+
+
+class Pair:
+    """Two queues of ``prefix`` on different primaries, through the cluster client ``rc``."""
+
+    def __init__(self, nodes: list[EmbeddedValkey], rc: RedisCluster, prefix: str,
+                 wire: int) -> None:
+        self.nodes = nodes
+        self.names = apart(nodes, prefix)
+        self.queues = [Queue(rc, name, wire=wire) for name in self.names]
+        self.homes = [home_of(nodes, name) for name in self.names]
+        assert self.homes[0].port != self.homes[1].port
+
+    def parked(self) -> bool:
+        """Whether a call is blocked on each queue's node."""
+        return wait_until(lambda: all(blocked(home) >= 1 for home in self.homes))
+
+
+def node_info(node: EmbeddedValkey, section: str) -> dict[str, Any]:
+    client = node.client()
+    try:
+        return dict(client.info(section))
+    finally:
+        client.close()
+
+
+def blocked(node: EmbeddedValkey) -> int:
+    return int(node_info(node, "clients")["blocked_clients"])
+
+
+def blpop_clients(node: EmbeddedValkey) -> list[dict[str, Any]]:
+    """The clients of ``node`` blocked in a ``BLPOP`` now."""
+    client = node.client()
+    try:
+        return [c for c in client.client_list() if c.get("cmd") == "blpop"
+                and "b" in str(c.get("flags"))]
+    finally:
+        client.close()
+
+
+def calls(node: EmbeddedValkey) -> dict[str, int]:
+    return {name.removeprefix("cmdstat_"): int(row["calls"])
+            for name, row in node_info(node, "commandstats").items()}
+
+
+# What the test's own connection sends to read a node's counts.
+OWN = ("info", "hello", "client|setinfo")
+
+
+def sent(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """The commands served between two ``calls``, but the test's own (``OWN``)."""
+    return {name: count - before.get(name, 0) for name, count in after.items()
+            if count != before.get(name, 0) and name not in OWN}
+
+
+def test_jobs_of_both_queues_run_the_first_queue_first(
+        nodes: list[EmbeddedValkey], rc: RedisCluster, make: Make, wire: int,
+        shell: str) -> None:
+    """While the consumer is busy with a job of the second queue, three jobs reach each queue:
+    the first queue's three run before the second's."""
+    pair = Pair(nodes, rc, f"order-{shell}-{wire}", wire)
+    first, second = pair.queues
+    order: list[str] = []
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def handler(job: Job) -> None:
+        order.append(job.id)
+        if job.id == "JOB:busy":
+            started.set()
+            assert release.wait(10)
+        if len(order) == 7:
+            finished.set()
+
+    consumer = make(pair.queues, handler, park_cap_ms=30_000, announce=False)
+    with running(consumer):
+        assert pair.parked()
+        second.enqueue("JOB:busy", b"x")
+        assert started.wait(5)
+        for n in range(3):
+            second.enqueue(f"JOB:second{n}", b"x")
+            first.enqueue(f"JOB:first{n}", b"x")
+        release.set()
+        assert finished.wait(10), order
+    assert order == ["JOB:busy", "JOB:first0", "JOB:first1", "JOB:first2",
+                     "JOB:second0", "JOB:second1", "JOB:second2"]
+
+
+def test_an_idle_consumer_sends_each_node_its_park_and_the_reads_before_it(
+        nodes: list[EmbeddedValkey], rc: RedisCluster, make: Make, wire: int,
+        shell: str) -> None:
+    """Parked for ten times the park cap (200 ms; housekeeping every 500 ms), the consumer sends
+    each queue's node at most one BLPOP per park — the single server's bound, eleven in 2 s
+    (tests/test_consumer.py) — and otherwise only the reads before a park (ZRANGE, ZCARD) and
+    the housekeeping beats (what a beat without a park sends, on at most five beats). A park
+    that ends by its timeout unblocks nothing (every call reaches the same timeout); a beat's
+    claim with nothing in hand leaves two watch tokens on each queue, and a park ended by one
+    of them may CLIENT UNBLOCK the other node's call: at most two a beat. The third node, which
+    holds no served slot, gets nothing."""
+    pair = Pair(nodes, rc, f"idle-{shell}-{wire}", wire)
+    third = next(n for n in nodes if n not in pair.homes)
+    consumer = make(pair.queues, lambda job: None, park_cap_ms=200, housekeeping_ms=500,
+                    announce=False)
+    before = {node.port: calls(node) for node in nodes}
+    consumer.beat(park=False)
+    beat = {node.port: sent(before[node.port], calls(node)) for node in nodes}
+    with running(consumer):
+        assert pair.parked()
+        before = {node.port: calls(node) for node in nodes}
+        time.sleep(2.0)  # the interval measured: ten park caps, four housekeeping intervals
+        after = {node.port: calls(node) for node in nodes}
+    for home in pair.homes:
+        served = sent(before[home.port], after[home.port])
+        assert 1 <= served.get("blpop", 0) <= 11, served
+        reads = served.get("zrange", 0) + served.get("zcard", 0)
+        assert reads <= 11 * 4 + 5 * sum(beat[home.port].values()), served
+        parking = ("blpop", "zrange", "zcard", "time", "client|unblock")
+        assert set(served) <= {*parking, *beat[home.port]}, (served, beat[home.port])
+        assert served.get("client|unblock", 0) <= 2 * 5, served
+        beats = sum(count for name, count in served.items() if name not in parking)
+        assert beats <= 5 * sum(beat[home.port].values()), served
+    assert sent(before[third.port], after[third.port]) == {}
+
+
+def test_a_job_on_the_second_nodes_queue_wakes_the_consumer_at_once(
+        nodes: list[EmbeddedValkey], rc: RedisCluster, make: Make, wire: int,
+        shell: str) -> None:
+    pair = Pair(nodes, rc, f"wake-{shell}-{wire}", wire)
+    handled = threading.Event()
+    consumer = make(pair.queues, lambda job: handled.set(), park_cap_ms=30_000,
+                    announce=False)
+    with running(consumer):
+        for queue in (pair.queues[1], pair.queues[0]):
+            assert pair.parked()
+            handled.clear()
+            woken = time.monotonic()
+            queue.enqueue(f"JOB:{queue.name}", b"x")
+            assert handled.wait(PROMPT_S), queue.name
+            assert time.monotonic() - woken < PROMPT_S
+
+
+def test_stop_while_parked_on_several_nodes_returns_and_leaves_no_call_blocked(
+        nodes: list[EmbeddedValkey], rc: RedisCluster, make: Make, wire: int,
+        shell: str) -> None:
+    pair = Pair(nodes, rc, f"stop-{shell}-{wire}", wire)
+    consumer = make(pair.queues, lambda job: None, park_cap_ms=30_000, announce=False)
+    with running(consumer, stop_within=PROMPT_S):  # stop() must return the loop within it
+        assert pair.parked()
+        assert all(blpop_clients(home) for home in pair.homes)
+    assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S), [
+        blpop_clients(node) for node in nodes]
+
+
+def test_a_slot_moved_under_a_park_ends_it_as_a_wake_and_the_next_park_follows(
+        nodes: list[EmbeddedValkey], rc: RedisCluster, make: Make, wire: int, shell: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The second queue's slot moves to the third node while the consumer parks on it there:
+    its call gets MOVED, the park ends as a wake (no error, no back-off), the consumer parks
+    again on the slot's new node, and a job there wakes it at once."""
+    pair = Pair(nodes, rc, f"moved-{shell}-{wire}", wire)
+    third = next(n for n in nodes if n not in pair.homes)
+    handled = threading.Event()
+    consumer = make(pair.queues, lambda job: handled.set(), park_cap_ms=30_000,
+                    announce=False)
+    slot, source = slot_of(pair.names[1]), pair.homes[1]
+    caplog.set_level(logging.WARNING, logger="echomq")
+    with running(consumer):
+        assert pair.parked()
+        open_move(slot, source, third)
+        close_move(nodes, slot, third)
+        try:
+            assert wait_until(lambda: blocked(third) >= 1), "no park on the slot's new node"
+            woken = time.monotonic()
+            pair.queues[1].enqueue("JOB:moved", b"x")
+            assert handled.wait(PROMPT_S)
+            assert time.monotonic() - woken < PROMPT_S
+        finally:
+            open_move(slot, third, source)
+            close_move(nodes, slot, source)
+    assert not [r for r in caplog.records if "unavailable" in r.getMessage()], caplog.text
+
+
+def test_a_token_popped_with_another_counts_in_the_parks_answer(
+        nodes: list[EmbeddedValkey], rc: RedisCluster) -> None:
+    """A watch token waits on the first queue's node and a wake token on the second's: both
+    calls pop theirs at once, and whichever answers first, the park's answer is a wake (a
+    sibling's token is never dropped). Repeated, so a park that kept only the first answer
+    would show a watch."""
+    pair = Pair(nodes, rc, "sibling", 5)
+    first, second = pair.queues
+    parker = Parker(pair.queues, 30_000)
+    try:
+        parker.bind()
+        for _ in range(20):
+            rc.rpush(first.key("watch"), 1)
+            rc.rpush(second.key("wake"), 1)
+            assert parker.park(5.0, threading.Event()) == "wake"
+            assert rc.llen(first.key("watch")) == rc.llen(second.key("wake")) == 0
+    finally:
+        parker.close()
+
+
+def test_a_token_popped_after_its_park_ended_goes_back_where_it_came_from(
+        nodes: list[EmbeddedValkey], rc: RedisCluster) -> None:
+    """A call that answers once its park has ended (it outlived the park's patience) pushes
+    the token it popped back to its key, for the next park to find."""
+    pair = Pair(nodes, rc, "late", 5)
+    groups = park_groups(rc, park_keys(pair.queues))
+    assert len(groups) == 2
+    parks = NodeParks(rc, None, wake=lambda key: None,
+                      push=lambda kind, key: hand_back(pair.queues[0], kind, key))
+    try:
+        round_ = Round([parks._line(group) for group in groups], groups)
+        round_.close()  # the park ended without this call's answer
+        wake = pair.queues[1].key("wake")
+        rc.rpush(wake, 1)
+        parks._call(round_, 1, 5.0, threading.Event())
+        assert rc.llen(wake) == 1
+        assert round_.answers.empty()
+    finally:
+        parks.close()
+        rc.delete(pair.queues[1].key("wake"))
+
+
+def test_the_worker_serves_two_queues_of_a_cluster_from_one_nodes_url(
+        nodes: list[EmbeddedValkey], rc: RedisCluster, tmp_path: Any) -> None:
+    """``echomq worker --queue a --queue b --url <one node>``: the worker takes the node for a
+    cluster's (``INFO cluster``) and serves both queues, the first first; its handler notes
+    each payload in ``test:order`` through the node named (the one serving that key). A job
+    enqueued once it parks on both wakes it."""
+    url_node = owner(nodes, int(key_slot(b"test:order")))
+    pair = Pair(nodes, rc, "cli", 5)
+    second, first = pair.queues[1], pair.queues[0]
+    second.enqueue_many([(f"JOB:second{n}", b"second") for n in range(5)])
+    first.enqueue_many([(f"JOB:first{n}", b"first") for n in range(5)])
+    order = url_node.client()
+    supervisor = Workers(url_node, tmp_path / "workers.log", pair.names[0], "--queue",
+                         pair.names[1], "--concurrency", "1", handler="tests.worker_apps:record",
+                         url=url_node.url, on_ack=None)
+    try:
+        assert wait_until(lambda: order.llen("test:order") == 10, 30), supervisor.log()
+        assert order.lrange("test:order", 0, -1) == [b"first"] * 5 + [b"second"] * 5
+        assert pair.parked(), supervisor.log()
+        second.enqueue("JOB:late", b"late")
+        assert wait_until(lambda: order.llen("test:order") == 11, PROMPT_S), supervisor.log()
+        assert supervisor.terminate(within=10) == 0
+    finally:
+        supervisor.close()
+        order.delete("test:order")
+        order.close()
+    assert "ERROR" not in supervisor.log(), supervisor.log()
+
+
+def test_a_node_s_connection_error_is_raised_for_the_run_loops_back_off(
+        nodes: list[EmbeddedValkey], rc: RedisCluster) -> None:
+    """A call that loses its connection ends the park by raising it (the run loop backs off,
+    as after a single server's lost park), and the next park opens a new connection."""
+    pair = Pair(nodes, rc, "lost", 5)
+    parker = Parker(pair.queues, 30_000)
+    outcome: list[Any] = []
+
+    def park() -> None:
+        try:
+            outcome.append(parker.park(30.0, threading.Event()))
+        except redis.ConnectionError as exc:
+            outcome.append(exc)
+
+    try:
+        parker.bind()
+        thread = threading.Thread(target=park, daemon=True)
+        thread.start()
+        assert pair.parked()
+        victim = pair.homes[1].client()
+        try:
+            (line,) = [c for c in victim.client_list() if c.get("cmd") == "blpop"]
+            victim.client_kill_filter(_id=line["id"])
+        finally:
+            victim.close()
+        thread.join(PROMPT_S)
+        assert not thread.is_alive()
+        assert isinstance(outcome[0], redis.ConnectionError), outcome
+        assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S)
+        pair.queues[1].enqueue("JOB:after", b"x")  # the next park: a new line, and it wakes
+        assert parker.park(5.0, threading.Event()) == "wake"
+    finally:
+        parker.close()
