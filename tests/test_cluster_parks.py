@@ -4,10 +4,12 @@ consumer parks with one ``BLPOP`` per slot at once, each on a connection of its 
 slot's node (``echomq.consumer.node_parks``). Jobs of both queues run in strict priority order;
 an idle consumer sends each node only its park and the reads before it; a job on the second
 node's queue wakes it at once; ``stop()`` returns promptly and leaves no call blocked on any
-node; a slot moved under a park ends it as a wake and the next park follows the slot; a token a
-call pops alongside another call's counts in the park's answer, and one popped after its park
-ended goes back where it came from; ``echomq worker --queue a --queue b --url <one node>``
-serves both. See docs/CLUSTER.md."""
+node (on redis-py's and valkey-py's clients); a slot moved under a park ends it as a wake and
+the next park follows the slot; a lost connection ends it with the error (the run loop's
+back-off); an asyncio consumer with a free place waits on every slot's wake without polling; a
+token a call pops alongside another call's counts in the park's answer, and one popped after
+its park ended goes back where it came from; ``echomq worker --queue a --queue b --url <one
+node>`` serves both. See docs/CLUSTER.md."""
 
 from __future__ import annotations
 
@@ -50,6 +52,19 @@ def rc(nodes: list[EmbeddedValkey]) -> Iterator[RedisCluster]:
         client.close()
 
 
+@pytest.fixture(params=["redis", "valkey"])
+def any_rc(nodes: list[EmbeddedValkey], request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A blocking cluster client of redis-py, then of valkey-py."""
+    import valkey.cluster
+
+    kind = RedisCluster if request.param == "redis" else valkey.cluster.ValkeyCluster
+    client = kind(host="127.0.0.1", port=nodes[0].port)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
 @pytest.fixture(params=[5, 6], ids=["wire5", "wire6"])
 def wire(request: pytest.FixtureRequest) -> int:
     return int(request.param)
@@ -77,7 +92,7 @@ def home_of(nodes: list[EmbeddedValkey], name: str) -> EmbeddedValkey:
 class Pair:
     """Two queues of ``prefix`` on different primaries, through the cluster client ``rc``."""
 
-    def __init__(self, nodes: list[EmbeddedValkey], rc: RedisCluster, prefix: str,
+    def __init__(self, nodes: list[EmbeddedValkey], rc: Any, prefix: str,
                  wire: int) -> None:
         self.nodes = nodes
         self.names = apart(nodes, prefix)
@@ -196,9 +211,9 @@ def test_an_idle_consumer_sends_each_node_its_park_and_the_reads_before_it(
 
 
 def test_a_job_on_the_second_nodes_queue_wakes_the_consumer_at_once(
-        nodes: list[EmbeddedValkey], rc: RedisCluster, make: Make, wire: int,
-        shell: str) -> None:
-    pair = Pair(nodes, rc, f"wake-{shell}-{wire}", wire)
+        nodes: list[EmbeddedValkey], any_rc: Any, make: Make, wire: int, shell: str) -> None:
+    """On redis-py's and valkey-py's cluster clients."""
+    pair = Pair(nodes, any_rc, f"wake-{shell}-{wire}-{type(any_rc).__name__}", wire)
     handled = threading.Event()
     consumer = make(pair.queues, lambda job: handled.set(), park_cap_ms=30_000,
                     announce=False)
@@ -213,9 +228,9 @@ def test_a_job_on_the_second_nodes_queue_wakes_the_consumer_at_once(
 
 
 def test_stop_while_parked_on_several_nodes_returns_and_leaves_no_call_blocked(
-        nodes: list[EmbeddedValkey], rc: RedisCluster, make: Make, wire: int,
-        shell: str) -> None:
-    pair = Pair(nodes, rc, f"stop-{shell}-{wire}", wire)
+        nodes: list[EmbeddedValkey], any_rc: Any, make: Make, wire: int, shell: str) -> None:
+    """On redis-py's and valkey-py's cluster clients."""
+    pair = Pair(nodes, any_rc, f"stop-{shell}-{wire}-{type(any_rc).__name__}", wire)
     consumer = make(pair.queues, lambda job: None, park_cap_ms=30_000, announce=False)
     with running(consumer, stop_within=PROMPT_S):  # stop() must return the loop within it
         assert pair.parked()
@@ -251,6 +266,42 @@ def test_a_slot_moved_under_a_park_ends_it_as_a_wake_and_the_next_park_follows(
             open_move(slot, third, source)
             close_move(nodes, slot, source)
     assert not [r for r in caplog.records if "unavailable" in r.getMessage()], caplog.text
+
+
+def test_an_async_consumer_with_a_free_place_waits_on_every_slots_wake_without_polling(
+        nodes: list[EmbeddedValkey], rc: RedisCluster, wire: int) -> None:
+    """``concurrency=2``, one job of the first queue running: the free place waits on both
+    queues' wake keys, one BLPOP per slot, sending nothing else meanwhile; a job on the second
+    queue starts at once, while the first still runs."""
+    from tests.shells import AsyncShell
+
+    pair = Pair(nodes, rc, f"free-{wire}", wire)
+    first, second = pair.queues
+    release, started = threading.Event(), {"JOB:long": threading.Event(),
+                                           "JOB:other": threading.Event()}
+
+    def handler(job: Job) -> None:
+        started[job.id].set()
+        if job.id == "JOB:long":
+            assert release.wait(10)
+
+    consumer = AsyncShell(pair.queues, handler, concurrency=2, park_cap_ms=30_000,
+                          announce=False)
+    try:
+        with running(consumer):
+            first.enqueue("JOB:long", b"x")
+            assert started["JOB:long"].wait(5)
+            assert pair.parked()
+            before = {home.port: calls(home) for home in pair.homes}
+            time.sleep(0.5)  # the interval measured: a loop that polled would claim in it
+            served = [sent(before[home.port], calls(home)) for home in pair.homes]
+            assert served == [{}, {}], served
+            second.enqueue("JOB:other", b"x")
+            assert started["JOB:other"].wait(PROMPT_S)
+            assert not release.is_set()
+            release.set()
+    finally:
+        consumer.close()
 
 
 def test_a_token_popped_with_another_counts_in_the_parks_answer(
