@@ -239,6 +239,37 @@ def test_stop_while_parked_on_several_nodes_returns_and_leaves_no_call_blocked(
         blpop_clients(node) for node in nodes]
 
 
+def test_stop_right_after_start_never_waits_for_the_park_cap(
+        nodes: list[EmbeddedValkey], rc: RedisCluster, make: Make, shell: str) -> None:
+    """A stop that meets the park's calls on their way out (some sent, some not yet)."""
+    pair = Pair(nodes, rc, f"early-{shell}", 5)
+    for _ in range(10):
+        consumer = make(pair.queues, lambda job: None, park_cap_ms=60_000, announce=False)
+        with running(consumer, stop_within=PROMPT_S):
+            pass
+    assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S)
+
+
+def test_stop_from_a_signal_handler_returns_a_loop_parked_on_several_nodes(
+        nodes: list[EmbeddedValkey], rc: RedisCluster) -> None:
+    import signal
+
+    from echomq.consumer.blocking import Consumer
+
+    pair = Pair(nodes, rc, "signal", 5)
+    consumer = Consumer(pair.queues, lambda job: None, park_cap_ms=60_000, announce=False)
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: consumer.stop())
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        started = time.monotonic()
+        consumer.run()  # in this (the main) thread, parked when the signal comes
+        assert time.monotonic() - started < 2.0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S)
+
+
 def test_a_slot_moved_under_a_park_ends_it_as_a_wake_and_the_next_park_follows(
         nodes: list[EmbeddedValkey], rc: RedisCluster, make: Make, wire: int, shell: str,
         caplog: pytest.LogCaptureFixture) -> None:

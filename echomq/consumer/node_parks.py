@@ -226,8 +226,14 @@ class NodeParks:
         key = line_key(group)
         line = self._lines.get(key)
         if line is None:
-            client = private_twin(node_client(self._conn, group.node), self._socket_timeout_s)
-            line = self._lines[key] = Line(client, int(client.client_id()))
+            line = Line(private_twin(node_client(self._conn, group.node),
+                                     self._socket_timeout_s), 0)
+            try:
+                line.client_id = int(line.client.client_id())
+            except BaseException:
+                line.close()
+                raise
+            self._lines[key] = line
         return line
 
     def _call(self, round_: Round, index: int, timeout_s: float,
