@@ -239,6 +239,30 @@ def test_stop_while_parked_on_several_nodes_returns_and_leaves_no_call_blocked(
         blpop_clients(node) for node in nodes]
 
 
+def same_slot(name: str) -> str:
+    """Another queue name whose slot is ``name``'s (a CRC16 collision, found by counting)."""
+    return next(f"{name}-{n}" for n in range(1_000_000)
+                if slot_of(f"{name}-{n}") == slot_of(name))
+
+
+def test_queues_of_one_slot_park_with_one_blpop_as_on_one_server(
+        nodes: list[EmbeddedValkey], rc: RedisCluster, make: Make, shell: str) -> None:
+    """Two queues whose names share a slot: one group, one BLPOP through the cluster client
+    (the single server's park), and a job on either wakes the consumer."""
+    names = (f"shared-{shell}", same_slot(f"shared-{shell}"))
+    queues = [Queue(rc, name, wire=5) for name in names]
+    home = home_of(nodes, names[0])
+    handled = threading.Event()
+    consumer = make(queues, lambda job: handled.set(), park_cap_ms=30_000, announce=False)
+    with running(consumer):
+        for queue in reversed(queues):
+            assert wait_until(lambda: blocked(home) == 1)
+            assert sum(blocked(node) for node in nodes) == 1
+            handled.clear()
+            queue.enqueue(f"JOB:{queue.name}", b"x")
+            assert handled.wait(PROMPT_S)
+
+
 def test_stop_right_after_start_never_waits_for_the_park_cap(
         nodes: list[EmbeddedValkey], rc: RedisCluster, make: Make, shell: str) -> None:
     """A stop that meets the park's calls on their way out (some sent, some not yet)."""
