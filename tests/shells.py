@@ -31,7 +31,11 @@ def async_client_like(conn: Any) -> Any:
         clusters = importlib.import_module(f"{library}.asyncio.cluster")
         node = conn.get_default_node()
         kind = clusters.ValkeyCluster if library == "valkey" else clusters.RedisCluster
-        return kind(host=node.host, port=node.port)
+        node_client = getattr(node, "redis_connection", None) or node.valkey_connection
+        credentials = {key: value
+                       for key, value in node_client.connection_pool.connection_kwargs.items()
+                       if key in ("username", "password") and value is not None}
+        return kind(host=node.host, port=node.port, **credentials)
     aio_module = importlib.import_module(f"{library}.asyncio")
     retry_class = importlib.import_module(f"{library}.asyncio.retry").Retry
     no_backoff = importlib.import_module(f"{library}.backoff").NoBackoff

@@ -25,7 +25,7 @@ from redis.cluster import RedisCluster, key_slot
 
 from echomq import Job, Queue
 from echomq.consumer.blocking_parker import Parker, hand_back
-from echomq.consumer.node_parks import NodeParks, Round, park_groups
+from echomq.consumer.node_parks import UNBLOCK_PATIENCE_S, NodeParks, Round, park_groups
 from echomq.consumer.shell import park_keys
 from echomq.embedded import EmbeddedValkey
 from tests.cluster import close_move, open_move, three_primaries
@@ -291,6 +291,51 @@ def test_stop_from_a_signal_handler_returns_a_loop_parked_on_several_nodes(
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S)
+
+
+@pytest.fixture
+def unblock_denied(nodes: list[EmbeddedValkey]) -> Iterator[RedisCluster]:
+    """A cluster client of a user who may do anything but CLIENT UNBLOCK."""
+    for node in nodes:
+        admin = node.client()
+        try:
+            admin.execute_command("ACL", "SETUSER", "parker", "on", ">secret", "~*", "&*",
+                                  "+@all", "-client|unblock")
+        finally:
+            admin.close()
+    client = RedisCluster(host="127.0.0.1", port=nodes[0].port, username="parker",
+                          password="secret")
+    try:
+        yield client
+    finally:
+        client.close()
+        for node in nodes:
+            admin = node.client()
+            try:
+                admin.execute_command("ACL", "DELUSER", "parker")
+            finally:
+                admin.close()
+
+
+def test_where_client_unblock_is_denied_a_wake_token_ends_the_other_calls(
+        nodes: list[EmbeddedValkey], unblock_denied: RedisCluster, make: Make,
+        shell: str) -> None:
+    """A wake on the first queue's node ends the park: the second node's call, which CLIENT
+    UNBLOCK may not end, is ended by a wake token on its queue, so the park ends at once and
+    the next park leaves one call blocked there, not two; a stop ends every call the same
+    way."""
+    pair = Pair(nodes, unblock_denied, f"denied-{shell}", 5)
+    handled = threading.Event()
+    consumer = make(pair.queues, lambda job: handled.set(), park_cap_ms=30_000,
+                    announce=False)
+    with running(consumer, stop_within=PROMPT_S):
+        assert pair.parked()
+        pair.queues[0].enqueue("JOB:denied", b"x")
+        # Sooner than the park's patience: the other call was ended, not waited for.
+        assert handled.wait(UNBLOCK_PATIENCE_S * 0.8)
+        assert pair.parked()
+        assert wait_until(lambda: blocked(pair.homes[1]) == 1)
     assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S)
 
 

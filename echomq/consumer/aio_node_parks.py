@@ -83,6 +83,7 @@ class AsyncNodeParks:
         self._socket_timeout_s = socket_timeout_s
         self._wake, self._push = wake, push
         self._lines: dict[tuple[str, int], AsyncLine] = {}
+        self._left: set[asyncio.Future[Answer]] = set()  # calls left running after their park
 
     async def park(self, groups: Sequence[ParkGroup], timeout_s: float) -> str | None:
         """One ``BLPOP`` per group at once until the first returns, the others then ended:
@@ -112,6 +113,8 @@ class AsyncNodeParks:
                     await line.close()
             else:  # left to end by itself: a token it pops then goes back
                 self._discard(line)
+                self._left.add(task)  # held until it ends (the loop holds a task weakly)
+                task.add_done_callback(self._left.discard)
                 task.add_done_callback(self._handing_back(line))
         return verdict(answers)
 
