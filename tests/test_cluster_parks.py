@@ -4,12 +4,11 @@ consumer parks with one ``BLPOP`` per slot at once, each on a connection of its 
 slot's node (``echomq.consumer.node_parks``). Jobs of both queues run in strict priority order;
 an idle consumer sends each node only its park and the reads before it; a job on the second
 node's queue wakes it at once; ``stop()`` returns promptly and leaves no call blocked on any
-node (on redis-py's and valkey-py's clients); a slot moved under a park ends it as a wake and
-the next park follows the slot; a lost connection ends it with the error (the run loop's
-back-off); an asyncio consumer with a free place waits on every slot's wake without polling; a
-token a call pops alongside another call's counts in the park's answer, and one popped after
-its park ended goes back where it came from; ``echomq worker --queue a --queue b --url <one
-node>`` serves both. See docs/CLUSTER.md."""
+node (on redis-py's and valkey-py's clients); queues of one slot park with one call; a slot
+moved under a park ends it as a wake and the next park follows the slot; an asyncio consumer
+with a free place waits on every slot's wake without polling; ``echomq worker --queue a --queue
+b --url <one node>`` serves both. The park's calls one by one: tests/test_cluster_park_calls.py.
+See docs/CLUSTER.md."""
 
 from __future__ import annotations
 
@@ -20,13 +19,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from redis.cluster import RedisCluster, key_slot
 
 from echomq import Job, Queue
-from echomq.consumer.blocking_parker import Parker, hand_back
-from echomq.consumer.node_parks import UNBLOCK_PATIENCE_S, NodeParks, Round, park_groups
-from echomq.consumer.shell import park_keys
 from echomq.embedded import EmbeddedValkey
 from tests.cluster import close_move, open_move, three_primaries
 from tests.reliability.servers import owner
@@ -294,51 +289,6 @@ def test_stop_from_a_signal_handler_returns_a_loop_parked_on_several_nodes(
     assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S)
 
 
-@pytest.fixture
-def unblock_denied(nodes: list[EmbeddedValkey]) -> Iterator[RedisCluster]:
-    """A cluster client of a user who may do anything but CLIENT UNBLOCK."""
-    for node in nodes:
-        admin = node.client()
-        try:
-            admin.execute_command("ACL", "SETUSER", "parker", "on", ">secret", "~*", "&*",
-                                  "+@all", "-client|unblock")
-        finally:
-            admin.close()
-    client = RedisCluster(host="127.0.0.1", port=nodes[0].port, username="parker",
-                          password="secret")
-    try:
-        yield client
-    finally:
-        client.close()
-        for node in nodes:
-            admin = node.client()
-            try:
-                admin.execute_command("ACL", "DELUSER", "parker")
-            finally:
-                admin.close()
-
-
-def test_where_client_unblock_is_denied_a_wake_token_ends_the_other_calls(
-        nodes: list[EmbeddedValkey], unblock_denied: RedisCluster, make: Make,
-        shell: str) -> None:
-    """A wake on the first queue's node ends the park: the second node's call, which CLIENT
-    UNBLOCK may not end, is ended by a wake token on its queue, so the park ends at once and
-    the next park leaves one call blocked there, not two; a stop ends every call the same
-    way."""
-    pair = Pair(nodes, unblock_denied, f"denied-{shell}", 5)
-    handled = threading.Event()
-    consumer = make(pair.queues, lambda job: handled.set(), park_cap_ms=30_000,
-                    announce=False)
-    with running(consumer, stop_within=PROMPT_S):
-        assert pair.parked()
-        pair.queues[0].enqueue("JOB:denied", b"x")
-        # Sooner than the park's patience: the other call was ended, not waited for.
-        assert handled.wait(UNBLOCK_PATIENCE_S * 0.8)
-        assert pair.parked()
-        assert wait_until(lambda: blocked(pair.homes[1]) == 1)
-    assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S)
-
-
 def test_a_slot_moved_under_a_park_ends_it_as_a_wake_and_the_next_park_follows(
         nodes: list[EmbeddedValkey], rc: RedisCluster, make: Make, wire: int, shell: str,
         caplog: pytest.LogCaptureFixture) -> None:
@@ -404,48 +354,6 @@ def test_an_async_consumer_with_a_free_place_waits_on_every_slots_wake_without_p
         consumer.close()
 
 
-def test_a_token_popped_with_another_counts_in_the_parks_answer(
-        nodes: list[EmbeddedValkey], rc: RedisCluster) -> None:
-    """A watch token waits on the first queue's node and a wake token on the second's: both
-    calls pop theirs at once, and whichever answers first, the park's answer is a wake (a
-    sibling's token is never dropped). Repeated, so a park that kept only the first answer
-    would show a watch."""
-    pair = Pair(nodes, rc, "sibling", 5)
-    first, second = pair.queues
-    parker = Parker(pair.queues, 30_000)
-    try:
-        parker.bind()
-        for _ in range(20):
-            rc.rpush(first.key("watch"), 1)
-            rc.rpush(second.key("wake"), 1)
-            assert parker.park(5.0, threading.Event()) == "wake"
-            assert rc.llen(first.key("watch")) == rc.llen(second.key("wake")) == 0
-    finally:
-        parker.close()
-
-
-def test_a_token_popped_after_its_park_ended_goes_back_where_it_came_from(
-        nodes: list[EmbeddedValkey], rc: RedisCluster) -> None:
-    """A call that answers once its park has ended (it outlived the park's patience) pushes
-    the token it popped back to its key, for the next park to find."""
-    pair = Pair(nodes, rc, "late", 5)
-    groups = park_groups(rc, park_keys(pair.queues))
-    assert len(groups) == 2
-    parks = NodeParks(rc, None, wake=lambda key: None,
-                      push=lambda kind, key: hand_back(pair.queues[0], kind, key))
-    try:
-        round_ = Round([parks._line(group) for group in groups], groups)
-        round_.close()  # the park ended without this call's answer
-        wake = pair.queues[1].key("wake")
-        rc.rpush(wake, 1)
-        parks._call(round_, 1, 5.0, threading.Event())
-        assert rc.llen(wake) == 1
-        assert round_.answers.empty()
-    finally:
-        parks.close()
-        rc.delete(pair.queues[1].key("wake"))
-
-
 def test_the_worker_serves_two_queues_of_a_cluster_from_one_nodes_url(
         nodes: list[EmbeddedValkey], rc: RedisCluster, tmp_path: Any) -> None:
     """``echomq worker --queue a --queue b --url <one node>``: the worker takes the node for a
@@ -473,38 +381,3 @@ def test_the_worker_serves_two_queues_of_a_cluster_from_one_nodes_url(
         order.delete("test:order")
         order.close()
     assert "ERROR" not in supervisor.log(), supervisor.log()
-
-
-def test_a_node_s_connection_error_is_raised_for_the_run_loops_back_off(
-        nodes: list[EmbeddedValkey], rc: RedisCluster) -> None:
-    """A call that loses its connection ends the park by raising it (the run loop backs off,
-    as after a single server's lost park), and the next park opens a new connection."""
-    pair = Pair(nodes, rc, "lost", 5)
-    parker = Parker(pair.queues, 30_000)
-    outcome: list[Any] = []
-
-    def park() -> None:
-        try:
-            outcome.append(parker.park(30.0, threading.Event()))
-        except redis.ConnectionError as exc:
-            outcome.append(exc)
-
-    try:
-        parker.bind()
-        thread = threading.Thread(target=park, daemon=True)
-        thread.start()
-        assert pair.parked()
-        victim = pair.homes[1].client()
-        try:
-            (line,) = [c for c in victim.client_list() if c.get("cmd") == "blpop"]
-            victim.client_kill_filter(_id=line["id"])
-        finally:
-            victim.close()
-        thread.join(PROMPT_S)
-        assert not thread.is_alive()
-        assert isinstance(outcome[0], redis.ConnectionError), outcome
-        assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S)
-        pair.queues[1].enqueue("JOB:after", b"x")  # the next park: a new line, and it wakes
-        assert parker.park(5.0, threading.Event()) == "wake"
-    finally:
-        parker.close()
