@@ -17,7 +17,7 @@ import pytest
 
 from echomq import Job, Queue, aio
 from echomq.consumer.blocking import Consumer
-from echomq.engine.clients import client_library
+from echomq.engine.clients import client_library, is_cluster
 
 T = TypeVar("T")
 SHELLS = ["sync", "async"]
@@ -25,8 +25,17 @@ SHELLS = ["sync", "async"]
 
 def async_client_like(conn: Any) -> Any:
     """An asyncio client of the blocking client's library (redis-py or valkey-py) with its
-    address and timeouts."""
+    address and timeouts (of a cluster client: an asyncio cluster client of its first node)."""
     library = client_library(conn)
+    if is_cluster(conn):
+        clusters = importlib.import_module(f"{library}.asyncio.cluster")
+        node = conn.get_default_node()
+        kind = clusters.ValkeyCluster if library == "valkey" else clusters.RedisCluster
+        node_client = getattr(node, "redis_connection", None) or node.valkey_connection
+        credentials = {key: value
+                       for key, value in node_client.connection_pool.connection_kwargs.items()
+                       if key in ("username", "password") and value is not None}
+        return kind(host=node.host, port=node.port, **credentials)
     aio_module = importlib.import_module(f"{library}.asyncio")
     retry_class = importlib.import_module(f"{library}.asyncio.retry").Retry
     no_backoff = importlib.import_module(f"{library}.backoff").NoBackoff

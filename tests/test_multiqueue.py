@@ -207,16 +207,6 @@ def test_a_bad_list_of_queues_is_refused(conn: redis.Redis, bad: object) -> None
         Consumer(queues, lambda job: None)
 
 
-def test_several_queues_on_a_cluster_client_are_refused_with_the_reason() -> None:
-    from unittest import mock
-
-    from redis.cluster import RedisCluster
-
-    cluster = mock.Mock(spec=RedisCluster)
-    with pytest.raises(ValueError, match="consumer per queue"):
-        Consumer([Queue(cluster, "a"), Queue(cluster, "b")], lambda job: None)
-
-
 def test_the_heartbeat_extends_the_leases_in_hand_of_every_queue(make: Make, conn: redis.Redis,
                                                                  high: Queue,
                                                                  low: Queue) -> None:

@@ -64,11 +64,12 @@ class Workers:
     """An ``echomq worker`` supervisor in a subprocess, its log in a file."""
 
     def __init__(self, server: EmbeddedValkey, log: Path, queue: str | None, *options: str,
-                 handler: str = "tests.handlers:work", url: str | None = None) -> None:
+                 handler: str = "tests.handlers:work", url: str | None = None,
+                 on_ack: str | None = "tests.handlers:acked") -> None:
         self.log_path = log
         queues = [] if queue is None else ["--queue", queue]
-        argv = [sys.executable, "-m", "echomq", "worker", handler,
-                "--on-ack", "tests.handlers:acked", *queues, *options]
+        hook = [] if on_ack is None else ["--on-ack", on_ack]
+        argv = [sys.executable, "-m", "echomq", "worker", handler, *hook, *queues, *options]
         env = {**os.environ, "ECHOMQ_URL": url or server.url}
         with log.open("wb") as sink:
             # A process group of its own: its workers are found by their group, whoever their

@@ -9,10 +9,12 @@ from collections.abc import Callable, Coroutine, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
+from echomq.consumer.aio_node_parks import AsyncNodeParks
 from echomq.consumer.core import LoopCore
+from echomq.consumer.node_parks import WAKE_CAP, park_groups
 from echomq.consumer.settings import park_socket_timeout
 from echomq.consumer.shell import park_keys, queue_park_reads, sightings_of, wake_keys
-from echomq.engine.clients import private_twin
+from echomq.engine.clients import is_cluster, private_twin
 from echomq.queue.aio import Queue
 from echomq.queue.connection import socket_timeout_of
 from echomq.queue.parking import (
@@ -52,6 +54,8 @@ class AsyncParker:
         self.timeout_s = self.socket_timeout_s  # the parking client's
         self._conn: Any = None  # made on the first park: see ``client``
         self._parking: asyncio.Task[str | None] | None = None
+        # A cluster client's parks over several slots (``echomq.consumer.aio_node_parks``).
+        self._nodes: AsyncNodeParks | None = None
 
     async def client(self) -> Any:
         """The client the consumer parks and reads through: a pool of its own whose read
@@ -62,9 +66,16 @@ class AsyncParker:
             if private is not None:
                 self.timeout_s = timeout_s
             self._conn = self._queue.conn if private is None else private
+            if private is None and is_cluster(self._conn) and len(self._queues) > 1 \
+                    and self._nodes is None:
+                self._nodes = AsyncNodeParks(self._conn, timeout_s, wake=self._push_wake,
+                                             push=self.hand_back)
         return self._conn
 
     async def close(self) -> None:
+        nodes, self._nodes = self._nodes, None
+        if nodes is not None:
+            await nodes.close()
         conn, self._conn = self._conn, None
         if conn is not None and conn is not self._queue.conn:
             with suppress(Exception):
@@ -85,8 +96,15 @@ class AsyncParker:
         return sightings_of(replies, len(self._queues))
 
     async def blpop(self, timeout_s: float) -> str | None:
-        """"wake", "watch" (which token it popped), or None (the timeout)."""
-        popped = await (await self.client()).blpop(park_keys(self._queues), timeout=timeout_s)
+        """"wake", "watch" (which token it popped), or None (the timeout); on a cluster, queues
+        in several slots are parked on with one call per slot at once."""
+        client = await self.client()
+        keys = park_keys(self._queues)
+        if self._nodes is not None:
+            groups = park_groups(client, keys)
+            if len(groups) > 1:
+                return await self._nodes.park(groups, timeout_s)
+        popped = await client.blpop(keys, timeout=timeout_s)
         if popped is None:
             return None
         return "watch" if is_watch(popped[0]) else "wake"
@@ -121,9 +139,31 @@ class AsyncParker:
             self._parking.cancel()
 
     async def wait_wake(self, core: LoopCore) -> None:
-        """Block on the wake keys at most the park cap (a handler finishing cancels it)."""
-        await self._queue.conn.blpop(wake_keys(self._queues),
-                                     timeout=core.park_cap_ms(self.socket_timeout_s) / 1000)
+        """Block on the wake keys at most the park cap (a handler finishing cancels it): one
+        call per slot they lie in, until the first returns."""
+        conn = self._queue.conn
+        timeout_s = core.park_cap_ms(self.socket_timeout_s) / 1000
+        waiters = [asyncio.ensure_future(conn.blpop(group.keys, timeout=timeout_s))
+                   for group in park_groups(conn, wake_keys(self._queues))]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+    async def _push_wake(self, key: str) -> None:
+        await self.hand_back("wake", key)
+
+    async def hand_back(self, kind: str, key: str) -> None:
+        """Leave one token of ``kind`` ("wake" or "watch") on ``key``."""
+        async with self._queue.conn.pipeline(transaction=False) as pipe:
+            if kind == "watch":
+                queue_watch(pipe, key, 1)
+            else:
+                pipe.rpush(key, 1)
+                pipe.ltrim(key, 0, WAKE_CAP - 1)
+            await pipe.execute()
 
     async def watch(self, index: int) -> None:
         """Leave watch tokens on queue ``index``."""

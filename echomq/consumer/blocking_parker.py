@@ -13,10 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from echomq.consumer.node_parks import (
+    CONNECTION_ERRORS,
+    UNBLOCK_PATIENCE_S,
+    WAKE_CAP,
+    NodeParks,
+    park_groups,
+)
 from echomq.consumer.settings import park_socket_timeout
 from echomq.consumer.shell import park_keys, queue_park_reads, sightings_of
 from echomq.engine.calls import text
-from echomq.engine.clients import private_twin, twins
+from echomq.engine.clients import is_cluster, private_twin, twins
 from echomq.engine.server_time import server_ms
 from echomq.queue.blocking import Queue
 from echomq.queue.connection import socket_timeout_of
@@ -32,9 +39,6 @@ if TYPE_CHECKING:
     from echomq.consumer.presence import Announcer
 
 
-WAKE_CAP = 64
-UNBLOCK_PATIENCE_S = 0.5
-CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
 
 def push_wake_token(queue: Queue, key: str | None = None) -> None:
@@ -55,10 +59,19 @@ def push_watch_token(queue: Queue, key: str | None = None, tokens: int = WATCH_T
         pipe.execute()
 
 
+def hand_back(queue: Queue, kind: str, key: str) -> None:
+    """Push one popped token of ``kind`` ("wake" or "watch") back to ``key``."""
+    if kind == "watch":
+        push_watch_token(queue, key, tokens=1)
+    else:
+        push_wake_token(queue, key)
+
 
 class Parker:
     """Parks on the wake key through a connection of its own, so that ``interrupt`` can
     ``CLIENT UNBLOCK`` exactly this consumer (a wake token could wake another one instead).
+    On a cluster, queues in several slots are parked on with one call per slot at once
+    (``echomq.consumer.node_parks``).
 
     No lock: ``park`` marks itself parked before it reads the stop flag and ``stop`` sets the
     flag before it reads the mark, so one of the two always sees the other (and a stop from a
@@ -72,6 +85,7 @@ class Parker:
         self._parked_in: int | None = None  # the parking thread, while it parks
         self._own: Queue | None = None
         self._client_id: int | None = None
+        self._nodes: NodeParks | None = None  # a cluster client's parks over several slots
         self.socket_timeout_s: float | None = None
 
     def bind(self) -> Queue:
@@ -89,6 +103,11 @@ class Parker:
             self._own.conn = private
         else:  # a cluster client: stop() falls back to a wake token
             self._own = self._queue
+            if is_cluster(conn) and len(self._queues) > 1:
+                self._nodes = NodeParks(
+                    conn, park_socket_timeout(self.socket_timeout_s, self._cap_ms),
+                    wake=lambda key: push_wake_token(self._queue, key),
+                    push=lambda kind, key: hand_back(self._queue, kind, key))
         return self._own
 
     def read(self, *, ready: bool, lanes: bool,
@@ -112,6 +131,10 @@ class Parker:
         """Block until a token on any of the wake or watch keys, ``timeout_s``, or
         ``interrupt``: "wake", "watch" (which token), or None."""
         own = self.bind()
+        if self._nodes is not None:
+            groups = park_groups(own.conn, self._keys)
+            if len(groups) > 1:
+                return self._nodes.park(groups, timeout_s, stopping)
         self._parked_in = threading.get_ident()
         try:
             if stopping.is_set():
@@ -124,17 +147,17 @@ class Parker:
             self._parked_in = None
         if popped is None:
             return None
-        watch = is_watch(popped[0])
+        kind = "watch" if is_watch(popped[0]) else "wake"
         if stopping.is_set():
             # A stopping consumer hands its token on, to the key it came from.
-            if watch:
-                push_watch_token(self._queue, text(popped[0]), tokens=1)
-            else:
-                push_wake_token(self._queue, text(popped[0]))
-        return "watch" if watch else "wake"
+            hand_back(self._queue, kind, text(popped[0]))
+        return kind
 
     def interrupt(self) -> None:
-        """Make a park in progress return now (called after the stop flag is set)."""
+        """Make a park in progress return now (called after the stop flag is set): on a
+        cluster, every slot's call."""
+        if self._nodes is not None:
+            self._nodes.interrupt()
         deadline = time.monotonic() + UNBLOCK_PATIENCE_S
         while (parker := self._parked_in) is not None:
             unblocked = self._unblock()
@@ -149,6 +172,9 @@ class Parker:
             time.sleep(0.002)  # the BLPOP is on its way to the server
 
     def close(self) -> None:
+        nodes, self._nodes = self._nodes, None
+        if nodes is not None:
+            nodes.close()
         own, self._own, self._client_id = self._own, None, None
         if own is not None and own is not self._queue:
             with suppress(Exception):

@@ -39,7 +39,6 @@ from echomq.consumer.settings import Clock, Settings, describe, fatal_error, fir
 from echomq.consumer.spread import shards_of
 from echomq.engine import calls
 from echomq.engine.calls import Job, Outcome, Verdict
-from echomq.engine.clients import is_cluster
 from echomq.engine.errors import Wire6Unsupported
 from echomq.engine.program import Program
 from echomq.engine.transitions import LANE_CLAIM
@@ -80,10 +79,6 @@ def queue_list(queue_or_queues: Any) -> list[Any]:
         raise ValueError(f"a queue is listed twice: {names}")
     if len({queue.wire for queue in queues}) != 1:
         raise ValueError("the queues of one consumer must share a wire")
-    if len(queues) > 1 and any(is_cluster(queue.conn) for queue in queues):
-        raise ValueError("a consumer of several queues parks on all their wake keys with one "
-                         "BLPOP, which a cluster refuses across slots: on a cluster, run a "
-                         "consumer per queue")
     return queues
 
 

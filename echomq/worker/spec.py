@@ -11,6 +11,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import redis
+from redis.cluster import RedisCluster
+
 from echomq.consumer.blocking import refuse_unsupported
 from echomq.consumer.loop import PARK_CAP_MS, PREFETCH
 from echomq.engine.errors import EchoMQError, TrafikeyMissing
@@ -18,7 +21,7 @@ from echomq.engine.executors import executor_for
 from echomq.engine.transitions import CLAIM
 from echomq.engine.wire import Wire
 from echomq.queue.blocking import DEFAULT_LEASE_MS
-from echomq.queue.connection import client_like, redis_from_url
+from echomq.queue.connection import client_like, client_options, redis_from_url, tcp_url
 
 log = logging.getLogger("echomq")
 
@@ -164,13 +167,28 @@ def check_server(conn: Any, wire: int) -> None:
             raise TrafikeyMissing(CLAIM.native)
 
 
+def cluster_or_server(url: str) -> Any:
+    """A worker's client of the server at ``url``: of the whole cluster (``RedisCluster``,
+    which learns the other nodes from this one) when the server says it is a cluster node
+    (``cluster_enabled:1`` in ``INFO cluster``), as the command line's own client is."""
+    conn = redis_from_url(url)
+    try:
+        clustered = bool(conn.info("cluster").get("cluster_enabled"))
+    except (redis.ResponseError, redis.ConnectionError, redis.TimeoutError):
+        return conn  # the server alone then meets the same error in its own words
+    if not clustered:
+        return conn
+    conn.close()
+    return RedisCluster.from_url(tcp_url(url), **client_options(url, {}))
+
+
 def connect(spec: WorkerSpec, target: Any = None) -> Any:
     """A new blocking client to the server the workers serve: ``spec.url``'s, or (no URL) the
     target App's own connection rebuilt, of its client library
     (``echomq.queue.connection.client_like``);
     ``target``: the App (None: loaded)."""
     if spec.url is not None:
-        return redis_from_url(spec.url)
+        return cluster_or_server(spec.url)
     app = load_target(spec.handler) if target is None else target
     return client_like(app.conn)
 

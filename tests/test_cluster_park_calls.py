@@ -1,0 +1,162 @@
+"""The calls of a park over several slots of a cluster, one by one (see tests/test_cluster_parks.py
+for the consumer as a whole): where CLIENT UNBLOCK is denied, a wake token ends the other calls;
+a token a call pops alongside another call's counts in the park's answer; one popped after its
+park ended goes back where it came from; a call that loses its connection ends the park with the
+error (the run loop's back-off) and the next park opens a new connection. See docs/CLUSTER.md."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from echomq.consumer.blocking_parker import Parker, hand_back
+from echomq.consumer.node_parks import UNBLOCK_PATIENCE_S, NodeParks, Round, park_groups
+from echomq.consumer.shell import park_keys
+from echomq.embedded import EmbeddedValkey
+from tests.cluster import three_primaries
+from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
+from tests.test_cluster_parks import PROMPT_S, Pair, blocked, blpop_clients
+from tests.test_consumer import running, wait_until
+
+
+@pytest.fixture(scope="module")
+def nodes() -> Iterator[list[EmbeddedValkey]]:
+    with three_primaries() as made:
+        yield made
+
+
+@pytest.fixture
+def rc(nodes: list[EmbeddedValkey]) -> Iterator[RedisCluster]:
+    client = RedisCluster(host="127.0.0.1", port=nodes[0].port)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def unblock_denied(nodes: list[EmbeddedValkey]) -> Iterator[RedisCluster]:
+    """A cluster client of a user who may do anything but CLIENT UNBLOCK."""
+    for node in nodes:
+        admin = node.client()
+        try:
+            admin.execute_command("ACL", "SETUSER", "parker", "on", ">secret", "~*", "&*",
+                                  "+@all", "-client|unblock")
+        finally:
+            admin.close()
+    client = RedisCluster(host="127.0.0.1", port=nodes[0].port, username="parker",
+                          password="secret")
+    try:
+        yield client
+    finally:
+        client.close()
+        for node in nodes:
+            admin = node.client()
+            try:
+                admin.execute_command("ACL", "DELUSER", "parker")
+            finally:
+                admin.close()
+
+
+def test_where_client_unblock_is_denied_a_wake_token_ends_the_other_calls(
+        nodes: list[EmbeddedValkey], unblock_denied: RedisCluster, make: Make,
+        shell: str) -> None:
+    """A wake on the first queue's node ends the park: the second node's call, which CLIENT
+    UNBLOCK may not end, is ended by a wake token on its queue, so the park ends at once and
+    the next park leaves one call blocked there, not two; a stop ends every call the same
+    way."""
+    pair = Pair(nodes, unblock_denied, f"denied-{shell}", 5)
+    handled = threading.Event()
+    consumer = make(pair.queues, lambda job: handled.set(), park_cap_ms=30_000,
+                    announce=False)
+    with running(consumer, stop_within=PROMPT_S):
+        assert pair.parked()
+        pair.queues[0].enqueue("JOB:denied", b"x")
+        # Sooner than the park's patience: the other call was ended, not waited for.
+        assert handled.wait(UNBLOCK_PATIENCE_S * 0.8)
+        assert pair.parked()
+        assert wait_until(lambda: blocked(pair.homes[1]) == 1)
+    assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S)
+
+
+
+def test_a_token_popped_with_another_counts_in_the_parks_answer(
+        nodes: list[EmbeddedValkey], rc: RedisCluster) -> None:
+    """A watch token waits on the first queue's node and a wake token on the second's: both
+    calls pop theirs at once, and whichever answers first, the park's answer is a wake (a
+    sibling's token is never dropped). Repeated, so a park that kept only the first answer
+    would show a watch."""
+    pair = Pair(nodes, rc, "sibling", 5)
+    first, second = pair.queues
+    parker = Parker(pair.queues, 30_000)
+    try:
+        parker.bind()
+        for _ in range(20):
+            rc.rpush(first.key("watch"), 1)
+            rc.rpush(second.key("wake"), 1)
+            assert parker.park(5.0, threading.Event()) == "wake"
+            assert rc.llen(first.key("watch")) == rc.llen(second.key("wake")) == 0
+    finally:
+        parker.close()
+
+
+def test_a_token_popped_after_its_park_ended_goes_back_where_it_came_from(
+        nodes: list[EmbeddedValkey], rc: RedisCluster) -> None:
+    """A call that answers once its park has ended (it outlived the park's patience) pushes
+    the token it popped back to its key, for the next park to find."""
+    pair = Pair(nodes, rc, "late", 5)
+    groups = park_groups(rc, park_keys(pair.queues))
+    assert len(groups) == 2
+    parks = NodeParks(rc, None, wake=lambda key: None,
+                      push=lambda kind, key: hand_back(pair.queues[0], kind, key))
+    try:
+        round_ = Round([parks._line(group) for group in groups], groups)
+        round_.close()  # the park ended without this call's answer
+        wake = pair.queues[1].key("wake")
+        rc.rpush(wake, 1)
+        parks._call(round_, 1, 5.0, threading.Event())
+        assert rc.llen(wake) == 1
+        assert round_.answers.empty()
+    finally:
+        parks.close()
+        rc.delete(pair.queues[1].key("wake"))
+
+
+def test_a_node_s_connection_error_is_raised_for_the_run_loops_back_off(
+        nodes: list[EmbeddedValkey], rc: RedisCluster) -> None:
+    """A call that loses its connection ends the park by raising it (the run loop backs off,
+    as after a single server's lost park), and the next park opens a new connection."""
+    pair = Pair(nodes, rc, "lost", 5)
+    parker = Parker(pair.queues, 30_000)
+    outcome: list[Any] = []
+
+    def park() -> None:
+        try:
+            outcome.append(parker.park(30.0, threading.Event()))
+        except redis.ConnectionError as exc:
+            outcome.append(exc)
+
+    try:
+        parker.bind()
+        thread = threading.Thread(target=park, daemon=True)
+        thread.start()
+        assert pair.parked()
+        victim = pair.homes[1].client()
+        try:
+            (line,) = [c for c in victim.client_list() if c.get("cmd") == "blpop"]
+            victim.client_kill_filter(_id=line["id"])
+        finally:
+            victim.close()
+        thread.join(PROMPT_S)
+        assert not thread.is_alive()
+        assert isinstance(outcome[0], redis.ConnectionError), outcome
+        assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S)
+        pair.queues[1].enqueue("JOB:after", b"x")  # the next park: a new line, and it wakes
+        assert parker.park(5.0, threading.Event()) == "wake"
+    finally:
+        parker.close()
