@@ -130,7 +130,7 @@ def _summary(stats: dict[str, dict[str, float]], jobs: int) -> dict[str, float]:
         # the calls a client sent (a script's inner calls are counted by their own names)
         "calls": sum(row["calls"] for name, row in ours.items() if _sent(name)),
         "command_calls": sum(row["calls"] for name, row in ours.items()
-                             if name.startswith("command")),
+                             if name.startswith("command|getkeys")),
     }
 
 
