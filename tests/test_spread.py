@@ -27,7 +27,8 @@ from echomq.consumer.beat import Beat
 from echomq.consumer.blocking import Consumer
 from echomq.consumer.loop import Lineup
 from echomq.consumer.settings import Settings
-from echomq.consumer.spread import Spread, SpreadClaim, split
+from echomq.consumer import spread as spread_module
+from echomq.consumer.spread import MIN_ASK, Spread, SpreadClaim, split
 from echomq.engine import calls
 from echomq.engine.calls import Job, Verdict
 
@@ -116,7 +117,7 @@ def run_in_hand(lineup: Lineup, now: float) -> list[Job]:
 class SpreadMachine(RuleBasedStateMachine):
     """A spread consumer's claim rounds over shards whose ready jobs come and go."""
 
-    @initialize(shards=st.integers(1, 6), prefetch=st.integers(1, 40))
+    @initialize(shards=st.integers(1, 6), prefetch=st.integers(1, 120))
     def start(self, shards: int, prefetch: int) -> None:
         self.shards = shards
         self.world = Shards(shards)
@@ -154,8 +155,10 @@ class SpreadMachine(RuleBasedStateMachine):
                 self.unasked[shard] = 0 if first.get(shard, 0) else self.unasked[shard] + 1
                 # the fairness bound: asked within N claim rounds
                 assert self.unasked[shard] < self.shards
-            if wanted >= self.shards:
+            if wanted >= self.shards * MIN_ASK:
                 assert all(first.get(shard, 0) >= 1 for shard in range(self.shards))
+            # each call asks a shard for MIN_ASK jobs at least, while the round has as many
+            assert all(claim >= min(wanted, MIN_ASK) for claim in first.values() if claim)
         # short only when every shard is empty; then nothing ready was left behind
         assert taken == min(wanted, ready)
         # the ramp doubles on a whole round, up to the cap, and only then
@@ -208,6 +211,23 @@ TestSpreadRounds = SpreadMachine.TestCase
 
 # the split ------------------------------------------------------------------------------------
 
+@pytest.fixture
+def every_shard_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls of one job at least: every shard of the order is asked while the round has a job
+    for each (the split's even shares, seen on small rounds)."""
+    monkeypatch.setattr(spread_module, "MIN_ASK", 1)
+
+
+def test_a_round_asks_as_many_shards_as_give_each_call_min_ask() -> None:
+    assert MIN_ASK == 16
+    assert split(10, [2, 3, 0, 1], 4) == [0, 0, 10, 0]
+    assert split(64, [2, 3, 0, 1], 4) == [16, 16, 16, 16]
+    assert split(40, [2, 3, 0, 1], 4) == [0, 0, 20, 20]
+    assert split(64, list(range(12)), 12) == [16] * 4 + [0] * 8
+    assert split(70, list(range(12)), 12) == [18, 18, 17, 17] + [0] * 8
+
+
+@pytest.mark.usefixtures("every_shard_asked")
 def test_split_gives_each_shard_an_even_share_and_the_first_the_remainder() -> None:
     assert split(10, [2, 3, 0, 1], 4) == [2, 2, 3, 3]
     assert split(1, [2, 3, 0, 1], 4) == [0, 0, 1, 0]
@@ -215,12 +235,14 @@ def test_split_gives_each_shard_an_even_share_and_the_first_the_remainder() -> N
     assert split(0, [0, 1], 2) == [0, 0]
 
 
+@pytest.mark.usefixtures("every_shard_asked")
 def test_each_shard_is_first_once_in_n_rounds_of_one_job() -> None:
     spread = Spread(3)
     firsts = [spread.turn(1).asks().index(1) for _ in range(6)]
     assert firsts == [0, 1, 2, 0, 1, 2]
 
 
+@pytest.mark.usefixtures("every_shard_asked")
 def test_a_short_round_asks_again_only_the_shards_not_found_dry() -> None:
     claim = SpreadClaim(8, [1, 2, 3, 0], 4)
     assert claim.asks() == [2, 2, 2, 2]
@@ -265,6 +287,7 @@ def test_several_queues_without_spread_keep_strict_priority() -> None:
                      [(0, 8)], [(1, 8)], [(2, 8)]]
 
 
+@pytest.mark.usefixtures("every_shard_asked")
 def test_spread_sends_every_shards_call_of_a_round_in_one_round_trip() -> None:
     world = Shards(4)
     for shard in range(4):

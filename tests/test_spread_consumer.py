@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from echomq import Consumer, Job, Queue, Verdict
-from echomq.consumer import actions
+from echomq.consumer import actions, spread
 from echomq.engine import calls, once, program
 from echomq.engine.scripts import script_for
 from echomq.engine.transitions import SETTLE
@@ -23,6 +23,13 @@ from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import parked, running, wait_until
 
 SHARDS = 4
+
+
+@pytest.fixture(autouse=True)
+def every_shard_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls of one job at least (``spread.MIN_ASK``), so the small rounds of these tests ask
+    every shard; ``test_a_call_asks_a_shard_for_min_ask_jobs_by_default`` keeps the default."""
+    monkeypatch.setattr(spread, "MIN_ASK", 1)
 
 
 @pytest.fixture(params=[5, 6], ids=["wire5", "wire6"])
@@ -300,3 +307,23 @@ def test_a_parked_spread_consumer_wakes_for_a_job_on_any_shard(
             assert parked(conn)
             shards[n].enqueue(f"JOB:{n}-woke", b"x")
             assert wait_until(lambda n=n: f"JOB:{n}-woke" in ledger.ran)  # type: ignore[misc]
+
+
+def test_a_call_asks_a_shard_for_min_ask_jobs_by_default(
+        make: Make, shards: list[Queue], monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the default ``MIN_ASK`` (16), a round of 64 asks 4 shards for 16 each, not every
+    shard for a few: fewer calls, each claiming more; still every job runs once."""
+    monkeypatch.setattr(spread, "MIN_ASK", spread.DEFAULT_MIN_ASK)
+    fill(shards, 100)
+    made = make(shards, None, spread=True, prefetch=128, announce=False)
+    ledger = Ledger(made)
+    made.handler = ledger.handler
+    with running(made):
+        assert wait_until(lambda: len(ledger.ran) == SHARDS * 100)
+    assert sorted(ledger.ran) == sorted(f"JOB:{n}-{k}" for n in range(SHARDS)
+                                        for k in range(100))
+    for calls_ in ledger.claiming():
+        asked = [asked for _, asked, _ in calls_ if asked]
+        wanted = sum(asked)
+        assert all(ask >= min(wanted, spread.DEFAULT_MIN_ASK) for ask in asked)
+    assert any(sum(asked for _, asked, _ in calls_) >= 64 for calls_ in ledger.claiming())

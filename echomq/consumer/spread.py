@@ -1,11 +1,11 @@
 """How a consumer serving N queues as one (the shards of a sharded queue: ``spread``) splits a
 claim round over them, with no I/O.
 
-A round's claim is split evenly over the shards, the remainder going one job each to the first
-shards of the round's order, which starts one shard later each round (``Spread.turn``). So with a
-round of at least N jobs every shard is asked for one or more, and with a round of fewer (a ramp
-starting at 1) each shard is first in the order once every N rounds: a shard holding a ready job
-is asked for one within N claim rounds, whatever the others hold.
+A round's claim is split evenly over the first shards of the round's order, as many as give each
+call at least ``MIN_ASK`` jobs (one shard for a round of fewer), the remainder going one job each
+to the first of them; the order starts one shard later each round (``Spread.turn``). So each
+shard is first in the order once every N rounds: a shard holding a ready job is asked for one
+within N claim rounds, whatever the others hold.
 
 The asks of a round go out together (one pipelined call per shard: ``SettleAll``). A shard that
 returns fewer jobs than it was asked for is dry for the rest of the round; when the round came
@@ -22,14 +22,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# The fewest jobs a call of a round asks a shard for, while the round has as many: a call costs
+# the server a fixed part whatever it claims, so a round of 64 asks 4 shards for 16 each rather
+# than 12 for 5 or 6. The start still turns by one shard a round, so the bound holds.
+DEFAULT_MIN_ASK = 16
+MIN_ASK = DEFAULT_MIN_ASK
 
 def split(wanted: int, order: Sequence[int], shards: int) -> list[int]:
     """What each of ``shards`` shards is asked for (by index) of ``wanted`` jobs spread over the
-    shards of ``order``: an even share each, one more for each of the first ``wanted mod
-    len(order)`` of them; none for a shard not in ``order``."""
+    first shards of ``order``, as many as give each at least ``MIN_ASK`` (one at least): an
+    even share each, one more for each of the first ``wanted mod`` their number; none for a
+    shard not among them."""
     asks = [0] * shards
     if wanted <= 0 or not order:
         return asks
+    order = order[:max(1, wanted // MIN_ASK)]
     share, rest = divmod(wanted, len(order))
     for place, index in enumerate(order):
         asks[index] = share + (1 if place < rest else 0)
