@@ -21,13 +21,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from echomq.consumer import actions
+from echomq.consumer import spread as spread_module
 from echomq.consumer.actions import Stepper
 from echomq.consumer.aio import Consumer as AsyncConsumer
 from echomq.consumer.beat import Beat
 from echomq.consumer.blocking import Consumer
 from echomq.consumer.loop import Lineup
 from echomq.consumer.settings import Settings
-from echomq.consumer import spread as spread_module
 from echomq.consumer.spread import MIN_ASK, Spread, SpreadClaim, split
 from echomq.engine import calls
 from echomq.engine.calls import Job, Verdict
