@@ -1,18 +1,18 @@
 # ruff: noqa: RUF001  (the report writes the multiplication sign on purpose)
 """``python -m bench --only cluster``: what one queue costs on a cluster of three primaries, plain
-and sharded, measured by the servers themselves (``INFO commandstats`` on every node, reset
-before each run).
+and sharded, measured by the servers themselves (each node's CPU time, ``INFO cpu``, and its
+``COMMAND GETKEYS`` calls, ``INFO commandstats``) and at the client (the commands it sent).
 
 For each wire and each layout (a plain queue; the same queue with ``SHARDS`` shards), ``jobs``
-jobs are enqueued in batches of 500 and drained by one consumer with a no-op handler. Per node:
-the microseconds the server spent in commands (every command: transitions, parks, reads), the
-calls, and ``COMMAND`` calls (a cluster client asking ``COMMAND GETKEYS``: extra round trips).
-From those:
+jobs are enqueued in batches of 500, then drained by one consumer with a no-op handler. Per node
+and part: the CPU time its process used (commands, network, its own timers), and the calls
+``COMMAND GETKEYS`` (a cluster client finding a command's keys: an extra round trip). From
+those:
 
 - the spread: each primary's share of the server time of the sharded queue, and the largest
   departure from an even third;
-- the claim cost per job of the sharded queue against the plain one (the consumer's settle calls,
-  which claim and settle, in server microseconds a job) and the whole server time per job;
+- the claim cost per job of the sharded queue against the plain one (the drain's CPU time a job:
+  the consumer's settle calls, which claim and settle, and its reads) and the whole per job;
 - the calls per job, sharded against plain, and the extra round trips (``COMMAND``, and calls
   beyond the plain queue's per job).
 
@@ -97,38 +97,49 @@ def _drain(queue: Queue, jobs: int) -> None:
 
 def one_run(nodes: list[Any], rc: RedisCluster, wire: int, shards: int,
             jobs: int) -> dict[str, Any]:
-    """Enqueue ``jobs`` on a fresh queue, then drain them: every node's commandstats of each
-    part alone (the drain's are the consumer's: its claims, settles, reads and parks)."""
+    """Enqueue ``jobs`` on a fresh queue, then drain them: every node's CPU time of each part
+    alone (the drain's is the consumer's: its claims, settles, reads and parks)."""
     name = f"bench-{wire}-{shards}-{time.monotonic_ns()}"
     queue = Queue(rc, name, wire=wire) if shards == 1 else Queue(rc, name, wire=wire,
                                                                  shards=shards)
     clients = [node.client() for node in nodes]
-    _reset(clients)
+    cpu = _reset(clients)
     sent = SentCommands()
     with sent.counting():
         for first in range(0, jobs, BATCH):
             queue.enqueue_many([(f"JOB:{n}", b"{}")
                                 for n in range(first, min(jobs, first + BATCH))])
-    produced = _summaries(clients, sent.count, jobs)
-    _reset(clients)
+    produced = _summaries(clients, cpu, sent.count)
+    cpu = _reset(clients)
     sent = SentCommands()
     started = time.perf_counter()
     with sent.counting():
         _drain(queue, jobs)
     elapsed = time.perf_counter() - started
-    drained = _summaries(clients, sent.count, jobs)
+    drained = _summaries(clients, cpu, sent.count)
     for client in clients:
         client.close()
     return {"wire": wire, "shards": shards, "jobs": jobs, "drain_s": elapsed,
             "produce": produced, "drain": drained}
 
 
-def _summaries(clients: list[redis.Redis], sent: int, jobs: int) -> list[dict[str, float]]:
-    """Each node's server time and COMMAND GETKEYS calls; the calls sent, on the first."""
-    summaries = [_summary(node_stats(client), jobs) for client in clients]
-    for index, summary in enumerate(summaries):
-        summary["calls"] = float(sent if index == 0 else 0)
+def _summaries(clients: list[redis.Redis], cpu: list[float],
+               sent: int) -> list[dict[str, float]]:
+    """Each node's CPU time since ``cpu`` (µs) and its COMMAND GETKEYS calls; the calls sent,
+    on the first."""
+    summaries = []
+    for index, (client, before) in enumerate(zip(clients, cpu, strict=True)):
+        getkeys = sum(row["calls"] for name, row in node_stats(client).items()
+                      if name.startswith("command|getkeys"))
+        summaries.append({"usec": (cpu_s(client) - before) * 1e6, "command_calls": getkeys,
+                          "calls": float(sent if index == 0 else 0)})
     return summaries
+
+
+def cpu_s(client: redis.Redis) -> float:
+    """The CPU time the node's process has used (user and system, s)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 class SentCommands:
@@ -161,19 +172,11 @@ class SentCommands:
             AbstractConnection.pack_commands = many  # type: ignore[method-assign]
 
 
-def _reset(clients: list[redis.Redis]) -> None:
+def _reset(clients: list[redis.Redis]) -> list[float]:
+    """Every node's command counts reset; its CPU time so far."""
     for client in clients:
         client.config_resetstat()
-
-
-def _summary(stats: dict[str, dict[str, float]], jobs: int) -> dict[str, float]:
-    ours = {name: row for name, row in stats.items()
-            if not name.startswith(("config", "info"))}
-    return {
-        "usec": sum(row["usec"] for row in ours.values()),
-        "command_calls": sum(row["calls"] for name, row in ours.items()
-                             if name.startswith("command|getkeys")),
-    }
+    return [cpu_s(client) for client in clients]
 
 
 def _per_job(run: dict[str, Any], part: str, field: str) -> float:
@@ -279,9 +282,9 @@ def section(results: dict[str, Any]) -> str:
         "",
         f"{data['primaries']} primaries on this machine, one queue plain and with "
         f"{data['shards']} shards, {next(iter(data['wires'].values()))['jobs']:,.0f} jobs "
-        "enqueued in batches of 500 and drained by one consumer; the servers' own "
-        "`INFO commandstats` of each part, summed over the nodes, per job (calls: those a "
-        "client sent).",
+        "enqueued in batches of 500 and drained by one consumer; the servers' CPU time "
+        "(`INFO cpu`) of each part, summed over the nodes, per job (calls: the commands the "
+        "clients sent).",
         "",
         table(["part", "plain µs/job", "sharded µs/job", "ratio", "plain calls/job",
                   "sharded calls/job"], rows),

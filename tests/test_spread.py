@@ -219,12 +219,12 @@ def every_shard_asked(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_round_asks_as_many_shards_as_give_each_call_min_ask() -> None:
-    assert MIN_ASK == 16
+    assert MIN_ASK == 32
     assert split(10, [2, 3, 0, 1], 4) == [0, 0, 10, 0]
-    assert split(64, [2, 3, 0, 1], 4) == [16, 16, 16, 16]
-    assert split(40, [2, 3, 0, 1], 4) == [0, 0, 20, 20]
-    assert split(64, list(range(12)), 12) == [16] * 4 + [0] * 8
-    assert split(70, list(range(12)), 12) == [18, 18, 17, 17] + [0] * 8
+    assert split(128, [2, 3, 0, 1], 4) == [32, 32, 32, 32]
+    assert split(80, [2, 3, 0, 1], 4) == [0, 0, 40, 40]
+    assert split(128, list(range(12)), 12) == [32] * 4 + [0] * 8
+    assert split(134, list(range(12)), 12) == [34, 34, 33, 33] + [0] * 8
 
 
 @pytest.mark.usefixtures("every_shard_asked")

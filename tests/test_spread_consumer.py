@@ -311,19 +311,19 @@ def test_a_parked_spread_consumer_wakes_for_a_job_on_any_shard(
 
 def test_a_call_asks_a_shard_for_min_ask_jobs_by_default(
         make: Make, shards: list[Queue], monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the default ``MIN_ASK`` (16), a round of 64 asks 4 shards for 16 each, not every
+    """With the default ``MIN_ASK`` (32), a round of 128 asks 4 shards for 32 each, not every
     shard for a few: fewer calls, each claiming more; still every job runs once."""
     monkeypatch.setattr(spread, "MIN_ASK", spread.DEFAULT_MIN_ASK)
-    fill(shards, 100)
+    fill(shards, 150)
     made = make(shards, None, spread=True, prefetch=128, announce=False)
     ledger = Ledger(made)
     made.handler = ledger.handler
     with running(made):
-        assert wait_until(lambda: len(ledger.ran) == SHARDS * 100)
+        assert wait_until(lambda: len(ledger.ran) == SHARDS * 150)
     assert sorted(ledger.ran) == sorted(f"JOB:{n}-{k}" for n in range(SHARDS)
-                                        for k in range(100))
+                                        for k in range(150))
     for calls_ in ledger.claiming():
         asked = [asked for _, asked, _ in calls_ if asked]
         wanted = sum(asked)
         assert all(ask >= min(wanted, spread.DEFAULT_MIN_ASK) for ask in asked)
-    assert any(sum(asked for _, asked, _ in calls_) >= 64 for calls_ in ledger.claiming())
+    assert any(sum(asked for _, asked, _ in calls_) >= 128 for calls_ in ledger.claiming())

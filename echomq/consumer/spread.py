@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The fewest jobs a call of a round asks a shard for, while the round has as many: a call costs
-# the server a fixed part whatever it claims, so a round of 64 asks 4 shards for 16 each rather
-# than 12 for 5 or 6. The start still turns by one shard a round, so the bound holds.
-DEFAULT_MIN_ASK = 16
+# the server a fixed part whatever it claims, so a round of 128 asks 4 shards for 32 each rather
+# than 12 for 10 or 11. The start still turns by one shard a round, so the bound holds.
+DEFAULT_MIN_ASK = 32
 MIN_ASK = DEFAULT_MIN_ASK
 
 def split(wanted: int, order: Sequence[int], shards: int) -> list[int]:
