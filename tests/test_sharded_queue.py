@@ -155,6 +155,29 @@ def test_the_asyncio_queue_records_and_refuses_before_its_first_command(
     assert recorded_shards(conn, "orders") == 3
 
 
+def test_a_plain_queue_of_a_name_recorded_sharded_is_refused(valkey: EmbeddedValkey,
+                                                             conn: redis.Redis) -> None:
+    """Its jobs would go where no consumer of the shards looks: refused as it is made (the
+    blocking queue) or before its first command (the asyncio one), nothing written; without
+    ``check_policy`` nothing is asked of the server."""
+    Queue(conn, "orders", shards=4).enqueue("JOB:1", b"x")
+    before = snapshot(conn)
+    with pytest.raises(ShardError, match=r"recorded with 4 shards.*asked for a plain queue"):
+        Queue(conn, "orders")
+
+    async def scenario() -> None:
+        client = redis.asyncio.Redis(port=valkey.port)
+        try:
+            with pytest.raises(ShardError, match="make it with shards=4"):
+                await AsyncQueue(client, "orders").enqueue("JOB:2", b"x")
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+    assert snapshot(conn) == before
+    assert Queue(conn, "orders", check_policy=False).shards == 1
+
+
 def test_a_plain_queue_is_one_shard_of_itself(conn: redis.Redis) -> None:
     queue = Queue(conn, "plain")
     assert queue.shards == 1 and queue.shard_queues == [queue]

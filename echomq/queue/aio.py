@@ -11,7 +11,8 @@ from echomq.engine.async_executors import AsyncExecutor, async_executor_for
 from echomq.engine.events import Event
 from echomq.engine.program import AsyncShell, Program, adrive
 from echomq.queue.events import AFTER_NOW, resumed
-from echomq.queue.methods import QueueMethods, evicting_check
+from echomq.queue.methods import QueueMethods
+from echomq.queue.policy import evicting_check
 from echomq.queue.sharded import ShardedMethods
 
 R = TypeVar("R")

@@ -18,7 +18,8 @@ from echomq.engine.events import Event
 from echomq.engine.executors import Executor, executor_for
 from echomq.engine.program import BlockingShell, drive
 from echomq.queue.events import AFTER_NOW, resumed
-from echomq.queue.methods import QueueMethods, evicting_check
+from echomq.queue.methods import QueueMethods
+from echomq.queue.policy import evicting_check
 from echomq.queue.shard_layout import recorded_shards
 from echomq.queue.sharded import ShardedMethods
 

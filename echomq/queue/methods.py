@@ -7,15 +7,13 @@ client, ``echomq.queue.aio.Queue`` awaits them on an asyncio one; neither adds a
 from __future__ import annotations
 
 import logging
-import sys
 import time
-import warnings
 from abc import abstractmethod
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, TypeVar
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from echomq.engine.calls import (
     DEFAULT_BATCH_LIMIT,
@@ -33,8 +31,6 @@ from echomq.engine.calls import (
     Verdict,
     admission_reads,
     earliest,
-    evicting_policy,
-    eviction_message,
     fenced,
     job_of,
     lost_admission,
@@ -42,7 +38,7 @@ from echomq.engine.calls import (
     settled,
 )
 from echomq.engine.clients import twins
-from echomq.engine.errors import ArgumentError, EvictionPolicyWarning
+from echomq.engine.errors import ArgumentError
 from echomq.engine.execution import ExecutorMethods
 from echomq.engine.once import lost_reply
 from echomq.engine.produce import batch_verdicts, enqueue_many_calls
@@ -56,6 +52,7 @@ from echomq.queue.graphs import GraphAdmissions
 from echomq.queue.lanes import LaneControls, lane_groups, per_group, shown_depths, waiting_keys
 from echomq.queue.limits import LimitControls
 from echomq.queue.parking import WATCH_ROLE, watch_commands
+from echomq.queue.policy import server_checks
 from echomq.queue.registry import REGISTRY_KEY
 from echomq.queue.results import ResultReads
 from echomq.queue.shard_layout import ShardFace
@@ -65,33 +62,9 @@ log = logging.getLogger("echomq")
 R = TypeVar("R")
 
 
-def evicting_check(conn: Any) -> Program[str | None]:
-    """Warns (EvictionPolicyWarning, and the ``echomq`` log) when the server's maxmemory-policy
-    may evict keys: a queue's jobs would then vanish under memory pressure. Returns that policy;
-    None when it cannot evict or the server does not say (CONFIG denied by ACL, or renamed)."""
-    try:
-        policy = evicting_policy((yield Invoke(conn, method("config_get", "maxmemory-policy"))))
-    except twins(RedisError):
-        return None
-    if policy is not None:
-        log.warning(eviction_message(policy))
-        warnings.warn(eviction_message(policy), EvictionPolicyWarning,
-                      stacklevel=_outside_stacklevel())
-    return policy
-
-
 def verdicts(replies: Iterable[Any]) -> list[Verdict]:
     """A verdict per reply of a batch (an extend_many's), in order."""
     return [Verdict.of(reply) for reply in replies]
-
-
-def _outside_stacklevel() -> int:
-    """The ``stacklevel`` of the nearest caller outside echomq, seen from a function called here
-    (a warning then names the user's line, however deep the program that warns)."""
-    frame, level = sys._getframe(2), 2
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("echomq."):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdmissions,
@@ -151,11 +124,11 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
     @op
     def check_policy(self) -> Program[str | None]:
         """Warns (EvictionPolicyWarning) when the server may evict keys, and returns its policy
-        (None when it cannot evict, or does not say). A queue made with ``check_policy`` asks
-        this itself: the blocking one when it is made, the asyncio one before its first command
-        (unless this was asked first)."""
+        (None: cannot evict, or does not say); a plain queue the server records sharded is
+        refused (ShardError). A queue made with ``check_policy`` asks this itself: the blocking
+        one when made, the asyncio one before its first command (unless asked first)."""
         self._policy_due = False  # on the call, before the program runs: asked now, not again
-        return evicting_check(self.conn)
+        return server_checks(self.conn, self.name, plain=self.shards == 1)
 
     def _sent(self, call: Call, decode: Callable[[Any], R], *, watch: bool = False) -> Program[R]:
         """``call`` run on the queue's wire and its reply decoded: the one place a call's reply
