@@ -61,7 +61,9 @@ LOWEST_SUITE = tests/test_consumer.py tests/test_aio.py tests/test_queue.py test
 	tests/test_wait_slices.py tests/test_clients.py tests/test_replay.py tests/test_cluster_once.py \
 	tests/test_cluster_scripts.py tests/test_cluster_routing.py tests/test_tasks_async.py \
 	tests/test_workflows.py tests/test_queue_after.py tests/test_cluster_workflows.py \
-	tests/test_queue_dedupe.py
+	tests/test_queue_dedupe.py tests/test_sharded_queue.py tests/test_sharded_app.py \
+	tests/test_spread_consumer.py tests/test_settle_all.py tests/test_cluster_parks.py \
+	tests/test_cluster_park_calls.py
 
 $(LOWEST_VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
 	test -x $(LOWEST_VENV)/bin/python || python3 -m venv $(LOWEST_VENV)

@@ -25,6 +25,7 @@ from echomq.consumer.shell import park_keys, queue_park_reads, sightings_of
 from echomq.engine.calls import text
 from echomq.engine.clients import is_cluster, private_twin, twins
 from echomq.engine.server_time import server_ms
+from echomq.engine.transact import transact_once
 from echomq.queue.blocking import Queue
 from echomq.queue.connection import socket_timeout_of
 from echomq.queue.parking import (
@@ -45,10 +46,11 @@ def push_wake_token(queue: Queue, key: str | None = None) -> None:
     """Leave one wake token on ``key`` (None: the queue's wake key), keeping the wake list
     within its cap (one atomic MULTI)."""
     wake = queue.key("wake") if key is None else key
-    with queue.conn.pipeline(transaction=True) as pipe:
-        pipe.rpush(wake, 1)
-        pipe.ltrim(wake, 0, WAKE_CAP - 1)
-        pipe.execute()
+    # on a cluster, a transaction on the node of the key's slot (a cluster client's own pipeline
+    # holds none on every client version)
+    for reply in transact_once(queue.conn, [("RPUSH", wake, 1), ("LTRIM", wake, 0, WAKE_CAP - 1)]):
+        if isinstance(reply, Exception):
+            raise reply
 
 
 def push_watch_token(queue: Queue, key: str | None = None, tokens: int = WATCH_TOKENS) -> None:

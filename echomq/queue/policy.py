@@ -8,7 +8,7 @@ import sys
 import warnings
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import NoPermissionError, RedisError
 
 from echomq.engine.calls import evicting_policy, eviction_message
 from echomq.engine.clients import twins
@@ -29,8 +29,12 @@ def server_checks(conn: Any, name: str, *, plain: bool) -> Program[str | None]:
 
 def refuse_if_sharded(conn: Any, name: str) -> Program[None]:
     """Refuse a plain queue ``name`` (ShardError) when the server records it sharded: its jobs
-    are on its shards, where a plain queue would never look; one GET."""
-    found = recorded((yield Invoke(conn, method("get", record_key(name)))))
+    are on its shards, where a plain queue would never look; one GET. A client the server
+    lets read nothing but its queue's transitions (an ACL) is not asked."""
+    try:
+        found = recorded((yield Invoke(conn, method("get", record_key(name)))))
+    except twins(NoPermissionError):
+        return
     if found is not None:
         raise mismatch(name, None, found)
 
