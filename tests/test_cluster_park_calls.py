@@ -18,25 +18,16 @@ from echomq.consumer.blocking_parker import Parker, hand_back
 from echomq.consumer.node_parks import UNBLOCK_PATIENCE_S, NodeParks, Round, park_groups
 from echomq.consumer.shell import park_keys
 from echomq.embedded import EmbeddedValkey
-from tests.cluster import three_primaries
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
-from tests.test_cluster_parks import PROMPT_S, Pair, blocked, blpop_clients
+from tests.test_cluster_parks import (  # noqa: F401
+    PROMPT_S,
+    Pair,
+    blocked,
+    blpop_clients,
+    nodes_fixture,
+    rc_fixture,
+)
 from tests.test_consumer import running, wait_until
-
-
-@pytest.fixture(scope="module")
-def nodes() -> Iterator[list[EmbeddedValkey]]:
-    with three_primaries() as made:
-        yield made
-
-
-@pytest.fixture
-def rc(nodes: list[EmbeddedValkey]) -> Iterator[RedisCluster]:
-    client = RedisCluster(host="127.0.0.1", port=nodes[0].port)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture

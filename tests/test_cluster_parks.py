@@ -26,20 +26,20 @@ from echomq.embedded import EmbeddedValkey
 from tests.cluster import close_move, open_move, three_primaries
 from tests.reliability.servers import owner
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
-from tests.test_consumer import running, wait_until
+from tests.test_consumer import running, stopped_by_a_signal, wait_until
 from tests.test_worker import Workers
 
 PROMPT_S = 1.0  # a wake or a stop this long after its cause is prompt (the park cap is 30 s)
 
 
-@pytest.fixture(scope="module")
-def nodes() -> Iterator[list[EmbeddedValkey]]:
+@pytest.fixture(scope="module", name="nodes")
+def nodes_fixture() -> Iterator[list[EmbeddedValkey]]:
     with three_primaries() as made:
         yield made
 
 
-@pytest.fixture
-def rc(nodes: list[EmbeddedValkey]) -> Iterator[RedisCluster]:
+@pytest.fixture(name="rc")
+def rc_fixture(nodes: list[EmbeddedValkey]) -> Iterator[RedisCluster]:
     client = RedisCluster(host="127.0.0.1", port=nodes[0].port)
     try:
         yield client
@@ -271,21 +271,11 @@ def test_stop_right_after_start_never_waits_for_the_park_cap(
 
 def test_stop_from_a_signal_handler_returns_a_loop_parked_on_several_nodes(
         nodes: list[EmbeddedValkey], rc: RedisCluster) -> None:
-    import signal
-
     from echomq.consumer.blocking import Consumer
 
     pair = Pair(nodes, rc, "signal", 5)
-    consumer = Consumer(pair.queues, lambda job: None, park_cap_ms=60_000, announce=False)
-    previous = signal.signal(signal.SIGALRM, lambda signum, frame: consumer.stop())
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.5)
-        started = time.monotonic()
-        consumer.run()  # in this (the main) thread, parked when the signal comes
-        assert time.monotonic() - started < 2.0
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    stopped_by_a_signal(Consumer(pair.queues, lambda job: None, park_cap_ms=60_000,
+                                 announce=False), 0.5)
     assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S)
 
 

@@ -111,17 +111,22 @@ def test_stop_right_after_start_never_waits_for_the_park_cap(make: Make, queue: 
             pass
 
 
-def test_stop_from_a_signal_handler_returns_the_loop(queue: Queue) -> None:
-    consumer = Consumer(queue, lambda job: None, park_cap_ms=60_000)
+def stopped_by_a_signal(consumer: Consumer, after_s: float) -> None:
+    """Run ``consumer`` in this (the main) thread, parked when SIGALRM comes ``after_s`` later
+    and its handler calls ``stop()``: the loop returns within 2 s of its start."""
     previous = signal.signal(signal.SIGALRM, lambda signum, frame: consumer.stop())
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        signal.setitimer(signal.ITIMER_REAL, after_s)
         started = time.monotonic()
-        consumer.run()  # in this (the main) thread, parked when the signal comes
+        consumer.run()
         assert time.monotonic() - started < 2.0
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_stop_from_a_signal_handler_returns_the_loop(queue: Queue) -> None:
+    stopped_by_a_signal(Consumer(queue, lambda job: None, park_cap_ms=60_000), 0.3)
 
 
 def test_stopping_one_consumer_leaves_the_others_parked(make: Make, queue: Queue) -> None:
