@@ -282,6 +282,10 @@ class Capture:
         """An operator's call asks first whether the queue has an events stream: it has none."""
         return 0
 
+    def get(self, name: Any) -> None:
+        """An operator's call asks first whether the queue is recorded sharded: it is not."""
+        return None
+
 
 def command_of(name: str, wire: int, action: Callable[[Queue], object]) -> tuple[Any, ...]:
     """The command ``action`` sends through a ``wire`` Queue of ``name``: built by the Queue
