@@ -1,7 +1,7 @@
 """A sharded queue (``Queue(conn, name, shards=6)``) on a Valkey Cluster of three primaries
 (``three_primaries``), two shards on each: while one primary is down (killed, no replica, within
-the node timeout, so the others still serve their slots), a spread consumer (either shell) serves
-the shards of the nodes up at their pace, the failing shards resting from its claims
+the node timeout, so the others still serve their slots), a spread consumer serves the shards of
+the nodes up at their pace, the failing shards resting from its claims
 (``echomq.consumer.spread``) instead of backing off the whole consumer; and ``echomq worker
 --queue <name> --url <one node>`` reads the count of shards from the server, runs jobs of every
 shard and stops cleanly on SIGTERM. Under failover with replicas:
@@ -9,20 +9,14 @@ tests/reliability/test_cluster_failover.py. See docs/CLUSTER.md."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-import redis.asyncio.cluster
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster, key_slot
 
-from echomq import Consumer, Job, Queue, aio
+from echomq import Consumer, Job, Queue
 from tests.cluster import three_primaries
 from tests.reliability.flow import slot_of
 from tests.reliability.servers import owner
@@ -46,53 +40,9 @@ def ids_on(queue: Queue, shards: set[int], count: int, stem: str) -> list[str]:
     return found
 
 
-@contextmanager
-def consuming(shell: str, queue: Queue, port: int,
-              noted: Callable[[Job], None]) -> Iterator[None]:
-    """A consumer of ``queue`` running meanwhile: ``echomq.Consumer`` (``sync``), or an
-    ``echomq.aio.Consumer`` of the same queue, on an event loop of its own thread, through an
-    asyncio cluster client of the node on ``port`` that tries a call on a node that is down
-    once more, not backing off (``async``: redis-py's asyncio default retries such a call ten
-    times, backing off up to 1 s each)."""
-    options: dict[str, Any] = {"on_ack": noted, "prefetch": 4, "announce": False}
-    if shell == "sync":
-        with running(Consumer(queue, lambda job: None, **options), stop_within=10.0):
-            yield
-        return
-    made: dict[str, Any] = {}
-    ready = threading.Event()
-
-    async def nothing(job: Job) -> None:
-        return None
-
-    async def serve() -> None:
-        client = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=port,
-                                                    retry=Retry(NoBackoff(), 1))
-        try:
-            served = aio.Queue(client, queue.name, shards=queue.shards, wire=queue.wire)
-            made["consumer"] = aio.Consumer(served, nothing, **options)
-            made["loop"] = asyncio.get_running_loop()
-            ready.set()
-            await made["consumer"].run()
-        finally:
-            ready.set()
-            await client.aclose()
-
-    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
-    thread.start()
-    assert ready.wait(10) and "loop" in made
-    try:
-        yield
-    finally:
-        made["loop"].call_soon_threadsafe(made["consumer"].stop)
-        thread.join(10)
-        assert not thread.is_alive(), "the asyncio consumer did not stop"
-
-
-@pytest.mark.parametrize("shell", ["sync", "async"])
 @pytest.mark.parametrize("wire", [5, 6])
 def test_a_spread_consumer_serves_the_shards_of_the_nodes_up_at_pace_while_one_is_down(
-        wire: int, shell: str) -> None:
+        wire: int) -> None:
     """Without the rest, every round met the down node's error and the whole consumer backed
     off (0.1 s doubling to 1 s), serving the other shards a round a second."""
     with three_primaries() as nodes:
@@ -108,8 +58,9 @@ def test_a_spread_consumer_serves_the_shards_of_the_nodes_up_at_pace_while_one_i
             with lock:
                 acked.append(job.id)
 
+        consumer = Consumer(queue, lambda job: None, on_ack=noted, prefetch=4, announce=False)
         try:
-            with consuming(shell, queue, nodes[1].port, noted):
+            with running(consumer, stop_within=10.0):
                 # Every shard served once first, so each node has every call's script.
                 first = [ids_on(queue, {k}, 1, f"first{k}-")[0] for k in range(SHARDS)]
                 queue.enqueue_many([(job_id, b"x") for job_id in first])
