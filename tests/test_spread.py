@@ -3,7 +3,9 @@
 holding ready jobs. Every shard is asked for a job within N claim rounds (the fairness bound),
 the first call of a round asks for exactly the round's size, a round comes back short only when
 every shard is empty, and the ramp and the prefetch bounds hold as for one queue. One queue
-spread is today's consumer of one queue; several queues without spread keep strict priority."""
+spread is today's consumer of one queue; several queues without spread keep strict priority. A
+shard whose call fails by an error that heals, while others answer, rests from claims (0.1 s
+doubling to 1 s) and the round goes on; a round whose every call failed fails."""
 
 from __future__ import annotations
 
@@ -41,20 +43,25 @@ def settings_of(prefetch: int, *, max_attempts: int | None = None) -> Settings:
 
 
 class Host:
-    """What the beat reads of its shell: a lineup and a clock that moves a millisecond a read."""
+    """What the beat reads of its shell: a lineup and a clock that moves a millisecond a read;
+    ``healing``: whether a call's error heals by waiting (else it stands)."""
 
     clock = None
     concurrency = 1
     stopping = False
     parking_timeout_s = None
 
-    def __init__(self, lineup: Lineup) -> None:
+    def __init__(self, lineup: Lineup, *, healing: bool = False) -> None:
         self.lineup = lineup
         self.now = 0.0
+        self.healing = healing
 
     def monotonic(self) -> float:
         self.now += 0.001
         return self.now
+
+    def heals(self, exc: BaseException) -> bool:
+        return self.healing
 
 
 class Shards:
@@ -252,6 +259,58 @@ def test_a_short_round_asks_again_only_the_shards_not_found_dry() -> None:
     assert claim.asks() == [0, 0, 0, 1]
     claim.took([0, 0, 0, 1], [0, 0, 0, 1])
     assert claim.taken == 8 and claim.asks() == [0, 0, 0, 0]
+
+
+def test_a_failing_shard_rests_from_claims_doubling_until_it_is_answered() -> None:
+    spread = Spread(3)
+    spread.failed(1, 10.0)
+    assert spread.turn(3, 10.05).asks() == [2, 0, 1]  # shard 1 rests 0.1 s: asked for none
+    assert spread.turn(3, 10.2).asks() == [1, 1, 1]  # its rest is over: asked again
+    spread.failed(1, 10.2)
+    assert spread.left_out(10.35) == {1}  # failing again: twice as long
+    assert spread.left_out(10.41) == set()
+    for _ in range(8):
+        spread.failed(1, 20.0)
+    assert spread.left_out(20.99) == {1} and spread.left_out(21.01) == set()  # at most 1 s
+    spread.answered(1)
+    spread.failed(1, 30.0)
+    assert spread.left_out(30.11) == set()  # answered in between: 0.1 s again
+    for shard in range(3):
+        spread.failed(shard, 40.0)
+    assert spread.left_out(40.01) == set()  # never all of them: each is asked
+    assert spread.turn(3, None).asks() == [1, 1, 1]
+
+
+def test_a_shard_call_that_fails_by_an_error_that_heals_rests_the_shard_not_the_round() -> None:
+    world = Shards(3)
+    for shard in range(3):
+        world.add(shard, 20)
+    lineup = Lineup.of(settings_of(6), 3, spread=True)
+    lineup.ramp = 6
+    host = Host(lineup, healing=True)
+    beat = Beat(host)
+    world.broken = {1}
+    drive(beat.claim_round(), world)  # no error raised: the other shards answered
+    assert lineup.held() == 6
+    assert world.trips == [[(0, 2), (1, 2), (2, 2)], [(0, 1), (2, 1)]]
+    run_in_hand(lineup, host.monotonic())
+    world.trips.clear()
+    drive(beat.claim_round(), world)
+    assert all(index != 1 or claim == 0 for trip in world.trips for index, claim in trip)
+    run_in_hand(lineup, host.monotonic())
+    world.broken, world.trips = set(), []
+    host.now += 0.2  # the rest is over
+    drive(beat.claim_round(), world)
+    assert dict(world.trips[0])[1] > 0 and lineup.spread is not None
+    assert lineup.spread.left_out(host.now) == set()
+    # every call failing is the round's failure, as is an error that does not heal
+    run_in_hand(lineup, host.monotonic())
+    world.broken = {0, 1, 2}
+    with pytest.raises(ConnectionError):
+        drive(beat.claim_round(), world)
+    host.healing, world.broken = False, {2}
+    with pytest.raises(ConnectionError):
+        drive(beat.claim_round(), world)
 
 
 # no change for one queue, nor for strict priority ---------------------------------------------

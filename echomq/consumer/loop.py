@@ -115,10 +115,26 @@ class Lineup:
             return list(range(len(self.cores)))
         return self.spread.turn(wanted).order
 
-    def spread_claim(self, wanted: int) -> SpreadClaim:
-        """A spread consumer's claim round of ``wanted`` jobs over its shards."""
+    def spread_claim(self, wanted: int, now: float | None = None) -> SpreadClaim:
+        """A spread consumer's claim round of ``wanted`` jobs over its shards (those resting at
+        ``now`` left out)."""
         assert self.spread is not None, "a lineup in strict priority does not spread"
-        return self.spread.turn(wanted)
+        return self.spread.turn(wanted, now)
+
+    def shards_failed(self, indexes: list[int], now: float) -> bool:
+        """Shards (by index) whose calls failed, by an error that heals, while others answered:
+        a spread consumer rests each (``Spread.failed``) and goes on (True); any other lineup
+        does not (False: the failure stands)."""
+        if self.spread is None:
+            return False
+        for index in indexes:
+            self.spread.failed(index, now)
+        return True
+
+    def shard_answered(self, index: int) -> None:
+        """A call to queue ``index`` was answered: a spread consumer's shard rests no more."""
+        if self.spread is not None:
+            self.spread.answered(index)
 
     @property
     def settings(self) -> Settings:

@@ -41,6 +41,9 @@ class Host(Protocol):
 
     def monotonic(self) -> float: ...
 
+    def heals(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a server or connection error that heals by waiting."""
+
 
 class Rounds:
     """The settle calls of a beat over its ``host``'s lineup (``Beat`` is the rest of it)."""
@@ -97,7 +100,7 @@ class Rounds:
         lineup = self.lineup
         wanted = lineup.round_size()
         lineup.batch_done(self.now())
-        claim = lineup.spread_claim(wanted)
+        claim = lineup.spread_claim(wanted, self.now())
         asks, first = claim.asks(), True
         while first or any(asks):
             got = yield from self.send_rounds(
@@ -112,7 +115,9 @@ class Rounds:
         """The settle calls of ``rounds`` (queue index, round) sent together (``SettleAll``):
         what each claimed goes into hand; how many jobs each queue gave (by index). A call that
         fails leaves its outcomes for the next round, as ``replied`` does for one; the first
-        failure is raised once every call's reply has been taken."""
+        failure is raised once every call's reply has been taken, unless the queues are a spread
+        consumer's shards, another call was answered and every failure heals by waiting: then
+        each failed shard rests (``Lineup.shards_failed``) and the others go on."""
         cores = self.lineup.cores
         got = [0] * len(cores)
         calls = tuple(Settle(index, round_, cores[index].watches(round_))
@@ -124,20 +129,25 @@ class Rounds:
             replies = list((yield SettleAll(calls)))
         except Exception as exc:
             replies = [exc] * len(calls)
-        failure: Exception | None = None
+        failures: list[tuple[int, Exception]] = []
         for call, reply in zip(calls, replies, strict=True):
             core = cores[call.index]
             if isinstance(reply, Exception):
                 core.unsent(call.round, self.now())
-                failure = failure or reply
+                failures.append((call.index, reply))
                 continue
+            self.lineup.shard_answered(call.index)
             verdicts, jobs = reply
             yield from self.took(call.index, jobs,
                                  core.claim_answered(call.round.claim_id, sent_at))
             yield Report(call.round.outcomes, verdicts)
             got[call.index] = len(jobs)
-        if failure is not None:
-            raise failure
+        if failures:
+            answered = len(failures) < len(calls)
+            healing = all(self.host.heals(exc) for _, exc in failures)
+            if not (answered and healing and self.lineup.shards_failed(
+                    [index for index, _ in failures], self.now())):
+                raise failures[0][1]
         return got
 
     def send(self, index: int, round_: Round) -> Program[list[Job]]:

@@ -242,6 +242,11 @@ class LoopShell:
 
     monotonic = staticmethod(time.monotonic)
 
+    @staticmethod
+    def heals(exc: BaseException) -> bool:
+        """Whether ``exc`` is a server or connection error that heals by waiting."""
+        return classify(exc) is Fault.TRANSIENT
+
     def _serve(self, queue: Any, handler: Any, lanes: bool, *, spread: bool = False,
                **knobs: Any) -> None:
         """What both constructors do first: the queues served (one queue or a list, of one wire;

@@ -14,6 +14,13 @@ and those asked for none), split the same way, until the round is whole or every
 (``SpreadClaim``). Each call of a round asks for no more than the round still lacks, so a round
 never takes more than its size and the prefetch bounds the jobs in hand over all the shards
 together, as for one queue.
+
+A shard whose call failed by an error that heals by waiting (its node down, the cluster failing
+over) while another shard's call was answered rests: it is asked for no jobs for 0.1 s, doubling
+while it keeps failing, up to 1 s (``Spread.failed``; its outcomes waiting are still sent each
+round), and the other shards are served at their pace meanwhile. It is asked again once its
+rest is over, and rests no more once a call of it is answered. The fairness bound holds among
+the shards not resting. When every call of a round fails, the consumer backs off as a whole.
 """
 
 from __future__ import annotations
@@ -22,11 +29,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from echomq.consumer.settings import BACKOFF_FIRST_S, SETTLE_PAUSE_CAP_S
+
+REST_FIRST_S = BACKOFF_FIRST_S  # a failing shard's first rest from claims
+REST_CAP_S = SETTLE_PAUSE_CAP_S  # its longest
+
 # The fewest jobs a call of a round asks a shard for, while the round has as many: a call costs
 # the server a fixed part whatever it claims, so a round of 128 asks 4 shards for 32 each rather
 # than 12 for 10 or 11. The start still turns by one shard a round, so the bound holds.
 DEFAULT_MIN_ASK = 32
 MIN_ASK = DEFAULT_MIN_ASK
+
 
 def split(wanted: int, order: Sequence[int], shards: int) -> list[int]:
     """What each of ``shards`` shards is asked for (by index) of ``wanted`` jobs spread over the
@@ -70,22 +83,43 @@ class SpreadClaim:
 
 @dataclass
 class Spread:
-    """The rotating start of a spread consumer's claim rounds over ``shards`` shards."""
+    """The rotating start of a spread consumer's claim rounds over ``shards`` shards, and the
+    shards resting from claims after a failure (see the module)."""
 
     shards: int
     start: int = 0
+    resting: dict[int, float] = field(default_factory=dict)  # shard -> rests until (s)
+    rests: dict[int, float] = field(default_factory=dict)  # shard -> its last rest's length
 
     def order(self) -> list[int]:
         """The shards in this round's order: from the start, around."""
         return [(self.start + step) % self.shards for step in range(self.shards)]
 
-    def turn(self, wanted: int) -> SpreadClaim:
-        """The claim round of ``wanted`` jobs that goes out now; the next one claiming anything
-        starts one shard later."""
-        claim = SpreadClaim(wanted, self.order(), self.shards)
+    def turn(self, wanted: int, now: float | None = None) -> SpreadClaim:
+        """The claim round of ``wanted`` jobs that goes out now (at ``now``: the shards resting
+        then asked for none); the next one claiming anything starts one shard later."""
+        claim = SpreadClaim(wanted, self.order(), self.shards, dry=self.left_out(now))
         if wanted > 0:
             self.start = (self.start + 1) % self.shards
         return claim
+
+    def left_out(self, now: float | None) -> set[int]:
+        """The shards resting at ``now`` (None: none); none when all of them are."""
+        if now is None:
+            return set()
+        out = {index for index, until in self.resting.items() if until > now}
+        return out if len(out) < self.shards else set()
+
+    def failed(self, index: int, now: float) -> None:
+        """Shard ``index``'s call failed at ``now`` (by an error that heals): it rests from
+        claims, twice as long as last time it failed in a row (REST_FIRST_S to REST_CAP_S)."""
+        rest = min(max(self.rests.get(index, 0.0) * 2, REST_FIRST_S), REST_CAP_S)
+        self.rests[index], self.resting[index] = rest, now + rest
+
+    def answered(self, index: int) -> None:
+        """A call of shard ``index`` was answered: it rests no more."""
+        self.rests.pop(index, None)
+        self.resting.pop(index, None)
 
 
 def sharded(queue: Any) -> bool:

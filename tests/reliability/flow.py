@@ -1,25 +1,28 @@
-"""A workload of real consumers on a cluster whose nodes fail: one producer thread per queue that
-never lets its queue empty, four ``echomq.Consumer`` threads, and a ledger of every enqueue, start
-and ack, each start stamped with the server's clock.
+"""A workload of real consumers on a cluster whose nodes fail: one producer thread per shard of
+each queue (a plain queue is one shard, itself) that never lets its shard empty, four
+``echomq.Consumer`` threads, and a ledger of every enqueue, start and ack, each start stamped with
+the server's clock and each ack with the shard it was on.
 
-The queue under test is made by one factory (``make_queue``), so the same scenarios can run on
-another kind of queue. Producers retry what failed for a transient reason (``keep_trying``);
-consumers heal by themselves. With ``confirm``, every admission and every ack is confirmed by
-``WAIT`` on the node of its queue's slot (``Confirmer``): after a failover, that is what Valkey's
-asynchronous replication keeps, and what the ledger counts.
+Plain and sharded queues (``Queue(conn, name, shards=N)``) run through the same code: whatever
+lives in one slot is read per shard (``queue.shard_queues``). A producer's ids all route to its
+shard, so a shard that is down holds up its own producer only. Producers retry what failed for a
+transient reason (``keep_trying``); consumers heal by themselves. With ``confirm``, every admission
+and every ack is confirmed by ``WAIT`` on the node of its shard's slot (``Confirmer``): after a
+failover, that is what Valkey's asynchronous replication keeps, and what the ledger counts.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import RedisCluster, key_slot
 
 from echomq import Consumer, Job, Queue
 from echomq.engine.server_time import server_ms
@@ -34,12 +37,19 @@ BACKLOG = 24  # each producer keeps about this many jobs of its queue admitted a
 BATCH = 6
 HANDLER_S = 0.003  # a job's work: consumers slower than producers, so no queue empties
 
-QueueFactory = Callable[[RedisCluster, str, int], Queue]
+def make_queue(conn: RedisCluster, name: str, wire: int, shards: int | None = None) -> Queue:
+    """The queue every scenario runs on: plain, or sharded over ``shards``."""
+    return Queue(conn, name, wire=wire, shards=shards)
 
 
-def make_queue(conn: RedisCluster, name: str, wire: int) -> Queue:
-    """The queue every scenario runs on."""
-    return Queue(conn, name, wire=wire)
+def slot_of(shard: Queue) -> int:
+    """The slot of a plain queue, or of one shard of a sharded queue (``shard_queues[k]``)."""
+    return int(key_slot(shard.key("pending").encode()))
+
+
+def shard_of_job(queue: Queue, job: Job) -> Queue:
+    """The shard ``job`` of ``queue`` lives on (a plain queue: itself)."""
+    return queue.shard_queues[queue.shard_of(job.id, job.lane)]
 
 
 @dataclass(frozen=True)
@@ -54,46 +64,54 @@ class Start:
 class FlowLedger(Ledger):
     """``admitted`` holds the admissions that count (confirmed by WAIT when confirming), ``told``
     every one a producer was told of; ``acks`` every ACKED a consumer was told of, with
-    ``confirmed`` the leases among them whose ack WAIT confirmed."""
+    ``confirmed`` the leases among them whose ack WAIT confirmed; ``acked_on`` each ack's
+    shard (its name) and when it came (time.monotonic)."""
 
     told: set[str] = field(default_factory=set)
     starts: list[Start] = field(default_factory=list)
     confirmed: set[tuple[str, int]] = field(default_factory=set)
     fences: list[tuple[str, int]] = field(default_factory=list)
-    # Per queue (by its ids' prefix): ids told admitted, ids acked at least once.
+    acked_on: list[tuple[str, float]] = field(default_factory=list)
+    # Per shard of each queue (``stream``): ids told admitted, ids acked at least once.
     told_count: Counter[str] = field(default_factory=Counter)
     acked_count: Counter[str] = field(default_factory=Counter)
     acked_ids: set[str] = field(default_factory=set)
 
-    def tell(self, prefix: str, ids: list[str]) -> None:
+    def tell(self, stream: str, ids: list[str]) -> None:
         with self.lock:
             self.told.update(ids)
-            self.told_count[prefix] += len(ids)
+            self.told_count[stream] += len(ids)
 
     def start(self, job: Job, at_ms: int) -> None:
         with self.lock:
             self.starts.append(Start(job.id, job.attempt, job.fence, at_ms))
 
-    def ack(self, prefix: str, job: Job, confirmed: bool) -> None:
+    def ack(self, stream: str, shard: str, job: Job, confirmed: bool) -> None:
         with self.lock:
+            self.acked_on.append((shard, time.monotonic()))
             if job.id not in self.acked_ids:
                 self.acked_ids.add(job.id)
-                self.acked_count[prefix] += 1
+                self.acked_count[stream] += 1
             self.acks.append((job.id, job.attempt))
             self.fences.append((job.id, job.fence))
             if confirmed:
                 self.confirmed.add((job.id, job.fence))
 
-    def outstanding(self, prefix: str) -> int:
+    def outstanding(self, stream: str) -> int:
         with self.lock:
-            return self.told_count[prefix] - self.acked_count[prefix]
+            return self.told_count[stream] - self.acked_count[stream]
+
+    def acks_on(self, shards: set[str], after: float, before: float) -> int:
+        """How many acks came on ``shards`` (names) between ``after`` and ``before``."""
+        with self.lock:
+            return sum(1 for shard, at in self.acked_on if shard in shards and after < at < before)
 
 
 class Confirmer:
-    """Confirms that a queue's node has passed what this thread was told on to a replica: a
-    marker write in the queue's slot, then ``WAIT 1`` on that connection (its offset is past the
-    call whose reply came before). A node named ``sole`` (a promoted replica whose primary is
-    gone) is the only copy there is: what it answered counts."""
+    """Confirms that a shard's node (a plain queue's: its own) has passed what this thread was
+    told on to a replica: a marker write in the shard's slot, then ``WAIT 1`` on that connection
+    (its offset is past the call whose reply came before). A node named ``sole`` (a promoted
+    replica whose primary is gone) is the only copy there is: what it answered counts."""
 
     def __init__(self, rc: RedisCluster) -> None:
         self.rc = rc
@@ -102,11 +120,11 @@ class Confirmer:
         self._opened: list[redis.Redis] = []
         self._lock = threading.Lock()
 
-    def confirm(self, queue: Queue) -> bool:
+    def confirm(self, shard: Queue) -> bool:
         try:
-            node = self.rc.get_node_from_key(queue.key("pending"))
+            node = self.rc.get_node_from_key(shard.key("pending"))
             conn = self._conn(node.port)
-            conn.set(f"confirm:{{{queue.name}}}", "1")
+            conn.set(f"confirm:{{{shard.name}}}", "1")  # a shard's name is its hash tag
             if node.port in self.sole:
                 return True
             return int(conn.execute_command("WAIT", 1, 1_000)) >= 1
@@ -139,9 +157,10 @@ class Confirmer:
 
 
 class Flow:
-    """Producers and four consumers on ``queues`` (names on different primaries), with a ledger.
-    ``clock``: a client of a node that stays up, whose ``TIME`` stamps each start (every node on
-    loopback reads the same clock)."""
+    """A producer per shard and four consumers on ``queues`` (plain ones on different
+    primaries, or a sharded one spread over them), with a ledger. ``clock``: a client of a node
+    that stays up, whose ``TIME`` stamps each start (every node on loopback reads the same
+    clock)."""
 
     def __init__(self, rc: RedisCluster, queues: Sequence[Queue], clock: redis.Redis, *,
                  confirm: bool, deadline_s: float = 60.0) -> None:
@@ -157,8 +176,9 @@ class Flow:
                           for n in range(WORKERS)]
         self.threads = [threading.Thread(target=self._guard, args=(consumer.run,), daemon=True)
                         for consumer in self.consumers]
-        self.producers = [threading.Thread(target=self._guard, args=(self._producer(q),),
-                                           daemon=True) for q in self.queues]
+        self.producers = [threading.Thread(target=self._guard, args=(self._producer(q, k),),
+                                           daemon=True)
+                          for q in self.queues for k in range(q.shards)]
 
     def start(self) -> Flow:
         self.producing.set()
@@ -181,25 +201,27 @@ class Flow:
 
     def acked(self, job: Job) -> None:
         queue = next(q for q in self.queues if job.id.startswith(prefix_of(q)))
-        self.ledger.ack(prefix_of(queue), job, self._confirmed(queue))
+        shard = shard_of_job(queue, job)
+        self.ledger.ack(stream_of(queue, queue.shard_of(job.id, job.lane)), shard.name, job,
+                        self._confirmed(shard))
 
-    def _confirmed(self, queue: Queue) -> bool:
-        return self.confirmer is None or self.confirmer.confirm(queue)
+    def _confirmed(self, shard: Queue) -> bool:
+        return self.confirmer is None or self.confirmer.confirm(shard)
 
-    def _producer(self, queue: Queue) -> Callable[[], None]:
+    def _producer(self, queue: Queue, index: int) -> Callable[[], None]:
+        """Batches of ids of shard ``index`` of ``queue``, enqueued through ``queue``."""
         def produce() -> None:
-            prefix, n = prefix_of(queue), 0
+            stream, ids_of_shard = stream_of(queue, index), ids_on(queue, index)
             while self.producing.is_set() and time.monotonic() < self.deadline:
-                if self.ledger.outstanding(prefix) >= BACKLOG:
+                if self.ledger.outstanding(stream) >= BACKLOG:
                     time.sleep(0.002)
                     continue
-                ids = [f"{prefix}{n + i}" for i in range(BATCH)]
-                n += BATCH
+                ids = [next(ids_of_shard) for _ in range(BATCH)]
                 verdicts = keep_trying(
                     lambda ids=ids: queue.enqueue_many([(i, b"payload") for i in ids]),  # type: ignore[misc]
                     self.ledger, "enqueue_many", self.deadline)
-                self.ledger.tell(prefix, ids)
-                if self._confirmed(queue):
+                self.ledger.tell(stream, ids)
+                if self._confirmed(queue.shard_queues[index]):
                     for job_id, verdict in zip(ids, verdicts, strict=True):
                         self.ledger.admit(job_id, verdict)
         return produce
@@ -243,6 +265,19 @@ class Flow:
 
 def prefix_of(queue: Queue) -> str:
     return f"JOB:{queue.name}-"
+
+
+def stream_of(queue: Queue, index: int) -> str:
+    """What the ledger counts shard ``index`` of ``queue``'s backlog under."""
+    return f"{prefix_of(queue)}#{index}"
+
+
+def ids_on(queue: Queue, index: int) -> Iterator[str]:
+    """The ids ``JOB:<name>-0``, ``-1``, … that ``queue`` routes to shard ``index`` (a plain
+    queue: all of them)."""
+    prefix = prefix_of(queue)
+    return (job_id for job_id in (f"{prefix}{n}" for n in itertools.count())
+            if queue.shard_of(job_id) == index)
 
 
 @dataclass
@@ -298,9 +333,10 @@ def reruns_after(flow: Flow, job_id: str, since_ms: int) -> list[Start]:
                   key=lambda s: s.at_ms)
 
 
-def lease_deadlines(node: Any, queue: Queue) -> dict[str, int]:
-    """The leases ``queue`` holds on ``node`` (a plain client of its slot's primary): each id
-    in ``active`` and its lease's deadline on the server's clock."""
+def lease_deadlines(node: Any, shard: Queue) -> dict[str, int]:
+    """The leases ``shard`` (a plain queue, or a shard of a sharded one) holds on ``node`` (a
+    plain client of its slot's primary): each id in ``active`` and its lease's deadline on the
+    server's clock."""
     return {member.decode(): int(score)
-            for member, score in node.zrange(queue.key("active"), 0, -1, withscores=True)}
+            for member, score in node.zrange(shard.key("active"), 0, -1, withscores=True)}
 

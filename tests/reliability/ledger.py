@@ -42,14 +42,15 @@ class Ledger:
 
 
 def present_ids(queues: Iterable[Queue]) -> dict[str, str]:
-    """Every job id the queues hold, with where: pending, active, delayed, dead or lane:<g>."""
+    """Every job id the queues hold, with where: pending, active, delayed, dead or lane:<g>;
+    a sharded queue's, read on each of its shards."""
     where: dict[str, str] = {}
-    for queue in queues:
+    for shard in (shard for queue in queues for shard in queue.shard_queues):
         for role in ("pending", "active", "delayed", "dead"):
-            for member in queue.conn.zrange(queue.key(role), 0, -1):
+            for member in shard.conn.zrange(shard.key(role), 0, -1):
                 where[_text(member)] = role
-        for group in queue.lane_depths():
-            for member in queue.conn.lrange(queue.key("lane", lane=group), 0, -1):
+        for group in shard.lane_depths():
+            for member in shard.conn.lrange(shard.key("lane", lane=group), 0, -1):
                 where[_text(member)] = f"lane:{group}"
     return where
 

@@ -283,7 +283,7 @@ class Capture:
         return 0
 
     def get(self, name: Any) -> None:
-        """... and whether the queue is recorded sharded: it is a plain queue."""
+        """An operator's call asks first whether the queue is recorded sharded: it is not."""
         return None
 
 

@@ -1,19 +1,25 @@
 """Scenario 5: a cluster of three primaries with a replica each (``tests.cluster``), trafikey on all
-six, under a producer per queue that never lets its queue empty and four ``echomq.Consumer``
-threads, with a ledger of every enqueue, start and ack (``tests.reliability.flow``); queues on all
-three primaries, on both wires. Each scenario also leaves one lease whose holder is gone (claimed,
-never acked), so the recovery bound is measured every time. See docs/CLUSTER.md, "Failover and
-restart".
+six, under a producer per shard that never lets its shard empty and four ``echomq.Consumer``
+threads, with a ledger of every enqueue, start and ack (``tests.reliability.flow``), on both wires
+and on two layouts run through the same code: ``plain``, three queues, one on each primary, and
+``sharded``, one queue of six shards (``Queue(conn, name, shards=6)``), two on each primary, with a
+producer per shard and every consumer serving all six. Each scenario also leaves one lease whose
+holder is gone (claimed, never acked) on a shard of the node the event strikes, so the recovery
+bound is measured every time. See docs/CLUSTER.md, "Failover and restart".
 
 1. A primary SIGKILLed: its replica takes over (and the killed node, started again, rejoins as
    its replica). Replication is asynchronous, so what echomq
    promises after a failover is what ``WAIT`` confirmed (docs/GUIDE.md, "failover"): every
    admission ``WAIT`` confirmed is acked in the end, and no job is acked under two leases unless
    every ack before the last was unconfirmed (an ack the replica never had is undone, and the job
-   runs again: at least once). Unconfirmed admissions may be lost; the counts are printed.
-2. A queue's slot moved by hand (``SETSLOT IMPORTING/MIGRATING`` + ``MIGRATE``) onto another
-   replica-backed primary while jobs flow: nothing fails, so every admission the producers were
-   told of is acked exactly once.
+   runs again: at least once). Unconfirmed admissions may be lost; the counts are printed. The
+   shards on the other primaries keep their pace in the second after the kill (at least half
+   the acks of the second before): a spread consumer rests the failing shards, not itself. Once
+   the others mark the node failed the whole cluster answers CLUSTERDOWN until the replica is
+   elected, so that is all the test asks.
+2. A shard's slot (a plain queue's: its one slot) moved by hand (``SETSLOT
+   IMPORTING/MIGRATING`` + ``MIGRATE``) onto another replica-backed primary while jobs flow:
+   nothing fails, so every admission the producers were told of is acked exactly once.
 3. A primary stopped (SIGTERM) and started again on its port, config and directory: it writes its
    append-only file and waits for its replica before it exits, so again every admission told is
    acked exactly once; it rejoins as the primary, or as a replica if its replica took over
@@ -27,6 +33,7 @@ its holder gone) is run again within ``lease_ms + housekeeping_ms`` of the clust
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -52,6 +59,7 @@ from tests.reliability.flow import (
     lease_deadlines,
     make_queue,
     reruns_after,
+    slot_of,
     tally,
 )
 from tests.reliability.servers import server_version
@@ -60,39 +68,68 @@ from tests.reliability.workload import keep_trying
 ALLOWANCE_MS = 750  # a loaded 2-core machine: thread wake-ups, the test's own polling
 FLOWING = 60  # acks that show the workload runs, before and after each event
 EVENT_S = 30.0
+SHARDS = 6  # the sharded layout: two shards on each of the three primaries
+PACE_S = 1.0  # the other primaries' pace is compared over this long before and after a kill
 
 
 @pytest.fixture
-def shards() -> Iterator[ReplicatedCluster]:
+def cluster() -> Iterator[ReplicatedCluster]:
     with three_primaries_with_replicas() as made:
         yield made
 
 
-def slot_of(name: str) -> int:
-    return int(key_slot(f"emq:{{{name}}}:pending".encode()))
+@pytest.fixture(params=["plain", "sharded"])
+def layout(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
-def one_name_per_primary(shards: ReplicatedCluster, stem: str) -> list[str]:
+def one_name_per_primary(cluster: ReplicatedCluster, stem: str) -> list[str]:
     """Three queue names, the i-th on the i-th primary the cluster was made with."""
     ranges = [(int(start), int(end), int(head[1]))
-              for start, end, head, *_ in call(shards.nodes[0], "CLUSTER", "SLOTS")]
+              for start, end, head, *_ in call(cluster.nodes[0], "CLUSTER", "SLOTS")]
+
+    def slot(name: str) -> int:
+        return int(key_slot(f"emq:{{{name}}}:pending".encode()))
+
     names = []
-    for primary in shards.nodes[:3]:
+    for primary in cluster.nodes[:3]:
         names.append(next(name for name in (f"{stem}-{i}" for i in range(10_000))
-                          if any(s <= slot_of(name) <= e and port == primary.port
+                          if any(s <= slot(name) <= e and port == primary.port
                                  for s, e, port in ranges)))
     return names
 
 
-def orphan_lease(flow: Flow, rc: RedisCluster, queue: Queue) -> Job:
-    """A lease on ``queue`` whose holder is gone at once (claimed, never acked): on the replica
-    too, confirmed by WAIT when the flow confirms."""
-    holder = make_queue(rc, queue.name, queue.wire)
-    job = keep_trying(lambda: holder.claim(lease_ms=LEASE_MS), flow.ledger, "claim",
+def queues_on_every_primary(cluster: ReplicatedCluster, rc: RedisCluster, stem: str,
+                            wire: int, layout: str) -> list[Queue]:
+    """``plain``: a queue on each primary; ``sharded``: one queue of SHARDS shards, as many on
+    each primary (checked)."""
+    if layout == "plain":
+        return [make_queue(rc, name, wire) for name in one_name_per_primary(cluster, stem)]
+    queue = make_queue(rc, stem, wire, shards=SHARDS)
+    homes = Counter(cluster.owner(slot_of(shard)).port for shard in queue.shard_queues)
+    assert homes == {node.port: SHARDS // 3 for node in cluster.nodes[:3]}, homes
+    return [queue]
+
+
+def every_shard(queues: list[Queue]) -> list[Queue]:
+    return [shard for queue in queues for shard in queue.shard_queues]
+
+
+def shards_on(cluster: ReplicatedCluster, queues: list[Queue],
+              node: EmbeddedValkey) -> list[Queue]:
+    """The shards (plain queues: themselves) whose slot ``node`` serves."""
+    return [shard for shard in every_shard(queues) if cluster.owner(slot_of(shard)) is node]
+
+
+def orphan_lease(flow: Flow, shard: Queue) -> Job:
+    """A lease on ``shard`` (a plain queue, or a shard of a sharded one) whose holder is gone
+    at once (claimed, never acked): on the replica too, confirmed by WAIT when the flow
+    confirms."""
+    job = keep_trying(lambda: shard.claim(lease_ms=LEASE_MS), flow.ledger, "claim",
                       flow.deadline)
     assert job is not None
     if flow.confirmer is not None:
-        wait_for(lambda: flow.confirmer.confirm(queue), "the orphan lease on the replica", 10)  # type: ignore[union-attr]
+        wait_for(lambda: flow.confirmer.confirm(shard), "the orphan lease on the replica", 10)  # type: ignore[union-attr]
     return job
 
 
@@ -116,23 +153,23 @@ def assert_bound(flow: Flow, leases: dict[str, int], since_ms: int, ok_ms: int,
     return worst
 
 
-def leases_held(shards: ReplicatedCluster, queues: list[Queue]) -> dict[str, int]:
-    """Every lease of ``queues`` (id → deadline), each read on its queue's primary: what an
+def leases_held(cluster: ReplicatedCluster, queues: list[Queue]) -> dict[str, int]:
+    """Every lease of ``queues`` (id → deadline), each read on its shard's primary: what an
     event may take down (the node's own) or let lapse (the others', while the cluster is
     down)."""
     leases: dict[str, int] = {}
-    for queue in queues:
-        on_owner = shards.owner(slot_of(queue.name)).client()
+    for shard in every_shard(queues):
+        on_owner = cluster.owner(slot_of(shard)).client()
         try:
-            leases.update(lease_deadlines(on_owner, queue))
+            leases.update(lease_deadlines(on_owner, shard))
         finally:
             on_owner.close()
     return leases
 
 
-def live_state_ok(shards: ReplicatedCluster) -> bool:
+def live_state_ok(cluster: ReplicatedCluster) -> bool:
     try:
-        return all(cluster_info(node)["cluster_state"] == "ok" for node in shards.live())
+        return all(cluster_info(node)["cluster_state"] == "ok" for node in cluster.live())
     except Exception:
         return False
 
@@ -147,24 +184,24 @@ def promoted(node: EmbeddedValkey) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("wire", [5, 6])
 def test_a_sigkilled_primary_is_replaced_by_its_replica_losing_nothing_confirmed(
-        shards: ReplicatedCluster, wire: int) -> None:
+        cluster: ReplicatedCluster, layout: str, wire: int) -> None:
     started = time.monotonic()
-    rc = shards.client()
-    names = one_name_per_primary(shards, f"kill{wire}")
-    queues = [make_queue(rc, name, wire) for name in names]
-    victim, witness = shards.nodes[0], shards.nodes[1]  # the witness stays up: the clock
-    heir = shards.replica_of(victim)
+    rc = cluster.client()
+    queues = queues_on_every_primary(cluster, rc, f"kill{wire}", wire, layout)
+    victim, witness = cluster.nodes[0], cluster.nodes[1]  # the witness stays up: the clock
+    heir = cluster.replica_of(victim)
+    struck = {shard.name for shard in shards_on(cluster, queues, victim)}
     clock = witness.client()
     flow = Flow(rc, queues, clock, confirm=True).start()
     try:
         wait_for(flow.progress(FLOWING), "jobs flowing before the kill", EVENT_S)
-        orphan = orphan_lease(flow, rc, queues[0])
-        leases = leases_held(shards, queues)
-        killed_ms = server_ms(clock)
+        orphan = orphan_lease(flow, shards_on(cluster, queues, victim)[0])
+        leases = leases_held(cluster, queues)
+        killed_ms, killed_at = server_ms(clock), time.monotonic()
         victim.kill()
-        wait_for(lambda: promoted(heir) and live_state_ok(shards),
+        wait_for(lambda: promoted(heir) and live_state_ok(cluster),
                  "the replica to take over and the cluster to be ok", EVENT_S)
-        ok_ms = server_ms(clock)
+        ok_ms, ok_at = server_ms(clock), time.monotonic()
         assert flow.confirmer is not None
         flow.confirmer.sole.add(heir.port)  # its primary is gone: it is the only copy
         wait_for(flow.progress(FLOWING), "jobs flowing after the failover", EVENT_S)
@@ -172,71 +209,81 @@ def test_a_sigkilled_primary_is_replaced_by_its_replica_losing_nothing_confirmed
     finally:
         flow.halt(check=False)
         clock.close()
-    result = tally(flow, f"failover wire={wire} valkey {server_version()}")
+    result = tally(flow, f"failover {layout} wire={wire} valkey {server_version()}")
     assert_held(result)
     worst = assert_bound(flow, leases, killed_ms, ok_ms, orphan)
+    others = {shard.name for shard in every_shard(queues)} - struck
+    flowed = flow.ledger.acks_on(others, killed_at, ok_at)
+    # Until the other nodes mark the victim failed (the node timeout: its first second is
+    # well within) they serve their slots, and the other primaries' shards keep their pace.
+    before = flow.ledger.acks_on(others, killed_at - PACE_S, killed_at)
+    after = flow.ledger.acks_on(others, killed_at, killed_at + PACE_S)
+    assert after >= before / 2, (f"the other primaries' shards slowed during the failover: "
+                                 f"{before} acks in the second before the kill, {after} after")
     rc.close()
     # Started again on its port and config, the killed node rejoins as its heir's replica.
-    shards.restart(victim)
-    shards.await_whole(EVENT_S)
+    cluster.restart(victim)
+    cluster.await_whole(EVENT_S)
     assert replication(victim)["master_port"] == str(heir.port)
-    print(f"[failover wire={wire}] ok {ok_ms - killed_ms} ms after the kill; {len(leases)} "
-          f"leases held at the kill, run again at most {worst} ms after ok; "
+    print(f"[failover {layout} wire={wire}] ok {ok_ms - killed_ms} ms after the kill; "
+          f"{flowed} acks on the other primaries' shards meanwhile ({before} in the second "
+          f"before the kill, {after} in the one after), "
+          f"{flow.ledger.acks_on(struck, killed_at, ok_at)} on the killed one's; "
+          f"{len(leases)} leases held at the kill, run again at most {worst} ms after ok; "
           f"{time.monotonic() - started:.1f}s")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("wire", [5, 6])
 def test_a_slot_moved_under_load_onto_a_replicated_primary_loses_nothing(
-        shards: ReplicatedCluster, wire: int) -> None:
+        cluster: ReplicatedCluster, layout: str, wire: int) -> None:
     started = time.monotonic()
-    rc = shards.client()
-    names = one_name_per_primary(shards, f"move{wire}")
-    queues = [make_queue(rc, name, wire) for name in names]
-    source, target = shards.nodes[0], shards.nodes[1]
-    clock = shards.nodes[2].client()
+    rc = cluster.client()
+    queues = queues_on_every_primary(cluster, rc, f"move{wire}", wire, layout)
+    source, target = cluster.nodes[0], cluster.nodes[1]
+    moving = shards_on(cluster, queues, source)[0]
+    clock = cluster.nodes[2].client()
     flow = Flow(rc, queues, clock, confirm=False).start()
     try:
         wait_for(flow.progress(FLOWING), "jobs flowing before the move", EVENT_S)
-        orphan = orphan_lease(flow, rc, queues[0])
-        leases = leases_held(shards, queues)
+        orphan = orphan_lease(flow, moving)
+        leases = leases_held(cluster, queues)
         moving_ms = server_ms(clock)
-        moved = move_slot_by_hand(shards.nodes[:3], slot_of(names[0]), source, target)
+        moved = move_slot_by_hand(cluster.nodes[:3], slot_of(moving), source, target)
         ok_ms = server_ms(clock)
-        assert shards.owner(slot_of(names[0])) is target
+        assert cluster.owner(slot_of(moving)) is target
         wait_for(flow.progress(FLOWING), "jobs flowing after the move", EVENT_S)
         flow.drain()
     finally:
         flow.halt(check=False)
         clock.close()
-    result = tally(flow, f"slot move wire={wire} valkey {server_version()}")
+    result = tally(flow, f"slot move {layout} wire={wire} valkey {server_version()}")
     assert_held(result)
     assert not result.reacked_after_unconfirmed
     worst = assert_bound(flow, leases, moving_ms, ok_ms, orphan)
     rc.close()
-    print(f"[slot move wire={wire}] {moved} keys in {ok_ms - moving_ms} ms; run again at most "
-          f"{worst} ms after; {time.monotonic() - started:.1f}s")
+    print(f"[slot move {layout} wire={wire}] {moved} keys in {ok_ms - moving_ms} ms; run again "
+          f"at most {worst} ms after; {time.monotonic() - started:.1f}s")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("wire", [5, 6])
-def test_a_restarted_primary_rejoins_losing_nothing(shards: ReplicatedCluster,
+def test_a_restarted_primary_rejoins_losing_nothing(cluster: ReplicatedCluster, layout: str,
                                                     wire: int) -> None:
     started = time.monotonic()
-    rc = shards.client()
-    names = one_name_per_primary(shards, f"restart{wire}")
-    queues = [make_queue(rc, name, wire) for name in names]
-    node = shards.nodes[0]
-    clock = shards.nodes[1].client()
+    rc = cluster.client()
+    queues = queues_on_every_primary(cluster, rc, f"restart{wire}", wire, layout)
+    node = cluster.nodes[0]
+    clock = cluster.nodes[1].client()
     flow = Flow(rc, queues, clock, confirm=False).start()
     try:
         wait_for(flow.progress(FLOWING), "jobs flowing before the restart", EVENT_S)
-        orphan = orphan_lease(flow, rc, queues[0])
-        leases = leases_held(shards, queues)
+        orphan = orphan_lease(flow, shards_on(cluster, queues, node)[0])
+        leases = leases_held(cluster, queues)
         stopped_ms = server_ms(clock)
         node.stop()
-        shards.restart(node)
-        shards.await_whole(EVENT_S)
+        cluster.restart(node)
+        cluster.await_whole(EVENT_S)
         ok_ms = server_ms(clock)
         role = replication(node)["role"]
         wait_for(flow.progress(FLOWING), "jobs flowing after the restart", EVENT_S)
@@ -244,10 +291,10 @@ def test_a_restarted_primary_rejoins_losing_nothing(shards: ReplicatedCluster,
     finally:
         flow.halt(check=False)
         clock.close()
-    result = tally(flow, f"restart wire={wire} valkey {server_version()}")
+    result = tally(flow, f"restart {layout} wire={wire} valkey {server_version()}")
     assert_held(result)
     assert not result.reacked_after_unconfirmed
     worst = assert_bound(flow, leases, stopped_ms, ok_ms, orphan)
     rc.close()
-    print(f"[restart wire={wire}] back as {role}, whole {ok_ms - stopped_ms} ms after the stop; "
-          f"run again at most {worst} ms after; {time.monotonic() - started:.1f}s")
+    print(f"[restart {layout} wire={wire}] back as {role}, whole {ok_ms - stopped_ms} ms after "
+          f"the stop; run again at most {worst} ms after; {time.monotonic() - started:.1f}s")

@@ -1,0 +1,106 @@
+"""A sharded queue (``Queue(conn, name, shards=6)``) on a Valkey Cluster of three primaries
+(``three_primaries``), two shards on each: while one primary is down (killed, no replica, within
+the node timeout, so the others still serve their slots), a spread consumer serves the shards of
+the nodes up at their pace, the failing shards resting from its claims
+(``echomq.consumer.spread``) instead of backing off the whole consumer; and ``echomq worker
+--queue <name> --url <one node>`` reads the count of shards from the server, runs jobs of every
+shard and stops cleanly on SIGTERM. Under failover with replicas:
+tests/reliability/test_cluster_failover.py. See docs/CLUSTER.md."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+from redis.cluster import RedisCluster, key_slot
+
+from echomq import Consumer, Job, Queue
+from tests.cluster import three_primaries
+from tests.reliability.flow import slot_of
+from tests.reliability.servers import owner
+from tests.test_consumer import running, wait_until
+from tests.test_worker import Workers
+
+SHARDS = 6
+JOBS = 120  # on the shards of the nodes up, once one is down
+AT_PACE_S = 4.0  # they all run within this (each job runs at once: only the rounds take time)
+
+
+def ids_on(queue: Queue, shards: set[int], count: int, stem: str) -> list[str]:
+    """``count`` ids that ``queue`` routes to one of ``shards``."""
+    found: list[str] = []
+    n = 0
+    while len(found) < count:
+        job_id = f"JOB:{stem}{n}"
+        n += 1
+        if queue.shard_of(job_id) in shards:
+            found.append(job_id)
+    return found
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_a_spread_consumer_serves_the_shards_of_the_nodes_up_at_pace_while_one_is_down(
+        wire: int) -> None:
+    """Without the rest, every round met the down node's error and the whole consumer backed
+    off (0.1 s doubling to 1 s), serving the other shards a round a second."""
+    with three_primaries() as nodes:
+        rc = RedisCluster(host="127.0.0.1", port=nodes[1].port)
+        queue = Queue(rc, "down", shards=SHARDS, wire=wire)
+        homes = [owner(nodes, slot_of(shard)) for shard in queue.shard_queues]
+        assert Counter(node.port for node in homes) == {node.port: 2 for node in nodes}
+        up = {k for k, node in enumerate(homes) if node is not nodes[0]}
+        acked: list[str] = []
+        lock = threading.Lock()
+
+        def noted(job: Job) -> None:
+            with lock:
+                acked.append(job.id)
+
+        consumer = Consumer(queue, lambda job: None, on_ack=noted, prefetch=4, announce=False)
+        try:
+            with running(consumer, stop_within=10.0):
+                # Every shard served once first, so each node has every call's script.
+                first = [ids_on(queue, {k}, 1, f"first{k}-")[0] for k in range(SHARDS)]
+                queue.enqueue_many([(job_id, b"x") for job_id in first])
+                assert wait_until(lambda: len(acked) == SHARDS, 10)
+                nodes[0].kill()
+                later = ids_on(queue, up, JOBS, "later")
+                queue.enqueue_many([(job_id, b"x") for job_id in later])
+                assert wait_until(lambda: len(acked) == SHARDS + JOBS, AT_PACE_S), \
+                    f"{len(acked) - SHARDS} of {JOBS} acked within {AT_PACE_S} s"
+        finally:
+            rc.close()
+    assert sorted(acked) == sorted(first + later)
+
+
+def test_the_worker_serves_a_sharded_queue_of_a_cluster_reading_its_shards_from_the_server(
+        tmp_path: Any) -> None:
+    """``echomq worker --queue <name> --url <one node>``, no count of shards given: the worker
+    opens the queue as the server records it (six shards) and runs the jobs of every shard (its
+    handler notes each payload, the job's shard, in ``test:order`` through the node named);
+    SIGTERM stops it with exit code 0."""
+    with three_primaries() as nodes:
+        rc = RedisCluster(host="127.0.0.1", port=nodes[0].port)
+        url_node = owner(nodes, int(key_slot(b"test:order")))
+        queue = Queue(rc, "cliq", shards=SHARDS, wire=5)
+        jobs = [(job_id, str(k).encode()) for k in range(SHARDS)
+                for job_id in ids_on(queue, {k}, 3, f"s{k}-")]
+        queue.enqueue_many(jobs)
+        order = url_node.client()
+        supervisor = Workers(url_node, tmp_path / "workers.log", "cliq", "--concurrency", "1",
+                             handler="tests.worker_apps:record", url=url_node.url, on_ack=None)
+        try:
+            assert wait_until(lambda: order.llen("test:order") == len(jobs), 30), \
+                supervisor.log()
+            ran = Counter(order.lrange("test:order", 0, -1))
+            assert ran == {str(k).encode(): 3 for k in range(SHARDS)}
+            assert wait_until(lambda: queue.counts()["active"] == 0, 10)
+            assert supervisor.terminate(within=10) == 0
+        finally:
+            supervisor.close()
+            order.close()
+            rc.close()
+        assert "ERROR" not in supervisor.log(), supervisor.log()
+        assert "Traceback" not in supervisor.log(), supervisor.log()
