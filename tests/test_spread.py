@@ -261,6 +261,7 @@ def test_a_short_round_asks_again_only_the_shards_not_found_dry() -> None:
     assert claim.taken == 8 and claim.asks() == [0, 0, 0, 0]
 
 
+@pytest.mark.usefixtures("every_shard_asked")
 def test_a_failing_shard_rests_from_claims_doubling_until_it_is_answered() -> None:
     spread = Spread(3)
     spread.failed(1, 10.0)
@@ -281,6 +282,7 @@ def test_a_failing_shard_rests_from_claims_doubling_until_it_is_answered() -> No
     assert spread.turn(3, None).asks() == [1, 1, 1]
 
 
+@pytest.mark.usefixtures("every_shard_asked")
 def test_a_shard_call_that_fails_by_an_error_that_heals_rests_the_shard_not_the_round() -> None:
     world = Shards(3)
     for shard in range(3):

@@ -121,11 +121,12 @@ class Lineup:
         assert self.spread is not None, "a lineup in strict priority does not spread"
         return self.spread.turn(wanted, now)
 
-    def shards_failed(self, indexes: list[int], now: float) -> bool:
-        """Shards (by index) whose calls failed, by an error that heals, while others answered:
-        a spread consumer rests each (``Spread.failed``) and goes on (True); any other lineup
-        does not (False: the failure stands)."""
-        if self.spread is None:
+    def shards_failed(self, indexes: list[int], now: float, answered: bool) -> bool:
+        """Shards (by index) whose calls failed, by an error that heals, while others answered
+        (``answered``) or others not resting may still be asked: a spread consumer rests each
+        (``Spread.failed``) and goes on (True); any other lineup does not (False: the failure
+        stands), nor a spread one with no other shard to ask."""
+        if self.spread is None or not (answered or self.spread.others_up(indexes, now)):
             return False
         for index in indexes:
             self.spread.failed(index, now)

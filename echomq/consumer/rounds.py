@@ -116,8 +116,9 @@ class Rounds:
         what each claimed goes into hand; how many jobs each queue gave (by index). A call that
         fails leaves its outcomes for the next round, as ``replied`` does for one; the first
         failure is raised once every call's reply has been taken, unless the queues are a spread
-        consumer's shards, another call was answered and every failure heals by waiting: then
-        each failed shard rests (``Lineup.shards_failed``) and the others go on."""
+        consumer's shards, every failure heals by waiting and another call was answered or
+        another shard is not resting: then each failed shard rests (``Lineup.shards_failed``)
+        and the others go on (a short round asks them what it lacks)."""
         cores = self.lineup.cores
         got = [0] * len(cores)
         calls = tuple(Settle(index, round_, cores[index].watches(round_))
@@ -145,8 +146,8 @@ class Rounds:
         if failures:
             answered = len(failures) < len(calls)
             healing = all(self.host.heals(exc) for _, exc in failures)
-            if not (answered and healing and self.lineup.shards_failed(
-                    [index for index, _ in failures], self.now())):
+            if not (healing and self.lineup.shards_failed([index for index, _ in failures],
+                                                          self.now(), answered)):
                 raise failures[0][1]
         return got
 

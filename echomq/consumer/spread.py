@@ -116,6 +116,12 @@ class Spread:
         rest = min(max(self.rests.get(index, 0.0) * 2, REST_FIRST_S), REST_CAP_S)
         self.rests[index], self.resting[index] = rest, now + rest
 
+    def others_up(self, failed: Sequence[int], now: float) -> bool:
+        """Whether a shard other than ``failed`` is not resting at ``now``: a round whose calls
+        all failed may still ask it (the failed ones rest meanwhile)."""
+        return any(index not in failed and self.resting.get(index, 0.0) <= now
+                   for index in range(self.shards))
+
     def answered(self, index: int) -> None:
         """A call of shard ``index`` was answered: it rests no more."""
         self.rests.pop(index, None)
