@@ -46,7 +46,7 @@ FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_
         "priority_calls": 20_000, "priority_behind": 1_000_000, "priority_groups": 100,
         "events_calls": 20_000, "events_reps": 3,
         "flow_settles": 20_000, "flow_fan_in": 100, "flow_chord": 10_000, "flow_peer_chord": 1_000,
-        "flow_reps": 3, "cluster_jobs": 20_000}
+        "flow_reps": 3, "cluster_jobs": 50_000}
 QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_reps": 1,
          "e2e_jobs": 300, "sizes": [10**3, 10**4], "lanes": [10, 1_000], "scale_calls": 300,
          "worker_jobs": 2_000, "worker_reps": 1, "worker_counts": [1, 2], "latency_samples": 50,

@@ -22,6 +22,7 @@ job, not a speed-up, and RESULTS.md derives the throughput of k primaries from t
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,8 +34,8 @@ from redis.connection import AbstractConnection
 
 from bench.common import start_server
 from echomq import Consumer, Job, Queue
+from echomq.embedded import join_cluster
 
-SLOTS = 16384
 PRIMARIES = 3
 SHARDS = 12
 BATCH = 500
@@ -49,32 +50,11 @@ def running_cluster(size: int = PRIMARIES) -> Iterator[list[Any]]:
         for _ in range(size):
             server = start_server(cluster=True)
             nodes.append(server)
-        share = SLOTS // size
-        for index, node in enumerate(nodes):
-            last = SLOTS - 1 if index == size - 1 else (index + 1) * share - 1
-            client = node.client()
-            client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * share, last)
-            if index:
-                client.execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[0].port)
-            client.close()
-        _await_formed(nodes)
+        join_cluster(nodes, FORMING_S)
         yield nodes
     finally:
         for node in nodes:
             node.stop()
-
-
-def _await_formed(nodes: list[Any]) -> None:
-    deadline = time.monotonic() + FORMING_S
-    for node in nodes:
-        client = node.client()
-        while b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO") \
-                or f"cluster_known_nodes:{len(nodes)}".encode() \
-                not in client.execute_command("CLUSTER", "INFO"):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the cluster did not form")
-            time.sleep(0.05)
-        client.close()
 
 
 def node_stats(client: redis.Redis) -> dict[str, dict[str, float]]:
@@ -206,16 +186,23 @@ def compare(plain: dict[str, Any], sharded: dict[str, Any]) -> dict[str, float]:
     return figures
 
 
-def run(jobs: int) -> dict[str, Any]:
-    """Both wires, plain and sharded, on one cluster of three primaries."""
-    out: dict[str, Any] = {"primaries": PRIMARIES, "shards": SHARDS, "runs": [], "wires": {}}
+def run(jobs: int, reps: int = 3) -> dict[str, Any]:
+    """Both wires, plain and sharded side by side ``reps`` times, on one cluster of three
+    primaries: each figure the median of its reps."""
+    out: dict[str, Any] = {"primaries": PRIMARIES, "shards": SHARDS, "reps": reps, "runs": [],
+                           "wires": {}}
     with running_cluster() as nodes:
         rc = RedisCluster(host="127.0.0.1", port=nodes[0].port)
         for wire in (5, 6):
-            plain = one_run(nodes, rc, wire, 1, jobs)
-            sharded = one_run(nodes, rc, wire, SHARDS, jobs)
-            out["runs"] += [plain, sharded]
-            out["wires"][str(wire)] = compare(plain, sharded)
+            compared = []
+            for _ in range(reps):
+                plain = one_run(nodes, rc, wire, 1, jobs)
+                sharded = one_run(nodes, rc, wire, SHARDS, jobs)
+                out["runs"] += [plain, sharded]
+                compared.append(compare(plain, sharded))
+            out["wires"][str(wire)] = {name: statistics.median(figures[name]
+                                                               for figures in compared)
+                                       for name in compared[0]}
         rc.close()
     return out
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -15,7 +13,7 @@ from typing import Any
 import hiredis
 import redis
 
-from echomq.embedded import EmbeddedValkey, find_valkey_server
+from echomq.embedded import EmbeddedValkey, bus_free_port, find_valkey_server
 from echomq.engine import transitions as t
 from echomq.engine.scripts import script_for
 
@@ -57,24 +55,6 @@ def tool(name: str) -> str:
     if found is None:
         raise FileNotFoundError(f"{name} not found: {INSTALL_HINT[name]}")
     return found
-
-
-def bus_free_port() -> int:
-    """A free loopback port below 45000 whose cluster bus port (10000 above) is free too."""
-    for _ in range(200):
-        port = random.randrange(20000, 45000)
-        if all(_bindable(candidate) for candidate in (port, port + 10000)):
-            return port
-    raise RuntimeError("no free loopback port pair found")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def start_server(attempts: int = 3, *, cluster: bool = False) -> EmbeddedValkey:

@@ -12,13 +12,14 @@ import contextlib
 import ctypes
 import functools
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -67,6 +68,58 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def bus_free_port(avoid: Collection[int] = ()) -> int:
+    """A free loopback port below 45000, not in ``avoid``, whose cluster bus port (10000 above)
+    is free too: a port for a node of a cluster."""
+    for _ in range(200):
+        port = random.randrange(20000, 45000)
+        if port in avoid or port + 10000 in avoid:
+            continue
+        if all(_bindable(candidate) for candidate in (port, port + 10000)):
+            return port
+    raise RuntimeError("no free loopback port pair found")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+CLUSTER_SLOTS = 16384
+
+
+def join_cluster(nodes: Sequence[EmbeddedValkey], timeout: float = 30.0) -> None:
+    """Join fresh nodes (started with ``cluster-enabled yes``) into one cluster of primaries, the
+    slots dealt in equal runs as ``valkey-cli --cluster create`` deals them; returns once every
+    node sees the cluster ok and whole."""
+    share = CLUSTER_SLOTS // len(nodes)
+    for index, node in enumerate(nodes):
+        last = CLUSTER_SLOTS - 1 if index == len(nodes) - 1 else (index + 1) * share - 1
+        _cluster(node, "ADDSLOTSRANGE", index * share, last)
+        if index:
+            _cluster(node, "MEET", "127.0.0.1", nodes[0].port)
+    deadline = time.monotonic() + timeout
+    whole = f"cluster_known_nodes:{len(nodes)}".encode()
+    for node in nodes:
+        while b"cluster_state:ok" not in (info := _cluster(node, "INFO")) or whole not in info:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster did not form: {info!r}")
+            time.sleep(0.05)
+
+
+def _cluster(node: EmbeddedValkey, *args: Any) -> Any:
+    """``CLUSTER *args`` on ``node``, on a connection of its own."""
+    client: Any = node.client()
+    try:
+        return client.execute_command("CLUSTER", *args)
+    finally:
+        client.close()
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from echomq.embedded import EmbeddedValkey
+from echomq.embedded import EmbeddedValkey, join_cluster
 from tests.conftest import start_server
 from tests.reliability.servers import low_port, node_id
 
@@ -34,36 +34,11 @@ def three_primaries() -> Iterator[list[EmbeddedValkey]]:
             taken.add(port := low_port(taken))
             nodes.append(start_server(port=port, config={"cluster-enabled": "yes",
                                                          "cluster-config-file": "nodes.conf"}))
-        share = SLOTS // len(nodes)
-        for index, node in enumerate(nodes):
-            last = SLOTS - 1 if index == len(nodes) - 1 else (index + 1) * share - 1
-            client = node.client()
-            client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * share, last)
-            if index:
-                client.execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[0].port)
-            client.close()
-        _await_formed(nodes)
+        join_cluster(nodes, FORMING_S)
         yield nodes
     finally:
         for node in nodes:
             node.stop()
-
-
-def _await_formed(nodes: list[EmbeddedValkey]) -> None:
-    """Until every node sees the cluster whole (state ok, all three known)."""
-    deadline = time.monotonic() + FORMING_S
-    for node in nodes:
-        client = node.client()
-        try:
-            while True:
-                info = client.execute_command("CLUSTER", "INFO")
-                if b"cluster_state:ok" in info and b"cluster_known_nodes:3" in info:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the cluster did not form: {info!r}")
-                time.sleep(0.05)
-        finally:
-            client.close()
 
 
 def open_move(slot: int, source: EmbeddedValkey, target: EmbeddedValkey) -> None:

@@ -7,9 +7,7 @@ callers stop what they start in ``finally`` blocks (or through the context manag
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -19,7 +17,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from echomq.embedded import EmbeddedValkey, find_valkey_server
+from echomq.embedded import EmbeddedValkey, bus_free_port, find_valkey_server
 from tests.conftest import server_options
 
 T = TypeVar("T")
@@ -85,22 +83,7 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) 
 
 def low_port(avoid: set[int]) -> int:
     """A free loopback port below 45000 whose cluster bus port (+10000) is free too."""
-    for _ in range(200):
-        port = random.randrange(20000, 45000)
-        if port in avoid or port + 10000 in avoid:
-            continue
-        if all(_bindable(p) for p in (port, port + 10000)):
-            return port
-    raise RuntimeError("no free loopback port pair found")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    return bus_free_port(avoid)
 
 
 def cli(*args: str, timeout: float = 120.0) -> str:
