@@ -181,8 +181,10 @@ def compare(plain: dict[str, Any], sharded: dict[str, Any]) -> dict[str, float]:
             figures[f"{part}_{field}_sharded"] = after
             figures[f"{part}_{field}_ratio"] = after / before if before else 0.0
     whole = figures["produce_usec_sharded"] + figures["drain_usec_sharded"]
+    plain_whole = figures["produce_usec_plain"] + figures["drain_usec_plain"]
     figures["usec_per_job_sharded"] = whole
     figures["node_ceiling_jobs_s"] = 1e6 / whole if whole else 0.0
+    figures["plain_ceiling_jobs_s"] = 1e6 / plain_whole if plain_whole else 0.0
     return figures
 
 
@@ -263,7 +265,8 @@ def section(results: dict[str, Any]) -> str:
                          f"{figures[f'{part}_calls_sharded']:.3f}"])
         projected.append([f"wire={wire}", f"{figures['usec_per_job_sharded']:.2f}",
                           f"{figures['spread_max_departure']:.1%}",
-                          *(f"{projected_jobs_s(figures, k):,.0f}" for k in PROJECTED)])
+                          *(f"{projected_jobs_s(figures, k):,.0f}" for k in PROJECTED),
+                          f"{figures.get('plain_ceiling_jobs_s', 0.0):,.0f}"])
     return "\n".join([
         "## One queue over a cluster (plain and sharded)",
         "",
@@ -271,7 +274,8 @@ def section(results: dict[str, Any]) -> str:
         f"{data['shards']} shards, {next(iter(data['wires'].values()))['jobs']:,.0f} jobs "
         "enqueued in batches of 500 and drained by one consumer; the servers' CPU time "
         "(`INFO cpu`) of each part, summed over the nodes, per job (calls: the commands the "
-        "clients sent).",
+        f"clients sent); each figure the median of {data.get('reps', 1)} runs, plain and "
+        "sharded side by side.",
         "",
         table(["part", "plain µs/job", "sharded µs/job", "ratio", "plain calls/job",
                   "sharded calls/job"], rows),
@@ -279,8 +283,10 @@ def section(results: dict[str, Any]) -> str:
         "Expected throughput of the sharded queue on k primaries, each with a core of this "
         "machine's speed to itself, from the server time per job and the measured spread "
         "(`k × 10⁶ / µs per job / (1 + largest departure)`): clients on other cores, the "
-        "network not the limit, at least as many shards as primaries.",
+        "network not the limit, at least as many shards as primaries (a multiple of them, on "
+        "equal runs of slots), the work over many ids and lane groups. A plain queue stays on "
+        "one primary: its figure (`10⁶ / its µs per job`) holds for any k.",
         "",
         table(["wire", "server µs/job", "largest departure",
-                  *(f"k={k} jobs/s" for k in PROJECTED)], projected),
+               *(f"k={k} jobs/s" for k in PROJECTED), "plain queue, any k"], projected),
     ])
