@@ -12,7 +12,10 @@ See docs/CLUSTER.md."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -122,6 +125,17 @@ def blpop_clients(node: EmbeddedValkey) -> list[dict[str, Any]]:
         client.close()
 
 
+def parking_clients(node: EmbeddedValkey) -> int:
+    """How many of ``node``'s clients are parking lines: their last command a ``BLPOP``, or
+    the ``CLIENT ID`` a line asks first."""
+    client = node.client()
+    try:
+        listed = client.client_list()
+    finally:
+        client.close()
+    return sum(1 for entry in listed if entry["cmd"] in ("blpop", "client|id"))
+
+
 def calls(node: EmbeddedValkey) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(row["calls"])
             for name, row in node_info(node, "commandstats").items()}
@@ -135,6 +149,20 @@ def sent(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     """The commands served between two ``calls``, but the test's own (``OWN``)."""
     return {name: count - before.get(name, 0) for name, count in after.items()
             if count != before.get(name, 0) and name not in OWN}
+
+
+def quiet_windows(homes: list[EmbeddedValkey], windows: int = 5) -> list[list[dict[str, int]]]:
+    """What each of ``homes`` served in successive half-seconds, until one where none served
+    anything (at most ``windows``). A consumer that polls sends something in every one; one
+    that parks sends nothing once its park is in place (the first may still see the last
+    steps of a park a loaded machine was slow to finish: a blocked call seen may be the park
+    before, not yet ended)."""
+    seen: list[list[dict[str, int]]] = []
+    while len(seen) < windows and (not seen or seen[-1] != [{} for _ in homes]):
+        before = [calls(home) for home in homes]
+        time.sleep(0.5)  # the interval measured: a loop that polled would claim in it
+        seen.append([sent(b, calls(home)) for b, home in zip(before, homes, strict=True)])
+    return seen
 
 
 def test_jobs_of_both_queues_run_the_first_queue_first(
@@ -329,17 +357,17 @@ def test_an_async_consumer_with_a_free_place_waits_on_every_slots_wake_without_p
                           announce=False)
     try:
         with running(consumer):
-            first.enqueue("JOB:long", b"x")
-            assert started["JOB:long"].wait(5)
-            assert pair.parked()
-            before = {home.port: calls(home) for home in pair.homes}
-            time.sleep(0.5)  # the interval measured: a loop that polled would claim in it
-            served = [sent(before[home.port], calls(home)) for home in pair.homes]
-            assert served == [{}, {}], served
-            second.enqueue("JOB:other", b"x")
-            assert started["JOB:other"].wait(PROMPT_S)
-            assert not release.is_set()
-            release.set()
+            try:
+                first.enqueue("JOB:long", b"x")
+                assert started["JOB:long"].wait(5)
+                assert pair.parked()
+                windows = quiet_windows(pair.homes)
+                assert windows[-1] == [{}, {}], windows
+                second.enqueue("JOB:other", b"x")
+                assert started["JOB:other"].wait(PROMPT_S)
+                assert not release.is_set()
+            finally:
+                release.set()  # whatever failed above, the long job ends and the consumer stops
     finally:
         consumer.close()
 
@@ -371,3 +399,47 @@ def test_the_worker_serves_two_queues_of_a_cluster_from_one_nodes_url(
         order.delete("test:order")
         order.close()
     assert "ERROR" not in supervisor.log(), supervisor.log()
+
+
+def test_an_async_consumer_stopped_while_parked_leaves_no_client_past_its_loop(
+        nodes: list[EmbeddedValkey], wire: int) -> None:
+    """Stopped while parked over two slots, then its event loop ended (``asyncio.run``, as the
+    worker's asyncio loop ends): every parking connection was closed before the loop, so none is
+    left for the garbage collector to close on a loop that is gone ("Event loop is closed")."""
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    from echomq import aio
+
+    names = apart(nodes, f"loop-end-{wire}")
+    homes = [home_of(nodes, name) for name in names]
+    raised: list[str] = []
+    left: list[int] = []
+
+    async def park_then_stop() -> None:
+        client = AsyncRedisCluster(host="127.0.0.1", port=nodes[0].port)
+        consumer = aio.Consumer([aio.Queue(client, name, wire=wire) for name in names],
+                                lambda job: None, park_cap_ms=30_000, announce=False)
+        async def stop_once_parked() -> bool:
+            parked = await asyncio.to_thread(
+                wait_until, lambda: all(blocked(home) >= 1 for home in homes))
+            consumer.stop()
+            return parked
+
+        stopping = asyncio.ensure_future(stop_once_parked())
+        await consumer.run()
+        # At once, blocking this loop: nothing it still has to run can close a line meanwhile.
+        wait_until(lambda: [parking_clients(home) for home in homes] == [0, 0], PROMPT_S)
+        left.extend(parking_clients(home) for home in homes)
+        await client.aclose()
+        assert await stopping
+
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda hook: raised.append(f"{hook.exc_type.__name__}: {hook.exc_value}")
+    try:
+        asyncio.run(park_then_stop())
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
+    assert left == [0, 0], "parking connections left open once run() returned"
+    assert raised == []
+    assert wait_until(lambda: all(blocked(home) == 0 for home in homes))

@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import NodesManager
 from redis.retry import Retry
 
 from echomq import Job, Queue
@@ -151,6 +153,38 @@ def test_connection_failures_are_transient_and_refused_logins_fatal() -> None:
     assert classify(redis.AuthenticationError("bad password")) is Fault.FATAL
     assert classify(redis.ResponseError("ERR unknown command 'EMQ.CLAIM'")) is Fault.FATAL
     assert classify(ValueError("a bug")) is None
+
+
+class FailingNode:
+    """A node of a cluster client's table whose reading, like another thread meanwhile, moves
+    a failed node to the table's end (redis-py 8.1's ``move_node_to_end_of_cached_nodes``, which
+    does it without the table's lock: pop, then insert again)."""
+
+    def __init__(self, manager: SimpleNamespace, failed: str) -> None:
+        self.manager, self.failed = manager, failed
+
+    @property
+    def server_type(self) -> str:
+        table = self.manager.nodes_cache
+        table[self.failed] = table.pop(self.failed)
+        return "primary"
+
+
+def test_a_cluster_clients_table_moving_under_a_reader_is_transient() -> None:
+    manager = SimpleNamespace(_lock=threading.Lock())
+    manager.nodes_cache = {"a:1": FailingNode(manager, "b:2"), "b:2": FailingNode(manager, "a:1")}
+    with pytest.raises(RuntimeError, match="during iteration") as raced:
+        NodesManager.get_nodes_by_server_type(manager, "primary")  # type: ignore[arg-type]
+    assert classify(raced.value) is Fault.TRANSIENT
+
+
+def test_a_runtime_error_of_anything_but_the_client_is_not_the_servers() -> None:
+    table = {"a": 1}
+    with pytest.raises(RuntimeError) as raced:
+        for key in table:
+            table[key + "x"] = table.pop(key)
+    assert classify(raced.value) is None
+    assert classify(RuntimeError("dictionary changed size during iteration")) is None
 
 
 # fatal -------------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import redis
+
 from echomq import Job
 from tests.handlers import conn
 
@@ -40,13 +42,18 @@ def misbehave(job: Job) -> None:
 
 
 def spawn() -> None:
-    """A subprocess and a forked child that outlive the job (a minute at most)."""
+    """A subprocess and a forked child that outlive the job (a minute at most). Each pid is
+    noted once its process is what it will stay: the subprocess once it runs ``sleep`` (Popen
+    returns after the exec), the forked child by itself, on a connection of its own, once its
+    at-fork handlers have run (its signal mask set as the worker leaves it)."""
     child = subprocess.Popen(["sleep", "60"])
-    forked = os.fork()
-    if forked == 0:
-        time.sleep(60)
-        os._exit(0)
-    conn().rpush("test:spawned", child.pid, forked)
+    if os.fork() == 0:
+        try:
+            redis.Redis.from_url(os.environ["ECHOMQ_URL"]).rpush("test:spawned", os.getpid())
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    conn().rpush("test:spawned", child.pid)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """A park over queues that lie in several slots of a Valkey Cluster, for the asyncio shell: as
 ``echomq.consumer.node_parks`` (the same groups, answers and rules), with one task per slot's
 ``BLPOP``, each on a client of one connection to its node. A stop cancels the park: every call
-is dropped with its connection (closed once it has unwound), as one server's park is."""
+is dropped with its connection (closed once it has unwound, or at the consumer's close: see
+``echomq.consumer.aio_leftovers``), as one server's park is."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import redis
 
+from echomq.consumer.aio_leftovers import Leftovers
 from echomq.consumer.node_parks import (
     TIMEOUT_GRACE_S,
     UNBLOCK_PATIENCE_S,
@@ -58,32 +60,20 @@ class AsyncLine:
             await self.client.aclose()
             await self.client.connection_pool.disconnect()
 
-    def close_later(self) -> None:
-        with suppress(RuntimeError):  # no running loop left: the client goes with it
-            asyncio.get_running_loop().create_task(self.close())
-
-
-def closing(line: AsyncLine) -> Callable[[asyncio.Future[Answer]], None]:
-    """A done callback that closes ``line`` once its call has unwound."""
-    def close(task: asyncio.Future[Answer]) -> None:
-        if not task.cancelled():
-            task.exception()
-        line.close_later()
-
-    return close
-
 
 class AsyncNodeParks:
     """The parks of an asyncio consumer over several slots of the cluster client ``conn``
-    (``echomq.consumer.node_parks.NodeParks``'s, awaited)."""
+    (``echomq.consumer.node_parks.NodeParks``'s, awaited). Calls left running and lines
+    dropped go to ``leftovers``, which the consumer's close drains."""
 
     def __init__(self, conn: Any, socket_timeout_s: float | None,
-                 wake: Callable[[str], Awaitable[None]], push: Push) -> None:
+                 wake: Callable[[str], Awaitable[None]], push: Push,
+                 leftovers: Leftovers) -> None:
         self._conn = conn
         self._socket_timeout_s = socket_timeout_s
         self._wake, self._push = wake, push
         self._lines: dict[tuple[str, int], AsyncLine] = {}
-        self._left: set[asyncio.Future[Answer]] = set()  # calls left running after their park
+        self._leftovers = leftovers
 
     async def park(self, groups: Sequence[ParkGroup], timeout_s: float) -> str | None:
         """One ``BLPOP`` per group at once until the first returns, the others then ended:
@@ -113,9 +103,8 @@ class AsyncNodeParks:
                     await line.close()
             else:  # left to end by itself: a token it pops then goes back
                 self._discard(line)
-                self._left.add(task)  # held until it ends (the loop holds a task weakly)
-                task.add_done_callback(self._left.discard)
-                task.add_done_callback(self._handing_back(line))
+                task.add_done_callback(self._handing_back)
+                self._leftovers.close_after(task, line.close)
         return verdict(answers)
 
     async def close(self) -> None:
@@ -141,7 +130,7 @@ class AsyncNodeParks:
     def _keep_only(self, groups: Sequence[ParkGroup]) -> None:
         wanted = {line_key(group) for group in groups}
         for key in [key for key in self._lines if key not in wanted]:
-            self._lines.pop(key).close_later()
+            self._leftovers.spawn(self._lines.pop(key).close())
 
     async def _line(self, group: ParkGroup) -> AsyncLine:
         key = line_key(group)
@@ -193,21 +182,16 @@ class AsyncNodeParks:
         for line, task in zip(lines, tasks, strict=True):
             self._discard(line)
             task.cancel()
-            task.add_done_callback(closing(line))
+            self._leftovers.close_after(task, line.close)
 
-    def _handing_back(self, line: AsyncLine) -> Callable[[asyncio.Future[Answer]], None]:
-        """A done callback for a call left running: its line closed, a popped token pushed
-        back where it came from."""
-        def done(task: asyncio.Future[Answer]) -> None:
-            line.close_later()
-            if task.cancelled():
-                return
-            answer = task.result()
-            if isinstance(answer, tuple):
-                with suppress(RuntimeError):
-                    asyncio.get_running_loop().create_task(self._push(*answer))
-
-        return done
+    def _handing_back(self, task: asyncio.Future[Answer]) -> None:
+        """A done callback for a call left running: a token it popped goes back where it came
+        from."""
+        if task.cancelled() or task.exception() is not None:
+            return
+        answer = task.result()
+        if isinstance(answer, tuple):
+            self._leftovers.spawn(self._push(*answer))
 
     def _discard(self, line: AsyncLine) -> None:
         for key, kept in list(self._lines.items()):

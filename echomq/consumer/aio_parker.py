@@ -5,10 +5,11 @@ a park at once (``interrupt``)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
+from echomq.consumer.aio_leftovers import Leftovers
 from echomq.consumer.aio_node_parks import AsyncNodeParks
 from echomq.consumer.core import LoopCore
 from echomq.consumer.node_parks import WAKE_CAP, park_groups
@@ -29,19 +30,6 @@ if TYPE_CHECKING:
     from echomq.consumer.presence import Announcer
 
 
-def _closing(client: Any) -> Callable[[asyncio.Future[Any]], None]:
-    """A done callback for an abandoned park: its outcome is consumed, and the parking
-    ``client`` it ran on is closed once it has unwound."""
-    def close(future: asyncio.Future[Any]) -> None:
-        if not future.cancelled():
-            future.exception()
-        if client is not None:
-            with suppress(RuntimeError):  # no running loop left: the client goes with it
-                asyncio.get_running_loop().create_task(client.aclose())
-
-    return close
-
-
 class AsyncParker:
     """The parking of an asyncio consumer of ``queues`` (the first's client), parks at most
     ``cap_ms`` long."""
@@ -56,6 +44,7 @@ class AsyncParker:
         self._parking: asyncio.Task[str | None] | None = None
         # A cluster client's parks over several slots (``echomq.consumer.aio_node_parks``).
         self._nodes: AsyncNodeParks | None = None
+        self._leftovers = Leftovers()  # what abandoned parks leave, ended by ``close``
 
     async def client(self) -> Any:
         """The client the consumer parks and reads through: a pool of its own whose read
@@ -69,7 +58,7 @@ class AsyncParker:
             if private is None and is_cluster(self._conn) and len(self._queues) > 1 \
                     and self._nodes is None:
                 self._nodes = AsyncNodeParks(self._conn, timeout_s, wake=self._push_wake,
-                                             push=self.hand_back)
+                                             push=self.hand_back, leftovers=self._leftovers)
         return self._conn
 
     async def close(self) -> None:
@@ -78,9 +67,8 @@ class AsyncParker:
             await nodes.close()
         conn, self._conn = self._conn, None
         if conn is not None and conn is not self._queue.conn:
-            with suppress(Exception):
-                await conn.aclose()
-                await conn.connection_pool.disconnect()
+            await _close_client(conn)
+        await self._leftovers.drain()
 
     async def read(self, *, ready: bool, lanes: bool,
                    announcer: Announcer | None = None) -> list[Sighting]:
@@ -130,7 +118,8 @@ class AsyncParker:
             return parking.result()
         parking.cancel()
         abandoned, self._conn = self._conn, None
-        parking.add_done_callback(_closing(None if abandoned is self._queue.conn else abandoned))
+        own = abandoned is not None and abandoned is not self._queue.conn
+        self._leftovers.close_after(parking, (lambda: _close_client(abandoned)) if own else None)
         return None
 
     def interrupt(self) -> None:
@@ -171,3 +160,10 @@ class AsyncParker:
         async with queue.conn.pipeline(transaction=False) as pipe:
             queue_watch(pipe, queue.key(WATCH_ROLE))
             await pipe.execute()
+
+
+async def _close_client(client: Any) -> None:
+    """Close a parking client of the consumer's own, and its pool's connections."""
+    with suppress(Exception):
+        await client.aclose()
+        await client.connection_pool.disconnect()

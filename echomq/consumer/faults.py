@@ -5,6 +5,7 @@ tells one that heals by waiting (TRANSIENT: back off, try again) from one that n
 from __future__ import annotations
 
 import enum
+from types import TracebackType
 
 import redis
 
@@ -51,6 +52,32 @@ def classify(exc: BaseException) -> Fault | None:
         return Fault.TRANSIENT if reply_code(exc) in TRANSIENT_CODES else Fault.FATAL
     if isinstance(exc, StaleLease):
         return None
+    if client_table_race(exc):
+        return Fault.TRANSIENT
     if isinstance(exc, twins(EchoMQError, redis.exceptions.RedisError)):
         return Fault.FATAL
     return None
+
+
+# The packages whose cluster clients keep a table of nodes that threads share.
+CLIENT_PACKAGES = ("redis", "valkey")
+
+
+def client_table_race(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cluster client's table of nodes changing under a reader: redis-py's
+    (8.1) and valkey-py's clients move or add a node in that table without their lock when a node
+    fails or a MOVED names a new one, so another thread reading it meanwhile gets RuntimeError
+    "dictionary ... changed ... during iteration" from inside the library. The table is whole
+    again once the writer is done: the call heals by being sent again."""
+    if not isinstance(exc, RuntimeError) or "during iteration" not in str(exc):
+        return False
+    return _raised_in(exc.__traceback__).split(".")[0] in CLIENT_PACKAGES
+
+
+def _raised_in(trace: TracebackType | None) -> str:
+    """The module of the innermost frame of ``trace`` ("" without one)."""
+    module = ""
+    while trace is not None:
+        module = str(trace.tb_frame.f_globals.get("__name__", ""))
+        trace = trace.tb_next
+    return module

@@ -167,7 +167,7 @@ class Flow:
         self.rc, self.queues, self.clock = rc, list(queues), clock
         self.ledger = FlowLedger()
         self.confirmer = Confirmer(rc) if confirm else None
-        self.deadline = time.monotonic() + deadline_s
+        self.deadline = time.monotonic() + deadline_s  # halt() brings it forward
         self.producing = threading.Event()
         self.failures: list[BaseException] = []
         self.consumers = [Consumer(self.queues[n % len(self.queues)], self.handle,
@@ -186,6 +186,10 @@ class Flow:
             thread.start()
         return self
 
+    def until(self) -> float:
+        """The deadline every retry of the flow's threads reads (time.monotonic)."""
+        return self.deadline
+
     def _guard(self, body: Callable[[], None]) -> None:
         try:
             body()
@@ -195,7 +199,7 @@ class Flow:
     # the ledger's writers ---------------------------------------------------------------
 
     def handle(self, job: Job) -> None:
-        at = keep_trying(lambda: server_ms(self.clock), self.ledger, "time", self.deadline)
+        at = keep_trying(lambda: server_ms(self.clock), self.ledger, "time", self.until)
         self.ledger.start(job, at)
         time.sleep(HANDLER_S)
 
@@ -219,7 +223,7 @@ class Flow:
                 ids = [next(ids_of_shard) for _ in range(BATCH)]
                 verdicts = keep_trying(
                     lambda ids=ids: queue.enqueue_many([(i, b"payload") for i in ids]),  # type: ignore[misc]
-                    self.ledger, "enqueue_many", self.deadline)
+                    self.ledger, "enqueue_many", self.until)
                 self.ledger.tell(stream, ids)
                 if self._confirmed(queue.shard_queues[index]):
                     for job_id, verdict in zip(ids, verdicts, strict=True):
@@ -241,7 +245,7 @@ class Flow:
             thread.join(timeout)
         end = time.monotonic() + timeout
         while not self.failures and time.monotonic() < end:
-            counts = [keep_trying(q.counts, self.ledger, "counts", self.deadline)
+            counts = [keep_trying(q.counts, self.ledger, "counts", self.until)
                       for q in self.queues]
             if all(sum(c[k] for k in ("pending", "active", "delayed", "lanes")) == 0
                    for c in counts):
@@ -250,8 +254,10 @@ class Flow:
         self.halt()
 
     def halt(self, *, check: bool = True) -> None:
-        """Stops every thread; with ``check``, raises the first failure of any."""
+        """Stops every thread (a retry in progress gives up at once); with ``check``, raises
+        the first failure of any."""
         self.producing.clear()
+        self.deadline = min(self.deadline, time.monotonic())
         for consumer in self.consumers:
             consumer.stop()
         for thread in [*self.producers, *self.threads]:

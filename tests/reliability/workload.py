@@ -15,6 +15,7 @@ from typing import TypeVar
 import redis
 
 from echomq import Job, Queue, StaleLease
+from echomq.consumer.faults import client_table_race
 from tests.reliability.ledger import Ledger, _text, reckon
 from tests.reliability.servers import TRANSIENT
 
@@ -28,7 +29,7 @@ SOFT_ERRORS = ("TRYAGAIN", "LOADING", "CLUSTERDOWN", "MASTERDOWN",
 
 
 def transient(exc: BaseException) -> bool:
-    if isinstance(exc, TRANSIENT):
+    if isinstance(exc, TRANSIENT) or client_table_race(exc):
         return True
     if isinstance(exc, ValueError) and "is not a valid Verdict" in str(exc):
         # Product bug (see test_cluster.test_pipeline_error_is_raised): enqueue_many passes a
@@ -42,9 +43,11 @@ class Gave_up(RuntimeError):
     pass
 
 
-def keep_trying(call: Callable[[], T], ledger: Ledger, what: str, deadline: float) -> T:
+def keep_trying(call: Callable[[], T], ledger: Ledger, what: str,
+                deadline: float | Callable[[], float]) -> T:
     """Runs ``call`` until it succeeds; transient errors are counted and retried until
-    ``deadline`` (time.monotonic)."""
+    ``deadline`` (time.monotonic; a callable is read at each retry, so a workload that halts can
+    bring it forward)."""
     while True:
         try:
             return call()
@@ -53,7 +56,7 @@ def keep_trying(call: Callable[[], T], ledger: Ledger, what: str, deadline: floa
                 raise
             kind = "BUG:error-as-verdict" if isinstance(exc, ValueError) else type(exc).__name__
             ledger.note(f"{what}:{kind}")
-            if time.monotonic() > deadline:
+            if time.monotonic() > (deadline() if callable(deadline) else deadline):
                 raise Gave_up(f"{what}: still failing at the deadline: {exc}") from exc
             time.sleep(0.02)
 
