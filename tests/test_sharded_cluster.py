@@ -75,12 +75,17 @@ def test_a_spread_consumer_serves_the_shards_of_the_nodes_up_at_pace_while_one_i
     assert sorted(acked) == sorted(first + later)
 
 
+@pytest.mark.parametrize(("mode", "target"), [
+    (("--concurrency", "1"), "tests.worker_apps:record"),
+    (("--async-concurrency", "2"), "tests.worker_apps:async_record"),
+], ids=["threads", "asyncio"])
 def test_the_worker_serves_a_sharded_queue_of_a_cluster_reading_its_shards_from_the_server(
-        tmp_path: Any) -> None:
+        tmp_path: Any, mode: tuple[str, str], target: str) -> None:
     """``echomq worker --queue <name> --url <one node>``, no count of shards given: the worker
-    opens the queue as the server records it (six shards) and runs the jobs of every shard (its
-    handler notes each payload, the job's shard, in ``test:order`` through the node named);
-    SIGTERM stops it with exit code 0."""
+    (threads, or an asyncio consumer on the asyncio cluster client) opens the queue as the
+    server records it (six shards) and runs the jobs of every shard (its handler notes each
+    payload, the job's shard, in ``test:order`` through the node named); SIGTERM stops it with
+    exit code 0."""
     with three_primaries() as nodes:
         rc = RedisCluster(host="127.0.0.1", port=nodes[0].port)
         url_node = owner(nodes, int(key_slot(b"test:order")))
@@ -89,8 +94,8 @@ def test_the_worker_serves_a_sharded_queue_of_a_cluster_reading_its_shards_from_
                 for job_id in ids_on(queue, {k}, 3, f"s{k}-")]
         queue.enqueue_many(jobs)
         order = url_node.client()
-        supervisor = Workers(url_node, tmp_path / "workers.log", "cliq", "--concurrency", "1",
-                             handler="tests.worker_apps:record", url=url_node.url, on_ack=None)
+        supervisor = Workers(url_node, tmp_path / "workers.log", "cliq", *mode,
+                             handler=target, url=url_node.url, on_ack=None)
         try:
             assert wait_until(lambda: order.llen("test:order") == len(jobs), 30), \
                 supervisor.log()

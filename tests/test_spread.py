@@ -33,6 +33,7 @@ from echomq.consumer.settings import Settings
 from echomq.consumer.spread import MIN_ASK, Spread, SpreadClaim, split
 from echomq.engine import calls
 from echomq.engine.calls import Job, Verdict
+from echomq.queue.bounds import Housekept
 
 
 def settings_of(prefetch: int, *, max_attempts: int | None = None) -> Settings:
@@ -425,3 +426,38 @@ def test_a_spread_lane_consumer_tries_the_shards_in_the_turning_order() -> None:
             steps.reply(answer(action))
         firsts.append(list(tried))
     assert firsts == [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]
+
+
+@pytest.mark.parametrize(("spread", "healing"), [(True, True), (True, False), (False, True)])
+def test_a_shard_whose_housekeeping_fails_by_an_error_that_heals_leaves_the_others_theirs(
+        spread: bool, healing: bool) -> None:
+    """A spread consumer's housekeeping over 3 shards, shard 1's node down: shards 0 and 2 are
+    still housekept and the beat goes on; an error that does not heal, or a consumer of several
+    queues in priority (not spread), raises as before."""
+    lineup = Lineup.of(settings_of(8), 3, spread=spread)
+    beat = Beat(Host(lineup, healing=healing))
+    housekept: list[int] = []
+
+    def answer(action: actions.Action) -> Any:
+        if isinstance(action, actions.TakeToken):
+            if action.index == 1:
+                raise ConnectionError("shard 1 is down")
+            return True
+        assert isinstance(action, actions.Housekeep), action
+        housekept.append(action.index)
+        return Housekept(recovered=0, promoted=0, trimmed=0)
+
+    steps = Stepper(beat.housekeep())
+    raised: Exception | None = None
+    try:
+        while (action := steps.step()) is not None:
+            try:
+                steps.reply(answer(action))
+            except Exception as exc:
+                steps.reply(error=exc)
+    except ConnectionError as exc:
+        raised = exc
+    if spread and healing:
+        assert raised is None and housekept == [0, 2]
+    else:
+        assert raised is not None and housekept == [0]

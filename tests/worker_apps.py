@@ -5,7 +5,8 @@ object (``handler`` and ``queues``, as ``echomq worker`` detects one) serving ``
 ``low``, noting its ``worker_started``/``worker_stopping`` calls in ``test:hooks``.
 ``async_app``: an App whose tasks are all async; each job counts itself in flight
 (``test:inflight``, its peak in ``test:peak``) and holds until the test pushes a token on
-``test:release``.
+``test:release``. ``async_record``: an all-async App of queue ``cliq`` noting each job's
+payload in ``test:order``.
 """
 
 from __future__ import annotations
@@ -73,5 +74,25 @@ class AsyncApp:
         await client.rpush("test:done", job.id)
 
 
+class AsyncRecordApp:
+    """An all-async App of queue ``cliq``: each job's payload noted in ``test:order``."""
+
+    def __init__(self) -> None:
+        self.queue = Named("cliq")
+        self.queues = {"cliq": self.queue}
+        self.tasks = {"t": Named("t", is_async=True)}
+
+    def handler(self, job: Job) -> None:
+        raise AssertionError("an all-async App runs on the asyncio consumer")
+
+    async def async_handler(self, job: Job) -> None:
+        client = aredis.Redis.from_url(os.environ["ECHOMQ_URL"])
+        try:
+            await client.rpush("test:order", job.payload)
+        finally:
+            await client.aclose()
+
+
 sync_app = SyncApp()
 async_app = AsyncApp()
+async_record = AsyncRecordApp()

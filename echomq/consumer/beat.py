@@ -235,14 +235,21 @@ class Beat(Rounds):
 
     def housekeep(self, *, force: bool = False) -> Program[None]:
         """Recover + promote each queue at this consumer's turn, when it takes the queue's
-        housekeeping token (``force``: every queue now, without the token)."""
+        housekeeping token (``force``: every queue now, without the token). A spread consumer's
+        shard whose housekeeping fails by an error that heals is left to its next turn."""
         for index, core in enumerate(self.lineup.cores):
             if not core.take_housekeeping(self.now(), force=force):
                 continue
-            if force:
-                yield from self.housekeep_now(index)
-            else:
-                yield from self.housekeep_queue(index)
+            try:
+                if force:
+                    yield from self.housekeep_now(index)
+                else:
+                    yield from self.housekeep_queue(index)
+            except Exception as exc:
+                # a spread consumer's shard on a node that is down (an error that heals): its
+                # housekeeping waits for its next turn, the other shards' goes on
+                if self.lineup.spread is None or not self.host.heals(exc):
+                    raise
 
     def housekeep_queue(self, index: int) -> Program[None]:
         """Recover + promote queue ``index`` if this consumer takes its housekeeping token."""

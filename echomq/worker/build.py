@@ -18,10 +18,16 @@ from typing import Any
 from echomq import aio
 from echomq.consumer.blocking import Consumer
 from echomq.consumer.presence import Announcer
-from echomq.engine.clients import async_twin
-from echomq.queue.blocking import Job, Queue, recorded_queue
+from echomq.queue.blocking import Job, recorded_queue
 from echomq.queue.shard_layout import recorded_shards
-from echomq.worker.spec import WorkerSpec, connect, is_app, load_callable, load_target
+from echomq.worker.spec import (
+    WorkerSpec,
+    async_connect,
+    connect,
+    is_app,
+    load_callable,
+    load_target,
+)
 
 log = logging.getLogger("echomq")
 
@@ -120,7 +126,7 @@ class AsyncWorkerLoop:
         self.target = target
         self.handler = handler
         self.replaced_after = replaced_after
-        self.queue = Queue(connect(spec, target), spec.queues[0], wire=spec.wire)
+        self.queue = recorded_queue(connect(spec, target), spec.queues[0], wire=spec.wire)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._consumer: aio.Consumer | None = None
         self._stop_asked = threading.Event()
@@ -135,10 +141,7 @@ class AsyncWorkerLoop:
         asyncio.run(self._main())
 
     async def _main(self) -> None:
-        import redis.asyncio as aredis
-
-        client = async_twin(self.queue.conn) if self.spec.url is None \
-            else aredis.Redis.from_url(self.spec.url)
+        client = async_connect(self.spec, self.queue.conn)
         in_flight = self.spec.async_concurrency or 1
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(
             max_workers=in_flight + 1, thread_name_prefix="echomq-task"))

@@ -16,6 +16,7 @@ from redis.cluster import RedisCluster
 
 from echomq.consumer.blocking import refuse_unsupported
 from echomq.consumer.loop import PARK_CAP_MS, PREFETCH
+from echomq.engine.clients import async_twin, is_cluster
 from echomq.engine.errors import EchoMQError, TrafikeyMissing
 from echomq.engine.executors import executor_for
 from echomq.engine.transitions import CLAIM
@@ -180,6 +181,22 @@ def cluster_or_server(url: str) -> Any:
         return conn
     conn.close()
     return RedisCluster.from_url(tcp_url(url), **client_options(url, {}))
+
+
+def async_connect(spec: WorkerSpec, conn: Any) -> Any:
+    """A new asyncio client to the server ``conn`` (the worker's blocking client) talks to:
+    ``spec.url``'s, of the whole cluster when ``conn`` is a cluster client (the asyncio
+    ``RedisCluster``, learning the other nodes from that one); without a URL, the twin of
+    ``conn`` (the App's own connection rebuilt)."""
+    if spec.url is None:
+        return async_twin(conn)
+    if is_cluster(conn):
+        from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+        return AsyncRedisCluster.from_url(tcp_url(spec.url))
+    import redis.asyncio as aredis
+
+    return aredis.Redis.from_url(spec.url)
 
 
 def connect(spec: WorkerSpec, target: Any = None) -> Any:
