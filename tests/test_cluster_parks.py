@@ -443,3 +443,33 @@ def test_an_async_consumer_stopped_while_parked_leaves_no_client_past_its_loop(
     assert left == [0, 0], "parking connections left open once run() returned"
     assert raised == []
     assert wait_until(lambda: all(blocked(home) == 0 for home in homes))
+
+
+def test_an_async_consumer_stopped_as_it_opens_its_lines_leaves_none_unclosed(
+        nodes: list[EmbeddedValkey], wire: int) -> None:
+    """``stop()`` at every moment of the consumer's first steps (its claim, the opening of its
+    parking lines, its park): once ``run()`` has returned, no client of it is left for the
+    garbage collector to find unclosed."""
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    from echomq import aio
+
+    names = apart(nodes, f"opening-{wire}")
+    unclosed: list[str] = []
+
+    async def stop_after(delay_s: float) -> None:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, context: unclosed.append(f"{delay_s}: {context['message']}"))
+        client = AsyncRedisCluster(host="127.0.0.1", port=nodes[0].port)
+        consumer = aio.Consumer([aio.Queue(client, name, wire=wire) for name in names],
+                                lambda job: None, park_cap_ms=30_000, announce=False)
+        running_loop = asyncio.ensure_future(consumer.run())
+        await asyncio.sleep(delay_s)
+        consumer.stop()
+        await running_loop
+        gc.collect()  # a client left unclosed is finalised now, and says so
+        await client.aclose()
+
+    for step in range(30):
+        asyncio.run(stop_after(step * 0.001))
+    assert unclosed == []

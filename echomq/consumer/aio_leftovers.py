@@ -15,6 +15,8 @@ Closing = Callable[[], Coroutine[Any, Any, None]]
 
 # How long a close waits for an abandoned call to unwind once its client is closed.
 UNWIND_S = 0.5
+# How many times a drain looks again for what the calls it ended left behind.
+DRAIN_PASSES = 4
 
 
 class Leftovers:
@@ -43,17 +45,22 @@ class Leftovers:
 
     async def drain(self) -> None:
         """Close the client of every abandoned call still running (which ends the call), wait
-        a little for those calls to unwind, then for every task spawned to finish."""
-        calls, self._calls = self._calls, {}
-        for call, close in calls.items():
-            call.cancel()
-            if close is not None:
-                with suppress(Exception):
-                    await close()
-        if calls:
-            await asyncio.wait(list(calls), timeout=UNWIND_S)
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        a little for those calls to unwind, then for every task spawned to finish; again while
+        what unwound left more (a park cancelled while it opened its lines abandons them as it
+        unwinds), a few times at most."""
+        for _ in range(DRAIN_PASSES):
+            if not self._calls and not self._tasks:
+                return
+            calls, self._calls = self._calls, {}
+            for call, close in calls.items():
+                call.cancel()
+                if close is not None:
+                    with suppress(Exception):
+                        await close()
+            if calls:
+                await asyncio.wait(list(calls), timeout=UNWIND_S)
+            while self._tasks:
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def _unwound(self, call: asyncio.Future[Any]) -> None:
         if not call.cancelled():

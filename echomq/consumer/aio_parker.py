@@ -62,6 +62,10 @@ class AsyncParker:
         return self._conn
 
     async def close(self) -> None:
+        """Close every parking connection: first what abandoned parks left (a park cancelled
+        while it opened its lines leaves them as it unwinds), then the lines kept, then the
+        parking client."""
+        await self._leftovers.drain()
         nodes, self._nodes = self._nodes, None
         if nodes is not None:
             await nodes.close()
