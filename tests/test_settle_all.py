@@ -1,8 +1,9 @@
 """``SettleAll`` performed (``echomq.consumer.settle_all``) on real servers: on one server every
 shard's settle call goes out in one flush and each call's fate is its own (a shard whose call
 the server refuses gets its error, the others their jobs); a call sending its watch tokens sends
-them in that flush; on a cluster each call goes alone to its own slot's node, and a node that
-is down fails only its shard's call."""
+them in that flush; on a cluster the round is one too (every node's calls in one write, all
+written before any reply is read, on the blocking and asyncio clients), a node that is down fails
+only its shards' calls, and a call whose slot moved is sent again where the slot went."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from echomq.engine import once, program
 from echomq.engine.calls import Ack, Verdict
 from echomq.engine.program import adrive, drive
 from echomq.queue.parking import WATCH_ROLE
-from tests.cluster import three_primaries
+from tests.cluster import close_move, open_move, three_primaries
 from tests.reliability.servers import owner
 
 LEASE_MS = 30_000
@@ -48,8 +49,11 @@ def flushes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
-def claims(shards: int, claim: int, *, watch: int | None = None) -> tuple[Settle, ...]:
-    return tuple(Settle(n, Round([], claim, f"c{n}"), n == watch) for n in range(shards))
+def claims(shards: int, claim: int, *, watch: int | None = None,
+           tag: str = "c") -> tuple[Settle, ...]:
+    """A claim of ``claim`` jobs on each of ``shards`` queues; ``tag`` names the claims (the
+    same claim id sent again answers the lease it took, not another)."""
+    return tuple(Settle(n, Round([], claim, f"{tag}{n}"), n == watch) for n in range(shards))
 
 
 def loaded(conn: Any, wire: int, names: list[str], jobs: int) -> list[Queue]:
@@ -113,8 +117,52 @@ def cluster() -> Iterator[list[EmbeddedValkey]]:
         yield nodes
 
 
-def test_on_a_cluster_each_call_goes_alone_and_a_node_down_fails_only_its_shard(
-        cluster: list[EmbeddedValkey], wire: int, flushes: list[int]) -> None:
+@pytest.fixture
+def wire_log(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Each write to a socket and each reply read on a blocking client's connection, in order:
+    ("write", port) or ("read", port)."""
+    log: list[tuple[str, int]] = []
+    send, read = redis.connection.Connection.send_packed_command, \
+        redis.connection.Connection.read_response
+
+    def sending(conn: Any, *args: Any, **kwargs: Any) -> Any:
+        log.append(("write", conn.port))
+        return send(conn, *args, **kwargs)
+
+    def reading(conn: Any, *args: Any, **kwargs: Any) -> Any:
+        log.append(("read", conn.port))
+        return read(conn, *args, **kwargs)
+
+    monkeypatch.setattr(redis.connection.Connection, "send_packed_command", sending)
+    monkeypatch.setattr(redis.connection.Connection, "read_response", reading)
+    return log
+
+
+def test_on_a_cluster_the_round_is_one_write_per_node_before_any_read(
+        cluster: list[EmbeddedValkey], wire: int, wire_log: list[tuple[str, int]]) -> None:
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster[0].port)
+    try:
+        queues = loaded(client, wire, [f"round{n}" for n in range(12)], 2)
+        homes = {owner(cluster, client.keyslot(queue.key("pending"))).port for queue in queues}
+        assert len(homes) == 3
+        # a first round: what a queue reads once, before its first call, is out of the way
+        drive(settle_all(queues, claims(len(queues), 0), LEASE_MS, None, None))
+        wire_log.clear()
+        replies = drive(settle_all(queues, claims(len(queues), 1, watch=0), LEASE_MS, None,
+                                   None))
+        writes = [port for kind, port in wire_log if kind == "write"]
+        assert sorted(writes) == sorted(homes)  # one write per node: its calls, its tokens
+        first_read = next(n for n, (kind, _) in enumerate(wire_log) if kind == "read")
+        assert all(kind == "read" for kind, _ in wire_log[first_read:])
+        for queue, (verdicts, jobs) in zip(queues, replies, strict=True):
+            assert verdicts == [] and [job.id for job in jobs] == [f"JOB:{queue.name}-0"]
+        assert client.llen(queues[0].key(WATCH_ROLE)) > 0
+    finally:
+        client.close()
+
+
+def test_on_a_cluster_a_node_down_fails_only_its_shards_calls(
+        cluster: list[EmbeddedValkey], wire: int) -> None:
     client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster[0].port)
     try:
         names = [f"node{n}" for n in range(12)]
@@ -122,22 +170,78 @@ def test_on_a_cluster_each_call_goes_alone_and_a_node_down_fails_only_its_shard(
         homes = [owner(cluster, client.keyslot(queue.key("pending"))) for queue in queues]
         down = cluster[2]  # not the node the client first asks for its slot map
         assert down in homes and any(home is not down for home in homes)
-        flushes.clear()
         down.stop()
         first = drive(settle_all(queues, claims(len(queues), 1), LEASE_MS, None, None))
-        # the first call after the node went away may meet the client's own refresh of its
-        # slot map; a failure never fails the calls after it
-        assert any(not isinstance(reply, Exception) for reply in first)
-        second = drive(settle_all(queues, claims(len(queues), 1), LEASE_MS, None, None))
-        assert flushes == []  # no cluster pipeline: each call sent on its own
-        for queue, home, reply in zip(queues, homes, second, strict=True):
-            if home is down:
-                assert isinstance(reply, redis.ConnectionError)
-            else:
-                assert not isinstance(reply, Exception), (queue.name, reply)
-                assert len(reply[1]) == 1 and reply[1][0].id.startswith(f"JOB:{queue.name}-")
+        second = drive(settle_all(queues, claims(len(queues), 1, tag="d"), LEASE_MS, None,
+                                  None))
+        for round_ in (first, second):
+            for queue, home, reply in zip(queues, homes, round_, strict=True):
+                if home is down:
+                    assert isinstance(reply, redis.ConnectionError)
+                else:
+                    assert not isinstance(reply, Exception), (queue.name, reply)
+                    assert len(reply[1]) == 1 and reply[1][0].id.startswith(f"JOB:{queue.name}-")
     finally:
         client.close()
+
+
+def test_on_a_cluster_a_call_whose_slot_moved_is_sent_again_where_it_went(
+        cluster: list[EmbeddedValkey], wire: int) -> None:
+    """The client's slot map is stale: the moved shard's call is refused with MOVED (nothing
+    ran), then sent alone through the client, which follows it; its job is leased once."""
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster[0].port)
+    try:
+        queues = loaded(client, wire, [f"moved{n}" for n in range(6)], 2)
+        slot = client.keyslot(queues[0].key("pending"))
+        source = owner(cluster, slot)
+        target = next(node for node in cluster if node is not source)
+        open_move(slot, source, target)
+        close_move(cluster, slot, target)
+        replies = drive(settle_all(queues, claims(len(queues), 1), LEASE_MS, None, None))
+        for queue, (_, jobs) in zip(queues, replies, strict=True):
+            assert [job.id for job in jobs] == [f"JOB:{queue.name}-0"]
+        direct = target.client()
+        try:
+            assert direct.zcard(queues[0].key("active")) == 1
+            assert direct.zcard(queues[0].key("pending")) == 1
+        finally:
+            direct.close()
+    finally:
+        client.close()
+
+
+def test_on_an_asyncio_cluster_client_the_round_is_one_too(
+        cluster: list[EmbeddedValkey], wire: int) -> None:
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    blocking = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster[0].port)
+    names = [f"around{n}" for n in range(6)]
+    try:
+        loaded(blocking, wire, names, 2)
+    finally:
+        blocking.close()
+    down = cluster[2]
+
+    async def main() -> list[Any]:
+        client = AsyncRedisCluster(host="127.0.0.1", port=cluster[0].port)
+        try:
+            queues = [aio.Queue(client, name, wire=wire) for name in names]
+            whole = await adrive(settle_all(queues, claims(6, 1), LEASE_MS, None, None))
+            down.stop()
+            return [whole, await adrive(settle_all(queues, claims(6, 1, tag="d"), LEASE_MS,
+                                                   None, None))]
+        finally:
+            await client.aclose()
+
+    homes = [owner(cluster, int(redis.cluster.key_slot(f"emq:{{{name}}}:pending".encode())))
+             for name in names]
+    whole, partial = asyncio.run(main())
+    assert [[job.id for job in jobs] for _, jobs in whole] == [[f"JOB:{n}-0"] for n in names]
+    for name, home, reply in zip(names, homes, partial, strict=True):
+        if home is down:
+            assert isinstance(reply, redis.ConnectionError)
+        else:
+            assert [job.id for job in reply[1]] == [f"JOB:{name}-1"]
 
 
 def test_a_server_that_lost_its_scripts_has_each_call_sent_again_once(

@@ -6,10 +6,11 @@ On one server the calls (each followed by its queue's watch tokens when it sends
 in one flush: one round trip, each call sent once (``echomq.engine.once``). A server error is that
 call's own reply (its shard's outcomes wait for the next round); a call refused with NOSCRIPT (a
 server that lost its scripts) is sent again alone once its script is loaded. On a cluster the
-calls are sent one after another, each once to its own slot's node with its watch tokens
-(``QueueMethods.settle_leased``): a cluster pipeline sends a command again after a connection
-error (docs/CLUSTER.md), and each call's error, a lost connection included, is its own. Queues
-on different clients are sent to the same way, each on its own.
+round is one round trip too (``echomq.engine.scatter``): the calls grouped by their slot's node,
+every node's group written before any reply is read, each call sent once. A node's failed
+connection is its own calls' error only (their shards rest; the others go on); a call refused
+with MOVED or ASK (its slot moved: nothing ran) is sent again alone through the cluster client,
+which follows the refusal. Queues on different clients are sent to one by one, each on its own.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from echomq.consumer.actions import Settle
 from echomq.engine.calls import Call, settled
 from echomq.engine.clients import is_cluster
 from echomq.engine.execution import ExecutorMethods
-from echomq.engine.program import Flush, Program
+from echomq.engine.program import Flush, Program, Scatter
+from echomq.engine.scatter import redirected
 from echomq.queue.methods import QueueMethods
 from echomq.queue.parking import WATCH_ROLE, watch_commands
 
@@ -33,8 +35,7 @@ def settle_all(queues: Sequence[Any], calls: Sequence[Settle], lease_ms: int,
     if not calls:
         return []
     conn = queues[calls[0].index].conn
-    if is_cluster(conn) or len(calls) == 1 \
-            or any(queues[call.index].conn is not conn for call in calls):
+    if len(calls) == 1 or any(queues[call.index].conn is not conn for call in calls):
         return (yield from one_by_one(queues, calls, lease_ms, retention_ms, now))
     made = [(queues[call.index], settle_call(queues[call.index], call, lease_ms, retention_ms,
                                              now)) for call in calls]
@@ -45,9 +46,12 @@ def settle_all(queues: Sequence[Any], calls: Sequence[Settle], lease_ms: int,
         commands.append(queue.executor.command(*made_call))
         if call.watch:
             commands.extend(watch_commands(queue.key(WATCH_ROLE)))
-    replies = yield Flush(conn, commands)
+    replies = yield (Scatter if is_cluster(conn) else Flush)(conn, commands)
     results: list[Any] = []
-    for (queue, made_call), place in zip(made, places, strict=True):
+    for call, (queue, made_call), place in zip(calls, made, places, strict=True):
+        if redirected(replies[place]):  # its slot moved: nothing ran
+            results.extend((yield from one_by_one(queues, [call], lease_ms, retention_ms, now)))
+            continue
         try:
             reply = yield from ExecutorMethods._settle.program(queue.executor, conn, made_call,
                                                               replies[place])

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
 
 from echomq.engine.calls import Arg, Call
 from echomq.engine.clients import is_cluster, twins
@@ -59,9 +59,9 @@ class ExecutorMethods(ABC):
         """Raises if this wire cannot run ``transition``, before anything is sent."""
 
     @abstractmethod
-    def reload(self, client: Any, transition: Transition) -> Step | None:
-        """The step that makes ``transition`` runnable again on a server that refused it with
-        NOSCRIPT; None when nothing can (the refusal then stands)."""
+    def reload(self, client: Any, transition: Transition) -> Program[None] | None:
+        """The program that makes ``transition`` runnable again on a server that refused it
+        with NOSCRIPT; None when nothing can (the refusal then stands)."""
 
     @op
     def call(self, client: Any, transition: Transition, keys: Sequence[str],
@@ -75,7 +75,7 @@ class ExecutorMethods(ABC):
                 reload = self.reload(client, transition)
                 if reload is None:
                     raise
-                yield reload
+                yield from reload
                 return (yield Send(client, command))
         except twins(ResponseError) as exc:
             raise_mapped(exc)
@@ -155,7 +155,7 @@ class ExecutorMethods(ABC):
         """Makes ``transition`` runnable again on a server that refused it with NOSCRIPT."""
         reload = self.reload(client, transition)
         if reload is not None:
-            yield reload
+            yield from reload
 
 
 class ScriptWire(ExecutorMethods):
@@ -171,13 +171,15 @@ class ScriptWire(ExecutorMethods):
     def refuse(self, transition: Transition) -> None:
         """Nothing: a batch is sent as EVALSHA, and only a NOSCRIPT reply loads the script."""
 
-    def reload(self, client: Any, transition: Transition) -> Step | None:
-        """``SCRIPT LOAD``; on a cluster, on every node that serves a slot (``script_nodes``)."""
+    def reload(self, client: Any, transition: Transition) -> Program[None] | None:
+        """``SCRIPT LOAD``; on a cluster, on each node that serves a slot (``script_nodes``),
+        one by one, so that a node that is down (a failover under way) is passed over: the
+        others run the transition, and a node that had no copy then refuses with NOSCRIPT
+        again, which loads it there. Raised: what failed on every node."""
         source = script_for(transition).source
         if not is_cluster(client):
-            return Invoke(client, method("script_load", source))
-        return Invoke(client, method("execute_command", "SCRIPT LOAD", source,
-                                     target_nodes=script_nodes(client)))
+            return _one(Invoke(client, method("script_load", source)))
+        return _load_on_each(client, source)
 
 
 class NativeWire(ExecutorMethods):
@@ -193,6 +195,31 @@ class NativeWire(ExecutorMethods):
         if transition.native is None:
             raise Wire6Unsupported(transition.name)
 
-    def reload(self, client: Any, transition: Transition) -> Step | None:
+    def reload(self, client: Any, transition: Transition) -> Program[None] | None:
         """None: a module's commands are never lost as scripts are."""
         return None
+
+
+# A node's connection failing: the node is down or out of reach, not the script refused.
+UNREACHABLE = (ConnectionError, TimeoutError)
+
+
+def _one(step: Step) -> Program[None]:
+    """A program of one ``step`` whose reply is dropped."""
+    yield step
+
+
+def _load_on_each(client: Any, source: bytes) -> Program[None]:
+    """``SCRIPT LOAD source`` on each of the cluster ``client``'s slot-serving nodes; a node
+    whose connection fails is passed over, unless every one failed."""
+    failed: BaseException | None = None
+    loaded = False
+    for node in script_nodes(client):
+        try:
+            yield Invoke(client, method("execute_command", "SCRIPT LOAD", source,
+                                        target_nodes=node))
+            loaded = True
+        except twins(*UNREACHABLE) as exc:
+            failed = exc
+    if not loaded and failed is not None:
+        raise failed

@@ -46,7 +46,7 @@ def sends_once(client: Any) -> bool:
         and not hasattr(client, "command_stack")
 
 
-def _pool_args(pool: Any, name: Any) -> tuple[Any, ...]:
+def pool_args(pool: Any, name: Any) -> tuple[Any, ...]:
     """What ``get_connection`` takes: the command's name up to redis-py 5.2 (required), nothing
     from 5.3 (where passing it is deprecated)."""
     try:
@@ -83,10 +83,10 @@ def flush_once(client: Any, commands: Sequence[Command]) -> list[Any]:
         return replies
     with _borrowed(client, commands[0][0]) as conn:
         conn.send_packed_command(conn.pack_commands(commands))
-        return [_reply(client, conn, command[0]) for command in commands]
+        return [reply_or_error(client, conn, command[0]) for command in commands]
 
 
-def _reply(client: Any, conn: Any, name: Any) -> Any:
+def reply_or_error(client: Any, conn: Any, name: Any) -> Any:
     try:
         return client.parse_response(conn, name)
     except twins(ResponseError) as exc:
@@ -100,7 +100,7 @@ def _borrowed(client: Any, name: Any) -> Iterator[Any]:
     single = getattr(client, "connection", None)
     lock = getattr(client, "single_connection_lock", None) if single is not None else None
     pool = client.connection_pool
-    conn = single if single is not None else pool.get_connection(*_pool_args(pool, name))
+    conn = single if single is not None else pool.get_connection(*pool_args(pool, name))
     if lock is not None:
         lock.acquire()
     try:
@@ -176,7 +176,7 @@ async def _async_borrow(client: Any, name: Any) -> tuple[Any, bool]:
         await client._single_conn_lock.acquire()
         return single, True
     pool = client.connection_pool
-    return await pool.get_connection(*_pool_args(pool, name)), False
+    return await pool.get_connection(*pool_args(pool, name)), False
 
 
 async def _async_give_back(client: Any, conn: Any, single: bool) -> None:
@@ -194,7 +194,7 @@ class Sent:
     def __init__(self, client: Any, commands: Sequence[Command], flush: bool) -> None:
         self._client, self._commands, self._flush = client, commands, flush
         pool = client.connection_pool
-        self._conn = pool.get_connection(*_pool_args(pool, commands[0][0]))
+        self._conn = pool.get_connection(*pool_args(pool, commands[0][0]))
         try:
             if flush:
                 self._conn.send_packed_command(self._conn.pack_commands(commands))
@@ -220,7 +220,7 @@ class Sent:
         broken = True
         try:
             if self._flush:
-                replies = [_reply(client, conn, command[0]) for command in self._commands]
+                replies = [reply_or_error(client, conn, command[0]) for command in self._commands]
             else:
                 try:
                     replies = client.parse_response(conn, self._commands[0][0])

@@ -4,6 +4,7 @@ awaits each step (``adrive``).
 
 A program is a generator: it yields a step — ``Send`` (one command sent once, a transition),
 ``Flush`` (commands sent together once), ``Atomic`` (commands sent as one transaction),
+``Scatter`` (commands sent once each to a cluster's nodes, one round for them all),
 ``Invoke`` (a method of the client's own: a read, a
 blocking pop, ``SCRIPT LOAD``) or ``Reads`` (a pipeline of such methods) — and is sent the
 step's reply, or has the step's error thrown into it at the ``yield``, so it handles errors as
@@ -31,6 +32,7 @@ from echomq.engine.once import (
     send_once,
     sends_ahead,
 )
+from echomq.engine.scatter import async_scatter, scatter
 from echomq.engine.transact import async_transact_once, transact_once
 
 P = ParamSpec("P")
@@ -127,7 +129,20 @@ class Atomic:
         return (async_transact_once if aio else transact_once)(self.client, self.commands)
 
 
-Step = Send | Flush | Invoke | Reads | Atomic
+@dataclass(frozen=True, slots=True)
+class Scatter:
+    """``commands`` sent once each through the cluster ``client`` in one round: grouped by
+    node, every group written before any reply is read (``echomq.engine.scatter``); a reply
+    each, a server error or a node's failed connection as a reply (not raised)."""
+
+    client: Any
+    commands: Sequence[Command]
+
+    def perform(self, aio: bool) -> Any:
+        return (async_scatter if aio else scatter)(self.client, self.commands)
+
+
+Step = Send | Flush | Invoke | Reads | Atomic | Scatter
 Program = Generator[Step, Any, R]
 
 
