@@ -76,9 +76,10 @@ class SettleAll(Action):
     """The settle calls ``calls`` of one round, on several queues of one client (a spread
     consumer's shards), sent together: on one server, one pipeline, a round trip; on a cluster,
     one round trip too, each call sent once to its own slot's node, every node's calls written
-    before any reply is read (``echomq.engine.scatter``). Reply: for each call, in order, (verdicts, jobs claimed),
-    or the exception that call met (a server error, a lost connection): each call's fate is its
-    own. Raised: an error that failed them all (the pipeline's connection lost)."""
+    before any reply is read (``echomq.engine.scatter``). Reply: for each call, in order,
+    (verdicts, jobs claimed), or the exception that call met (a server error, a lost
+    connection): each call's fate is its own. Raised: an error that failed them all (the
+    pipeline's connection lost)."""
 
     calls: tuple[Settle, ...]
 
