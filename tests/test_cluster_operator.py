@@ -160,3 +160,28 @@ def test_the_cli_finds_a_cluster_from_one_nodes_url(nodes: list[EmbeddedValkey],
     rows = {row["name"]: row for row in json.loads(result.output)}
     assert sorted(rows) == sorted(NAMES)
     assert all((row["pending"], row["active"], row["dead"]) == (2, 1, 2) for row in rows.values())
+
+
+def test_an_admission_stands_while_the_registrys_node_is_down() -> None:
+    """The registry of queues (``emq:queues``, written at a queue's first admission) lies on
+    another node than the queue, and that node is down: each enqueue still answers its verdict
+    (the job is admitted; the registry's write waits for a later admission), and the jobs are
+    there."""
+    with three_primaries() as made:
+        for node in made:
+            client = node.client()
+            client.config_set("cluster-require-full-coverage", "no")
+            client.close()
+        registry = owner(made, int(key_slot(REGISTRY_KEY.encode())))
+        entry = next(node for node in made if node is not registry)
+        name = next(name for name in (f"reg{n}" for n in range(10_000))
+                    if owner(made, int(key_slot(f"emq:{{{name}}}:".encode()))) is entry)
+        rc = RedisCluster(host="127.0.0.1", port=entry.port)
+        try:
+            registry.stop()
+            queue = Queue(rc, name, wire=6)
+            assert queue.enqueue("JOB:1", b"x") is Verdict.ENQUEUED
+            assert queue.enqueue("JOB:2", b"x") is Verdict.ENQUEUED
+            assert queue.counts()["pending"] == 2
+        finally:
+            rc.close()

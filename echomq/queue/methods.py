@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, TypeVar
 
-from redis.exceptions import ResponseError
+from redis.exceptions import ClusterError, ResponseError
 
 from echomq.engine.calls import (
     DEFAULT_BATCH_LIMIT,
@@ -217,12 +217,18 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
     def _register(self) -> Program[None]:
         """Enter this queue in the server's registry of queues after its first admission (once
         per Queue), so operators' tools list it without scanning the keyspace. A user whose ACL
-        denies the registry key still produces: the queue is then found by ``stats --rescan``."""
+        denies the registry key still produces: the queue is then found by ``stats --rescan``.
+        The admission stands whatever becomes of this write: where the registry's node cannot
+        be reached (on a cluster, another node than the queue's, perhaps down), the write is
+        tried again at the next admission."""
         if self._registered:
             return
         self._registered = True
         try:
             yield Invoke(self.conn, method("sadd", REGISTRY_KEY, self.name))
+        except (*lost_reply(), *twins(ClusterError)) as exc:  # CLUSTERDOWN among them
+            self._registered = False
+            log.debug("queue %s not entered in %s yet: %s", self.name, REGISTRY_KEY, exc)
         except twins(ResponseError) as exc:
             log.debug("queue %s not entered in %s: %s", self.name, REGISTRY_KEY, exc)
 
