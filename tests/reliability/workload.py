@@ -31,11 +31,6 @@ SOFT_ERRORS = ("TRYAGAIN", "LOADING", "CLUSTERDOWN", "MASTERDOWN",
 def transient(exc: BaseException) -> bool:
     if isinstance(exc, TRANSIENT) or client_table_race(exc):
         return True
-    if isinstance(exc, ValueError) and "is not a valid Verdict" in str(exc):
-        # Product bug (see test_cluster.test_pipeline_error_is_raised): enqueue_many passes a
-        # non-ResponseError exception of a pipeline (RedisCluster's "TTL exhausted.") on as a
-        # reply. It stands for a transient error here; the ledger counts it apart.
-        return True
     return isinstance(exc, redis.ResponseError) and any(word in str(exc) for word in SOFT_ERRORS)
 
 
@@ -54,8 +49,7 @@ def keep_trying(call: Callable[[], T], ledger: Ledger, what: str,
         except Exception as exc:
             if not transient(exc):
                 raise
-            kind = "BUG:error-as-verdict" if isinstance(exc, ValueError) else type(exc).__name__
-            ledger.note(f"{what}:{kind}")
+            ledger.note(f"{what}:{type(exc).__name__}")
             if time.monotonic() > (deadline() if callable(deadline) else deadline):
                 raise Gave_up(f"{what}: still failing at the deadline: {exc}") from exc
             time.sleep(0.02)
