@@ -20,6 +20,7 @@ from redis.exceptions import AskError, MovedError, ResponseError
 
 from echomq.engine.clients import twins
 from echomq.engine.cluster_once import first_key, hint
+from echomq.engine.errors import reply_code
 from echomq.engine.once import Command, pool_args, reply_or_error
 
 __all__ = ["async_scatter", "redirected", "scatter"]
@@ -39,7 +40,7 @@ def redirected(reply: Any) -> bool:
     server error)."""
     if isinstance(reply, twins(AskError, MovedError)):
         return True
-    return isinstance(reply, twins(ResponseError)) and str(reply).startswith(("MOVED ", "ASK "))
+    return isinstance(reply, twins(ResponseError)) and reply_code(reply) in ("MOVED", "ASK")
 
 
 def _groups(client: Any, commands: Sequence[Command], replies: list[Any]) -> list[Group]:
