@@ -13,8 +13,8 @@ bound is measured every time. See docs/CLUSTER.md, "Failover and restart".
    admission ``WAIT`` confirmed is acked in the end, and no job is acked under two leases unless
    every ack before the last was unconfirmed (an ack the replica never had is undone, and the job
    runs again: at least once). Unconfirmed admissions may be lost; the counts are printed. The
-   shards on the other primaries keep their pace in the second after the kill (at least half
-   the acks of the second before): a spread consumer rests the failing shards, not itself. Once
+   shards on the other primaries keep their pace in the 1.5 s after the kill (at least half
+   the acks of the 1.5 s before): a spread consumer rests the failing shards, not itself. Once
    the others mark the node failed the whole cluster answers CLUSTERDOWN until the replica is
    elected, so that is all the test asks.
 2. A shard's slot (a plain queue's: its one slot) moved by hand (``SETSLOT
@@ -72,7 +72,9 @@ EVENT_S = 30.0
 # of the suite beside it has been seen to need more than EVENT_S.
 ELECTION_S = 90.0
 SHARDS = 6  # the sharded layout: two shards on each of the three primaries
-PACE_S = 1.0  # the other primaries' pace is compared over this long before and after a kill
+# The other primaries' pace is compared over this long before and after a kill: within the node
+# timeout (2 s) after it, long enough that a loaded machine's pauses do not decide it.
+PACE_S = 1.5
 
 
 @pytest.fixture
@@ -235,20 +237,21 @@ def test_a_sigkilled_primary_is_replaced_by_its_replica_losing_nothing_confirmed
     worst = assert_bound(flow, leases, killed_ms, ok_ms, orphan)
     others = {shard.name for shard in every_shard(queues)} - struck
     flowed = flow.ledger.acks_on(others, killed_at, ok_at)
-    # Until the other nodes mark the victim failed (the node timeout: its first second is
-    # well within) they serve their slots, and the other primaries' shards keep their pace.
+    # Until the other nodes mark the victim failed (the node timeout: PACE_S is within it)
+    # they serve their slots, and the other primaries' shards keep their pace.
     before = flow.ledger.acks_on(others, killed_at - PACE_S, killed_at)
     after = flow.ledger.acks_on(others, killed_at, killed_at + PACE_S)
     assert after >= before / 2, (f"the other primaries' shards slowed during the failover: "
-                                 f"{before} acks in the second before the kill, {after} after")
+                                 f"{before} acks in the {PACE_S} s before the kill, {after} "
+                                 "after")
     rc.close()
     # Started again on its port and config, the killed node rejoins as its heir's replica.
     cluster.restart(victim)
     cluster.await_whole(EVENT_S)
     assert replication(victim)["master_port"] == str(heir.port)
     print(f"[failover {layout} wire={wire}] ok {ok_ms - killed_ms} ms after the kill; "
-          f"{flowed} acks on the other primaries' shards meanwhile ({before} in the second "
-          f"before the kill, {after} in the one after), "
+          f"{flowed} acks on the other primaries' shards meanwhile ({before} in the {PACE_S} s "
+          f"before the kill, {after} in the {PACE_S} s after), "
           f"{flow.ledger.acks_on(struck, killed_at, ok_at)} on the killed one's; "
           f"{len(leases)} leases held at the kill, run again at most {worst} ms after ok; "
           f"{time.monotonic() - started:.1f}s")
