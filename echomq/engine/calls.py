@@ -304,9 +304,17 @@ def lost_admission(call: Call, replies: Sequence[Any], elapsed_s: float) -> Verd
 
 
 def earliest(heads: Sequence[Any]) -> int | None:
-    """The lowest score among ``ZRANGE key 0 0 WITHSCORES`` replies, as ms."""
-    times = [int(head[0][1]) for head in heads if head]
+    """The lowest score among ``ZRANGE key 0 0 WITHSCORES`` replies, as ms: each reply a
+    client's pairs (``[(member, score)]``), or the server's own, flat on RESP2 (``[member,
+    score]``) or pairs on RESP3."""
+    times = [int(float(head_score(head))) for head in heads if head]
     return min(times) if times else None
+
+
+def head_score(head: Sequence[Any]) -> Any:
+    """The score of a non-empty ``ZRANGE key 0 0 WITHSCORES`` reply, whatever its shape."""
+    first = head[0]
+    return first[1] if isinstance(first, list | tuple) else head[1]
 
 
 def evicting_policy(reply: Any) -> str | None:

@@ -51,7 +51,7 @@ from echomq.queue.events import EventReads
 from echomq.queue.graphs import GraphAdmissions
 from echomq.queue.lanes import LaneControls, lane_groups, per_group, shown_depths, waiting_keys
 from echomq.queue.limits import LimitControls
-from echomq.queue.parking import WATCH_ROLE, watch_commands
+from echomq.queue.parking import WATCH_ROLE, head_read, watch_commands
 from echomq.queue.policy import server_checks
 from echomq.queue.registry import REGISTRY_KEY
 from echomq.queue.results import ResultReads
@@ -399,7 +399,7 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
     def next_due(self) -> Program[int | None]:
         """The earliest time (ms) at which a delayed job falls due, a lease expires or a lane's
         rate window opens, if any."""
-        heads = [method("zrange", self.key(role), 0, 0, withscores=True)
+        heads = [method("execute_command", *head_read(self.key(role)))
                  for role in ("delayed", "active", "throttled")]
         return earliest((yield Reads(self.conn, heads)))
 

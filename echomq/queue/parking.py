@@ -46,11 +46,19 @@ def queue_reads(pipe: Any, key: Any, *, ready: bool, lanes: bool) -> None:
     """Queue on ``pipe`` the reads of one queue (``key(role)`` names its keys): the three heads,
     and with ``ready`` the count of jobs waiting (``pending``; a lane consumer's ``ring`` too)."""
     for role in HEADS:
-        pipe.zrange(key(role), 0, 0, withscores=True)
+        pipe.execute_command(*head_read(key(role)))
     if ready:
         pipe.zcard(key("pending"))
         if lanes:
             pipe.llen(key("ring"))
+
+
+def head_read(key: Any) -> tuple[Any, ...]:
+    """The read of a sorted set's head and its score (``ZRANGE key 0 0 WITHSCORES``), as a bare
+    command: with ``zrange(..., withscores=True)``, redis-py 5.0's cluster pipeline passes the
+    option on to the ``ASKING`` it sends for a slot on the move, and fails with TypeError. Its
+    reply is the server's own (``echomq.engine.calls.earliest`` reads both protocols')."""
+    return ("ZRANGE", key, 0, 0, "WITHSCORES")
 
 
 def sighting_of(replies: Sequence[Any]) -> Sighting:
