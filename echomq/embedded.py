@@ -70,6 +70,35 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+# A probe at start waits this long for a reply: a process on the port that never answers (not
+# this server) is not waited on for ever.
+PROBE_TIMEOUT_S = 2.0
+
+
+class ServerExited(RuntimeError):
+    """A server's process ended while it was starting (its log in the message)."""
+
+    @property
+    def port_taken(self) -> bool:
+        """Whether it ended because its port (or its cluster bus port) was taken meanwhile."""
+        return "Address already in use" in str(self)
+
+
+def start_on_a_free_port(make: Callable[[int], EmbeddedValkey], avoid: Collection[int] = (),
+                         tries: int = 5) -> EmbeddedValkey:
+    """``make(port)`` started on a port ``bus_free_port`` finds; made again on another when
+    another process took the port between the choice and the bind."""
+    for attempt in range(tries):
+        server = make(bus_free_port(avoid))
+        try:
+            return server.start()
+        except ServerExited as exc:
+            server.stop()
+            if not exc.port_taken or attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def bus_free_port(avoid: Collection[int] = ()) -> int:
     """A free loopback port below 45000, not in ``avoid``, whose cluster bus port (10000 above)
     is free too: a port for a node of a cluster."""
@@ -203,21 +232,39 @@ class EmbeddedValkey:
         return self
 
     def _await_ready(self, timeout: float) -> None:
+        """Wait until this server answers, as itself: another process on the port (one whose
+        bind came first, or a cluster's bus) is not taken for it, and this one's exit (its bind
+        refused) raises ``ServerExited`` with its log."""
         deadline = time.monotonic() + timeout
-        probe = self.client()
+        probe = self.client(socket_timeout=PROBE_TIMEOUT_S)
         try:
             while True:
-                if self.process is not None and self.process.poll() is not None:
-                    raise RuntimeError(f"valkey-server exited at start:\n{self.log()}")
+                self._raise_if_exited()
                 try:
-                    if probe.ping():
+                    if self._answers_as_itself(probe):
                         return
-                except (redis.ConnectionError, redis.BusyLoadingError):
+                except Exception:  # not up yet, loading, or someone else on the port
+                    self._raise_if_exited()
                     if time.monotonic() > deadline:
                         raise
-                    time.sleep(0.02)
+                    probe.close()
+                time.sleep(0.02)
         finally:
             probe.close()
+
+    def _raise_if_exited(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            raise ServerExited(f"valkey-server exited at start:\n{self.log()}")
+
+    def _answers_as_itself(self, probe: redis.Redis) -> bool:
+        """Whether the server ``probe`` reaches is this one's process."""
+        if self.process is None:
+            return bool(probe.ping())
+        try:
+            found = int(probe.info("server")["process_id"])
+        except redis.ResponseError:  # INFO denied to this client (an ACL): PING is all it asks
+            return bool(probe.ping())
+        return found == self.process.pid
 
     def client(self, **options: Any) -> redis.Redis:
         if self.unix_socket:

@@ -15,9 +15,9 @@ from typing import Any
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from echomq.embedded import EmbeddedValkey, join_cluster
-from tests.conftest import start_server
-from tests.reliability.servers import low_port, node_id
+from echomq.embedded import EmbeddedValkey, join_cluster, start_on_a_free_port
+from tests.reliability.servers import node as unstarted_node
+from tests.reliability.servers import node_id
 
 SLOTS = 16384
 FORMING_S = 30.0
@@ -31,9 +31,9 @@ def three_primaries() -> Iterator[list[EmbeddedValkey]]:
         taken: set[int] = set()
         for _ in range(3):
             # A port whose cluster bus port (10000 above) is a port too.
-            taken.add(port := low_port(taken))
-            nodes.append(start_server(port=port, config={"cluster-enabled": "yes",
-                                                         "cluster-config-file": "nodes.conf"}))
+            nodes.append(start_on_a_free_port(lambda port: unstarted_node(port=port, config={
+                "cluster-enabled": "yes", "cluster-config-file": "nodes.conf"}), taken))
+            taken.add(nodes[-1].port)
         join_cluster(nodes, FORMING_S)
         yield nodes
     finally:
@@ -90,9 +90,11 @@ class ReplicatedCluster:
     def start(self) -> ReplicatedCluster:
         taken: set[int] = set()
         for index in range(6):
-            taken.add(port := low_port(taken))
-            self.nodes.append(start_server(port=port, persist=True, config=REPLICATED_CONFIG,
-                                           directory=os.path.join(self.root, f"node{index}")))
+            self.nodes.append(start_on_a_free_port(
+                lambda port, index=index: unstarted_node(  # type: ignore[misc]
+                    port=port, persist=True, config=REPLICATED_CONFIG,
+                    directory=os.path.join(self.root, f"node{index}")), taken))
+            taken.add(self.nodes[-1].port)
         primaries, replicas = self.nodes[:3], self.nodes[3:]
         share = SLOTS // 3
         for index, node in enumerate(primaries):

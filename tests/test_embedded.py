@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from echomq import Queue, Verdict
-from echomq.embedded import EmbeddedValkey
+from echomq.embedded import EmbeddedValkey, ServerExited, start_on_a_free_port
 
 # The child takes SIGINT as Ctrl-C even when its parent runs with SIGINT ignored (a background
 # test run), which it would otherwise inherit.
@@ -108,3 +110,51 @@ def test_a_relative_directory_persists(tmp_path: Path, monkeypatch: pytest.Monke
         job = queue.claim()
         assert job is not None and job.payload == b"kept"
         queue.conn.close()
+
+
+def held_port() -> tuple[socket.socket, int]:
+    """A loopback port another process's socket listens on (it never answers)."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    return holder, int(holder.getsockname()[1])
+
+
+def test_a_server_whose_port_is_taken_says_so_rather_than_wait_on_the_other() -> None:
+    holder, port = held_port()
+    outcome: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            EmbeddedValkey(prefer="path", port=port).start(timeout=10)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    try:
+        starting = threading.Thread(target=start, daemon=True)
+        starting.start()
+        starting.join(30)
+        assert not starting.is_alive(), "the start waited on the port's other process"
+    finally:
+        holder.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], ServerExited), outcome
+    assert outcome[0].port_taken
+
+
+def test_a_node_whose_port_was_taken_is_started_on_another() -> None:
+    holder, port = held_port()
+    chosen: list[int] = []
+
+    def make(free: int) -> EmbeddedValkey:
+        chosen.append(port if not chosen else free)  # the first choice taken meanwhile
+        return EmbeddedValkey(prefer="path", port=chosen[-1])
+
+    try:
+        server = start_on_a_free_port(make)
+    finally:
+        holder.close()
+    try:
+        assert chosen[0] == port and server.port == chosen[-1] != port
+        assert server.client().ping()
+    finally:
+        server.stop()

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from echomq.embedded import EmbeddedValkey, bus_free_port, find_valkey_server
+from echomq.embedded import EmbeddedValkey, bus_free_port, find_valkey_server, start_on_a_free_port
 from tests.conftest import server_options
 
 T = TypeVar("T")
@@ -106,13 +106,11 @@ class Cluster:
     def start(self) -> Cluster:
         used: set[int] = set()
         for _ in range(self.size):
-            port = low_port(used)
-            used |= {port, port + 10000}
-            server = node(port=port, config={
+            server = start_on_a_free_port(lambda port: node(port=port, config={
                 "cluster-enabled": "yes", "cluster-config-file": "nodes.conf",
-                "cluster-node-timeout": "5000", "appendonly": "no"})
+                "cluster-node-timeout": "5000", "appendonly": "no"}), used)
+            used |= {server.port, server.port + 10000}
             self.nodes.append(server)
-            server.start()
         cli("--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
             "--cluster-replicas", "0", "--cluster-yes")
         for server in self.nodes:
