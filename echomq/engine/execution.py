@@ -12,12 +12,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
+from redis.exceptions import NoScriptError, ResponseError
 
 from echomq.engine.calls import Arg, Call
 from echomq.engine.clients import is_cluster, twins
 from echomq.engine.cluster_once import script_nodes
 from echomq.engine.errors import Wire6Unsupported, mapped_error
+from echomq.engine.once import lost_reply
 from echomq.engine.program import Atomic, Flush, Invoke, Program, Send, Step, method, op
 from echomq.engine.scripts import script_for
 from echomq.engine.transitions import Transition
@@ -200,10 +201,6 @@ class NativeWire(ExecutorMethods):
         return None
 
 
-# A node's connection failing: the node is down or out of reach, not the script refused.
-UNREACHABLE = (ConnectionError, TimeoutError)
-
-
 def _one(step: Step) -> Program[None]:
     """A program of one ``step`` whose reply is dropped."""
     yield step
@@ -219,7 +216,7 @@ def _load_on_each(client: Any, source: bytes) -> Program[None]:
             yield Invoke(client, method("execute_command", "SCRIPT LOAD", source,
                                         target_nodes=node))
             loaded = True
-        except twins(*UNREACHABLE) as exc:
+        except lost_reply() as exc:  # the node down or out of reach, not the script refused
             failed = exc
     if not loaded and failed is not None:
         raise failed
