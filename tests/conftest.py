@@ -13,6 +13,7 @@ import fcntl
 import os
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -128,3 +129,23 @@ def no_asan_reports() -> Iterator[None]:
         reports = sorted(asan_report_dir().glob("asan*"))
         text = "\n".join(report.read_text(errors="replace")[:4000] for report in reports)
         assert not reports, f"AddressSanitizer reports:\n{text}"
+
+
+SAMPLER = "echomq-dashboard-sampler"
+
+
+def samplers() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread.name == SAMPLER}
+
+
+@pytest.fixture(autouse=True)
+def no_sampler_left() -> Iterator[None]:
+    """Fails a test that leaves a dashboard's sampler running: it would go on reading (and, after
+    the next test's FLUSHALL, scanning) the shared server under the tests that follow."""
+    before = samplers()
+    yield
+    left = samplers() - before
+    for thread in left:
+        thread.join(timeout=5)
+    assert not [thread for thread in left if thread.is_alive()], \
+        "a dashboard sampler outlived its test: serve the app in a with block, or stop its history"

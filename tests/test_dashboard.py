@@ -4,6 +4,7 @@ another port cannot requeue or purge through it (fetch in any mode, or a form)."
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -34,24 +35,28 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-dev-shm-usage"]
 
 
+@contextlib.contextmanager
 def serve(app: Any) -> Iterator[str]:
-    """``app`` served by uvicorn on a free loopback port until the generator is closed."""
+    """``app`` served by uvicorn on a free loopback port while the block runs; its shutdown (and
+    the lifespan's, which stops the sampler) runs however the block ends."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
-    started = threading.Event()
-    for _ in range(400):
-        if server.started:
-            break
-        started.wait(0.025)
-    assert server.started
-    yield f"http://127.0.0.1:{port}/"
-    server.should_exit = True
-    thread.join(timeout=10)
-    listener.close()
+    try:
+        started = threading.Event()
+        for _ in range(400):
+            if server.started:
+                break
+            started.wait(0.025)
+        assert server.started
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        listener.close()
 
 
 def past_hour(conn: redis.Redis) -> History:
@@ -70,7 +75,8 @@ def past_hour(conn: redis.Redis) -> History:
 
 @pytest.fixture
 def dashboard(conn: redis.Redis) -> Iterator[str]:
-    yield from serve(create_app(conn, history=past_hour(conn)))
+    with serve(create_app(conn, history=past_hour(conn))) as url:
+        yield url
 
 
 class Hostile(BaseHTTPRequestHandler):

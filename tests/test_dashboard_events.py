@@ -134,7 +134,7 @@ def test_the_page_lists_the_events_and_one_appended_while_it_is_open(conn: redis
     with playwright.sync_playwright() as p:
         browser = Browser(p)
         try:
-            for url in serve(create_app(conn, history=recent(conn, ["mail"]))):
+            with serve(create_app(conn, history=recent(conn, ["mail"]))) as url:
                 page = browser.open(url)
                 page.wait_for_selector(f'#events tr[data-event="{NOW + 1}-0"]')
                 assert page.inner_text(f'#events tr[data-event="{NOW}-0"] a.job') == "J0"

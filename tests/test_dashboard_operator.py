@@ -70,7 +70,7 @@ def test_a_url_with_user_and_token_loads_and_requeues(conn: redis.Redis,
                                                       browser: Browser) -> None:
     queue = Queue(conn, "mail")
     kill(queue, "JOB:bad", b"{}", "ValueError: bad")
-    for url in serve(create_app(conn, token="s3cret", history=recent(conn, ["mail"]))):
+    with serve(create_app(conn, token="s3cret", history=recent(conn, ["mail"]))) as url:
         page = browser.open(url.replace("http://", "http://ops:s3cret@"))
         assert "cannot load" not in page.inner_text("#status")
         page.click('button[data-requeue="JOB:bad"]')
@@ -86,14 +86,14 @@ def test_a_queue_keeps_its_colour_and_a_fresh_history_fills_the_chart(
         conn: redis.Redis, browser: Browser) -> None:
     for name in ("mail", "reports"):
         admin.register_queue(conn, name)
-    for url in serve(create_app(conn, history=recent(conn, ["mail", "reports"]))):
+    with serve(create_app(conn, history=recent(conn, ["mail", "reports"]))) as url:
         page = browser.open(url)
         first = stroke(page, "mail")
         xs = [float(point.split(",")[0]) for point in str(page.get_attribute(
             '#chart-backlog polyline[data-queue="mail"]', "points")).split()]
         assert min(xs) < 60 and max(xs) > 400, xs  # two minutes across the whole axis
     admin.register_queue(conn, "aaa")  # a queue listed before it on the next load
-    for url in serve(create_app(conn, history=recent(conn, ["aaa", "mail", "reports"]))):
+    with serve(create_app(conn, history=recent(conn, ["aaa", "mail", "reports"]))) as url:
         page = browser.open(url)
         assert stroke(page, "mail") == first
 
@@ -109,7 +109,7 @@ def test_workers_and_queues_as_at_the_last_beat(conn: redis.Redis, browser: Brow
                             "beat_ms": now - 5_000, "done": 3, "failed": 0, "running": 1})
     conn.pexpire(key, 60_000)
     conn.sadd(WORKERS_KEY, key)
-    for url in serve(create_app(conn, history=recent(conn, ["orphaned", "served"]))):
+    with serve(create_app(conn, history=recent(conn, ["orphaned", "served"]))) as url:
         page = browser.open(url)
         alarm = page.locator('td[data-workers="orphaned"]')
         assert alarm.inner_text() == "none" and alarm.get_attribute("class") == "alarm"
@@ -124,7 +124,7 @@ def test_dead_jobs_show_their_task_filter_and_open_in_view(conn: redis.Redis,
     for n in range(60):
         kill(queue, f"JOB:m{n}", envelope("send_mail"), "TimeoutError: smtp")
     kill(queue, "JOB:r1", envelope("build_report"), "KeyError: 'month'")
-    for url in serve(create_app(conn, history=recent(conn, ["mail"]))):
+    with serve(create_app(conn, history=recent(conn, ["mail"]))) as url:
         page = browser.open(url)
         assert page.inner_text('tr[data-job="JOB:r1"]').split("\t")[2] == "build_report"
         page.fill('input[data-filter="mail"]', "report")
@@ -159,7 +159,7 @@ def test_throughput_and_failures_per_minute_are_charted(conn: redis.Redis,
                             job=None, job_since_ms=None, done=(24 - n) * 10, failed=24 - n,
                             beat_ms=beat, queues=["mail"])
         history.sample([admin.QueueStats("mail", 0, 0, 0, 0, server_time_ms=beat)], [worker])
-    for url in serve(create_app(conn, history=history)):
+    with serve(create_app(conn, history=history)) as url:
         page = browser.open(url)
         for chart, peak in (("done", "200"), ("failed", "20")):  # 120 and 12 per minute
             svg = f"#chart-{chart}"

@@ -35,7 +35,7 @@ def test_a_pending_jobs_view_shows_its_priority_and_enqueue_time(conn: redis.Red
     conn.hset(queue.key("job", "JOB:urgent"), mapping={"p": "", "a": 0,
                                                         "t": int(at), "priority": 7})
     conn.zadd(queue.key("pending"), {"JOB:urgent": pending_score(7, int(at))})
-    for url in serve(create_app(conn)):
+    with serve(create_app(conn)) as url:
         page.goto(url)
         page.wait_for_selector('#status[data-updated="1"]', timeout=15_000)
         shown = {}

@@ -72,7 +72,7 @@ def test_the_job_view_shows_the_progress(conn: redis.Redis) -> None:
     with playwright.sync_playwright() as p:
         browser = Browser(p)
         try:
-            for url in serve(create_app(conn, history=recent(conn, ["mail"]))):
+            with serve(create_app(conn, history=recent(conn, ["mail"]))) as url:
                 page = browser.open(url)
                 page.click("a.job >> text=JOB:told")
                 page.wait_for_selector("#job:not([hidden])")

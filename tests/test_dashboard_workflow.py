@@ -92,7 +92,7 @@ def test_the_job_view_shows_the_workflow(conn: redis.Redis, flow: Any) -> None:
     with playwright.sync_playwright() as p:
         browser = Browser(p)
         try:
-            for url in serve(create_app(conn, history=recent(conn, ["flows"]))):
+            with serve(create_app(conn, history=recent(conn, ["flows"]))) as url:
                 page = browser.open(url)
                 page.fill("#find-queue", "flows")
                 page.fill("#find-id", "JOB:body")

@@ -86,12 +86,9 @@ def test_the_depth_gauges_are_the_logical_queues(conn: redis.Redis) -> None:
 
 def test_the_dashboards_queue_list_has_one_row(conn: redis.Redis) -> None:
     made(conn)
-    for base in serve(create_app(conn)):
-        with urllib.request.urlopen(base + "api/queues") as answer:
-            rows = json.loads(answer.read())
-        assert [(row["name"], row["pending"], row["dead"]) for row in rows] == [
-            ("orders", 24, 6)]
-        break
+    with serve(create_app(conn)) as base, urllib.request.urlopen(base + "api/queues") as answer:
+        rows = json.loads(answer.read())
+    assert [(row["name"], row["pending"], row["dead"]) for row in rows] == [("orders", 24, 6)]
 
 
 def test_the_operators_tools_through_a_cluster() -> None:
