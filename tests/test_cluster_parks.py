@@ -28,7 +28,7 @@ from echomq import Job, Queue
 from echomq.embedded import EmbeddedValkey
 from tests.cluster import close_move, open_move, three_primaries
 from tests.reliability.servers import owner
-from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
+from tests.shells import AsyncShell, Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import running, stopped_by_a_signal, wait_until
 from tests.test_worker import Workers
 
@@ -292,6 +292,8 @@ def test_stop_right_after_start_never_waits_for_the_park_cap(
     pair = Pair(nodes, rc, f"early-{shell}", 5)
     for _ in range(10):
         consumer = make(pair.queues, lambda job: None, park_cap_ms=60_000, announce=False)
+        if isinstance(consumer, AsyncShell):
+            consumer.connect()  # as the blocking cluster client is: the stop is what is timed
         with running(consumer, stop_within=PROMPT_S):
             pass
     assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S)
