@@ -257,6 +257,32 @@ def test_arguments_that_do_not_fit_are_refused_before_anything_is_sent(app: App)
     assert app.queue.counts()["pending"] == 0
 
 
+def test_a_task_with_dedupe_debounce_or_throttle_is_refused_in_a_workflow(app: App) -> None:
+    """A workflow's jobs are admitted together with no mode: a task's own mode, or a call's, is
+    refused when its signature is made, not dropped; the hint it gives is what goes in."""
+    @app.task(name="ship", dedupe=lambda order: f"order-{order}")
+    def ship(order: int) -> int:
+        return order
+
+    @app.task(name="reindex", debounce="index", debounce_ms=5_000)
+    def reindex(order: int) -> int:
+        return order
+
+    add = task(app, "add")
+    refused = [lambda: ship.s(7), lambda: reindex.si(7),
+               lambda: add.with_options(throttle="burst").s(1), lambda: ship.s(7).set(job_id="x")]
+    for make in refused:
+        with pytest.raises(ValueError, match=r"no dedupe, debounce or throttle.*=None\)\.s"):
+            make()
+    with pytest.raises(ValueError, match=r"with_options\(debounce=None\)"):
+        reindex.s(7)
+    flow = chain(add.s(1, 2), ship.with_options(dedupe=None).s(),
+                 reindex.with_options(debounce=None).s())
+    handle = flow.enqueue()
+    assert drain(app) == 3
+    assert handle.result(timeout=5) == 3
+
+
 def test_a_running_worker_takes_each_next_step_as_its_parent_ends(app: App) -> None:
     """A worker that runs (parks when it finds nothing) is woken by the token a job's move to
     pending leaves: a chain of five goes through with no drain and no poll."""

@@ -392,12 +392,13 @@ class Task(Generic[P, R]):
 
     def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
         """One call of this task for a workflow (``echomq.chain``, ``group``, ``chord``), given
-        its parent's result before ``args``; its arity is checked when the workflow is sent."""
-        return TaskSignature(self, args, kwargs, priority=self.priority)
+        its parent's result before ``args``; its arity is checked when the workflow is sent.
+        ValueError for a task with dedupe, debounce or throttle (``TaskCall.s``)."""
+        return TaskCall[P, R](self, priority=self.priority, unique=self.unique).s(*args, **kwargs)
 
     def si(self, *args: Any, **kwargs: Any) -> TaskSignature:
         """``s``, ignoring its parent's result: called with ``args`` and ``kwargs`` alone."""
-        return TaskSignature(self, args, kwargs, immutable=True, priority=self.priority)
+        return TaskCall[P, R](self, priority=self.priority, unique=self.unique).si(*args, **kwargs)
 
     @property
     def aqueues(self) -> AsyncQueues:

@@ -17,7 +17,7 @@ from echomq.tasks.canvas import TaskSignature
 from echomq.tasks.envelope import Envelope, encode, now_ms
 from echomq.tasks.handle import HandledTask, TaskHandle
 from echomq.tasks.signature import Signature
-from echomq.tasks.unique import resolved
+from echomq.tasks.unique import KEYS, resolved
 from echomq.tasks.workflow import WorkflowHandle, leaves
 
 if TYPE_CHECKING:
@@ -108,6 +108,10 @@ class TaskCall(Generic[P, R]):
                 or self.after is not None:
             raise ValueError("a workflow's task takes job_id and priority only: its jobs go to "
                              "the workflow's queue, each as soon as its parents ended")
+        if self.unique:
+            modes = ", ".join(f"{mode}=None" for mode in self.unique if mode in KEYS)
+            raise ValueError("a workflow's jobs are admitted together, with no dedupe, debounce "
+                             f"or throttle: send this task in it as with_options({modes}).s(...)")
         return TaskSignature(self.task, args, kwargs, immutable, self.job_id, self.priority)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
