@@ -57,6 +57,8 @@ static const char *cancel_job(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey 
         acl_release(&acl);
     }
     Join *j = join_new(ctx, call->base, &ev, 1, now, names, k, call->nkeys);
+    /* The job ends here: a cycle of dependents that leads back to it finds it ending, not waiting. */
+    join_ending(j, id, names[EMQ_CANCEL_KEY_JOB]);
     if (*err == NULL) *err = join_end(j, id, names[EMQ_CANCEL_KEY_JOB], JOIN_CANCELLED, NULL, retention_ms, now);
     if (*err) {
         join_free(j);

@@ -295,6 +295,14 @@ void join_waiter(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, long 
     map_put(&j->state, bytes_of(id), s);
 }
 
+/* The job the call ends, put on the overlay as not waiting (EMQ.CANCEL's own). */
+void join_ending(Join *j, ValkeyModuleString *id, ValkeyModuleString *row) {
+    Waiter *s = ValkeyModule_Alloc(sizeof *s);
+    memset(s, 0, sizeof *s);
+    s->row = keep(j, row);
+    map_put(&j->state, bytes_of(id), s);
+}
+
 /* The moves, each with the keys it derives, in this order. */
 static void plan_release(Join *j, ValkeyModuleString *d, Waiter *s) {
     join_check(j, named(j, "pending", NULL), VALKEYMODULE_KEYTYPE_ZSET);

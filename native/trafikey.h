@@ -283,6 +283,8 @@ void join_apply_to(Join *j, size_t mark);
 /* The cancel mark a cancelled job's dependents inherit: its row's cancel and cancelled fields. */
 void join_mark_of(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long *retention, long long *at);
 void join_free(Join *j);
+/* EMQ.CANCEL's own job: on the plan's overlay as ending, not waiting. */
+void join_ending(Join *j, ValkeyModuleString *id, ValkeyModuleString *row);
 /* EMQ.AFTER's own job: its state on the plan's overlay, and its steps. */
 void join_waiter(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, long long waits, int hold,
                  ValkeyModuleString *policy);

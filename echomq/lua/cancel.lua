@@ -72,6 +72,8 @@ if waits then
   if err then return err end
 end
 local j = new_join(base, now, events_key)
+-- The job ends here: a cycle of dependents that leads back to it finds it ending, not waiting.
+j.state[id] = { row = row, waiting = false }
 local from, to, hook_failure = plan_hook(j, id, row, 'cancelled', { retention_ms, now })
 if hook_failure then return hook_failure end
 redis.call('ZREM', pending, id)

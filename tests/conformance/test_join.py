@@ -11,7 +11,9 @@ import pytest
 
 from echomq.conformance.cases import Case
 from echomq.conformance.cases.after import join_cases
+from echomq.conformance.cases.common import BASE
 from echomq.conformance.harness import Pair
+from echomq.conformance.model import normalise
 from tests.conformance.lockstep import model_agrees
 
 CASES = join_cases()
@@ -21,3 +23,15 @@ CASES = join_cases()
 def test_the_model_agrees_with_both_executors(pair: Pair, case: Case) -> None:
     expected = model_agrees(pair, case)
     assert expected.startswith(case.expect)
+
+
+def test_a_cancel_in_a_cycle_ends_each_job_once(pair: Pair) -> None:
+    """A cancel that comes back to its own job through a cycle of dependents (raw AFTER with seal
+    0 can make one) ends that job once: one event each, on both executors."""
+    case = next(case for case in CASES if case.id == "cancel:hook-cycle")
+    pair.reset(case.setup)
+    outcomes = pair.run(case.transition, case.argv)
+    for name in ("lua", "native"):
+        events = normalise(outcomes[name].after)[BASE.encode() + b"events"][1]
+        assert [(entry[1], entry[3]) for entry in events] == [
+            (b"cancelled", b"JOB:1"), (b"cancelled", b"JOB:5")], name

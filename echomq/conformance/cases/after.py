@@ -201,6 +201,14 @@ def hook_cases() -> Iterator[Case]:
     yield _case("cancel", "hook-pending-parent", [*cancel[:-1], 0], b"+CANCELLED",
                 [*waiting("JOB:1"), ["HSET", key("job"), "next", "JOB:5 JOB:6"],
                  *held("JOB:5", hold=False), *held("JOB:6", hold=False, policy="ignore")])
+    # A cycle (raw AFTER with seal 0 can name a job's own dependent): the cancel reaches its
+    # job again through JOB:5's next and finds it already ending, not waiting: one event each,
+    # and a row deleted once.
+    cycle = [*held("JOB:1"), ["HSET", key("job"), "next", "JOB:5"],
+             *held("JOB:5", hold=False), ["HSET", key("job", "JOB:5"), "next", "JOB:1"]]
+    yield _case("cancel", "hook-cycle", [7, *cancel[1:7], key("events"), *cancel[7:]],
+                b"+CANCELLED", cycle)
+    yield _case("cancel", "hook-cycle-no-retention", [*cancel[:-1], 0], b"+CANCELLED", cycle)
     yield _case("cancel", "hook-waiting-wrongtype", cancel, E_TYPE,
                 [row("JOB:1", "p", b"p", "waits", "1"), ["SET", key("waiting"), "x"]])
     yield _case("cancel", "hook-leased-flags-only", cancel, b"+CANCELLING",

@@ -4,7 +4,7 @@ tombstone, which the settlements of a flagged lease share, is ``State.bury_cance
 from __future__ import annotations
 
 from echomq.conformance.model.call import Call
-from echomq.conformance.model.join import Join, Joins
+from echomq.conformance.model.join import Join, Joins, Waiter
 from echomq.conformance.model.replies import E_TYPE, error, status
 from echomq.conformance.model.words import dec
 
@@ -50,6 +50,7 @@ class Cancels(Joins):
         if self.hget(row, b"waits") is not None \
                 and self.kind(call.base + b"waiting") not in (b"none", b"zset"):
             return None
+        j.state[call.args[0]] = Waiter(row)  # it ends here: a cycle back to it finds it so
         return self.plan_end(j, call.args[0], row, "cancelled",
                              mark=(call.numbers["retention_ms"], call.numbers["now"]))
 
