@@ -25,10 +25,14 @@ class Cancelling:
     def cancel(self, data: st.DataObject, retention_ms: int) -> None:
         job_id = data.draw(st.sampled_from(POOL), label="cancelled")
         leased = job_id in self.zmembers(b"active")
-        argv = [6, key(b"job", job_id), key(b"pending"), key(b"delayed"), key(b"active"),
+        # A row whose payload was taken behind the queue's back (``tamper``) and that carries the
+        # cancel mark reads as cancelled already, leased or not (PROTOCOL.md, cancel's table).
+        row = key(b"job", job_id)
+        whole = self.model.kind(row) != b"hash" or self.model.hget(row, b"p") is not None
+        argv = [6, row, key(b"pending"), key(b"delayed"), key(b"active"),
                 key(b"dead"), key(b"ring"), job_id, self.now, retention_ms]
         reply, _ = self.execute(CANCEL, argv)
-        if reply == status("CANCELLED") and job_id in self.live:
+        if reply == status("CANCELLED") and job_id in self.live and whole:
             assert not leased, job_id
             event("a waiting job cancelled")
             self.live.discard(job_id)

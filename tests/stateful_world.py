@@ -20,6 +20,7 @@ from echomq.conformance.model import (
     int_field,
     normalise,
 )
+from echomq.conformance.model.words import row_priority
 from echomq.engine.transitions import (
     ACK,
     ACK_RESULT,
@@ -265,6 +266,8 @@ class Checks:
             lane = self.model.hget(row, b"lane")
             if lane is None:
                 assert job_id in self.zmembers(b"pending"), job_id
+            elif row_priority(self.model.hget(row, b"priority")):  # a ranked lane job: its zset
+                assert job_id in self.zmembers(b"prio:" + lane), job_id
             else:
                 assert job_id in self.model.keys[key(b"lane:" + lane)].data, job_id
             uncounted = int_field(self.model.hget(row, b"a"), 0)
