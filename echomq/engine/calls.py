@@ -304,28 +304,16 @@ def lost_admission(call: Call, replies: Sequence[Any], elapsed_s: float) -> Verd
 
 
 def earliest(heads: Sequence[Any]) -> int | None:
-    """The lowest score among ``ZRANGE key 0 0 WITHSCORES`` replies, as ms: each reply a
-    client's pairs (``[(member, score)]``), or the server's own, flat on RESP2 (``[member,
-    score]``) or pairs on RESP3."""
+    """The lowest score among ``ZRANGE key 0 0 WITHSCORES`` replies, as ms."""
     times = [int(float(head_score(head))) for head in heads if head]
     return min(times) if times else None
 
 
 def head_score(head: Sequence[Any]) -> Any:
-    """The score of a non-empty ``ZRANGE key 0 0 WITHSCORES`` reply, whatever its shape."""
+    """The score of a non-empty ``ZRANGE key 0 0 WITHSCORES`` reply: a client's pairs
+    (``[(member, score)]``), or the server's own, flat on RESP2 or pairs on RESP3."""
     first = head[0]
     return first[1] if isinstance(first, list | tuple) else head[1]
-
-
-def evicting_policy(reply: Any) -> str | None:
-    """The maxmemory-policy of a ``CONFIG GET maxmemory-policy`` reply when it may evict keys."""
-    policies = {text(value) for value in reply.values()} if isinstance(reply, dict) else set()
-    return next((policy for policy in sorted(policies) if policy != "noeviction"), None)
-
-
-def eviction_message(policy: str) -> str:
-    return (f"maxmemory-policy is {policy!r}: the server may evict queue keys and lose jobs; "
-            "echomq needs 'noeviction'")
 
 
 class QueueCalls:

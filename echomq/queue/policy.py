@@ -10,13 +10,24 @@ from typing import Any
 
 from redis.exceptions import NoPermissionError, RedisError
 
-from echomq.engine.calls import evicting_policy, eviction_message
+from echomq.engine.calls import text
 from echomq.engine.clients import twins
 from echomq.engine.errors import EvictionPolicyWarning
 from echomq.engine.program import Invoke, Program, method
 from echomq.queue.shard_layout import mismatch, record_key, recorded
 
 log = logging.getLogger("echomq")
+
+
+def evicting_policy(reply: Any) -> str | None:
+    """The maxmemory-policy of a ``CONFIG GET maxmemory-policy`` reply when it may evict keys."""
+    policies = {text(value) for value in reply.values()} if isinstance(reply, dict) else set()
+    return next((policy for policy in sorted(policies) if policy != "noeviction"), None)
+
+
+def eviction_message(policy: str) -> str:
+    return (f"maxmemory-policy is {policy!r}: the server may evict queue keys and lose jobs; "
+            "echomq needs 'noeviction'")
 
 
 def server_checks(conn: Any, name: str, *, plain: bool) -> Program[str | None]:
