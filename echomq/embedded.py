@@ -257,14 +257,17 @@ class EmbeddedValkey:
             raise ServerExited(f"valkey-server exited at start:\n{self.log()}")
 
     def _answers_as_itself(self, probe: redis.Redis) -> bool:
-        """Whether the server ``probe`` reaches is this one's process."""
-        if self.process is None:
-            return bool(probe.ping())
-        try:
-            found = int(probe.info("server")["process_id"])
-        except redis.ResponseError:  # INFO denied to this client (an ACL): PING is all it asks
-            return bool(probe.ping())
-        return found == self.process.pid
+        """Whether the server ``probe`` reaches is this one's process, done loading its data:
+        INFO answers while an AOF or RDB loads, PING raises BusyLoadingError until it is done."""
+        if self.process is not None:
+            try:
+                if int(probe.info("server")["process_id"]) != self.process.pid:
+                    return False
+            except redis.BusyLoadingError:
+                raise
+            except redis.ResponseError:  # INFO denied to this client (an ACL): PING tells
+                pass
+        return bool(probe.ping())
 
     def client(self, **options: Any) -> redis.Redis:
         if self.unix_socket:

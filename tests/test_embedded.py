@@ -86,6 +86,28 @@ def test_unix_socket_and_persistence(tmp_path: Path) -> None:
         queue.conn.close()
 
 
+def test_start_returns_once_the_data_is_loaded(tmp_path: Path) -> None:
+    """A server reloading its data answers INFO at once but every command with LOADING until it
+    is done: start waits for that, so the first command finds the data."""
+    with EmbeddedValkey(prefer="path", directory=str(tmp_path), module=False) as server:
+        conn = server.client()
+        with conn.pipeline(transaction=False) as pipe:
+            for n in range(2_000):
+                pipe.set(f"k{n}", n)
+            pipe.execute()
+        conn.save()  # dump.rdb, in the directory named, which outlives the server
+        conn.close()
+    # 500 us a key: a second of loading, answering clients between every KB of it (as a large
+    # AOF or RDB does), which the start must wait out.
+    with EmbeddedValkey(prefer="path", directory=str(tmp_path), module=False,
+                        config={"key-load-delay": "500",
+                                "loading-process-events-interval-bytes": "1024"}) as server:
+        conn = server.client()
+        assert conn.info("persistence")["loading"] == 0  # INFO answers while it loads
+        assert conn.dbsize() == 2_000
+        conn.close()
+
+
 def test_stop_removes_its_own_directory() -> None:
     server = EmbeddedValkey(prefer="path").start()
     directory, pid = server.directory, server.process.pid  # type: ignore[union-attr]
