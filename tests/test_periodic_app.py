@@ -33,6 +33,15 @@ def app(conn: redis.Redis) -> App:
     return App(conn, queue="cron", check_policy=False)
 
 
+def drain(app: App) -> int:
+    """Run what the queue holds, then close the consumer (its keeper thread with it)."""
+    consumer = Consumer(app.queue, app.handler)
+    try:
+        return consumer.drain()
+    finally:
+        consumer.close()
+
+
 def test_a_periodic_task_is_enqueued_once_per_tick_and_runs(app: App,
                                                             conn: redis.Redis) -> None:
     ran: list[str] = []
@@ -48,7 +57,7 @@ def test_a_periodic_task_is_enqueued_once_per_tick_and_runs(app: App,
     (admitted,) = app.scheduler.run_due()
     assert admitted.job_id == "JOB:cron:report:20261130T080500Z"
     assert app.scheduler.run_due() == []
-    Consumer(app.queue, app.handler).drain()
+    drain(app)
     assert ran == ["report:3"]
     assert app.queue.outcome(admitted.job_id).state == "done"
 
@@ -67,7 +76,7 @@ def test_each_ticks_return_value_is_kept_unless_the_task_opts_out(app: App) -> N
     app.scheduler.run_due()
     app.scheduler.clock = fixed(T0 + 5 * 60_000)
     kept, unkept = sorted(app.scheduler.run_due(), key=lambda admitted: admitted.job_id)
-    Consumer(app.queue, app.handler).drain()
+    drain(app)
     assert app.queue.outcome(kept.job_id).result == b'{"value":7}'
     assert app.queue.outcome(unkept.job_id).result == b""
 
