@@ -77,7 +77,9 @@ class World:
         if isinstance(action, actions.SendAhead):
             self.ahead = self.settled_ahead(action.round)
             return None
-        reply, self.ahead = self.ahead, None
+        reply = self.ahead
+        if not action.peek:  # the keeper's read leaves the reply for the Collect that takes it
+            self.ahead = None
         if isinstance(reply, BaseException):
             raise reply
         return reply

@@ -47,6 +47,26 @@ def test_a_whole_batch_at_the_cap_sends_the_next_round_as_it_starts() -> None:
     assert lineup.take_ahead() is ahead and lineup.take_ahead() is None
 
 
+def test_the_keeper_tells_a_round_ahead_only_once_written_and_after_the_settle_delay() -> None:
+    """The round sent ahead is the loop's from its step to its write: the keeper reads its reply
+    (and tells its outcomes) only once it was written, ``settle_delay_ms`` after it was sent,
+    and once; it wakes for that."""
+    lineup = Lineup.of(settings(capacity=8), 1)
+    core = lineup.cores[0]
+    lineup.ramp = 4
+    core.record(job(1), core.settlement(None), 0.0)
+    busy(lineup, 4)
+    lineup.next_job(0.0)
+    assert lineup.read_ahead(0.0) is not None
+    delay = lineup.settings.settle_delay_ms / 1000
+    assert not lineup.report_due(delay)  # not written yet: the loop's write may still come
+    lineup.ahead_written = True
+    assert not lineup.report_due(delay / 2) and lineup.report_due(delay)
+    assert lineup.next_tick(0.0) <= delay
+    lineup.ahead_reported = True
+    assert not lineup.report_due(delay)
+
+
 @pytest.mark.parametrize("case", ["short batch", "rested", "two queues", "one attempt",
                                   "slow handlers", "suspect running", "pace unknown"])
 def test_no_round_goes_ahead_unless_the_queue_is_busy_and_the_batch_runs_quickly(
@@ -161,3 +181,26 @@ def test_a_stop_hands_back_the_batch_claimed_ahead(make: Make, queue: Queue) -> 
     assert queue.conn.zrange(queue.key("pending"), 0, -1) == [i.encode() for i in ids[5:]]
     for job_id in ids[5:]:
         assert queue.conn.hget(queue.key("job", job_id), "a") in (None, b"0")
+
+
+def test_a_slow_job_holds_back_no_on_ack_of_the_round_sent_ahead(make: Make,
+                                                                   queue: Queue) -> None:
+    """prefetch 8: as JOB:007-010 starts, the outcomes of JOB:003-006 go out with the round
+    sent ahead. JOB:007 then runs until JOB:006's ``on_ack`` is told: once those outcomes have
+    waited ``settle_delay_ms``, the keeper reads that round's reply and tells them, as it sends
+    any outcome a running handler would hold back (the round's claim waits for the batch)."""
+    ids = fill(queue, 16)
+    told, waited = threading.Event(), []
+
+    def handler(job: Job) -> None:
+        if job.id == ids[7]:
+            waited.append(told.wait(10.0))
+
+    def on_ack(job: Job) -> None:
+        if job.id == ids[6]:
+            told.set()
+
+    consumer = make(queue, handler, prefetch=8, settle_delay_ms=200, on_ack=on_ack)
+    assert consumer.beat(park=False) == 16
+    assert waited == [True]
+    assert queue.counts() == {"pending": 0, "active": 0, "delayed": 0, "dead": 0, "lanes": 0}

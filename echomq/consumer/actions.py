@@ -95,7 +95,10 @@ class SendAhead(OnQueue):
 @dataclass(frozen=True)
 class Collect(OnQueue):
     """Read the reply of the round sent ahead on queue ``index``: reply (verdicts, jobs
-    claimed), as ``Settle`` does."""
+    claimed), as ``Settle`` does. ``peek``: the keeper's read while a handler runs, the reply
+    kept for the ``Collect`` that takes it (a second read gives the same reply)."""
+
+    peek: bool = False
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,8 @@ class Consumer(LoopShell):
             actions.WaitOne: lambda action: self._one_finished(wake=action.wake),
             actions.SettleInFlight: lambda action: self._settle_in_flight(),
             actions.KeeperDone: lambda action: self._keeper_done(),
-            actions.Collect: lambda action: self._ahead.pop(action.index),
+            actions.Collect: lambda action: (asyncio.shield(self._ahead[action.index])
+                                             if action.peek else self._ahead.pop(action.index)),
             actions.SettleAll: lambda action: self.queue._adrive(settle_all(
                 self.queues, action.calls, self.lease_ms, self.settings.retention_ms,
                 self._now())),

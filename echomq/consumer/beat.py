@@ -359,6 +359,8 @@ class Beat(Rounds):
         housekeep = core.take_housekeeping(now)
         if extends:
             yield from self.guarded("heartbeat", self.heartbeat(index, extends))
+        if index == 0 and self.lineup.report_due(now):
+            yield from self.guarded("send", self.report_ahead())
         for job in overruns:
             yield from self.guarded("overrun", self.overrun(index, job))
         if due is not None:

@@ -264,7 +264,8 @@ class Consumer(LoopShell):
             actions.Overran: self._cancel_overrun,
             actions.KeeperDone: lambda action: None,  # the keeper idles by itself
             actions.SendAhead: self._send_ahead,
-            actions.Collect: lambda action: self._ahead.pop(action.index).result(),
+            actions.Collect: lambda action: (self._ahead[action.index] if action.peek
+                                             else self._ahead.pop(action.index)).result(),
             actions.SettleAll: lambda action: self.queue._drive(settle_all(
                 self.queues, action.calls, self.lease_ms, self.settings.retention_ms,
                 self._now())),

@@ -90,6 +90,10 @@ class Lineup:
     # not read yet, and when it was sent.
     ahead: Round | None = None
     ahead_sent_at: float = 0.0
+    # Whether that round's call was written (its reply may be read), and whether the keeper
+    # read it and told its outcomes already (``report_due``).
+    ahead_written: bool = False
+    ahead_reported: bool = False
     # Whether the last round came back whole (as many jobs as it asked for).
     whole: bool = False
     # How long a job of the last batch took to run (s; None: not known), from when the batch
@@ -219,12 +223,27 @@ class Lineup:
         if claim < 1:
             return None
         self.ahead, self.ahead_sent_at = core.take_round(claim, now=now), now
+        self.ahead_written = self.ahead_reported = False
         return self.ahead
 
     def take_ahead(self) -> Round | None:
         """The round sent ahead whose reply is to be read now, if any (taken: read once)."""
         round_, self.ahead = self.ahead, None
         return round_
+
+    def report_due(self, now: float) -> bool:
+        """Whether the keeper reads the reply of the round sent ahead now and tells its outcomes
+        (``on_ack`` and the rest): they have waited ``settle_delay_ms`` for a batch still
+        running, as an outcome waiting for its round would have (``LoopCore.outbox_due``)."""
+        report_at = self._report_at()
+        return report_at is not None and now >= report_at
+
+    def _report_at(self) -> float | None:
+        ahead = self.ahead
+        if ahead is None or not ahead.outcomes or not self.ahead_written \
+                or self.ahead_reported:
+            return None
+        return self.ahead_sent_at + self.settings.settle_delay_ms / 1000
 
     def next_job(self, now: float) -> tuple[int, Job] | None:
         """The next job to run, with its queue's index: the earliest queue's first prefetched
@@ -260,5 +279,7 @@ class Lineup:
         return any(now >= core.housekeeping_at for core in self.cores)
 
     def next_tick(self, now: float) -> float:
-        """Seconds until any queue's keeper work is due."""
-        return min(core.next_tick(now) for core in self.cores)
+        """Seconds until any queue's keeper work is due (a round sent ahead to tell included)."""
+        report_at = self._report_at()
+        tick = min(core.next_tick(now) for core in self.cores)
+        return tick if report_at is None else max(0.0, min(tick, report_at - now))

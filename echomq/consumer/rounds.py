@@ -162,10 +162,11 @@ class Rounds:
                                         Settle(index, round_, core.watches(round_))))
 
     def replied(self, index: int, round_: Round, sent_at: float,
-                action: Settle | Collect) -> Program[list[Job]]:
+                action: Settle | Collect, *, told: bool = False) -> Program[list[Job]]:
         """The reply of ``round_``, sent at ``sent_at`` on queue ``index`` (``action`` sends it,
-        or reads the reply of it sent ahead): what it claimed goes into hand (and is returned).
-        If it fails, its outcomes wait for the next round."""
+        or reads the reply of it sent ahead): what it claimed goes into hand (and is returned),
+        and its outcomes are told unless they were (``told``: ``report_ahead``). If it fails,
+        its outcomes wait for the next round."""
         core = self.lineup.cores[index]
         try:
             verdicts, jobs = yield action
@@ -173,7 +174,8 @@ class Rounds:
             core.unsent(round_, self.now())
             raise
         yield from self.took(index, jobs, core.claim_answered(round_.claim_id, sent_at))
-        yield Report(round_.outcomes, verdicts)
+        if not told:
+            yield Report(round_.outcomes, verdicts)
         return list(jobs)
 
     def send_ahead(self, round_: Round) -> Program[None]:
@@ -185,19 +187,36 @@ class Rounds:
             self.lineup.take_ahead()
             self.lineup.cores[0].unsent(round_, self.now())
             raise
+        self.lineup.ahead_written = True
 
     def collect(self) -> Program[None]:
-        """Read the reply of the round sent ahead, if one was: its jobs come into hand, the next
+        """Read the reply of the round sent ahead, if one was (and was written: the keeper may
+        come between the loop's step and its write): its jobs come into hand, the next
         batch."""
-        round_ = self.lineup.take_ahead()
+        lineup = self.lineup
+        if not lineup.ahead_written:
+            return
+        told = lineup.ahead_reported
+        round_ = lineup.take_ahead()
         if round_ is None:
             return
-        lineup = self.lineup
         lineup.batch_done(self.now())
-        jobs = yield from self.replied(0, round_, lineup.ahead_sent_at, Collect(0))
+        jobs = yield from self.replied(0, round_, lineup.ahead_sent_at, Collect(0), told=told)
         if not lineup.isolating:  # else its jobs go back at once
             lineup.round_claimed(round_.claim, len(jobs))
             lineup.batch_began(len(jobs), self.now())
+
+    def report_ahead(self) -> Program[None]:
+        """The keeper's, once the outcomes of the round sent ahead waited ``settle_delay_ms`` for
+        a batch still running: read its reply and tell them, so a slow job holds no earlier
+        ``on_ack`` back; the jobs it claimed wait for ``collect``, which reads the same reply."""
+        lineup = self.lineup
+        round_ = lineup.ahead
+        if round_ is None:
+            return
+        lineup.ahead_reported = True
+        verdicts, _jobs = yield Collect(0, peek=True)
+        yield Report(round_.outcomes, verdicts)
 
     def took(self, index: int, jobs: Sequence[Job], sent_at: float) -> Program[None]:
         """``jobs`` of queue ``index``, claimed by a call sent at ``sent_at``, are in hand (a

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
 
 from echomq.engine.once import (
     Sent,
@@ -217,9 +218,12 @@ class Ahead(Generic[R]):
     read by ``result``, so what the caller does meanwhile overlaps that round trip. A first
     step that cannot be split (a cluster, a client of one connection, a step that is not a
     ``Send`` or ``Flush``) is performed whole now; the steps after the first (a script loaded
-    again, a second flush) are performed by ``result``."""
+    again, a second flush) are performed by ``result``, once: a later call, from any thread,
+    gives the same return or raises the same error."""
 
     def __init__(self, program: Program[R]) -> None:
+        self._lock = threading.Lock()
+        self._outcome: tuple[bool, Any] | None = None
         self._turns = Turns(program)
         self._step: Step | None = next(self._turns, None)
         self._sent: Sent | None = None
@@ -239,7 +243,20 @@ class Ahead(Generic[R]):
         self._step = None
 
     def result(self) -> R:
-        """What the program returns: the first step's reply read, then the rest driven."""
+        """What the program returns: the first step's reply read, then the rest driven (the
+        first call; the calls after it wait for it and answer as it did)."""
+        with self._lock:
+            if self._outcome is None:
+                try:
+                    self._outcome = (True, self._finish())
+                except BaseException as exc:
+                    self._outcome = (False, exc)
+        returned, value = self._outcome
+        if not returned:
+            raise cast(BaseException, value)
+        return cast(R, value)
+
+    def _finish(self) -> R:
         sent, self._sent = self._sent, None
         if sent is not None:
             try:
