@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 import redis
 
-from echomq import App, Consumer
+from echomq import App
 from echomq.embedded import EmbeddedValkey
+from tests.test_tasks_async import drain
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_796_025_600_000  # 2026-11-30 08:00:00 UTC
@@ -31,15 +32,6 @@ def fixed(now: int) -> Callable[[Any], int]:
 @pytest.fixture
 def app(conn: redis.Redis) -> App:
     return App(conn, queue="cron", check_policy=False)
-
-
-def drain(app: App) -> int:
-    """Run what the queue holds, then close the consumer (its keeper thread with it)."""
-    consumer = Consumer(app.queue, app.handler)
-    try:
-        return consumer.drain()
-    finally:
-        consumer.close()
 
 
 def test_a_periodic_task_is_enqueued_once_per_tick_and_runs(app: App,
