@@ -9,7 +9,7 @@ from collections.abc import Coroutine, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-from echomq.consumer.aio_leftovers import Leftovers
+from echomq.consumer.aio_leftovers import UNWIND_S, Leftovers
 from echomq.consumer.aio_node_parks import AsyncNodeParks
 from echomq.consumer.core import LoopCore
 from echomq.consumer.node_parks import WAKE_CAP, park_groups
@@ -132,8 +132,10 @@ class AsyncParker:
             self._parking.cancel()
 
     async def wait_wake(self, core: LoopCore) -> None:
-        """Block on the wake keys at most the park cap (a handler finishing cancels it): one
-        call per slot they lie in, until the first returns."""
+        """Block on the wake keys at most the park cap (a handler finishing or a stop cancels
+        it): one call per slot they lie in, until the first returns. A cancelled call is given
+        ``UNWIND_S`` to unwind, then left to ``close`` (a cancel that meets the client's own read
+        timeout can be swallowed, and the call then blocks to its end, as ``park`` says)."""
         conn = self._queue.conn
         timeout_s = core.park_cap_ms(self.socket_timeout_s) / 1000
         waiters = [asyncio.ensure_future(conn.blpop(group.keys, timeout=timeout_s))
@@ -143,7 +145,12 @@ class AsyncParker:
         finally:
             for waiter in waiters:
                 waiter.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
+            _, stuck = await asyncio.wait(waiters, timeout=UNWIND_S)
+            for waiter in stuck:
+                self._leftovers.close_after(waiter, None)
+            for waiter in set(waiters) - stuck:
+                if not waiter.cancelled():
+                    waiter.exception()  # consumed: the wait's outcome is the wake, not its error
 
     async def _push_wake(self, key: str) -> None:
         await self.hand_back("wake", key)
