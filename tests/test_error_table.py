@@ -25,6 +25,7 @@ from echomq.engine.error_header import HEADER, render
 from echomq.engine.errors import (
     ArgumentError,
     EchoMQError,
+    ErrorReply,
     FatalServerError,
     FenceError,
     ItemError,
@@ -131,6 +132,7 @@ def test_a_servers_error_is_told_by_its_replys_code_however_the_library_parsed_i
     for code, exc in server_errors.items():
         assert error_reply(exc).code == code
     assert error_reply(server_errors["ERR"]).line == ERRORS["NUMKEYS_INT"].text
+    assert error_reply(server_errors["WRONGTYPE"]).line == ERRORS["TYPE"].text
     assert classify(server_errors["NOSCRIPT"]) is Fault.TRANSIENT
     assert classify(server_errors["WRONGTYPE"]) is Fault.FATAL
     assert classify(server_errors["ERR"]) is Fault.FATAL
@@ -143,6 +145,24 @@ def test_a_code_the_library_stripped_is_told_by_the_class_without_a_status_code(
     denied = ERRORS["PERM"].text.split(" ", 1)[1]
     assert error_reply(redis.exceptions.NoPermissionError(denied)).line == ERRORS["PERM"].text
     assert classify(redis.exceptions.TryAgainError(moving)) is Fault.TRANSIENT
+
+
+class _NamedError(redis.ResponseError):
+    """An error as redis-py 8.2 makes it: ``status_code`` names the code, stripped from the text
+    or not."""
+
+    def __init__(self, text: str, status_code: str) -> None:
+        super().__init__(text)
+        self.status_code = status_code
+
+
+def test_a_code_named_and_left_in_the_text_is_read_once() -> None:
+    fence = ERRORS["FENCE"].text
+    assert error_reply(_NamedError(fence, "EMQFENCE")).line == fence
+    assert str(mapped_error(_NamedError(fence, "EMQFENCE"))) == fence
+    numkeys = ERRORS["NUMKEYS_INT"].text
+    assert error_reply(_NamedError(numkeys.split(" ", 1)[1], "ERR")).line == numkeys
+    assert error_reply(_NamedError("EMQFENCE", "EMQFENCE")) == ErrorReply("EMQFENCE", "")
 
 
 @pytest.mark.parametrize("wire", [5, 6])

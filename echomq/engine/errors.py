@@ -74,7 +74,8 @@ class EvictionPolicyWarning(UserWarning):
 
 # The codes client libraries strip from the errors they have a class for (redis-py's parser), by
 # the class's name (the same in valkey-py); redis-py 6 and later also keep it as ``status_code``.
-# A plain ResponseError whose text starts with no code lost "ERR".
+# A plain ResponseError whose text starts with no code lost "ERR". redis-py 8.2 sets
+# ``status_code`` on every error, also when it left the code in the text (WRONGTYPE, EMQ...).
 _STRIPPED_CODES = {
     "BusyLoadingError": "LOADING", "NoScriptError": "NOSCRIPT", "ReadOnlyError": "READONLY",
     "NoPermissionError": "NOPERM", "OutOfMemoryError": "OOM", "ExecAbortError": "EXECABORT",
@@ -114,14 +115,21 @@ def error_reply(exc: BaseException) -> ErrorReply:
     parsed it: the code it stripped (told by the exception's class or ``status_code``), or the
     first word of the text."""
     text = str(exc)
-    stripped = getattr(exc, "status_code", None)
-    if not isinstance(stripped, str):
-        stripped = next((_STRIPPED_CODES[kind.__name__] for kind in type(exc).__mro__
-                         if kind.__name__ in _STRIPPED_CODES), None)
-    if stripped is not None:
-        return ErrorReply(stripped, text)
     word, _, rest = text.partition(" ")
+    stripped = _stripped_code(exc)
+    if stripped is not None and word != stripped:
+        return ErrorReply(stripped, text)
     return ErrorReply(word, rest) if _is_code(word) else ErrorReply("ERR", text)
+
+
+def _stripped_code(exc: BaseException) -> str | None:
+    """The code the library names for an error (``status_code``, else told by its class); the
+    text may still start with it (see ``_STRIPPED_CODES``)."""
+    named = getattr(exc, "status_code", None)
+    if isinstance(named, str):
+        return named
+    return next((_STRIPPED_CODES[kind.__name__] for kind in type(exc).__mro__
+                 if kind.__name__ in _STRIPPED_CODES), None)
 
 
 def reply_code(exc: BaseException) -> str:
