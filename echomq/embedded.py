@@ -263,8 +263,6 @@ class EmbeddedValkey:
             try:
                 if int(probe.info("server")["process_id"]) != self.process.pid:
                     return False
-            except redis.BusyLoadingError:
-                raise
             except redis.ResponseError:  # INFO denied to this client (an ACL): PING tells
                 pass
         return bool(probe.ping())

@@ -17,7 +17,7 @@
 #define TRAFIKEY_VERSION 1
 
 /* Strings made once at load: the arguments of the ACL probe and the wake token. */
-ValkeyModuleString *s_hincrby, *s_attempts, *s_one, *s_zero;
+ValkeyModuleString *s_hincrby, *s_attempts, *s_one;
 
 /* ---- Key positions --------------------------------------------------------------------------- */
 
@@ -130,7 +130,6 @@ int ValkeyModule_OnLoad(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int arg
     s_hincrby = ValkeyModule_CreateString(NULL, "HINCRBY", 7);
     s_attempts = ValkeyModule_CreateString(NULL, ROW_ATTEMPTS, sizeof(ROW_ATTEMPTS) - 1);
     s_one = ValkeyModule_CreateString(NULL, "1", 1);
-    s_zero = ValkeyModule_CreateString(NULL, "0", 1);
     ev_names_create();
     fields_create();
 
@@ -143,7 +142,6 @@ int ValkeyModule_OnUnload(ValkeyModuleCtx *ctx) {
     ValkeyModule_FreeString(NULL, s_hincrby);
     ValkeyModule_FreeString(NULL, s_attempts);
     ValkeyModule_FreeString(NULL, s_one);
-    ValkeyModule_FreeString(NULL, s_zero);
     ev_names_free();
     fields_free();
     return VALKEYMODULE_OK;

@@ -35,7 +35,7 @@
 #define ROW_FENCE "f"
 
 /* Strings made once at load (trafikey.c): the arguments of the ACL probe and the wake token. */
-extern ValkeyModuleString *s_hincrby, *s_attempts, *s_one, *s_zero;
+extern ValkeyModuleString *s_hincrby, *s_attempts, *s_one;
 
 typedef struct {
     const char *p;
