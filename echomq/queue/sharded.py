@@ -31,7 +31,7 @@ from echomq.engine.errors import ItemError
 from echomq.engine.execution import ExecutorMethods
 from echomq.engine.native import checked_id, checked_lane
 from echomq.engine.produce import batch_verdicts, enqueue_many_calls
-from echomq.engine.program import Program, Reads, method, op
+from echomq.engine.program import Op, Program, Reads, method, op
 from echomq.engine.wire import Wire
 from echomq.queue.bounds import Housekept
 from echomq.queue.methods import QueueMethods, verdicts
@@ -360,29 +360,27 @@ class ShardedMethods(ShardedControls, QueueMethods):
     def recover(self, *, now: int | None = None, limit: int = DEFAULT_BATCH_LIMIT,
                 max_attempts: int | None = None) -> Program[int]:
         """``Queue.recover`` on every shard (``limit`` each); the leases taken in all."""
-        taken = 0
-        for shard in self._shards:
-            taken += yield from M.recover.program(shard, now=now, limit=limit,
-                                                  max_attempts=max_attempts)
-        return taken
+        return (yield from self._summed(M.recover, now=now, limit=limit,
+                                        max_attempts=max_attempts))
 
     @op
     def promote(self, *, now: int | None = None,
                 limit: int = DEFAULT_BATCH_LIMIT) -> Program[int]:
         """``Queue.promote`` on every shard (``limit`` each); the jobs moved in all."""
-        moved = 0
-        for shard in self._shards:
-            moved += yield from M.promote.program(shard, now=now, limit=limit)
-        return moved
+        return (yield from self._summed(M.promote, now=now, limit=limit))
 
     @op
     def trim_dead(self, *, now: int | None = None,
                   limit: int = DEFAULT_BATCH_LIMIT) -> Program[int]:
         """``Queue.trim_dead`` on every shard (``limit`` each); the jobs gone in all."""
-        gone = 0
+        return (yield from self._summed(M.trim_dead, now=now, limit=limit))
+
+    def _summed(self, method: Op[Any, ..., int], **options: Any) -> Program[int]:
+        """One count-returning program run on every shard in turn; the counts summed."""
+        total = 0
         for shard in self._shards:
-            gone += yield from M.trim_dead.program(shard, now=now, limit=limit)
-        return gone
+            total += yield from method.program(shard, **options)
+        return total
 
     @op
     def recover_due(self, *, now: int | None = None, max_attempts: int | None = None,
