@@ -19,14 +19,17 @@ import valkey.cluster
 
 from echomq import Queue, Verdict
 from echomq.aio import Queue as AsyncQueue
+from echomq.consumer.shell import take_token
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.cluster_once import first_key, hint
 from echomq.ops import admin
+from echomq.queue.parking import TOKEN_ROLE, token_taken
 from tests.reliability.servers import low_port, node, wait_until
 from tests.reply_dropper import ReplyDropper
 
 CLUSTERS = {"redis": (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster),
             "valkey": (valkey.cluster.ValkeyCluster, valkey.asyncio.cluster.ValkeyCluster)}
+LOST = (redis.exceptions.ConnectionError, valkey.exceptions.ConnectionError)
 
 
 class OneNodeCluster:
@@ -136,7 +139,7 @@ def test_a_purge_whose_reply_is_lost_removes_no_more_than_its_limit(cluster: One
         assert client.zcard("emq:{purged}:dead") == 10
         assert admin.purge(client, "other", limit=1) == 0  # the purge script loaded
         cluster.dropper.drop(naming(b"EVALSHA"))
-        with pytest.raises((redis.exceptions.ConnectionError, valkey.exceptions.ConnectionError)):
+        with pytest.raises(LOST):
             admin.purge(client, "purged", limit=5)
         assert cluster.dropper.dropped == 1
         assert client.zcard("emq:{purged}:dead") == 5
@@ -161,6 +164,61 @@ def test_an_asyncio_cluster_client_sends_a_transition_once(cluster: OneNodeClust
             claimed = [await queue.claim(lease_ms=60_000) for _ in range(3)]
             assert sorted(job.id for job in claimed if job is not None) == ["JOB:once", "JOB:warm"]
             assert claimed[2] is None
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("library", ["redis", "valkey"])
+def test_the_housekeeping_token_and_the_pause_check_are_asked_of_their_node_once(
+        cluster: OneNodeCluster, library: str) -> None:
+    """A consumer asks both in its loop: through the client's own retries, a node that is down
+    would hold the loop for seconds, and every other shard it serves with it. Sent once, the
+    lost reply is raised at once (the token's SET ran: the holder has it)."""
+    client = blocking_client(library, cluster)
+    try:
+        queue = Queue(client, "tok", wire=5)
+        token = queue.key(TOKEN_ROLE)
+        assert token_taken(take_token(client, token, "other", 60_000), "other")
+        assert token_taken(take_token(client, token, "me", 60_000), "me") is False  # other's
+        client.delete(token)
+        cluster.dropper.drop(naming(token.encode()))
+        with pytest.raises(LOST):
+            take_token(client, token, "me", 60_000)
+        assert cluster.dropper.dropped == 1
+        assert token_taken(take_token(client, token, "me", 60_000), "me")
+        queue.pause()
+        cluster.dropper.drop(naming(b"EXISTS"))
+        with pytest.raises(LOST):
+            queue.is_paused()
+        assert cluster.dropper.dropped == 2
+        assert queue.is_paused()
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("library", ["redis", "valkey"])
+def test_an_asyncio_cluster_client_asks_for_the_token_and_the_pause_once(
+        cluster: OneNodeCluster, library: str) -> None:
+    async def scenario() -> None:
+        client = cluster_client(library, cluster, asyncio_client=True)
+        try:
+            queue = AsyncQueue(client, "tok", wire=5)
+            token = queue.key(TOKEN_ROLE)
+            assert token_taken(await take_token(client, token, "me", 60_000), "me")
+            await client.delete(token)
+            cluster.dropper.drop(naming(token.encode()))
+            with pytest.raises(LOST):
+                await take_token(client, token, "me", 60_000)
+            assert cluster.dropper.dropped == 1
+            assert token_taken(await take_token(client, token, "me", 60_000), "me")
+            await queue.pause()
+            cluster.dropper.drop(naming(b"EXISTS"))
+            with pytest.raises(LOST):
+                await queue.is_paused()
+            assert cluster.dropper.dropped == 2
+            assert await queue.is_paused()
         finally:
             await client.aclose()
 

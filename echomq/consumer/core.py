@@ -82,8 +82,9 @@ class LoopCore:
     def take_housekeeping(self, now: float, *, force: bool = False) -> bool:
         """Whether this consumer's turn to try recover + promote has come at ``now`` (or is
         ``force``d); if so it counts as taken from now, so two callers never both take one. The
-        shell then asks for the queue's housekeeping token (``echomq.queue.parking.take_token``): of
-        all its consumers, one a ``housekeeping_ms`` runs the round."""
+        shell then asks for the queue's housekeeping token
+        (``echomq.consumer.shell.take_token``): of all its consumers, one a ``housekeeping_ms``
+        runs the round."""
         if not force and now < self.housekeeping_at:
             return False
         self.housekeeping_at = now + self.settings.housekeeping_ms / 1000

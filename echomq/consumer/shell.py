@@ -7,6 +7,7 @@ the asyncio one awaits it) and how both perform its notices. None of it does I/O
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,8 +38,9 @@ from echomq.consumer.faults import Fault, classify
 from echomq.consumer.loop import Lineup
 from echomq.consumer.settings import Clock, Settings, describe, fatal_error, first_line
 from echomq.consumer.spread import shards_of
-from echomq.engine import calls
+from echomq.engine import calls, cluster_once
 from echomq.engine.calls import Job, Outcome, Verdict
+from echomq.engine.clients import is_cluster
 from echomq.engine.errors import Wire6Unsupported
 from echomq.engine.program import Program
 from echomq.engine.transitions import LANE_CLAIM
@@ -50,7 +52,6 @@ from echomq.queue.parking import (
     Sighting,
     queue_reads,
     sighting_of,
-    take_token,
     token_taken,
 )
 
@@ -113,6 +114,22 @@ def consumer_name() -> str:
     import uuid
 
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def take_token(conn: Any, key: str, holder: str, interval_ms: int) -> Any:
+    """Ask for the queue's housekeeping token ``key`` for ``holder``, held ``interval_ms``
+    (``SET NX PX GET``): the reply is what ``token_taken`` reads (awaitable on an asyncio
+    client). One consumer a housekeeping interval runs recover + promote; the others skip.
+
+    On a cluster it is asked of its slot's node once (``echomq.engine.cluster_once``): a node that
+    is down fails it at once. The client's own retries would hold the consumer's loop for
+    seconds, and with it every other shard it serves."""
+    if not is_cluster(conn):
+        return conn.set(key, holder, nx=True, px=interval_ms, get=True)
+    command = ("SET", key, holder, "NX", "PX", interval_ms, "GET")
+    if inspect.iscoroutinefunction(conn.execute_command):
+        return cluster_once.async_send(conn, command, get=True)
+    return cluster_once.send(conn, command, get=True)
 
 
 def log_failure(job: Job, verdict: Verdict, error: str, retry_delay_ms: int) -> None:

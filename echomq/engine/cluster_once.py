@@ -100,11 +100,12 @@ def script_nodes(client: Any) -> list[Any]:
     return list(found.values())
 
 
-def send(client: Any, command: Command) -> Any:
-    """The reply of ``command`` sent once through the blocking cluster ``client``."""
+def send(client: Any, command: Command, **options: Any) -> Any:
+    """The reply of ``command`` sent once through the blocking cluster ``client`` (``options``:
+    what the client's reply callback of the command takes, as ``get=True`` for ``SET ... GET``)."""
     for tries_left in range(CLUSTER_DOWN_TRIES, -1, -1):
         try:
-            return client.execute_command(*command, **_target(client, command))
+            return client.execute_command(*command, **options, **_target(client, command))
         except twins(ClusterDownError):
             if not tries_left:
                 raise
@@ -122,12 +123,13 @@ def flush(client: Any, commands: Sequence[Command]) -> list[Any]:
     return replies
 
 
-async def async_send(client: Any, command: Command) -> Any:
+async def async_send(client: Any, command: Command, **options: Any) -> Any:
     """``send`` for an asyncio cluster client."""
     await client.initialize()  # its slot map, read at the first call
     for tries_left in range(CLUSTER_DOWN_TRIES, -1, -1):
         try:
-            return await client.execute_command(*command, **_target(client, command))
+            return await client.execute_command(*command, **options,
+                                                **_target(client, command))
         except twins(ClusterDownError):
             if not tries_left:
                 raise

@@ -18,9 +18,10 @@ from typing import Any
 
 from echomq.engine import transitions as t
 from echomq.engine.calls import Arg, Call, QueueCalls, text
+from echomq.engine.clients import is_cluster
 from echomq.engine.execution import ExecutorMethods, ScriptWire
 from echomq.engine.native import checked_int, checked_lane, checked_now
-from echomq.engine.program import Invoke, Program, Reads, method, op
+from echomq.engine.program import Invoke, Program, Reads, Send, method, op
 
 KNOBS = ("concurrency", "rate", "window_ms", "weight")
 ALL = "*"
@@ -135,7 +136,10 @@ class LaneControls:
     def is_paused(self) -> Program[bool]:
         """Whether the whole queue is paused (one ``EXISTS``: what a consumer asks before it
         starts a prefetched job it has had for a while)."""
-        return bool((yield Invoke(self.conn, method("exists", self.calls.key("paused")))))
+        paused = self.calls.key("paused")
+        if is_cluster(self.conn):  # its slot's node once: one that is down fails it at once
+            return bool((yield Send(self.conn, ("EXISTS", paused))))
+        return bool((yield Invoke(self.conn, method("exists", paused))))
 
     @op
     def leased_by_lane(self) -> Program[dict[str, int]]:

@@ -89,13 +89,6 @@ def queue_watch(pipe: Any, key: str, tokens: int = WATCH_TOKENS) -> None:
         pipe.execute_command(*command)
 
 
-def take_token(conn: Any, key: str, holder: str, interval_ms: int) -> Any:
-    """Ask for the queue's housekeeping token ``key`` for ``holder``, held ``interval_ms``
-    (``SET NX PX GET``): the reply is what ``token_taken`` reads (awaitable on an asyncio
-    client). One consumer a housekeeping interval runs recover + promote; the others skip."""
-    return conn.set(key, holder, nx=True, px=interval_ms, get=True)
-
-
 def token_taken(reply: Any, holder: str) -> bool:
     """Whether ``holder`` has the token: it was free (no old value), or is ``holder``'s own
     still (its next round came a moment before the server expired it)."""

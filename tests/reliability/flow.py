@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster, key_slot
+from redis.retry import Retry
 
 from echomq import Consumer, Job, Queue
 from echomq.engine.server_time import server_ms
@@ -136,7 +138,10 @@ class Confirmer:
         held: tuple[int, redis.Redis] | None = getattr(self._local, "conn", None)
         if held is None or held[0] != port:
             self._drop()
-            held = (port, redis.Redis(port=port, socket_timeout=3, single_connection_client=True))
+            # No retries: a node that is down fails the confirmation at once (redis-py's own
+            # retries of a refused connect take seconds, all of them inside the consumer's on_ack).
+            held = (port, redis.Redis(port=port, socket_timeout=3, single_connection_client=True,
+                                      retry=Retry(NoBackoff(), 0)))
             self._local.conn = held
             with self._lock:
                 self._opened.append(held[1])
