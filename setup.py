@@ -31,9 +31,9 @@ class BuildWithModule(build_ext):
         compiler = (os.environ.get("CC") or "cc").split()[0]
         if shutil.which("make") is None or shutil.which(compiler) is None:
             raise SystemExit(
-                "echomq needs a C compiler ($CC, else cc) and make to build its Valkey module trafikey.so "
-                "and its cffi core; install them (Debian: apt-get install build-essential) and "
-                "retry"
+                "echomq needs a C compiler ($CC, else cc) and make to build its Valkey module "
+                "trafikey.so and its cffi core; install them (Debian: apt-get install "
+                "build-essential) and retry"
             )
         super().run()
         subprocess.check_call(make_command())
