@@ -163,6 +163,27 @@ def test_the_asyncio_twin_is_of_the_client_s_own_library(library_conn: Any) -> N
     assert asyncio.run(same_server())
 
 
+@pytest.mark.parametrize("library", ["redis", "valkey"])
+def test_the_asyncio_twin_keeps_the_retry_policy_as_an_asyncio_one(library: str) -> None:
+    """redis-py 8.2 would convert a blocking ``Retry`` itself, warning each time; valkey-py (and
+    redis-py before) would keep it, and an asyncio connection cannot run its retries."""
+    import asyncio
+    import importlib
+    import warnings
+
+    backoff = importlib.import_module(f"{library}.backoff").ExponentialBackoff()
+    blocking_retry = importlib.import_module(f"{library}.retry").Retry(backoff, 4)
+    client_class = redis.Redis if library == "redis" else valkey.Valkey
+    conn = client_class(port=1, retry=blocking_retry)  # never connected
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        twin = async_twin(conn)
+    retry = twin.connection_pool.connection_kwargs["retry"]
+    assert isinstance(retry, importlib.import_module(f"{library}.asyncio.retry").Retry)
+    assert (type(retry._backoff), retry._retries) == (type(backoff), 4)
+    asyncio.run(twin.aclose())
+
+
 def test_echomq_never_imports_valkey_py_itself() -> None:
     """redis-py users need no valkey-py: only a client of it brings its classes in."""
     import subprocess

@@ -11,6 +11,7 @@ only once ``valkey`` is imported, so its classes are looked up among the modules
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from functools import cache
 from typing import Any
@@ -90,6 +91,24 @@ def async_twin(conn: Any) -> Any:
     connections = importlib.import_module(f"{library}.asyncio.connection")
     kind = getattr(connections, pool.connection_class.__name__, connections.Connection)
     client_class = aio.Valkey if library == "valkey" else aio.Redis
+    options = dict(pool.connection_kwargs)
+    if options.get("retry") is not None:
+        options["retry"] = _async_retry(library, options["retry"])
     # from_pool: the twin owns its pool, so closing the twin closes its connections.
-    return client_class.from_pool(aio.ConnectionPool(connection_class=kind,
-                                                     **pool.connection_kwargs))
+    return client_class.from_pool(aio.ConnectionPool(connection_class=kind, **options))
+
+
+def _async_retry(library: str, retry: Any) -> Any:
+    """The asyncio library's ``Retry`` with the blocking ``retry``'s policy (its backoff, tries
+    and errors). redis-py 8.2 makes that conversion itself, with a UserWarning for every client;
+    earlier versions, and valkey-py, keep the blocking one, whose retries an asyncio connection
+    never runs (its calls are coroutines). A retry of another kind is kept as it is."""
+    if inspect.iscoroutinefunction(getattr(type(retry), "call_with_retry", None)):
+        return retry
+    needed = ("_backoff", "_retries", "_supported_errors")
+    if not all(hasattr(retry, name) for name in needed):
+        return retry
+    aio_retry = importlib.import_module(f"{library}.asyncio.retry")
+    extra = {} if getattr(retry, "_is_retryable", None) is None \
+        else {"is_retryable": retry._is_retryable}
+    return aio_retry.Retry(retry._backoff, retry._retries, retry._supported_errors, **extra)
