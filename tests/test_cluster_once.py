@@ -19,6 +19,8 @@ import valkey.cluster
 
 from echomq import Queue, Verdict
 from echomq.aio import Queue as AsyncQueue
+from echomq.consumer.aio_parker import AsyncParker
+from echomq.consumer.blocking_parker import Parker
 from echomq.consumer.shell import take_token
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.cluster_once import first_key, hint
@@ -219,6 +221,45 @@ def test_an_asyncio_cluster_client_asks_for_the_token_and_the_pause_once(
                 await queue.is_paused()
             assert cluster.dropper.dropped == 2
             assert await queue.is_paused()
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("library", ["redis", "valkey"])
+def test_a_cluster_consumers_read_before_a_park_is_sent_once(cluster: OneNodeCluster,
+                                                             library: str) -> None:
+    """Through the cluster client's pipeline, a read whose node is down waits out the client's
+    retries (seconds, the consumer's stop and its other nodes' jobs waiting with it): sent node
+    by node once (``echomq.engine.scatter.scatter_reads``), the lost reply is raised at once."""
+    client = blocking_client(library, cluster)
+    try:
+        parker = Parker([Queue(client, "parked", wire=5)], 1_000)
+        assert len(parker.read(ready=True, lanes=False)) == 1
+        cluster.dropper.drop(naming(b"ZRANGE"))
+        with pytest.raises(LOST):
+            parker.read(ready=True, lanes=False)
+        assert cluster.dropper.dropped == 1
+        assert len(parker.read(ready=True, lanes=False)) == 1
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("library", ["redis", "valkey"])
+def test_an_asyncio_cluster_consumers_read_before_a_park_is_sent_once(
+        cluster: OneNodeCluster, library: str) -> None:
+    async def scenario() -> None:
+        client = cluster_client(library, cluster, asyncio_client=True)
+        try:
+            parker = AsyncParker([AsyncQueue(client, "parked", wire=5)], 1_000)
+            assert len(await parker.read(ready=True, lanes=False)) == 1
+            cluster.dropper.drop(naming(b"ZRANGE"))
+            with pytest.raises(LOST):
+                await parker.read(ready=True, lanes=False)
+            assert cluster.dropper.dropped == 1
+            assert len(await parker.read(ready=True, lanes=False)) == 1
+            await parker.close()
         finally:
             await client.aclose()
 

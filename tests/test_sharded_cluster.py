@@ -9,6 +9,7 @@ tests/reliability/test_cluster_failover.py. See docs/CLUSTER.md."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter
 from typing import Any
@@ -109,3 +110,57 @@ def test_the_worker_serves_a_sharded_queue_of_a_cluster_reading_its_shards_from_
             rc.close()
         assert "ERROR" not in supervisor.log(), supervisor.log()
         assert "Traceback" not in supervisor.log(), supervisor.log()
+
+
+
+def cluster_client_class(library: str, in_asyncio: bool) -> Any:
+    import redis.asyncio.cluster
+    import valkey.asyncio.cluster
+    import valkey.cluster
+
+    return {("redis", False): RedisCluster, ("redis", True): redis.asyncio.cluster.RedisCluster,
+            ("valkey", False): valkey.cluster.ValkeyCluster,
+            ("valkey", True): valkey.asyncio.cluster.ValkeyCluster}[(library, in_asyncio)]
+
+
+@pytest.mark.parametrize("in_asyncio", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("library", ["redis", "valkey"])
+def test_a_spread_consumer_runs_every_shards_jobs_through_either_librarys_cluster_client(
+        library: str, in_asyncio: bool) -> None:
+    """redis-py's and valkey-py's cluster clients, blocking and asyncio: a spread consumer's
+    rounds (``echomq.engine.scatter``: its outcomes of several shards, its reads before a park)
+    reach each node through the client's own per-node clients, which the two libraries name
+    apart (``get_redis_connection``, ``get_valkey_connection``)."""
+    from echomq import aio
+
+    kind = cluster_client_class(library, in_asyncio)
+    ids = [f"JOB:{n}" for n in range(60)]
+    acked: list[str] = []
+    with three_primaries() as nodes:
+        producer = RedisCluster(host="127.0.0.1", port=nodes[0].port)
+        queue = Queue(producer, "libs", shards=SHARDS, wire=6)
+        assert {queue.shard_of(job_id) for job_id in ids} == set(range(SHARDS))
+        queue.enqueue_many([(job_id, b"x") for job_id in ids])
+        if in_asyncio:
+            async def serve() -> None:
+                client = kind(host="127.0.0.1", port=nodes[0].port)
+                consumer = aio.Consumer(aio.Queue(client, "libs", shards=SHARDS, wire=6),
+                                        lambda job: None, prefetch=8, announce=False,
+                                        on_ack=lambda job: acked.append(job.id))
+                served = asyncio.ensure_future(consumer.run())
+                await asyncio.to_thread(wait_until, lambda: len(acked) == len(ids), 10)
+                consumer.stop()
+                await served
+                await client.aclose()
+
+            asyncio.run(serve())
+        else:
+            client = kind(host="127.0.0.1", port=nodes[0].port)
+            consumer = Consumer(Queue(client, "libs", shards=SHARDS, wire=6), lambda job: None,
+                                prefetch=8, announce=False,
+                                on_ack=lambda job: acked.append(job.id))
+            with running(consumer, stop_within=10.0):
+                wait_until(lambda: len(acked) == len(ids), 10)
+            client.close()
+        producer.close()
+    assert sorted(acked) == sorted(ids), f"{len(acked)} of {len(ids)} acked"

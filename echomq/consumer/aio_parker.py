@@ -16,6 +16,7 @@ from echomq.consumer.node_parks import WAKE_CAP, park_groups
 from echomq.consumer.settings import park_socket_timeout
 from echomq.consumer.shell import park_keys, queue_park_reads, sightings_of, wake_keys
 from echomq.engine.clients import is_cluster, private_twin
+from echomq.engine.scatter import CommandList, async_scatter_reads
 from echomq.queue.aio import Queue
 from echomq.queue.connection import socket_timeout_of
 from echomq.queue.parking import (
@@ -79,10 +80,19 @@ class AsyncParker:
         """Each queue's Sighting, read in one flush through the parking client (``announcer``:
         before a park, as ``echomq.consumer.blocking.Parker.read``)."""
         client = await self.client()
-        async with client.pipeline(transaction=False) as pipe:
-            queue_park_reads(pipe, self._queues, ready=ready, lanes=lanes)
-            beat = 0 if announcer is None else await announcer.aqueue_parked(pipe, self._cap_ms)
-            replies, written = split_beat(await pipe.execute(raise_on_error=not beat), beat)
+        if is_cluster(client):  # node by node, once: a node that is down fails its own
+            pending = CommandList()
+            queue_park_reads(pending, self._queues, ready=ready, lanes=lanes)
+            beat = 0 if announcer is None else await announcer.aqueue_parked(pending,
+                                                                             self._cap_ms)
+            replies, written = split_beat(await async_scatter_reads(client, pending.commands),
+                                          beat)
+        else:
+            async with client.pipeline(transaction=False) as pipe:
+                queue_park_reads(pipe, self._queues, ready=ready, lanes=lanes)
+                beat = 0 if announcer is None else await announcer.aqueue_parked(pipe,
+                                                                                 self._cap_ms)
+                replies, written = split_beat(await pipe.execute(raise_on_error=not beat), beat)
         if announcer is not None and beat and announcer.parked_written(written):
             await announcer.arelist()
         return sightings_of(replies, len(self._queues))

@@ -24,6 +24,7 @@ from echomq.consumer.settings import park_socket_timeout
 from echomq.consumer.shell import park_keys, queue_park_reads, sightings_of
 from echomq.engine.calls import text
 from echomq.engine.clients import is_cluster, private_twin, twins
+from echomq.engine.scatter import CommandList, scatter_reads
 from echomq.engine.server_time import server_ms
 from echomq.engine.transact import transact_once
 from echomq.queue.blocking import Queue
@@ -118,10 +119,16 @@ class Parker:
         used last by a BLPOP, so no health check goes before it); ``announcer``: the read goes
         before a park, and the record rides in the flush when due."""
         own = self.bind()
-        with own.conn.pipeline(transaction=False) as pipe:
-            queue_park_reads(pipe, self._queues, ready=ready, lanes=lanes)
-            beat = 0 if announcer is None else announcer.queue_parked(pipe, self._cap_ms)
-            replies, written = split_beat(pipe.execute(raise_on_error=not beat), beat)
+        if is_cluster(own.conn):  # node by node, once: a node that is down fails its own
+            pending = CommandList()
+            queue_park_reads(pending, self._queues, ready=ready, lanes=lanes)
+            beat = 0 if announcer is None else announcer.queue_parked(pending, self._cap_ms)
+            replies, written = split_beat(scatter_reads(own.conn, pending.commands), beat)
+        else:
+            with own.conn.pipeline(transaction=False) as pipe:
+                queue_park_reads(pipe, self._queues, ready=ready, lanes=lanes)
+                beat = 0 if announcer is None else announcer.queue_parked(pipe, self._cap_ms)
+                replies, written = split_beat(pipe.execute(raise_on_error=not beat), beat)
         if announcer is not None and beat and announcer.parked_written(written):
             announcer.relist()
         return sightings_of(replies, len(self._queues))

@@ -27,9 +27,13 @@ TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
 FATAL_CONNECTION_TYPES: tuple[type[BaseException], ...] = (
     redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError,
 )
+# redis-py 8.2 raises RedisClusterUnreachableError (no RedisError) when a refresh of the slot map
+# reached no node: the nodes coming back heals it.
 CONNECTION_TYPES: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
     redis.exceptions.ClusterError, ConnectionError, TimeoutError,
+    *[kind for kind in [getattr(redis.exceptions, "RedisClusterUnreachableError", None)]
+      if kind is not None],
 )
 
 

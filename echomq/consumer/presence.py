@@ -232,8 +232,11 @@ class Announcer:
         pipe.sadd(WORKERS_KEY, self.key)
 
     def _queue_write(self, pipe: Any, server_ms: int, expiry_ms: int) -> None:
-        pipe.hset(self.key, mapping=self.fields(server_ms, expiry_ms))
-        pipe.pexpire(self.key, expiry_ms)
+        """The record's ``HSET`` and ``PEXPIRE``, as bare commands (on a pipeline, or on a
+        ``CommandList`` a cluster consumer's read sends node by node)."""
+        fields = self.fields(server_ms, expiry_ms)
+        pipe.execute_command("HSET", self.key, *[part for pair in fields.items() for part in pair])
+        pipe.execute_command("PEXPIRE", self.key, expiry_ms)
 
     def _written(self, lapses_at: float, *, parked: bool) -> None:
         self._lapses_at, self._shown_parked = lapses_at, parked

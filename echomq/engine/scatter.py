@@ -23,7 +23,47 @@ from echomq.engine.cluster_once import first_key, hint
 from echomq.engine.errors import reply_code
 from echomq.engine.once import Command, pool_args, reply_or_error
 
-__all__ = ["async_scatter", "redirected", "scatter"]
+__all__ = ["CommandList", "async_scatter", "async_scatter_reads", "redirected", "scatter",
+           "scatter_reads"]
+
+
+class CommandList:
+    """Commands queued as on a pipeline (``execute_command`` only), kept to be sent another way:
+    a cluster consumer's reads before a park go out by ``scatter_reads``."""
+
+    def __init__(self) -> None:
+        self.commands: list[Command] = []
+
+    def execute_command(self, *command: Any) -> None:
+        self.commands.append(command)
+
+
+def scatter_reads(client: Any, commands: Sequence[Command]) -> list[Any]:
+    """``scatter`` for reads (or writes that may be sent again): one a ``MOVED`` or ``ASK``
+    refused is sent again through the cluster ``client``, which follows it (and reads its slot
+    map afresh). A node that is down fails its own commands at once, never waiting out the
+    client's retries."""
+    replies = scatter(client, commands)
+    for place, reply in enumerate(replies):
+        if redirected(reply):
+            try:
+                replies[place] = client.execute_command(*commands[place])
+            except Exception as exc:
+                replies[place] = exc
+    return replies
+
+
+async def async_scatter_reads(client: Any, commands: Sequence[Command]) -> list[Any]:
+    """``scatter_reads`` through an asyncio cluster ``client``."""
+    replies = await async_scatter(client, commands)
+    for place, reply in enumerate(replies):
+        if redirected(reply):
+            try:
+                replies[place] = await client.execute_command(*commands[place])
+            except Exception as exc:
+                replies[place] = exc
+    return replies
+
 
 
 @dataclass
@@ -68,8 +108,9 @@ def scatter(client: Any, commands: Sequence[Command]) -> list[Any]:
     node's group written before any reply is read."""
     replies: list[Any] = [None] * len(commands)
     written: list[tuple[Any, Any, Group]] = []
+    of_node = getattr(client, "get_redis_connection", None) or client.get_valkey_connection
     for group in _groups(client, commands, replies):
-        node_client = client.get_redis_connection(group.node)
+        node_client = of_node(group.node)
         pool = node_client.connection_pool
         try:
             conn = pool.get_connection(*pool_args(pool, commands[group.places[0]][0]))

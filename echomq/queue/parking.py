@@ -48,9 +48,9 @@ def queue_reads(pipe: Any, key: Any, *, ready: bool, lanes: bool) -> None:
     for role in HEADS:
         pipe.execute_command(*head_read(key(role)))
     if ready:
-        pipe.zcard(key("pending"))
+        pipe.execute_command("ZCARD", key("pending"))
         if lanes:
-            pipe.llen(key("ring"))
+            pipe.execute_command("LLEN", key("ring"))
 
 
 def head_read(key: Any) -> tuple[Any, ...]:
