@@ -18,6 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from echomq import Job, Queue
 from echomq.ops.tracing import TracingHooks
+from tests.json_lines import written_records
 from tests.obs_app import producer_of_charge
 from tests.test_worker import Workers, wait_until, workers
 
@@ -93,12 +94,6 @@ def test_an_exception_escaping_the_attempt_is_recorded(
     assert "raise KeyboardInterrupt" in str((event.attributes or {})["exception.stacktrace"])
 
 
-def read_spans(path: Path) -> list[dict[str, object]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
 @pytest.fixture
 def spans_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The file the worker processes this test starts write their consumer spans to."""
@@ -110,9 +105,9 @@ def spans_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def worker_spans(supervisor: Workers, spans_file: Path, count: int) -> list[dict[str, Any]]:
     """The spans the worker processes wrote, once there are ``count``; the workers stopped
     cleanly after."""
-    assert wait_until(lambda: len(read_spans(spans_file)) == count, 20), supervisor.log()
+    assert wait_until(lambda: len(written_records(spans_file)) == count, 20), supervisor.log()
     assert supervisor.terminate(within=10) == 0
-    return read_spans(spans_file)
+    return written_records(spans_file)
 
 
 def test_a_worker_process_continues_the_trace_of_the_enqueue(

@@ -5,7 +5,6 @@ from the ledger the handlers write (tests/chord_app.py) and from the server's ke
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -21,6 +20,7 @@ import pytest
 
 from echomq import App, Verdict, chord
 from echomq.embedded import EmbeddedValkey
+from tests.json_lines import unended_tail, written_records
 from tests.reliability.servers import durable_node, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -75,12 +75,6 @@ def workers(env: dict[str, str], log: Path) -> Iterator[Workers]:
         crew.stop()
 
 
-def ledger_of(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("wire", [5, 6])
 def test_a_chord_under_kills_runs_its_callback_once_with_every_result(
@@ -99,10 +93,10 @@ def test_a_chord_under_kills_runs_its_callback_once_with_every_result(
             deadline = time.monotonic() + BOUND_S
             kills_at = iter(range(KILL_EVERY, CHILDREN, KILL_EVERY))  # by progress, not time
             next_kill: int | None = next(kills_at)
-            while not any("fanin" in entry for entry in ledger_of(ledger)):
+            while not any("fanin" in entry for entry in written_records(ledger)):
                 assert time.monotonic() < deadline, (tmp_path / "workers.log").read_text()[-3000:]
                 time.sleep(0.02)
-                ran = len(ledger_of(ledger))
+                ran = len(written_records(ledger))
                 if next_kill is not None and ran >= next_kill:
                     crew.kill_one(draw)
                     next_kill = next(kills_at, None)
@@ -138,7 +132,8 @@ def restart(server: EmbeddedValkey) -> None:
 
 
 def check(app: App, ledger: Path, result: int) -> None:
-    entries = ledger_of(ledger)
+    assert unended_tail(ledger) == ""  # every handler's line whole
+    entries = written_records(ledger)
     fanins = [entry for entry in entries if "fanin" in entry]
     assert fanins == [{"fanin": CHILDREN, "whole": True}]  # once, with every result in order
     assert {entry["child"] for entry in entries if "child" in entry} == set(range(CHILDREN))
