@@ -28,12 +28,13 @@ FATAL_CONNECTION_TYPES: tuple[type[BaseException], ...] = (
     redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError,
 )
 # redis-py 8.2 raises RedisClusterUnreachableError (no RedisError) when a refresh of the slot map
-# reached no node: the nodes coming back heals it.
+# reached no node: the nodes coming back heals it. Earlier versions have no such class.
+_UNREACHABLE: type[BaseException] | None = getattr(
+    redis.exceptions, "RedisClusterUnreachableError", None)
 CONNECTION_TYPES: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
     redis.exceptions.ClusterError, ConnectionError, TimeoutError,
-    *[kind for kind in [getattr(redis.exceptions, "RedisClusterUnreachableError", None)]
-      if kind is not None],
+    *((_UNREACHABLE,) if _UNREACHABLE is not None else ()),
 )
 
 

@@ -44,26 +44,28 @@ def scatter_reads(client: Any, commands: Sequence[Command]) -> list[Any]:
     map afresh). A node that is down fails its own commands at once, never waiting out the
     client's retries."""
     replies = scatter(client, commands)
-    for place, reply in enumerate(replies):
-        if redirected(reply):
-            try:
-                replies[place] = client.execute_command(*commands[place])
-            except Exception as exc:
-                replies[place] = exc
+    for place in _redirected_places(replies):
+        try:
+            replies[place] = client.execute_command(*commands[place])
+        except Exception as exc:
+            replies[place] = exc
     return replies
 
 
 async def async_scatter_reads(client: Any, commands: Sequence[Command]) -> list[Any]:
     """``scatter_reads`` through an asyncio cluster ``client``."""
     replies = await async_scatter(client, commands)
-    for place, reply in enumerate(replies):
-        if redirected(reply):
-            try:
-                replies[place] = await client.execute_command(*commands[place])
-            except Exception as exc:
-                replies[place] = exc
+    for place in _redirected_places(replies):
+        try:
+            replies[place] = await client.execute_command(*commands[place])
+        except Exception as exc:
+            replies[place] = exc
     return replies
 
+
+def _redirected_places(replies: Sequence[Any]) -> list[int]:
+    """The places of the commands a ``MOVED`` or ``ASK`` refused, to send again."""
+    return [place for place, reply in enumerate(replies) if redirected(reply)]
 
 
 @dataclass
