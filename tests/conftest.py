@@ -22,8 +22,16 @@ from typing import Any
 import pytest
 import redis
 import valkey as valkey_py
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from echomq.embedded import EmbeddedValkey
+
+# A loaded 2-core machine can pause any example: Hypothesis's per-example deadline (200 ms) and
+# its slow-generation check would fail a correct test for it. Properties are judged on outcomes.
+hypothesis_settings.register_profile(
+    "loaded-machine", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("loaded-machine")
 
 NATIVE = Path(__file__).resolve().parent.parent / "native"
 # The client libraries a suite runs on: redis-py, and the Valkey project's own valkey-py.
