@@ -14,8 +14,9 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from echomq.consumer import aio_node_parks, blocking_parker, node_parks
 from echomq.consumer.blocking_parker import Parker, hand_back
-from echomq.consumer.node_parks import UNBLOCK_PATIENCE_S, NodeParks, Round, park_groups
+from echomq.consumer.node_parks import NodeParks, Round, park_groups
 from echomq.consumer.shell import park_keys
 from echomq.embedded import EmbeddedValkey
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
@@ -28,6 +29,9 @@ from tests.test_cluster_parks import (  # noqa: F401
     rc_fixture,
 )
 from tests.test_consumer import running, wait_until
+
+PATIENCE_S = 20.0  # a park's patience with a call, in the test of the wake token
+WAKE_S = 2.0  # the time a wake has there to reach the handler
 
 
 @pytest.fixture
@@ -56,11 +60,14 @@ def unblock_denied(nodes: list[EmbeddedValkey]) -> Iterator[RedisCluster]:
 
 def test_where_client_unblock_is_denied_a_wake_token_ends_the_other_calls(
         nodes: list[EmbeddedValkey], unblock_denied: RedisCluster, make: Make,
-        shell: str) -> None:
+        shell: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A wake on the first queue's node ends the park: the second node's call, which CLIENT
     UNBLOCK may not end, is ended by a wake token on its queue, so the park ends at once and
     the next park leaves one call blocked there, not two; a stop ends every call the same
-    way."""
+    way. The park's patience with a call is made long, so that a park that waited for the
+    other call would miss the wait below by far, whatever the machine's load."""
+    for module in (node_parks, blocking_parker, aio_node_parks):
+        monkeypatch.setattr(module, "UNBLOCK_PATIENCE_S", PATIENCE_S)
     pair = Pair(nodes, unblock_denied, f"denied-{shell}", 5)
     handled = threading.Event()
     consumer = make(pair.queues, lambda job: handled.set(), park_cap_ms=30_000,
@@ -68,8 +75,9 @@ def test_where_client_unblock_is_denied_a_wake_token_ends_the_other_calls(
     with running(consumer, stop_within=PROMPT_S):
         assert pair.parked()
         pair.queues[0].enqueue("JOB:denied", b"x")
-        # Sooner than the park's patience: the other call was ended, not waited for.
-        assert handled.wait(UNBLOCK_PATIENCE_S * 0.8)
+        # Far sooner than the park's patience, or than the other call's own timeout (seconds):
+        # the other call was ended, not waited for.
+        assert handled.wait(WAKE_S)
         assert pair.parked()
         assert wait_until(lambda: blocked(pair.homes[1]) == 1)
     assert wait_until(lambda: not any(blpop_clients(node) for node in nodes), PROMPT_S)

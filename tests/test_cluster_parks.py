@@ -415,7 +415,8 @@ def test_the_worker_serves_two_queues_of_a_cluster_from_one_nodes_url(
         assert order.lrange("test:order", 0, -1) == [b"first"] * 5 + [b"second"] * 5
         assert pair.parked(), supervisor.log()
         second.enqueue("JOB:late", b"late")
-        assert wait_until(lambda: order.llen("test:order") == 11, PROMPT_S), supervisor.log()
+        # A process of its own to schedule: prompt, against a park of 75 s, is within seconds.
+        assert wait_until(lambda: order.llen("test:order") == 11, 5 * PROMPT_S), supervisor.log()
         assert supervisor.terminate(within=10) == 0
     finally:
         supervisor.close()

@@ -304,6 +304,11 @@ def test_error_text_names_the_exception() -> None:
 # heartbeat ---------------------------------------------------------------------------------
 
 
+# A lease its heartbeat (a third of it) must keep over several lease lengths: long enough that a
+# loaded machine's pause of the heartbeat's thread does not outlast the two beats of slack.
+HELD_LEASE_MS = 900
+
+
 def long_job(started: threading.Event, release: threading.Event,
              seen: list[int]) -> Callable[[Job], None]:
     def handler(job: Job) -> None:
@@ -317,14 +322,14 @@ def test_a_long_handler_keeps_its_lease(make: Make, queue: Queue) -> None:
     started, release = threading.Event(), threading.Event()
     seen: list[int] = []
     acked: list[Job] = []
-    consumer = make(queue, long_job(started, release, seen), lease_ms=300,
+    consumer = make(queue, long_job(started, release, seen), lease_ms=HELD_LEASE_MS,
                         park_cap_ms=30_000, on_ack=acked.append)
-    rival = make(queue, lambda job: None, lease_ms=300)
+    rival = make(queue, lambda job: None, lease_ms=HELD_LEASE_MS)
     queue.enqueue("JOB:long", b"x")
     with running(consumer):
         assert started.wait(3.0)
-        for _ in range(4):  # ~1 s, more than three leases
-            time.sleep(0.25)
+        for _ in range(4):  # 3 s, more than three leases
+            time.sleep(0.75)
             assert rival.beat(park=False) == 0  # its recover finds no expired lease
             assert queue.conn.zscore(queue.key("active"), "JOB:long") is not None
         release.set()
@@ -438,7 +443,7 @@ def test_a_heartbeat_that_fails_once_keeps_the_lease(make: Make, queue: Queue) -
     started, release = threading.Event(), threading.Event()
     seen: list[int] = []
     acked: list[Job] = []
-    consumer = make(queue, long_job(started, release, seen), lease_ms=300,
+    consumer = make(queue, long_job(started, release, seen), lease_ms=HELD_LEASE_MS,
                     park_cap_ms=30_000, on_ack=acked.append)
     inner = consumer if isinstance(consumer, Consumer) else consumer.consumer
     extend, failures = inner.queue.extend_many, [0]
@@ -450,12 +455,12 @@ def test_a_heartbeat_that_fails_once_keeps_the_lease(make: Make, queue: Queue) -
         return extend(jobs, **options)
 
     inner.queue.extend_many = flaky
-    rival = Consumer(queue, lambda job: None, lease_ms=300)
+    rival = Consumer(queue, lambda job: None, lease_ms=HELD_LEASE_MS)
     queue.enqueue("JOB:long", b"x")
     with running(consumer):
         assert started.wait(3.0)
-        for _ in range(4):  # ~1 s, more than three leases
-            time.sleep(0.25)
+        for _ in range(4):  # 3 s, more than three leases
+            time.sleep(0.75)
             assert rival.beat(park=False) == 0  # its recover finds no expired lease
         release.set()
         assert wait_until(lambda: len(acked) == 1)

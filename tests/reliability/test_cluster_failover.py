@@ -71,6 +71,9 @@ EVENT_S = 30.0
 # A replica's election takes a few seconds (docs/CLUSTER.md); a 2-core machine running the rest
 # of the suite beside it has been seen to need more than EVENT_S.
 ELECTION_S = 90.0
+# The flow's producers and retries give up after this: longer than any test's phases together
+# (halt() ends it sooner).
+FLOW_S = 2 * EVENT_S + ELECTION_S
 SHARDS = 6  # the sharded layout: two shards on each of the three primaries
 # The other primaries' pace is compared over this long before and after a kill: within the node
 # timeout (2 s) after it, long enough that a loaded machine's pauses do not decide it.
@@ -216,7 +219,7 @@ def test_a_sigkilled_primary_is_replaced_by_its_replica_losing_nothing_confirmed
     heir = cluster.replica_of(victim)
     struck = {shard.name for shard in shards_on(cluster, queues, victim)}
     clock = witness.client()
-    flow = Flow(rc, queues, clock, confirm=True, deadline_s=2 * EVENT_S + ELECTION_S).start()
+    flow = Flow(rc, queues, clock, confirm=True, deadline_s=FLOW_S).start()
     try:
         wait_for(flow.progress(FLOWING), "jobs flowing before the kill", EVENT_S)
         orphan = orphan_lease(flow, shards_on(cluster, queues, victim)[0])
@@ -276,7 +279,7 @@ def test_a_slot_moved_under_load_onto_a_replicated_primary_loses_nothing(
     source, target = cluster.nodes[0], cluster.nodes[1]
     moving = shards_on(cluster, queues, source)[0]
     clock = cluster.nodes[2].client()
-    flow = Flow(rc, queues, clock, confirm=False).start()
+    flow = Flow(rc, queues, clock, confirm=False, deadline_s=FLOW_S).start()
     try:
         wait_for(flow.progress(FLOWING), "jobs flowing before the move", EVENT_S)
         orphan = orphan_lease(flow, moving)
@@ -305,7 +308,7 @@ def test_a_restarted_primary_rejoins_losing_nothing(cluster: ReplicatedCluster, 
     queues = queues_on_every_primary(cluster, rc, f"restart{wire}", wire, layout)
     node = cluster.nodes[0]
     clock = cluster.nodes[1].client()
-    flow = Flow(rc, queues, clock, confirm=False).start()
+    flow = Flow(rc, queues, clock, confirm=False, deadline_s=FLOW_S).start()
     try:
         wait_for(flow.progress(FLOWING), "jobs flowing before the restart", EVENT_S)
         orphan = orphan_lease(flow, shards_on(cluster, queues, node)[0])
