@@ -99,11 +99,27 @@ def start_on_a_free_port(make: Callable[[int], EmbeddedValkey], avoid: Collectio
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def node_port_range(ephemeral: Path = EPHEMERAL_RANGE) -> range:
+    """Where a cluster node's port is drawn: below the system's ephemeral ports, its bus port
+    (10000 above) too, so that no client connection's own port can hold a node's port while the
+    node restarts on it; 20000 to 45000 where the ephemeral ports leave no such room."""
+    try:
+        lowest_ephemeral = int(ephemeral.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        lowest_ephemeral = 32768  # Linux's default
+    below = range(10000, lowest_ephemeral - 10000)
+    return below if len(below) >= 2000 else range(20000, 45000)
+
+
 def bus_free_port(avoid: Collection[int] = ()) -> int:
-    """A free loopback port below 45000, not in ``avoid``, whose cluster bus port (10000 above)
-    is free too: a port for a node of a cluster."""
+    """A free loopback port, not in ``avoid``, whose cluster bus port (10000 above) is free too:
+    a port for a node of a cluster (``node_port_range``)."""
+    ports = node_port_range()
     for _ in range(200):
-        port = random.randrange(20000, 45000)
+        port = random.choice(ports)
         if port in avoid or port + 10000 in avoid:
             continue
         if all(_bindable(candidate) for candidate in (port, port + 10000)):

@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from echomq import Queue, Verdict
-from echomq.embedded import EmbeddedValkey, ServerExited, start_on_a_free_port
+from echomq.embedded import (
+    EPHEMERAL_RANGE,
+    EmbeddedValkey,
+    ServerExited,
+    bus_free_port,
+    node_port_range,
+    start_on_a_free_port,
+)
 
 # The child takes SIGINT as Ctrl-C even when its parent runs with SIGINT ignored (a background
 # test run), which it would otherwise inherit.
@@ -180,3 +187,20 @@ def test_a_node_whose_port_was_taken_is_started_on_another() -> None:
         assert server.client().ping()
     finally:
         server.stop()
+
+
+def test_a_cluster_nodes_port_and_its_bus_port_lie_below_the_ephemeral_ports(
+        tmp_path: Path) -> None:
+    """A node restarted on its port (a failover test) must find it free: no client connection's
+    own port, drawn from the ephemeral range, may be holding it meanwhile."""
+    ephemeral = tmp_path / "ip_local_port_range"
+    ephemeral.write_text("32768\t60999\n")
+    assert node_port_range(ephemeral) == range(10000, 22768)
+    ephemeral.write_text("1024\t65535\n")  # no room below: the old range
+    assert node_port_range(ephemeral) == range(20000, 45000)
+    assert node_port_range(tmp_path / "absent") == range(10000, 22768)
+    lowest_ephemeral = int(EPHEMERAL_RANGE.read_text().split()[0])  # this machine's
+    for _ in range(20):
+        port = bus_free_port()
+        assert port in node_port_range() and (port + 10000 < lowest_ephemeral
+                                              or lowest_ephemeral < 22000)

@@ -28,7 +28,9 @@ CAPPED, CAP = "capped", 2
 RATED, RATE, WINDOW_MS = "rated", 5, 400
 HEAVY, WEIGHT = "heavy", 3
 JOBS = {CAPPED: 40, RATED: 20, HEAVY: 40, "plain-0": 20, "plain-1": 20}
-START_SLACK_MS = 50
+# How much later a first window's start line may come after its claim than a last window's does
+# (a loaded machine schedules the processes late): under a window, so one window short still fails.
+START_SLACK_MS = 300
 RUN_MS = {CAPPED: 25, RATED: 5, HEAVY: 5, "plain-0": 5, "plain-1": 5}
 
 
