@@ -44,7 +44,11 @@ class ReplyDropper:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(("127.0.0.1", self.upstream))
+            try:
+                server = socket.create_connection(("127.0.0.1", self.upstream))
+            except OSError:  # the server is down (or stopped first at a test's end): so is the
+                _close(client)  # proxied connection, as it would be without the proxy
+                continue
             self._sockets += [client, server]
             armed = threading.Event()
             threading.Thread(target=self._requests, args=(client, server, armed),
@@ -78,7 +82,6 @@ class ReplyDropper:
             except OSError:
                 return
         _close(client, server)
-
 
     def _lose(self, reply: bytes) -> bool:
         with self._lock:
