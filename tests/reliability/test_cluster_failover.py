@@ -132,10 +132,18 @@ def shards_on(cluster: ReplicatedCluster, queues: list[Queue],
 def orphan_lease(flow: Flow, shard: Queue) -> Job:
     """A lease on ``shard`` (a plain queue, or a shard of a sharded one) whose holder is gone
     at once (claimed, never acked): on the replica too, confirmed by WAIT when the flow
-    confirms."""
-    job = keep_trying(lambda: shard.claim(lease_ms=LEASE_MS), flow.ledger, "claim",
-                      flow.deadline)
-    assert job is not None
+    confirms. The flow's consumers may have taken every job there is at a moment: the claim is
+    tried again until a producer's next batch lands."""
+    claimed: list[Job] = []
+
+    def claim() -> bool:
+        job = keep_trying(lambda: shard.claim(lease_ms=LEASE_MS), flow.ledger, "claim",
+                          flow.deadline)
+        claimed.extend([job] if job is not None else [])
+        return bool(claimed)
+
+    wait_for(claim, "a job to hold as the orphan lease", EVENT_S)
+    job = claimed[0]
     if flow.confirmer is not None:
         wait_for(lambda: flow.confirmer.confirm(shard), "the orphan lease on the replica", 10)  # type: ignore[union-attr]
     return job
