@@ -7,19 +7,27 @@ its attempt ends cancelled, never retried; ``TaskHandle.result()`` raises ``Canc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import REGISTRY
 
 import echomq
 from echomq import App, Cancelled, Job, Queue, Verdict
 from echomq.engine.server_time import server_ms
+from echomq.ops.metrics import PrometheusHooks, instrument
+from echomq.ops.tracing import TracingHooks
+from echomq.tasks.hooks import RunRecord
 from tests.shells import AnyConsumer, Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_consumer import running
 
@@ -170,3 +178,86 @@ def test_no_handler_starts_a_job_after_its_cancel_returned_while_it_was_not_leas
     for job_id, at in cancelled_at.items():
         assert job_id not in ledger[at:], f"{job_id} started after its cancel"
         assert queue.outcome(job_id).state == "cancelled"
+
+
+class RecordedEndings:
+    """Task hooks of a user's: each attempt's outcome as the App leaves it in the record."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+
+    def enqueuing(self, queue: str, task: str, headers: dict[str, str]) -> Any:
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def running(self, queue: str, task: str, job: Job, headers: Any,
+                enqueued_ms: int | None) -> Iterator[RunRecord]:
+        record = RunRecord()
+        try:
+            yield record
+        finally:
+            self.outcomes.append(record.outcome)
+
+
+def cancelled_while_running(queue: Queue, make: Make, handler: Any,
+                            started: threading.Event) -> None:
+    """Run ``handler`` on JOB:long, cancel the job once it started, and wait for its end."""
+    consumer = make(queue, handler, lease_ms=LEASE_MS, housekeeping_ms=HOUSEKEEPING_MS)
+    with running(consumer):
+        queue.enqueue("JOB:long", b"")
+        assert started.wait(BOUND_S)
+        assert queue.cancel("JOB:long") is Verdict.CANCELLING
+        assert queue.wait("JOB:long", timeout_s=BOUND_S).state == "cancelled"
+
+
+def test_an_attempt_cancelled_while_it_ran_is_told_cancelled_to_hooks_metrics_and_spans(
+        queue: Queue, make: Make) -> None:
+    # The task returns normally once it sees the cancel: the server ends it cancelled, and so
+    # must every observer, a user's hook, the metrics and the span alike (one rule, one record).
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    mine = RecordedEndings()
+    app = App(queue.conn, queue.name, wire=queue.wire,
+              hooks=[mine, PrometheusHooks(), TracingHooks(provider)])
+
+    started = threading.Event()
+
+    @app.task(name=f"cancelled_task_{queue.name}")
+    def obeys() -> str:
+        started.set()
+        until(echomq.cancel_requested, "the cancel reached the task")
+        return "stopped early"
+
+    labels = {"queue": queue.name, "task": f"cancelled_task_{queue.name}"}
+    before = REGISTRY.get_sample_value("echomq_jobs_cancelled_total", labels) or 0.0
+    consumer = make(queue, app.handler, lease_ms=LEASE_MS, housekeeping_ms=HOUSEKEEPING_MS)
+    with running(consumer):
+        handle = obeys.enqueue()
+        assert started.wait(BOUND_S)
+        assert handle.cancel() is Verdict.CANCELLING
+        assert queue.wait(handle.id, timeout_s=BOUND_S).state == "cancelled"
+        until(lambda: bool(mine.outcomes), "the hooks were told")
+    assert mine.outcomes == ["cancelled"]
+    assert REGISTRY.get_sample_value("echomq_jobs_cancelled_total", labels) == before + 1
+    succeeded = REGISTRY.get_sample_value("echomq_jobs_succeeded_total", labels) or 0.0
+    assert succeeded == 0
+    [span] = [s for s in exporter.get_finished_spans() if s.name.startswith("process")]
+    assert span.attributes is not None and span.attributes["echomq.outcome"] == "cancelled"
+
+
+def test_a_plain_handler_cancelled_while_it_ran_is_counted_cancelled(
+        queue: Queue, make: Make) -> None:
+    labels = {"queue": queue.name, "task": f"plain_{queue.name}"}
+    before = REGISTRY.get_sample_value("echomq_jobs_cancelled_total", labels) or 0.0
+
+    started = threading.Event()
+
+    def handler(job: Job) -> None:
+        started.set()
+        until(echomq.cancel_requested, "the cancel reached the handler")
+
+    cancelled_while_running(queue, make, instrument(handler, queue.name,
+                                                    task=f"plain_{queue.name}"), started)
+    assert REGISTRY.get_sample_value("echomq_jobs_cancelled_total", labels) == before + 1
+    assert (REGISTRY.get_sample_value("echomq_jobs_succeeded_total", labels) or 0.0) == 0

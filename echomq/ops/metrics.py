@@ -42,7 +42,6 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
-from echomq.consumer.cancelling import cancel_requested
 from echomq.consumer.directives import Reject, RetryIn
 from echomq.consumer.loop import error_text
 from echomq.engine.clients import twins
@@ -51,7 +50,15 @@ from echomq.ops.admin import queue_names
 from echomq.ops.piddirs import pid_directory
 from echomq.queue.blocking import Job, recorded_queue
 from echomq.queue.connection import redis_from_url
-from echomq.tasks.hooks import CANCELLED, DEAD, RETRIED, SUCCEEDED, RunRecord, failures_recorded
+from echomq.tasks.hooks import (
+    CANCELLED,
+    DEAD,
+    RETRIED,
+    SUCCEEDED,
+    RunRecord,
+    cancelled_wins,
+    failures_recorded,
+)
 
 __all__ = ["PrometheusHooks", "QueueDepths", "counted_app", "instrument", "serving"]
 
@@ -107,9 +114,7 @@ class PrometheusHooks:
         finally:
             in_flight.dec()
             RUN_SECONDS.labels(*labels).observe(time.perf_counter() - started)
-            # A job cancelled while it ran ends cancelled on the server, whatever it came to.
-            outcome = CANCELLED if cancel_requested() else record.outcome
-            _ENDINGS.get(outcome, RETRIED_TOTAL).labels(*labels).inc()
+            _ENDINGS.get(record.outcome, RETRIED_TOTAL).labels(*labels).inc()
 
 
 _Handler = TypeVar("_Handler", bound=Callable[..., Any])
@@ -124,13 +129,15 @@ def instrument(handler: _Handler, queue: str, *, task: str | None = None,
     label: str = task or getattr(handler, "__name__", None) or type(handler).__name__
     hooks = PrometheusHooks()
 
-    def ending(job: Job, exc: BaseException) -> tuple[str, str]:
-        dead = max_attempts is not None and job.attempt >= max_attempts
-        return DEAD if dead else RETRIED, error_text(exc)
-
     def returned(job: Job, value: object, record: RunRecord) -> object:
         record.outcome, record.error = _judged(job, value, max_attempts)
+        cancelled_wins(record)
         return value
+
+    def raised(job: Job, exc: BaseException, record: RunRecord) -> None:
+        dead = max_attempts is not None and job.attempt >= max_attempts
+        record.outcome, record.error = DEAD if dead else RETRIED, error_text(exc)
+        cancelled_wins(record)
 
     if inspect.iscoroutinefunction(handler):
         @functools.wraps(handler)
@@ -139,7 +146,7 @@ def instrument(handler: _Handler, queue: str, *, task: str | None = None,
                 try:
                     return returned(job, await handler(job), record)
                 except BaseException as exc:
-                    record.outcome, record.error = ending(job, exc)
+                    raised(job, exc, record)
                     raise
         return counted_async  # type: ignore[return-value]
 
@@ -149,7 +156,7 @@ def instrument(handler: _Handler, queue: str, *, task: str | None = None,
             try:
                 return returned(job, handler(job), record)
             except BaseException as exc:
-                record.outcome, record.error = ending(job, exc)
+                raised(job, exc, record)
                 raise
     return counted  # type: ignore[return-value]
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from echomq.consumer.cancelling import cancel_requested
 from echomq.consumer.directives import Done, Reject, RetryIn
 from echomq.consumer.loop import error_text
 from echomq.engine.calls import Job
 from echomq.tasks.envelope import Envelope
-from echomq.tasks.hooks import CANCELLED, DEAD, RETRIED, SUCCEEDED, RunRecord
+from echomq.tasks.hooks import DEAD, RETRIED, SUCCEEDED, RunRecord, cancelled_wins
 from echomq.tasks.retry import RetryPolicy
 
 Directive = Done | RetryIn | Reject
@@ -42,8 +41,7 @@ class Attempt:
     def __exit__(self, kind: Any, exc: Any, trace: Any) -> Any:
         if exc is not None:
             self.record.outcome, self.record.error = RETRIED, error_text(exc)
-        if cancel_requested():  # the server ends this attempt cancelled, whatever it came to
-            self.record.outcome = CANCELLED
+        cancelled_wins(self.record)
         return self.block.__exit__(kind, exc, trace)
 
     def settled(self, directive: Directive) -> Directive:

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from dataclasses import dataclass
 from typing import Protocol
 
+from echomq.consumer.cancelling import cancel_requested
 from echomq.consumer.loop import error_text
 from echomq.engine.calls import Job
 
@@ -34,6 +35,18 @@ class RunRecord:
 
     outcome: str = SUCCEEDED
     error: str | None = None
+
+
+def cancelled_wins(record: RunRecord) -> RunRecord:
+    """The one rule of a cancel that reached a running attempt: its job was cancelled while the
+    attempt ran, so the server ends it cancelled, whatever the attempt came to (a return, a
+    raise, a retry). Called once an attempt's outcome is judged, inside the attempt (the
+    running job's cancel flag is read): by the App for its tasks, and by
+    ``echomq.ops.metrics.instrument`` for a plain handler; the hooks, the metrics and the spans
+    all read the record it leaves."""
+    if cancel_requested():
+        record.outcome = CANCELLED
+    return record
 
 
 @contextmanager
