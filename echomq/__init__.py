@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         Wire6Unsupported,
     )
     from echomq.engine.events import Event, EventKind
+    from echomq.engine.partial import PartialAdmission
     from echomq.engine.wire import Wire
     from echomq.queue.blocking import Ack, Job, JobOutcome, Queue, Release, Retry, Verdict
     from echomq.queue.ids import new_job_id
@@ -60,6 +61,7 @@ _HOMES = {
                      "FenceError", "ItemError", "KindError", "LaneError", "StaleLease",
                      "TaskFailed", "TrafikeyMissing", "Wire6Unsupported"), "echomq.engine.errors"),
     **dict.fromkeys(("Event", "EventKind"), "echomq.engine.events"),
+    "PartialAdmission": "echomq.engine.partial",
     "new_job_id": "echomq.queue.ids",
     "QueueLimits": "echomq.queue.limits",
     **dict.fromkeys(("Ack", "Job", "JobOutcome", "Queue", "Release", "Retry", "Verdict"),
@@ -89,6 +91,7 @@ __all__ = [
     "JobOutcome",
     "KindError",
     "LaneError",
+    "PartialAdmission",
     "Queue",
     "QueueLimits",
     "Reject",

@@ -38,7 +38,7 @@ def client(conn: redis.Redis) -> Iterator[TestClient]:
     ("GET", "dead", None), ("GET", "jobs/JOB:1", None), ("GET", "lanes", None),
     ("POST", "dead/requeue", {"ids": ["JOB:1"]}), ("POST", "dead/purge", {"limit": 1}),
     ("POST", "pause", {}), ("POST", "resume", {})])
-@pytest.mark.parametrize("name", ["a{b", "a}b", "{x}"])
+@pytest.mark.parametrize("name", ["a{b", "a}b", "{x}", "a%00b", "a%7Fb", "a%0Ab", "%C2%85"])
 def test_a_queue_name_with_braces_is_a_400(client: TestClient, method: str, path: str,
                                            body: object, name: str) -> None:
     response = client.request(method, f"/api/queues/{name}/{path}", json=body,

@@ -19,7 +19,8 @@ from echomq.engine.native import checked_priority
 from echomq.engine.transitions import queue_base
 from echomq.ops.admin import DeadJob, every_dead_job
 
-QUEUE_HINT = "a queue name is any non-empty text without { or } (they mark the key's hash tag)"
+QUEUE_HINT = ("a queue name is any non-empty text without { or } (they mark the key's hash "
+              "tag), / or control characters")
 MAX_COUNT = 999_999_999_999_999  # the largest count a transition takes
 
 

@@ -7,9 +7,12 @@ import click
 
 from echomq.cli.args import PRIORITY, QUEUE
 from echomq.cli.common import WIRE_CHOICES, connect, emit, json_option, print_json, url_option
-from echomq.cli.errors import Failure
+from echomq.cli.errors import BAD_INPUT, Failure
 from echomq.cli.views import print_job
+from echomq.engine.errors import ArgumentError
 from echomq.engine.server_time import server_ms
+from echomq.engine.transitions import INT_MAX
+from echomq.engine.unique import unique_options
 from echomq.engine.wire import wire_of
 from echomq.ops import admin
 from echomq.queue.blocking import Verdict, recorded_queue
@@ -44,6 +47,7 @@ def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, prio
     if len(named) > 1 or (window_ms is not None and not named):
         raise click.UsageError("--window-ms goes with one of --dedupe, --debounce, --throttle")
     unique = {f"{named[0]}_ms": window_ms} if named and window_ms is not None else {}
+    checked_unique(dedupe, debounce, throttle, unique)
     conn = connect(url)
     producer = recorded_queue(conn, queue, wire=wire_of(wire), events=admin.has_events(conn, queue))
     verdict = producer.enqueue(job_id, payload.encode(), lane=lane, priority=priority,
@@ -51,6 +55,21 @@ def enqueue(queue: str, payload: str, job_id: str | None, lane: str | None, prio
     admin.register_queue(conn, queue)
     emit(as_json, {"id": job_id, "verdict": verdict.value},
          lambda: [f"{verdict.value} {job_id}"])
+
+
+def checked_unique(dedupe: str | None, debounce: str | None, throttle: str | None,
+                   window: dict[str, int]) -> None:
+    """The key and window of --dedupe, --debounce or --throttle checked as the queue checks
+    them, before anything is sent: one line and a hint, exit 2, for a bad one."""
+    try:
+        unique_options(dedupe=dedupe, debounce=debounce, throttle=throttle, **window)
+    except ArgumentError as exc:
+        reason = str(exc).removeprefix("EMQNUM ")
+        for mode in ("dedupe", "debounce", "throttle"):
+            reason = reason.replace(f"{mode}_ms must", "--window-ms must")
+        raise Failure(f"bad --dedupe, --debounce or --throttle: {reason}",
+                      "a key is 1 to 200 bytes of A-Z a-z 0-9 . _ : -; --window-ms is 0 to "
+                      f"{INT_MAX} (ms)", BAD_INPUT) from exc
 
 
 @click.command()

@@ -17,7 +17,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from echomq.engine.calls import Arg, Call
 from echomq.engine.clients import is_cluster, twins
 from echomq.engine.cluster_once import script_nodes
-from echomq.engine.errors import Wire6Unsupported, mapped_error
+from echomq.engine.errors import EchoMQError, Wire6Unsupported, mapped_error
 from echomq.engine.once import lost_reply
 from echomq.engine.program import Atomic, Flush, Invoke, Program, Send, Step, method, op
 from echomq.engine.scripts import script_for
@@ -88,6 +88,32 @@ class ExecutorMethods(ABC):
         a refused one raises) before anything is sent. Calls refused with NOSCRIPT (a server that
         lost its scripts) have their scripts loaded once and are sent again in one more flush.
         ``then``: plain commands sent after the calls in every flush (their replies dropped)."""
+        replies = yield from self._replies(client, calls, then)
+        settled = []
+        for call, reply in zip(calls, replies, strict=True):
+            settled.append((yield from ExecutorMethods._settle.program(self, client, call, reply)))
+        return settled
+
+    @op
+    def call_each(self, client: Any, calls: Sequence[Call]) -> Program[list[Any]]:
+        """``call_many``, but a call the server refused has its error (echomq's, or the
+        server's) as its reply, not raised, so the caller learns which calls ran: a reply or
+        an error each, in order. Any other failure (a connection lost) is raised."""
+        replies = yield from self._replies(client, calls)
+        settled: list[Any] = []
+        refused: tuple[type[BaseException], ...] = (*twins(ResponseError), EchoMQError)
+        for call, reply in zip(calls, replies, strict=True):
+            try:
+                settled.append((yield from ExecutorMethods._settle.program(self, client, call,
+                                                                           reply)))
+            except refused as exc:
+                settled.append(exc)
+        return settled
+
+    def _replies(self, client: Any, calls: Sequence[Call],
+                 then: Sequence[tuple[Any, ...]] = ()) -> Program[list[Any]]:
+        """The replies to ``calls`` sent in one flush (server errors as replies), those refused
+        with NOSCRIPT sent again in one more once their scripts are loaded."""
         for transition in {call[0] for call in calls}:
             self.refuse(transition)
         replies = yield from self._flush(client, calls, then)
@@ -99,10 +125,7 @@ class ExecutorMethods(ABC):
             again = yield from self._flush(client, [calls[n] for n in lost], then)
             for n, reply in zip(lost, again, strict=True):
                 replies[n] = reply
-        settled = []
-        for call, reply in zip(calls, replies, strict=True):
-            settled.append((yield from ExecutorMethods._settle.program(self, client, call, reply)))
-        return settled
+        return replies
 
     @op
     def call_atomic(self, client: Any, calls: Sequence[Call]) -> Program[list[Any]]:

@@ -4,7 +4,9 @@ and the verdict of each item from their replies.
 Each run of flat items goes as ``EMQ.ENQUEUE_MANY`` (or its script), at most
 ``ENQUEUE_MANY_MAX`` jobs a call; an item with a group goes as its own lane enqueue (lanes have
 no batch: scripts only), in its place, so the items are admitted in list order whatever their
-kind. The per-item work is the arguments' checks and four words appended to the call's list:
+kind. A command the server refuses (out of memory, say) leaves the others of the batch as they
+ran: ``admitted`` then raises ``PartialAdmission``, which tells which items were admitted. The
+per-item work is the arguments' checks and four words appended to the call's list:
 this runs for every job a producer sends.
 """
 
@@ -17,8 +19,10 @@ from echomq.engine import transitions as t
 from echomq.engine.calls import Arg, Call, Item, QueueCalls, Verdict, checked_arg, payload_bytes
 from echomq.engine.errors import KindError
 from echomq.engine.native import checked_now, checked_priority, id_gate
+from echomq.engine.partial import partial_admission
 
 KIND_ERROR = t.ERRORS["KIND"].text
+WIDTH = 4  # the words of one job in an EMQ.ENQUEUE_MANY call, after its first, the time
 _VERDICT_OF_REPLY = {verdict.value.encode(): verdict for verdict in Verdict}
 
 
@@ -81,3 +85,30 @@ def batch_verdicts(calls: Sequence[Call], replies: Sequence[Any]) -> list[Verdic
         else:
             out.append(Verdict.of(reply))
     return out
+
+
+def item_verdicts(calls: Sequence[Call], replies: Sequence[Any]) -> list[Verdict | None]:
+    """``batch_verdicts`` of replies some of which are errors (``call_each``'s): None for each
+    item of a call that was refused."""
+    out: list[Verdict | None] = []
+    for call, reply in zip(calls, replies, strict=True):
+        if not isinstance(reply, BaseException):
+            out += batch_verdicts([call], [reply])
+        elif call[0] is t.ENQUEUE_MANY:
+            out += [None] * ((len(call[2]) - 1) // WIDTH)
+        else:
+            out.append(None)
+    return out
+
+
+def admitted(items: Sequence[Any], verdicts: Sequence[Verdict | None],
+             error: BaseException | None) -> list[Verdict]:
+    """The verdicts of a batch whose commands all ran (``error`` None); else raised: ``error``
+    itself when no item was admitted (nothing was written), a PartialAdmission when some were
+    (``items``: what its ``remaining`` is drawn from, one per verdict)."""
+    if error is None:
+        return [verdict for verdict in verdicts if verdict is not None]
+    if all(verdict is None for verdict in verdicts):
+        raise error
+    remaining = [item for item, verdict in zip(items, verdicts, strict=True) if verdict is None]
+    raise partial_admission(error, verdicts, remaining) from error

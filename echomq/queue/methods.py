@@ -41,7 +41,7 @@ from echomq.engine.clients import twins
 from echomq.engine.errors import ArgumentError
 from echomq.engine.execution import ExecutorMethods
 from echomq.engine.once import lost_reply
-from echomq.engine.produce import batch_verdicts, enqueue_many_calls
+from echomq.engine.produce import admitted, batch_verdicts, enqueue_many_calls, item_verdicts
 from echomq.engine.program import Invoke, Program, Reads, method, op
 from echomq.engine.unique import unique_call, unique_options
 from echomq.engine.wire import Wire
@@ -208,11 +208,23 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
         """Admit many jobs in one wire flush (``echomq.engine.produce``), each due ``delay_ms``
         from now; a verdict per item, in order. Items are ``(id, payload)``, ``(id, payload,
         lane)`` or ``(id, payload, lane, priority)`` (lane None: a flat job); each is checked
-        before anything is sent."""
-        calls = enqueue_many_calls(self.calls, items, now, delay_ms)
-        replies = yield from ExecutorMethods.call_many.program(self.executor, self.conn, calls)
-        yield from self._register()
-        return batch_verdicts(calls, replies)
+        before anything is sent.
+
+        The batch goes as one command per 10,000 jobs (and one per lane job), each all or
+        nothing. When the server refuses one after others were admitted, PartialAdmission
+        (a subclass of the server's error) is raised: its ``verdicts`` say which items were
+        admitted, its ``remaining`` are the others, to send again."""
+        listed = items if isinstance(items, list) else list(items)
+        calls = enqueue_many_calls(self.calls, listed, now, delay_ms)
+        replies = yield from ExecutorMethods.call_each.program(self.executor, self.conn, calls)
+        error = next((reply for reply in replies if isinstance(reply, BaseException)), None)
+        if error is None:
+            yield from self._register()
+            return batch_verdicts(calls, replies)
+        verdicts = item_verdicts(calls, replies)
+        if any(verdict is not None for verdict in verdicts):
+            yield from self._register()
+        return admitted(listed, verdicts, error)
 
     def _register(self) -> Program[None]:
         """Enter this queue in the server's registry of queues after its first admission (once

@@ -30,7 +30,7 @@ from echomq.engine.calls import (
 from echomq.engine.errors import ItemError
 from echomq.engine.execution import ExecutorMethods
 from echomq.engine.native import checked_id, checked_lane
-from echomq.engine.produce import batch_verdicts, enqueue_many_calls
+from echomq.engine.produce import admitted, enqueue_many_calls, item_verdicts
 from echomq.engine.program import Op, Program, Reads, method, op
 from echomq.engine.wire import Wire
 from echomq.queue.bounds import Housekept
@@ -158,7 +158,9 @@ class ShardedMethods(ShardedControls, QueueMethods):
     def enqueue_many(self, items: Iterable[Item], *, now: int | None = None,
                      delay_ms: int = 0) -> Program[list[Verdict]]:
         """Admit many jobs, each on its shard: every item is checked first, then one flush a
-        shard (its ``enqueue_many``); a verdict per item, in order."""
+        shard (its ``enqueue_many``); a verdict per item, in order. A shard that refuses a
+        command ends the batch there (no later shard is sent to): PartialAdmission, as for
+        ``Queue.enqueue_many``, when an item was admitted before."""
         listed = list(items)
         groups = _grouped(self.shard_of(*_item_route(item)) for item in listed)
         batches = {index: enqueue_many_calls(self._shards[index].calls,
@@ -167,13 +169,17 @@ class ShardedMethods(ShardedControls, QueueMethods):
         for call in (call for calls in batches.values() for call in calls):
             self.executor.refuse(call[0])  # a lane job on wire=6: before any shard is sent to
         found: list[Verdict | None] = [None] * len(listed)
+        error: BaseException | None = None
         for index, calls in batches.items():
             shard = self._shards[index]
-            replies = yield from ExecutorMethods.call_many.program(shard.executor, shard.conn,
+            replies = yield from ExecutorMethods.call_each.program(shard.executor, shard.conn,
                                                                    calls)
-            for at, verdict in zip(groups[index], batch_verdicts(calls, replies), strict=True):
+            for at, verdict in zip(groups[index], item_verdicts(calls, replies), strict=True):
                 found[at] = verdict
-        return [verdict for verdict in found if verdict is not None]
+            error = next((reply for reply in replies if isinstance(reply, BaseException)), None)
+            if error is not None:
+                break
+        return admitted(listed, found, error)
 
     @op
     def cancel(self, job_id: str, *, retention_ms: int | None = None,

@@ -7,6 +7,10 @@ RQ's ``enqueue_many`` or Celery's ``chunks``/``starmap`` take them, or the task'
 ``add.s(1, y=2)`` (keyword arguments, and ``.set(job_id=..., priority=...)`` per call). The
 per-call options of ``with_options`` that apply to every job of a batch: ``lane``, ``queue``,
 ``priority`` and ``delay_ms``.
+
+A batch refused after some of its commands were admitted raises PartialAdmission with a handle
+per call admitted and the other calls, as signatures with the job ids they were given: sent
+again (on the same ``with_options``), each call is admitted once.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from echomq.engine.partial import PartialAdmission, partial_admission
 from echomq.queue.ids import new_job_id
 from echomq.tasks.canvas import TaskSignature
 from echomq.tasks.envelope import Envelope, encode
@@ -67,6 +72,7 @@ class Batch(Generic[R]):
     queue: Queue
     items: list[Item]
     delay_ms: int
+    calls: list[TaskSignature]  # each call as the task's signature with the job id it was given
 
     def sent(self, queue: Any) -> Any:
         """The batch sent on ``queue`` (a blocking Queue: its verdicts; an asyncio one: the
@@ -76,6 +82,17 @@ class Batch(Generic[R]):
     def handles(self, task: HandledTask, verdicts: list[Verdict]) -> list[TaskHandle[R]]:
         return [TaskHandle(item[0], self.queue, task, verdict)
                 for item, verdict in zip(self.items, verdicts, strict=True)]
+
+    def partial(self, task: HandledTask, err: PartialAdmission) -> PartialAdmission:
+        """The queue's PartialAdmission told of the calls: a handle per call admitted (None for
+        the others), and the others as signatures with their job ids, so that sending them
+        again admits each call once."""
+        handles: list[TaskHandle[R] | None] = [
+            None if verdict is None else TaskHandle(item[0], self.queue, task, verdict)
+            for item, verdict in zip(self.items, err.verdicts, strict=True)]
+        remaining = [call for call, verdict in zip(self.calls, err.verdicts, strict=True)
+                     if verdict is None]
+        return partial_admission(err, err.verdicts, remaining, handles)
 
 
 def _refused(options: BatchOptions) -> str | None:
@@ -114,6 +131,7 @@ def batch_of(options: BatchOptions, calls: Iterable[Any], now_ms: int) -> Iterat
     queue = app.queue_named(options.queue or task.queue)
     with ExitStack() as hooks:
         items: list[Item] = []
+        signatures: list[TaskSignature] = []
         for call in calls:
             args, kwargs, job_id, priority = _parts(task, call, options.priority)
             task.signature.bind(args, kwargs)
@@ -123,4 +141,10 @@ def batch_of(options: BatchOptions, calls: Iterable[Any], now_ms: int) -> Iterat
             payload = encode(Envelope(task.name, list(args), kwargs, headers, now_ms,
                                       queue.name), app.serializer)
             items.append((job_id, payload, options.lane, priority))
-        yield Batch(queue, items, options.delay_ms)
+            signatures.append(TaskSignature(task, args, kwargs, _immutable(call), job_id,
+                                            priority))
+        yield Batch(queue, items, options.delay_ms, signatures)
+
+
+def _immutable(call: Any) -> bool:
+    return isinstance(call, TaskSignature) and call.immutable

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from echomq.engine.graph_calls import checked_policy
+from echomq.engine.partial import PartialAdmission
 from echomq.queue.ids import new_job_id
 from echomq.tasks.batch import batch_of
 from echomq.tasks.canvas import TaskSignature
@@ -133,14 +134,20 @@ class TaskCall(Generic[P, R]):
         signature (``task.s(...)``) — in one ``Queue.enqueue_many``; a handle per call, in
         order (``echomq.tasks.batch``). Every call is checked before anything is sent."""
         with batch_of(self, calls, now_ms()) as batch:
-            verdicts: list[Verdict] = batch.sent(batch.queue)
+            try:
+                verdicts: list[Verdict] = batch.sent(batch.queue)
+            except PartialAdmission as err:
+                raise batch.partial(self.task, err) from err.error
         return batch.handles(self.task, verdicts)
 
     async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle[R]]:
         """``enqueue_many``, awaited, on the App's asyncio client."""
         with batch_of(self, calls, now_ms()) as batch:
             queue = await self.task.app.aqueues.queue_named(batch.queue.name)
-            verdicts: list[Verdict] = await batch.sent(queue)
+            try:
+                verdicts: list[Verdict] = await batch.sent(queue)
+            except PartialAdmission as err:
+                raise batch.partial(self.task, err) from err.error
         return batch.handles(self.task, verdicts)
 
     @contextmanager
