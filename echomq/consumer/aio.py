@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from typing import Any, TypeVar
 
-from echomq.consumer import actions
-from echomq.consumer import settings as defaults
+import echomq.consumer.actions as actions
+import echomq.consumer.settings as defaults
 from echomq.consumer.actions import Action, Program, Stepper
 from echomq.consumer.aio_parker import AsyncParker
 from echomq.consumer.beat import Beat

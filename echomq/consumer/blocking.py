@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from typing import Any, TypeVar
 
-from echomq.consumer import actions
-from echomq.consumer import settings as defaults
+import echomq.consumer.actions as actions
+import echomq.consumer.settings as defaults
 from echomq.consumer.actions import Action, Program, Stepper
 from echomq.consumer.beat import Beat
 from echomq.consumer.blocking_parker import Parker, push_wake_token, push_watch_token

@@ -9,7 +9,7 @@ again with the events stream declared
 
 from __future__ import annotations
 
-from echomq.conformance.cases import flat
+import echomq.conformance.cases.flat as flat
 from echomq.conformance.cases.after import join_cases
 from echomq.conformance.cases.batch import batch_cases
 from echomq.conformance.cases.cancel import cancel_cases
