@@ -31,21 +31,76 @@ static const char *lane_bookkeeping_error(ValkeyModuleCtx *ctx, Bytes base, Valk
     return err;
 }
 
+/* The bytes the results a call keeps may still take before the server is over maxmemory
+ * (result_room of settlements.lua): unread until the call's first result to keep reads INFO
+ * memory, as the calling user (maxmemory less used_memory less mem_not_counted_for_evict, as the
+ * server counts it); unbounded when maxmemory is 0 or INFO is refused. */
+typedef struct {
+    int read, bounded;
+    long long left;
+} ResultRoom;
+
+/* The decimal after "\n<field>:" in an INFO reply, or -1 when absent (string.match's nil). */
+static long long info_field(const char *p, size_t len, const char *field) {
+    size_t n = strlen(field);
+    for (size_t i = 0; i + n + 2 <= len; i++) {
+        if (p[i] != '\n' || memcmp(p + i + 1, field, n) != 0 || p[i + 1 + n] != ':') continue;
+        long long v = 0;
+        size_t j = i + n + 2, start = j;
+        while (j < len && p[j] >= '0' && p[j] <= '9' && v < (1LL << 60)) v = v * 10 + (p[j++] - '0');
+        return j > start ? v : -1;
+    }
+    return -1;
+}
+
+/* Whether result fits in the call's room (read at its first result), taking it from the room; an
+ * empty result always fits. */
+static int result_fits(ValkeyModuleCtx *ctx, ResultRoom *room, ValkeyModuleString *result) {
+    if (!room->read) {
+        room->read = 1;
+        ValkeyModuleCallReply *reply = ValkeyModule_Call(ctx, "INFO", "cC", "memory");
+        size_t len = 0;
+        const char *p = reply ? ValkeyModule_CallReplyStringPtr(reply, &len) : NULL; /* NULL: refused */
+        long long max = p ? info_field(p, len, "maxmemory") : -1;
+        if (max > 0) {
+            long long used = info_field(p, len, "used_memory"), uncounted = info_field(p, len, "mem_not_counted_for_evict");
+            if (used < 0) used = 0;
+            if (uncounted < 0) uncounted = 0;
+            room->bounded = 1;
+            room->left = max - (used > uncounted ? used - uncounted : 0);
+        }
+        if (reply) ValkeyModule_FreeCallReply(reply);
+    }
+    if (!room->bounded) return 1;
+    size_t n;
+    ValkeyModule_StringPtrLen(result, &n);
+    if ((long long)n > (room->left > 0 ? room->left : 0)) return 0;
+    room->left -= (long long)n;
+    return 1;
+}
+
 /* finish_ack of the prelude, on a current lease: leave active; the row becomes a tombstone for
- * retention_ms (0: deleted), holding result when one is given (not NULL), and then the job's
- * ended key wakes its waiters. HDEL may empty the hash (a row of payload only): then it is gone
- * and PEXPIRE a no-op. */
+ * retention_ms (0: deleted), holding result when one is given (not NULL) and it fits in the
+ * call's room (result_fits; else the tombstone's result_dropped field says memory), and then the
+ * job's ended key wakes its waiters. HDEL may empty the hash (a row of payload only): then it is
+ * gone and PEXPIRE a no-op. */
 static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleString *active_name,
                               ValkeyModuleKey *row, ValkeyModuleString *row_name, ValkeyModuleString *id,
-                              long long retention_ms, ValkeyModuleString *result, ValkeyModuleString *ended,
-                              const LaneRing *ring, const EventSink *ev, long long fence) {
+                              long long retention_ms, ValkeyModuleString *result, ResultRoom *room,
+                              ValkeyModuleString *ended, const LaneRing *ring, const EventSink *ev, long long fence) {
     long long attempt = ev_attempts(ctx, ev, row);
     fx_zrem(ctx, active, active_name, id);
     release_lane_slot(ctx, base_of_active(active_name), ring, row);
     if (retention_ms == 0) {
         fx_del(ctx, row, row_name);
     } else {
-        if (result) fx_hset1(ctx, row, row_name, "result", result);
+        if (result && result_fits(ctx, room, result)) {
+            fx_hset1(ctx, row, row_name, "result", result);
+        } else if (result) {
+            ValkeyModuleString *why = ValkeyModule_CreateString(ctx, "memory", 6);
+            fx_hset1(ctx, row, row_name, "result_dropped", why);
+            ValkeyModule_FreeString(ctx, why);
+        }
         fx_hdel(ctx, row, row_name, ROW_PAYLOAD);
         fx_pexpire(ctx, row, row_name, retention_ms);
         if (result) fx_mark_ended(ctx, ended, retention_ms);
@@ -141,7 +196,7 @@ int tx_ack(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     } else {
         rc = ValkeyModule_ReplyWithSimpleString(ctx, finish_ack(ctx, active, call->keys[EMQ_ACK_KEY_ACTIVE], row,
                                                                 call->keys[EMQ_ACK_KEY_JOB], id,
-                                                                call->num[EMQ_ACK_ARG_RETENTION_MS], NULL, NULL, NULL,
+                                                                call->num[EMQ_ACK_ARG_RETENTION_MS], NULL, NULL, NULL, NULL,
                                                                 &ev, fence));
         join_apply(j);
     }
@@ -170,6 +225,7 @@ int tx_ack_result(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     const char *err = derive_ended(ctx, call->base, id, &ended);
     long long fence = call->num[EMQ_ACK_RESULT_ARG_FENCE];
     EventSink ev = event_sink(call, k);
+    ResultRoom room = {0, 0, 0};
     Join *j = NULL;
     int rc;
     if (err) {
@@ -188,7 +244,7 @@ int tx_ack_result(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
                                    call->keys[EMQ_ACK_RESULT_KEY_JOB], id, ended, NULL, &ev, fence)
                 : finish_ack(ctx, active, call->keys[EMQ_ACK_RESULT_KEY_ACTIVE], row, call->keys[EMQ_ACK_RESULT_KEY_JOB],
                              id, call->num[EMQ_ACK_RESULT_ARG_RETENTION_MS], call->args[EMQ_ACK_RESULT_ARG_RESULT],
-                             ended, NULL, &ev, fence);
+                             &room, ended, NULL, &ev, fence);
         join_apply(j);
         rc = ValkeyModule_ReplyWithSimpleString(ctx, verdict);
     }
@@ -365,7 +421,7 @@ static const char *finish_release(ValkeyModuleCtx *ctx, const SettleKeys *sk, Va
 
 /* Settle one item: its verdict, the effects of ack, retry or release on a current lease. */
 static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const Item *it,
-                               long long retention_ms, long long now, const EventSink *ev) {
+                               long long retention_ms, long long now, ResultRoom *room, const EventSink *ev) {
     ValkeyModuleKey *row = ValkeyModule_OpenKey(ctx, it->row_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
     LaneRing ring = {sk->k[EMQ_SETTLE_KEY_RING], sk->names[EMQ_SETTLE_KEY_RING], sk->k[EMQ_SETTLE_KEY_WAKE],
                      sk->names[EMQ_SETTLE_KEY_WAKE]};
@@ -394,7 +450,7 @@ static const char *settle_item(ValkeyModuleCtx *ctx, const SettleKeys *sk, const
             verdict = finish_release(ctx, sk, row, it, now, ev);
         else
             verdict = finish_ack(ctx, rk.active, rk.active_name, row, it->row_name, ITEM_ID(it), retention_ms,
-                                 it->form == EMQ_SETTLE_FORM_DONE ? it->args[EMQ_SETTLE_DONE_ARG_RESULT] : NULL,
+                                 it->form == EMQ_SETTLE_FORM_DONE ? it->args[EMQ_SETTLE_DONE_ARG_RESULT] : NULL, room,
                                  it->ended, &ring, ev, ITEM_FENCE(it));
     }
     ValkeyModule_CloseKey(row);
@@ -440,10 +496,11 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (!fail) {
         ValkeyModuleString **names = call->keys;
         SettleKeys sk = {k, names};
+        ResultRoom room = {0, 0, 0};
         ValkeyModule_ReplyWithArray(ctx, 2);
         ValkeyModule_ReplyWithArray(ctx, call->nitems);
         for (long long i = 0; i < call->nitems; i++) {
-            ValkeyModule_ReplyWithSimpleString(ctx, settle_item(ctx, &sk, &call->items[i], retention_ms, now, &ev));
+            ValkeyModule_ReplyWithSimpleString(ctx, settle_item(ctx, &sk, &call->items[i], retention_ms, now, &room, &ev));
             if (marks[i] != SIZE_MAX) join_apply_to(j, marks[i]);
         }
         for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, names[EMQ_SETTLE_KEY_PENDING], ghosts.v[i]);

@@ -10,6 +10,7 @@ from echomq.engine.calls import QueueCalls
 from echomq.engine.executors import executor_for
 from echomq.engine.transitions import PURGE, REQUEUE
 from echomq.ops import admin
+from echomq.ops.dashboard import job_detail
 
 NOW = 1_700_000_000_000
 
@@ -89,3 +90,23 @@ def test_requeue_and_purge_refuse_bad_input_and_change_nothing(conn: redis.Redis
     with pytest.raises(Exception, match="EMQNUM limit"):
         scripts.call(conn, PURGE, [queue.key("dead")], ["0"])
     assert {key: conn.dump(key) for key in conn.scan_iter()} == before
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_inspect_shows_a_result_dropped_for_memory(conn: redis.Redis, wire: int) -> None:
+    """An ack with a result on a server over its maxmemory keeps no result: the job view (the
+    CLI's inspect, the dashboard's detail) says so."""
+    queue = Queue(conn, "mail", wire=wire)
+    queue.enqueue("JOB:1", b"one", now=NOW)
+    job = queue.claim(lease_ms=60_000, now=NOW)
+    assert job is not None
+    try:
+        conn.config_set("maxmemory", "1")  # below any use: the server is over it
+        assert queue.ack(job, retention_ms=60_000, result=b"r" * 1000) is Verdict.ACKED
+    finally:
+        conn.config_set("maxmemory", "0")
+    found = admin.inspect(conn, "mail", "JOB:1")
+    assert found is not None and found["state"] == "completed"
+    assert found["fields"] == {"attempts": "1", "enqueued_at": str(NOW), "fence": "1",
+                               "result": "dropped (memory)"}
+    assert job_detail(found)["fields"]["result"] == "dropped (memory)"

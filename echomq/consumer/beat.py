@@ -48,6 +48,7 @@ from echomq.consumer.actions import (
 from echomq.consumer.core import LoopCore
 from echomq.consumer.rounds import Host, Rounds
 from echomq.engine.calls import Job
+from echomq.engine.errors import error_reply
 from echomq.queue.parking import Sighting
 
 
@@ -255,6 +256,12 @@ class Beat(Rounds):
         """Recover + promote queue ``index`` if this consumer takes its housekeeping token."""
         try:
             taken = yield TakeToken(index)
+        except Exception as exc:
+            if error_reply(exc).code != "OOM":
+                raise
+            # a server over its maxmemory refuses the token's SET; recover and promote run when
+            # it is full, so this consumer housekeeps without the token and the queue drains
+            taken = True
         finally:
             self.lineup.cores[index].token_answered(self.now())
         if taken:

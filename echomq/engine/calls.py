@@ -167,13 +167,16 @@ class JobOutcome:
     stored one), "cancelled" (a cancel's tombstone), "dead" or "unknown" (no row: never
     admitted, or its tombstone expired). ``error`` is the last error recorded (a dead job's
     reason), ``attempts`` the runs counted, ``progress`` the last progress a holder of its
-    lease recorded (``Queue.set_progress``; kept in the tombstone)."""
+    lease recorded (``Queue.set_progress``; kept in the tombstone). ``dropped`` says why a done
+    job's result was not kept although its ack carried one: "memory" when the server was over
+    maxmemory (docs/PROTOCOL.md, "Results under memory pressure"); None otherwise."""
 
     state: str
     result: bytes | None
     error: str | None
     attempts: int
     progress: bytes | None = None
+    dropped: str | None = None
 
     @property
     def ended(self) -> bool:
@@ -229,7 +232,7 @@ def outcome_of(replies: Sequence[Any]) -> JobOutcome:
     kind, fields, has_payload, *scores = replies
     if text(kind) != "hash":
         return UNKNOWN
-    attempts, result, error, progress, cancelled, waits = fields
+    attempts, result, error, progress, cancelled, waits, dropped = fields
     places = [place for place, score in zip(_PLACES, scores, strict=True) if score is not None]
     if "dead" in places:
         state = "dead"
@@ -240,7 +243,8 @@ def outcome_of(replies: Sequence[Any]) -> JobOutcome:
     count = int(attempts) if attempts is not None and text(attempts).isdigit() else 0
     return JobOutcome(state, None if result is None else payload_bytes(result),
                       None if error is None else payload_bytes(error).decode(errors="replace"),
-                      count, None if progress is None else payload_bytes(progress))
+                      count, None if progress is None else payload_bytes(progress),
+                      None if dropped is None or state != "done" else text(dropped))
 
 
 def job_of(reply: Any) -> Job | None:
@@ -477,7 +481,8 @@ class QueueCalls:
         """The read-only commands behind ``outcome_of``, to send in one pipeline."""
         row = self.key("job", checked_id(job_id))
         return [("TYPE", row),
-                ("HMGET", row, ATTEMPTS, "result", "error", "progress", "cancelled", "waits"),
+                ("HMGET", row, ATTEMPTS, "result", "error", "progress", "cancelled", "waits",
+                 "result_dropped"),
                 ("HEXISTS", row, PAYLOAD),
                 *(("ZSCORE", self.key(place), job_id) for place in _PLACES)]
 

@@ -177,5 +177,17 @@ class TaskFailed(EchoMQError):
         self.attempts = attempts
 
 
+class ResultDropped(EchoMQError):
+    """A task's job is done, but its result was not kept: ``reason`` "memory" when the ack ran on a
+    server over its maxmemory, which keeps the outcome and drops the result so that draining a
+    full server frees memory (docs/PROTOCOL.md, "Results under memory pressure")."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"{job_id} is done, but its result was dropped ({reason}): the server "
+                         "was over its maxmemory when the job was acked")
+        self.job_id = job_id
+        self.reason = reason
+
+
 class MetricsUnavailable(EchoMQError):
     """The metrics endpoint cannot listen where it was asked to (the port in use, a bad address)."""

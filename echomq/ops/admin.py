@@ -312,6 +312,8 @@ def _inspected(conn: Any, calls: QueueCalls, job_id: str,
     fields.setdefault("attempts", "0")  # a row never claimed has no a (docs/PROTOCOL.md)
     if "progress" in named:
         fields["progress"] = progress_of(payload_bytes(named["progress"]))
+    if "result_dropped" in fields:  # an ack over maxmemory kept the outcome, not the result
+        fields["result"] = f"dropped ({fields.pop('result_dropped')})"
     where, score = _location(conn, calls, job_id, fields.get("lane"))
     ttl = conn.pttl(calls.key("job", job_id))
     return {"id": job_id, "state": where, "score": score, "fields": fields,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from echomq.engine.errors import EchoMQError, TaskFailed
+from echomq.engine.errors import EchoMQError, ResultDropped, TaskFailed
 from echomq.tasks.envelope import UNKEPT_RESULT, decode_result, is_json
 from echomq.tasks.reporting import decoded_progress
 from echomq.tasks.signature import Signature
@@ -73,8 +73,10 @@ class TaskHandle(Generic[R]):
         """The task's return value once the job is done, waiting up to ``timeout`` seconds
         (None: as long as it takes) without polling — ``Queue.wait`` blocks on the server.
         TaskFailed, with the job's last error, when it is dead; Cancelled when it was
-        cancelled; TimeoutError when it is not done in time; LookupError when there is no such
-        job (never admitted, or its tombstone expired). A task declared with
+        cancelled; ResultDropped (``reason`` "memory") when it is done but its ack ran on a
+        server over its maxmemory, which kept the outcome without the result; TimeoutError
+        when it is not done in time; LookupError when there is no such job (never admitted, or
+        its tombstone expired). A task declared with
         ``keep_result=False`` is waited for the same way, and gives None once done."""
         return self._settled(self.queue.wait(self.id, _wait_s(timeout)), timeout)
 
@@ -105,6 +107,8 @@ class TaskHandle(Generic[R]):
 
     def _settled(self, outcome: JobOutcome, timeout: float | None) -> R | None:
         """The value of a job whose wait ended at ``outcome``, or what it raises instead."""
+        if outcome.state == "done" and outcome.dropped is not None:
+            raise ResultDropped(self.id, outcome.dropped)
         if outcome.state == "done":
             return self._value(outcome.result)
         if outcome.state == "dead":

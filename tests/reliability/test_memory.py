@@ -4,6 +4,8 @@ and enqueue works again once memory is free. A policy that evicts keys makes Que
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -11,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from echomq import EvictionPolicyWarning, Queue, Verdict
+from echomq import App, Consumer, EvictionPolicyWarning, JobOutcome, Queue, ResultDropped, Verdict
 from echomq.embedded import EmbeddedValkey
 from tests.conftest import start_server
 from tests.reliability.ledger import Ledger, assert_nothing_lost, reckon
@@ -149,4 +151,94 @@ def test_noeviction_does_not_warn(server: EmbeddedValkey) -> None:
             for wire in (5, 6):
                 Queue(conn, "quiet", wire=wire)
     finally:
+        conn.close()
+
+
+# Results under memory pressure (docs/PROTOCOL.md, "Results under memory pressure").
+BIG = 400 * 1024  # the characters of each result: about 400 KiB kept, under MAX_RESULT_BYTES
+# How far the keyspace may grow while five jobs are acked on a server over its limit: their
+# tombstones without a result and ended tokens, a few hundred bytes each (a kept result would be
+# 400 KiB each, 2 MB for the five).
+SLACK = 64 * 1024
+
+
+def keyspace_bytes(conn: redis.Redis) -> int:
+    """used_memory less the clients' buffers (a 400 KiB argument sits in its connection's query
+    buffer while it is read, trimmed later by the server): what the calls kept."""
+    info = conn.info("memory")
+    return int(info["used_memory"]) - int(info["mem_clients_normal"])
+
+
+class Sampler:
+    """The largest keyspace_bytes seen, sampled on a connection of its own until stopped."""
+
+    def __init__(self, server: EmbeddedValkey) -> None:
+        self.conn = server.client()
+        self.peak = keyspace_bytes(self.conn)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(0.005):
+            self.peak = max(self.peak, keyspace_bytes(self.conn))
+
+    def stop(self) -> int:
+        self.done.set()
+        self.thread.join()
+        self.peak = max(self.peak, keyspace_bytes(self.conn))
+        self.conn.close()
+        return self.peak
+
+
+def drained(app: App) -> int:
+    consumer = Consumer(app.queue, app.handler)
+    try:
+        return consumer.drain()
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_results_acked_over_maxmemory_are_dropped_and_the_drain_frees_memory(
+        server: EmbeddedValkey, wire: int) -> None:
+    """Three jobs acked with room keep their 400 KiB results; five acked on a server over its
+    maxmemory end done without theirs (ResultDropped, "memory"), the keyspace growing by at most
+    SLACK, so freeing the operator's 2 MB lets enqueue in again."""
+    conn = server.client()
+    app = App(conn, "results", wire=wire)
+
+    @app.task(name="big")
+    def big(n: int) -> str:
+        return str(n) * BIG
+
+    try:
+        kept = [big.enqueue(n) for n in range(3)]
+        assert drained(app) == 3
+        dropped = [big.enqueue(n) for n in range(3, 8)]
+        conn.set("other", b"o" * 2_000_000)  # the operator's other data
+        used = int(conn.info("memory")["used_memory"])
+        conn.config_set("maxmemory", str(used - 300_000))  # the server over its limit
+        with pytest.raises(redis.exceptions.OutOfMemoryError, match=OOM):
+            big.enqueue(99)
+        sampler = Sampler(server)
+        before = sampler.peak
+        assert drained(app) == 5
+        assert sampler.stop() - before <= SLACK
+
+        for n, handle in enumerate(kept):
+            assert handle.result(timeout=5) == str(n) * BIG
+            assert asyncio.run(handle.aresult(timeout=5)) == str(n) * BIG
+        for handle in dropped:
+            assert handle.outcome() == JobOutcome("done", None, None, 1, None, "memory")
+            with pytest.raises(ResultDropped, match="dropped") as refused:
+                handle.result(timeout=5)
+            assert (refused.value.job_id, refused.value.reason) == (handle.id, "memory")
+            with pytest.raises(ResultDropped):
+                asyncio.run(handle.aresult(timeout=5))
+            assert conn.hget(app.queue.key("job", handle.id), "result_dropped") == b"memory"
+        conn.delete("other")
+        assert big.enqueue(100).verdict is Verdict.ENQUEUED
+    finally:
+        conn.config_set("maxmemory", "0")
         conn.close()

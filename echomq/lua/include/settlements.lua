@@ -12,9 +12,37 @@ local function result_ok(result)
   return #result <= RESULT_MAX
 end
 
+-- The bytes the results a call keeps may still take before the server is over maxmemory: nil
+-- until the call's first result to keep reads INFO memory (maxmemory less used_memory less
+-- mem_not_counted_for_evict, as the server counts it; false: no bound, maxmemory 0 or INFO
+-- refused).
+local result_room = nil
+
+-- Whether result fits in the call's room (read at its first result), taking it from the room; an
+-- empty result always fits.
+local function result_fits(result)
+  if result_room == nil then
+    local info = redis.pcall('INFO', 'memory')
+    local max = type(info) == 'string' and tonumber(string.match(info, '\nmaxmemory:(%d+)'))
+    if max and max > 0 then
+      local used = tonumber(string.match(info, '\nused_memory:(%d+)')) or 0
+      local uncounted = tonumber(string.match(info, '\nmem_not_counted_for_evict:(%d+)')) or 0
+      result_room = max - math.max(used - uncounted, 0)
+    else
+      result_room = false
+    end
+  end
+  if result_room == false then return true end
+  if #result > math.max(result_room, 0) then return false end
+  result_room = result_room - #result
+  return true
+end
+
 -- ack's effect on a current lease: leave active; the row becomes a tombstone for retention_ms
--- (0: deleted), holding result when one is given, and then the job's ended key (ended) wakes
--- its waiters. With events_key, a done entry (at: the call's now, nil for ack). Returns the verdict.
+-- (0: deleted), holding result when one is given and it fits in the call's room (result_fits;
+-- else the tombstone's result_dropped field says memory), and then the job's ended key (ended)
+-- wakes its waiters. With events_key, a done entry (at: the call's now, nil for ack). Returns
+-- the verdict.
 local function finish_ack(active, row, id, retention_ms, result, ended, events_key, fence, at)
   local attempt = attempts_of(events_key, row)
   redis.call('ZREM', active, id)
@@ -22,7 +50,11 @@ local function finish_ack(active, row, id, retention_ms, result, ended, events_k
   if retention_ms == 0 then
     redis.call('DEL', row)
   else
-    if result ~= nil then redis.call('HSET', row, 'result', result) end
+    if result ~= nil and result_fits(result) then
+      redis.call('HSET', row, 'result', result)
+    elseif result ~= nil then
+      redis.call('HSET', row, 'result_dropped', 'memory')
+    end
     redis.call('HDEL', row, 'p')
     redis.call('PEXPIRE', row, dec(retention_ms))
     if result ~= nil then mark_ended(ended, retention_ms) end
