@@ -33,6 +33,12 @@
 #define ROW_ATTEMPTS "a"
 #define ROW_ENQUEUED_AT "t"
 #define ROW_FENCE "f"
+/* The names the earlier layout gave those four (docs/PROTOCOL.md, "The job row"): a lease upgrades a row
+ * still holding them (fx_lease). */
+#define ROW_OLD_PAYLOAD "payload"
+#define ROW_OLD_ATTEMPTS "attempts"
+#define ROW_OLD_ENQUEUED_AT "enqueued_at"
+#define ROW_OLD_FENCE "fence"
 
 /* Strings made once at load (trafikey.c): the arguments of the ACL probe and the wake token. */
 extern ValkeyModuleString *s_hincrby, *s_attempts, *s_one;

@@ -41,8 +41,9 @@ from echomq.consumer.spread import shards_of
 from echomq.engine import calls, cluster_once
 from echomq.engine.calls import Job, Outcome, Verdict
 from echomq.engine.clients import is_cluster
-from echomq.engine.errors import Wire6Unsupported
+from echomq.engine.errors import LayoutError, Wire6Unsupported
 from echomq.engine.program import Program
+from echomq.engine.rows import LAYOUT, Layout
 from echomq.engine.transitions import LANE_CLAIM
 from echomq.engine.wire import Wire
 from echomq.queue.methods import QueueMethods
@@ -164,6 +165,30 @@ def report_settled(outcomes: Sequence[Outcome], verdicts: Sequence[Verdict],
                             job.id, job.attempt, first_line(error))
             else:
                 log_failure(job, verdict, error, outcome.delay_ms)
+
+
+_LAYOUT_WARNED: set[str] = set()  # the queues whose old rows this process has warned of
+
+
+def judge_layout(queue: str, layout: Layout) -> None:
+    """What a worker does with the row layout it read of ``queue`` as it starts: refuse a
+    layout it cannot read (LayoutError: no job of the queue is claimed), and warn once per
+    process, loudly, when rows of the earlier layout are there."""
+    if not layout.readable:
+        assert layout.recorded is not None
+        raise LayoutError(queue, layout.recorded, LAYOUT)
+    if layout.old_rows and queue not in _LAYOUT_WARNED:
+        _LAYOUT_WARNED.add(queue)
+        log.warning("queue %s holds rows of the earlier row layout (payload, attempts, "
+                    "enqueued_at, fence; %s among others): this worker reads them, each "
+                    "rewritten as it is leased, but a worker of the earlier release reads the "
+                    "rows this release writes without their payload: stop every such worker, "
+                    "then run `echomq migrate %s`", queue, ", ".join(layout.old_rows[:3]), queue)
+
+
+def layout_reads(queues: Sequence[Any]) -> list[tuple[str, Any]]:
+    """Each served queue's name and the call reading its layout (``row_layout``)."""
+    return [(queue.name, queue.row_layout) for queue in queues]
 
 
 def log_guarded(what: str, exc: Exception) -> None:
