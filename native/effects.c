@@ -196,6 +196,13 @@ void fx_hdel(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *key
     field_done(ctx, name, owned);
 }
 
+/* drop_payload of the prelude (include/rows.lua): the row's payload goes under either name, this
+ * layout's or the earlier one's, so the row reads as a tombstone (the script's one HDEL of both). */
+void fx_drop_payload(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name) {
+    fx_hdel(ctx, row, row_name, ROW_PAYLOAD);
+    if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH) fx_hdel(ctx, row, row_name, ROW_OLD_PAYLOAD);
+}
+
 /* HDEL key field, the field a string (a lane's group), on a key that may be of any type: "hdel"
  * when the hash held it, then "del" when the hash is gone. */
 void fx_hdel_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
@@ -265,8 +272,8 @@ static ValkeyModuleString *upgrade_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *ro
 static long long lease_attempts(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name) {
     ValkeyModuleString *old_payload, *attempts;
     hash_get1(row, ROW_OLD_PAYLOAD, &old_payload);
-    if (old_payload == NULL) return row_int_field(ctx, row, ROW_ATTEMPTS, 0);
-    attempts = upgrade_row(ctx, row, row_name, old_payload);
+    if (old_payload) attempts = upgrade_row(ctx, row, row_name, old_payload);
+    else hash_get1(row, ROW_ATTEMPTS, &attempts); /* a alone, as the script's HMGET reads it */
     if (attempts == NULL) return 0;
     long long out;
     Bytes b = bytes_of(attempts);

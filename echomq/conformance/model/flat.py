@@ -140,7 +140,7 @@ class FlatTransitions(Records, Joins):
             value = self.keys[row]
             if result is not None:
                 value.data[b"result"] = result
-            value.data.pop(b"p", None)
+            self.drop_payload(row)
             value.expires = True
             self._drop_empty(row)
             if result is not None:
@@ -158,7 +158,7 @@ class FlatTransitions(Records, Joins):
         j, span = Join(call.base, number["now"]), None
         if self.flagged(row):
             span = self.plan_end(j, job_id, row, "cancelled", mark=self.mark_of(row))
-        elif int_field(self.hget(row, b"a"), 0) >= number["max_attempts"]:
+        elif int_field(self.field(row, b"a"), 0) >= number["max_attempts"]:
             span = self.plan_end(j, job_id, row, "dead", call.args[4])
         if j.failed:
             return error(E_TYPE)
@@ -177,7 +177,7 @@ class FlatTransitions(Records, Joins):
         self.zrem(active, item.id)
         self.release_queue_slot(active[:-len(b"active")])
         self.keys[row].data[b"error"] = item.error
-        attempts = int_field(self.hget(row, b"a"), 0)
+        attempts = int_field(self.field(row, b"a"), 0)
         if attempts >= item.max_attempts:
             self.zadd(dead, now, item.id)
             self.mark_ended(row, item.id, None)
