@@ -158,6 +158,7 @@ class Consumer(LoopShell):
                 self._running = False
                 await self._parker.close()
                 log.info("async consumer stopped: queue %s", self.names)
+        self.raise_refused()
 
     async def check_layout(self) -> None:
         """Read each queue's row layout before the first claim (``judge_layout``); a server

@@ -296,6 +296,7 @@ class Consumer(LoopShell):
             finally:
                 self.close()
                 log.info("consumer stopped: queue %s", self.names)
+        self.raise_refused()
 
     def check_layout(self) -> None:
         """Read each queue's row layout before the first claim (``judge_layout``); a server

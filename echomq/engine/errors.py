@@ -73,10 +73,12 @@ class LayoutError(FatalServerError):
     ``<base>layout`` names a later one): a worker leaves it alone rather than run jobs it
     would misread."""
 
-    def __init__(self, queue: str, recorded: int, readable: int) -> None:
+    def __init__(self, queue: str, recorded: int, readable: int, *, running: bool = False) -> None:
+        done = ("it claims no more of the queue's jobs" if running
+                else "no job of the queue was claimed")
         super().__init__(
             f"queue {queue!r} records row layout {recorded}; this release reads layouts up to "
-            f"{readable}: upgrade this worker (no job of the queue was claimed)")
+            f"{readable}: upgrade this worker ({done})")
         self.queue, self.recorded = queue, recorded
 
 
