@@ -11,12 +11,14 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import redis
 
 from echomq import Consumer, Queue
 from echomq.engine.calls import Job, JobOutcome
+from echomq.ops import migrate as migrate_module
 from echomq.ops.migrate import migrate_queue
 from echomq.queue.registry import REGISTRY_KEY
 
@@ -84,21 +86,32 @@ def ended_before(job_id: str) -> JobOutcome:
 
 
 class Ledger:
-    """What the handlers were given: each job's payloads, in order, and when all have run."""
+    """What the handlers were given: each job's payloads, in order, and when all have run; the
+    jobs that ran while migrate was mid-run (its first batch rewritten, not finished)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.payloads: dict[str, list[bytes]] = {}
         self.some_ran = threading.Event()
         self.all_ran = threading.Event()
+        self.migrating = threading.Event()
+        self.during: list[str] = []
+        self.ran_during = threading.Event()
 
     def handle(self, job: Job) -> None:
         with self.lock:
             self.payloads.setdefault(job.id, []).append(job.payload)
+            hold = len(self.payloads) == 50  # this job's run spans migrate's start
             if len(self.payloads) >= 50:
                 self.some_ran.set()
             if len(self.payloads) >= ALL_LIVE:
                 self.all_ran.set()
+        if hold:  # 60 s at most: far above migrate's first batch, on a loaded machine
+            assert self.migrating.wait(60), "migrate never got mid-run"
+        with self.lock:
+            if self.migrating.is_set():
+                self.during.append(job.id)
+                self.ran_during.set()
 
 
 @contextmanager
@@ -123,9 +136,27 @@ def start(started: list[tuple[Consumer, threading.Thread]], conn: redis.Redis, n
     started.append((consumer, thread))
 
 
+def pausing_after_the_first_batch(ledger: Ledger) -> Any:
+    """migrate's batch step, which after its first batch marks migrate mid-run and waits (30 s
+    at most: far above a job's run, on a loaded machine) until a worker has run a job then."""
+    batch = migrate_module._migrate_batch
+    first = [True]
+
+    def step(conn: Any, keys: list[Any], done: Any) -> None:
+        batch(conn, keys, done)
+        if first[0] and keys:
+            first[0] = False
+            ledger.migrating.set()
+            assert ledger.ran_during.wait(30), "no job ran while migrate was mid-run"
+    return step
+
+
 @pytest.mark.parametrize("wire", [5, 6])
 def test_workers_started_before_during_and_after_migrate(
-        conn: redis.Redis, wire: int, caplog: pytest.LogCaptureFixture) -> None:
+        conn: redis.Redis, wire: int, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """migrate runs beside the workers, paused after its first batch until a job has run:
+    workers demonstrably serve the queue while it is mid-run."""
     name = f"rolling{wire}"
     base = f"emq:{{{name}}}:"
     attempts = write_old_release(conn, base, name)
@@ -134,6 +165,7 @@ def test_workers_started_before_during_and_after_migrate(
     assert all(queue.outcome(job_id) == ended_before(job_id) for job_id in ended)
     assert queue.outcome("JOB:p7") == JobOutcome("pending", None, None, 0)
     ledger = Ledger()
+    monkeypatch.setattr(migrate_module, "_migrate_batch", pausing_after_the_first_batch(ledger))
     caplog.set_level(logging.WARNING, logger="echomq")
 
     with workers() as started:
@@ -144,9 +176,12 @@ def test_workers_started_before_during_and_after_migrate(
         start(started, conn, name, wire, ledger)  # during
         migrating.join(60)
         assert not migrating.is_alive()
+        ledger.migrating.clear()
         start(started, conn, name, wire, ledger)  # after
         assert ledger.all_ran.wait(120), f"{len(ledger.payloads)} of {ALL_LIVE} jobs ran"
 
+    assert ledger.during, "no job ran while migrate was mid-run"
+    assert set(ledger.during) <= set(attempts)
     assert [job_id for job_id, got in ledger.payloads.items() if b"" in got] == []
     assert ledger.payloads == {job_id: [payload_of(job_id)] for job_id in attempts}
     for job_id, before in attempts.items():
