@@ -55,7 +55,7 @@ static const char *plan_parent(ValkeyModuleCtx *ctx, Join *j, Call *call, Valkey
     ValkeyModuleString *prow_name = derived_key(ctx, call->base, "job:", p);
     ValkeyModuleKey *prow = ValkeyModule_OpenKey(ctx, prow_name, VALKEYMODULE_READ);
     const char *verdict = NULL;
-    ValkeyModuleString *payload = hget(prow, ROW_PAYLOAD);
+    int live = row_has(ctx, prow, ROW_PAYLOAD);
     if (ValkeyModule_KeyType(prow) == VALKEYMODULE_KEYTYPE_EMPTY) {
         /* done, forgotten */
     } else if (in_zset(k[EMQ_AFTER_KEY_DEAD], p)) {
@@ -68,7 +68,7 @@ static const char *plan_parent(ValkeyModuleCtx *ctx, Join *j, Call *call, Valkey
             if (error) ValkeyModule_FreeString(ctx, error);
             verdict = "DEAD";
         }
-    } else if (payload == NULL) {
+    } else if (!live) {
         if (row_has(ctx, prow, "cancelled")) {
             long long retention = row_int_field(ctx, prow, "cancel", 0), at = row_int_field(ctx, prow, "cancelled", 0);
             join_cancel(j, id, retention, at);
@@ -79,7 +79,6 @@ static const char *plan_parent(ValkeyModuleCtx *ctx, Join *j, Call *call, Valkey
         if (!join_linked(j, p, next, id)) join_link(j, p, prow_name, id);
         if (next) ValkeyModule_FreeString(ctx, next);
     }
-    if (payload) ValkeyModule_FreeString(ctx, payload);
     ValkeyModule_CloseKey(prow);
     ValkeyModule_FreeString(ctx, prow_name);
     return verdict;

@@ -12,7 +12,7 @@ const char *bury_cancelled(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyMod
         fx_del(ctx, row, row_name);
         return "CANCELLED";
     }
-    fx_hdel(ctx, row, row_name, ROW_PAYLOAD);
+    fx_drop_payload(ctx, row, row_name);
     fx_pexpire(ctx, row, row_name, retention_ms);
     fx_mark_ended(ctx, ended, retention_ms);
     return "CANCELLED";
@@ -21,15 +21,6 @@ const char *bury_cancelled(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyMod
 static int in_zset(ValkeyModuleKey *zset, ValkeyModuleString *member) {
     double score;
     return ValkeyModule_ZsetScore(zset, member, &score) == VALKEYMODULE_OK;
-}
-
-static int has_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field) {
-    ValkeyModuleString *value = NULL;
-    if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_HASH) return 0;
-    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, field, &value, NULL);
-    if (value == NULL) return 0;
-    ValkeyModule_FreeString(ctx, value);
-    return 1;
 }
 
 /* The verdict on a row whose derived keys passed, and its effects. group, lane: a lane job's
@@ -41,15 +32,15 @@ static const char *cancel_job(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey 
     long long now = call->num[EMQ_CANCEL_ARG_NOW], retention_ms = call->num[EMQ_CANCEL_ARG_RETENTION_MS];
     if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_HASH) return "UNKNOWN";
     if (in_zset(k[EMQ_CANCEL_KEY_DEAD], id)) return "DEAD";
-    if (!has_field(ctx, row, ROW_PAYLOAD)) return has_field(ctx, row, "cancelled") ? "CANCELLED" : "DONE";
+    if (!row_has(ctx, row, ROW_PAYLOAD)) return row_has(ctx, row, "cancelled") ? "CANCELLED" : "DONE";
     if (in_zset(k[EMQ_CANCEL_KEY_ACTIVE], id)) {
-        if (!has_field(ctx, row, "cancel")) fx_mark_cancel(ctx, row, names[EMQ_CANCEL_KEY_JOB], retention_ms, now);
+        if (!row_has(ctx, row, "cancel")) fx_mark_cancel(ctx, row, names[EMQ_CANCEL_KEY_JOB], retention_ms, now);
         return "CANCELLING";
     }
     /* The job ends now: a waiting one (its row counts waits) leaves <base>waiting too, and the end
      * hook runs (dependents.c), planned before anything is written. */
     EventSink ev = event_sink(call, k);
-    int waits = has_field(ctx, row, "waits");
+    int waits = row_has(ctx, row, "waits");
     ValkeyModuleString *waiting = waits ? derived_key(ctx, call->base, "waiting", NULL) : NULL;
     if (waiting) {
         Acl acl = {ctx, NULL, 0};

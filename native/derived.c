@@ -117,11 +117,12 @@ const char *check_lane_keys(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyMo
 
 /* ---- Reading a row and the fence counter ----------------------------------------------------- */
 
-/* int_field of the prelude: an absent or non-integer field counts as the fallback. */
+/* int_field of the prelude on a row's field read by row_get (one of the four one-letter fields
+ * falls back to its earlier name): an absent or non-integer field counts as the fallback. */
 long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field,
                         long long fallback) {
     ValkeyModuleString *v;
-    hash_get1(row, field, &v);
+    row_get(row, field, &v);
     if (v == NULL) return fallback;
     long long out;
     Bytes b = bytes_of(v);
@@ -152,11 +153,12 @@ int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModule
     return row_int_field(ctx, row, ROW_FENCE, 0) == fence;
 }
 
-/* Whether the row (open, any type) is a hash holding field. */
+/* Whether the row (open, any type) is a hash holding field (read by row_get: has_payload of the
+ * prelude for ROW_PAYLOAD). */
 int row_has(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field) {
     ValkeyModuleString *v;
     if (ValkeyModule_KeyType(row) != VALKEYMODULE_KEYTYPE_HASH) return 0;
-    hash_get1(row, field, &v);
+    row_get(row, field, &v);
     if (v == NULL) return 0;
     ValkeyModule_FreeString(ctx, v);
     return 1;
@@ -199,14 +201,13 @@ const char *replayed(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence
     if (cancelled_at(ctx, row, fence)) return "CANCELLED";
     if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_EMPTY) return "STALE";
     if (row_int_field(ctx, row, ROW_FENCE, 0) != fence) return "STALE";
-    ValkeyModuleString *payload = NULL, *kept = NULL;
-    ValkeyModule_HashGet(row, VALKEYMODULE_HASH_CFIELDS, ROW_PAYLOAD, &payload, "error", &kept, NULL);
-    int has_payload = payload != NULL, same = 0;
+    ValkeyModuleString *kept = NULL;
+    hash_get1(row, "error", &kept);
+    int has_payload = row_has(ctx, row, ROW_PAYLOAD), same = 0;
     if (kept != NULL && error != NULL) {
         Bytes a = bytes_of(kept), b = bytes_of(error);
         same = a.n == b.n && (a.n == 0 || memcmp(a.p, b.p, a.n) == 0);
     }
-    if (payload != NULL) ValkeyModule_FreeString(ctx, payload);
     if (kept != NULL) ValkeyModule_FreeString(ctx, kept);
     if (error == NULL) return has_payload || ValkeyModule_GetAbsExpire(row) < 0 ? "STALE" : "ACKED";
     if (!has_payload || !same) return "STALE";

@@ -196,6 +196,13 @@ void fx_hdel(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *key
     field_done(ctx, name, owned);
 }
 
+/* drop_payload of the prelude (include/rows.lua): the row's payload goes under either name, this
+ * layout's or the earlier one's, so the row reads as a tombstone (the script's one HDEL of both). */
+void fx_drop_payload(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name) {
+    fx_hdel(ctx, row, row_name, ROW_PAYLOAD);
+    if (ValkeyModule_KeyType(row) == VALKEYMODULE_KEYTYPE_HASH) fx_hdel(ctx, row, row_name, ROW_OLD_PAYLOAD);
+}
+
 /* HDEL key field, the field a string (a lane's group), on a key that may be of any type: "hdel"
  * when the hash held it, then "del" when the hash is gone. */
 void fx_hdel_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname,
@@ -232,13 +239,57 @@ void fx_mark_ended(ValkeyModuleCtx *ctx, ValkeyModuleString *ended, long long re
     ValkeyModule_CloseKey(key);
 }
 
-/* lease of the prelude: count the attempt, take the next fence (SET fence; *fence_key is opened
- * again), write both to the row in one HSET, put the id in active until deadline. */
+/* upgrade_row of the prelude (claims.lua): a row holding the earlier layout's payload gets p and t
+ * from payload and enqueued_at unless they are set (one HSET, when either is), then loses the four
+ * old names (one HDEL). Takes payload; returns the attempts to lease with (a, else attempts), or
+ * NULL. */
+static ValkeyModuleString *upgrade_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
+                                       ValkeyModuleString *payload) {
+    ValkeyModuleString *a, *p, *attempts, *enqueued_at, *t;
+    hash_get1(row, ROW_ATTEMPTS, &a);
+    hash_get1(row, ROW_PAYLOAD, &p);
+    hash_get1(row, ROW_OLD_ATTEMPTS, &attempts);
+    hash_get1(row, ROW_OLD_ENQUEUED_AT, &enqueued_at);
+    hash_get1(row, ROW_ENQUEUED_AT, &t);
+    const char *names[2];
+    ValkeyModuleString *values[2];
+    size_t n = 0;
+    if (p == NULL) names[n] = ROW_PAYLOAD, values[n++] = payload;
+    if (enqueued_at != NULL && t == NULL) names[n] = ROW_ENQUEUED_AT, values[n++] = enqueued_at;
+    if (n > 0) fx_hset_fields(ctx, row, row_name, names, values, n);
+    static const char *const old[] = {ROW_OLD_PAYLOAD, ROW_OLD_ATTEMPTS, ROW_OLD_ENQUEUED_AT, ROW_OLD_FENCE};
+    fx_hdel_fields(ctx, row, row_name, old, sizeof old / sizeof old[0]);
+    ValkeyModuleString *gone[] = {payload, p, enqueued_at, t};
+    for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
+        if (gone[i]) ValkeyModule_FreeString(ctx, gone[i]);
+    if (a == NULL) return attempts;
+    if (attempts) ValkeyModule_FreeString(ctx, attempts);
+    return a;
+}
+
+/* The attempts a lease counts from: upgrade_row's on a row holding the earlier layout's payload,
+ * else a (absent or not an integer: 0). */
+static long long lease_attempts(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name) {
+    ValkeyModuleString *old_payload, *attempts;
+    hash_get1(row, ROW_OLD_PAYLOAD, &old_payload);
+    if (old_payload) attempts = upgrade_row(ctx, row, row_name, old_payload);
+    else hash_get1(row, ROW_ATTEMPTS, &attempts); /* a alone, as the script's HMGET reads it */
+    if (attempts == NULL) return 0;
+    long long out;
+    Bytes b = bytes_of(attempts);
+    int ok = emq_parse_int(b.p, b.n, 0, &out);
+    ValkeyModule_FreeString(ctx, attempts);
+    return ok ? out : 0;
+}
+
+/* lease of the prelude: count the attempt (upgrading a row of the earlier layout first), take the
+ * next fence (SET fence; *fence_key is opened again), write both to the row in one HSET, put the
+ * id in active until deadline. */
 void fx_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name,
               ValkeyModuleString *id, ValkeyModuleKey *active, ValkeyModuleString *active_name,
               ValkeyModuleKey **fence_key, ValkeyModuleString *fence_name, long long last_fence,
               long long deadline, long long *attempt, long long *fence) {
-    *attempt = row_int_field(ctx, row, ROW_ATTEMPTS, 0) + 1;
+    *attempt = lease_attempts(ctx, row, row_name) + 1;
     *fence = last_fence + 1;
     char num[24];
     ValkeyModuleString *attempt_str = ValkeyModule_CreateString(ctx, num, decimal(*attempt, num));

@@ -33,6 +33,12 @@
 #define ROW_ATTEMPTS "a"
 #define ROW_ENQUEUED_AT "t"
 #define ROW_FENCE "f"
+/* The names the earlier layout gave those four (docs/PROTOCOL.md, "The job row"): a lease upgrades a row
+ * still holding them (fx_lease). */
+#define ROW_OLD_PAYLOAD "payload"
+#define ROW_OLD_ATTEMPTS "attempts"
+#define ROW_OLD_ENQUEUED_AT "enqueued_at"
+#define ROW_OLD_FENCE "fence"
 
 /* Strings made once at load (trafikey.c): the arguments of the ACL probe and the wake token. */
 extern ValkeyModuleString *s_hincrby, *s_attempts, *s_one;
@@ -49,6 +55,7 @@ void fields_create(void);
 void fields_free(void);
 ValkeyModuleString *field_name(const char *name);
 void hash_get1(ValkeyModuleKey *key, const char *field, ValkeyModuleString **out);
+void row_get(ValkeyModuleKey *row, const char *field, ValkeyModuleString **out);
 
 static inline Bytes bytes_of(const ValkeyModuleString *s) {
     Bytes b;
@@ -160,6 +167,7 @@ void fx_new_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *
 void fx_set_counter(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, long long v);
 void fx_del(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname);
 void fx_hdel(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *field);
+void fx_drop_payload(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name);
 void fx_hdel_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, ValkeyModuleString *field);
 void fx_pexpire(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, long long ms);
 void fx_wake(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, long long n);

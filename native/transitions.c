@@ -101,7 +101,7 @@ static const char *finish_ack(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, Val
             fx_hset1(ctx, row, row_name, "result_dropped", why);
             ValkeyModule_FreeString(ctx, why);
         }
-        fx_hdel(ctx, row, row_name, ROW_PAYLOAD);
+        fx_drop_payload(ctx, row, row_name);
         fx_pexpire(ctx, row, row_name, retention_ms);
         if (result) fx_mark_ended(ctx, ended, retention_ms);
     }

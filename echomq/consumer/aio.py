@@ -18,7 +18,7 @@ from echomq.consumer.aio_parker import AsyncParker
 from echomq.consumer.beat import Beat
 from echomq.consumer.presence import announced_async
 from echomq.consumer.settle_all import settle_all
-from echomq.consumer.shell import LoopShell
+from echomq.consumer.shell import LoopShell, judge_layout, layout_reads
 from echomq.engine.calls import DEFAULT_LEASE_MS, Job
 from echomq.engine.server_time import async_server_ms
 from echomq.queue.aio import Queue
@@ -146,6 +146,7 @@ class Consumer(LoopShell):
         ``announce`` is False (the record beats from a task of this loop while busy, and rides
         in the parks' flushes while parked). Transient server errors are retried with a
         growing pause; one that cannot heal raises FatalServerError."""
+        await self.check_layout()
         async with announced_async(self, self.announce):
             log.info("async consumer started: queue %s, wire %d, %s, lease %d ms, "
                      "concurrency %d", self.names, self.queue.wire,
@@ -157,6 +158,19 @@ class Consumer(LoopShell):
                 self._running = False
                 await self._parker.close()
                 log.info("async consumer stopped: queue %s", self.names)
+        self.raise_refused()
+
+    async def check_layout(self) -> None:
+        """Read each queue's row layout before the first claim (``judge_layout``); a server
+        that cannot answer now is not waited for (the transitions read both layouts)."""
+        for name, read in layout_reads(self.queues):
+            try:
+                layout = await read()
+            except Exception as exc:
+                if not self.heals(exc):
+                    raise
+                continue
+            judge_layout(name, layout)
 
     def stop(self) -> None:
         """Stop claiming; a parked consumer returns at once, running jobs finish first,

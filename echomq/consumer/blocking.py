@@ -42,10 +42,7 @@ from echomq.consumer.loop import error_text
 from echomq.consumer.presence import announced
 from echomq.consumer.settings import Clock, park_window
 from echomq.consumer.settle_all import settle_all
-from echomq.consumer.shell import (
-    LoopShell,
-    refuse_unsupported,
-)
+from echomq.consumer.shell import LoopShell, judge_layout, layout_reads, refuse_unsupported
 from echomq.engine.program import Ahead
 from echomq.engine.server_time import server_ms
 from echomq.queue.blocking import DEFAULT_LEASE_MS, Job, Queue
@@ -290,6 +287,7 @@ class Consumer(LoopShell):
         outcomes waiting go out, and a consumer that knew when something falls due leaves a
         watch token, so a consumer still parked reads the heads again and watches in its
         place."""
+        self.check_layout()
         with announced(self, self.announce):
             log.info("consumer started: queue %s, wire %d, %s, lease %d ms", self.names,
                      self.queue.wire, "lanes" if self.lanes else "flat", self.lease_ms)
@@ -298,6 +296,19 @@ class Consumer(LoopShell):
             finally:
                 self.close()
                 log.info("consumer stopped: queue %s", self.names)
+        self.raise_refused()
+
+    def check_layout(self) -> None:
+        """Read each queue's row layout before the first claim (``judge_layout``); a server
+        that cannot answer now is not waited for (the transitions read both layouts)."""
+        for name, read in layout_reads(self.queues):
+            try:
+                layout = read()
+            except Exception as exc:
+                if not self.heals(exc):
+                    raise
+                continue
+            judge_layout(name, layout)
 
     def stop(self) -> None:
         """Stop claiming; a parked consumer returns at once, a running job finishes first,

@@ -41,8 +41,9 @@ from echomq.consumer.spread import shards_of
 from echomq.engine import calls, cluster_once
 from echomq.engine.calls import Job, Outcome, Verdict
 from echomq.engine.clients import is_cluster
-from echomq.engine.errors import Wire6Unsupported
+from echomq.engine.errors import LayoutError, Wire6Unsupported
 from echomq.engine.program import Program
+from echomq.engine.rows import LAYOUT, LAYOUT_KEY, Layout, recorded_layout
 from echomq.engine.transitions import LANE_CLAIM
 from echomq.engine.wire import Wire
 from echomq.queue.methods import QueueMethods
@@ -116,16 +117,25 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def take_token(conn: Any, key: str, holder: str, interval_ms: int) -> Any:
+def take_token(conn: Any, key: str, holder: str, interval_ms: int,
+               layout_key: str | None = None) -> Any:
     """Ask for the queue's housekeeping token ``key`` for ``holder``, held ``interval_ms``
     (``SET NX PX GET``): the reply is what ``token_taken`` reads (awaitable on an asyncio
     client). One consumer a housekeeping interval runs recover + promote; the others skip.
+    With ``layout_key`` on a server that is not a cluster, the queue's recorded row layout is
+    read in the same round trip (a pipeline of the ``SET`` and a ``GET``): the reply is then the
+    list of both (``token_reply``).
 
     On a cluster it is asked of its slot's node once (``echomq.engine.cluster_once``): a node that
     is down fails it at once. The client's own retries would hold the consumer's loop for
     seconds, and with it every other shard it serves."""
     if not is_cluster(conn):
-        return conn.set(key, holder, nx=True, px=interval_ms, get=True)
+        if layout_key is None:
+            return conn.set(key, holder, nx=True, px=interval_ms, get=True)
+        pipe = conn.pipeline(transaction=False)
+        pipe.set(key, holder, nx=True, px=interval_ms, get=True)
+        pipe.get(layout_key)
+        return pipe.execute()
     command = ("SET", key, holder, "NX", "PX", interval_ms, "GET")
     if inspect.iscoroutinefunction(conn.execute_command):
         return cluster_once.async_send(conn, command, get=True)
@@ -164,6 +174,58 @@ def report_settled(outcomes: Sequence[Outcome], verdicts: Sequence[Verdict],
                             job.id, job.attempt, first_line(error))
             else:
                 log_failure(job, verdict, error, outcome.delay_ms)
+
+
+_LAYOUT_WARNED: set[str] = set()  # the queues whose old rows this process has warned of
+# The row layout each queue was last seen recorded in, by this process (None: none recorded).
+_LAYOUT_SEEN: dict[str, int | None] = {}
+
+
+def judge_layout(queue: str, layout: Layout) -> None:
+    """What a worker does with the row layout it read of ``queue`` as it starts: refuse a
+    layout it cannot read (LayoutError: no job of the queue is claimed), and warn once per
+    process, loudly, when rows of the earlier layout are there."""
+    if not layout.readable:
+        assert layout.recorded is not None
+        raise LayoutError(queue, layout.recorded, LAYOUT)
+    _LAYOUT_SEEN[queue] = layout.recorded
+    if layout.old_rows and queue not in _LAYOUT_WARNED:
+        _LAYOUT_WARNED.add(queue)
+        log.warning("queue %s holds rows of the earlier row layout (payload, attempts, "
+                    "enqueued_at, fence; %s among others): this worker reads them, each "
+                    "rewritten as it is leased, but a worker of the earlier release reads the "
+                    "rows this release writes without their payload: stop every such worker, "
+                    "then run `echomq migrate %s`", queue, ", ".join(layout.old_rows[:3]), queue)
+
+
+def layout_changed(queue: str, value: bytes | str | None) -> None:
+    """A running worker read ``queue``'s recorded row layout again (with its housekeeping
+    token): a later layout than it reads stops it (LayoutError); any other change is logged
+    once, when this process first sees it."""
+    layout = Layout(recorded_layout(value))
+    if not layout.readable:
+        assert layout.recorded is not None
+        raise LayoutError(queue, layout.recorded, LAYOUT, running=True)
+    before = _LAYOUT_SEEN.get(queue)
+    _LAYOUT_SEEN[queue] = layout.recorded
+    if layout.recorded != before:
+        log.info("queue %s: its rows are now recorded in row layout %s (was %s)", queue,
+                 layout.recorded, "none" if before is None else before)
+
+
+def token_reply(reply: Any, queue: str) -> Any:
+    """The token's reply from what ``take_token`` answered: with the row layout read in the same
+    round trip (a list), that is judged first (``layout_changed``)."""
+    if not isinstance(reply, list):
+        return reply
+    token, layout = reply
+    layout_changed(queue, layout)
+    return token
+
+
+def layout_reads(queues: Sequence[Any]) -> list[tuple[str, Any]]:
+    """Each served queue's name and the call reading its layout (``row_layout``)."""
+    return [(queue.name, queue.row_layout) for queue in queues]
 
 
 def log_guarded(what: str, exc: Exception) -> None:
@@ -214,6 +276,8 @@ class LoopShell:
     # The record in the registry of live workers while ``run()`` runs (``announce``); its
     # parks carry its rewrite.
     announcer: Announcer | None = None
+    # A later row layout the keeper found recorded: ``run()`` stops and raises it.
+    refused: LayoutError | None = None
 
     @property
     def core(self) -> LoopCore:
@@ -245,13 +309,27 @@ class LoopShell:
         error backs off (logged); one that cannot heal raises FatalServerError, and any other
         error raises itself."""
         fault = classify(exc)
-        if fault is None:
+        if fault is None or isinstance(exc, LayoutError):
             raise exc
         if fault is Fault.FATAL:
             raise fatal_error(self.names, exc) from exc
         pause = self.core.backoff.failed()
         log.warning("server unavailable (%s); retrying in %.1f s", describe(exc), pause)
         return pause
+
+    def _keeper_failed(self, what: str, exc: Exception) -> None:
+        """The keeper's work ``what`` failed with ``exc``: logged (``log_guarded``); a queue now
+        recorded in a later row layout (LayoutError) also stops the loop, whose ``run()`` then
+        raises it (``raise_refused``)."""
+        log_guarded(what, exc)
+        if isinstance(exc, LayoutError):
+            self.refused = exc
+            self.stop()
+
+    def raise_refused(self) -> None:
+        """Raise the LayoutError the keeper met, if it met one (after the loop stopped)."""
+        if self.refused is not None:
+            raise self.refused
 
     def _now(self) -> int | None:
         """The ms clock for a transition: the consumer's own, or None for the server's."""
@@ -307,7 +385,8 @@ class LoopShell:
             case TakeToken():
                 return partial(take_token, queue.conn,
                                queue.key(TOKEN_ROLE),
-                               self._name, self.settings.housekeeping_ms)
+                               self._name, self.settings.housekeeping_ms,
+                               queue.key(LAYOUT_KEY))
         return None
 
     def _settle_program(self, action: SendAhead) -> Program[Any]:
@@ -319,7 +398,9 @@ class LoopShell:
 
     def _answer(self, action: Action, reply: Any) -> Any:
         """The program's reply to ``action`` from its queue call's ``reply``."""
-        return token_taken(reply, self._name) if isinstance(action, TakeToken) else reply
+        if isinstance(action, TakeToken):
+            return token_taken(token_reply(reply, self.queues[action.index].name), self._name)
+        return reply
 
     def _notice(self, action: Action) -> None:
         """Perform a notice of the beat program: a log line, a user's hook, a stop."""
@@ -368,6 +449,6 @@ NOTICES: dict[type[Action], Callable[[LoopShell, Any], None]] = {
     Dropped: _dropped,
     StopAsked: _stop_asked,
     NotHandedBack: lambda shell, action: warn_not_handed_back(action.error),
-    Failed: lambda shell, action: log_guarded(action.what, action.error),
+    Failed: lambda shell, action: shell._keeper_failed(action.what, action.error),
     Unparked: _unparked,
 }

@@ -24,7 +24,7 @@ from echomq.engine.native import (
     checked_now,
     checked_priority,
 )
-from echomq.engine.rows import ATTEMPTS, ENQUEUED_AT, PAYLOAD
+from echomq.engine.rows import ATTEMPTS, ENQUEUED_AT, OLD_ATTEMPTS, OLD_PAYLOAD, PAYLOAD
 from echomq.engine.server_time import time_ms
 
 Arg = str | bytes
@@ -228,11 +228,15 @@ def outcome_of(replies: Sequence[Any]) -> JobOutcome:
     is no job's (unknown); dead wins over everything (a dead job keeps its payload); a row
     without its payload was acked (done) or cancelled (its cancel mark kept); else the zset
     that holds the id, or waiting (its row counts the parents it waits for, ``waits``), or
-    pending (a lane job waiting in its lane is in no zset)."""
-    kind, fields, has_payload, *scores = replies
+    pending (a lane job waiting in its lane is in no zset). A row that expires is a tombstone
+    (only an ack and a cancel set an expiry); a row of the earlier layout is read by its old
+    names where the new are absent (docs/PROTOCOL.md, "The job row")."""
+    kind, fields, has_p, has_old_payload, expiry, *scores = replies
     if text(kind) != "hash":
         return UNKNOWN
-    attempts, result, error, progress, cancelled, waits, dropped = fields
+    a, result, error, progress, cancelled, waits, dropped, old_attempts = fields
+    attempts = old_attempts if a is None else a
+    has_payload = (bool(has_p) or bool(has_old_payload)) and int(expiry) == -1
     places = [place for place, score in zip(_PLACES, scores, strict=True) if score is not None]
     if "dead" in places:
         state = "dead"
@@ -482,8 +486,8 @@ class QueueCalls:
         row = self.key("job", checked_id(job_id))
         return [("TYPE", row),
                 ("HMGET", row, ATTEMPTS, "result", "error", "progress", "cancelled", "waits",
-                 "result_dropped"),
-                ("HEXISTS", row, PAYLOAD),
+                 "result_dropped", OLD_ATTEMPTS),
+                ("HEXISTS", row, PAYLOAD), ("HEXISTS", row, OLD_PAYLOAD), ("PTTL", row),
                 *(("ZSCORE", self.key(place), job_id) for place in _PLACES)]
 
     def requeue(self, job_id: str, now: int | None) -> Call:

@@ -68,6 +68,20 @@ class FenceError(FatalServerError):
     integer from 0 to 999999999999998, or a batch would take it past 999999999999999."""
 
 
+class LayoutError(FatalServerError):
+    """A queue whose rows are recorded in a layout this release cannot read (its
+    ``<base>layout`` names a later one): a worker leaves it alone rather than run jobs it
+    would misread."""
+
+    def __init__(self, queue: str, recorded: int, readable: int, *, running: bool = False) -> None:
+        done = ("it claims no more of the queue's jobs" if running
+                else "no job of the queue was claimed")
+        super().__init__(
+            f"queue {queue!r} records row layout {recorded}; this release reads layouts up to "
+            f"{readable}: upgrade this worker ({done})")
+        self.queue, self.recorded = queue, recorded
+
+
 class EvictionPolicyWarning(UserWarning):
     """The server may evict keys (its maxmemory-policy is not ``noeviction``)."""
 

@@ -24,6 +24,7 @@
 --- @include "errors"
 --- @include "keys"
 --- @include "numbers"
+--- @include "rows"
 if #KEYS < 5 or #KEYS > 6 or #ARGV < 3 then return variadic_arity_error('AFTER', 5, 3) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end
@@ -70,7 +71,7 @@ for n = 4, #ARGV do
         plan_end(j, id, row, 'dead', text)
         verdict = 'DEAD'
       end
-    elseif redis.call('HEXISTS', prow, 'p') == 0 then
+    elseif not has_payload(prow) then
       if redis.call('HEXISTS', prow, 'cancelled') == 1 then
         local mark = mark_of(prow)
         plan_cancel(j, id, me, mark)

@@ -27,6 +27,7 @@
 --- @include "keys"
 --- @include "lanes"
 --- @include "numbers"
+--- @include "rows"
 if #KEYS < 6 or #KEYS > 7 or #ARGV ~= 3 then return arity_error('CANCEL', 6, 3) end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end
@@ -56,7 +57,7 @@ end
 
 if not exists then return redis.status_reply('UNKNOWN') end
 if redis.call('ZSCORE', dead, id) ~= false then return redis.status_reply('DEAD') end
-if redis.call('HEXISTS', row, 'p') == 0 then
+if not has_payload(row) then
   if redis.call('HEXISTS', row, 'cancelled') == 1 then return redis.status_reply('CANCELLED') end
   return redis.status_reply('DONE')
 end

@@ -48,6 +48,7 @@
 --- @include "priority"
 --- @include "queue_limits"
 --- @include "records"
+--- @include "rows"
 --- @include "settlements"
 --- @include "wake"
 -- The shape an item must have (EMQITEM), as the protocol table's settle row states it.
@@ -111,7 +112,7 @@ local function plan_release_lane(item)
   if failure then return failure end
   item.lane, item.lane_key = lane, base .. 'lane:' .. lane
   item.priority = row_priority(item.row)
-  item.at = int_field(redis.call('HGET', item.row, 't'), now)
+  item.at = int_field(row_field(item.row, 't'), now)
   return nil
 end
 
@@ -120,12 +121,12 @@ end
 local function finish_release(item)
   redis.call('ZREM', active, item.id)
   release_lane_slot(base, item.row)
-  local attempts = int_field(redis.call('HGET', item.row, 'a'), 0)
+  local attempts = int_field(row_field(item.row, 'a'), 0)
   redis.call('HSET', item.row, 'a', dec(math.max(attempts - 1, 0)))
   if item.lane then
     push_lane(ring, item, 'LPUSH')
   else
-    local at = int_field(redis.call('HGET', item.row, 't'), now)
+    local at = int_field(row_field(item.row, 't'), now)
     redis.call('ZADD', pending, dec(pending_score(row_priority(item.row), at)), item.id)
   end
   wake(wake_key, 1)
@@ -205,7 +206,7 @@ local verdicts = {}
 for n = 1, #items do
   local item = items[n]
   local verdict
-  local state = redis.call('HMGET', item.row, 'f', 'cancel')
+  local state = row_fields(item.row, 'f', 'cancel')
   if state[1] == false or int_field(state[1], 0) ~= item.fence
     or redis.call('ZSCORE', active, item.id) == false then
     if item.op ~= 'release' then

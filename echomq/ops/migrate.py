@@ -8,13 +8,19 @@ queue's row keys (``<base>job:*``, hashes only). A row holding none of the old n
 alone, so a run over a migrated queue changes nothing and a run cut short can simply be run
 again. A row holding any is rewritten in one ``MULTI``/``EXEC`` under ``WATCH`` (tried again when
 the row changed in between): the new names get the old values (a new name already present
-keeps its own value, the later write; ``attempts`` 0 becomes no ``a``, as a new row has none),
-the old names go. ``HSET``/``HDEL`` keep the row's
-expiry, so a tombstone still expires when it would have.
+keeps its own value, the later write; ``attempts`` 0 becomes no ``a``, as a new row has none;
+a tombstone — a row that expires — loses its ``payload`` instead of getting a ``p``, which
+would make its ended job read as live), the old names go. ``HSET``/``HDEL`` keep the row's
+expiry, so a tombstone still expires when it would have. A run that visited every row records
+the layout in ``<base>layout`` (``2``), which a worker reads as it starts.
 
-The order of an upgrade: stop the old release's workers, install this release, run
-``echomq migrate``, start the workers (a worker of either release on rows of the other layout
-would read a job without its payload and attempts).
+An upgrade need not stop the queue. A worker of this release reads rows of either layout: its
+lease rewrites a row of the earlier one first (docs/PROTOCOL.md, "The job row"), so it runs
+the job with its payload and its count of attempts, and ``Queue.outcome`` reads either. A worker
+of the earlier release cannot read the rows this release writes, so the order of a rolling
+upgrade is: replace every worker of the earlier release (a worker that starts while rows of
+the earlier layout remain says so once, in the log), then the producers, then run
+``echomq migrate`` — at any time, while the workers run; it rewrites the rows not leased yet.
 """
 
 from __future__ import annotations
@@ -52,15 +58,17 @@ def row_keys(conn: Any, name: str) -> Iterator[Any]:
     yield from conn.scan_iter(match=pattern, count=SCAN_COUNT, _type="hash")
 
 
-def rename(values: Sequence[Any]) -> tuple[dict[str, Any], list[str]]:
+def rename(values: Sequence[Any], tombstone: bool = False) -> tuple[dict[str, Any], list[str]]:
     """The fields to set and the fields to delete, from a row's values of ``OLD`` then
     ``NEW`` (None: absent): each old name present goes, its value moving to the new name unless
     the new name is already set — or unless it is ``attempts`` at 0, which a row of this release
-    says by leaving ``a`` out."""
+    says by leaving ``a`` out, or ``payload`` on a ``tombstone`` (a row that expires: its job
+    ended, and a ``p`` would make it read as live)."""
     old, new = values[:len(OLD)], values[len(OLD):]
     sets = {short: value for short, value, now in zip(NEW, old, new, strict=True)
             if value is not None and now is None
-            and not (short == jobrow.ATTEMPTS and value in (b"0", "0"))}
+            and not (short == jobrow.ATTEMPTS and value in (b"0", "0"))
+            and not (short == jobrow.PAYLOAD and tombstone)}
     gone = [full for full, value in zip(OLD, old, strict=True) if value is not None]
     return sets, gone
 
@@ -71,7 +79,7 @@ def migrate_row(conn: Any, key: Any) -> bool:
         while True:
             try:
                 pipe.watch(key)
-                sets, gone = rename(pipe.hmget(key, *OLD, *NEW))
+                sets, gone = rename(pipe.hmget(key, *OLD, *NEW), pipe.pttl(key) >= 0)
                 if not gone:
                     pipe.unwatch()
                     return False
@@ -97,6 +105,7 @@ def migrate_queue(conn: Any, name: str) -> Migrated:
             _migrate_batch(conn, batch, done)
             batch = []
     _migrate_batch(conn, batch, done)
+    conn.set(QueueCalls(name).base + jobrow.LAYOUT_KEY, jobrow.LAYOUT)
     return done
 
 

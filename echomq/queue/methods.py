@@ -43,6 +43,7 @@ from echomq.engine.execution import ExecutorMethods
 from echomq.engine.once import lost_reply
 from echomq.engine.produce import admitted, batch_verdicts, enqueue_many_calls, item_verdicts
 from echomq.engine.program import Invoke, Program, Reads, method, op
+from echomq.engine.rows import Layout
 from echomq.engine.unique import unique_call, unique_options
 from echomq.engine.wire import Wire
 from echomq.queue.bounds import HOUSEKEEPING_STEP, TRIM_STEPS, Housekept, more_due
@@ -50,6 +51,7 @@ from echomq.queue.dead import DeadControls
 from echomq.queue.events import EventReads
 from echomq.queue.graphs import GraphAdmissions
 from echomq.queue.lanes import LaneControls, lane_groups, per_group, shown_depths, waiting_keys
+from echomq.queue.layout import read_layout
 from echomq.queue.limits import LimitControls
 from echomq.queue.parking import WATCH_ROLE, head_read, watch_commands
 from echomq.queue.policy import server_checks
@@ -129,6 +131,11 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
         one when made, the asyncio one before its first command (unless asked first)."""
         self._policy_due = False  # on the call, before the program runs: asked now, not again
         return server_checks(self.conn, self.name, plain=self.shards == 1)
+
+    @op
+    def row_layout(self) -> Program[Layout]:
+        """The queue's row layout as a worker reads it when it starts (echomq.queue.layout)."""
+        return read_layout(self.conn, self.base)
 
     def _sent(self, call: Call, decode: Callable[[Any], R], *, watch: bool = False) -> Program[R]:
         """``call`` run on the queue's wire and its reply decoded: the one place a call's reply

@@ -3,7 +3,8 @@
 (``lanes``) and priority inside a lane (``lane_priority``), the replays (``replay``), the claim
 records (``records``), cancel (``cancel``), the bounds of dead jobs (``dead``), flat priority
 (``priority``), dependencies with the join (``after``), the unique enqueue (``unique``), the
-queue-wide limits (``limits``) and the producer's batch (``many``), then every one of them
+queue-wide limits (``limits``), the producer's batch (``many``) and rows of the earlier
+layout (``layout``), then every one of them
 again with the events stream declared
 (``events``); each family imports only ``common``, and only this module gathers them."""
 
@@ -19,6 +20,7 @@ from echomq.conformance.cases.events import event_cases
 from echomq.conformance.cases.generic import generic_cases
 from echomq.conformance.cases.lane_priority import lane_priority_cases
 from echomq.conformance.cases.lanes import lane_cases
+from echomq.conformance.cases.layout import layout_cases
 from echomq.conformance.cases.limits import limit_cases
 from echomq.conformance.cases.many import many_cases
 from echomq.conformance.cases.priority import priority_cases
@@ -37,7 +39,7 @@ def all_cases() -> list[Case]:
              *flat.ack_result_cases(), *lane_cases(), *replay_cases(),
              *record_cases(), *flat.progress_cases(), *cancel_cases(), *trim_dead_cases(),
              *priority_cases(), *lane_priority_cases(), *join_cases(), *unique_cases(),
-             *limit_cases(), *many_cases()]
+             *limit_cases(), *many_cases(), *layout_cases()]
     cases += event_cases(cases)
     ids = [case.id for case in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}

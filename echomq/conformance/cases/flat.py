@@ -153,6 +153,29 @@ def claim_cases() -> Iterator[Case]:
                  ["ZADD", key("pending"), "1", "JOB:1"]])
     yield from fence_counter_cases("claim", list(GOOD["claim"]), waiting("JOB:1"),
                                    b"*4\r\n$5\r\nJOB:1\r\n$1\r\np\r\n:1\r\n")
+    yield from old_layout_claim_cases()
+
+
+def old_layout_claim_cases() -> Iterator[Case]:
+    """A row an earlier release wrote (``payload``, ``attempts``, ``enqueued_at``, ``fence``):
+    the lease upgrades it and replies its payload and attempts (docs/PROTOCOL.md, "The job
+    row")."""
+    yield _case("claim", "old-layout-row", list(GOOD["claim"]),
+                b"*4\r\n$5\r\nJOB:1\r\n$3\r\nold\r\n:3\r\n:1\r\n", OLD_LAYOUT)
+    yield _case("claim", "old-layout-row-half-upgraded", list(GOOD["claim"]),
+                b"*4\r\n$5\r\nJOB:1\r\n$3\r\nnew\r\n:5\r\n:1\r\n",
+                [row("JOB:1", "payload", b"old", "p", b"new", "attempts", "2", "a", "4",
+                     "enqueued_at", "7", "t", "9", "fence", "3"),
+                 ["ZADD", key("pending"), "1", "JOB:1"]])
+    yield _case("claim", "old-layout-attempts-zero", list(GOOD["claim"]),
+                b"*4\r\n$5\r\nJOB:1\r\n$0\r\n\r\n:1\r\n:1\r\n",
+                [row("JOB:1", "payload", b"", "attempts", "0"),
+                 ["ZADD", key("pending"), "1", "JOB:1"]])
+
+
+OLD_LAYOUT: list[Command] = [row("JOB:1", "payload", b"old", "attempts", "2", "enqueued_at", "7",
+                                 "fence", "3", "error", b"boom"),
+                             ["ZADD", key("pending"), "1", "JOB:1"]]
 
 
 def claimed(fence: int) -> bytes:

@@ -71,7 +71,7 @@ class BatchTransitions(FlatTransitions):
             return self.plan_end(j, item.id, row, "cancelled", mark=self.mark_of(row))
         if item.op in (b"ack", b"done"):
             return self.plan_end(j, item.id, row, "done")
-        if item.op == b"retry" and int_field(self.hget(row, b"a"), 0) >= item.max_attempts:
+        if item.op == b"retry" and int_field(self.field(row, b"a"), 0) >= item.max_attempts:
             return self.plan_end(j, item.id, row, "dead", item.error)
         return None
 
@@ -110,9 +110,9 @@ class BatchTransitions(FlatTransitions):
         job_id = item.id
         self.zrem(active, job_id)
         self.release_queue_slot(call.base)
-        attempts = int_field(self.hget(row, b"a"), 0)
+        attempts = int_field(self.field(row, b"a"), 0)
         self.keys[row].data[b"a"] = dec(max(attempts - 1, 0))
-        at = int_field(self.hget(row, b"t"), call.numbers["now"])
+        at = int_field(self.field(row, b"t"), call.numbers["now"])
         score = pending_score(row_priority(self.hget(row, b"priority")), at)
         move = self.lane_move(call.base, job_id, score, at)
         assert move is not None, "the release item's lane keys are checked first"

@@ -29,7 +29,7 @@ class Cancels(Joins):
             return status("UNKNOWN")
         if self.in_zset(dead, job_id):
             return status("DEAD")
-        if self.hget(row, b"p") is None:
+        if self.field(row, b"p") is None:
             return status("DONE" if self.hget(row, b"cancelled") is None else "CANCELLED")
         if self.in_zset(active, job_id):
             if self.hget(row, b"cancel") is None:

@@ -73,11 +73,14 @@ class FlatTransitions(Records, Joins):
 
     def lease(self, call: Call, row: bytes, member: bytes, active: bytes,
               counter: bytes) -> tuple[int, int]:
-        """Counts the attempt and takes the queue's next fence (SET: any TTL goes)."""
+        """Counts the attempt and takes the queue's next fence (SET: any TTL goes); a row of
+        the earlier layout is upgraded first."""
+        fields = self.keys.setdefault(row, Value(b"hash", {})).data
+        if b"payload" in fields:
+            upgrade_row(fields)
         attempt = int_field(self.hget(row, b"a"), 0) + 1
         fence = call.numbers["last_fence"] + 1
         self.keys[counter] = Value(b"string", dec(fence))
-        fields = self.keys.setdefault(row, Value(b"hash", {})).data
         fields[b"a"] = dec(attempt)
         fields[b"f"] = dec(fence)
         self.zadd(active, call.numbers["now"] + call.numbers["lease_ms"], member)
@@ -137,7 +140,7 @@ class FlatTransitions(Records, Joins):
             value = self.keys[row]
             if result is not None:
                 value.data[b"result"] = result
-            value.data.pop(b"p", None)
+            self.drop_payload(row)
             value.expires = True
             self._drop_empty(row)
             if result is not None:
@@ -155,7 +158,7 @@ class FlatTransitions(Records, Joins):
         j, span = Join(call.base, number["now"]), None
         if self.flagged(row):
             span = self.plan_end(j, job_id, row, "cancelled", mark=self.mark_of(row))
-        elif int_field(self.hget(row, b"a"), 0) >= number["max_attempts"]:
+        elif int_field(self.field(row, b"a"), 0) >= number["max_attempts"]:
             span = self.plan_end(j, job_id, row, "dead", call.args[4])
         if j.failed:
             return error(E_TYPE)
@@ -174,7 +177,7 @@ class FlatTransitions(Records, Joins):
         self.zrem(active, item.id)
         self.release_queue_slot(active[:-len(b"active")])
         self.keys[row].data[b"error"] = item.error
-        attempts = int_field(self.hget(row, b"a"), 0)
+        attempts = int_field(self.field(row, b"a"), 0)
         if attempts >= item.max_attempts:
             self.zadd(dead, now, item.id)
             self.mark_ended(row, item.id, None)
@@ -203,3 +206,15 @@ class FlatTransitions(Records, Joins):
         self.keys[row].data[b"progress"] = call.args[2]
         self.emit("progress", call.args[0], self.attempts_of(row), fence=call.numbers["fence"])
         return status("RECORDED")
+
+
+def upgrade_row(fields: dict[bytes, bytes]) -> None:
+    """A row holding the earlier layout's names, as a lease rewrites it: ``p`` and ``t`` from
+    ``payload`` and ``enqueued_at`` unless set, ``a`` from ``attempts`` unless set (the lease
+    writes it next), and the four old names gone."""
+    old = {name: fields.pop(name, None) for name in (b"payload", b"attempts", b"enqueued_at",
+                                                     b"fence")}
+    for short, full in ((b"p", b"payload"), (b"t", b"enqueued_at"), (b"a", b"attempts")):
+        value = old[full]
+        if value is not None and short not in fields:
+            fields[short] = value

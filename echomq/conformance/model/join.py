@@ -201,7 +201,7 @@ class Joins(State):
 
     def _step_release(self, j: Join, step: Step) -> None:
         attempt = self.attempts_of(step.row)
-        at = j.now if j.now is not None else int_field(self.hget(step.row, b"t"), 0)
+        at = j.now if j.now is not None else int_field(self.field(step.row, b"t"), 0)
         self._leave_waiting(j, step)
         p = row_priority(self.hget(step.row, b"priority"))
         self.zadd(j.base + b"pending", pending_score(p, at), step.id)
@@ -263,7 +263,7 @@ class Joins(State):
             self.plan_fail(j, job_id, me, text)
             self.plan_end(j, job_id, row, "dead", text)
             return "DEAD"
-        if self.hget(prow, b"p") is None:
+        if self.field(prow, b"p") is None:
             if self.hget(prow, b"cancelled") is None:
                 return None
             mark = self.mark_of(prow)

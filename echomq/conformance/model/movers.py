@@ -40,11 +40,11 @@ class Movers(Joins):
         ended_ok = self.list_or_none(base + b"ended:" + member)
         if max_attempts is not None and self.flagged(row):
             return Move(member, row, score, cancelled=True) if ended_ok else error(E_TYPE)
-        attempts = int_field(self.hget(row, b"a"), 0)
+        attempts = int_field(self.field(row, b"a"), 0)
         if max_attempts is not None and attempts >= max_attempts:
             return Move(member, row, score, spent=attempts) if ended_ok else error(E_TYPE)
         at = max(score, 0) if fallback is None \
-            else int_field(self.hget(row, b"t"), fallback)
+            else int_field(self.field(row, b"t"), fallback)
         move = self.lane_move(base, member, score, at)
         if move is None:
             return error(E_TYPE)

@@ -20,8 +20,11 @@ from echomq.conformance.model.words import (
     row_priority,
 )
 from echomq.conformance.resp import Arg
+from echomq.engine.rows import RENAMED
 
 WAKE_CAP = 64
+# Each of the job row's four one-letter fields to the earlier layout's name for it.
+OLD_NAME = {short.encode(): full.encode() for full, short in RENAMED.items()}
 # The lane bookkeeping keys a lane lease leaving active touches, and those promote checks.
 LANE_BOOKKEEPING = ((b"ring", b"list"), (b"laneconf", b"hash"), (b"leased", b"hash"),
                     (b"parked", b"hash"))
@@ -114,6 +117,17 @@ class State:
         value = self.keys.get(key)
         return None if value is None else value.data.get(name)
 
+    def field(self, row: bytes, name: bytes) -> bytes | None:
+        """One of a job row's four one-letter fields, else the earlier layout's name for it
+        (include/rows.lua, row_field)."""
+        value = self.hget(row, name)
+        return self.hget(row, OLD_NAME[name]) if value is None else value
+
+    def drop_payload(self, row: bytes) -> None:
+        """The row's payload goes under either name (include/rows.lua, drop_payload)."""
+        for name in (b"p", b"payload"):
+            self.keys[row].data.pop(name, None)
+
     def emit(self, kind: str, job_id: bytes, attempt: int, fence: int | None = None,
              lane: bytes | None = None, due: int | None = None, priority: int = 0) -> None:
         """An entry in the running call's events stream, when it declared one."""
@@ -123,7 +137,7 @@ class State:
 
     def attempts_of(self, row: bytes) -> int:
         """The attempts a row counts (no row, absent or not a count: 0)."""
-        return int_field(self.hget(row, b"a"), 0) if self.kind(row) == b"hash" else 0
+        return int_field(self.field(row, b"a"), 0) if self.kind(row) == b"hash" else 0
 
     def _drop_empty(self, key: bytes) -> None:
         value = self.keys.get(key)
@@ -193,7 +207,7 @@ class State:
             return False
         if self.kind(row) != b"hash":
             return False
-        return int_field(self.hget(row, b"f"), 0) == fence
+        return int_field(self.field(row, b"f"), 0) == fence
 
     def replayed(self, row: bytes, fence: int, error: bytes | None = None,
                  dead: bytes = b"", job_id: bytes = b"") -> str:
@@ -204,9 +218,9 @@ class State:
         Else STALE."""
         if self.cancelled_at(row, fence):
             return "CANCELLED"
-        if self.kind(row) != b"hash" or int_field(self.hget(row, b"f"), 0) != fence:
+        if self.kind(row) != b"hash" or int_field(self.field(row, b"f"), 0) != fence:
             return "STALE"
-        has_payload = self.hget(row, b"p") is not None
+        has_payload = self.field(row, b"p") is not None
         if error is None:
             return "STALE" if has_payload or not self.keys[row].expires else "ACKED"
         if not has_payload or self.hget(row, b"error") != error:
@@ -220,8 +234,8 @@ class State:
 
     def cancelled_at(self, row: bytes, fence: int) -> bool:
         """The row is a cancelled tombstone (no payload, the cancel mark) at ``fence``."""
-        return (self.kind(row) == b"hash" and int_field(self.hget(row, b"f"), 0) == fence
-                and self.hget(row, b"p") is None
+        return (self.kind(row) == b"hash" and int_field(self.field(row, b"f"), 0) == fence
+                and self.field(row, b"p") is None
                 and self.hget(row, b"cancelled") is not None)
 
     def bury_cancelled(self, row: bytes, job_id: bytes, retention_ms: int) -> str:
@@ -231,7 +245,7 @@ class State:
             del self.keys[row]
             return "CANCELLED"
         value = self.keys[row]
-        value.data.pop(b"p", None)
+        self.drop_payload(row)
         value.expires = True
         self.mark_ended(row, job_id, retention_ms)
         return "CANCELLED"

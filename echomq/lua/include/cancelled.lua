@@ -1,6 +1,7 @@
 -- A cancelled job: the cancel mark on its row, and the tombstone it ends as.
 --- @include "ended"
 --- @include "numbers"
+--- @include "rows"
 
 -- The cancel mark: cancel <retention_ms> (the retention its tombstone gets) and cancelled <now>
 -- (when it was asked). On a leased job's row it is the flag its lease's holder is told of.
@@ -15,7 +16,7 @@ local function bury_cancelled(row, ended, retention_ms)
     redis.call('DEL', row)
     return 'CANCELLED'
   end
-  redis.call('HDEL', row, 'p')
+  drop_payload(row)
   redis.call('PEXPIRE', row, dec(retention_ms))
   mark_ended(ended, retention_ms)
   return 'CANCELLED'

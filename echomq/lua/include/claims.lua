@@ -15,11 +15,27 @@ local function fence_counter(key)
   return n
 end
 
+-- A row still holding the earlier layout's names (a `payload`: an earlier release wrote it),
+-- rewritten to this one's before its lease, as echomq migrate would: `p` and `t` get `payload`
+-- and `enqueued_at` unless already set (one HSET, when either is to be set), then the four old
+-- names go (one HDEL). Returns the payload and the attempts (`a`, else `attempts`) to lease with.
+local function upgrade_row(row, a, p, payload)
+  local old = redis.call('HMGET', row, 'attempts', 'enqueued_at', 't')
+  local sets = {}
+  if not p then sets[#sets + 1] = 'p'; sets[#sets + 1] = payload end
+  if old[2] and not old[3] then sets[#sets + 1] = 't'; sets[#sets + 1] = old[2] end
+  if #sets > 0 then redis.call('HSET', row, unpack(sets)) end
+  redis.call('HDEL', row, 'payload', 'attempts', 'enqueued_at', 'fence')
+  return p or payload, a or old[1]
+end
+
 -- Lease a job: count the attempt, take the next fence (SET, so a replica copies the value the
 -- lease was given), put the id in active until now + lease_ms. Returns attempt, fence and the
--- row's payload ('' when it has none), read with its attempts before the lease writes.
+-- row's payload ('' when it has none), read with its attempts before the lease writes; a row of
+-- the earlier layout is upgraded first (upgrade_row).
 local function lease(row, id, active, fence_key, last_fence, deadline)
-  local f = redis.call('HMGET', row, 'a', 'p')
+  local f = redis.call('HMGET', row, 'a', 'p', 'payload')
+  if f[3] then f[2], f[1] = upgrade_row(row, f[1], f[2], f[3]) end
   local attempt = int_field(f[1], 0) + 1
   local fence = last_fence + 1
   redis.call('SET', fence_key, dec(fence))

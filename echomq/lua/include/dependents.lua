@@ -11,6 +11,7 @@
 --- @include "events"
 --- @include "numbers"
 --- @include "priority"
+--- @include "rows"
 --- @include "wake"
 
 -- A join plan on the queue at base: now (nil for a call that takes none, ack and ack with a
@@ -170,7 +171,7 @@ local APPLY = {
   end,
   release = function(j, step)
     local attempt = attempts_of(j.events_key, step.row)
-    local at = j.now or int_field(redis.call('HGET', step.row, 't'), 0)
+    local at = j.now or int_field(row_field(step.row, 't'), 0)
     leave_waiting(j, step)
     local p = row_priority(step.row)
     redis.call('ZADD', j.base .. 'pending', dec(pending_score(p, at)), step.id)

@@ -4,13 +4,15 @@
 -- and the trim approximate; the server propagates both as it applied them (an explicit id and
 -- MAXLEN =), so a replica or an AOF replays the same entries.
 --- @include "numbers"
+--- @include "rows"
 local EVENTS_MAXLEN = '10000'
 
 -- The attempts a job's row counts (no row, absent or not a count: 0), read only when events are
--- on. The row is absent or a hash (the caller checked its type or found its lease): one HGET.
+-- on, under either layout's name (row_field). The row is absent or a hash (the caller checked its
+-- type or found its lease): one HMGET.
 local function attempts_of(key, row)
   if not key then return 0 end
-  return int_field(redis.call('HGET', row, 'a'), 0)
+  return int_field(row_field(row, 'a'), 0)
 end
 
 -- attempts_of of a row that may be of any type (a dead id's, not checked): 0 unless a hash.

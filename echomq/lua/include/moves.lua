@@ -10,6 +10,7 @@
 --- @include "leases"
 --- @include "numbers"
 --- @include "priority"
+--- @include "rows"
 --- @include "wake"
 
 -- First pass of recover/promote/requeue: sort due ids into live moves and ghosts, checking every
@@ -52,7 +53,7 @@ local function plan_moves(base, ids, fallback_score, max_attempts)
         -- -inf, 1.5)
         local at = math.max(math.floor(tonumber(score)), 0)
         if fallback_score ~= nil then
-          at = int_field(redis.call('HGET', row, 't'), fallback_score)
+          at = int_field(row_field(row, 't'), fallback_score)
         end
         if lane then -- into its lane: the list at priority 0, else its prio zset (push_lane)
           local failure = check_lane_keys(base, lane)

@@ -4,6 +4,7 @@
 --- @include "events"
 --- @include "lane_slots"
 --- @include "numbers"
+--- @include "rows"
 
 local RESULT_MAX = 524288
 
@@ -55,7 +56,7 @@ local function finish_ack(active, row, id, retention_ms, result, ended, events_k
     elseif result ~= nil then
       redis.call('HSET', row, 'result_dropped', 'memory')
     end
-    redis.call('HDEL', row, 'p')
+    drop_payload(row)
     redis.call('PEXPIRE', row, dec(retention_ms))
     if result ~= nil then mark_ended(ended, retention_ms) end
   end
@@ -71,7 +72,7 @@ local function finish_retry(active, delayed, dead, row, id, error, delay_ms, max
   redis.call('ZREM', active, id)
   release_lane_slot(string.sub(active, 1, -7), row)
   redis.call('HSET', row, 'error', error)
-  local attempts = int_field(redis.call('HGET', row, 'a'), 0)
+  local attempts = int_field(row_field(row, 'a'), 0)
   if attempts >= max_attempts then
     redis.call('ZADD', dead, dec(now), id)
     mark_ended(ended, nil)
