@@ -5,8 +5,9 @@ A lease takes the next fence by SET on the counter; the native lease must leave 
 script's SET does (an integer encoding, the key kept rather than deleted and added again: its
 events are compared by test_events.py), and a claim that leases nothing must leave it as it
 was (the script reads it by GET; a direct read of the module turned it into a raw string). An
-end hook that releases a dedupe key with a window reads it and sets its expiry: it stays an
-embstr, as the setup's SET stored it. ``lane_set *`` walks the parked groups; a hash's own
+end hook that releases a dedupe key with a window reads it and sets its expiry: it keeps the
+encoding the setup's SET gave it (embstr, where the key and value are short enough).
+``lane_set *`` walks the parked groups; a hash's own
 order depends on its encoding and on each server's hash seed, so the walk is in byte order of
 the groups' names on any server.
 """
@@ -31,7 +32,7 @@ FENCE_CASES = list(fence_counter_cases())
 KEPT_DEDUPE_CASES = [case for case in join_cases()
                      if case.label in ("hook-dedupe-window", "hook-dedupe-taken",
                                        "hook-dead-dedupe")]
-EMBSTR = b"$6\r\nembstr\r\n"
+EMBSTR, RAW = b"$6\r\nembstr\r\n", b"$3\r\nraw\r\n"
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def test_fence_counter_stored_as_the_scripts_store_it(pair: Pair, case: Case) ->
 
 
 @pytest.mark.parametrize("case", KEPT_DEDUPE_CASES, ids=[case.id for case in KEPT_DEDUPE_CASES])
-def test_a_dedupe_key_kept_by_an_end_hook_stays_an_embstr(pair: Pair, case: Case) -> None:
+def test_a_dedupe_key_kept_by_an_end_hook_keeps_its_encoding(pair: Pair, case: Case) -> None:
     pair.reset(case.setup)
     dedupe = next(command[1] for command in case.setup
                   if command[0] == "SET" and b"dedupe:" in str(command[1]).encode())
@@ -63,10 +64,13 @@ def test_a_dedupe_key_kept_by_an_end_hook_stays_an_embstr(pair: Pair, case: Case
                                         pair.scratch.prefix(name) + str(dedupe).encode())
                 for name in EXECUTORS}
 
-    assert encodings() == {"lua": EMBSTR, "native": EMBSTR}
+    # embstr or raw as SET stored it, by the size of key and value together on Valkey 8.1 (it
+    # embeds the key; the scratch prefixes differ in length), embstr on 8.0: the hook keeps it.
+    stored = encodings()
+    assert set(stored.values()) <= {EMBSTR, RAW}, stored
     reply = assert_parity(pair.run(case.transition, case.argv), case.id)
     assert reply.startswith(case.expect), reply
-    assert encodings() == {"lua": EMBSTR, "native": EMBSTR}
+    assert encodings() == stored
 
 
 def parked_groups(names: list[str]) -> list[list[str]]:
