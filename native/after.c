@@ -105,10 +105,13 @@ int tx_after(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (!in_zset(k[EMQ_AFTER_KEY_WAITING], id)) return ValkeyModule_ReplyWithSimpleString(ctx, "NOTWAITING");
     if (!row_has(ctx, row, "hold")) return ValkeyModule_ReplyWithSimpleString(ctx, "SEALED");
 
+    long long waits;
+    if (!row_count_field(ctx, row, "waits", &waits)) return reply_error(ctx, waits_error());
+
     EventSink ev = event_sink(call, k);
     Join *j = join_new(ctx, call->base, &ev, 1, now, call->keys, k, call->nkeys);
     ValkeyModuleString *policy = hget(row, "policy");
-    join_waiter(j, id, call->keys[EMQ_AFTER_KEY_JOB], row_int_field(ctx, row, "waits", 0), 1, policy);
+    join_waiter(j, id, call->keys[EMQ_AFTER_KEY_JOB], waits, 1, policy);
     Bytes pb = policy ? bytes_of(policy) : (Bytes){"fail", 4};
     int policy_continue = pb.n == 8 && memcmp(pb.p, "continue", 8) == 0;
     int policy_ignore = pb.n == 6 && memcmp(pb.p, "ignore", 6) == 0;

@@ -116,7 +116,7 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         recorded_free(ctx, &recorded);
         return err ? reply_error(ctx, err) : VALKEYMODULE_OK;
     }
-    if (!fence_counter(fence_key, &last_fence)) {
+    if (!fence_counter(ctx, fence_key, call->keys[EMQ_CLAIM_KEY_FENCE], &last_fence)) {
         acl_release(&acl);
         return reply_error(ctx, EMQ_ERR_FENCE);
     }

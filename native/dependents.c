@@ -89,7 +89,7 @@ enum { POLICY_FAIL, POLICY_IGNORE, POLICY_CONTINUE };
 /* The planned state of a job that may be waiting (waiter of the script). */
 typedef struct {
     ValkeyModuleString *row;
-    int waiting, hold, policy;
+    int waiting, hold, policy, waits_bad; /* waits_bad: its `waits` is not a count */
     long long waits;
 } Waiter;
 
@@ -273,7 +273,7 @@ static Waiter *waiter(Join *j, ValkeyModuleString *d) {
     if (ValkeyModule_KeyType(key) != VALKEYMODULE_KEYTYPE_EMPTY) {
         ValkeyModuleString *hold = field_of(key, "hold"), *policy = field_of(key, "policy");
         s->waiting = 1;
-        s->waits = row_int_field(j->ctx, key, "waits", 0);
+        s->waits_bad = !row_count_field(j->ctx, key, "waits", &s->waits);
         s->hold = hold != NULL;
         s->policy = policy_of(policy);
         if (hold) ValkeyModule_FreeString(j->ctx, hold);
@@ -290,6 +290,7 @@ void join_waiter(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, long 
     s->row = keep(j, row);
     s->waiting = 1;
     s->hold = hold;
+    s->waits_bad = 0;
     s->waits = waits;
     s->policy = policy_of(policy);
     map_put(&j->state, bytes_of(id), s);
@@ -404,6 +405,10 @@ static void plan_dependent(Join *j, ValkeyModuleString *d, const Work *w, Workli
         plan_cancel(j, d, s, w->retention, w->at);
         work_push(work, (Work){keep(j, d), s->row, NULL, JOIN_CANCELLED, w->retention, w->at});
     } else { /* done, or dead under ignore */
+        if (s->waits_bad) { /* not a count: refused before anything is written */
+            j->failure = waits_error();
+            return;
+        }
         s->waits--;
         if (s->waits <= 0 && !s->hold) {
             plan_release(j, d, s);
@@ -554,17 +559,21 @@ static void leave_waiting(Join *j, const Step *st, ValkeyModuleKey *row) {
     fx_hdel_fields(j->ctx, row, st->row, fields, 2);
 }
 
+/* The dedupe key released when it still names the job: its value read by the server's own GET,
+ * as the script reads it (a direct read would turn an embstr into a raw string, which a key kept
+ * for its window would keep). */
 static void apply_dedupe(Join *j, const Step *st) {
     int opened;
     ValkeyModuleKey *key = handle(j, st->key, VALKEYMODULE_READ | VALKEYMODULE_WRITE, &opened);
-    size_t len = 0;
-    const char *p = ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_STRING
-                        ? ValkeyModule_StringDMA(key, &len, VALKEYMODULE_READ)
-                        : NULL;
-    Bytes id = bytes_of(st->id);
-    if (p != NULL && len == id.n && memcmp(p, id.p, len) == 0) {
-        if (st->ms > 0) fx_pexpire(j->ctx, key, st->key, st->ms);
-        else fx_del(j->ctx, key, st->key);
+    if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_STRING) {
+        size_t len = 0;
+        ValkeyModuleCallReply *reply = ValkeyModule_Call(j->ctx, "GET", "s", st->key);
+        const char *p = reply ? ValkeyModule_CallReplyStringPtr(reply, &len) : NULL;
+        Bytes id = bytes_of(st->id);
+        int same = p != NULL && len == id.n && memcmp(p, id.p, len) == 0;
+        if (reply) ValkeyModule_FreeCallReply(reply);
+        if (same && st->ms > 0) fx_pexpire(j->ctx, key, st->key, st->ms);
+        else if (same) fx_del(j->ctx, key, st->key);
     }
     done_with(key, opened);
 }

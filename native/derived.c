@@ -131,6 +131,27 @@ long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *
     return ok ? out : fallback;
 }
 
+/* count_field of the prelude: a row field counted on with HINCRBY (a waiting job's `waits`). 1 with
+ * *out its value (absent: 0) when it is an integer from 0 in canonical decimal (no leading zero),
+ * else 0: the caller refuses the call before it writes (waits_error). */
+int row_count_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field, long long *out) {
+    ValkeyModuleString *v;
+    *out = 0;
+    hash_get1(row, field, &v);
+    if (v == NULL) return 1;
+    Bytes b = bytes_of(v);
+    int ok = emq_parse_int(b.p, b.n, 0, out) && (b.n == 1 || b.p[0] != '0');
+    ValkeyModule_FreeString(ctx, v);
+    return ok;
+}
+
+/* waits_error of the prelude: EMQNUM naming `waits`. */
+const char *waits_error(void) {
+    static char text[96];
+    if (text[0] == '\0') emq_number_error(text, sizeof text, "waits", 0);
+    return text;
+}
+
 /* row_priority of the prelude: the row's priority field, read as the argument is; absent or bad
  * counts as 0. */
 long long row_priority(ValkeyModuleCtx *ctx, ValkeyModuleKey *row) {
@@ -216,11 +237,16 @@ const char *replayed(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence
 }
 
 /* fence_counter of the prelude: the value of the queue's fence counter (absent: 0); 0 when it
- * holds anything but an integer from 0 to EMQ_FENCE_MAX. The key is open and a string. */
-int fence_counter(ValkeyModuleKey *key, long long *out) {
+ * holds anything but an integer from 0 to EMQ_FENCE_MAX. The key is open (as name) and a string.
+ * The value is read by the server's own GET, as the script reads it: a direct read (StringDMA)
+ * turns an int-encoded string into a raw one, which a claim that leases nothing would leave so. */
+int fence_counter(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *name, long long *out) {
     *out = 0;
     if (ValkeyModule_KeyType(key) == VALKEYMODULE_KEYTYPE_EMPTY) return 1;
-    size_t len;
-    const char *p = ValkeyModule_StringDMA(key, &len, VALKEYMODULE_READ);
-    return p != NULL && emq_parse_int(p, len, 0, out) && *out <= EMQ_FENCE_MAX;
+    size_t len = 0;
+    ValkeyModuleCallReply *reply = ValkeyModule_Call(ctx, "GET", "s", name);
+    const char *p = reply ? ValkeyModule_CallReplyStringPtr(reply, &len) : NULL;
+    int ok = p != NULL && emq_parse_int(p, len, 0, out) && *out <= EMQ_FENCE_MAX;
+    if (reply) ValkeyModule_FreeCallReply(reply);
+    return ok;
 }

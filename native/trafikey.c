@@ -36,10 +36,18 @@ static int declared_key_count(ValkeyModuleString **argv, int argc) {
 }
 
 /* Answers a getkeys request (cluster redirection, COMMAND GETKEYS, ACL): the numkeys keys after
- * argv[1], as EVALSHA declares its own. */
+ * argv[1], as the server finds EVALSHA's. A numkeys read strictly gets the key spec's flags; one
+ * only atoi reads (" 3", "+3", "3 ": the server's key spec refused it) is found by evalGetKeys,
+ * whose keys carry no flags: the ACL check then asks a key pattern for no permission in
+ * particular, so a key granted read-only (%R~) passes, and the handler answers the strict read's
+ * error, as EVALSHA's does (a key no pattern matches is still NOPERM). */
 static int report_keys(ValkeyModuleCtx *ctx, ValkeyModuleString **argv, int argc) {
+    long long strict;
+    int flags = argc >= 2 && ValkeyModule_StringToLongLong(argv[1], &strict) == VALKEYMODULE_OK
+                    ? DECLARED_KEY_FLAGS
+                    : 0;
     int numkeys = declared_key_count(argv, argc);
-    for (int i = 0; i < numkeys; i++) ValkeyModule_KeyAtPosWithFlags(ctx, 2 + i, DECLARED_KEY_FLAGS);
+    for (int i = 0; i < numkeys; i++) ValkeyModule_KeyAtPosWithFlags(ctx, 2 + i, flags);
     return VALKEYMODULE_OK;
 }
 

@@ -141,6 +141,8 @@ const char *check_lane_keys(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyMo
                             ValkeyModuleString *lane_key);
 long long row_int_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field, long long fallback);
 long long row_priority(ValkeyModuleCtx *ctx, ValkeyModuleKey *row);
+int row_count_field(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *field, long long *out);
+const char *waits_error(void);
 int is_current_lease(ValkeyModuleCtx *ctx, ValkeyModuleKey *active, ValkeyModuleKey *row, ValkeyModuleString *id,
                      long long fence);
 const char *extended(ValkeyModuleCtx *ctx, ValkeyModuleKey *row);
@@ -149,7 +151,7 @@ int row_has_either(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, const char *a, co
 int cancelled_at(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence);
 const char *replayed(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, long long fence, ValkeyModuleString *error,
                      ValkeyModuleKey *dead, ValkeyModuleString *id);
-int fence_counter(ValkeyModuleKey *key, long long *out);
+int fence_counter(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *name, long long *out);
 
 /* effects.c: each write with its keyspace event, modified-key signal and replication. */
 size_t decimal(long long v, char *buf);

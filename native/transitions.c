@@ -480,7 +480,7 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (paused) count = 0;
     QueueLimits limits = {0};
     if (!fail && count > 0) fail = queue_limits(ctx, &acl, call->base, now, &limits);
-    if (!fail && count > 0 && !fence_counter(k[EMQ_SETTLE_KEY_FENCE], &last_fence)) fail = EMQ_ERR_FENCE;
+    if (!fail && count > 0 && !fence_counter(ctx, k[EMQ_SETTLE_KEY_FENCE], call->keys[EMQ_SETTLE_KEY_FENCE], &last_fence)) fail = EMQ_ERR_FENCE;
     StrList claims = {0}, rows = {0}, ghosts = {0};
     EventSink ev = event_sink(call, k);
     Join *j = join_new(ctx, call->base, &ev, 1, now, call->keys, k, call->nkeys);

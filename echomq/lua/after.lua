@@ -49,9 +49,11 @@ end
 if redis.call('ZSCORE', waiting, id) == false then return redis.status_reply('NOTWAITING') end
 if redis.call('HEXISTS', row, 'hold') == 0 then return redis.status_reply('SEALED') end
 
+local waits = count_field(redis.call('HGET', row, 'waits'))
+if waits == nil then return waits_error() end
+
 local j = new_join(base, now, events_key)
-local me = { row = row, waiting = true, hold = true,
-             waits = int_field(redis.call('HGET', row, 'waits'), 0),
+local me = { row = row, waiting = true, hold = true, waits = waits,
              policy = redis.call('HGET', row, 'policy') or 'fail' }
 j.state[id] = me
 local verdict = 'WAITING'

@@ -28,6 +28,11 @@ from echomq.conformance.cases.common import (
 from echomq.conformance.resp import Arg
 
 E_POLICY = b"-EMQPOLICY policy must be fail, ignore or continue\r\n"
+# A waiting job's `waits` that is not a count (absent counts 0): refused before anything is
+# written, where the script's HINCRBY raised half-way and the native counted it as 0.
+E_WAITS = b"-EMQNUM waits must be an integer from 0 to 999999999999999\r\n"
+NOT_COUNTS = {"word": "x", "negative": "-1", "leading-zero": "007", "empty": "", "decimal": "1.5",
+              "sixteen-digits": "1" + "0" * 15, "space": " 1"}
 
 
 def enqueue_after(policy: Arg = "fail", *more: Arg, job_id: str = "JOB:1") -> list[Arg]:
@@ -117,6 +122,54 @@ def after_cases() -> Iterator[Case]:
                 [*chain, ["DEL", key("job", "JOB:6")], ["SET", key("job", "JOB:6"), "x"]])
     yield _case("after", "ended-wrongtype", after(1, "JOB:2"), E_TYPE,
                 open_job + dead("JOB:2", NOW - 3) + [["SET", BASE + "ended:JOB:1", "x"]])
+
+
+def waits(job_id: str, value: Arg) -> list[Command]:
+    """A planted `waits` on a job's row."""
+    return [["HSET", key("job", job_id), "waits", value]]
+
+
+def waits_cases() -> Iterator[Case]:
+    """A waiting job's `waits` that is not a count refuses the calls that count on it (after, on
+    its own job; an end hook counting a dependent down), with nothing written; a call that ends
+    the dependent instead, or leaves it alone, goes on."""
+    live_parent = leased("JOB:2")
+    for label, value in NOT_COUNTS.items():
+        yield _case("after", f"waits-{label}", after(1, "JOB:2"), E_WAITS,
+                    held("JOB:1") + waits("JOB:1", value) + live_parent)
+    yield _case("after", "waits-not-a-count-open", after(0), E_WAITS,
+                held("JOB:1") + waits("JOB:1", "x"))
+    yield _case("after", "waits-absent-counts-0", after(1, "JOB:2"), b"+READY",
+                [*held("JOB:1"), ["HDEL", key("job", "JOB:1"), "waits"], *live_parent])
+    yield _case("after", "waits-sealed-not-read", after(1, "JOB:2"), b"+SEALED",
+                held("JOB:1", hold=False) + waits("JOB:1", "x") + live_parent)
+    ack: list[Arg] = [2, key("active"), key("job"), "JOB:1", 1, 60_000]
+    for label, hold in (("open", True), ("sealed", False)):
+        dependent = parent_of("JOB:1", "JOB:5") + held("JOB:5", hold=hold) + waits("JOB:5", "x")
+        yield _case("ack", f"hook-waits-not-a-count-{label}", ack, E_WAITS, dependent)
+    dependent = parent_of("JOB:1", "JOB:5") + held("JOB:5", hold=False) + waits("JOB:5", "-1")
+    yield _case("ack_result", "hook-waits-not-a-count",
+                [2, key("active"), key("job"), "JOB:1", 1, 60_000, b"r"], E_WAITS, dependent)
+    yield _case("settle", "hook-waits-not-a-count", settle("done", "JOB:1", 1, b"r", count=1),
+                E_WAITS, dependent + waiting("JOB:3"))
+    retry: list[Arg] = [4, key("active"), key("delayed"), key("dead"), key("job"), "JOB:1", 1,
+                        1_000, 1, b"boom", NOW]
+    ignored = parent_of("JOB:1", "JOB:5") + held("JOB:5", hold=False, policy="ignore") \
+        + waits("JOB:5", "007")
+    yield _case("retry", "hook-dead-ignore-waits-not-a-count", retry, E_WAITS, ignored)
+    failed = parent_of("JOB:1", "JOB:5") + held("JOB:5", hold=False) + waits("JOB:5", "x")
+    yield _case("retry", "hook-dead-fail-waits-not-read", retry, b"+DEAD", failed)
+    yield _case("retry", "hook-retrying-waits-not-read", [*retry[:8], 3, *retry[9:]],
+                b"+RETRYING", failed)
+    recover: list[Arg] = [5, key("active"), key("pending"), key("ring"), key("wake"), key("dead"),
+                          NOW, 100, 1]
+    yield _case("recover", "hook-spent-waits-not-a-count", recover, E_WAITS,
+                [*ignored, ["ZADD", key("active"), NOW - 9, "JOB:1"]])
+    cancel: list[Arg] = [6, key("job"), key("pending"), key("delayed"), key("active"), key("dead"),
+                         key("ring"), "JOB:1", NOW, 60_000]
+    yield _case("cancel", "hook-waits-not-read", cancel, b"+CANCELLED",
+                [*waiting("JOB:1"), ["HSET", key("job"), "next", "JOB:5"],
+                 *held("JOB:5", hold=False), *waits("JOB:5", "x")])
 
 
 def hook_cases() -> Iterator[Case]:
@@ -216,4 +269,4 @@ def hook_cases() -> Iterator[Case]:
 
 
 def join_cases() -> list[Case]:
-    return [*enqueue_after_cases(), *after_cases(), *hook_cases()]
+    return [*enqueue_after_cases(), *after_cases(), *hook_cases(), *waits_cases()]

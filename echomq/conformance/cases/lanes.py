@@ -185,6 +185,11 @@ def fence_counter_cases() -> Iterator[Case]:
                 [*waiting("JOB:1"), ["SET", key("fence"), "123456789012"]])
     yield _case("settle", "fence-counter-exists-two-leases", settle(count=2), b"*2",
                 [*waiting("JOB:1"), *waiting("JOB:2", NOW + 1), ["SET", key("fence"), "7"]])
+    # Nothing to lease: the counter is read, not written, and stays as it was stored.
+    yield _case("claim", "fence-counter-empty-queue", _argv("claim"), NULL,
+                [["SET", key("fence"), "7"]])
+    yield _case("settle", "fence-counter-empty-queue", settle(count=2), b"*2\r\n*0\r\n*0\r\n",
+                [["SET", key("fence"), "7"]])
 
 
 def parity_cases() -> list[Case]:

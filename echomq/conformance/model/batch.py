@@ -24,7 +24,7 @@ class BatchTransitions(FlatTransitions):
         j, current = Join(call.base, call.numbers["now"]), set[bytes]()
         spans = [self.item_hook(j, call, item, current) for item in call.items]
         if j.failed:
-            return error(E_TYPE)
+            return j.refusal()
         claims, ghosts = self.plan_claims(call.base, pending, count)
         if call.numbers["last_fence"] + len(claims) > INT_MAX:
             return error(E_FENCE)

@@ -96,7 +96,7 @@ class FlatTransitions(Records, Joins):
             return error(E_TYPE)
         j, span = self.ack_hook(call, row)
         if j.failed:
-            return error(E_TYPE)
+            return j.refusal()
         if self.flagged(row):
             verdict = self.finish_cancelled(active, row, call.args[0], call.numbers["fence"])
         else:
@@ -120,7 +120,7 @@ class FlatTransitions(Records, Joins):
             return error(E_TYPE)
         j, span = self.ack_hook(call, row)
         if j.failed:
-            return error(E_TYPE)
+            return j.refusal()
         if self.flagged(row):
             verdict = self.finish_cancelled(active, row, call.args[0], call.numbers["fence"])
         else:
@@ -161,7 +161,7 @@ class FlatTransitions(Records, Joins):
         elif int_field(self.field(row, b"a"), 0) >= number["max_attempts"]:
             span = self.plan_end(j, job_id, row, "dead", call.args[4])
         if j.failed:
-            return error(E_TYPE)
+            return j.refusal()
         if self.flagged(row):
             verdict = self.finish_cancelled(active, row, job_id, number["fence"])
         else:

@@ -8,11 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from echomq.conformance.model.call import Call
-from echomq.conformance.model.replies import E_TYPE, error, status
+from echomq.conformance.model.replies import E_TYPE, error, number_error, status
 from echomq.conformance.model.state import State, Value
-from echomq.conformance.model.words import dec, int_field, pending_score, row_priority
+from echomq.conformance.model.words import count_field, dec, int_field, pending_score, row_priority
 
 POLICIES = (b"fail", b"ignore", b"continue")
+# The refusal of a call that would count on a waiting job's `waits` that is not a count.
+E_WAITS = number_error("waits", 0)
 # The type each derived key of the hook must have when present, by its suffix's first word.
 
 
@@ -22,9 +24,14 @@ class Waiter:
 
     row: bytes
     waiting: bool = False
-    waits: int = 0
+    waits: int | None = 0  # None: its `waits` is not a count (count_field)
     hold: bool = False
     policy: bytes = b"fail"
+
+    def count(self) -> int:
+        """Its `waits`, known to be a count (after's own job: checked before the plan)."""
+        assert self.waits is not None
+        return self.waits
 
 
 @dataclass
@@ -50,7 +57,16 @@ class Join:
     state: dict[bytes, Waiter] = field(default_factory=dict)
     next_add: dict[bytes, list[bytes]] = field(default_factory=dict)
     steps: list[Step] = field(default_factory=list)
-    failed: bool = False
+    failure: bytes | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None
+
+    def refusal(self) -> bytes:
+        """The reply of the first check that failed."""
+        assert self.failure is not None
+        return self.failure
 
 
 class Joins(State):
@@ -63,7 +79,7 @@ class Joins(State):
             return
         j.checked.add(key)
         if self.kind(key) not in (b"none", kind):
-            j.failed = True
+            j.failure = error(E_TYPE)
 
     def next_of(self, j: Join, job_id: bytes, value: bytes | None) -> list[bytes]:
         ids = [d for d in (value or b"").split(b" ") if d]
@@ -81,7 +97,7 @@ class Joins(State):
         waiting = j.base + b"waiting"
         if (self.kind(waiting) == b"zset" and d in self.keys[waiting].data
                 and self.kind(row) == b"hash"):
-            s.waiting, s.waits = True, int_field(self.hget(row, b"waits"), 0)
+            s.waiting, s.waits = True, count_field(self.hget(row, b"waits"))
             s.hold = self.hget(row, b"hold") is not None
             s.policy = self.hget(row, b"policy") or b"fail"
         return s
@@ -121,6 +137,9 @@ class Joins(State):
             self.plan_cancel(j, d, s, mark)
             work.append((d, s.row, "cancelled", text, mark))
         else:  # done, or dead under ignore
+            if s.waits is None:  # not a count: refused before anything is written
+                j.failure = E_WAITS
+                return
             s.waits -= 1
             if s.waits <= 0 and not s.hold:
                 self.plan_release(j, d, s)
@@ -274,7 +293,7 @@ class Joins(State):
             j.next_add.setdefault(p, []).append(job_id)
             j.steps.append(Step("link", p, prow, child=job_id))
             j.steps.append(Step("incr", job_id, row))
-            me.waits += 1
+            me.waits = me.count() + 1
         return None
 
     def _after(self, call: Call) -> bytes:
@@ -286,13 +305,15 @@ class Joins(State):
             return status("NOTWAITING")
         if self.hget(row, b"hold") is None:
             return status("SEALED")
+        if count_field(self.hget(row, b"waits")) is None:
+            return E_WAITS
         return self.after_open(call)
 
     def after_open(self, call: Call) -> bytes:
         """after on a job still open for parents: each parent in order, then the seal."""
         row, job_id, parents = call.keys[3], call.args[0], call.args[3:]
         j = Join(call.base, call.numbers["now"])
-        me = Waiter(row, True, int_field(self.hget(row, b"waits"), 0), True,
+        me = Waiter(row, True, count_field(self.hget(row, b"waits")), True,
                     self.hget(row, b"policy") or b"fail")
         j.state[job_id] = me
         verdict = "WAITING"
@@ -302,14 +323,14 @@ class Joins(State):
             if p != job_id:
                 verdict = self.after_parent(j, call, me, p) or verdict
             if j.failed:
-                return error(E_TYPE)
+                return j.refusal()
         if call.numbers["seal"] != 0 and me.waiting:
-            if me.waits - 1 <= 0:
+            if me.count() - 1 <= 0:
                 self.plan_release(j, job_id, me)
                 verdict = "READY"
             else:
                 j.steps.append(Step("seal", job_id, row))
         if j.failed:
-            return error(E_TYPE)
+            return j.refusal()
         self.apply_steps(j, (0, len(j.steps)))
         return status(verdict)

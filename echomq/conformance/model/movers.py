@@ -68,7 +68,7 @@ class Movers(Joins):
         j = Join(call.base, now)
         spans = self.recover_hooks(j, moves) if head else {}
         if j.failed:
-            return error(E_TYPE)
+            return j.refusal()
         for ghost in ghosts:
             self.zrem(zsource, ghost)
         back = 0

@@ -49,6 +49,15 @@ def int_field(value: bytes | None, fallback: int) -> int:
     return fallback if number is None else number
 
 
+def count_field(value: bytes | None) -> int | None:
+    """A row field counted on with HINCRBY (a waiting job's ``waits``): absent is 0; None unless
+    an integer from 0 in canonical decimal (no leading zero)."""
+    if value is None:
+        return 0
+    number = int_arg(value, 0)
+    return number if number is not None and dec(number) == value else None
+
+
 def numkeys_of(value: bytes) -> int | None:
     """numkeys as the server's string2ll reads it (no sign but '-', no leading zero), or None."""
     if _LL.match(value) is None:

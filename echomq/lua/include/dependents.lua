@@ -8,6 +8,7 @@
 --- @include "cancelled"
 --- @include "derived"
 --- @include "ended"
+--- @include "errors"
 --- @include "events"
 --- @include "numbers"
 --- @include "priority"
@@ -19,6 +20,12 @@
 local function new_join(base, now, events_key)
   return { base = base, now = now, events_key = events_key, checked = {}, state = {},
            next_add = {}, steps = {}, failure = nil }
+end
+
+-- The refusal of a call that would count on a waiting job's `waits` that is not a count
+-- (count_field): its own in after, a dependent's in an end hook.
+local function waits_error()
+  return number_error('waits', 0)
 end
 
 -- Check a derived key once per call; a failure is kept (the first one decides the reply).
@@ -53,7 +60,7 @@ local function waiter(j, d)
   if j.failure then return s end
   if redis.call('ZSCORE', j.base .. 'waiting', d) ~= false and redis.call('EXISTS', row) == 1 then
     local f = redis.call('HMGET', row, 'waits', 'hold', 'policy')
-    s.waiting, s.waits, s.hold = true, int_field(f[1], 0), f[2] ~= false
+    s.waiting, s.waits, s.hold = true, count_field(f[1]), f[2] ~= false
     s.policy = f[3] or 'fail'
   end
   return s
@@ -94,6 +101,10 @@ local function plan_dependent(j, d, outcome, parent, err, mark, work)
     plan_cancel(j, d, s, mark)
     work[#work + 1] = { id = d, row = s.row, outcome = 'cancelled', detail = mark }
   else -- done, or dead under ignore
+    if s.waits == nil then -- not a count: refused before anything is written
+      j.failure = waits_error()
+      return
+    end
     s.waits = s.waits - 1
     if s.waits <= 0 and not s.hold then
       plan_release(j, d, s)

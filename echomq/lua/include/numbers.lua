@@ -16,3 +16,13 @@ end
 local function dec(v)
   return string.format('%d', v)
 end
+
+-- A row field a transition counts on with HINCRBY (a waiting job's `waits`): absent counts as 0;
+-- nil unless an integer from 0 in canonical decimal (no leading zero), so that the caller refuses
+-- the call before it writes, where HINCRBY would raise half-way or the count would be a guess.
+local function count_field(v)
+  if v == false then return 0 end
+  local n = int_arg(v, 0)
+  if n == nil or dec(n) ~= v then return nil end
+  return n
+end
