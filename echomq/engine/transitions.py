@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The number bounds and the error table are part of the protocol table, re-exported from here.
+# The number bounds and the error table are part of the protocol table, re-exported from here,
+# and so is the check of a queue's name.
 from echomq.engine.error_table import (
     ERROR_CODES as ERROR_CODES,
 )
@@ -64,6 +65,7 @@ from echomq.engine.error_table import (
 from echomq.engine.error_table import (
     ErrorText as ErrorText,
 )
+from echomq.engine.queue_names import queue_base as queue_base
 
 # The type of each key role: a declared key must be absent or of this type (WRONGTYPE otherwise).
 ROLE_TYPES: dict[str, str] = {
@@ -460,30 +462,6 @@ SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM, LANE_ENQUEUE_DE
 # An operator's tools over dead jobs: scripts whatever the queue's wire (see echomq.ops.admin).
 ADMIN: tuple[Transition, ...] = (REQUEUE, PURGE)
 ALL_TRANSITIONS: tuple[Transition, ...] = TRANSITIONS + SCRIPT_ONLY + ADMIN
-
-
-# What a queue's name may not hold: the braces that mark its keys' hash tag, the slash that ends
-# a path segment of the dashboard's API, and the control characters (C0, DEL, C1) a terminal or
-# a log line cannot show as they are (NUL among them).
-QUEUE_NAME_REFUSED = frozenset("{}/" + "".join(map(chr, [*range(0x20), *range(0x7F, 0xA0)])))
-QUEUE_NAME_RULE = "non-empty UTF-8 text free of braces, slashes and control characters"
-
-
-def queue_base(name: str) -> str:
-    """The prefix of every key of queue ``name``; the hash tag keeps the queue in one slot.
-    ValueError for a name no queue may have (``QUEUE_NAME_RULE``): the one check of every way
-    in, Queue, sharded or asyncio, an App, the command line and the dashboard."""
-    if not name or not QUEUE_NAME_REFUSED.isdisjoint(name) or not _utf8(name):
-        raise ValueError(f"a queue name is {QUEUE_NAME_RULE}, not {name!r}")
-    return f"emq:{{{name}}}:"
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:  # a lone surrogate
-        return False
-    return True
 
 
 def key_of(base: str, role: str, job_id: str | None = None, lane: str | None = None) -> str:
