@@ -1,0 +1,157 @@
+"""A graph too big for one step is admitted in steps of at most ``STEP_WEIGHT`` (docs/PROTOCOL.md
+"Staged admission"), on both wires, blocking and asyncio: it leaves the state one transaction
+leaves; a client SIGKILLed between steps leaves nothing of the graph running early nor anything
+claimable of it but the parentless jobs its seals released, and the same admission sent again
+finishes it, every job run once and the body last; no step holds the server past the bound."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from bench.admission import BODY, chord_graph, longest_wait
+from echomq import Queue, Verdict, aio
+from echomq.embedded import EmbeddedValkey
+from echomq.engine import transitions as t
+from echomq.queue import graphs
+from echomq.queue.graphs import GraphJob, admission_steps
+
+NOW = 1_700_000_000_000
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The longest a step may hold the server (the bench's target for a chord of 100,000), and the
+# margin a PING may take beyond it on a loaded 2-core machine (its process not scheduled at
+# once, the server's own pauses): one transaction holds it for about 600 ms (wire=5) and 140 ms
+# (wire=6) with the 20,000 children below, and staged its longest steps measured 21 ms and 7 ms.
+BOUND_MS = 50
+MARGIN_MS = 50
+
+
+def dump(conn: redis.Redis) -> dict[bytes, Any]:
+    """Every key and its value, by type."""
+    read = {b"hash": conn.hgetall, b"list": lambda key: conn.lrange(key, 0, -1),
+            b"string": conn.get, b"zset": lambda key: conn.zrange(key, 0, -1, withscores=True)}
+    return {key: read[conn.type(key)](key) for key in conn.keys("*")}
+
+
+def admitted(conn: redis.Redis, url: str, wire: int, shell: str,
+             graph: list[GraphJob]) -> list[Verdict]:
+    if shell == "aio":
+        async def admit() -> list[Verdict]:
+            client = aioredis.Redis.from_url(url)
+            try:
+                return await aio.Queue(client, "staged", wire=wire).enqueue_graph(graph, now=NOW)
+            finally:
+                await client.aclose()
+        return asyncio.run(admit())
+    return Queue(conn, "staged", wire=wire).enqueue_graph(graph, now=NOW)
+
+
+@pytest.mark.parametrize("shell", ["blocking", "aio"])
+@pytest.mark.parametrize("wire", [5, 6])
+def test_a_staged_chord_leaves_what_one_transaction_leaves(
+        conn: redis.Redis, valkey: EmbeddedValkey, monkeypatch: pytest.MonkeyPatch, wire: int,
+        shell: str) -> None:
+    graph = chord_graph(300)
+    queue = Queue(conn, "staged", wire=wire)
+    steps = admission_steps(queue.calls, graph, NOW)
+    assert [sum(weight for _, _, weight in step) for step in steps] == [1000, 508, 1000, 204]
+    # 301 jobs admitted waiting (weight 4 each) and a page of 300 parents (304), then 301 seals
+    with monkeypatch.context() as whole:
+        whole.setattr(graphs, "STEP_WEIGHT", 10**9)
+        assert len(admission_steps(queue.calls, graph, NOW)) == 1
+        conn.script_flush()  # every script refused at first alike (not enqueue's alone)
+        verdicts = admitted(conn, valkey.url, wire, shell, graph)
+    assert verdicts == [Verdict.ENQUEUED] * 300 + [Verdict.WAITING]
+    at_once = dump(conn)
+    conn.flushall()
+    assert admitted(conn, valkey.url, wire, shell, graph) == verdicts
+    assert dump(conn) == at_once
+    assert conn.zcard(queue.key("pending")) == 300
+    assert conn.zrange(queue.key("waiting"), 0, -1, withscores=True) == [(BODY.encode(), NOW)]
+    assert conn.hgetall(queue.key("job", BODY)) == {b"p": b"b", b"t": str(NOW).encode(),
+                                                    b"waits": b"300"}
+    assert conn.hgetall(queue.key("job", "JOB:c7")) == {b"p": b"c", b"t": str(NOW).encode(),
+                                                        b"next": BODY.encode()}
+
+
+def started(url: str, wire: int, steps: int, children: int, shell: str) -> subprocess.Popen[str]:
+    """The admitting process, stopped dead after ``steps`` steps (tests/graph_admitter.py)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.graph_admitter", url, str(wire), str(steps),
+         str(children), shell], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    assert process.stdout.readline() == f"sent {steps}\n"
+    return process
+
+
+def drained(queue: Queue) -> list[str]:
+    """Claim and ack every job there is to claim; their ids, in claim order."""
+    ran = []
+    while (job := queue.claim()) is not None:
+        ran.append(job.id)
+        queue.ack(job)
+    return ran
+
+
+@pytest.mark.parametrize(("wire", "phase", "shell"), [
+    (5, "staging", "blocking"), (6, "staging", "aio"),
+    (5, "sealing", "aio"), (6, "sealing", "blocking")])
+def test_a_client_killed_between_steps_runs_nothing_early_and_the_same_admission_finishes_it(
+        conn: redis.Redis, valkey: EmbeddedValkey, wire: int, phase: str, shell: str) -> None:
+    children = 600
+    graph = chord_graph(children)
+    queue = Queue(conn, "staged", wire=wire)
+    steps = admission_steps(queue.calls, graph, None)
+    first_seal = next(n for n, step in enumerate(steps)
+                      if any(call[0] is t.AFTER and str(call[2][2]) == "1" for _, call, _ in step))
+    sent = 2 if phase == "staging" else first_seal + 2
+    assert 0 < sent < len(steps) and (sent <= first_seal) == (phase == "staging")
+    process = started(valkey.url, wire, sent, children, shell)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+    done = steps[:sent]
+    rows = [call[2][0] for step in done for _, call, _ in step if call[0] is t.ENQUEUE_AFTER]
+    released = [call[2][0] for step in done for _, call, _ in step
+                if call[0] is t.AFTER and str(call[2][2]) == "1" and call[2][0] != BODY]
+    assert conn.zcard(queue.key("waiting")) == len(rows) - len(released)
+    assert sorted(conn.zrange(queue.key("pending"), 0, -1)) == sorted(
+        job_id.encode() for job_id in released)
+    if phase == "staging":
+        assert released == [] and len(rows) < children  # nothing of the graph can run
+        assert conn.hget(queue.key("job", rows[-1]), "hold") == b"1"
+    else:
+        assert 0 < len(released) < children
+        assert conn.hmget(queue.key("job", BODY), "waits", "hold") == [
+            str(children).encode(), None]  # sealed, every parent registered
+    assert sorted(drained(queue)) == sorted(released)  # what the seals released, never the body
+    assert conn.zscore(queue.key("waiting"), BODY) is not None or BODY not in rows
+
+    again = queue.enqueue_graph(graph)
+    fresh = {BODY: Verdict.WAITING}
+    assert again == [Verdict.DUPLICATE if job.job_id in rows else
+                     fresh.get(job.job_id, Verdict.ENQUEUED) for job in graph]
+    ran = drained(queue)
+    assert ran[-1] == BODY and Counter(ran[:-1]) == Counter(
+        job.job_id for job in graph[:-1] if job.job_id not in released)
+    assert conn.zcard(queue.key("waiting")) == 0
+    assert conn.zcard(queue.key("pending")) == 0
+
+
+@pytest.mark.parametrize("wire", [5, 6])
+def test_a_twenty_thousand_child_chord_never_holds_the_server_past_the_bound(
+        conn: redis.Redis, valkey: EmbeddedValkey, wire: int) -> None:
+    queue = Queue(conn, "staged", wire=wire)
+    graph = chord_graph(20_000)
+    longest, _ = longest_wait(valkey.port, lambda: queue.enqueue_graph(graph), 0.002)
+    assert (conn.zcard(queue.key("pending")), conn.zcard(queue.key("waiting"))) == (20_000, 1)
+    assert longest < BOUND_MS + MARGIN_MS
