@@ -18,16 +18,24 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from echomq.engine.graph_calls import POLICIES, checked_policy
 from echomq.engine.native import checked_priority
 from echomq.tasks.workflow import Parents, Plan, WorkflowHandle, aadmit, admit, leaves
 
+# How deep chains, groups and chords may nest inside one another: planning a workflow recurses
+# through its nodes, and so does giving a job its parents' results.
+MAX_DEPTH = 64
+
 
 class Workflow(ABC):
-    """What every node of a canvas does: plan its jobs, ``enqueue`` (and ``aenqueue``) them."""
+    """What every node of a canvas does: plan its jobs, ``enqueue`` (and ``aenqueue``) them.
+    ``depth``: how many chains, groups and chords nest down to its deepest signature (0 for a
+    signature), at most ``MAX_DEPTH``."""
+
+    depth: int = 0
 
     @abstractmethod
     def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
@@ -76,6 +84,10 @@ class Chain(Workflow):
 
     nodes: tuple[Workflow, ...]
     policy: str | None = None
+    depth: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _nested(self, self.nodes)
 
     def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
                 policy: str) -> Parents:
@@ -88,6 +100,10 @@ class Group(Workflow):
 
     nodes: tuple[Workflow, ...]
     policy: str | None = None
+    depth: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _nested(self, self.nodes)
 
     def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
                 policy: str) -> Parents:
@@ -102,10 +118,23 @@ class Chord(Workflow):
     header: Group
     body: Workflow
     policy: str | None = None
+    depth: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _nested(self, (self.header, self.body))
 
     def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
                 policy: str) -> Parents:
         return _in_turn((self.header, self.body), plan, parents, after, self.policy or policy)
+
+
+def _nested(node: Workflow, inside: Sequence[Workflow]) -> None:
+    """Sets ``node``'s depth, one more than its deepest node's; ValueError past MAX_DEPTH."""
+    depth = 1 + max((each.depth for each in inside), default=0)
+    if depth > MAX_DEPTH:
+        raise ValueError(f"a workflow nests chains, groups and chords at most {MAX_DEPTH} deep; "
+                         f"this one would nest {depth} deep")
+    object.__setattr__(node, "depth", depth)
 
 
 def _in_turn(nodes: Sequence[Workflow], plan: Plan, parents: Parents | None,
@@ -165,5 +194,5 @@ def _policy(policy: str | None) -> str | None:
     return None if policy is None else checked_policy(policy)
 
 
-__all__ = ["POLICIES", "Chain", "Chord", "Group", "Node", "TaskSignature", "Workflow", "chain",
-           "chord", "group"]
+__all__ = ["MAX_DEPTH", "POLICIES", "Chain", "Chord", "Group", "Node", "TaskSignature", "Workflow",
+           "chain", "chord", "group"]
