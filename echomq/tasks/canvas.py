@@ -7,11 +7,12 @@ order); ``chord(header, body)`` runs ``body`` once with the header's results in 
 order. They nest: a chain of chords, a chord in a group, a group in a chain (a group followed by
 a task is a chord).
 
-``.enqueue()`` admits a whole workflow in one transaction (``echomq.tasks.workflow``). Every job
-of a workflow goes to one queue (its first task's, or ``enqueue(queue=...)``): the join is a
-transition of that queue. A job with parents waits (``Queue.enqueue_after``) and the settle of its
-last parent moves it to pending in the same atomic step, on both executors, so a callback runs
-once however workers crash or race, and nothing polls.
+``.enqueue()`` admits a whole workflow (``echomq.tasks.workflow``): in one transaction, or staged
+in short steps when it is big (``echomq.queue.graphs``). Every job of a workflow goes to one
+queue (its first task's, or ``enqueue(queue=...)``): the join is a transition of that queue. A
+job with parents waits (``Queue.enqueue_after``) and the settle of its last parent moves it to
+pending in the same atomic step, on both executors, so a callback runs once however workers
+crash or race, and nothing polls.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class Workflow(ABC):
         its result."""
 
     def enqueue(self, *, queue: str | None = None) -> WorkflowHandle:
-        """Admit this workflow in one transaction; its handle (``result()`` waits for it)."""
+        """Admit this workflow (``Queue.enqueue_graph``: one transaction, or staged in short
+        steps); its handle (``result()`` waits for it)."""
         return admit(self, queue)
 
     async def aenqueue(self, *, queue: str | None = None) -> WorkflowHandle:

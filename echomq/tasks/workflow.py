@@ -1,6 +1,7 @@
 """Workflows on the task layer: a canvas (``echomq.tasks.canvas``) planned as the jobs it admits
-and admitted in one transaction (``Queue.enqueue_graph``); the handle that waits for its
-result; and, on the worker's side, the parents' results a job of a workflow is given.
+and admitted by ``Queue.enqueue_graph`` (one transaction, or staged in short steps); the handle
+that waits for its result; and, on the worker's side, the parents' results a job of a workflow
+is given.
 
 A workflow's result has a shape (``Parents``): a job id (a task's, a chain's last, a chord's
 body) or a list of shapes (a group's members, in order). A job given its parents' results
@@ -104,7 +105,7 @@ def leaves(shape: Parents | None) -> Iterator[str]:
 # admission --------------------------------------------------------------------------------------
 
 def admit(node: PlanNode, queue: str | None) -> WorkflowHandle:
-    """Admit the workflow ``node`` in one transaction; its handle."""
+    """Admit the workflow ``node`` (``Queue.enqueue_graph``); its handle."""
     plan, shape = planned(node)
     target, jobs = _graph(plan, queue)
     verdicts = target.enqueue_graph(jobs)
