@@ -2,23 +2,26 @@
 ``enqueue_graph`` are one program each, run by the blocking Queue and awaited by the asyncio one.
 
 A job with parents is admitted waiting (``ENQUEUE_AFTER``: in ``<base>waiting``, never claimed)
-and its parents are named by ``AFTER`` calls of at most ``PARENTS_PAGE`` ids each, the last one
-sealing it: from then on the settle of its last parent moves it to pending in the same atomic
-step (docs/PROTOCOL.md "Dependencies").
+and its parents are named by ``AFTER`` calls of at most ``PARENTS_PAGE`` ids each; a last
+``AFTER`` seals it: from then on the settle of its last parent moves it to pending in the same
+atomic step (docs/PROTOCOL.md "Dependencies").
 
-A graph whose calls weigh at most ``STEP_WEIGHT`` (a call 1, each parent it names 1 more) goes as
-one transaction, so no worker ever sees half of it. A bigger one is **staged**, in transactions
-of at most ``STEP_WEIGHT`` each, so that no step holds the server long (docs/PROTOCOL.md,
-"Staged admission"): first every job is admitted waiting and open (its parentless ones too) and
-its parents are registered unsealed, in the graph's order; then every job is sealed, last job
-first. Nothing of the graph runs before its parentless jobs are sealed, by then every job below
-them is sealed, and no job is sealed before all of its parents are registered. The staging is
-idempotent: a client that died between steps leaves jobs waiting and open (nothing of them runs),
-and the same admission sent again — the same ids — finishes it.
+A graph is admitted in two phases (docs/PROTOCOL.md "Staged admission"): first every job is
+admitted waiting and open — its parentless ones too — and its parents are registered unsealed,
+in the graph's order; then every job is sealed, last job first, a parentless one released by its
+seal. A graph whose calls weigh at most ``STEP_WEIGHT`` goes as one transaction, so no worker
+ever sees half of it; a bigger one is **staged**, each phase in transactions of at most that
+weight, so that no step holds the server long. Nothing of the graph runs before its parentless
+jobs are sealed, by then every job below them is sealed, and no job is sealed before all of its
+parents are registered; a transaction that meets a script the server lost runs none of its seals
+early (a seal of a job whose own admission failed finds nothing to seal). The staging is
+idempotent: a client that died between steps leaves jobs waiting and open (nothing of them
+runs), and the same admission sent again — the same ids — finishes it.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +40,10 @@ PARENTS_PAGE = 500
 # longest step measured: docs/PROTOCOL.md "Staged admission".
 CALL_WEIGHT = 4
 STEP_WEIGHT = 1000
+# A parent's registration reads through the dependents registered on it before (its ``next``):
+# naming a parent weighs 1 more for each FAN_PER_WEIGHT of them this admission registered, so a
+# step stays short where one job fans out to thousands (their admission is still quadratic).
+FAN_PER_WEIGHT = 20
 # The verdicts that say a waiting job moved on (or never waited) before its last AFTER call.
 _MOVED = frozenset({Verdict.READY, Verdict.DEAD, Verdict.CANCELLED})
 
@@ -61,32 +68,32 @@ def _pages(parents: Sequence[str]) -> list[Sequence[str]]:
     return [parents[at:at + PARENTS_PAGE] for at in range(0, len(parents), PARENTS_PAGE)]
 
 
+def _named(page: Sequence[str], fan: Counter[str]) -> int:
+    """The weight of naming ``page``'s parents, each one's dependents so far counted in ``fan``
+    (a parent's dependents are a list its registration reads through)."""
+    weight = 0
+    for parent in page:
+        weight += 1 + fan[parent] // FAN_PER_WEIGHT
+        fan[parent] += 1
+    return weight
+
+
 def _waiting(calls: QueueCalls, n: int, job: GraphJob, now: int | None,
-             sealed: bool) -> Iterator[Owned]:
-    """``job`` admitted waiting and its parents registered, the last page sealing it when
-    ``sealed``."""
-    yield n, graph_calls.enqueue_after(calls, job.job_id, job.payload, now, job.policy,
+             fan: Counter[str]) -> Iterator[Owned]:
+    """``job`` admitted waiting and open, its parents registered."""
+    policy = job.policy if job.after else "fail"  # a parentless job's row keeps none
+    yield n, graph_calls.enqueue_after(calls, job.job_id, job.payload, now, policy,
                                        job.priority), CALL_WEIGHT
-    pages = _pages(job.after)
-    for at, page in enumerate(pages):
-        seal = sealed and at == len(pages) - 1
-        yield n, graph_calls.after(calls, job.job_id, now, seal, page), CALL_WEIGHT + len(page)
-
-
-def _atomic(calls: QueueCalls, jobs: Sequence[GraphJob], now: int | None) -> Iterator[Owned]:
-    """One transaction's calls: a parentless job pending, the others waiting and sealed."""
-    for n, job in enumerate(jobs):
-        if job.after:
-            yield from _waiting(calls, n, job, now, True)
-        else:
-            yield n, calls.enqueue(job.job_id, job.payload, None, now,
-                                  priority=job.priority), CALL_WEIGHT
+    for page in _pages(job.after):
+        yield n, graph_calls.after(calls, job.job_id, now, False, page), (
+            CALL_WEIGHT + _named(page, fan))
 
 
 def _staging(calls: QueueCalls, jobs: Sequence[GraphJob], now: int | None) -> Iterator[Owned]:
     """A staged admission's first phase: every job waiting and open, in order."""
+    fan: Counter[str] = Counter()
     for n, job in enumerate(jobs):
-        yield from _waiting(calls, n, job, now, False)
+        yield from _waiting(calls, n, job, now, fan)
 
 
 def _sealing(calls: QueueCalls, jobs: Sequence[GraphJob], now: int | None) -> Iterator[Owned]:
@@ -113,7 +120,7 @@ def calls_of_graph(calls: QueueCalls, jobs: Iterable[GraphJob],
     """The calls that admit ``jobs`` in one transaction, in order, and how many of them each
     job takes."""
     listed = list(jobs)
-    owned = list(_atomic(calls, listed, now))
+    owned = [*_staging(calls, listed, now), *_sealing(calls, listed, now)]
     counts = [0] * len(listed)
     for n, _, _ in owned:
         counts[n] += 1
@@ -123,25 +130,24 @@ def calls_of_graph(calls: QueueCalls, jobs: Iterable[GraphJob],
 def admission_steps(calls: QueueCalls, jobs: Sequence[GraphJob],
                     now: int | None) -> list[list[Owned]]:
     """The transactions that admit ``jobs``: one when the graph weighs at most
-    ``STEP_WEIGHT``, else the staged admission's calls, in steps of at most that weight, no
-    step holding calls of both phases (a transaction sent again after NOSCRIPT, which ran
-    its other calls, never seals a job whose registration it has still to repeat)."""
-    owned = list(_atomic(calls, jobs, now))
-    if sum(weight for _, _, weight in owned) <= STEP_WEIGHT:
-        return [owned]
-    return _cut(_staging(calls, jobs, now)) + _cut(_sealing(calls, jobs, now))
+    ``STEP_WEIGHT``, else each phase in steps of at most that weight, no step holding calls
+    of both (a transaction sent again after NOSCRIPT, which ran its other calls, never seals
+    a job whose registration it has still to repeat)."""
+    staging, sealing = list(_staging(calls, jobs, now)), list(_sealing(calls, jobs, now))
+    if sum(weight for _, _, weight in staging + sealing) <= STEP_WEIGHT:
+        return [staging + sealing]
+    return _cut(staging) + _cut(sealing)
 
 
-def graph_verdict(replies: Sequence[Any], staged: bool = False) -> Verdict:
-    """A job's verdict from the replies to its calls: ENQUEUED or DUPLICATE for a job with no
-    parents; for one with parents, DUPLICATE when its id was taken, else where its AFTER calls
-    left it: WAITING, or READY, DEAD or CANCELLED when a parent's state moved it on. A staged
-    parentless job (admitted waiting, then sealed) is ENQUEUED once its seal released it."""
+def graph_verdict(replies: Sequence[Any], parentless: bool) -> Verdict:
+    """A job's verdict from the replies to its calls: DUPLICATE when its id was taken; a
+    parentless job ENQUEUED once its seal released it; one with parents where its AFTER calls
+    left it: WAITING, or READY, DEAD or CANCELLED when a parent's state moved it on."""
     first = Verdict.of(replies[0])
-    if len(replies) == 1 or first is Verdict.DUPLICATE:
+    if first is Verdict.DUPLICATE:
         return first
-    if staged:
-        sealed = Verdict.of(replies[1])
+    if parentless:
+        sealed = Verdict.of(replies[-1])
         return Verdict.ENQUEUED if sealed is Verdict.READY else sealed
     return next((verdict for verdict in map(Verdict.of, replies[1:]) if verdict in _MOVED),
                 Verdict.WAITING)
@@ -189,6 +195,5 @@ class GraphAdmissions:
                 self.executor, self.conn, [call for _, call, _ in step])
             for (n, _, _), reply in zip(step, got, strict=True):
                 replies[n].append(reply)
-        staged = len(steps) > 1
-        return [graph_verdict(mine, staged and not job.after)
+        return [graph_verdict(mine, not job.after)
                 for job, mine in zip(jobs, replies, strict=True)]
