@@ -19,12 +19,14 @@ import redis
 import redis.asyncio as aioredis
 
 from bench.admission import BODY, chord_graph, ping_waits
-from echomq import Queue, Verdict, aio
+from echomq import App, Consumer, Queue, Verdict, aio, chord
 from echomq.embedded import EmbeddedValkey
+from echomq.engine import program
 from echomq.engine import transitions as t
 from echomq.engine.scripts import script_for
 from echomq.queue import graphs
 from echomq.queue.graphs import GraphJob, admission_steps
+from echomq.tasks.workflow import WorkflowHandle
 
 NOW = 1_700_000_000_000
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -220,3 +222,74 @@ def test_a_twenty_thousand_child_chord_never_holds_the_server_past_the_bound(
         if longest[-1] < BOUND_MS + MARGIN_MS:
             break
     assert min(longest) < BOUND_MS + MARGIN_MS, longest
+
+
+def adding_app(conn: redis.Redis, wire: int, runs: list[str]) -> App:
+    app = App(conn, "flows", wire=wire, max_attempts=1)
+
+    @app.task(name="add")
+    def add(a: int, b: int) -> int:
+        runs.append("add")
+        return a + b
+
+    @app.task(name="total")
+    def total(values: list[int]) -> int:
+        runs.append("total")
+        return sum(values)
+
+    return app
+
+
+def failing_after(steps: int) -> Any:
+    """``Atomic.perform`` that performs ``steps`` transactions, then loses its connection."""
+    perform, performed = program.Atomic.perform, [0]
+
+    def failing(step: program.Atomic, in_aio: bool) -> Any:
+        if performed[0] == steps:
+            raise redis.ConnectionError("lost between steps")
+        performed[0] += 1
+        return perform(step, in_aio)
+
+    return failing
+
+
+def enqueued(flow: Any, app: App, shell: str, workflow_id: str) -> WorkflowHandle:
+    if shell == "aio":
+        async def admit() -> WorkflowHandle:
+            try:
+                return await flow.aenqueue(workflow_id=workflow_id)  # type: ignore[no-any-return]
+            finally:
+                await app.aclose()
+        return asyncio.run(admit())
+    return flow.enqueue(workflow_id=workflow_id)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("shell", ["blocking", "aio"])
+@pytest.mark.parametrize("wire", [5, 6])
+def test_a_canvas_whose_admission_failed_between_steps_is_finished_by_its_workflow_id(
+        conn: redis.Redis, monkeypatch: pytest.MonkeyPatch, wire: int, shell: str) -> None:
+    """A chord of 300 (staged: two steps of staging, two of sealing) whose connection fails
+    before its third step, then enqueued again under the same ``workflow_id``: nothing ran in
+    between, the ids are the same, and the body runs once with every result."""
+    runs: list[str] = []
+    app = adding_app(conn, wire, runs)
+    flow = chord([app.tasks["add"].s(n, 1) for n in range(300)], app.tasks["total"].s())
+    Queue(conn, "warm", wire=wire).enqueue_graph(chord_graph(1))  # no NOSCRIPT step sent twice
+    with monkeypatch.context() as broken:
+        broken.setattr(program.Atomic, "perform", failing_after(2))
+        with pytest.raises(redis.ConnectionError):
+            enqueued(flow, app, shell, "wf-7")
+    assert app.queue.counts()["pending"] == 0  # every job held, unsealed
+    assert conn.zcard(app.queue.key("waiting")) == 301
+    handle = enqueued(flow, app, shell, "wf-7")
+    assert handle.ids == [f"JOB:wf-7.{n}" for n in range(301)]
+    assert set(handle.verdicts.values()) == {Verdict.DUPLICATE}
+    consumer = Consumer(app.queue, app.handler)
+    try:
+        while consumer.drain():
+            pass
+    finally:
+        consumer.close()
+    assert handle.result(timeout=5) == sum(range(1, 301))
+    assert Counter(runs) == {"add": 300, "total": 1}
+    assert conn.zcard(app.queue.key("waiting")) == 0

@@ -44,14 +44,19 @@ class Workflow(ABC):
         """Plan this node's jobs as waiting on ``after`` and given ``parents``; the shape of
         its result."""
 
-    def enqueue(self, *, queue: str | None = None) -> WorkflowHandle:
+    def enqueue(self, *, queue: str | None = None,
+                workflow_id: str | None = None) -> WorkflowHandle:
         """Admit this workflow (``Queue.enqueue_graph``: one transaction, or staged in short
-        steps); its handle (``result()`` waits for it)."""
-        return admit(self, queue)
+        steps); its handle (``result()`` waits for it). ``workflow_id`` (``[A-Za-z0-9._:-]``):
+        the jobs not given ids of their own are ``JOB:<workflow_id>.<n>``, so enqueueing the
+        same workflow again with it finishes an admission whose process died between steps
+        (and is DUPLICATE for every job once it was whole)."""
+        return admit(self, queue, workflow_id)
 
-    async def aenqueue(self, *, queue: str | None = None) -> WorkflowHandle:
+    async def aenqueue(self, *, queue: str | None = None,
+                       workflow_id: str | None = None) -> WorkflowHandle:
         """``enqueue``, awaited on the App's asyncio client."""
-        return await aadmit(self, queue)
+        return await aadmit(self, queue, workflow_id)
 
 
 @dataclass(frozen=True)
