@@ -8,15 +8,16 @@ atomic step (docs/PROTOCOL.md "Dependencies").
 
 A graph is admitted in two phases (docs/PROTOCOL.md "Staged admission"): first every job is
 admitted waiting and open — its parentless ones too — and its parents are registered unsealed,
-in the graph's order; then every job is sealed, last job first, a parentless one released by its
-seal. A graph whose calls weigh at most ``STEP_WEIGHT`` goes as one transaction, so no worker
-ever sees half of it; a bigger one is **staged**, each phase in transactions of at most that
-weight, so that no step holds the server long. Nothing of the graph runs before its parentless
-jobs are sealed, by then every job below them is sealed, and no job is sealed before all of its
-parents are registered; a transaction that meets a script the server lost runs none of its seals
-early (a seal of a job whose own admission failed finds nothing to seal). The staging is
-idempotent: a client that died between steps leaves jobs waiting and open (nothing of them
-runs), and the same admission sent again — the same ids — finishes it.
+in the graph's order; then every job with parents is sealed, last first, and every parentless
+one, first to last, released by its seal. A graph whose calls weigh at most ``STEP_WEIGHT``
+goes as one transaction, so no worker ever sees half of it; a bigger one is **staged**, each
+phase in transactions of at most that weight, so that no step holds the server long. Nothing of
+the graph runs before its parentless jobs are sealed, by then every job with parents is sealed,
+and no job is sealed before all of its parents are registered; a transaction that meets a
+script the server lost runs none of its seals early (a seal of a job whose own admission failed
+finds nothing to seal). The staging is idempotent: a client that died between steps leaves
+jobs waiting and open (nothing of them runs), and the same admission sent again — the same
+ids — finishes it.
 """
 
 from __future__ import annotations
@@ -97,8 +98,12 @@ def _staging(calls: QueueCalls, jobs: Sequence[GraphJob], now: int | None) -> It
 
 
 def _sealing(calls: QueueCalls, jobs: Sequence[GraphJob], now: int | None) -> Iterator[Owned]:
-    """Its second phase: each job sealed, last first."""
-    for n in range(len(jobs) - 1, -1, -1):
+    """Its second phase: each job with parents sealed, last first (so every job below it is
+    sealed before it), then each parentless job, first to last (released in the graph's order,
+    every job below it sealed by then)."""
+    order = [*(n for n in range(len(jobs) - 1, -1, -1) if jobs[n].after),
+             *(n for n, job in enumerate(jobs) if not job.after)]
+    for n in order:
         yield n, graph_calls.after(calls, jobs[n].job_id, now, True, ()), CALL_WEIGHT
 
 
