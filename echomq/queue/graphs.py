@@ -145,15 +145,16 @@ def admission_steps(calls: QueueCalls, jobs: Sequence[GraphJob],
 
 
 def graph_verdict(replies: Sequence[Any], parentless: bool) -> Verdict:
-    """A job's verdict from the replies to its calls: DUPLICATE when its id was taken; a
-    parentless job ENQUEUED once its seal released it; one with parents where its AFTER calls
-    left it: WAITING, or READY, DEAD or CANCELLED when a parent's state moved it on."""
+    """A job's verdict from the replies to its calls: DUPLICATE when its id was taken; else a
+    parentless job ENQUEUED (its seal released it, or found it released already: by the same
+    admission sent by another client, or by this one's transaction sent again after NOSCRIPT,
+    whose first seal had met no job); one with parents where its AFTER calls left it: WAITING,
+    or READY, DEAD or CANCELLED when a parent's state moved it on."""
     first = Verdict.of(replies[0])
     if first is Verdict.DUPLICATE:
         return first
     if parentless:
-        sealed = Verdict.of(replies[-1])
-        return Verdict.ENQUEUED if sealed is Verdict.READY else sealed
+        return Verdict.ENQUEUED
     return next((verdict for verdict in map(Verdict.of, replies[1:]) if verdict in _MOVED),
                 Verdict.WAITING)
 
