@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from echomq import ArgumentError
-from echomq.tasks.canvas import Chain, TaskSignature, chain, chord, group
+from echomq.tasks.canvas import MAX_DEPTH, Chain, TaskSignature, chain, chord, group
 from echomq.tasks.workflow import Planned, leaves, planned
 
 
@@ -100,3 +100,18 @@ def test_bad_canvases_are_refused_before_anything_is_sent() -> None:
     with pytest.raises(TypeError, match="body"):
         chord([sig("a")], "b")  # type: ignore[arg-type]
     assert isinstance(chain(sig(str(n)) for n in range(3)), Chain)
+
+
+@pytest.mark.parametrize("nest", [chain, group, lambda node: chord([sig("h")], node)])
+def test_a_canvas_nested_past_the_limit_is_refused_naming_it(nest: Any) -> None:
+    """A ValueError naming the limit when the canvas is built, where planning one nested some
+    hundreds deep ran out of stack (RecursionError)."""
+    node: Any = sig("a")
+    while node.depth < MAX_DEPTH:
+        node = nest(node)
+    assert node.depth == MAX_DEPTH
+    plan, _ = planned(node)  # the deepest allowed plans well within the stack
+    assert "JOB:a" in [job.job_id for job in plan.jobs]
+    with pytest.raises(ValueError, match=f"at most {MAX_DEPTH} deep; this one would nest "
+                                         f"{MAX_DEPTH + 1} deep"):
+        nest(node)

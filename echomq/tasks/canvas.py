@@ -7,27 +7,36 @@ order); ``chord(header, body)`` runs ``body`` once with the header's results in 
 order. They nest: a chain of chords, a chord in a group, a group in a chain (a group followed by
 a task is a chord).
 
-``.enqueue()`` admits a whole workflow in one transaction (``echomq.tasks.workflow``). Every job
-of a workflow goes to one queue (its first task's, or ``enqueue(queue=...)``): the join is a
-transition of that queue. A job with parents waits (``Queue.enqueue_after``) and the settle of its
-last parent moves it to pending in the same atomic step, on both executors, so a callback runs
-once however workers crash or race, and nothing polls.
+``.enqueue()`` admits a whole workflow (``echomq.tasks.workflow``): in one transaction, or staged
+in short steps when it is big (``echomq.queue.graphs``). Every job of a workflow goes to one
+queue (its first task's, or ``enqueue(queue=...)``): the join is a transition of that queue. A
+job with parents waits (``Queue.enqueue_after``) and the settle of its last parent moves it to
+pending in the same atomic step, on both executors, so a callback runs once however workers
+crash or race, and nothing polls.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from echomq.engine.graph_calls import POLICIES, checked_policy
 from echomq.engine.native import checked_priority
 from echomq.tasks.workflow import Parents, Plan, WorkflowHandle, aadmit, admit, leaves
 
+# How deep chains, groups and chords may nest inside one another: planning a workflow recurses
+# through its nodes, and so does giving a job its parents' results.
+MAX_DEPTH = 64
+
 
 class Workflow(ABC):
-    """What every node of a canvas does: plan its jobs, ``enqueue`` (and ``aenqueue``) them."""
+    """What every node of a canvas does: plan its jobs, ``enqueue`` (and ``aenqueue``) them.
+    ``depth``: how many chains, groups and chords nest down to its deepest signature (0 for a
+    signature), at most ``MAX_DEPTH``."""
+
+    depth: int = 0
 
     @abstractmethod
     def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
@@ -35,13 +44,19 @@ class Workflow(ABC):
         """Plan this node's jobs as waiting on ``after`` and given ``parents``; the shape of
         its result."""
 
-    def enqueue(self, *, queue: str | None = None) -> WorkflowHandle:
-        """Admit this workflow in one transaction; its handle (``result()`` waits for it)."""
-        return admit(self, queue)
+    def enqueue(self, *, queue: str | None = None,
+                workflow_id: str | None = None) -> WorkflowHandle:
+        """Admit this workflow (``Queue.enqueue_graph``: one transaction, or staged in short
+        steps); its handle (``result()`` waits for it). ``workflow_id`` (``[A-Za-z0-9._:-]``):
+        the jobs not given ids of their own are ``JOB:<workflow_id>.<n>``, so enqueueing the
+        same workflow again with it finishes an admission whose process died between steps
+        (and is DUPLICATE for every job once it was whole)."""
+        return admit(self, queue, workflow_id)
 
-    async def aenqueue(self, *, queue: str | None = None) -> WorkflowHandle:
+    async def aenqueue(self, *, queue: str | None = None,
+                       workflow_id: str | None = None) -> WorkflowHandle:
         """``enqueue``, awaited on the App's asyncio client."""
-        return await aadmit(self, queue)
+        return await aadmit(self, queue, workflow_id)
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,10 @@ class Chain(Workflow):
 
     nodes: tuple[Workflow, ...]
     policy: str | None = None
+    depth: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _nested(self, self.nodes)
 
     def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
                 policy: str) -> Parents:
@@ -88,6 +107,10 @@ class Group(Workflow):
 
     nodes: tuple[Workflow, ...]
     policy: str | None = None
+    depth: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _nested(self, self.nodes)
 
     def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
                 policy: str) -> Parents:
@@ -102,10 +125,23 @@ class Chord(Workflow):
     header: Group
     body: Workflow
     policy: str | None = None
+    depth: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _nested(self, (self.header, self.body))
 
     def planned(self, plan: Plan, parents: Parents | None, after: tuple[str, ...],
                 policy: str) -> Parents:
         return _in_turn((self.header, self.body), plan, parents, after, self.policy or policy)
+
+
+def _nested(node: Workflow, inside: Sequence[Workflow]) -> None:
+    """Sets ``node``'s depth, one more than its deepest node's; ValueError past MAX_DEPTH."""
+    depth = 1 + max((each.depth for each in inside), default=0)
+    if depth > MAX_DEPTH:
+        raise ValueError(f"a workflow nests chains, groups and chords at most {MAX_DEPTH} deep; "
+                         f"this one would nest {depth} deep")
+    object.__setattr__(node, "depth", depth)
 
 
 def _in_turn(nodes: Sequence[Workflow], plan: Plan, parents: Parents | None,
@@ -165,5 +201,5 @@ def _policy(policy: str | None) -> str | None:
     return None if policy is None else checked_policy(policy)
 
 
-__all__ = ["POLICIES", "Chain", "Chord", "Group", "Node", "TaskSignature", "Workflow", "chain",
-           "chord", "group"]
+__all__ = ["MAX_DEPTH", "POLICIES", "Chain", "Chord", "Group", "Node", "TaskSignature", "Workflow",
+           "chain", "chord", "group"]

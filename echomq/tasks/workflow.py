@@ -1,6 +1,7 @@
 """Workflows on the task layer: a canvas (``echomq.tasks.canvas``) planned as the jobs it admits
-and admitted in one transaction (``Queue.enqueue_graph``); the handle that waits for its
-result; and, on the worker's side, the parents' results a job of a workflow is given.
+and admitted by ``Queue.enqueue_graph`` (one transaction, or staged in short steps); the handle
+that waits for its result; and, on the worker's side, the parents' results a job of a workflow
+is given.
 
 A workflow's result has a shape (``Parents``): a job id (a task's, a chain's last, a chord's
 body) or a list of shapes (a group's members, in order). A job given its parents' results
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from echomq.engine.calls import Verdict
+from echomq.engine.native import checked_id
 from echomq.queue.graphs import GraphJob
 from echomq.queue.ids import new_job_id
 from echomq.tasks.envelope import UNKEPT_RESULT, Envelope, decode_result, encode, now_ms
@@ -71,22 +73,31 @@ class Planned:
 
 @dataclass
 class Plan:
-    """The jobs a workflow admits, each after every job it waits on."""
+    """The jobs a workflow admits, each after every job it waits on; ``workflow_id``: each job
+    not given an id of its own is ``JOB:<workflow_id>.<n>``, ``n`` its place in the plan (so the
+    same workflow planned again has the same ids), else a fresh id."""
 
     jobs: list[Planned] = field(default_factory=list)
+    workflow_id: str | None = None
 
     def leaf(self, leaf: Leaf, parents: Parents | None, after: tuple[str, ...],
              policy: str) -> str:
         """Plan one task call waiting on ``after``; its job id."""
-        job_id = leaf.job_id or new_job_id()
+        job_id = leaf.job_id or self._next_id()
         self.jobs.append(Planned(leaf, job_id, after, None if leaf.immutable else parents,
                                  policy))
         return job_id
 
 
-def planned(node: PlanNode) -> tuple[Plan, Parents]:
+    def _next_id(self) -> str:
+        if self.workflow_id is None:
+            return new_job_id()
+        return checked_id(f"JOB:{self.workflow_id}.{len(self.jobs)}")
+
+
+def planned(node: PlanNode, workflow_id: str | None = None) -> tuple[Plan, Parents]:
     """The jobs ``node`` admits, and the shape of its result."""
-    plan = Plan()
+    plan = Plan(workflow_id=workflow_id)
     return plan, node.planned(plan, None, (), "fail")
 
 
@@ -103,17 +114,18 @@ def leaves(shape: Parents | None) -> Iterator[str]:
 
 # admission --------------------------------------------------------------------------------------
 
-def admit(node: PlanNode, queue: str | None) -> WorkflowHandle:
-    """Admit the workflow ``node`` in one transaction; its handle."""
-    plan, shape = planned(node)
+def admit(node: PlanNode, queue: str | None, workflow_id: str | None = None) -> WorkflowHandle:
+    """Admit the workflow ``node`` (``Queue.enqueue_graph``); its handle."""
+    plan, shape = planned(node, workflow_id)
     target, jobs = _graph(plan, queue)
     verdicts = target.enqueue_graph(jobs)
     return WorkflowHandle(shape, target, plan, verdicts)
 
 
-async def aadmit(node: PlanNode, queue: str | None) -> WorkflowHandle:
+async def aadmit(node: PlanNode, queue: str | None,
+                 workflow_id: str | None = None) -> WorkflowHandle:
     """``admit``, awaited on the App's asyncio client."""
-    plan, shape = planned(node)
+    plan, shape = planned(node, workflow_id)
     target, jobs = _graph(plan, queue)
     app = plan.jobs[0].leaf.task.app
     verdicts = await (await app.aqueues.queue_named(target.name)).enqueue_graph(jobs)
