@@ -251,12 +251,12 @@ static ValkeyModuleString *upgrade_row(ValkeyModuleCtx *ctx, ValkeyModuleKey *ro
     hash_get1(row, ROW_OLD_ATTEMPTS, &attempts);
     hash_get1(row, ROW_OLD_ENQUEUED_AT, &enqueued_at);
     hash_get1(row, ROW_ENQUEUED_AT, &t);
-    const char *names[2];
-    ValkeyModuleString *values[2];
+    const char *fields[2];
+    ValkeyModuleString *field_values[2];
     size_t n = 0;
-    if (p == NULL) names[n] = ROW_PAYLOAD, values[n++] = payload;
-    if (enqueued_at != NULL && t == NULL) names[n] = ROW_ENQUEUED_AT, values[n++] = enqueued_at;
-    if (n > 0) fx_hset_fields(ctx, row, row_name, names, values, n);
+    if (p == NULL) fields[n] = ROW_PAYLOAD, field_values[n++] = payload;
+    if (enqueued_at != NULL && t == NULL) fields[n] = ROW_ENQUEUED_AT, field_values[n++] = enqueued_at;
+    if (n > 0) fx_hset_fields(ctx, row, row_name, fields, field_values, n);
     static const char *const old[] = {ROW_OLD_PAYLOAD, ROW_OLD_ATTEMPTS, ROW_OLD_ENQUEUED_AT, ROW_OLD_FENCE};
     fx_hdel_fields(ctx, row, row_name, old, sizeof old / sizeof old[0]);
     ValkeyModuleString *gone[] = {payload, p, enqueued_at, t};

@@ -148,9 +148,13 @@ def test_a_cancelled_attempt_is_logged_as_cancelled_never_as_a_retry(
 
 
 def test_an_attempt_whose_job_was_cancelled_is_counted_cancelled() -> None:
+    # The one rule (cancelled_wins, what the App's Attempt and instrument call once an attempt's
+    # outcome is judged) turns any ending of a cancelled job's attempt into "cancelled"; the
+    # metrics hook counts what the record says, and decides nothing itself.
     from prometheus_client import REGISTRY
 
     from echomq.ops.metrics import PrometheusHooks
+    from echomq.tasks.hooks import RETRIED, cancelled_wins
 
     def count(name: str) -> float:
         labels = {"queue": "cancel-core", "task": "t"}
@@ -158,14 +162,20 @@ def test_an_attempt_whose_job_was_cancelled_is_counted_cancelled() -> None:
 
     before = {name: count(name) for name in ("cancelled", "retried", "succeeded")}
     hooks, flags = PrometheusHooks(), CancelFlags()
-    with flags.running(job(1), {job(1)}), pytest.raises(asyncio.CancelledError), \
-            hooks.running("cancel-core", "t", job(1), {}, None):
-        raise asyncio.CancelledError
-    with flags.running(job(2), set()), hooks.running("cancel-core", "t", job(2), {}, None):
-        flags.request([job(2)])
+    with flags.running(job(1), {job(1)}), \
+            hooks.running("cancel-core", "t", job(1), {}, None) as record:
+        record.outcome = RETRIED  # raised CancelledError: a failed attempt, by itself
+        assert cancelled_wins(record).outcome == "cancelled"
+    with flags.running(job(2), set()), \
+            hooks.running("cancel-core", "t", job(2), {}, None) as record:
+        flags.request([job(2)])  # returned normally after the cancel reached it
+        cancelled_wins(record)
+    with flags.running(job(3), set()), \
+            hooks.running("cancel-core", "t", job(3), {}, None) as record:
+        assert cancelled_wins(record).outcome == "succeeded"  # no cancel: nothing changes
     after = {name: count(name) for name in before}
     assert {name: after[name] - before[name] for name in before} == {
-        "cancelled": 2, "retried": 0, "succeeded": 0}
+        "cancelled": 2, "retried": 0, "succeeded": 1}
 
 
 def test_a_round_that_ends_a_job_cancelled_counts_it_and_tells_a_handler_still_running() -> None:

@@ -21,7 +21,9 @@ WRITING_API = re.compile(
     r"|ModuleTypeReplaceValue|StreamAdd|StreamDelete|StreamIteratorDelete|StreamTrimByLength"
     r"|StreamTrimByID)\b")
 # ValkeyModule_Call may run these outside effects.c: they read only.
-READING_COMMANDS = {"EXISTS", "GET"}  # GET: a claim record read as the script reads it
+# GET: a claim record, the fence counter and a dedupe key read as the script reads them; INFO:
+# the memory an ack that keeps a result may use (docs/PROTOCOL.md, "Results under memory pressure").
+READING_COMMANDS = {"EXISTS", "GET", "INFO"}
 SERVER_CALL = re.compile(r"\bValkeyModule_Call\(\s*\w+\s*,\s*(\"[^\"]*\"|[^,]+)")
 WRITABLE_DMA = re.compile(r"\bValkeyModule_StringDMA\([^;]*VALKEYMODULE_WRITE")
 # A declared key by its position: k[2] (the open keys), names[2] or call->keys[2] (their names).
