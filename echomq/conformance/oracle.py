@@ -5,9 +5,10 @@ Every case has one of two oracles. Most run on the model (``echomq.conformance.m
 executor in plain Python): its setup applied, the same argument list under the pair's protocol;
 the executors' reply must be the model's byte for byte and their keyspace (normalised, expiries
 included) the model's rendering. A case the model cannot run states the keyspace it must leave
-(``Case.keyspace``, in the shape ``normalise`` gives) — the cases on the server's clock (``now``
-``*``), whose effects depend on a time only the server reads; their reply is the table's own
-``expect``. ``oracle_of`` names a case's oracle, and refuses a case that has none.
+(``Case.keyspace``, in the shape ``normalise`` gives, each key named by its suffix after the
+queue's base, so a case moved to another base keeps its oracle) — the cases on the server's
+clock (``now`` ``*``), whose effects depend on a time only the server reads; their reply is the
+table's own ``expect``. ``oracle_of`` names a case's oracle, and refuses a case that has none.
 """
 
 from __future__ import annotations
@@ -64,12 +65,19 @@ def expected(case: Oracled, protocol: int) -> tuple[bytes | None, Keyspace]:
     """The reply (None: the table's ``expect`` is the oracle) and keyspace ``case`` must give."""
     if oracle_of(case) == EXPLICIT:
         assert case.keyspace is not None
-        return None, case.keyspace
+        base = base_of(case)
+        return None, {base + suffix: value for suffix, value in case.keyspace.items()}
     model = Model(protocol)
     for command in case.setup:
         model.apply_setup(command)
     reply = model.call(case.transition, case.argv)
     return reply, model.render()
+
+
+def base_of(case: Oracled) -> bytes:
+    """The queue's base of the case's first key (``<base>job:<id>`` or ``<base><role>``)."""
+    first, role = raw(case.argv[1]), case.transition.keys[0]
+    return first[:first.rindex(b"job:")] if role == "job" else first[:-len(role)]
 
 
 def oracle_differences(case: Oracled, protocol: int, reply: bytes, after: Snapshot) -> list[str]:

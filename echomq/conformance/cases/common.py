@@ -51,7 +51,8 @@ class Case:
     expect: bytes
     setup: list[Command] = field(default_factory=list)
     # The keyspace the call must leave, for a case the model cannot run (echomq/conformance/
-    # oracle.py): normalised, expiries included. None: the model is the oracle.
+    # oracle.py): normalised, expiries included, keys by their suffix after the queue's base.
+    # None: the model is the oracle.
     keyspace: Keyspace | None = None
 
     @property

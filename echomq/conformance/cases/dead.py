@@ -89,7 +89,7 @@ def age_cases() -> Iterator[Case]:
     # since 1970, is past its age on any clock; only the bounds are left).
     yield _case("trim_dead", "now-star", _argv("trim_dead", now="*"), b":1\r\n",
                 bounds(0, 1_000) + dead("JOB:1", 5),
-                keyspace={key("deadconf").encode(): (
+                keyspace={b"deadconf": (
                     b"hash", [(b"max_age_ms", b"1000"), (b"max_count", b"0")], False)})
 
 
