@@ -458,7 +458,7 @@ class QueueMachine(Priorities, Progress, UniqueEnqueues, BeyondTheQueue, Checks,
         argv = [4, key(b"delayed"), key(b"pending"), key(b"ring"), key(b"wake"), self.now, limit]
         self.execute(PROMOTE, argv)
 
-# About 30 s a protocol on a loaded 2-core machine (load average 12).
+# About 60 s a protocol on a 2-core machine at load average 15 (CI is far less loaded).
 STATEFUL = settings(max_examples=25, stateful_step_count=50, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
