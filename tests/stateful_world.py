@@ -205,10 +205,17 @@ class BeyondTheQueue(DeadBoundsRules):
         for _ in range(data.draw(st.integers(1, 2), label="mutations")):
             argv = data.draw(mutated(transition, argv), label="argv")
         checked = self.model.validate(transition, argv)
-        if not isinstance(checked, bytes) and checked.base == BASE \
-                and (transition in TRACKED or transition.name == "enqueue_unique"):
-            return  # a valid call on the queue the rules track: theirs to make (or, for the
-            # unique enqueue, a job no rule tracks)
+        valid = not isinstance(checked, bytes) and checked.base == BASE
+        machine: Any = self
+        if valid and transition.name == "enqueue_unique":
+            machine.unique_admit(argv)  # the job it admits is tracked (tests/stateful_unique.py)
+            return
+        if valid and transition in (ENQUEUE, ENQUEUE_DELAYED) and len(checked.keys) == 3:
+            if machine.admitted(transition, argv):  # the job it admits is tracked
+                machine.live.add(checked.args[0])
+            return
+        if valid and transition in TRACKED:
+            return  # a valid call on the queue the rules track: theirs to make
         self.execute(transition, argv)
 
     # invariants -------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Random transition sequences on both executors in lockstep, checked against a Python model.
 
-A hypothesis state machine drives one queue through enqueue (at once and delayed), claim, ack (with
+A hypothesis state machine drives one queue through enqueue (at once, delayed and unique, in its
+three modes), claim, ack (with
 and without a result), retry, extend, progress, settle (ack, done, retry and release items) and
 extend_many batches mixed with those single verbs, recover, promote, requeue of dead jobs and bad
 input, on an explicit clock, while rules also tamper with the keyspace behind the queue's back
@@ -57,6 +58,7 @@ from tests.stateful_cancel import Cancelling
 from tests.stateful_events import EventedCalls
 from tests.stateful_priority import Priorities
 from tests.stateful_progress import Progress
+from tests.stateful_unique import UniqueEnqueues
 from tests.stateful_world import (
     ERRORS,
     LATE,
@@ -76,8 +78,8 @@ from tests.stateful_world import (
 )
 
 
-class QueueMachine(Priorities, Progress, BeyondTheQueue, Checks, Cancelling, EventedCalls,
-                   RuleBasedStateMachine):
+class QueueMachine(Priorities, Progress, UniqueEnqueues, BeyondTheQueue, Checks, Cancelling,
+                   EventedCalls, RuleBasedStateMachine):
     """One queue (plus a neighbour) on both executors and the model, in lockstep."""
 
     def __init__(self, port: int, protocol: int) -> None:
@@ -456,7 +458,8 @@ class QueueMachine(Priorities, Progress, BeyondTheQueue, Checks, Cancelling, Eve
         argv = [4, key(b"delayed"), key(b"pending"), key(b"ring"), key(b"wake"), self.now, limit]
         self.execute(PROMOTE, argv)
 
-STATEFUL = settings(max_examples=80, stateful_step_count=80, deadline=None,
+# About 60 s a protocol on a 2-core machine at load average 15 (CI is far less loaded).
+STATEFUL = settings(max_examples=25, stateful_step_count=50, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 

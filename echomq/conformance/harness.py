@@ -124,6 +124,8 @@ def describe(conn: RawConnection, key: bytes) -> tuple[Any, ...]:
         value = parse(conn.call("LRANGE", key, "0", "-1"))
     elif kind == b"string":
         value = parse(conn.call("GET", key))
+    elif kind == b"set":
+        value = sorted(parse(conn.call("SMEMBERS", key)))
     elif kind == b"stream":
         value = stream_entries(parse(conn.call("XRANGE", key, "-", "+")))
     else:

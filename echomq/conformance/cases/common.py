@@ -5,7 +5,8 @@ both executors.
 
 A case is a state (raw data commands applied to both executors' dbs), an argument list from
 numkeys onwards, and the reply it must start with — so the table itself is checked, not only
-the parity of the two executors.
+the parity of the two executors — and the oracle's answer (echomq/conformance/oracle.py): the
+model's exact reply and keyspace, or, for a case the model cannot run, the keyspace it states.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from echomq.conformance.harness import BY_NAME, Pair, parity_differences
+from echomq.conformance.oracle import Keyspace, oracle_differences
 from echomq.conformance.resp import Arg
 from echomq.engine.transitions import Transition
 
@@ -48,6 +50,10 @@ class Case:
     argv: list[Arg]
     expect: bytes
     setup: list[Command] = field(default_factory=list)
+    # The keyspace the call must leave, for a case the model cannot run (echomq/conformance/
+    # oracle.py): normalised, expiries included, keys by their suffix after the queue's base.
+    # None: the model is the oracle.
+    keyspace: Keyspace | None = None
 
     @property
     def id(self) -> str:
@@ -186,8 +192,8 @@ def _raw(value: Arg) -> bytes:
 
 
 def _case(name: str, label: str, argv: list[Arg], expect: bytes,
-          setup: Sequence[Command] = ()) -> Case:
-    return Case(BY_NAME[name], label, argv, expect, list(setup))
+          setup: Sequence[Command] = (), keyspace: Keyspace | None = None) -> Case:
+    return Case(BY_NAME[name], label, argv, expect, list(setup), keyspace)
 
 
 def _argv(name: str, **changes: Arg) -> list[Arg]:
@@ -220,8 +226,9 @@ def replied(verdicts: list[bytes], jobs: list[bytes]) -> bytes:
 
 
 def case_differences(pair: Pair, case: Case) -> list[str]:
-    """Runs ``case`` on both executors of ``pair``: what differs between them, and whether
-    their reply is the one the table expects. Empty when the case passes."""
+    """Runs ``case`` on both executors of ``pair``: what differs between them, whether their
+    reply is the one the table expects, and how it differs from the oracle's (the model's reply
+    and keyspace, or the keyspace the case states). Empty when the case passes."""
     pair.reset(case.setup)
     outcomes = pair.run(case.transition, case.argv)
     found = parity_differences(outcomes)
@@ -232,4 +239,5 @@ def case_differences(pair: Pair, case: Case) -> list[str]:
         expected, met = case.expect, reply.startswith(case.expect)
     if not met:
         found.append(f"reply {reply[:60]!r} is not the expected {expected[:60]!r}")
+    found += oracle_differences(case, pair.protocol, reply, outcomes["lua"].after)
     return found

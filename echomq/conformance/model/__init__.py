@@ -9,7 +9,8 @@ harness snapshot, so tests compare the model with both servers' databases key by
 By concern: ``words`` (the arguments as the server reads them), ``replies`` (raw RESP and the
 error texts), ``call`` (a validated call, a batch's items), ``state`` (the keyspace, the setup
 commands, the readers and writers every transition shares), ``records`` (claim records),
-``validation``, ``flat`` (the single verbs), ``batch`` (settle, extend_many), ``movers``
+``validation``, ``flat`` (the single verbs), ``batch`` (settle, extend_many), ``lane_slots``
+(a lane group's slots and rate windows), ``movers``
 (recover, promote, requeue), ``cancel`` and ``dispatch`` (the model, which runs a call).
 """
 

@@ -7,6 +7,7 @@ from typing import Any
 from echomq.conformance.model.call import Call, Item
 from echomq.conformance.model.flat import FlatTransitions
 from echomq.conformance.model.join import Join
+from echomq.conformance.model.lane_slots import release_lane_slot
 from echomq.conformance.model.limits import limited_take, note_queue_limits, queue_limits
 from echomq.conformance.model.replies import E_FENCE, E_TYPE, array, bulk, error, integer, status
 from echomq.conformance.model.words import INT_MAX, dec, int_field, pending_score, row_priority
@@ -109,7 +110,7 @@ class BatchTransitions(FlatTransitions):
         active, pending, ring, wake_key = call.keys[0], call.keys[3], call.keys[5], call.keys[6]
         job_id = item.id
         self.zrem(active, job_id)
-        self.release_queue_slot(call.base)
+        release_lane_slot(self, call.base, row)
         attempts = int_field(self.field(row, b"a"), 0)
         self.keys[row].data[b"a"] = dec(max(attempts - 1, 0))
         at = int_field(self.field(row, b"t"), call.numbers["now"])

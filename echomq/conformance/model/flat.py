@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from echomq.conformance.model.call import Call, Item
 from echomq.conformance.model.join import Join, Joins
+from echomq.conformance.model.lane_slots import release_lane_slot
 from echomq.conformance.model.limits import limited_take, note_queue_limits, queue_limits
 from echomq.conformance.model.records import Records
 from echomq.conformance.model.replies import E_TYPE, bulk, error, integer, null, status
@@ -50,6 +51,8 @@ class FlatTransitions(Records, Joins):
         pending, active, counter = call.keys
         if call.recorded is not None:
             return next(iter(self.held(call, active)), null(self.protocol))
+        if call.base + b"paused" in self.keys:
+            return null(self.protocol)  # the queue paused: nothing leased, nothing written
         limits = queue_limits(self, call.base, call.numbers["now"])
         if limits is None:
             return error(E_TYPE)
@@ -85,6 +88,16 @@ class FlatTransitions(Records, Joins):
         fields[b"f"] = dec(fence)
         self.zadd(active, call.numbers["now"] + call.numbers["lease_ms"], member)
         return attempt, fence
+
+    def finish_cancelled(self, active: bytes, row: bytes, job_id: bytes, fence: int) -> str:
+        """A flagged lease's settlement, whatever it is: the attempt ends as cancelled, buried
+        with the retention its flag carries."""
+        attempt = self.attempts_of(row)
+        self.zrem(active, job_id)
+        release_lane_slot(self, active[:-len(b"active")], row)
+        verdict = self.bury_cancelled(row, job_id, int_field(self.hget(row, b"cancel"), 0))
+        self.emit("cancelled", job_id, attempt, fence=fence)
+        return verdict
 
     def _ack(self, call: Call) -> bytes:
         active, row = call.keys
@@ -133,7 +146,7 @@ class FlatTransitions(Records, Joins):
                    result: bytes | None = None, fence: int = 0) -> str:
         attempt = self.attempts_of(row)
         self.zrem(active, job_id)
-        self.release_queue_slot(active[:-len(b"active")])
+        release_lane_slot(self, active[:-len(b"active")], row)
         if retention_ms == 0:
             del self.keys[row]
         else:
@@ -175,7 +188,7 @@ class FlatTransitions(Records, Joins):
         """retry's effects; ``keys`` starts with active, delayed, dead."""
         active, delayed, dead = keys[:3]
         self.zrem(active, item.id)
-        self.release_queue_slot(active[:-len(b"active")])
+        release_lane_slot(self, active[:-len(b"active")], row)
         self.keys[row].data[b"error"] = item.error
         attempts = int_field(self.field(row, b"a"), 0)
         if attempts >= item.max_attempts:

@@ -89,13 +89,3 @@ def note_queue_limits(state: State, base: bytes, limits: Limits, active: bytes, 
         state.zadd(throttled, limits.start + limits.window_ms, QUEUE_WINDOW)
     elif opens is not None:
         state.zrem(throttled, QUEUE_WINDOW)
-
-
-def reopen_queue_window(state: State, base: bytes, wake_key: bytes, now: int, limit: int) -> None:
-    """promote's reopening, for the queue's own window (``*`` among the first ``limit`` members
-    of ``throttled`` due by ``now``): it leaves ``throttled``, with a wake token. (The model
-    keeps no lane groups: theirs is the executors' alone.)"""
-    due = [member for member, score in state.zitems(base + b"throttled") if score <= now][:limit]
-    if QUEUE_WINDOW in due:
-        state.zrem(base + b"throttled", QUEUE_WINDOW)
-        state.wake(wake_key, 1)

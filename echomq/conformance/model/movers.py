@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from echomq.conformance.model.call import Call, Move
 from echomq.conformance.model.join import Join, Joins
-from echomq.conformance.model.limits import reopen_queue_window
+from echomq.conformance.model.lane_slots import due_windows, release_lane_slot, reopen_windows
 from echomq.conformance.model.replies import E_TYPE, error, integer, status
 from echomq.conformance.model.state import REOPENING
 from echomq.conformance.model.words import int_field, pending_score, row_priority
@@ -43,7 +43,7 @@ class Movers(Joins):
         attempts = int_field(self.field(row, b"a"), 0)
         if max_attempts is not None and attempts >= max_attempts:
             return Move(member, row, score, spent=attempts) if ended_ok else error(E_TYPE)
-        at = max(score, 0) if fallback is None \
+        at = int(max(score, 0)) if fallback is None \
             else int_field(self.field(row, b"t"), fallback)
         move = self.lane_move(base, member, score, at)
         if move is None:
@@ -53,7 +53,7 @@ class Movers(Joins):
         return move
 
     def _move_back(self, call: Call, head: bool) -> bytes:
-        zsource, pending, ring, wake_key = call.keys[:4]
+        zsource, wake_key = call.keys[0], call.keys[3]
         now, limit = call.numbers["now"], call.numbers["limit"]
         due = [item for item in self.zitems(zsource) if item[1] <= now][:limit]
         plan = self._plan(call.base, due, now if head else None, call.numbers.get("max_attempts"))
@@ -64,6 +64,9 @@ class Movers(Joins):
         # it reopens.
         if not self.movers_typed(call.base, head, due):
             return error(E_TYPE)
+        windows = [] if head else due_windows(self, call.base, now, limit)
+        if windows is None:
+            return error(E_TYPE)
         moves, ghosts = plan
         j = Join(call.base, now)
         spans = self.recover_hooks(j, moves) if head else {}
@@ -73,27 +76,35 @@ class Movers(Joins):
             self.zrem(zsource, ghost)
         back = 0
         for move in reversed(moves) if head else moves:
-            attempt = self.attempts_of(move.row)
-            self.zrem(zsource, move.member)
-            if move.cancelled:
-                self.bury_cancelled(move.row, move.member,
-                                    int_field(self.hget(move.row, b"cancel"), 0))
-                self.emit("cancelled", move.member, attempt)
-                self.apply_steps(j, spans.get(move.member))
-            elif move.spent:
-                self.keys[move.row].data[b"error"] = LOST % move.spent
-                self.zadd(call.keys[4], now, move.member)
-                self.mark_ended(move.row, move.member, None)
-                self.emit("dead", move.member, move.spent)
-                self.apply_steps(j, spans.get(move.member))
-            else:
-                self.put_back(call.base, ring, pending, move, head)
-                back += 1
-                self.emit("recovered" if head else "promoted", move.member, attempt,
-                          lane=move.lane)
-        self.release_queue_slot(call.base, len(moves) if head else 0)  # recover's leases
+            back += self._apply_move(call, move, head, j, spans.get(move.member))
         self.wake(wake_key, back)
+        if not head:  # promote: the windows opened by now
+            reopen_windows(self, call.base, windows, wake_key)
         return integer(len(moves))
+
+    def _apply_move(self, call: Call, move: Move, head: bool, j: Join,
+                    span: tuple[int, int] | None) -> int:
+        """One move of recover or promote: ended cancelled, dead, or back to be run (1)."""
+        zsource, pending, ring = call.keys[:3]
+        attempt = self.attempts_of(move.row)
+        self.zrem(zsource, move.member)
+        if head:  # recover: the lease leaves active
+            release_lane_slot(self, call.base, move.row)
+        if move.cancelled:
+            self.bury_cancelled(move.row, move.member,
+                                int_field(self.hget(move.row, b"cancel"), 0))
+            self.emit("cancelled", move.member, attempt)
+        elif move.spent:
+            self.keys[move.row].data[b"error"] = LOST % move.spent
+            self.zadd(call.keys[4], call.numbers["now"], move.member)
+            self.mark_ended(move.row, move.member, None)
+            self.emit("dead", move.member, move.spent)
+        else:
+            self.put_back(call.base, ring, pending, move, head)
+            self.emit("recovered" if head else "promoted", move.member, attempt, lane=move.lane)
+            return 1
+        self.apply_steps(j, span)
+        return 0
 
     def movers_typed(self, base: bytes, head: bool, due: list[tuple[bytes, int]]) -> bool:
         """recover: the lane bookkeeping of each lease it takes; promote: the reopening keys."""
@@ -141,8 +152,4 @@ class Movers(Joins):
         return self._move_back(call, head=True)
 
     def _promote(self, call: Call) -> bytes:
-        reply = self._move_back(call, head=False)
-        if not reply.startswith(b"-"):
-            reopen_queue_window(self, call.base, call.keys[3], call.numbers["now"],
-                                call.numbers["limit"])
-        return reply
+        return self._move_back(call, head=False)

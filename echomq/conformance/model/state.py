@@ -50,6 +50,8 @@ def render_value(value: Value) -> Any:
         return sorted(value.data.items())
     if value.kind == b"zset":
         return [(member, float(score)) for member, score in _zset_items(value.data)]
+    if value.kind == b"set":
+        return sorted(value.data)
     if value.kind in (b"list", b"stream"):  # a stream: its entries' field tuples, in order
         return list(value.data)
     return value.data
@@ -105,6 +107,15 @@ class State:
     def llen(self, key: bytes) -> int:
         value = self.keys.get(key)
         return 0 if value is None else len(value.data)
+
+    def hset(self, key: bytes, name: bytes, value: bytes) -> None:
+        self.keys.setdefault(key, Value(b"hash", {})).data[name] = value
+
+    def hdel(self, key: bytes, name: bytes) -> None:
+        value = self.keys.get(key)
+        if value is not None:
+            value.data.pop(name, None)
+            self._drop_empty(key)
 
     def push(self, key: bytes, item: bytes, head: bool = False) -> None:
         value = self.keys.setdefault(key, Value(b"list", []))
@@ -181,9 +192,16 @@ class State:
         for item in rest:
             self.push(key, item)
 
+    def _setup_sadd(self, key: bytes, rest: list[bytes]) -> None:
+        self.keys.setdefault(key, Value(b"set", set())).data.update(rest)
+
     def _setup_zadd(self, key: bytes, rest: list[bytes]) -> None:
+        """ZADD key score member ...: a score that is not an integer (``1.5``, ``-inf``) is
+        kept as the float the server keeps."""
         for i in range(0, len(rest), 2):
-            self.zadd(key, int(rest[i]), rest[i + 1])
+            word = rest[i]
+            score = int(word) if word.lstrip(b"-").isdigit() else float(word)
+            self.zset(key)[rest[i + 1]] = score  # type: ignore[assignment]
 
     def _setup_xadd(self, key: bytes, rest: list[bytes]) -> None:
         """XADD key <id> field value ...: an entry (its id only orders it)."""
@@ -250,16 +268,6 @@ class State:
         self.mark_ended(row, job_id, retention_ms)
         return "CANCELLED"
 
-    def finish_cancelled(self, active: bytes, row: bytes, job_id: bytes, fence: int) -> str:
-        """A flagged lease's settlement, whatever it is: the attempt ends as cancelled, buried
-        with the retention its flag carries."""
-        attempt = self.attempts_of(row)
-        self.zrem(active, job_id)
-        self.release_queue_slot(active[:-len(b"active")])
-        verdict = self.bury_cancelled(row, job_id, int_field(self.hget(row, b"cancel"), 0))
-        self.emit("cancelled", job_id, attempt, fence=fence)
-        return verdict
-
     def mark_ended(self, row: bytes, job_id: bytes, retention_ms: int | None) -> None:
         """The job's ended key (beside its row) holds one token; with retention_ms it expires."""
         key = row[:len(row) - len(job_id) - 4] + b"ended:" + job_id
@@ -315,7 +323,7 @@ class State:
         if move.lane is None:
             self.zadd(pending, move.score, move.member)
             return
-        if self.lane_empty(base, move.lane):
+        if self.lane_empty(base, move.lane) and self.hget(base + b"parked", move.lane) is None:
             self.push(ring, move.lane)
         if move.priority:
             self.zadd(base + b"prio:" + move.lane, pending_score(move.priority, move.at),

@@ -270,7 +270,9 @@ class Validation(Records):
             return failure
         if call.recorded is not None:
             call.numbers["last_fence"] = 0  # a call that finds its record leases nothing
-        elif transition.name == "settle" and call.numbers["count"] == 0:
+        elif transition.name == "settle" and (call.numbers["count"] == 0
+                                              or call.base + b"paused" in self.keys):
+            call.numbers["count"] = 0  # paused: a settle claims nothing, its counter unread
             call.numbers["last_fence"] = 0  # a settle that claims nothing never reads it
         elif "fence" in transition.keys:
             counter = self.fence_counter(call.keys[transition.keys.index("fence")])
