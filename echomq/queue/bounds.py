@@ -42,11 +42,14 @@ TRIM_EVERY = 60
 
 class Housekept(NamedTuple):
     """What one housekeeping round (``recover_due``) did: leases recovered (back to run or
-    dead), delayed jobs promoted, dead jobs trimmed to the queue's bounds."""
+    dead), delayed jobs promoted, dead jobs trimmed to the queue's bounds, held jobs of
+    abandoned staging cancelled (``echomq.queue.staging``; the sealed jobs waiting on them,
+    cancelled with them, not counted)."""
 
     recovered: int
     promoted: int
     trimmed: int
+    abandoned: int = 0
 
 
 @dataclass
