@@ -101,6 +101,8 @@ def test_a_sealed_job_waiting_long_is_never_swept_a_held_one_is_at_its_deadline(
     assert held_graph(queue, NOW) == [Verdict.ENQUEUED, Verdict.WAITING]
     assert conn.hget(queue.key("job", "JOB:held"), "hold") == b"1"
     assert queue.sweep_staging(now=NOW + TIMEOUT_MS - 1) == 0  # not yet
+    # a round that does no upkeep (no trim: a consumer's between its trims) sweeps nothing
+    assert queue.recover_due(now=NOW + TIMEOUT_MS, trim=False).abandoned == 0
     assert conn.zcard(queue.key("waiting")) == 3
     housekept = queue.recover_due(now=NOW + TIMEOUT_MS)
     assert housekept.abandoned == 2  # both held (JOB:below cancelled by JOB:held's end first)

@@ -54,9 +54,10 @@ class Housekept(NamedTuple):
 
 @dataclass
 class DeadTrims:
-    """When a consumer's housekeeping round trims: at its first, every TRIM_EVERY-th after the
-    last trim, and while the last trim came back full (more may be over the bounds). Between,
-    a round sends no trim_dead, so a queue with nothing dead pays for none."""
+    """When a consumer's housekeeping round trims (and sweeps abandoned staging,
+    ``echomq.queue.staging``): at its first, every TRIM_EVERY-th after the last trim, and while
+    the last trim came back full (more may be over the bounds). Between, a round sends no
+    trim_dead and no sweep, so a queue with nothing dead or held pays for neither."""
 
     rounds_since: int | None = None  # rounds since the last trim; None: never trimmed
     more: bool = False

@@ -387,9 +387,9 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
     def recover_due(self, *, now: int | None = None, max_attempts: int | None = None,
                     trim: bool = True) -> Program[Housekept]:
         """Recover expired leases, then promote due jobs, each in steps of at most
-        HOUSEKEEPING_STEP until a step leaves none due; then end abandoned staging
-        (``sweep_staging``); then (``trim``) trim dead jobs to the queue's bounds in such steps,
-        at most TRIM_STEPS: (recovered, promoted, trimmed, abandoned)."""
+        HOUSEKEEPING_STEP until a step leaves none due; then (``trim``, the round's upkeep) end
+        abandoned staging (``sweep_staging``) and trim dead jobs to the queue's bounds in such
+        steps, at most TRIM_STEPS: (recovered, promoted, trimmed, abandoned)."""
         recovered = promoted = trimmed = 0
         while True:
             step = yield from self._sent(
@@ -402,7 +402,7 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
             promoted += step
             if not more_due(step):
                 break
-        abandoned = yield from StagingSweep.sweep_staging.program(self, now=now)
+        abandoned = (yield from StagingSweep.sweep_staging.program(self, now=now)) if trim else 0
         for _ in range(TRIM_STEPS if trim else 0):
             step = yield from self._sent(self.calls.trim_dead(now, HOUSEKEEPING_STEP), int)
             trimmed += step
