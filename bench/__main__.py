@@ -18,6 +18,7 @@ from typing import Any
 from tqdm import tqdm
 
 from bench import (
+    admission,
     cluster,
     cost,
     e2e,
@@ -46,7 +47,8 @@ FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_
         "priority_calls": 20_000, "priority_behind": 1_000_000, "priority_groups": 100,
         "events_calls": 20_000, "events_reps": 3,
         "flow_settles": 20_000, "flow_fan_in": 100, "flow_chord": 10_000, "flow_peer_chord": 1_000,
-        "flow_reps": 3, "cluster_jobs": 50_000}
+        "flow_reps": 3, "admission_children": 100_000, "admission_interval_ms": 5.0,
+        "cluster_jobs": 50_000}
 QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_reps": 1,
          "e2e_jobs": 300, "sizes": [10**3, 10**4], "lanes": [10, 1_000], "scale_calls": 300,
          "worker_jobs": 2_000, "worker_reps": 1, "worker_counts": [1, 2], "latency_samples": 50,
@@ -56,9 +58,10 @@ QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_r
          "priority_calls": 2_000, "priority_behind": 1_000_000, "priority_groups": 10,
          "events_calls": 1_000, "events_reps": 1,
          "flow_settles": 2_000, "flow_fan_in": 20, "flow_chord": 2_000, "flow_peer_chord": 200,
-         "flow_reps": 3, "cluster_jobs": 1_000}
+         "flow_reps": 3, "admission_children": 5_000, "admission_interval_ms": 5.0,
+         "cluster_jobs": 1_000}
 PHASES = ("cost", "throughput", "e2e", "workers", "memory", "scaling", "lanes", "tasks",
-          "parking", "priority", "events", "workflows", "cluster")
+          "parking", "priority", "events", "workflows", "admission", "cluster")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +142,8 @@ def run_phase(phase: str, conn: Any, port: int, config: dict[str, Any]) -> Any:
                                          config["priority_behind"], config["priority_groups"]),
         "events": lambda: events.run(conn, config["events_calls"], config["events_reps"]),
         "workflows": lambda: workflows.run(conn, port, config),
+        "admission": lambda: admission.run(conn, port, config["admission_children"],
+                                           config["admission_interval_ms"] / 1000),
         "cluster": lambda: cluster.run(config["cluster_jobs"]),  # a cluster of its own
     }
     return runs[phase]()

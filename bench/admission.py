@@ -6,9 +6,9 @@ times each reply; the longest wait is the longest the admission held the server 
 (plus a round trip, and any time the server's process waits for a core); beside it the server's
 own figures: the steps (``EXEC`` calls), their mean (``INFO commandstats``) and the longest
 command (``LATENCY HISTORY command``, threshold 1 ms). Per wire, beside the same client's PINGs
-on the idle server. Not part of
-``make bench``: the admission's bound (``STEP_WEIGHT`` in ``echomq.queue.graphs``, docs/PROTOCOL.md
-"Staged admission") is the figure, 50 ms the target for N = 100,000 on either wire.
+on the idle server. A phase of ``make bench`` too (N = 100,000; 5,000 with ``--quick``): the
+admission's bound (``STEP_WEIGHT`` in ``echomq.queue.graphs``, docs/PROTOCOL.md "Staged
+admission") is the figure, 50 ms the target for N = 100,000 on either wire.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from echomq.queue.graphs import GraphJob
 
 WIRES = (5, 6)
 BODY = "JOB:body"
+# The longest a PING may wait while a chord of 100,000 is admitted (docs/PROTOCOL.md).
+TARGET_MS = 50
 
 
 def chord_graph(children: int) -> list[GraphJob]:
@@ -116,6 +118,19 @@ def run(conn: redis.Redis, port: int, children: int,
                      "exec_mean_ms": round(execs["usec_per_call"] / 1000, 1),
                      "exec_max_ms": longest_command(conn)})
     conn.flushall()
+    return rows
+
+
+def targets(results: dict[str, Any]) -> list[list[str]]:
+    """The targets rows: while a chord is admitted, no PING waits longer than TARGET_MS (the
+    bound is set for 100,000 children; a smaller chord, ``--quick``'s, is held to it too)."""
+    rows = []
+    for row in results.get("admission") or []:
+        rows.append([f"admitting a chord of {row['children']:,} (wire={row['wire']}) holds the "
+                     f"server ≤ {TARGET_MS} ms at a time (longest PING wait)",
+                     f"{row['max_ping_ms']} ms (longest step {row['exec_max_ms']} ms, "
+                     f"{row['steps']:,} steps)",
+                     "**met**" if row["max_ping_ms"] <= TARGET_MS else "**missed**"])
     return rows
 
 

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker
 
 from bench import findings
+from bench.admission import section as admission_table
 from bench.cluster import section as cluster_section
 from bench.events import section as events_section
 from bench.lanes import section as lanes_section
@@ -376,6 +377,16 @@ def _plot_scaling(data: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+def admission_section(results: dict[str, Any]) -> str:
+    """The admission stall: how long a staged chord's admission holds the server at a time
+    (``bench.admission``)."""
+    return "\n".join(["## Admission stall (`python -m bench.admission`)", "",
+                      "A chord admitted while another process PINGs the server every 5 ms: "
+                      "the longest wait is the longest one step held it (docs/PROTOCOL.md, "
+                      "\"Staged admission\"; the target: 50 ms for 100,000 children).", "",
+                      admission_table(results["admission"])])
+
+
 def write(results: dict[str, Any], out: str) -> str:
     env = results["env"]
     parts = [
@@ -409,6 +420,7 @@ def write(results: dict[str, Any], out: str) -> str:
         "priority": lambda: priority_section(results),
         "events": lambda: events_section(results),
         "workflows": lambda: workflows_section(results),
+        "admission": lambda: admission_section(results),
         "cluster": lambda: cluster_section(results),
     }
     for phase, section in sections.items():

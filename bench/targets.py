@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from bench.admission import targets as admission_targets
 from bench.cluster import targets as cluster_targets
 from bench.events import targets as event_targets
 from bench.findings import TARGETS
@@ -90,7 +91,7 @@ def targets(results: dict[str, Any]) -> list[list[str]]:  # noqa: C901
                          verdict(ratio >= 1.5)])
     rows += worker_targets(results) + produce_targets(results) + memory_targets(results)
     rows += task_targets(results) + priority_targets(results) + event_targets(results)
-    rows += workflow_targets(results) + cluster_targets(results)
+    rows += workflow_targets(results) + admission_targets(results) + cluster_targets(results)
     flat = results.get("scaling", {}).get("flat")
     if flat and len(flat) > 1:
         lo, hi = flat[0], flat[-1]

@@ -64,7 +64,8 @@ class AsyncShell:
         self.sync_queue = queues[0]
         self.client = async_client_like(queues[0].conn)
         async_queues = [aio.Queue(self.client, one.name, wire=one.wire,
-                                  max_attempts=one.max_attempts) for one in queues]
+                                  max_attempts=one.max_attempts,
+                                  staging_timeout_ms=one.staging_timeout_ms) for one in queues]
         served = async_queues if isinstance(queue, list) else async_queues[0]
         try:
             self.consumer = self._call(self._make(served, handler, options))

@@ -56,7 +56,8 @@ def test_dead_jobs_and_recover(valkey: EmbeddedValkey, conn: redis.Redis) -> Non
     leased = queue.claim(lease_ms=1, now=NOW)
     assert leased is not None
     assert json.loads(cli(valkey, "recover", "mail", "--json")) == {"recovered": 1,
-                                                                     "promoted": 0}
+                                                                     "promoted": 0,
+                                                                     "abandoned": 0}
     leased = queue.claim(now=NOW)
     assert leased is not None
     queue.retry(leased, max_attempts=1, now=NOW)
@@ -69,7 +70,8 @@ def test_recover_returns_every_expired_lease_in_short_steps(
     queue.enqueue_many([(f"JOB:{n}", b"") for n in range(2_500)], now=NOW)
     assert len(queue.claim_many(2_500, lease_ms=1, now=NOW)) == 2_500
     assert json.loads(cli(valkey, "recover", "backlog", "--json")) == {"recovered": 2_500,
-                                                                        "promoted": 0}
+                                                                        "promoted": 0,
+                                                                        "abandoned": 0}
     assert queue.counts()["active"] == 0 and queue.counts()["pending"] == 2_500
     assert json.loads(cli(valkey, "dead", "list", "mail", "--json")) == []
 

@@ -47,7 +47,8 @@ from tests.reliability.servers import owner
 # Part of the stored format: a job's shard of 8 by its id, a lane job's by its group.
 PINNED_IDS = {"JOB:1": 3, "JOB:2": 1, "JOB:abc": 4, "JOB:order-42": 1, "JOB:01HZX": 7}
 PINNED_GROUPS = {"tenant-a": 3, "tenant-b": 1, "t:9": 7}
-REFUSED = {"events", "latest_events", "enqueue_after", "enqueue_graph", "park"}
+REFUSED = {"events", "latest_events", "enqueue_after", "enqueue_graph", "park",
+           "sweep_staging"}
 LEGAL_NAMES = st.text(st.characters(blacklist_characters="{}/", blacklist_categories=("Cs", "Cc")),
                       min_size=1, max_size=12)
 

@@ -341,3 +341,65 @@ def test_a_server_that_lost_its_scripts_gets_the_whole_transaction_again(
     assert verdicts == [Verdict.ENQUEUED, Verdict.WAITING]
     assert queue.outcome("JOB:c").state == "waiting"
     assert conn.hget(queue.key("job", "JOB:p"), "next") == b"JOB:c"
+
+
+
+def served(conn: redis.Redis, flows: App, shell: str, before: Any) -> None:
+    """Drain ``flows``'s queue on a consumer of ``shell`` running ``before(job)`` ahead of the
+    app's handler on each job."""
+    if shell == "blocking":
+        consumer = Consumer(flows.queue, lambda job: (before(job), flows.handler(job))[1])
+        try:
+            while consumer.drain():
+                pass
+        finally:
+            consumer.close()
+        return
+
+    async def handler(job: Any) -> Any:
+        before(job)
+        return await flows.async_handler(job)
+
+    async def serve() -> None:
+        client = aioredis.Redis(port=conn.connection_pool.connection_kwargs["port"])
+        consumer = aio.Consumer(aio.Queue(client, flows.queue.name, wire=flows.wire), handler)
+        try:
+            while await asyncio.wait_for(consumer.drain(), 30):
+                pass
+        finally:
+            await client.aclose()
+            await flows.aclose()
+    asyncio.run(serve())
+
+
+@pytest.mark.parametrize("shell", ["blocking", "aio"])
+def test_a_job_whose_parents_result_was_dropped_goes_dead_naming_it_never_retried(
+        conn: redis.Redis, shell: str, app: App) -> None:
+    """A parent acked on a server over its maxmemory keeps its outcome, not its result
+    (``result_dropped``: docs/PROTOCOL.md "Results under memory pressure"): the job given its
+    result goes dead at its first attempt, saying which parent and why, and never runs."""
+    flows = App(conn, "dropped", wire=app.wire, max_attempts=3)
+    runs: list[int] = []
+
+    @flows.task(name="add")
+    def add(a: int, b: int) -> int:
+        runs.append(a)
+        return a + b
+
+    handle = chain(add.s(1, 2), add.s(10)).enqueue()
+    parent, child = handle.ids
+    row = flows.queue.key("job", parent)
+
+    def dropping(job: Any) -> None:
+        if job.id == child:  # what an ack over maxmemory leaves: the outcome, no result
+            assert conn.hdel(row, "result") == 1
+            conn.hset(row, "result_dropped", "memory")
+
+    served(conn, flows, shell, dropping)
+    outcome = flows.queue.outcome(child)
+    assert outcome.state == "dead" and outcome.attempts == 1  # not retried: 3 were allowed
+    assert outcome.error == (f"parent {parent} is done, but its result was dropped (memory): "
+                             "the server was over its maxmemory when the job was acked")
+    assert runs == [1]  # the child's function never ran
+    with pytest.raises(TaskFailed, match="result was dropped"):
+        handle.result(timeout=5)

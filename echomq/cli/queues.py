@@ -19,6 +19,7 @@ from echomq.ops import admin
 from echomq.ops.migrate import migrate_queue
 from echomq.queue.blocking import recorded_queue
 from echomq.queue.lanes import lane_report
+from echomq.queue.staging import STAGING_TIMEOUT_MS
 
 
 @click.command()
@@ -82,19 +83,24 @@ def forget(queue: str, url: str) -> None:
 @click.command()
 @click.argument("queue", type=QUEUE)
 @click.option("--wire", type=click.Choice(WIRE_CHOICES), default="5", show_default=True)
+@click.option("--staging-timeout-ms", type=click.IntRange(min=1), default=STAGING_TIMEOUT_MS,
+              show_default=True, help="how long a held job of a staged workflow may wait")
 @url_option
 @json_option
-def recover(queue: str, wire: str, url: str, as_json: bool) -> None:
+def recover(queue: str, wire: str, staging_timeout_ms: int, url: str, as_json: bool) -> None:
     """Return QUEUE's expired leases and promote its due retries now, every one that is due
-    (in short steps of 1,000), then trim its dead jobs to their bounds (`echomq dead
-    bounds`)."""
+    (in short steps of 1,000), cancel the jobs of a workflow whose admission was abandoned
+    (held, never sealed, STAGING_TIMEOUT_MS after it was admitted), then trim its dead jobs to
+    their bounds (`echomq dead bounds`)."""
     conn = connect(url)
     housekeeper = recorded_queue(conn, queue, wire=wire_of(wire),
-                                 events=admin.has_events(conn, queue))
-    recovered, promoted, _ = housekeeper.recover_due()
-    moved = {"recovered": recovered, "promoted": promoted}
+                                 events=admin.has_events(conn, queue),
+                                 staging_timeout_ms=staging_timeout_ms)
+    done = housekeeper.recover_due()
+    moved = {"recovered": done.recovered, "promoted": done.promoted, "abandoned": done.abandoned}
     emit(as_json, moved, lambda: [f"recovered {moved['recovered']}, "
-                                  f"promoted {moved['promoted']}"])
+                                  f"promoted {moved['promoted']}, "
+                                  f"abandoned {moved['abandoned']}"])
 
 
 @click.command()

@@ -45,7 +45,8 @@ class TakeToken(OnQueue):
 @dataclass(frozen=True)
 class Housekeep(OnQueue):
     """Recover, then promote, queue ``index`` in steps until a step leaves nothing due, then
-    (``trim``) trim its dead jobs to their bounds: reply what was done (``Housekept``)."""
+    (``trim``) end its abandoned staging and trim its dead jobs to their bounds: reply what was
+    done (``Housekept``)."""
 
     trim: bool = True
 

@@ -268,7 +268,8 @@ class Beat(Rounds):
             yield from self.housekeep_now(index)
 
     def housekeep_now(self, index: int) -> Program[None]:
-        """Recover + promote queue ``index``, trimming its dead jobs when the core's schedule
+        """Recover + promote queue ``index``, sweeping abandoned staging and trimming its dead
+        jobs when the core's schedule
         says (``echomq.queue.bounds.DeadTrims``)."""
         trims = self.lineup.cores[index].dead_trims
         trim = trims.wanted()

@@ -42,18 +42,22 @@ TRIM_EVERY = 60
 
 class Housekept(NamedTuple):
     """What one housekeeping round (``recover_due``) did: leases recovered (back to run or
-    dead), delayed jobs promoted, dead jobs trimmed to the queue's bounds."""
+    dead), delayed jobs promoted, dead jobs trimmed to the queue's bounds, held jobs of
+    abandoned staging cancelled (``echomq.queue.staging``; the sealed jobs waiting on them,
+    cancelled with them, not counted)."""
 
     recovered: int
     promoted: int
     trimmed: int
+    abandoned: int = 0
 
 
 @dataclass
 class DeadTrims:
-    """When a consumer's housekeeping round trims: at its first, every TRIM_EVERY-th after the
-    last trim, and while the last trim came back full (more may be over the bounds). Between,
-    a round sends no trim_dead, so a queue with nothing dead pays for none."""
+    """When a consumer's housekeeping round trims (and sweeps abandoned staging,
+    ``echomq.queue.staging``): at its first, every TRIM_EVERY-th after the last trim, and while
+    the last trim came back full (more may be over the bounds). Between, a round sends no
+    trim_dead and no sweep, so a queue with nothing dead or held pays for neither."""
 
     rounds_since: int | None = None  # rounds since the last trim; None: never trimmed
     more: bool = False

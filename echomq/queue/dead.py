@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from echomq.engine.calls import QueueCalls, text
+from echomq.engine.calls import DEFAULT_BATCH_LIMIT, QueueCalls, text
+from echomq.engine.execution import ExecutorMethods
 from echomq.engine.native import checked_int
 from echomq.engine.program import Program, Reads, method, op
 from echomq.engine.transitions import DEAD_BOUNDS, ERRORS
@@ -60,6 +61,15 @@ class DeadControls:
 
     conn: Any
     calls: QueueCalls
+    executor: ExecutorMethods
+
+    @op
+    def trim_dead(self, *, now: int | None = None,
+                  limit: int = DEFAULT_BATCH_LIMIT) -> Program[int]:
+        """Forget the oldest dead jobs beyond the queue's bounds (``set_dead_bounds``), at most
+        ``limit``, deleting their rows as purge does; how many went."""
+        call = self.calls.trim_dead(now, limit)
+        return int((yield from ExecutorMethods.call.program(self.executor, self.conn, *call)))
 
     @op
     def dead_bounds(self) -> Program[DeadBounds]:

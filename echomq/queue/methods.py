@@ -58,6 +58,7 @@ from echomq.queue.policy import server_checks
 from echomq.queue.registry import REGISTRY_KEY
 from echomq.queue.results import ResultReads
 from echomq.queue.shard_layout import ShardFace
+from echomq.queue.staging import STAGING_TIMEOUT_MS, StagingSweep, checked_timeout
 from echomq.queue.waiting import next_block_s, wait_slice_s
 
 log = logging.getLogger("echomq")
@@ -70,19 +71,22 @@ def verdicts(replies: Iterable[Any]) -> list[Verdict]:
 
 
 class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdmissions,
-                   LimitControls, ShardFace):
+                   StagingSweep, LimitControls, ShardFace):
     """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``):
     what both Queues are, and do. With ``events``, each change its calls make is appended to the
-    queue's events stream (``events()`` reads it back)."""
+    queue's events stream (``events()`` reads it back). ``staging_timeout_ms``: see
+    ``echomq.queue.staging``."""
 
     executor: ExecutorMethods
 
     def __init__(self, conn: Any, name: str, *, wire: int = Wire.SCRIPTS,
                  retention_ms: int = DEFAULT_RETENTION_MS,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, check_policy: bool = True,
-                 events: bool = False, shards: int | None = None) -> None:
+                 events: bool = False, shards: int | None = None,
+                 staging_timeout_ms: int | None = STAGING_TIMEOUT_MS) -> None:
         self.conn = conn
         self.name = name
+        self.staging_timeout_ms = checked_timeout(staging_timeout_ms)
         self.calls = QueueCalls(name, retention_ms=retention_ms, max_attempts=max_attempts,
                                 events=events)
         self.executor = self._executor_of(wire)
@@ -383,9 +387,9 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
     def recover_due(self, *, now: int | None = None, max_attempts: int | None = None,
                     trim: bool = True) -> Program[Housekept]:
         """Recover expired leases, then promote due jobs, each in steps of at most
-        HOUSEKEEPING_STEP (every call short) until a step leaves none due; then (``trim``) trim
-        dead jobs to the queue's bounds in such steps, at most TRIM_STEPS of them: (recovered,
-        promoted, trimmed)."""
+        HOUSEKEEPING_STEP until a step leaves none due; then (``trim``, the round's upkeep) end
+        abandoned staging (``sweep_staging``) and trim dead jobs to the queue's bounds in such
+        steps, at most TRIM_STEPS: (recovered, promoted, trimmed, abandoned)."""
         recovered = promoted = trimmed = 0
         while True:
             step = yield from self._sent(
@@ -398,19 +402,13 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
             promoted += step
             if not more_due(step):
                 break
+        abandoned = (yield from StagingSweep.sweep_staging.program(self, now=now)) if trim else 0
         for _ in range(TRIM_STEPS if trim else 0):
             step = yield from self._sent(self.calls.trim_dead(now, HOUSEKEEPING_STEP), int)
             trimmed += step
             if not more_due(step):
                 break
-        return Housekept(recovered, promoted, trimmed)
-
-    @op
-    def trim_dead(self, *, now: int | None = None,
-                  limit: int = DEFAULT_BATCH_LIMIT) -> Program[int]:
-        """Forget the oldest dead jobs beyond the queue's bounds (``set_dead_bounds``), at most
-        ``limit``, deleting their rows as purge does; how many went."""
-        return (yield from self._sent(self.calls.trim_dead(now, limit), int))
+        return Housekept(recovered, promoted, trimmed, abandoned)
 
     # parking --------------------------------------------------------------------------------
 

@@ -74,7 +74,9 @@ class ShardedMethods(ShardedControls, QueueMethods):
     def __init__(self, conn: Any, name: str, *, wire: int = Wire.SCRIPTS,
                  retention_ms: int = DEFAULT_RETENTION_MS,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, check_policy: bool = True,
-                 events: bool = False, shards: int | None = None) -> None:
+                 events: bool = False, shards: int | None = None,
+                 staging_timeout_ms: int | None = None) -> None:
+        # graphs are refused here (``enqueue_graph``), so no job is ever held: no sweep
         self.shards = checked_shards(shards)
         options: dict[str, Any] = {"retention_ms": retention_ms, "max_attempts": max_attempts,
                                    "events": events}
@@ -82,12 +84,13 @@ class ShardedMethods(ShardedControls, QueueMethods):
                         for index in range(self.shards)]
         self._turn = 0
         self._layout_due = True
-        super().__init__(conn, name, wire=wire, check_policy=check_policy, **options)
+        super().__init__(conn, name, wire=wire, check_policy=check_policy,
+                         staging_timeout_ms=None, **options)
 
     def _shard(self, conn: Any, name: str, index: int, wire: int,
                options: dict[str, Any]) -> QueueMethods:
         shard: QueueMethods = self._plain_class(conn, name, wire=wire, check_policy=False,
-                                               **options)
+                                               staging_timeout_ms=None, **options)
         shard.calls = ShardCalls(name, index, self.shards, **options)
         shard.name = shard.calls.name
         shard._registered = True  # the logical queue is listed, never its shards
@@ -392,7 +395,7 @@ class ShardedMethods(ShardedControls, QueueMethods):
     def recover_due(self, *, now: int | None = None, max_attempts: int | None = None,
                     trim: bool = True) -> Program[Housekept]:
         """``Queue.recover_due`` on every shard; the sums."""
-        total = [0, 0, 0]
+        total = [0] * len(Housekept._fields)
         for shard in self._shards:
             done = yield from M.recover_due.program(shard, now=now, max_attempts=max_attempts,
                                                     trim=trim)

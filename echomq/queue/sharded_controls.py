@@ -147,4 +147,5 @@ class ShardedControls:
                             "each shard has its own events stream: read shard_queues[k]")
     enqueue_after = refused("enqueue_after", "a job's parents may live on other shards")
     enqueue_graph = refused("enqueue_graph", "a graph's jobs may live on other shards")
+    sweep_staging = refused("sweep_staging", "it admits no graph, so holds no staged job")
     park = refused("park", "each shard has its own wake key: park on shard_queues[k]")

@@ -61,7 +61,7 @@ from echomq.tasks.retry import DEFAULT_BACKOFF, Backoff, Draw, RetryPolicy
 from echomq.tasks.signature import ArgumentsRejected, Signature
 from echomq.tasks.twins import AsyncQueues, QueueOptions
 from echomq.tasks.unique import UniqueKey, unique_of
-from echomq.tasks.workflow import given_parents, parent_ids
+from echomq.tasks.workflow import ParentResultDropped, given_parents, parent_ids
 
 __all__ = ["App", "Task", "TaskCall"]
 
@@ -298,7 +298,7 @@ class App:
         try:
             if envelope.parents is not None:
                 queue = self.queue_named(envelope.queue or task.queue)
-                envelope = given_parents(envelope, queue.results(parent_ids(envelope)))
+                envelope = given_parents(envelope, queue.kept_results(parent_ids(envelope)))
             args, kwargs = task.arguments(envelope, job)
             with self._reporting(task, envelope, job):
                 value = task.function(*args, **kwargs)
@@ -306,6 +306,8 @@ class App:
                     value = self._runner().run(_awaited(value))
         except ArgumentsRejected as exc:
             return Reject(str(exc))
+        except ParentResultDropped as exc:
+            return Reject(str(exc))  # no retry can bring the result back
         except Exception as exc:
             return task.failed(exc, job.attempt)
         return task.done(value)
@@ -315,7 +317,8 @@ class App:
         try:
             if envelope.parents is not None:
                 queue = await self.aqueues.queue_named(envelope.queue or task.queue)
-                envelope = given_parents(envelope, await queue.results(parent_ids(envelope)))
+                envelope = given_parents(envelope,
+                                         await queue.kept_results(parent_ids(envelope)))
             args, kwargs = task.arguments(envelope, job)
             with self._reporting(task, envelope, job):
                 if task.is_async:
@@ -324,6 +327,8 @@ class App:
                     value = await asyncio.to_thread(task.function, *args, **kwargs)
         except ArgumentsRejected as exc:
             return Reject(str(exc))
+        except ParentResultDropped as exc:
+            return Reject(str(exc))  # no retry can bring the result back
         except Exception as exc:
             return task.failed(exc, job.attempt)
         return task.done(value)

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from echomq.engine.calls import Verdict
+from echomq.engine.errors import ResultDropped
 from echomq.engine.native import checked_id
 from echomq.queue.graphs import GraphJob
 from echomq.queue.ids import new_job_id
+from echomq.queue.results import Kept
 from echomq.tasks.envelope import UNKEPT_RESULT, Envelope, decode_result, encode, now_ms
 from echomq.tasks.handle import TaskHandle
 
@@ -224,12 +226,25 @@ def parent_ids(envelope: Envelope) -> list[str]:
     return list(leaves(envelope.parents))
 
 
-def given_parents(envelope: Envelope, kept: Sequence[bytes | None]) -> Envelope:
-    """``envelope`` with its parents' results (``kept``, as ``Queue.results`` read them for
-    ``parent_ids``) first among its arguments, in the shape its parents have; a result not
-    kept (a parent ignored when dead, or acked keeping none) is None."""
-    values = {job: _value(result) for job, result in zip(parent_ids(envelope), kept,
-                                                          strict=True)}
+class ParentResultDropped(ResultDropped):
+    """A job is given its parents' results, and one of them was dropped (``job_id``, the
+    parent; ``reason``): the job goes dead, since no retry can bring the result back."""
+
+    def __str__(self) -> str:
+        return f"parent {super().__str__()}"
+
+
+def given_parents(envelope: Envelope, kept: Sequence[Kept]) -> Envelope:
+    """``envelope`` with its parents' results (``kept``, as ``Queue.kept_results`` read them
+    for ``parent_ids``) first among its arguments, in the shape its parents have; a result not
+    kept (a parent ignored when dead, or acked keeping none) is None. ParentResultDropped
+    (naming the parent and why) when a parent's result was dropped: its value is lost, so the
+    job cannot run as asked, now or at any retry."""
+    values = {}
+    for job, (result, dropped) in zip(parent_ids(envelope), kept, strict=True):
+        if dropped is not None:
+            raise ParentResultDropped(job, dropped)
+        values[job] = _value(result)
     given = _filled(envelope.parents, values)
     return Envelope(envelope.task, [given, *envelope.args], envelope.kwargs, envelope.headers,
                     envelope.enqueued_ms, envelope.queue)
