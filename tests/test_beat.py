@@ -26,6 +26,7 @@ from echomq.consumer.settings import Round
 from echomq.consumer.shell import NOTICES
 from echomq.engine import calls
 from echomq.engine.calls import Job, Verdict
+from echomq.engine.rows import Layout
 from echomq.queue.bounds import Housekept
 from echomq.queue.parking import Sighting
 
@@ -102,13 +103,19 @@ class World:
         return verdicts, taken
 
 
-def queue_of(conn: Any) -> Any:
+def queue_of(conn: Any, awaited: bool = False) -> Any:
     """What a consumer reads of a queue it is given, before any I/O, and the methods its calls
     name (never called here)."""
     unused = {name: lambda *args, **options: None
               for name in ("is_paused", "claim_lane", "settle_leased", "extend_many")}
     return SimpleNamespace(name="beat", wire=5, conn=conn, max_attempts=None,
-                           key=lambda *parts: ":".join(("emq:{beat}", *parts)), **unused)
+                           key=lambda *parts: ":".join(("emq:{beat}", *parts)),
+                           row_layout=(_layout_awaited if awaited else lambda: Layout(None)),
+                           **unused)
+
+
+async def _layout_awaited() -> Layout:
+    return Layout(None)
 
 
 def blocking_trace(world: World, call: str, options: dict[str, Any]) -> list[str]:
@@ -133,7 +140,7 @@ def blocking_trace(world: World, call: str, options: dict[str, Any]) -> list[str
 
 def async_trace(world: World, call: str, options: dict[str, Any]) -> list[str]:
     async def main() -> None:
-        consumer = AsyncConsumer(queue_of(redis.asyncio.Redis()), lambda job: None,
+        consumer = AsyncConsumer(queue_of(redis.asyncio.Redis(), awaited=True), lambda job: None,
                                  announce=False, **options)
         consumer.monotonic = world.clock  # type: ignore[method-assign]
         consumer._parker.timeout_s = None  # as bound to a parking client without one
@@ -213,7 +220,7 @@ def test_each_shell_performs_every_action_its_program_may_ask() -> None:
     assert missing == {actions.Spawn, actions.WaitOne, actions.SettleInFlight}
 
     async def async_missing() -> set[type[Action]]:
-        consumer = AsyncConsumer(queue_of(redis.asyncio.Redis()), lambda job: None,
+        consumer = AsyncConsumer(queue_of(redis.asyncio.Redis(), awaited=True), lambda job: None,
                                  announce=False)
         return concrete_actions() - performed_by(consumer)
 

@@ -25,6 +25,7 @@ from echomq import Ack, KindError, Queue, Verdict, Wire6Unsupported
 from echomq.aio import Queue as AsyncQueue
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.program import Op, ops_of
+from echomq.engine.rows import Layout
 from echomq.engine.transitions import queue_base
 from echomq.queue.methods import QueueMethods
 from echomq.queue.shard_layout import (
@@ -361,3 +362,17 @@ def test_a_bad_item_of_enqueue_many_sends_nothing_to_any_shard(conn: redis.Redis
     with pytest.raises(KindError):
         queue.enqueue_many([*items, ("bad id", b"x")])
     assert snapshot(conn) == before
+
+
+def test_a_sharded_queues_row_layout_is_its_shards_as_one(conn: redis.Redis) -> None:
+    # What a worker of the sharded queue reads at start: the latest layout a shard records, and
+    # the earlier layout's rows any shard's head holds.
+    queue = Queue(conn, "layouts", shards=2)
+    first, second = queue.shard_queues
+    assert queue.row_layout() == Layout(None)
+    conn.set(first.key("layout"), "2")
+    conn.zadd(second.key("pending"), {"JOB:old": 0})
+    conn.hset(second.key("job", "JOB:old"), mapping={"payload": b"x", "attempts": "0"})
+    assert queue.row_layout() == Layout(2, ("JOB:old",))
+    conn.set(second.key("layout"), "3")  # a later release migrated one shard: none can be read
+    assert not queue.row_layout().readable

@@ -32,9 +32,11 @@ from echomq.engine.execution import ExecutorMethods
 from echomq.engine.native import checked_id, checked_lane
 from echomq.engine.produce import admitted, enqueue_many_calls, item_verdicts
 from echomq.engine.program import Op, Program, Reads, method, op
+from echomq.engine.rows import Layout
 from echomq.engine.wire import Wire
 from echomq.queue.bounds import Housekept
 from echomq.queue.methods import QueueMethods, verdicts
+from echomq.queue.results import Kept
 from echomq.queue.shard_layout import (
     ShardCalls,
     ShardError,
@@ -220,11 +222,18 @@ class ShardedMethods(ShardedControls, QueueMethods):
     def results(self, job_ids: Sequence[str]) -> Program[list[bytes | None]]:
         """The result each of ``job_ids`` kept, read on its id's shard (a lane job's result:
         ``outcome(id).result``)."""
+        kept = yield from ShardedMethods.kept_results.program(self, job_ids)
+        return [result for result, _ in kept]
+
+    @op
+    def kept_results(self, job_ids: Sequence[str]) -> Program[list[Kept]]:
+        """``results``, each with why its result was dropped (``Queue.kept_results``), read
+        on its id's shard."""
         groups = _grouped(self.shard_of(job_id) for job_id in job_ids)
-        kept: list[bytes | None] = [None] * len(job_ids)
+        kept: list[Kept] = [(None, None)] * len(job_ids)
         for index, places in groups.items():
-            found = yield from M.results.program(self._shards[index],
-                                                 [job_ids[at] for at in places])
+            found = yield from M.kept_results.program(self._shards[index],
+                                                      [job_ids[at] for at in places])
             for at, result in zip(places, found, strict=True):
                 kept[at] = result
         return kept
@@ -409,6 +418,17 @@ class ShardedMethods(ShardedControls, QueueMethods):
         for shard in self._shards:
             due.append((yield from M.next_due.program(shard)))
         return min((at for at in due if at is not None), default=None)
+
+    @op
+    def row_layout(self) -> Program[Layout]:
+        """Every shard's row layout as one: the latest version a shard records (a shard not yet
+        migrated records none), and the earlier layout's rows any shard's heads hold."""
+        found = []
+        for shard in self._shards:
+            found.append((yield from M.row_layout.program(shard)))
+        versions = [layout.recorded for layout in found if layout.recorded is not None]
+        return Layout(max(versions, default=None),
+                      tuple(job_id for layout in found for job_id in layout.old_rows))
 
     @op
     def counts(self) -> Program[dict[str, int]]:
