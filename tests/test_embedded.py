@@ -162,7 +162,9 @@ def test_a_server_whose_port_is_taken_says_so_rather_than_wait_on_the_other() ->
     try:
         starting = threading.Thread(target=start, daemon=True)
         starting.start()
-        starting.join(30)
+        # One probe's timeout (2 s) and the server's exit on its refused bind, with 13 s for a
+        # loaded machine: a probe retried by its client (three times, with backoff) took 26 s.
+        starting.join(15)
         assert not starting.is_alive(), "the start waited on the port's other process"
     finally:
         holder.close()

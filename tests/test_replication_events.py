@@ -17,12 +17,13 @@ from typing import Any
 import hiredis
 import pytest
 
-from echomq.conformance.cases import Case, all_cases
+from echomq.conformance.cases import Case
 from echomq.conformance.cases.events import EVENTS, evented
 from echomq.conformance.harness import BY_NAME, Pair, Scratch, scan
 from echomq.conformance.resp import RawConnection, parse
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.transitions import EVENTS_MAXLEN
+from tests.conformance.table import TABLE
 from tests.conftest import start_server
 from tests.test_replication import digest, wait_for_link
 
@@ -36,7 +37,7 @@ FILL = "for i = 1, tonumber(ARGV[1]) do redis.call('XADD', KEYS[1], '1-' .. i, '
 
 def evented_calls() -> list[Case]:
     """The good calls with the events key, the calls of many changes, and two trims."""
-    cases = [case for case in all_cases()
+    cases = [case for case in TABLE
              if case.label == "evented-good" or (case.label.startswith("events-")
              and not case.expect.startswith(b"-"))]
     enqueue = evented([3, "emq:{q}:job:JOB:1", "emq:{q}:pending", "emq:{q}:wake", "JOB:1", b"p",

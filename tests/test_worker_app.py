@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import pytest
 from echomq.consumer.roster import live_workers
 from echomq.embedded import EmbeddedValkey
 from tests.conftest import client_of, start_server
+from tests.process_groups import group
 from tests.served_app import make_app
 from tests.test_worker import wait_until
 
@@ -43,21 +43,11 @@ def supervisor(server: EmbeddedValkey, log: Path, library: str, wire: int, *opti
     env = {key: value for key, value in os.environ.items() if key != "ECHOMQ_URL"}
     env.update(SERVED_APP_PORT=str(server.port), SERVED_APP_LIBRARY=library,
                SERVED_APP_WIRE=str(wire), SERVED_APP_PERIODIC="1" if periodic else "0")
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
+    with log.open("wb") as sink, group(
             [sys.executable, "-m", "echomq", "worker", "tests.served_app:app", *options],
-            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
-            start_new_session=True)
-    try:
+            30.0, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=sink,
+            stderr=sink) as process:
         yield Supervisor(process, log)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 from echomq.conformance.cases import Case
 from echomq.conformance.harness import Pair
 from echomq.conformance.model import Model, normalise
+from tests.conformance.conftest import Pairs, under_each_protocol
 
 
 def model_agrees(pair: Pair, case: Case) -> bytes:
@@ -20,3 +21,9 @@ def model_agrees(pair: Pair, case: Case) -> bytes:
         assert outcomes[name].reply == expected, name
         assert normalise(outcomes[name].after) == model.render(), name
     return expected
+
+
+def model_agrees_under_each(pairs: Pairs, case: Case) -> dict[int, bytes]:
+    """``model_agrees`` under each protocol ``case`` runs under (``under_each_protocol``): the
+    model's reply by protocol."""
+    return under_each_protocol(pairs, case, lambda pair: model_agrees(pair, case))

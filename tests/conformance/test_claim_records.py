@@ -9,7 +9,8 @@ import pytest
 from echomq.conformance.cases import NULL, NULLS, Case
 from echomq.conformance.cases.records import RECORD, record_cases
 from echomq.conformance.harness import Pair
-from tests.conformance.lockstep import model_agrees
+from tests.conformance.conftest import Pairs
+from tests.conformance.lockstep import model_agrees_under_each
 
 # The model leaves a paused queue aside (lane_pause is scripts only): those cases are the
 # executors' alone (tests/conformance/test_transitions.py).
@@ -17,12 +18,12 @@ CASES = [case for case in record_cases() if "paused" not in case.label]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_the_model_agrees_with_both_executors(pair: Pair, case: Case) -> None:
-    expected = model_agrees(pair, case)
-    if case.expect == NULL:
-        assert expected == NULLS[pair.protocol]
-    else:
-        assert expected.startswith(case.expect)
+def test_the_model_agrees_with_both_executors(pairs: Pairs, case: Case) -> None:
+    for protocol, expected in model_agrees_under_each(pairs, case).items():
+        if case.expect == NULL:
+            assert expected == NULLS[protocol]
+        else:
+            assert expected.startswith(case.expect)
 
 
 @pytest.mark.parametrize("case", [case for case in CASES if "answers" in case.label],

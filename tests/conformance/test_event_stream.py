@@ -1,6 +1,7 @@
 """The events stream, case by case (echomq/conformance/cases/events.py): each call declaring
 ``<base>events`` appends what the model says, in order, under RESP2 and RESP3, on both executors
-(ids compared by their order: they carry the server's clock); a refusal, a duplicate, a stale or
+(ids compared by their order: they carry the server's clock; each case under the protocols
+``under_each_protocol`` gives it); a refusal, a duplicate, a stale or
 replayed settlement append nothing. The model does not trim (MAXLEN ~ trims whole nodes), so the
 trim is checked on the two executors alone."""
 
@@ -12,13 +13,15 @@ from typing import Any
 
 import pytest
 
-from echomq.conformance.cases import Case, all_cases
+from echomq.conformance.cases import Case
 from echomq.conformance.cases.events import EVENTS, evented
 from echomq.conformance.harness import BY_NAME, Pair, assert_parity
 from echomq.conformance.model import Model, normalise
 from echomq.conformance.resp import parse
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.transitions import EVENTS_MAXLEN
+from tests.conformance.conftest import Pairs, under_each_protocol
+from tests.conformance.table import TABLE
 
 EVENTS_KEY = EVENTS.encode()
 # The model keeps no lane slots (leased, parked) and no paused queue: a lane lease's end, the lane
@@ -41,12 +44,16 @@ def _modelled(case: Case) -> bool:
     return True
 
 
-CASES = [case for case in all_cases()
+CASES = [case for case in TABLE
          if case.label.startswith(("evented-", "events-")) and _modelled(case)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_the_stream_is_the_models(pair: Pair, case: Case) -> None:
+def test_the_stream_is_the_models(pairs: Pairs, case: Case) -> None:
+    under_each_protocol(pairs, case, lambda pair: stream_is_the_models(pair, case))
+
+
+def stream_is_the_models(pair: Pair, case: Case) -> None:
     pair.reset(case.setup)
     model = Model(pair.protocol)
     for command in case.setup:

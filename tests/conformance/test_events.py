@@ -1,8 +1,11 @@
 """Keyspace events: a native command fires, in order, the events its Lua twin's commands fire.
 
-Every case of the batched transitions and of the lane bookkeeping, and each transition's good
-call, runs on both executors with ``notify-keyspace-events`` on; the events on the scripts'
-scratch keys and on the native command's must match event for event and key for key.
+Every case of the batched transitions, of the lane bookkeeping, the dead jobs' bounds, the unique
+enqueue and the join, and each transition's good call, runs on both executors with
+``notify-keyspace-events`` on; the events on the scripts' scratch keys and on the native
+command's must match event for event and key for key. A case the table refuses is left out: a
+refusal writes nothing (the table checks that the keyspace is unchanged), so it fires no event on
+either executor.
 (``keymiss`` events differ by design: docs/PROTOCOL.md.) Changing the server's configuration is
 why this stays out of ``echomq conformance``.
 """
@@ -14,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from echomq.conformance.cases import Case, all_cases
+from echomq.conformance.cases import Case
 from echomq.conformance.cases.after import join_cases
 from echomq.conformance.cases.dead import trim_dead_cases
 from echomq.conformance.cases.events import EVENTS, evented
@@ -23,6 +26,7 @@ from echomq.conformance.cases.unique import unique_cases
 from echomq.conformance.harness import BY_NAME, EXECUTORS, Pair
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.transitions import EVENTS_MAXLEN
+from tests.conformance.table import TABLE
 
 MARKER = "emq-events-done"
 LANE_CASES = {case.id for case in lane_cases()}
@@ -31,10 +35,15 @@ UNIQUE_CASES = {case.id for case in unique_cases()}
 # The join: the end hook's writes on the dependents, the waiting set, pending, dead, ended keys.
 JOIN_CASES = {case.id for case in join_cases()}
 # The evented calls too: their XADD fires "xadd" (and "xtrim") in the same place on both.
-CASES = [case for case in all_cases()
-         if case.transition.items or case.label in ("good", "all-keys-other-queue", "evented-good")
-         or case.label.startswith("events-")
-         or case.id in LANE_CASES | DEAD_CASES | UNIQUE_CASES | JOIN_CASES]
+CHOSEN = [case for case in TABLE
+          if case.transition.items or case.label in ("good", "all-keys-other-queue", "evented-good")
+          or case.label.startswith("events-")
+          or case.id in LANE_CASES | DEAD_CASES | UNIQUE_CASES | JOIN_CASES]
+CASES = [case for case in CHOSEN if not case.expect.startswith(b"-")]
+# The premise, checked: a refusal of each kind (the first chosen case of each error code) fires
+# nothing on either executor.
+REFUSALS = list({case.expect.split(b" ", 1)[0]: case for case in reversed(CHOSEN)
+                 if case.expect.startswith(b"-")}.values())
 Events = list[tuple[bytes, bytes]]
 
 
@@ -87,6 +96,18 @@ def test_same_events(watched: tuple[Pair, redis.client.PubSub], valkey: Embedded
     assert seen["native"] == seen["lua"]
     if outcome.after != outcome.before:  # the events were watched, not missed
         assert seen["lua"], case.id
+    admin.close()
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=[case.id for case in REFUSALS])
+def test_a_refusal_fires_nothing(watched: tuple[Pair, redis.client.PubSub],
+                                 valkey: EmbeddedValkey, case: Case) -> None:
+    pair, pubsub = watched
+    admin = valkey.client()
+    pair.reset(case.setup)
+    events_until_marker(admin, pubsub, pair)
+    assert pair.run(case.transition, case.argv)["lua"].reply.startswith(b"-")
+    assert events_until_marker(admin, pubsub, pair) == {name: [] for name in EXECUTORS}
     admin.close()
 
 

@@ -10,20 +10,23 @@ import pytest
 from echomq.conformance.cases import Case, case_differences
 from echomq.conformance.cases.lane_priority import lane_priority_cases, model_cases
 from echomq.conformance.harness import Pair
-from tests.conformance.lockstep import model_agrees
+from tests.conformance.conftest import Pairs, under_each_protocol
+from tests.conformance.lockstep import model_agrees_under_each
 
 MODEL_CASES = model_cases()
 CASES = lane_priority_cases()
 
 
 @pytest.mark.parametrize("case", MODEL_CASES, ids=[case.id for case in MODEL_CASES])
-def test_the_model_agrees_with_both_executors(pair: Pair, case: Case) -> None:
-    assert model_agrees(pair, case).startswith(case.expect)
+def test_the_model_agrees_with_both_executors(pairs: Pairs, case: Case) -> None:
+    for expected in model_agrees_under_each(pairs, case).values():
+        assert expected.startswith(case.expect)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_both_executors_agree(pair: Pair, case: Case) -> None:
-    assert case_differences(pair, case) == []
+def test_both_executors_agree(pairs: Pairs, case: Case) -> None:
+    found = under_each_protocol(pairs, case, lambda pair: case_differences(pair, case))
+    assert found == {protocol: [] for protocol in found}
 
 
 BAND, CAP, ENQUEUED = 2**45, 2**45 - 1, 1_699_999_999_995

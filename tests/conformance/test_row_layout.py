@@ -19,6 +19,7 @@ from echomq.conformance.cases.flat import OLD_LAYOUT, old_layout_claim_cases
 from echomq.conformance.cases.layout import layout_cases
 from echomq.conformance.harness import BY_NAME, Pair, Snapshot, assert_parity
 from echomq.conformance.model import Model, normalise
+from tests.conformance.conftest import Pairs, under_each_protocol
 
 ROW = key("job").encode()
 
@@ -67,17 +68,21 @@ OLD_CASES = [*layout_cases(), *old_layout_claim_cases()]
 
 
 @pytest.mark.parametrize("case", OLD_CASES, ids=[case.id for case in OLD_CASES])
-def test_the_model_reads_the_earlier_layout_as_the_executors_do(pair: Pair, case: Case) -> None:
+def test_the_model_reads_the_earlier_layout_as_the_executors_do(pairs: Pairs,
+                                                                case: Case) -> None:
     """Every old-layout case: the model (the property tests' oracle) replies and leaves what
     both executors do."""
-    pair.reset(case.setup)
-    model = Model(pair.protocol)
-    for command in case.setup:
-        model.apply_setup(command)
-    expected = model.call(case.transition, case.argv)
-    reply = assert_parity(pair.run(case.transition, case.argv), case.id)
-    assert reply == expected
-    assert normalise(pair.snapshot("native")) == model.render()
+    def agrees(pair: Pair) -> None:
+        pair.reset(case.setup)
+        model = Model(pair.protocol)
+        for command in case.setup:
+            model.apply_setup(command)
+        expected = model.call(case.transition, case.argv)
+        reply = assert_parity(pair.run(case.transition, case.argv), case.id)
+        assert reply == expected
+        assert normalise(pair.snapshot("native")) == model.render()
+
+    under_each_protocol(pairs, case, agrees)
 
 
 def run_on_both(pair: Pair, name: str, argv: list[object],

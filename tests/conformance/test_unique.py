@@ -7,13 +7,13 @@ import pytest
 
 from echomq.conformance.cases import Case
 from echomq.conformance.cases.unique import unique_cases
-from echomq.conformance.harness import Pair
-from tests.conformance.lockstep import model_agrees
+from tests.conformance.conftest import Pairs
+from tests.conformance.lockstep import model_agrees_under_each
 
 CASES = list(unique_cases())
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_the_model_agrees_with_both_executors(pair: Pair, case: Case) -> None:
-    expected = model_agrees(pair, case)
-    assert expected.startswith(case.expect)
+def test_the_model_agrees_with_both_executors(pairs: Pairs, case: Case) -> None:
+    for expected in model_agrees_under_each(pairs, case).values():
+        assert expected.startswith(case.expect)
