@@ -197,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="mutant names to run")
     parser.add_argument("--report", default=str(ROOT / "tests" / "mutants" / "REPORT.md"))
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip the run of the unmutated copy (known to pass)")
     parser.add_argument("pytest_args", nargs="+", help="the test selection (after --)")
     args = parser.parse_args(argv)
     chosen = [m for m in MUTANTS if args.only is None or m.name in args.only]
@@ -205,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"no such mutants: {', '.join(sorted(unknown))}")
     signal.signal(signal.SIGTERM, _stop)
     try:
-        outcomes = run_all(chosen, args.pytest_args, args.timeout)
+        outcomes = run_all(chosen, args.pytest_args, args.timeout, not args.no_baseline)
     except (KeyboardInterrupt, Stopped):
         print("stopped; the scratch copy is removed, the checkout was never edited",
               file=sys.stderr)
@@ -218,18 +220,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def run_all(chosen: Sequence[Mutant], pytest_args: Sequence[str],
-            timeout_s: float) -> list[Outcome] | None:
+def passes_unmutated(tree: Path, pytest_args: Sequence[str], timeout_s: float) -> bool:
+    start = time.monotonic()
+    result, first = run_tests(tree, pytest_args, timeout_s)
+    if result != "passed":
+        print(f"the unmutated copy does not pass ({result}: {first})", file=sys.stderr)
+        return False
+    print(f"the unmutated copy passes ({time.monotonic() - start:.0f} s)", flush=True)
+    return True
+
+
+def run_all(chosen: Sequence[Mutant], pytest_args: Sequence[str], timeout_s: float,
+            baseline: bool) -> list[Outcome] | None:
     """Each mutant's outcome, in order; None when the unmutated copy fails."""
     outcomes: list[Outcome] = []
     with scratch_copy() as tree:
         check_imports_from(tree)
-        start = time.monotonic()
-        result, first = run_tests(tree, pytest_args, timeout_s)
-        if result != "passed":
-            print(f"the unmutated copy does not pass ({result}: {first})", file=sys.stderr)
+        if baseline and not passes_unmutated(tree, pytest_args, timeout_s):
             return None
-        print(f"the unmutated copy passes ({time.monotonic() - start:.0f} s)", flush=True)
         built = built_files(tree)
         for n, mutant in enumerate(chosen, 1):
             outcome = run_mutant(tree, mutant, built, pytest_args, timeout_s)
