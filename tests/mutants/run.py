@@ -35,6 +35,7 @@ SKIPPED = {".git", ".venv", ".venv-lowest", ".venv-django", "build", "dist", ".e
            "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis"}
 # What a rebuild of native/ writes: kept and put back after each mutant that touched native/.
 BUILT = ("native/trafikey.so", "echomq/trafikey.so")
+SIZES_DOC = "docs/PROTOCOL.md"  # its table of each script's size (echomq.engine.script_sizes)
 FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
 
 
@@ -101,6 +102,10 @@ def restore(originals: dict[Path, str]) -> None:
         path.write_text(text)
 
 
+def touches_lua(mutant: Mutant) -> bool:
+    return any(edit.path.startswith("echomq/lua/") for edit in mutant.edits)
+
+
 def touches_native(mutant: Mutant) -> bool:
     return any(edit.path.startswith("native/") for edit in mutant.edits)
 
@@ -156,6 +161,10 @@ def run_mutant(tree: Path, mutant: Mutant, built: dict[Path, bytes], pytest_args
         originals = apply(tree, mutant)
     except ValueError as exc:
         return Outcome(mutant, "broken", str(exc), 0.0)
+    if touches_lua(mutant):  # the sizes table follows the scripts, as after any script change
+        originals[tree / SIZES_DOC] = (tree / SIZES_DOC).read_text()
+        subprocess.run([python(), "-m", "echomq.engine.script_sizes"], cwd=tree, check=True,
+                       capture_output=True)
     try:
         problem = rebuild(tree, touches_core(mutant)) if touches_native(mutant) else None
         if problem is not None:
@@ -170,7 +179,7 @@ def run_mutant(tree: Path, mutant: Mutant, built: dict[Path, bytes], pytest_args
     return Outcome(mutant, verdict, first, time.monotonic() - start)
 
 
-def report(outcomes: Sequence[Outcome], pytest_args: Sequence[str]) -> str:
+def report(outcomes: Sequence[Outcome], pytest_args: Sequence[str], planned: int = 0) -> str:
     killed = [o for o in outcomes if o.verdict == "killed"]
     judged = [o for o in outcomes if o.verdict in ("killed", "survived")]
     share = 100 * len(killed) / len(judged) if judged else 0.0
@@ -188,7 +197,10 @@ def report(outcomes: Sequence[Outcome], pytest_args: Sequence[str]) -> str:
         lines.append(f"| {o.mutant.name} | {o.mutant.area} | {o.mutant.description} | "
                      f"{o.verdict} | {detail} | {o.seconds:.0f} |")
     survivors = [o.mutant.name for o in outcomes if o.verdict != "killed"]
-    lines += ["", f"Not killed: {', '.join(survivors) if survivors else 'none'}.", ""]
+    lines += ["", f"Not killed: {', '.join(survivors) if survivors else 'none'}."]
+    if planned > len(outcomes):
+        lines += ["", f"Run so far: {len(outcomes)} of {planned} mutants."]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -201,22 +213,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="skip the run of the unmutated copy (known to pass)")
     parser.add_argument("pytest_args", nargs="+", help="the test selection (after --)")
     args = parser.parse_args(argv)
-    chosen = [m for m in MUTANTS if args.only is None or m.name in args.only]
-    unknown = set(args.only or ()) - {m.name for m in MUTANTS}
+    by_name = {m.name: m for m in MUTANTS}
+    unknown = set(args.only or ()) - set(by_name)
     if unknown:
         parser.error(f"no such mutants: {', '.join(sorted(unknown))}")
+    chosen = MUTANTS if args.only is None else [by_name[name] for name in args.only]
     signal.signal(signal.SIGTERM, _stop)
     try:
-        outcomes = run_all(chosen, args.pytest_args, args.timeout, not args.no_baseline)
+        outcomes = run_all(chosen, args.pytest_args, args.timeout, not args.no_baseline,
+                           Path(args.report))
     except (KeyboardInterrupt, Stopped):
         print("stopped; the scratch copy is removed, the checkout was never edited",
               file=sys.stderr)
         return 130
     if outcomes is None:
         return 2
-    text = report(outcomes, args.pytest_args)
-    Path(args.report).write_text(text)
-    print(text)
+    print(report(outcomes, args.pytest_args))
     return 0
 
 
@@ -231,8 +243,9 @@ def passes_unmutated(tree: Path, pytest_args: Sequence[str], timeout_s: float) -
 
 
 def run_all(chosen: Sequence[Mutant], pytest_args: Sequence[str], timeout_s: float,
-            baseline: bool) -> list[Outcome] | None:
-    """Each mutant's outcome, in order; None when the unmutated copy fails."""
+            baseline: bool, report_path: Path) -> list[Outcome] | None:
+    """Each mutant's outcome, in order, the report rewritten after each; None when the
+    unmutated copy fails."""
     outcomes: list[Outcome] = []
     with scratch_copy() as tree:
         check_imports_from(tree)
@@ -244,6 +257,7 @@ def run_all(chosen: Sequence[Mutant], pytest_args: Sequence[str], timeout_s: flo
             outcomes.append(outcome)
             print(f"[{n}/{len(chosen)}] {mutant.name}: {outcome.verdict} {outcome.detail} "
                   f"({outcome.seconds:.0f} s)", flush=True)
+            report_path.write_text(report(outcomes, pytest_args, len(chosen)))
     return outcomes
 
 
