@@ -60,16 +60,12 @@ QUICK_SUITE = tests/conformance/test_cancel.py tests/conformance/test_claim_reco
 	tests/test_queue_outcomes.py tests/test_queue_priority.py tests/test_dead_bounds.py \
 	tests/test_housekeeping.py tests/test_lane_limits.py tests/test_cancel.py \
 	tests/test_cancel_core.py tests/test_tasks.py tests/test_tasks_codec.py \
-	tests/test_workflows.py tests/test_canvas_plan.py tests/test_loop.py tests/test_loop_batches.py \
-	tests/test_read_ahead.py \
-	tests/test_program.py tests/test_protocol_table.py tests/test_error_table.py \
+	tests/test_workflows.py tests/test_canvas_plan.py tests/test_loop.py \
+	tests/test_loop_batches.py tests/test_read_ahead.py tests/test_program.py \
+	tests/test_protocol_table.py tests/test_error_table.py \
 	tests/test_lua_includes.py tests/conformance/test_enqueue_many.py \
 	tests/conformance/test_server_states.py tests/conformance/test_transitions.py
-# Fails on main at this writing (the first forced beat trims two rounds' worth): left out until
-# it is fixed.
-QUICK_DESELECT = --deselect \
-	tests/test_dead_bounds.py::test_housekeeping_trims_a_backlog_oldest_first_over_a_few_rounds
-QUICK_PYTEST = -n 2 --dist loadfile $(QUICK_DESELECT) $(QUICK_SUITE)
+QUICK_PYTEST = -n 2 --dist loadfile $(QUICK_SUITE)
 
 test-quick: lint
 	$(PY) -m pytest -q -p no:cacheprovider $(QUICK_PYTEST)
