@@ -71,12 +71,13 @@ test-quick: lint
 	$(PY) -m pytest -q -p no:cacheprovider $(QUICK_PYTEST)
 
 # The mutation check: each seeded bug of tests/mutants/catalog.py made in a scratch copy of the
-# checkout and run against test-quick's tests (-x); the report goes to tests/mutants/REPORT.md.
-# MUTANTS_ARGS="--only <name> ..." runs some of them.
+# checkout and run against test-quick's tests (-x; the files it names as likely to kill it first,
+# in one process, then, if they pass, the whole selection); the report goes to
+# tests/mutants/REPORT.md. MUTANTS_ARGS="--only <name> ..." runs some of them.
 MUTANTS_ARGS ?=
 
 mutants: install
-	$(PY) -m tests.mutants.run $(MUTANTS_ARGS) -- $(QUICK_PYTEST)
+	$(PY) -m tests.mutants.run --hinted $(MUTANTS_ARGS) -- $(QUICK_PYTEST)
 
 # The consumer, asyncio, queue, task, lane, metrics and tracing tests again on the lowest
 # versions pyproject.toml allows of redis-py, valkey-py, hiredis, msgspec, cronsim,

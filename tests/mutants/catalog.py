@@ -20,6 +20,8 @@ class Mutant:
     area: str
     description: str
     edits: tuple[Edit, ...]
+    # test files of the selection expected to kill it, run first (``run.py --hinted``)
+    hints: tuple[str, ...] = ()
 
 
 def lua(path: str, old: str, new: str) -> Edit:
@@ -35,7 +37,46 @@ def py(path: str, old: str, new: str) -> Edit:
 
 
 def mutant(name: str, area: str, description: str, *edits: Edit) -> Mutant:
-    return Mutant(name, area, description, edits)
+    return Mutant(name, area, description, edits, HINTS.get(name, ()))
+
+
+Q, C = "tests/test_", "tests/conformance/test_"
+HINTS: dict[str, tuple[str, ...]] = {
+    "twin-dedupe-kept": (f"{C}join.py", f"{Q}queue_dedupe.py"),
+    "lua-dedupe-kept": (f"{Q}queue_dedupe.py",),
+    "c-dedupe-kept": (f"{Q}queue_dedupe.py",),
+    "twin-fence-same": (f"{Q}queue.py",),
+    "c-fence-same": (f"{Q}queue.py",),
+    "twin-attempt-uncounted": (f"{Q}queue.py",),
+    "twin-lease-deadline-short": (f"{Q}queue.py",),
+    "twin-retry-dead-late": (f"{Q}queue.py",),
+    "twin-recover-dead-late": (f"{Q}queue.py",),
+    "lua-recover-dead-late": (f"{Q}queue.py",),
+    "twin-dead-bound-off": (f"{Q}dead_bounds.py",),
+    "twin-priority-flipped": (f"{Q}queue_priority.py",),
+    "lua-priority-flipped": (f"{C}priority.py",),
+    "twin-move-one-fewer": (f"{Q}queue.py",),
+    "twin-cancel-running-unmarked": (f"{C}cancel.py", f"{Q}queue_cancel.py"),
+    "twin-queue-concurrency-plus-one": (f"{Q}queue_limits.py",),
+    "twin-queue-rate-window-long": (f"{Q}queue_limits.py",),
+    "lua-lane-rate-window-long": (f"{Q}lane_limits.py",),
+    "lua-lane-concurrency-plus-one": (f"{Q}lane_limits.py",),
+    "twin-dependent-released-early": (f"{Q}queue_after.py", f"{C}join.py"),
+    "housekeeping-interval-ignored": (f"{Q}loop.py",),
+    "recover-due-promote-single-step": (f"{Q}queue.py",),
+    "recover-due-recover-single-step": (f"{Q}queue.py",),
+    "read-ahead-batch-single-attempt": (f"{Q}loop_batches.py", f"{Q}read_ahead.py"),
+    "extend-at-lease-end": (f"{Q}loop.py",),
+    "cancelled-wins-dropped-attempts": (f"{Q}cancel.py",),
+    "cancelled-wins-dropped-metrics-returned": (f"{Q}cancel.py",),
+    "cancelled-wins-dropped-metrics-raised": (f"{Q}cancel.py",),
+    "retry-policy-last-late": (f"{Q}tasks.py", f"{Q}tasks_codec.py"),
+    "retry-in-max-plus-one": (f"{Q}tasks.py",),
+    "arguments-unconverted": (f"{Q}tasks_codec.py", f"{Q}tasks.py"),
+    "keep-result-ignored": (f"{Q}tasks.py",),
+    "chord-body-after-first-child": (f"{Q}canvas_plan.py",),
+    "chain-order-reversed": (f"{Q}canvas_plan.py",),
+}
 
 
 DEDUPE_LUA = lua("include/dependents.lua",

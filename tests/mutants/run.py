@@ -1,11 +1,15 @@
 """Run the seeded bugs of catalog.py against the test-quick selection.
 
-    python -m tests.mutants.run [--only NAME ...] [--report PATH] [--timeout S] -- <pytest args>
+    python -m tests.mutants.run [--only NAME ...] [--hinted] [--no-baseline] [--report PATH]
+        [--timeout S] -- <pytest args>
 
 The checkout is copied once to a scratch directory (the checkout itself is never edited); each
-mutant's edits are applied there, the module rebuilt when a file under native/ changed, the
-pytest arguments run with ``-x`` (a killed mutant stops at its first failure) under a timeout,
-and the files and built modules put back. The unmutated copy runs first: it must pass. The
+mutant's edits are applied there (after a Lua edit the script-size table of docs/PROTOCOL.md is
+rewritten, as after any script change), the module rebuilt when a file under native/ changed,
+the pytest arguments run with ``-x`` (a killed mutant stops at its first failure) under a
+timeout, and the files and built modules put back. With ``--hinted`` the files of the selection
+the catalog names for a mutant run first, in one process: a failure there kills it as surely,
+sooner; the whole selection runs when they pass. The unmutated copy runs first: it must pass. The
 scratch directory is removed however the run ends (Ctrl-C or SIGTERM included). The report
 (killed, survivors, the first failing test of each killed one) is printed and written to
 ``--report`` (default tests/mutants/REPORT.md).
@@ -154,8 +158,14 @@ def run_tests(tree: Path, pytest_args: Sequence[str], timeout_s: float) -> tuple
     return "failed", failed[0] if failed else out.strip().splitlines()[-1] if out.strip() else ""
 
 
+def hinted_args(mutant: Mutant, pytest_args: Sequence[str]) -> list[str]:
+    """The mutant's hinted files that are in the selection, in one process: a test of the
+    selection that fails there kills it as surely as in the whole run, sooner."""
+    return [hint for hint in mutant.hints if hint in pytest_args]
+
+
 def run_mutant(tree: Path, mutant: Mutant, built: dict[Path, bytes], pytest_args: Sequence[str],
-               timeout_s: float) -> Outcome:
+               timeout_s: float, hints: bool) -> Outcome:
     start = time.monotonic()
     try:
         originals = apply(tree, mutant)
@@ -169,7 +179,12 @@ def run_mutant(tree: Path, mutant: Mutant, built: dict[Path, bytes], pytest_args
         problem = rebuild(tree, touches_core(mutant)) if touches_native(mutant) else None
         if problem is not None:
             return Outcome(mutant, "broken", f"build failed: {problem}", time.monotonic() - start)
-        result, first = run_tests(tree, pytest_args, timeout_s)
+        result, first = "passed", ""
+        hinted = hinted_args(mutant, pytest_args) if hints else []
+        if hinted:
+            result, first = run_tests(tree, hinted, timeout_s)
+        if result == "passed":
+            result, first = run_tests(tree, pytest_args, timeout_s)
     finally:
         restore(originals)
         if touches_native(mutant):
@@ -211,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip the run of the unmutated copy (known to pass)")
+    parser.add_argument("--hinted", action="store_true",
+                        help="run each mutant's hinted files first (the whole selection only "
+                             "when they pass)")
     parser.add_argument("pytest_args", nargs="+", help="the test selection (after --)")
     args = parser.parse_args(argv)
     by_name = {m.name: m for m in MUTANTS}
@@ -221,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     try:
         outcomes = run_all(chosen, args.pytest_args, args.timeout, not args.no_baseline,
-                           Path(args.report))
+                           Path(args.report), args.hinted)
     except (KeyboardInterrupt, Stopped):
         print("stopped; the scratch copy is removed, the checkout was never edited",
               file=sys.stderr)
@@ -243,7 +261,7 @@ def passes_unmutated(tree: Path, pytest_args: Sequence[str], timeout_s: float) -
 
 
 def run_all(chosen: Sequence[Mutant], pytest_args: Sequence[str], timeout_s: float,
-            baseline: bool, report_path: Path) -> list[Outcome] | None:
+            baseline: bool, report_path: Path, hints: bool) -> list[Outcome] | None:
     """Each mutant's outcome, in order, the report rewritten after each; None when the
     unmutated copy fails."""
     outcomes: list[Outcome] = []
@@ -253,7 +271,7 @@ def run_all(chosen: Sequence[Mutant], pytest_args: Sequence[str], timeout_s: flo
             return None
         built = built_files(tree)
         for n, mutant in enumerate(chosen, 1):
-            outcome = run_mutant(tree, mutant, built, pytest_args, timeout_s)
+            outcome = run_mutant(tree, mutant, built, pytest_args, timeout_s, hints)
             outcomes.append(outcome)
             print(f"[{n}/{len(chosen)}] {mutant.name}: {outcome.verdict} {outcome.detail} "
                   f"({outcome.seconds:.0f} s)", flush=True)
