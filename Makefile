@@ -5,7 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEBIAN_VALKEY ?= /usr/bin/valkey-server
 
-.PHONY: demo test lint install clean bench test-lowest test-django test-django-suite django-python wheel test-wheel
+.PHONY: demo test lint install clean bench test-lowest test-django test-django-suite django-python wheel test-wheel \
+	test-quick mutants
 
 $(VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -63,6 +64,38 @@ test: lint
 	$(MAKE) test-lowest
 	$(MAKE) test-django
 	$(MAKE) test-wheel
+
+# The gate before each commit: the linters, then the conformance table and the quick conformance
+# files, and the core unit and property tests that start no worker process, in two processes
+# (the event-stream conformance files, several minutes, are left to `make test`). The table,
+# the longest file, comes last, so a failure elsewhere stops a `-x` run (make mutants) early.
+QUICK_SUITE = tests/conformance/test_cancel.py tests/conformance/test_claim_records.py \
+	tests/conformance/test_counter_and_walks.py tests/conformance/test_limits.py \
+	tests/conformance/test_join.py tests/conformance/test_lane_priority.py \
+	tests/conformance/test_priority.py tests/conformance/test_row_layout.py \
+	tests/conformance/test_unique.py tests/test_queue.py tests/test_queue_after.py \
+	tests/test_queue_cancel.py tests/test_queue_dedupe.py tests/test_queue_limits.py \
+	tests/test_queue_outcomes.py tests/test_queue_priority.py tests/test_dead_bounds.py \
+	tests/test_housekeeping.py tests/test_lane_limits.py tests/test_cancel.py \
+	tests/test_cancel_core.py tests/test_tasks.py tests/test_tasks_codec.py \
+	tests/test_workflows.py tests/test_canvas_plan.py tests/test_loop.py \
+	tests/test_loop_batches.py tests/test_read_ahead.py tests/test_program.py \
+	tests/test_protocol_table.py tests/test_error_table.py \
+	tests/test_lua_includes.py tests/conformance/test_enqueue_many.py \
+	tests/conformance/test_server_states.py tests/conformance/test_transitions.py
+QUICK_PYTEST = -n 2 --dist loadfile $(QUICK_SUITE)
+
+test-quick: lint
+	$(PY) -m pytest -q -p no:cacheprovider $(QUICK_PYTEST)
+
+# The mutation check: each seeded bug of tests/mutants/catalog.py made in a scratch copy of the
+# checkout and run against test-quick's tests (-x; the files it names as likely to kill it first,
+# in one process, then, if they pass, the whole selection); the report goes to
+# tests/mutants/REPORT.md. MUTANTS_ARGS="--only <name> ..." runs some of them.
+MUTANTS_ARGS ?=
+
+mutants: install
+	$(PY) -m tests.mutants.run --hinted $(MUTANTS_ARGS) -- $(QUICK_PYTEST)
 
 # The consumer, asyncio, queue, task, lane, metrics and tracing tests again on the lowest
 # versions pyproject.toml allows of redis-py, valkey-py, hiredis, msgspec, cronsim,

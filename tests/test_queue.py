@@ -331,3 +331,41 @@ def test_recover_due_takes_a_backlog_in_short_steps_on_both_queues(queue: Queue)
             await client.aclose()
 
     assert asyncio.run(recovered_async()) == (total, 0, 0)
+
+
+def test_recover_due_promotes_a_backlog_of_due_jobs_in_short_steps_on_both_queues(
+        queue: Queue) -> None:
+    """Over two steps' worth of delayed jobs fallen due: one call promotes them all, in
+    promote calls of at most HOUSEKEEPING_STEP jobs (three here) — the asyncio Queue likewise."""
+    from echomq.queue.bounds import HOUSEKEEPING_STEP
+
+    total = 2 * HOUSEKEEPING_STEP + 5
+
+    def backlog(name: str) -> None:
+        target = Queue(queue.conn, name, wire=queue.wire)
+        target.enqueue_many([(f"JOB:{n}", b"p") for n in range(total)], now=NOW, delay_ms=10)
+        assert target.counts()["delayed"] == total
+
+    def promote_calls() -> int:
+        name = "cmdstat_emq.promote" if queue.wire == 6 else "cmdstat_evalsha"
+        return int(queue.conn.info("commandstats").get(name, {"calls": 0})["calls"])
+
+    backlog("emails")
+    before = promote_calls()
+    assert queue.recover_due(now=NOW + 10, trim=False) == (0, total, 0)
+    assert queue.counts() == {"pending": total, "active": 0, "delayed": 0, "dead": 0, "lanes": 0}
+    if queue.wire == 6:
+        assert promote_calls() - before == 3  # 1000, 1000, then 5: less than a step, done
+
+    backlog("emails-async")
+
+    async def promoted_async() -> tuple[int, int, int]:
+        client = async_twin(queue.conn)
+        try:
+            return await AsyncQueue(client, "emails-async", wire=queue.wire).recover_due(
+                now=NOW + 10, trim=False)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(promoted_async()) == (0, total, 0)
+    assert Queue(queue.conn, "emails-async").counts()["pending"] == total
