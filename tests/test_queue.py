@@ -317,12 +317,12 @@ def test_recover_due_takes_a_backlog_in_short_steps_on_both_queues(queue: Queue)
             pass
 
     backlog("emails")
-    assert queue.recover_due(now=NOW + 11) == (total, 0, 0)
+    assert queue.recover_due(now=NOW + 11) == (total, 0, 0, 0)
     assert queue.counts()["active"] == 0 and queue.counts()["pending"] == total
 
     backlog("emails-async")
 
-    async def recovered_async() -> tuple[int, int, int]:
+    async def recovered_async() -> tuple[int, ...]:
         client = async_twin(queue.conn)
         try:
             return await AsyncQueue(client, "emails-async", wire=queue.wire).recover_due(
@@ -330,7 +330,7 @@ def test_recover_due_takes_a_backlog_in_short_steps_on_both_queues(queue: Queue)
         finally:
             await client.aclose()
 
-    assert asyncio.run(recovered_async()) == (total, 0, 0)
+    assert asyncio.run(recovered_async()) == (total, 0, 0, 0)
 
 
 def test_recover_due_promotes_a_backlog_of_due_jobs_in_short_steps_on_both_queues(
@@ -352,14 +352,14 @@ def test_recover_due_promotes_a_backlog_of_due_jobs_in_short_steps_on_both_queue
 
     backlog("emails")
     before = promote_calls()
-    assert queue.recover_due(now=NOW + 10, trim=False) == (0, total, 0)
+    assert queue.recover_due(now=NOW + 10, trim=False) == (0, total, 0, 0)
     assert queue.counts() == {"pending": total, "active": 0, "delayed": 0, "dead": 0, "lanes": 0}
     if queue.wire == 6:
         assert promote_calls() - before == 3  # 1000, 1000, then 5: less than a step, done
 
     backlog("emails-async")
 
-    async def promoted_async() -> tuple[int, int, int]:
+    async def promoted_async() -> tuple[int, ...]:
         client = async_twin(queue.conn)
         try:
             return await AsyncQueue(client, "emails-async", wire=queue.wire).recover_due(
@@ -367,5 +367,5 @@ def test_recover_due_promotes_a_backlog_of_due_jobs_in_short_steps_on_both_queue
         finally:
             await client.aclose()
 
-    assert asyncio.run(promoted_async()) == (0, total, 0)
+    assert asyncio.run(promoted_async()) == (0, total, 0, 0)
     assert Queue(queue.conn, "emails-async").counts()["pending"] == total
