@@ -214,7 +214,7 @@ def report(outcomes: Sequence[Outcome], pytest_args: Sequence[str], planned: int
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for o in outcomes:
-        detail = o.detail.replace("|", "\\|")
+        detail = " ".join(o.detail.split()).replace("|", "\\|")  # one line of the table
         lines.append(f"| {o.mutant.name} | {o.mutant.area} | {o.mutant.description} | "
                      f"{o.verdict} | {detail} | {o.seconds:.0f} |")
     survivors = [o.mutant.name for o in outcomes if o.verdict != "killed"]
