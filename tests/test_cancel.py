@@ -261,3 +261,27 @@ def test_a_plain_handler_cancelled_while_it_ran_is_counted_cancelled(
                                                     task=f"plain_{queue.name}"), started)
     assert REGISTRY.get_sample_value("echomq_jobs_cancelled_total", labels) == before + 1
     assert (REGISTRY.get_sample_value("echomq_jobs_succeeded_total", labels) or 0.0) == 0
+
+
+def test_a_plain_handler_cancelled_while_it_ran_that_then_raises_is_counted_cancelled(
+        queue: Queue, make: Make) -> None:
+    # The cancel wins over the raise, as over a return: one attempt counted cancelled, none
+    # retried or dead (the server ends the job cancelled whatever the attempt came to).
+    task = f"raising_{queue.name}"
+    labels = {"queue": queue.name, "task": task}
+    endings = ("cancelled", "retried", "dead", "succeeded")
+
+    def counted() -> dict[str, float]:
+        return {ending: REGISTRY.get_sample_value(f"echomq_jobs_{ending}_total", labels) or 0.0
+                for ending in endings}
+
+    before = counted()
+    started = threading.Event()
+
+    def handler(job: Job) -> None:
+        started.set()
+        until(echomq.cancel_requested, "the cancel reached the handler")
+        raise RuntimeError("stopped: the job was cancelled")
+
+    cancelled_while_running(queue, make, instrument(handler, queue.name, task=task), started)
+    assert counted() == {**before, "cancelled": before["cancelled"] + 1}
