@@ -79,9 +79,10 @@ QUICK_SUITE = tests/conformance/test_cancel.py tests/conformance/test_claim_reco
 	tests/test_housekeeping.py tests/test_lane_limits.py tests/test_cancel.py \
 	tests/test_cancel_core.py tests/test_tasks.py tests/test_tasks_codec.py \
 	tests/test_workflows.py tests/test_canvas_plan.py tests/test_loop.py \
-	tests/test_loop_batches.py tests/test_read_ahead.py tests/test_program.py \
+	tests/test_loop_batches.py tests/test_read_ahead.py tests/test_program.py tests/test_beat.py \
 	tests/test_protocol_table.py tests/test_error_table.py \
-	tests/test_lua_includes.py tests/conformance/test_enqueue_many.py \
+	tests/test_lua_includes.py tests/test_import_faces.py tests/test_case_oracles.py \
+	tests/conformance/test_enqueue_many.py \
 	tests/conformance/test_server_states.py tests/conformance/test_transitions.py
 QUICK_PYTEST = -n 2 --dist loadfile $(QUICK_SUITE)
 
