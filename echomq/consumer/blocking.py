@@ -300,14 +300,15 @@ class Consumer(LoopShell):
 
     def check_layout(self) -> None:
         """Read each queue's row layout before the first claim (``judge_layout``); a server
-        that cannot answer now is not waited for (the transitions read both layouts)."""
+        that cannot answer it now, or answers with an error, is not waited for here (the
+        transitions read both layouts)."""
         for name, read in layout_reads(self.queues):
             try:
                 layout = read()
             except Exception as exc:
-                if not self.heals(exc):
+                if not self.from_server(exc):
                     raise
-                continue
+                continue  # a fatal one (WRONGTYPE, NOPERM) stops the loop at its first call
             judge_layout(name, layout)
 
     def stop(self) -> None:

@@ -342,6 +342,11 @@ class LoopShell:
         """Whether ``exc`` is a server or connection error that heals by waiting."""
         return classify(exc) is Fault.TRANSIENT
 
+    @staticmethod
+    def from_server(exc: BaseException) -> bool:
+        """Whether ``exc`` is a server or connection error, transient or fatal."""
+        return classify(exc) is not None
+
     def _serve(self, queue: Any, handler: Any, lanes: bool, *, spread: bool = False,
                **knobs: Any) -> None:
         """What both constructors do first: the queues served (one queue or a list, of one wire;
