@@ -69,7 +69,7 @@ def test_both_queues_take_the_same_constructor_arguments() -> None:
     assert inspect.signature(blocking.Queue) == inspect.signature(aio.Queue)
     assert list(inspect.signature(aio.Queue).parameters) == [
         "conn", "name", "wire", "retention_ms", "max_attempts", "check_policy", "events",
-        "shards"]
+        "shards", "staging_timeout_ms"]
 
 
 def run_async(conn: Any, body: Callable[[Any], Any]) -> Any:
