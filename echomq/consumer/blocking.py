@@ -303,6 +303,8 @@ class Consumer(LoopShell):
         that cannot answer it now, or answers with an error, is not waited for here (the
         transitions read both layouts)."""
         for name, read in layout_reads(self.queues):
+            if self.stopping:  # a stop right after the start waits for no read
+                return
             try:
                 layout = read()
             except Exception as exc:
