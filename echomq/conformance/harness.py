@@ -108,31 +108,37 @@ def scan(conn: RawConnection, match: bytes = b"*") -> list[bytes]:
 
 def snapshot(conn: RawConnection, match: bytes = b"*") -> Snapshot:
     """Every key matching ``match`` in the selected db: its type, contents and whether it
-    expires."""
-    return {key: describe(conn, key) for key in scan(conn, match)}
-
-
-def describe(conn: RawConnection, key: bytes) -> tuple[Any, ...]:
-    kind = parse(conn.call("TYPE", key))
-    value: Any
-    if kind == b"hash":
-        flat = parse(conn.call("HGETALL", key))
-        value = sorted(zip(flat[::2], flat[1::2], strict=True))
-    elif kind == b"zset":
-        value = parse(conn.call("ZRANGE", key, "0", "-1", "WITHSCORES"))
-    elif kind == b"list":
-        value = parse(conn.call("LRANGE", key, "0", "-1"))
-    elif kind == b"string":
-        value = parse(conn.call("GET", key))
-    elif kind == b"set":
-        value = sorted(parse(conn.call("SMEMBERS", key)))
-    elif kind == b"stream":
-        value = stream_entries(parse(conn.call("XRANGE", key, "-", "+")))
-    else:
-        value = parse(conn.call("DUMP", key))
+    expires. Two round trips after the SCAN: every key's TYPE and PTTL, then every value."""
+    keys = scan(conn, match)
+    heads = conn.replies([(verb, key) for key in keys for verb in ("TYPE", "PTTL")])
+    kinds = heads[::2]
+    values = conn.replies([value_command(kind, key) for kind, key in zip(kinds, keys, strict=True)])
     # Whether it has a TTL: PTTL 0 is a key in its last millisecond, -2 one that expired since it
-    # was read (nothing else deletes scratch keys); only -1 is a key without one.
-    return (kind, value, parse(conn.call("PTTL", key)) != -1)
+    # was listed (nothing else deletes scratch keys); only -1 is a key without one.
+    return {key: (kind, shaped(kind, value), ttl != -1)
+            for key, kind, value, ttl in zip(keys, kinds, values, heads[1::2], strict=True)}
+
+
+def value_command(kind: bytes, key: bytes) -> tuple[Arg, ...]:
+    """The command that reads a key of type ``kind`` whole (DUMP for a type not listed)."""
+    reads: dict[bytes, tuple[Arg, ...]] = {
+        b"hash": ("HGETALL",), b"zset": ("ZRANGE", "0", "-1", "WITHSCORES"),
+        b"list": ("LRANGE", "0", "-1"), b"string": ("GET",), b"set": ("SMEMBERS",),
+        b"stream": ("XRANGE", "-", "+")}
+    verb, *tail = reads.get(kind, ("DUMP",))
+    return (verb, key, *tail)
+
+
+def shaped(kind: bytes, value: Any) -> Any:
+    """A value as snapshots compare it: a hash's and a set's members sorted, a stream's entries
+    without their ids."""
+    if kind == b"hash":
+        return sorted(zip(value[::2], value[1::2], strict=True))
+    if kind == b"set":
+        return sorted(value)
+    if kind == b"stream":
+        return stream_entries(value)
+    return value
 
 
 def stream_entries(entries: list[list[Any]]) -> list[tuple[bytes, ...]]:

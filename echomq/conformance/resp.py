@@ -99,6 +99,25 @@ class RawConnection:
             if reader.gets() is not False:
                 return bytes(received)
 
+    def replies(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        """``commands`` sent in one write, their replies read in order, each as ``parse`` reads
+        it: one round trip for the lot."""
+        if not commands:
+            return []
+        self.sock.sendall(b"".join(encode_command(args) for args in commands))
+        reader = hiredis.Reader()
+        found: list[Any] = []
+        while len(found) < len(commands):
+            reply = reader.gets()
+            if reply is not False:
+                found.append(reply)
+                continue
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("server closed the connection")
+            reader.feed(chunk)
+        return found
+
     def close(self) -> None:
         self.sock.close()
 

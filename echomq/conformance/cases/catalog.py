@@ -10,6 +10,8 @@ again with the events stream declared
 
 from __future__ import annotations
 
+from collections import Counter
+
 import echomq.conformance.cases.flat as flat
 from echomq.conformance.cases.after import join_cases
 from echomq.conformance.cases.batch import batch_cases
@@ -41,7 +43,7 @@ def all_cases() -> list[Case]:
              *priority_cases(), *lane_priority_cases(), *join_cases(), *unique_cases(),
              *limit_cases(), *many_cases(), *layout_cases()]
     cases += event_cases(cases)
-    ids = [case.id for case in cases]
-    duplicates = {i for i in ids if ids.count(i) > 1}
+    counts = Counter(case.id for case in cases)
+    duplicates = {i for i, n in counts.items() if n > 1}
     assert not duplicates, duplicates
     return cases
