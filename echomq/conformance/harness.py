@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import hiredis
+
 from echomq.conformance.model import numkeys_of, raw
 from echomq.conformance.resp import Address, Arg, RawConnection, parse
 from echomq.engine.scripts import script_for
@@ -197,19 +199,20 @@ class Pair:
     def forget(self, executor: str) -> None:
         """Deletes the scratch keys of ``executor`` this pair has seen."""
         seen = sorted(self.seen[executor])
-        for start in range(0, len(seen), 500):
-            self.inspect.call("DEL", *seen[start:start + 500])
+        self.inspect.replies([("DEL", *seen[start:start + 500])
+                              for start in range(0, len(seen), 500)])
         self.seen[executor].clear()
 
     def apply(self, commands: Iterable[Sequence[Arg]]) -> None:
-        """Raw data commands (key second) on both executors' scratch keys; each must succeed."""
-        for command in commands:
-            for name, conn in self.both():
-                scratch_command = self.scratch.data_command(name, command)
-                self.seen[name].add(raw(scratch_command[1]))
-                reply = conn.call(*scratch_command)
-                if reply.startswith(b"-"):
-                    raise RuntimeError(f"setup command {command!r} refused: {reply!r}")
+        """Raw data commands (key second) on both executors' scratch keys, in order, sent in one
+        write to each; each must succeed."""
+        commands = list(commands)
+        for name, conn in self.both():
+            scratch_commands = [self.scratch.data_command(name, command) for command in commands]
+            self.seen[name].update(raw(command[1]) for command in scratch_commands)
+            for command, reply in zip(commands, conn.replies(scratch_commands), strict=True):
+                if isinstance(reply, hiredis.ReplyError):
+                    raise RuntimeError(f"setup command {command!r} refused: -{reply}")
 
     def snapshot(self, executor: str) -> Snapshot:
         """The keyspace of ``executor`` ("lua" or "native"), keys without the scratch prefix."""
