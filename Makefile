@@ -2,11 +2,15 @@
 # with trafikey loaded; `make test` runs the linters, the whole suite, and what differs between
 # server versions on every other Valkey found.
 VENV ?= .venv
+LOWEST_VENV ?= .venv-lowest
+DJANGO_VENV ?= .venv-django
+comma := ,
 PY := $(VENV)/bin/python
 DEBIAN_VALKEY ?= /usr/bin/valkey-server
 
 .PHONY: demo test lint install clean bench test-lowest test-django test-django-suite django-python wheel test-wheel \
-	test-quick mutants
+	test-quick mutants test-stages stage-main stage-versions stage-asan stage-lowest stage-django \
+	django-venv
 
 $(VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -52,18 +56,35 @@ VERSION_SUITE = tests/conformance tests/test_fuzz.py tests/test_numkeys_parity.p
 # Debian's (8.0) when it is installed (CI installs it and sets REQUIRE_BOTH=1 so a missing one
 # fails); then the conformance and fuzz tests run again on the module's AddressSanitizer build,
 # leaks checked.
-test: lint
+test:
+	$(MAKE) --no-print-directory -j4 test-stages
+
+# make test's stages, in order: the suite on 8.1, VERSION_SUITE on Debian's 8.0, ASan, the lowest
+# pins, Django and the wheel. Under -j4 only what waits on the network or the disk runs beside
+# them: the lowest and Django venvs install (each from a copy of the checkout, so nothing is built
+# in it while the suite loads its modules) while the linters and the first stage run, and the
+# wheel is built and checked in its fresh venv while the suite runs.
+test-stages: stage-django test-wheel
+
+stage-main: lint
 	ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" $(PY) $(PYTEST)
+
+stage-versions: stage-main
 	@if [ -x "$(DEBIAN_VALKEY)" ]; then \
 		ECHOMQ_VALKEY_SERVER="$(DEBIAN_VALKEY)" $(PY) $(PYTEST) $(VERSION_SUITE); \
 	elif [ -n "$$REQUIRE_BOTH" ]; then \
 		echo "$(DEBIAN_VALKEY) is missing"; exit 1; \
 	else echo "note: $(DEBIAN_VALKEY) not installed; ran on the wheel's valkey-server only"; fi
+
+stage-asan: stage-versions
 	ECHOMQ_ASAN=1 ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" \
 		$(PY) $(PYTEST) $(ASAN_SUITE)
-	$(MAKE) test-lowest
-	$(MAKE) test-django
-	$(MAKE) test-wheel
+
+stage-lowest: stage-asan $(LOWEST_VENV)/.installed
+	$(MAKE) --no-print-directory test-lowest
+
+stage-django: stage-lowest django-venv
+	$(MAKE) --no-print-directory test-django
 
 # The gate before each commit: the linters, then the conformance table and the quick conformance
 # files, and the core unit and property tests that start no worker process, in two processes
@@ -98,11 +119,19 @@ MUTANTS_ARGS ?=
 mutants: install
 	$(PY) -m tests.mutants.run --hinted $(MUTANTS_ARGS) -- $(QUICK_PYTEST)
 
+# $(call install_copy,VENV,EXTRAS): pip install of a copy of the checkout (VENV/src, not editable)
+# with EXTRAS into VENV; the arguments after it go to the same pip. A copy, so that its build writes
+# nothing in the checkout, where another stage may be loading the modules.
+install_copy = src=$(1)/src && rm -rf "$$src" && mkdir -p "$$src" && tar --exclude=./.git --exclude='./.venv*' --exclude=./build \
+	--exclude='./dist*' --exclude=./bench/.env --exclude='*.egg-info' --exclude=__pycache__ \
+	--exclude='.*_cache' --exclude=.hypothesis --exclude='*.so' --exclude='*.o' \
+	--exclude=./echomq/_core.c -cf - . | tar -xf - -C "$$src" && \
+	$(1)/bin/python -m pip install -q "$$src[$(2)]"
+
 # The consumer, asyncio, queue, task, lane, metrics and tracing tests again on the lowest
 # versions pyproject.toml allows of redis-py, valkey-py, hiredis, msgspec, cronsim,
 # prometheus-client and OpenTelemetry, in a venv of their own: the range stated there is the range
 # tested.
-LOWEST_VENV ?= .venv-lowest
 LOWEST_PINS = redis==5.0.1 valkey==6.0.0 hiredis==2.3.2 msgspec==0.18.0 cronsim==2.7 \
 	prometheus-client==0.20.0 opentelemetry-api==1.20.0 opentelemetry-sdk==1.20.0
 LOWEST_SUITE = tests/test_consumer.py tests/test_aio.py tests/test_queue.py tests/test_queue_outcomes.py \
@@ -120,7 +149,7 @@ LOWEST_SUITE = tests/test_consumer.py tests/test_aio.py tests/test_queue.py test
 $(LOWEST_VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
 	test -x $(LOWEST_VENV)/bin/python || python3 -m venv $(LOWEST_VENV)
 	$(LOWEST_VENV)/bin/python -m pip install -q --upgrade pip
-	$(LOWEST_VENV)/bin/python -m pip install -q -e ".[test]" $(LOWEST_PINS)
+	$(call install_copy,$(LOWEST_VENV),test) $(LOWEST_PINS)
 	touch $@
 
 test-lowest: $(LOWEST_VENV)/.installed
@@ -131,7 +160,6 @@ test-lowest: $(LOWEST_VENV)/.installed
 # newer: a venv of their own on the first such Python found (the suite's venv skips them).
 # Without one the stage is skipped with a banner, except in CI (CI set), where it fails: .ci/run
 # makes sure there is one.
-DJANGO_VENV ?= .venv-django
 DJANGO_PYTHON ?= $(firstword $(foreach p,python3.13 python3.12 $(wildcard $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3),\
 	$(shell $(p) -c 'import sys; assert sys.version_info >= (3, 12); print("$(p)")' 2>/dev/null)))
 NO_DJANGO_PYTHON = no Python 3.12 or newer (python3.13, python3.12, pyenv) for Django 6
@@ -140,8 +168,12 @@ $(DJANGO_VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/
 	test -n "$(DJANGO_PYTHON)" || { echo "$(NO_DJANGO_PYTHON)"; exit 1; }
 	test -x $(DJANGO_VENV)/bin/python || $(DJANGO_PYTHON) -m venv $(DJANGO_VENV)
 	$(DJANGO_VENV)/bin/python -m pip install -q --upgrade pip
-	$(DJANGO_VENV)/bin/python -m pip install -q -e ".[test,django]"
+	$(call install_copy,$(DJANGO_VENV),test$(comma)django)
 	touch $@
+
+# The Django venv when there is a Python for it (make test builds it beside the first stage).
+django-venv:
+	@if [ -n "$(DJANGO_PYTHON)" ]; then $(MAKE) --no-print-directory $(DJANGO_VENV)/.installed; fi
 
 test-django:
 	@if [ -n "$(DJANGO_PYTHON)" ]; then $(MAKE) --no-print-directory test-django-suite; \
@@ -162,14 +194,15 @@ DIST ?= dist
 
 wheel: install
 	rm -rf $(DIST)
-	$(PY) -m build --outdir $(DIST) .
+	$(PY) -m build --outdir $(DIST) . > $(DIST).log 2>&1 || { cat $(DIST).log; exit 1; }
+	@ls $(DIST)
 
 test-wheel: wheel
 	PYTHON="$$($(PY) -c 'import sys; print(sys._base_executable)')" bash .ci/wheel-check $(DIST)
 
 clean:
 	$(MAKE) -C native clean
-	rm -rf $(VENV) $(LOWEST_VENV) $(DJANGO_VENV) $(DIST) build *.egg-info echomq/*.so echomq/_core.c
+	rm -rf $(VENV) $(LOWEST_VENV) $(DJANGO_VENV) $(DIST) $(DIST).log build *.egg-info echomq/*.so echomq/_core.c
 
 # The benchmark (bench/): its own venv bench/.env with the peers (RQ, arq, Celery, Dramatiq,
 # bullmq), its own valkey-server with trafikey; writes docs/bench/RESULTS.md and the plots.
