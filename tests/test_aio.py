@@ -21,9 +21,11 @@ from tests.conformance.table import TABLE
 
 NOW = 1_700_000_000_000
 T = TypeVar("T")
+# Cases of up to a thousand arguments: the table's batch of 10,000 jobs adds no reply shape, and a
+# reply read in many pieces is test_large_replies_are_read_whole's.
 WELL_FORMED = [case for case in TABLE
-               if case.argv[0] == len(case.transition.keys) and len(case.argv) > len(
-                   case.transition.keys)]
+               if case.argv[0] == len(case.transition.keys)
+               and len(case.transition.keys) < len(case.argv) <= 1_000]
 
 
 def reply_kind(case: Case) -> bytes:
