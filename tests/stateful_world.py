@@ -19,6 +19,7 @@ from echomq.conformance.model import (
     KEY_TYPE,
     int_field,
     normalise,
+    raw,
 )
 from echomq.conformance.model.words import row_priority
 from echomq.engine.transitions import (
@@ -69,6 +70,7 @@ ERRORS = st.sampled_from([b"", b"boom", b"\x00\r\n-ERR x\r\n", "ошибка".en
 MAX_ATTEMPTS = st.sampled_from([1, 2, 3, 5])
 RESULTS = st.one_of(st.sampled_from([b"", b"42", b"\x00\r\n+OK\r\n", b"r" * 524_288,
                                      b"r" * 524_289]), st.binary(max_size=24))
+ITEM_WIDTHS = {b"ack": 3, b"done": 4, b"retry": 6, b"release": 3}  # a settle item's words
 RETRY_TAIL = st.tuples(st.sampled_from([0, 1, 1_000]), MAX_ATTEMPTS, ERRORS).map(list)
 
 BAD_NUMKEYS = [b"x", b"", b"-1", b"-0", b"01", b"+2", b" 2", b"2 ", b"1.0", b"99",
@@ -92,6 +94,19 @@ def parsed(reply: bytes) -> Any:
     reader = hiredis.Reader()
     reader.feed(reply)
     return reader.gets()
+
+
+def settle_items(argv: Argv) -> list[tuple[bytes, bytes, int, Argv]]:
+    """A valid settle's items, after its keys and its four numbers (now, retention_ms,
+    lease_ms, count): (op, id, fence, the words after: done's result; retry's delay_ms,
+    max_attempts and error)."""
+    words, items = argv[1 + int(argv[0]) + 4:], []
+    while words:
+        width = ITEM_WIDTHS[words[0]]
+        op, job_id, fence, *tail = words[:width]
+        items.append((op, job_id, int(fence), [raw(word) for word in tail]))
+        words = words[width:]
+    return items
 
 
 class BeyondTheQueue(DeadBoundsRules):
@@ -224,6 +239,32 @@ class BeyondTheQueue(DeadBoundsRules):
 class Checks:
     """What ``QueueMachine`` checks after its steps: a settle's items, one by one, and the
     invariants of both keyspaces."""
+
+    def settled(self, argv: Argv) -> bytes:
+        """A settle (``argv``: numkeys 7, its keys, now, retention_ms, lease_ms, count, then its
+        items), checked: each item as its single verb would have fared, then its claims: the
+        oldest live pending jobs, none leased already nor a ghost, each a fresh fence."""
+        items, numbers = settle_items(argv), argv[1 + int(argv[0]):][:4]
+        retention_ms, count = int(numbers[1]), int(numbers[3])
+        waiting = [j for j in self.zmembers(b"pending") if j in self.live][:count]
+        holders = set(self.zmembers(b"active"))
+        current = [self.is_current(job_id, fence) for _, job_id, fence, _ in items]
+        attempts = {job_id: int_field(self.model.hget(key(b"job", job_id), b"a"), 0)
+                    for _, job_id, _, _ in items if self.model.kind(key(b"job", job_id)) == b"hash"}
+        reply, _ = self.execute(SETTLE, argv)
+        if reply.startswith(b"-"):
+            return bytes(reply)
+        verdicts, jobs = parsed(reply)
+        self.check_settled(items, current, verdicts)
+        self.check_results(items, current, verdicts, retention_ms)
+        self.check_released(items, verdicts, attempts, [job[0] for job in jobs])
+        assert [job[0] for job in jobs] == waiting, "settle skipped the oldest live jobs"
+        for job_id, _payload, _attempt, fence in jobs:
+            assert job_id not in holders and job_id not in self.ghosts, job_id
+            self.check_fresh_fence(job_id, fence)
+        if len(items) > 1 and jobs:
+            event("a settle with items and claims")
+        return bytes(reply)
 
     def check_settled(self, items: list[tuple[bytes, bytes, int, Argv]], current: list[bool],
                       verdicts: list[bytes]) -> None:
