@@ -29,6 +29,7 @@ from echomq.engine.transitions import (
     CLAIM,
     ENQUEUE,
     ENQUEUE_DELAYED,
+    ENQUEUE_UNIQUE,
     EXTEND_MANY,
     RETRY,
     SETTLE,
@@ -58,8 +59,9 @@ ITEM_REPLAYS: dict[bytes, tuple[bytes, ...]] = {
 # The transitions bad input is sent to: all but the dependencies' (a good call by chance would
 # admit or release a waiting job the world does not track; tests/test_join_stateful.py runs them).
 BAD_INPUT = tuple(t for t in TRANSITIONS if t.name not in ("enqueue_after", "after"))
-# transitions whose replies the machine's bookkeeping follows
-TRACKED = (ENQUEUE, ENQUEUE_DELAYED, CLAIM, ACK, ACK_RESULT, SETTLE, CANCEL)
+# The transitions whose replies the machine's bookkeeping follows: a valid call of one among the
+# bad input runs as its rule runs it (``BeyondTheQueue.tracked``).
+TRACKED = (ENQUEUE, ENQUEUE_DELAYED, ENQUEUE_UNIQUE, CLAIM, ACK, ACK_RESULT, SETTLE, CANCEL)
 
 PAYLOADS = st.one_of(
     st.sampled_from([b"", b"p", b"\x00\xff\r\n$-1\r\n", b"*3\r\n", b"x" * 5000]),
@@ -80,6 +82,10 @@ BAD_IDS = [b"", b"JOB:", b"job:1", b"JOB", b"JOB:a b", b"JOB:\xff", b"JOB:1\n", 
 BAD_NUMBERS = [b"", b"-1", b"0", b"1.5", b"1e3", b" 1", b"1 ", b"+1", b"0x10", b"*",
                b"1" * 16, b"999999999999999", b"000000000000001", b"0000000000000001", b"abc",
                b"\xd9\xa1"]
+# The arguments a call turns into a TTL on the server's own clock, not the machine's, and the
+# least a valid call among the bad input keeps them (``lasting``).
+SERVER_CLOCK = ("retention_ms", "period_ms")
+LASTING_MS = 600_000
 
 Argv = list[Any]
 
@@ -94,6 +100,18 @@ def parsed(reply: bytes) -> Any:
     reader = hiredis.Reader()
     reader.feed(reply)
     return reader.gets()
+
+
+def lasting(transition: Transition, argv: Argv, numbers: dict[str, int]) -> Argv:
+    """A valid call's ``argv`` with each TTL on the server's own clock shorter than any run (a
+    mutation that made retention_ms 1, or moved fence 1 into its place) made ``LASTING_MS``:
+    the tombstone it leaves would otherwise expire on the server before the keyspaces are
+    compared, while the model keeps it; as the rules' TTLs, it outlasts the run."""
+    out = list(argv)
+    for name in SERVER_CLOCK:
+        if 0 < numbers.get(name, 0) < LASTING_MS:
+            out[1 + int(argv[0]) + transition.args.index(name)] = LASTING_MS
+    return out
 
 
 def settle_items(argv: Argv) -> list[tuple[bytes, bytes, int, Argv]]:
@@ -212,26 +230,37 @@ class BeyondTheQueue(DeadBoundsRules):
         return [len(keys), *keys, *(numbers[name] for name in transition.args), *items]
 
     @rule(data=st.data(), transition=st.sampled_from(BAD_INPUT),
-          job_id=st.sampled_from(POOL), base=st.sampled_from([BASE, BASE, OTHER, b""]))
-    def bad_input(self, data: st.DataObject, transition: Transition, job_id: bytes,
-                  base: bytes) -> None:
-        """A call with one or two things wrong (or, by chance, right): the model decides."""
-        argv = self.good_argv(transition, job_id, base)
+          base=st.sampled_from([BASE, BASE, OTHER, b""]))
+    def bad_input(self, data: st.DataObject, transition: Transition, base: bytes) -> None:
+        """A call with one or two things wrong (or, by chance, right): the model decides. A
+        valid one on the queue the rules track runs as its rule runs it. An admission's id is
+        never a ghost's (as ``draw_id``'s): admitted, it would have a row again."""
+        ids = [j for j in POOL if j not in self.ghosts] if transition.admits else POOL
+        argv = self.good_argv(transition, data.draw(st.sampled_from(ids), label="id"), base)
         for _ in range(data.draw(st.integers(1, 2), label="mutations")):
             argv = data.draw(mutated(transition, argv), label="argv")
         checked = self.model.validate(transition, argv)
-        valid = not isinstance(checked, bytes) and checked.base == BASE
+        if not isinstance(checked, bytes):
+            argv = lasting(transition, argv, checked.numbers)
+        if isinstance(checked, bytes) or checked.base != BASE or transition not in TRACKED:
+            self.execute(transition, argv)
+            return
+        event(f"a valid call among the bad input: {transition.name}")
+        self.tracked(transition, argv)
+
+    def tracked(self, transition: Transition, argv: Argv) -> None:
+        """A valid call on the tracked queue, run and checked by the method its rule uses, the
+        machine's bookkeeping (live ids, leases, fences) kept true."""
         machine: Any = self
-        if valid and transition.name == "enqueue_unique":
-            machine.unique_admit(argv)  # the job it admits is tracked (tests/stateful_unique.py)
-            return
-        if valid and transition in (ENQUEUE, ENQUEUE_DELAYED) and len(checked.keys) == 3:
-            if machine.admitted(transition, argv):  # the job it admits is tracked
-                machine.live.add(checked.args[0])
-            return
-        if valid and transition in TRACKED:
-            return  # a valid call on the queue the rules track: theirs to make
-        self.execute(transition, argv)
+        if transition in (ENQUEUE, ENQUEUE_DELAYED):
+            if machine.admitted(transition, argv):
+                machine.live.add(argv[4])
+        elif transition in (ACK, ACK_RESULT):
+            machine.acked(transition, argv)
+        else:
+            run = {ENQUEUE_UNIQUE: machine.unique_admit, CLAIM: machine.claimed,
+                   SETTLE: self.settled, CANCEL: machine.cancelled}[transition]
+            run(argv)
 
     # invariants -------------------------------------------------------------------------------
 

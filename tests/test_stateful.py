@@ -1,13 +1,13 @@
 """Random transition sequences on both executors in lockstep, checked against a Python model.
 
 A hypothesis state machine drives one queue through enqueue (at once, delayed and unique, in its
-three modes), claim, ack (with
-and without a result), retry, extend, progress, settle (ack, done, retry and release items) and
-extend_many batches mixed with those single verbs, recover, promote, requeue of dead jobs and bad
-input, on an explicit clock, while rules also tamper with the keyspace behind the queue's back
-(deleted rows, expired tombstones, wrong-typed keys, odd row fields, lane jobs) and crash workers (a
-claim whose lease runs out, then recover). Every call runs on the Lua and the native scratch keys of
-a ``Pair`` (requeue, scripts only, runs its script on both); after every step both keyspaces must
+three modes), claim, ack (with and without a result), retry, extend, progress, settle (ack, done,
+retry and release items) and extend_many batches mixed with those single verbs, recover, promote,
+requeue of dead jobs and bad input (a mutated call that turns out valid runs as its rule runs it),
+on an explicit clock, while rules also tamper with the keyspace behind the queue's back (deleted
+rows, expired tombstones, wrong-typed keys, odd row fields, lane jobs) and crash workers (a claim
+whose lease runs out, then recover). Every call runs on the Lua and the native scratch keys of a
+``Pair`` (requeue, scripts only, runs its script on both); after every step both keyspaces must
 equal each other and the model's (echomq/conformance/model/), and SPEC invariants 1-4, 8 and 10 are
 checked explicitly: a stale holder is always refused (a settlement sent again after it went through
 answers as it did the first time, changing nothing), a fence never repeats for an id, a job
@@ -256,7 +256,7 @@ class QueueMachine(Priorities, Progress, UniqueEnqueues, BeyondTheQueue, Checks,
         latest = self.fences.get(job_id, [None])[-1]
         if not isinstance(checked, bytes) and fence != latest:
             assert reply == status("STALE"), (job_id, fence, latest, reply)
-            if fence in self.fences[job_id][:-1]:
+            if fence in self.fences.get(job_id, [])[:-1]:
                 event("an earlier holder of the id refused")
         return reply
 
