@@ -34,6 +34,7 @@ from echomq.engine.transitions import (
     RETRY,
     SETTLE,
     TRANSITIONS,
+    TRIM_DEAD,
     Transition,
 )
 from tests.stateful_dead import DeadBoundsRules
@@ -61,7 +62,8 @@ ITEM_REPLAYS: dict[bytes, tuple[bytes, ...]] = {
 BAD_INPUT = tuple(t for t in TRANSITIONS if t.name not in ("enqueue_after", "after"))
 # The transitions whose replies the machine's bookkeeping follows: a valid call of one among the
 # bad input runs as its rule runs it (``BeyondTheQueue.tracked``).
-TRACKED = (ENQUEUE, ENQUEUE_DELAYED, ENQUEUE_UNIQUE, CLAIM, ACK, ACK_RESULT, SETTLE, CANCEL)
+TRACKED = (ENQUEUE, ENQUEUE_DELAYED, ENQUEUE_UNIQUE, CLAIM, ACK, ACK_RESULT, SETTLE, CANCEL,
+           TRIM_DEAD)
 
 PAYLOADS = st.one_of(
     st.sampled_from([b"", b"p", b"\x00\xff\r\n$-1\r\n", b"*3\r\n", b"x" * 5000]),
@@ -259,7 +261,8 @@ class BeyondTheQueue(DeadBoundsRules):
             machine.acked(transition, argv)
         else:
             run = {ENQUEUE_UNIQUE: machine.unique_admit, CLAIM: machine.claimed,
-                   SETTLE: self.settled, CANCEL: machine.cancelled}[transition]
+                   SETTLE: self.settled, CANCEL: machine.cancelled,
+                   TRIM_DEAD: self.trimmed_by}[transition]
             run(argv)
 
     # invariants -------------------------------------------------------------------------------
