@@ -29,6 +29,7 @@ from echomq.engine.transitions import (
     CLAIM,
     ENQUEUE,
     ENQUEUE_DELAYED,
+    ENQUEUE_MANY,
     ENQUEUE_UNIQUE,
     EXTEND_MANY,
     RETRY,
@@ -62,8 +63,8 @@ ITEM_REPLAYS: dict[bytes, tuple[bytes, ...]] = {
 BAD_INPUT = tuple(t for t in TRANSITIONS if t.name not in ("enqueue_after", "after"))
 # The transitions whose replies the machine's bookkeeping follows: a valid call of one among the
 # bad input runs as its rule runs it (``BeyondTheQueue.tracked``).
-TRACKED = (ENQUEUE, ENQUEUE_DELAYED, ENQUEUE_UNIQUE, CLAIM, ACK, ACK_RESULT, SETTLE, CANCEL,
-           TRIM_DEAD)
+TRACKED = (ENQUEUE, ENQUEUE_DELAYED, ENQUEUE_UNIQUE, ENQUEUE_MANY, CLAIM, ACK, ACK_RESULT, SETTLE,
+           CANCEL, TRIM_DEAD)
 
 PAYLOADS = st.one_of(
     st.sampled_from([b"", b"p", b"\x00\xff\r\n$-1\r\n", b"*3\r\n", b"x" * 5000]),
@@ -228,7 +229,8 @@ class BeyondTheQueue(DeadBoundsRules):
                    "progress": b"g", "mode": b"debounce", "period_ms": 1_000}
         keys = [key(role.encode(), job_id, base) for role in transition.keys]
         items: Argv = {SETTLE: [b"ack", job_id, 1, b"retry", job_id, 1, 0, 3, b"e"],
-                       EXTEND_MANY: [job_id, 1]}.get(transition, [])
+                       EXTEND_MANY: [job_id, 1], ENQUEUE_MANY: [job_id, b"p", 0, 0]}.get(
+                           transition, [])
         return [len(keys), *keys, *(numbers[name] for name in transition.args), *items]
 
     @rule(data=st.data(), transition=st.sampled_from(BAD_INPUT),
@@ -260,8 +262,8 @@ class BeyondTheQueue(DeadBoundsRules):
         elif transition in (ACK, ACK_RESULT):
             machine.acked(transition, argv)
         else:
-            run = {ENQUEUE_UNIQUE: machine.unique_admit, CLAIM: machine.claimed,
-                   SETTLE: self.settled, CANCEL: machine.cancelled,
+            run = {ENQUEUE_UNIQUE: machine.unique_admit, ENQUEUE_MANY: machine.admitted_many,
+                   CLAIM: machine.claimed, SETTLE: self.settled, CANCEL: machine.cancelled,
                    TRIM_DEAD: self.trimmed_by}[transition]
             run(argv)
 
