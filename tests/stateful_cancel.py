@@ -10,7 +10,7 @@ from hypothesis.stateful import invariant, rule
 
 from echomq.conformance.model import status
 from echomq.engine.transitions import CANCEL
-from tests.stateful_world import POOL, ZSETS, key
+from tests.stateful_world import POOL, ZSETS, Argv, key
 
 
 class Cancelling:
@@ -24,13 +24,19 @@ class Cancelling:
     @rule(data=st.data(), retention_ms=st.sampled_from([0, 600_000, 600_000]))
     def cancel(self, data: st.DataObject, retention_ms: int) -> None:
         job_id = data.draw(st.sampled_from(POOL), label="cancelled")
+        self.cancelled([6, key(b"job", job_id), key(b"pending"), key(b"delayed"),
+                        key(b"active"), key(b"dead"), key(b"ring"), job_id, self.now,
+                        retention_ms])
+
+    def cancelled(self, argv: Argv) -> bytes:
+        """A cancel (``argv``: numkeys 6, the row, pending, delayed, active, dead, ring, then id,
+        now, retention_ms), checked: a live job not leased is cancelled and never runs again, a
+        leased one is flagged."""
+        row, job_id = argv[1], argv[7]
         leased = job_id in self.zmembers(b"active")
         # A row whose payload was taken behind the queue's back (``tamper``) and that carries the
         # cancel mark reads as cancelled already, leased or not (PROTOCOL.md, cancel's table).
-        row = key(b"job", job_id)
         whole = self.model.kind(row) != b"hash" or self.model.hget(row, b"p") is not None
-        argv = [6, row, key(b"pending"), key(b"delayed"), key(b"active"),
-                key(b"dead"), key(b"ring"), job_id, self.now, retention_ms]
         reply, _ = self.execute(CANCEL, argv)
         if reply == status("CANCELLED") and job_id in self.live and whole:
             assert not leased, job_id
@@ -41,6 +47,7 @@ class Cancelling:
             assert leased, job_id
             event("a leased job flagged")
             self.flagged_leases().add(job_id)
+        return bytes(reply)
 
     def heartbeat(self, job_id: bytes, fence: int) -> bytes:
         """What extending the lease (``job_id``, ``fence``) answers: STALE when it is not

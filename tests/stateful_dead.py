@@ -68,8 +68,13 @@ class DeadBoundsRules:
 
     def trimmed(self, limit: int) -> tuple[bytes, set[bytes]]:
         """trim_dead at the machine's clock, checked: its reply and the ids it took."""
+        return self.trimmed_by([2, BASE + b"dead", DEADCONF, self.now, limit])
+
+    def trimmed_by(self, argv: list[Any]) -> tuple[bytes, set[bytes]]:
+        """A trim_dead (``argv``: numkeys 2, dead, deadconf, now, limit), checked: the jobs it
+        took left with their rows, and are live no more; its reply and the ids it took."""
         before = set(self.zmembers(b"dead"))
-        reply, _ = self.execute(TRIM_DEAD, [2, BASE + b"dead", DEADCONF, self.now, limit])
+        reply, _ = self.execute(TRIM_DEAD, argv)
         gone = before - set(self.zmembers(b"dead"))
         for job_id in gone:
             assert self.model.kind(BASE + b"job:" + job_id) == b"none", job_id

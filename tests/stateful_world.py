@@ -19,6 +19,7 @@ from echomq.conformance.model import (
     KEY_TYPE,
     int_field,
     normalise,
+    raw,
 )
 from echomq.conformance.model.words import row_priority
 from echomq.engine.transitions import (
@@ -28,10 +29,13 @@ from echomq.engine.transitions import (
     CLAIM,
     ENQUEUE,
     ENQUEUE_DELAYED,
+    ENQUEUE_MANY,
+    ENQUEUE_UNIQUE,
     EXTEND_MANY,
     RETRY,
     SETTLE,
     TRANSITIONS,
+    TRIM_DEAD,
     Transition,
 )
 from tests.stateful_dead import DeadBoundsRules
@@ -57,8 +61,10 @@ ITEM_REPLAYS: dict[bytes, tuple[bytes, ...]] = {
 # The transitions bad input is sent to: all but the dependencies' (a good call by chance would
 # admit or release a waiting job the world does not track; tests/test_join_stateful.py runs them).
 BAD_INPUT = tuple(t for t in TRANSITIONS if t.name not in ("enqueue_after", "after"))
-# transitions whose replies the machine's bookkeeping follows
-TRACKED = (ENQUEUE, ENQUEUE_DELAYED, CLAIM, ACK, ACK_RESULT, SETTLE, CANCEL)
+# The transitions whose replies the machine's bookkeeping follows: a valid call of one among the
+# bad input runs as its rule runs it (``BeyondTheQueue.tracked``).
+TRACKED = (ENQUEUE, ENQUEUE_DELAYED, ENQUEUE_UNIQUE, ENQUEUE_MANY, CLAIM, ACK, ACK_RESULT, SETTLE,
+           CANCEL, TRIM_DEAD)
 
 PAYLOADS = st.one_of(
     st.sampled_from([b"", b"p", b"\x00\xff\r\n$-1\r\n", b"*3\r\n", b"x" * 5000]),
@@ -69,6 +75,7 @@ ERRORS = st.sampled_from([b"", b"boom", b"\x00\r\n-ERR x\r\n", "ошибка".en
 MAX_ATTEMPTS = st.sampled_from([1, 2, 3, 5])
 RESULTS = st.one_of(st.sampled_from([b"", b"42", b"\x00\r\n+OK\r\n", b"r" * 524_288,
                                      b"r" * 524_289]), st.binary(max_size=24))
+ITEM_WIDTHS = {b"ack": 3, b"done": 4, b"retry": 6, b"release": 3}  # a settle item's words
 RETRY_TAIL = st.tuples(st.sampled_from([0, 1, 1_000]), MAX_ATTEMPTS, ERRORS).map(list)
 
 BAD_NUMKEYS = [b"x", b"", b"-1", b"-0", b"01", b"+2", b" 2", b"2 ", b"1.0", b"99",
@@ -78,6 +85,10 @@ BAD_IDS = [b"", b"JOB:", b"job:1", b"JOB", b"JOB:a b", b"JOB:\xff", b"JOB:1\n", 
 BAD_NUMBERS = [b"", b"-1", b"0", b"1.5", b"1e3", b" 1", b"1 ", b"+1", b"0x10", b"*",
                b"1" * 16, b"999999999999999", b"000000000000001", b"0000000000000001", b"abc",
                b"\xd9\xa1"]
+# The arguments a call turns into a TTL on the server's own clock, not the machine's, and the
+# least a valid call among the bad input keeps them (``lasting``).
+SERVER_CLOCK = ("retention_ms", "period_ms")
+LASTING_MS = 600_000
 
 Argv = list[Any]
 
@@ -92,6 +103,31 @@ def parsed(reply: bytes) -> Any:
     reader = hiredis.Reader()
     reader.feed(reply)
     return reader.gets()
+
+
+def lasting(transition: Transition, argv: Argv, numbers: dict[str, int]) -> Argv:
+    """A valid call's ``argv`` with each TTL on the server's own clock shorter than any run (a
+    mutation that made retention_ms 1, or moved fence 1 into its place) made ``LASTING_MS``:
+    the tombstone it leaves would otherwise expire on the server before the keyspaces are
+    compared, while the model keeps it; as the rules' TTLs, it outlasts the run."""
+    out = list(argv)
+    for name in SERVER_CLOCK:
+        if 0 < numbers.get(name, 0) < LASTING_MS:
+            out[1 + int(argv[0]) + transition.args.index(name)] = LASTING_MS
+    return out
+
+
+def settle_items(argv: Argv) -> list[tuple[bytes, bytes, int, Argv]]:
+    """A valid settle's items, after its keys and its four numbers (now, retention_ms,
+    lease_ms, count): (op, id, fence, the words after: done's result; retry's delay_ms,
+    max_attempts and error)."""
+    words, items = argv[1 + int(argv[0]) + 4:], []
+    while words:
+        width = ITEM_WIDTHS[words[0]]
+        op, job_id, fence, *tail = words[:width]
+        items.append((op, job_id, int(fence), [raw(word) for word in tail]))
+        words = words[width:]
+    return items
 
 
 class BeyondTheQueue(DeadBoundsRules):
@@ -193,30 +229,43 @@ class BeyondTheQueue(DeadBoundsRules):
                    "progress": b"g", "mode": b"debounce", "period_ms": 1_000}
         keys = [key(role.encode(), job_id, base) for role in transition.keys]
         items: Argv = {SETTLE: [b"ack", job_id, 1, b"retry", job_id, 1, 0, 3, b"e"],
-                       EXTEND_MANY: [job_id, 1]}.get(transition, [])
+                       EXTEND_MANY: [job_id, 1], ENQUEUE_MANY: [job_id, b"p", 0, 0]}.get(
+                           transition, [])
         return [len(keys), *keys, *(numbers[name] for name in transition.args), *items]
 
     @rule(data=st.data(), transition=st.sampled_from(BAD_INPUT),
-          job_id=st.sampled_from(POOL), base=st.sampled_from([BASE, BASE, OTHER, b""]))
-    def bad_input(self, data: st.DataObject, transition: Transition, job_id: bytes,
-                  base: bytes) -> None:
-        """A call with one or two things wrong (or, by chance, right): the model decides."""
-        argv = self.good_argv(transition, job_id, base)
+          base=st.sampled_from([BASE, BASE, OTHER, b""]))
+    def bad_input(self, data: st.DataObject, transition: Transition, base: bytes) -> None:
+        """A call with one or two things wrong (or, by chance, right): the model decides. A
+        valid one on the queue the rules track runs as its rule runs it. An admission's id is
+        never a ghost's (as ``draw_id``'s): admitted, it would have a row again."""
+        ids = [j for j in POOL if j not in self.ghosts] if transition.admits else POOL
+        argv = self.good_argv(transition, data.draw(st.sampled_from(ids), label="id"), base)
         for _ in range(data.draw(st.integers(1, 2), label="mutations")):
             argv = data.draw(mutated(transition, argv), label="argv")
         checked = self.model.validate(transition, argv)
-        valid = not isinstance(checked, bytes) and checked.base == BASE
+        if not isinstance(checked, bytes):
+            argv = lasting(transition, argv, checked.numbers)
+        if isinstance(checked, bytes) or checked.base != BASE or transition not in TRACKED:
+            self.execute(transition, argv)
+            return
+        event(f"a valid call among the bad input: {transition.name}")
+        self.tracked(transition, argv)
+
+    def tracked(self, transition: Transition, argv: Argv) -> None:
+        """A valid call on the tracked queue, run and checked by the method its rule uses, the
+        machine's bookkeeping (live ids, leases, fences) kept true."""
         machine: Any = self
-        if valid and transition.name == "enqueue_unique":
-            machine.unique_admit(argv)  # the job it admits is tracked (tests/stateful_unique.py)
-            return
-        if valid and transition in (ENQUEUE, ENQUEUE_DELAYED) and len(checked.keys) == 3:
-            if machine.admitted(transition, argv):  # the job it admits is tracked
-                machine.live.add(checked.args[0])
-            return
-        if valid and transition in TRACKED:
-            return  # a valid call on the queue the rules track: theirs to make
-        self.execute(transition, argv)
+        if transition in (ENQUEUE, ENQUEUE_DELAYED):
+            if machine.admitted(transition, argv):
+                machine.live.add(argv[4])
+        elif transition in (ACK, ACK_RESULT):
+            machine.acked(transition, argv)
+        else:
+            run = {ENQUEUE_UNIQUE: machine.unique_admit, ENQUEUE_MANY: machine.admitted_many,
+                   CLAIM: machine.claimed, SETTLE: self.settled, CANCEL: machine.cancelled,
+                   TRIM_DEAD: self.trimmed_by}[transition]
+            run(argv)
 
     # invariants -------------------------------------------------------------------------------
 
@@ -224,6 +273,32 @@ class BeyondTheQueue(DeadBoundsRules):
 class Checks:
     """What ``QueueMachine`` checks after its steps: a settle's items, one by one, and the
     invariants of both keyspaces."""
+
+    def settled(self, argv: Argv) -> bytes:
+        """A settle (``argv``: numkeys 7, its keys, now, retention_ms, lease_ms, count, then its
+        items), checked: each item as its single verb would have fared, then its claims: the
+        oldest live pending jobs, none leased already nor a ghost, each a fresh fence."""
+        items, numbers = settle_items(argv), argv[1 + int(argv[0]):][:4]
+        retention_ms, count = int(numbers[1]), int(numbers[3])
+        waiting = [j for j in self.zmembers(b"pending") if j in self.live][:count]
+        holders = set(self.zmembers(b"active"))
+        current = [self.is_current(job_id, fence) for _, job_id, fence, _ in items]
+        attempts = {job_id: int_field(self.model.hget(key(b"job", job_id), b"a"), 0)
+                    for _, job_id, _, _ in items if self.model.kind(key(b"job", job_id)) == b"hash"}
+        reply, _ = self.execute(SETTLE, argv)
+        if reply.startswith(b"-"):
+            return bytes(reply)
+        verdicts, jobs = parsed(reply)
+        self.check_settled(items, current, verdicts)
+        self.check_results(items, current, verdicts, retention_ms)
+        self.check_released(items, verdicts, attempts, [job[0] for job in jobs])
+        assert [job[0] for job in jobs] == waiting, "settle skipped the oldest live jobs"
+        for job_id, _payload, _attempt, fence in jobs:
+            assert job_id not in holders and job_id not in self.ghosts, job_id
+            self.check_fresh_fence(job_id, fence)
+        if len(items) > 1 and jobs:
+            event("a settle with items and claims")
+        return bytes(reply)
 
     def check_settled(self, items: list[tuple[bytes, bytes, int, Argv]], current: list[bool],
                       verdicts: list[bytes]) -> None:

@@ -1,17 +1,17 @@
 """Random transition sequences on both executors in lockstep, checked against a Python model.
 
-A hypothesis state machine drives one queue through enqueue (at once, delayed and unique, in its
-three modes), claim, ack (with
-and without a result), retry, extend, progress, settle (ack, done, retry and release items) and
-extend_many batches mixed with those single verbs, recover, promote, requeue of dead jobs and bad
-input, on an explicit clock, while rules also tamper with the keyspace behind the queue's back
-(deleted rows, expired tombstones, wrong-typed keys, odd row fields, lane jobs) and crash workers (a
-claim whose lease runs out, then recover). Every call runs on the Lua and the native scratch keys of
-a ``Pair`` (requeue, scripts only, runs its script on both); after every step both keyspaces must
-equal each other and the model's (echomq/conformance/model/), and SPEC invariants 1-4, 8 and 10 are
-checked explicitly: a stale holder is always refused (a settlement sent again after it went through
-answers as it did the first time, changing nothing), a fence never repeats for an id, a job
-recovered at its last attempt ends dead.
+A hypothesis state machine drives one queue through enqueue (at once, delayed, unique in its three
+modes, and enqueue_many's batches), claim, ack (with and without a result), retry, extend,
+progress, settle (ack, done, retry and release items) and extend_many batches mixed with those
+single verbs, recover, promote, requeue of dead jobs and bad input (a mutated call that turns out
+valid runs as its rule runs it), on an explicit clock, while rules also tamper with the keyspace
+behind the queue's back (deleted rows, expired tombstones, wrong-typed keys, odd row fields, lane
+jobs) and crash workers (a claim whose lease runs out, then recover). Every call runs on the Lua
+and the native scratch keys of a ``Pair`` (requeue, scripts only, runs its script on both); after
+every step both keyspaces must equal each other and the model's (echomq/conformance/model/), and
+SPEC invariants 1-4, 8 and 10 are checked explicitly: a stale holder is always refused (a
+settlement sent again after it went through answers as it did the first time, changing nothing), a
+fence never repeats for an id, a job recovered at its last attempt ends dead.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from echomq.conformance.model import (
     int_field,
     normalise,
     null,
+    raw,
     status,
 )
 from echomq.embedded import EmbeddedValkey
@@ -51,9 +52,9 @@ from echomq.engine.transitions import (
     RECOVER,
     REQUEUE,
     RETRY,
-    SETTLE,
     Transition,
 )
+from tests.stateful_batches import Batches
 from tests.stateful_cancel import Cancelling
 from tests.stateful_events import EventedCalls
 from tests.stateful_priority import Priorities
@@ -78,8 +79,8 @@ from tests.stateful_world import (
 )
 
 
-class QueueMachine(Priorities, Progress, UniqueEnqueues, BeyondTheQueue, Checks, Cancelling,
-                   EventedCalls, RuleBasedStateMachine):
+class QueueMachine(Priorities, Progress, UniqueEnqueues, Batches, BeyondTheQueue, Checks,
+                   Cancelling, EventedCalls, RuleBasedStateMachine):
     """One queue (plus a neighbour) on both executors and the model, in lockstep."""
 
     def __init__(self, port: int, protocol: int) -> None:
@@ -185,10 +186,15 @@ class QueueMachine(Priorities, Progress, UniqueEnqueues, BeyondTheQueue, Checks,
 
     def claim_one(self, lease_ms: int) -> bytes | None:
         """A claim, checked; the id it leased, if any."""
+        return self.claimed([3, key(b"pending"), key(b"active"), key(b"fence"), lease_ms,
+                             self.now])
+
+    def claimed(self, argv: Argv) -> bytes | None:
+        """A claim (``argv``: numkeys 3, pending, active, fence, lease_ms, now), checked: the
+        oldest live pending job, not leased already, a fresh fence; the id it leased, if any."""
         order = self.zmembers(b"pending")
         waiting = [job_id for job_id in order if job_id in self.live]
         holders = set(self.zmembers(b"active"))
-        argv = [3, key(b"pending"), key(b"active"), key(b"fence"), lease_ms, self.now]
         reply, _ = self.execute(CLAIM, argv)
         walked, job_id = order, None
         if reply.startswith(b"-"):
@@ -251,7 +257,7 @@ class QueueMachine(Priorities, Progress, UniqueEnqueues, BeyondTheQueue, Checks,
         latest = self.fences.get(job_id, [None])[-1]
         if not isinstance(checked, bytes) and fence != latest:
             assert reply == status("STALE"), (job_id, fence, latest, reply)
-            if fence in self.fences[job_id][:-1]:
+            if fence in self.fences.get(job_id, [])[:-1]:
                 event("an earlier holder of the id refused")
         return reply
 
@@ -268,9 +274,7 @@ class QueueMachine(Priorities, Progress, UniqueEnqueues, BeyondTheQueue, Checks,
     @rule(data=st.data(), retention_ms=st.sampled_from([0, 0, 600_000]))
     def ack(self, data: st.DataObject, retention_ms: int) -> None:
         job_id, fence = self.pick_lease(data)
-        argv = [2, key(b"active"), key(b"job", job_id), job_id, fence, retention_ms]
-        if self.fenced(ACK, job_id, fence, argv) == status("ACKED"):
-            self.live.discard(job_id)
+        self.acked(ACK, [2, key(b"active"), key(b"job", job_id), job_id, fence, retention_ms])
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data(), retention_ms=st.sampled_from([0, 600_000, 600_000]), result=RESULTS)
@@ -278,14 +282,24 @@ class QueueMachine(Priorities, Progress, UniqueEnqueues, BeyondTheQueue, Checks,
         """An ack keeping the handler's result: the tombstone holds it; one over the cap is
         refused whole."""
         job_id, fence = self.pick_lease(data)
-        argv = [2, key(b"active"), key(b"job", job_id), job_id, fence, retention_ms, result]
+        self.acked(ACK_RESULT, [2, key(b"active"), key(b"job", job_id), job_id, fence,
+                                retention_ms, result])
+
+    def acked(self, transition: Transition, argv: Argv) -> bytes:
+        """An ack or ack_result (``argv``: numkeys 2, active, the row, then id, fence,
+        retention_ms and ack_result's result), checked by ``fenced``: a current lease acked is
+        live no more, and ack_result's tombstone holds its result (one over the cap refused)."""
+        job_id, fence, retention_ms = argv[3], int(argv[4]), int(argv[5])
+        result = raw(argv[6]) if transition == ACK_RESULT else None
         current = self.is_current(job_id, fence)
-        reply = self.fenced(ACK_RESULT, job_id, fence, argv)
-        if len(result) > 524_288:
+        reply = self.fenced(transition, job_id, fence, argv)
+        if result is not None and len(result) > 524_288:
             assert reply.startswith(b"-EMQSIZE "), reply
         if reply == status("ACKED") and current:  # a replay writes nothing
             self.live.discard(job_id)
-            self.check_result(job_id, result, retention_ms)
+            if result is not None:
+                self.check_result(job_id, result, retention_ms)
+        return reply
 
     def check_result(self, job_id: bytes, result: bytes, retention_ms: int) -> None:
         row = key(b"job", job_id)
@@ -374,29 +388,11 @@ class QueueMachine(Priorities, Progress, UniqueEnqueues, BeyondTheQueue, Checks,
             if op == b"done":
                 tail = [data.draw(RESULTS, label="result")]
             items.append((op, job_id, fence, tail))
-        waiting = [j for j in self.zmembers(b"pending") if j in self.live][:count]
-        holders = set(self.zmembers(b"active"))
-        current = [self.is_current(job_id, fence) for _, job_id, fence, _ in items]
-        attempts = {job_id: int_field(self.model.hget(key(b"job", job_id), b"a"), 0)
-                    for _, job_id, _, _ in items if self.model.kind(key(b"job", job_id)) == b"hash"}
-        argv = [7, key(b"active"), key(b"delayed"), key(b"dead"), key(b"pending"),
-                key(b"fence"), key(b"ring"), key(b"wake"), self.now, retention_ms, lease_ms,
-                count,
-                *(word for op, job_id, fence, tail in items for word in (op, job_id, fence,
-                                                                         *tail))]
-        reply, _ = self.execute(SETTLE, argv)
-        if reply.startswith(b"-"):
-            return
-        verdicts, jobs = parsed(reply)
-        self.check_settled(items, current, verdicts)
-        self.check_results(items, current, verdicts, retention_ms)
-        self.check_released(items, verdicts, attempts, [job[0] for job in jobs])
-        assert [job[0] for job in jobs] == waiting, "settle skipped the oldest live jobs"
-        for job_id, _payload, _attempt, fence in jobs:
-            assert job_id not in holders and job_id not in self.ghosts, job_id
-            self.check_fresh_fence(job_id, fence)
-        if len(items) > 1 and jobs:
-            event("a settle with items and claims")
+        self.settled([7, key(b"active"), key(b"delayed"), key(b"dead"), key(b"pending"),
+                      key(b"fence"), key(b"ring"), key(b"wake"), self.now, retention_ms,
+                      lease_ms, count,
+                      *(word for op, job_id, fence, tail in items
+                        for word in (op, job_id, fence, *tail))])
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data(), lease_ms=st.sampled_from([1, 1_000, 30_000]))
