@@ -40,8 +40,9 @@ def blocked_clients(conn: redis.Redis) -> int:
     return int(conn.info("clients")["blocked_clients"])
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    """Check ``condition`` until it holds or ``timeout`` passes (a bounded wait)."""
+def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
+    """Check ``condition`` until it holds or ``timeout`` passes (a bounded wait: how long before
+    calling it a failure on a loaded machine, never a speed; a promised bound passes its own)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
