@@ -66,7 +66,7 @@ test:
 # Django after them. What waits on the network or the disk runs beside the first stage: the lowest
 # and Django venvs install (each from a copy of the checkout, so nothing is built in it while the
 # suite loads its modules), and the wheel is built and checked in its fresh venv.
-MAIN_WORKERS ?= 3
+MAIN_WORKERS ?= 2
 test-stages: stage-versions stage-asan stage-lowest stage-django test-wheel
 
 # $(call logged,NAME,COMMAND): COMMAND's output in test-logs/NAME.log, printed when it ends, with

@@ -69,7 +69,7 @@ def drain(conn: redis.Redis, supervisor: Workers, queue: Queue, count: int,
     items = [(f"JOB:{n:03d}", str(run_ms).encode()) for n in range(count)]
     queue.enqueue_many(items)
     assert reaches(lambda: int(conn.hlen("test:acked")), count, 30), supervisor.log()
-    assert supervisor.terminate(within=8) == 0
+    assert supervisor.terminate(within=60) == 0  # a bound on waiting: not what this tests
     ids = [job_id for job_id, _ in items]
     assert_each_acked_once(conn, queue, ids)
     lines = ledger(conn)
