@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from typing import Any
 
@@ -288,10 +289,14 @@ def test_a_canvas_whose_admission_failed_between_steps_is_finished_by_its_workfl
     assert set(handle.verdicts.values()) == {Verdict.DUPLICATE}
     consumer = Consumer(app.queue, app.handler)
     try:
-        while consumer.drain():
-            pass
+        # Until the body has run: a drain that finds nothing may end before the last child's
+        # settlement has released the body (60 s: a bound on waiting, never a speed).
+        deadline = time.monotonic() + 60
+        while app.queue.outcome(handle.ids[-1]).state != "done":
+            consumer.drain()
+            assert time.monotonic() < deadline, app.queue.outcome(handle.ids[-1])
     finally:
         consumer.close()
-    assert handle.result(timeout=60) == sum(range(1, 301))  # a bound on waiting, never a speed
+    assert handle.result(timeout=60) == sum(range(1, 301))
     assert Counter(runs) == {"add": 300, "total": 1}
     assert conn.zcard(app.queue.key("waiting")) == 0
