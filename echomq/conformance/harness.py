@@ -121,13 +121,16 @@ def snapshot(conn: RawConnection, match: bytes = b"*") -> Snapshot:
             for key, kind, value, ttl in zip(keys, kinds, values, heads[1::2], strict=True)}
 
 
+# How a key of each type is read whole: the verb, then what follows the key.
+READS: dict[bytes, tuple[Arg, ...]] = {
+    b"hash": ("HGETALL",), b"zset": ("ZRANGE", "0", "-1", "WITHSCORES"),
+    b"list": ("LRANGE", "0", "-1"), b"string": ("GET",), b"set": ("SMEMBERS",),
+    b"stream": ("XRANGE", "-", "+")}
+
+
 def value_command(kind: bytes, key: bytes) -> tuple[Arg, ...]:
     """The command that reads a key of type ``kind`` whole (DUMP for a type not listed)."""
-    reads: dict[bytes, tuple[Arg, ...]] = {
-        b"hash": ("HGETALL",), b"zset": ("ZRANGE", "0", "-1", "WITHSCORES"),
-        b"list": ("LRANGE", "0", "-1"), b"string": ("GET",), b"set": ("SMEMBERS",),
-        b"stream": ("XRANGE", "-", "+")}
-    verb, *tail = reads.get(kind, ("DUMP",))
+    verb, *tail = READS.get(kind, ("DUMP",))
     return (verb, key, *tail)
 
 
