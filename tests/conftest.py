@@ -157,3 +157,30 @@ def no_sampler_left() -> Iterator[None]:
         thread.join(timeout=5)
     assert not [thread for thread in left if thread.is_alive()], \
         "a dashboard sampler outlived its test: serve the app in a with block, or stop its history"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "pairs(names, values): run only these combinations of the named parameters "
+        "(each value of each name is in one of them), not their product")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``@pytest.mark.pairs(("shell", "wire"), [("sync", 5), ("async", 6)])``: of a test whose
+    parameters (a fixture's included) multiply, the listed combinations alone run; the others are
+    deselected. For dimensions that cannot differ together: each value still runs, once."""
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker("pairs")
+        callspec = getattr(item, "callspec", None)
+        if marker is not None and callspec is not None:
+            names, combinations = marker.args
+            values = tuple(callspec.params[name] for name in names)
+            if values not in combinations:
+                dropped.append(item)
+                continue
+        kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

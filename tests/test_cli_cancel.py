@@ -14,7 +14,7 @@ from echomq.embedded import EmbeddedValkey
 from tests.test_cli import assert_one_error, echomq
 
 
-@pytest.mark.parametrize("wire", ["5", "6"])
+@pytest.mark.parametrize("wire", ["6"])
 def test_cancel_prints_the_verdict(valkey: EmbeddedValkey, conn: redis.Redis,
                                    wire: str) -> None:
     queue = Queue(conn, "mail", wire=int(wire))

@@ -89,6 +89,7 @@ def run_until_crashed_or(worker: subprocess.Popen[bytes], done: Callable[[], boo
     return worker.wait(5.0)
 
 
+@pytest.mark.pairs(("shell", "queue"), [("sync", 5), ("async", 6)])
 def test_a_job_that_kills_its_worker_takes_no_neighbour_dead_with_it(
         shell: str, queue: Queue, valkey: EmbeddedValkey) -> None:
     ids = [f"JOB:{i:03d}" for i in range(JOBS)]

@@ -48,6 +48,7 @@ def total(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
             if calls != before.get(name, 0)}
 
 
+@pytest.mark.pairs(("shell", "wire"), [("sync", 5), ("async", 6)])
 def test_idle_consumers_cost_one_read_and_one_blpop_per_park(
         make: Make, conn: redis.Redis, wire: int) -> None:
     consumers, cap_ms, window_s = 4, 1_000, 5.0

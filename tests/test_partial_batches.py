@@ -83,6 +83,7 @@ def run(aio: bool, made: Callable[[], Any]) -> Any:
 
 @pytest.mark.parametrize("wire", [5, 6], ids=["wire5", "wire6"])
 @pytest.mark.parametrize("aio", [False, True], ids=["blocking", "asyncio"])
+@pytest.mark.pairs(("aio", "wire"), [(False, 5), (True, 6)])
 def test_a_queue_batch_refused_after_its_first_command(server: EmbeddedValkey, wire: int,
                                                        aio: bool) -> None:
     conn = server.client()
@@ -129,6 +130,7 @@ def test_a_queue_batch_refused_after_its_first_command(server: EmbeddedValkey, w
 
 @pytest.mark.parametrize("wire", [5, 6], ids=["wire5", "wire6"])
 @pytest.mark.parametrize("aio", [False, True], ids=["blocking", "asyncio"])
+@pytest.mark.pairs(("aio", "wire"), [(False, 5), (True, 6)])
 def test_a_task_batch_sent_again_admits_each_call_once(server: EmbeddedValkey, wire: int,
                                                        aio: bool) -> None:
     conn = server.client()

@@ -24,6 +24,7 @@ def wire(request: pytest.FixtureRequest) -> int:
     return int(request.param)
 
 
+@pytest.mark.pairs(("shell", "wire"), [("sync", 5), ("async", 6)])
 def test_idle_consumers_cost_the_same_with_limits_set(make: Make, conn: redis.Redis,
                                                       wire: int) -> None:
     Queue(conn, "idle", check_policy=False).set_limits(concurrency=2, rate=5, window_ms=200)

@@ -80,6 +80,8 @@ def test_a_consumer_with_default_arguments_is_a_live_worker_in_the_cli_and_the_d
 
 
 @pytest.mark.parametrize("lanes", [False, True], ids=["flat", "lanes"])
+@pytest.mark.pairs(("shell", "wire", "lanes"),
+                   [("sync", 5, False), ("async", 6, False), ("async", 5, True)])
 def test_idle_announced_consumers_cost_a_tenth_of_a_command_a_second(
         make: Make, conn: redis.Redis, wire: int, lanes: bool) -> None:
     """A lane consumer's park reads one more count (the ring's length) than a flat one's."""

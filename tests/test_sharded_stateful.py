@@ -168,7 +168,7 @@ STATEFUL = settings(max_examples=60, stateful_step_count=40, deadline=None,
                                            HealthCheck.too_slow])
 
 
-@pytest.mark.parametrize("wire", [5, 6])
+@pytest.mark.parametrize("wire", [5])
 def test_a_sharded_queue_is_one_plain_queue_to_its_users(valkey: EmbeddedValkey,
                                                         wire: int) -> None:
     conn: Any = valkey.client()

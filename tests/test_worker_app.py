@@ -59,8 +59,7 @@ def app_server() -> Iterator[EmbeddedValkey]:
     server.stop()
 
 
-@pytest.mark.parametrize("wire", [5, 6])
-@pytest.mark.parametrize("library", ["redis", "valkey"])
+@pytest.mark.parametrize(("library", "wire"), [("redis", 5), ("valkey", 6)])
 def test_a_worker_without_url_serves_its_app_s_server_client_library_and_wire(
         app_server: EmbeddedValkey, tmp_path: Path, library: str, wire: int) -> None:
     conn = client_of(app_server, library)

@@ -218,6 +218,7 @@ def promoted(node: EmbeddedValkey) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("wire", [5, 6])
+@pytest.mark.pairs(("layout", "wire"), [("plain", 5), ("sharded", 6)])
 def test_a_sigkilled_primary_is_replaced_by_its_replica_losing_nothing_confirmed(
         cluster: ReplicatedCluster, layout: str, wire: int) -> None:
     started = time.monotonic()
@@ -279,6 +280,7 @@ def settled(flow: Flow, label: str, bound: tuple[dict[str, int], int, int, Job])
 
 @pytest.mark.slow
 @pytest.mark.parametrize("wire", [5, 6])
+@pytest.mark.pairs(("layout", "wire"), [("plain", 6), ("sharded", 5)])
 def test_a_slot_moved_under_load_onto_a_replicated_primary_loses_nothing(
         cluster: ReplicatedCluster, layout: str, wire: int) -> None:
     started = time.monotonic()
@@ -309,6 +311,7 @@ def test_a_slot_moved_under_load_onto_a_replicated_primary_loses_nothing(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("wire", [5, 6])
+@pytest.mark.pairs(("layout", "wire"), [("plain", 5), ("sharded", 6)])
 def test_a_restarted_primary_rejoins_losing_nothing(cluster: ReplicatedCluster, layout: str,
                                                     wire: int) -> None:
     started = time.monotonic()
