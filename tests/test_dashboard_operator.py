@@ -47,9 +47,11 @@ def recent(conn: redis.Redis, names: list[str], minutes: int = 2) -> History:
 
 
 class Browser:
-    def __init__(self, p: Any) -> None:
-        self.browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        self.page = self.browser.new_page(viewport={"width": 1400, "height": 900})
+    """A page of its own (a fresh context: no cookie or storage of another test's) in the
+    module's one Chromium."""
+
+    def __init__(self, chromium: Any) -> None:
+        self.page = chromium.new_page(viewport={"width": 1400, "height": 900})
         self.page.on("dialog", lambda dialog: dialog.accept())
 
     def open(self, url: str) -> Any:
@@ -58,12 +60,20 @@ class Browser:
         return self.page
 
 
-@pytest.fixture
-def browser() -> Iterator[Browser]:
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """One Chromium for the module's tests (each launch costs seconds of CPU)."""
     with playwright.sync_playwright() as p:
-        found = Browser(p)
-        yield found
-        found.browser.close()
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def browser(chromium: Any) -> Iterator[Browser]:
+    found = Browser(chromium)
+    yield found
+    found.page.context.close()
 
 
 def test_a_url_with_user_and_token_loads_and_requeues(conn: redis.Redis,
