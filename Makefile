@@ -137,23 +137,23 @@ install_copy = src=$(1)/src && rm -rf "$$src" && mkdir -p "$$src" && tar --exclu
 	--exclude=./echomq/_core.c -cf - . | tar -xf - -C "$$src" && \
 	$(1)/bin/python -m pip install -q "$$src[$(2)]"
 
-# The consumer, asyncio, queue, task, lane, metrics and tracing tests again on the lowest
-# versions pyproject.toml allows of redis-py, valkey-py, hiredis, msgspec, cronsim,
-# prometheus-client and OpenTelemetry, in a venv of their own: the range stated there is the range
-# tested.
+# What calls the dependencies, again on the lowest versions pyproject.toml allows of redis-py,
+# valkey-py, hiredis, msgspec, cronsim, prometheus-client and OpenTelemetry, in a venv of their own:
+# the range stated there is the range tested. Each file is here for a part of their API the others
+# do not reach: the blocking and asyncio clients of both libraries (commands, pipelines, EVALSHA
+# and NOSCRIPT, RESP3, hiredis's parser, timeouts, retries, errors), their cluster clients (routing,
+# MOVED, per-node parks), the task codec (msgspec), schedules (cronsim), metrics (prometheus-client)
+# and spans (OpenTelemetry). What only sends the same calls again with other arguments (the queue's
+# outcomes, lanes, limits, housekeeping, workflows, dedupe) runs once, on the newest.
 LOWEST_PINS = redis==5.0.1 valkey==6.0.0 hiredis==2.3.2 msgspec==0.18.0 cronsim==2.7 \
 	prometheus-client==0.20.0 opentelemetry-api==1.20.0 opentelemetry-sdk==1.20.0
-LOWEST_SUITE = tests/test_consumer.py tests/test_aio.py tests/test_queue.py tests/test_queue_outcomes.py \
-	tests/test_housekeeping.py tests/test_handlers.py tests/test_connection.py \
-	tests/test_server_errors.py tests/test_tasks.py tests/test_tasks_codec.py \
-	tests/test_tasks_e2e.py tests/test_directives.py tests/test_periodic.py \
-	tests/test_lanes.py tests/test_lane_limits.py tests/test_metrics.py tests/test_tracing.py \
-	tests/test_wait_slices.py tests/test_clients.py tests/test_replay.py tests/test_cluster_once.py \
-	tests/test_cluster_scripts.py tests/test_cluster_routing.py tests/test_tasks_async.py \
-	tests/test_workflows.py tests/test_queue_after.py tests/test_cluster_workflows.py \
-	tests/test_queue_dedupe.py tests/test_sharded_queue.py tests/test_sharded_app.py \
-	tests/test_spread_consumer.py tests/test_settle_all.py tests/test_cluster_parks.py \
-	tests/test_cluster_park_calls.py
+LOWEST_SUITE = tests/test_consumer.py tests/test_aio.py tests/test_queue.py tests/test_connection.py \
+	tests/test_server_errors.py tests/test_clients.py tests/test_wait_slices.py \
+	tests/test_tasks.py tests/test_tasks_codec.py tests/test_tasks_e2e.py tests/test_tasks_async.py \
+	tests/test_periodic.py tests/test_metrics.py tests/test_tracing.py \
+	tests/test_cluster_once.py tests/test_cluster_scripts.py tests/test_cluster_routing.py \
+	tests/test_cluster_parks.py tests/test_cluster_park_calls.py tests/test_sharded_queue.py \
+	tests/test_spread_consumer.py
 
 $(LOWEST_VENV)/.installed: pyproject.toml setup.py native/*.c native/*.h native/Makefile
 	test -x $(LOWEST_VENV)/bin/python || python3 -m venv $(LOWEST_VENV)
