@@ -1,7 +1,8 @@
 """End to end from Python: jobs per second to produce (one call per job, and batched), to
 consume (one worker drains N queued jobs: claim + ack, or the peer's worker), and the round trip
 (N / (produce one by one + drain)); memory per pending job (used_memory delta / N after the
-one-by-one produce). echomq on both wires and five peers, all on the same valkey-server."""
+one-by-one produce). echomq on both wires, its task layer (``@app.task`` on the peers' no-op,
+wire=6) and five peers, all on the same valkey-server."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import redis
 
 from bench.common import load_scripts, settle_memory
 from bench.peers.tasks import anoop, noop
-from echomq import Queue, new_job_id
+from echomq import App, Consumer, Queue, new_job_id
 
 PAYLOAD = b"noop"  # names the job, like bullmq's name "noop" with data {}
 BATCH = 500
@@ -126,6 +127,32 @@ def _set_pipeline(conn: redis.Redis, jobs: int) -> float:
     elapsed, _ = _timed(sets)
     conn.flushall()
     return elapsed
+
+
+def echomq_tasks(port: int, jobs: int) -> Figures:
+    """The task layer, as the peers are measured: ``noop.enqueue()`` one call per job (the
+    memory a pending task job holds: its row with its envelope), ``enqueue_many`` batched, and
+    one ``Consumer`` draining with ``app.handler``."""
+    conn = redis.Redis(host="127.0.0.1", port=port)
+    conn.flushall()
+    load_scripts(conn)
+    app = App(conn, "bench", wire=6, check_policy=False)
+    task = app.task(noop)
+    app.queue.counts()
+    fig = Figures("echomq tasks wire=6", "0.1.0 (checkout)", jobs,
+                  batch_how=f"task.enqueue_many, {BATCH} a flush")
+    before = settle_memory(conn)
+    fig.produce_s, _ = _timed(lambda: [task.enqueue() for _ in range(jobs)])
+    fig.memory_bytes = settle_memory(conn) - before
+    consumer = Consumer(app.queue, app.handler)
+    fig.consume_s, fig.consume_jobs = _timed(consumer.drain)
+    consumer.close()
+    conn.flushall()
+    fig.produce_batch_s, _ = _timed(lambda: [task.enqueue_many([()] * size)
+                                             for size in _chunks(jobs)])
+    conn.flushall()
+    conn.close()
+    return fig
 
 
 # --- RQ ----------------------------------------------------------------------------------------
@@ -335,6 +362,7 @@ def bullmq(port: int, jobs: int) -> Figures:
 SYSTEMS: dict[str, Callable[[int, int], Figures]] = {
     "echomq wire=6": lambda port, n: echomq(port, n, 6),
     "echomq wire=5": lambda port, n: echomq(port, n, 5),
+    "echomq tasks wire=6": echomq_tasks,
     "rq (SimpleWorker)": lambda port, n: rq(port, n),
     "rq (Worker: fork per job)": lambda port, n: rq(port, max(200, n // 10), forking=True),
     "arq": arq,

@@ -1,9 +1,11 @@
 """What a job costs in memory, piece by piece: the whole pending job (``enqueue_many`` with
 default ids, payload ``noop``), its row alone, its pending-zset entry alone, the row again with
 the earlier release's long field names (what the one-letter names saved) and with ``a 0``
-(what leaving the attempts out of a new row saved), the same job with ids of other
-lengths, and the tombstone an acked job leaves for ``retention_ms`` (with and without its
-expiry). Each figure is the used_memory growth over N jobs, divided by N, on an empty server."""
+(what leaving the attempts out of a new row saved), a pending task job (``@app.task`` on the
+peers' no-op, ``enqueue_many``) beside it with the earlier release's envelope (a map of every
+field, empty ones included), the same job with ids of other lengths, and the tombstone an acked
+job leaves for ``retention_ms`` (with and without its expiry). Each figure is the used_memory
+growth over N jobs, divided by N, on an empty server."""
 
 from __future__ import annotations
 
@@ -12,13 +14,17 @@ import string
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import msgspec
 import redis
 
 from bench.common import pipelined, settle_memory
-from echomq import Ack, Queue, new_job_id
+from bench.peers.tasks import noop
+from echomq import Ack, App, Queue, new_job_id
 from echomq.engine import rows
+from echomq.tasks.envelope import now_ms
 
 QUEUE = "bench"
+TASK = f"{noop.__module__}.{noop.__qualname__}"  # the name @app.task gives it
 PAYLOAD = b"noop"
 BATCH = 500
 ID_CHARS = string.ascii_letters + string.digits
@@ -39,9 +45,9 @@ def per_job(conn: redis.Redis, jobs: int, load: Callable[[], object]) -> float:
     return (settle_memory(conn) - before) / jobs
 
 
-def enqueue_all(queue: Queue, ids: Sequence[str]) -> None:
+def enqueue_all(queue: Queue, ids: Sequence[str], payload: bytes = PAYLOAD) -> None:
     for start in range(0, len(ids), BATCH):
-        queue.enqueue_many([(job_id, PAYLOAD) for job_id in ids[start:start + BATCH]])
+        queue.enqueue_many([(job_id, payload) for job_id in ids[start:start + BATCH]])
 
 
 def write_rows(conn: redis.Redis, queue: Queue, ids: Iterable[str],
@@ -60,6 +66,32 @@ def ack_all(queue: Queue) -> None:
     _, held = queue.settle([], claim=BATCH)
     while held:
         _, held = queue.settle([Ack(job) for job in held], claim=BATCH)
+
+
+def enqueue_tasks(app: App, jobs: int) -> None:
+    """``jobs`` calls of the no-op task, each a default id, ``BATCH`` a call."""
+    task = app.tasks[TASK]
+    for start in range(0, jobs, BATCH):
+        task.enqueue_many([()] * min(BATCH, jobs - start))
+
+
+def earlier_envelope() -> bytes:
+    """The no-op task's payload as the earlier release's producer wrote it (JSON)."""
+    return msgspec.json.encode({"task": TASK, "args": [], "kwargs": {}, "headers": {},
+                                "enqueued_ms": now_ms(), "queue": QUEUE})
+
+
+def task_jobs(conn: redis.Redis, app: App, jobs: int) -> dict[str, Any]:
+    """A pending task job, and the same job with the earlier release's envelope."""
+    earlier = earlier_envelope()
+    ids = [new_job_id() for _ in range(jobs)]
+    return {
+        "task_job": per_job(conn, jobs, lambda: enqueue_tasks(app, jobs)),
+        "task_job_earlier_envelope": per_job(
+            conn, jobs, lambda: enqueue_all(app.queue, ids, earlier)),
+        "task_row_usage": _task_row_usage(conn, app),
+        "earlier_payload": earlier.decode(),
+    }
 
 
 def random_ids(length: int, count: int) -> list[str]:
@@ -93,6 +125,17 @@ def _row_usage(conn: redis.Redis, queue: Queue, job_id: str) -> dict[str, Any]:
     return usage
 
 
+def _task_row_usage(conn: redis.Redis, app: App) -> dict[str, Any]:
+    """One task job's row: its MEMORY USAGE, encoding and payload."""
+    conn.flushall()
+    key = app.queue.key("job", app.tasks[TASK].enqueue().id)
+    usage = {"memory_usage": conn.memory_usage(key, samples=0),
+             "encoding": _text(conn.object("encoding", key)),
+             "payload": _text(conn.hget(key, rows.PAYLOAD))}
+    conn.flushall()
+    return usage
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -120,6 +163,9 @@ def run(port: int, jobs: int) -> dict[str, Any]:
     warm = [new_job_id() for _ in range(min(jobs, 1_000))]  # the server's first allocations
     per_job(conn, len(warm), lambda: enqueue_all(queue, warm))
     results["breakdown"] = breakdown(conn, queue, jobs)
+    app = App(conn, QUEUE, wire=6, check_policy=False)
+    app.task(name=TASK)(noop)
+    results["tasks"] = task_jobs(conn, app, jobs)
     results["id_lengths"] = [
         {"id_bytes": length,
          "pending_job": per_job(conn, jobs, lambda n=length: enqueue_all(

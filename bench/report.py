@@ -269,6 +269,26 @@ def _other_layouts(parts: dict[str, Any]) -> list[list[str]]:
             ["the row with `a` 0 as well (p, a, t)", fig(parts["row_with_attempts"], 1)]]
 
 
+def _task_rows(data: dict[str, Any]) -> list[list[str]]:
+    """A task job's lines, when the run measured it."""
+    if "tasks" not in data:
+        return []
+    tasks = data["tasks"]
+    return [["a pending task job (`@app.task` on the no-op, enqueue_many, default id)",
+             fig(tasks["task_job"], 1)],
+            ["… with the earlier release's envelope (a map of every field)",
+             fig(tasks["task_job_earlier_envelope"], 1)]]
+
+
+def _task_note(data: dict[str, Any]) -> list[str]:
+    if "tasks" not in data:
+        return []
+    usage = data["tasks"]["task_row_usage"]
+    return ["", f"A task job's payload is `{usage['payload']}` (the earlier release's: "
+            f"`{data['tasks']['earlier_payload']}`); its row by `MEMORY USAGE`: "
+            f"{usage['memory_usage']} B, encoding `{usage['encoding']}`."]
+
+
 def memory_section(results: dict[str, Any], out: str) -> str:
     data = results["memory"]
     parts = data["breakdown"]
@@ -281,6 +301,7 @@ def memory_section(results: dict[str, Any], out: str) -> str:
         ["… the rest (wake list; parts measured alone can sum to more than the whole)",
          fig(rest, 1)],
         *_other_layouts(parts),
+        *_task_rows(data),
         ["a tombstone (acked job's row: " + ", ".join(tomb["fields"]) + "), with its expiry",
          fig(tomb["tombstone"], 1)],
         ["… the same without the expiry (PERSIST)", fig(tomb["without_expiry"], 1)],
@@ -296,6 +317,7 @@ def memory_section(results: dict[str, Any], out: str) -> str:
         "row and the zset entry are written alone with the same key, fields and score "
         f"enqueue writes. Default ids are {parts['id_bytes']} bytes. One row by `MEMORY USAGE`: "
         f"{usage['memory_usage']} B, encoding `{usage['encoding']}`.",
+        *_task_note(data),
         "",
         md_table(["what", "B per job"], rows),
         "",

@@ -21,6 +21,8 @@ GUARANTEES = {
                      "recovered (dead at their last attempt); "
                      "fair lanes exist but only as scripts (not on wire=6)",
     "echomq wire=5": "as wire=6, plus fair lanes (claim_lane)",
+    "echomq tasks wire=6": "as wire=6, through `@app.task` (the envelope names the task and "
+                           "carries its arguments)",
     "rq (SimpleWorker)": "no idempotent enqueue (a reused job_id overwrites the job); no lease: "
                          "a dead worker's job goes to the failed registry, not back to the "
                          "queue; no fairness; SimpleWorker runs jobs in the worker process",
@@ -200,6 +202,12 @@ def memory_targets(results: dict[str, Any]) -> list[list[str]]:
         rows.append([f"… ≤ the leanest peer's ({lean})",
                      f"{mine:.0f} / {theirs:.0f} B = {mine / theirs:.2f}×",
                      verdict(mine <= theirs)])
+        task_job = (e2e.get("echomq tasks wire=6") or {}).get("memory_per_job") \
+            or results.get("memory", {}).get("tasks", {}).get("task_job")
+        if task_job is not None:
+            rows.append([f"… a task job (`@app.task`) ≤ the leanest peer's ({lean})",
+                         f"{task_job:.0f} / {theirs:.0f} B = {task_job / theirs:.2f}×",
+                         verdict(task_job <= theirs)])
     return rows
 
 def core_commands(name: str) -> tuple[str, ...]:

@@ -78,6 +78,17 @@ def test_a_random_part_that_runs_out_carries_into_the_next_millisecond() -> None
     assert [ids.created_ms(job_id) for job_id in made] == [7_000, 7_000, 7_001]
 
 
+@pytest.mark.parametrize("job_id", [
+    "JOB:order-1",  # too short
+    "JOB:" + "A" * 19,  # too long
+    "JOX:" + "A" * 18,  # another prefix
+    "JOB:" + "A" * 17 + ".",  # the kind gate's byte outside the ids' alphabet
+])
+def test_an_id_of_another_shape_has_no_creation_time(job_id: str) -> None:
+    with pytest.raises(ValueError, match="not a default job id"):
+        ids.created_ms(job_id)
+
+
 def test_ids_keep_increasing_when_the_clock_steps_back() -> None:
     maker = JobIds(clock=frozen_clock(9_000, 8_000, 8_500), randbits=fixed_random(3, 0, 0))
     made = [maker() for _ in range(3)]

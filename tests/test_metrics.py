@@ -320,7 +320,7 @@ def test_a_job_no_task_of_the_app_can_run_is_counted_dead_under_a_fixed_label(
     unreadable = {"queue": "<unknown>", "task": "<unknown>"}
     before = {name: sample(name, **unreadable)
               for name in ("echomq_jobs_started_total", "echomq_jobs_dead_total")}
-    strays = [encode(Envelope(f"gone.v{n}", [], {}, {}, 0, queue), "json") for n in range(3)]
+    strays = [encode(Envelope(task=f"gone.v{n}", args=[], queue=queue), "json") for n in range(3)]
     app.queue.enqueue_many([(f"JOB:s{n}", payload) for n, payload in enumerate(strays)])
     app.queue.enqueue("JOB:garbled", b"not an envelope")
 

@@ -185,9 +185,14 @@ def test_lanes_prints_an_aligned_table(valkey: EmbeddedValkey, conn: redis.Redis
     assert len({re.sub(r"[^│┃]", " ", line).replace("┃", "│") for line in lines}) == 1, lines
 
 
-def envelope(task: str) -> bytes:
-    return json.dumps({"task": task, "args": [], "kwargs": {}, "headers": {},
-                       "enqueued_ms": 0}).encode()
+# A task's payload in each form a worker reads: this release's envelope in JSON and in
+# MessagePack (an array), and the earlier release's (a map of every field).
+ENVELOPES = {
+    "send_mail": b'["send_mail",[]]',
+    "build_report": b"\x92\xacbuild_report\x90",
+    "earlier": json.dumps({"task": "send_mail", "args": [], "kwargs": {}, "headers": {},
+                           "enqueued_ms": 0}).encode(),
+}
 
 
 def test_dead_jobs_show_their_task_and_requeue_by_it(valkey: EmbeddedValkey,
@@ -195,9 +200,9 @@ def test_dead_jobs_show_their_task_and_requeue_by_it(valkey: EmbeddedValkey,
     queue = Queue(conn, "mail")
     # Each death a millisecond apart, by an explicit clock (dead jobs list in the order they
     # died; two in one millisecond would list by id), all before the raw job's, on the server's.
-    for n, (job_id, task) in enumerate((("JOB:m1", "send_mail"), ("JOB:r1", "build_report"),
-                                        ("JOB:m2", "send_mail"))):
-        queue.enqueue(job_id, envelope(task))
+    for n, (job_id, form) in enumerate((("JOB:m1", "send_mail"), ("JOB:r1", "build_report"),
+                                        ("JOB:m2", "earlier"))):
+        queue.enqueue(job_id, ENVELOPES[form])
         job = queue.claim()
         assert job is not None
         assert queue.retry(job, error="OSError: down", max_attempts=1,

@@ -15,10 +15,10 @@ import redis
 
 from echomq import App, ArgumentError, Backoff, Job, Queue, RetryAfter, Verdict
 from echomq.consumer.directives import Done, Reject, RetryIn
+from echomq.queue.ids import JobIds
 from echomq.tasks.envelope import (
     UNKEPT_RESULT,
     Envelope,
-    decode_envelope,
     decode_result,
     encode,
 )
@@ -38,6 +38,7 @@ class Recorder:
     def __init__(self) -> None:
         self.enqueued: list[tuple[str, str]] = []
         self.ran: list[tuple[str, str, str, dict[str, str], str, str | None]] = []
+        self.enqueue_times: list[int | None] = []
 
     @contextmanager
     def enqueuing(self, queue: str, task: str, headers: dict[str, str]) -> Iterator[None]:
@@ -49,6 +50,7 @@ class Recorder:
     def running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
                 enqueued_ms: int | None) -> Iterator[RunRecord]:
         record = RunRecord()
+        self.enqueue_times.append(enqueued_ms)
         try:
             yield record
         finally:
@@ -126,9 +128,64 @@ def test_enqueue_admits_an_envelope_naming_the_task(app: App) -> None:
     assert handle.verdict is Verdict.ENQUEUED and handle.id.startswith("JOB:")
     job = claimed(app.queue)
     assert job.id == handle.id
-    envelope = decode_envelope(job.payload)
-    assert (envelope.task, envelope.args, envelope.kwargs, envelope.queue) == (
-        "add", [2], {"b": 3}, "default")
+    # no enqueue time (the id made here tells it), no queue (the task's own); the hook's header
+    assert job.payload == b'["add",[2],{"b":3},0,"",null,{"trace":"default/add"}]'
+
+
+def test_a_small_call_keeps_its_row_in_the_compact_encoding(conn: redis.Redis,
+                                                            wire: int) -> None:
+    app = App(conn, "default", wire=wire)
+    app.task(name="add")(add)
+    for serializer in ("json", "msgpack"):
+        app.serializer = serializer
+        handle = app.tasks["add"].enqueue(1, 2)
+        row = app.queue.key("job", handle.id)
+        payload = conn.hget(row, "p")
+        assert payload == {"json": b'["add",[1,2]]', "msgpack": b"\x92\xa3add\x92\x01\x02"}[
+            serializer]
+        assert conn.object("encoding", row) in (b"listpack", "listpack")
+
+
+# Envelopes as the earlier release wrote them (tests/test_tasks_codec.py has them byte for
+# byte): ``add(2, 3)`` with a kwargs of its own, a header and the enqueue time in the payload.
+EARLIER = {
+    "json": b'{"task":"add","args":[2],"kwargs":{"b":3},"headers":{"trace":"x"},'
+            b'"enqueued_ms":1700000000000,"queue":"default"}',
+    "msgpack": b"\x86\xa4task\xa3add\xa4args\x91\x02\xa6kwargs\x81\xa1b\x03\xa7headers"
+               b"\x81\xa5trace\xa1x\xabenqueued_ms\xcf\x00\x00\x01\x8b\xcf\xe5h\x00\xa5queue"
+               b"\xa7default",
+}
+
+
+@pytest.mark.parametrize("serializer", ["json", "msgpack"])
+def test_a_job_the_earlier_release_enqueued_runs(app: App, hooks: Recorder,
+                                                 serializer: str) -> None:
+    app.queue.enqueue("JOB:earlier", EARLIER[serializer])
+    _, directive = run_next(app)
+    assert isinstance(directive, Done) and directive.result is not None
+    assert decode_result(directive.result).value == 5
+    assert hooks.ran == [("default", "add", "JOB:earlier", {"trace": "x"}, "succeeded", None)]
+    assert hooks.enqueue_times == [1_700_000_000_000]
+
+
+def test_a_job_without_its_enqueue_time_takes_its_ids(app: App, hooks: Recorder) -> None:
+    made = JobIds(clock=lambda: 1_700_000_000_042_000_000, randbits=lambda bits: 7)()
+    app.queue.enqueue(made, b'["add",[2,3]]')
+    app.queue.enqueue("JOB:order-1", b'["add",[2,3]]')
+    for _ in range(2):
+        _, directive = run_next(app)
+        assert isinstance(directive, Done)
+    assert [ran[:3] for ran in hooks.ran] == [("default", "add", made),
+                                              ("default", "add", "JOB:order-1")]
+    assert hooks.enqueue_times == [1_700_000_000_042, None]
+
+
+def test_a_call_sent_to_another_queue_names_it(app: App, hooks: Recorder) -> None:
+    handle = app.tasks["add"].with_options(queue="other").enqueue(2, 3)
+    job, directive = run_next(app, app.queue_named("other"))
+    assert isinstance(directive, Done)
+    assert job.payload == b'["add",[2,3],{},0,"other",null,{"trace":"other/add"}]'
+    assert hooks.ran == [("other", "add", handle.id, {"trace": "other/add"}, "succeeded", None)]
 
 
 def test_a_job_id_makes_enqueue_idempotent(app: App) -> None:
@@ -276,7 +333,7 @@ def test_arguments_that_cannot_fit_go_dead_at_once_naming_the_parameter(
 
 @pytest.mark.parametrize(("payload", "said"), [
     (b"plain bytes", "not a task envelope"),
-    (encode(Envelope("nope", [], {}, {}, 0, "default"), "json"), "no task named 'nope'"),
+    (encode(Envelope(task="nope", args=[], queue="default"), "json"), "no task named 'nope'"),
 ])
 def test_a_job_that_is_no_call_of_a_known_task_is_rejected(app: App, hooks: Recorder,
                                                            payload: bytes, said: str) -> None:

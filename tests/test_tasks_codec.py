@@ -16,20 +16,27 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from echomq.engine.calls import Job
+from echomq.queue.ids import JobIds
 from echomq.tasks.envelope import (
     Envelope,
     PayloadError,
     Result,
+    call_envelope,
     checked_serializer,
     decode_envelope,
     decode_result,
     encode,
+    enqueue_time,
+    is_json,
+    now_ms,
 )
 from echomq.tasks.hooks import AllHooks, NoHooks, RunRecord, combined
 from echomq.tasks.retry import Backoff, RetryAfter, RetryPolicy
 from echomq.tasks.signature import ArgumentsRejected, Signature
 
 SERIALIZERS = ["json", "msgpack"]
+# A default id made at 2023-11-14T22:13:20.042Z
+DEFAULT_SHAPED = JobIds(clock=lambda: 1_700_000_000_042_000_000, randbits=lambda bits: 7)()
 
 
 def envelope(**overrides: Any) -> Envelope:
@@ -45,7 +52,91 @@ def envelope(**overrides: Any) -> Envelope:
 def test_an_envelope_round_trips_and_its_first_byte_names_its_serializer(serializer: Any) -> None:
     payload = encode(envelope(), serializer)
     assert decode_envelope(payload) == envelope()
-    assert (payload[:1] == b"{") == (serializer == "json")
+    assert (payload[:1] == b"[") == (serializer == "json")
+    assert is_json(payload) == (serializer == "json")
+
+
+# The envelope's payload: an array, the fields at its end that hold their defaults left off.
+SHORTENED = [
+    ({}, b'["app.add",[1,2]]', b"\x92\xa7app.add\x92\x01\x02"),
+    ({"kwargs": {"c": 1}}, b'["app.add",[1,2],{"c":1}]',
+     b"\x93\xa7app.add\x92\x01\x02\x81\xa1c\x01"),
+    ({"enqueued_ms": 1_700_000_000_000}, b'["app.add",[1,2],{},1700000000000]',
+     b"\x94\xa7app.add\x92\x01\x02\x80\xcf\x00\x00\x01\x8b\xcf\xe5h\x00"),
+    ({"queue": "other"}, b'["app.add",[1,2],{},0,"other"]',
+     b"\x95\xa7app.add\x92\x01\x02\x80\x00\xa5other"),
+    ({"parents": "JOB:p"}, b'["app.add",[1,2],{},0,"","JOB:p"]',
+     b"\x96\xa7app.add\x92\x01\x02\x80\x00\xa0\xa5JOB:p"),
+    ({"headers": {"t": "x"}}, b'["app.add",[1,2],{},0,"",null,{"t":"x"}]',
+     b"\x97\xa7app.add\x92\x01\x02\x80\x00\xa0\xc0\x81\xa1t\xa1x"),
+]
+
+
+@pytest.mark.parametrize(("fields", "json", "msgpack"), SHORTENED)
+def test_an_envelope_leaves_off_the_fields_at_its_end_that_hold_their_defaults(
+        fields: dict[str, Any], json: bytes, msgpack: bytes) -> None:
+    sent = Envelope(task="app.add", args=[1, 2], **fields)
+    assert encode(sent, "json") == json
+    assert encode(sent, "msgpack") == msgpack
+    assert decode_envelope(json) == decode_envelope(msgpack) == sent
+
+
+def test_fields_past_those_a_worker_knows_are_ignored() -> None:
+    later = b'["app.add",[1,2],{},0,"",null,{},"a later field"]'
+    assert decode_envelope(later) == Envelope(task="app.add", args=[1, 2])
+
+
+# Envelopes as the earlier release wrote them (a map of every field, empty ones included), byte
+# for byte: a worker of this release reads them as they were sent.
+EARLIER = {
+    "json": b'{"task":"add","args":[2,3],"kwargs":{"c":1},"headers":{"trace":"x"},'
+            b'"enqueued_ms":1700000000000,"queue":"default"}',
+    "msgpack": b"\x86\xa4task\xa3add\xa4args\x92\x02\x03\xa6kwargs\x81\xa1c\x01\xa7headers"
+               b"\x81\xa5trace\xa1x\xabenqueued_ms\xcf\x00\x00\x01\x8b\xcf\xe5h\x00\xa5queue"
+               b"\xa7default",
+}
+EARLIER_CHILD = {
+    "json": b'{"task":"add","args":[2,3],"kwargs":{},"headers":{},"enqueued_ms":1700000000000,'
+            b'"queue":"default","parents":"JOB:p"}',
+    "msgpack": b"\x87\xa4task\xa3add\xa4args\x92\x02\x03\xa6kwargs\x80\xa7headers\x80"
+               b"\xabenqueued_ms\xcf\x00\x00\x01\x8b\xcf\xe5h\x00\xa5queue\xa7default"
+               b"\xa7parents\xa5JOB:p",
+}
+
+
+@pytest.mark.parametrize("serializer", SERIALIZERS)
+def test_an_envelope_the_earlier_release_wrote_is_read_whole(serializer: str) -> None:
+    assert decode_envelope(EARLIER[serializer]) == envelope()
+    assert decode_envelope(EARLIER_CHILD[serializer]) == envelope(
+        kwargs={}, headers={}, parents="JOB:p")
+    assert is_json(EARLIER[serializer]) == (serializer == "json")
+
+
+def test_a_call_envelope_holds_nothing_its_job_tells() -> None:
+    sent = call_envelope("app.add", [1, 2], {}, {}, id_made=True, queue="default",
+                         own_queue="default")
+    assert encode(sent, "json") == b'["app.add",[1,2]]'
+    assert encode(sent, "msgpack") == b"\x92\xa7app.add\x92\x01\x02"
+
+
+@pytest.mark.parametrize("job_id", [
+    "JOB:order-1",  # the caller's id: no time in it
+    DEFAULT_SHAPED,  # a default id the caller made, maybe long before
+])
+def test_a_call_envelope_carries_its_enqueue_time_when_the_caller_named_its_job(
+        job_id: str) -> None:
+    before = now_ms()
+    sent = call_envelope("app.add", [1], {}, {}, id_made=False, queue="other",
+                         own_queue="default")
+    assert before <= sent.enqueued_ms <= now_ms()
+    assert sent.queue == "other"
+    assert enqueue_time(sent, job_id) == sent.enqueued_ms
+
+
+def test_the_enqueue_time_is_the_carried_one_else_the_default_ids() -> None:
+    assert enqueue_time(Envelope(task="t", args=[]), DEFAULT_SHAPED) == 1_700_000_000_042
+    assert enqueue_time(Envelope(task="t", args=[]), "JOB:order-1") is None
+    assert enqueue_time(decode_envelope(EARLIER["json"]), DEFAULT_SHAPED) == 1_700_000_000_000
 
 
 json_values = st.recursive(

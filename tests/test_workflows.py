@@ -29,6 +29,7 @@ from echomq import (
 )
 from echomq.queue.graphs import GraphJob
 from echomq.queue.results import RESULTS_PAGE
+from echomq.tasks.envelope import decode_envelope, now_ms
 from echomq.tasks.workflow import WorkflowHandle
 
 
@@ -105,6 +106,27 @@ def test_a_chain_gives_each_task_the_result_of_the_one_before(app: App) -> None:
     assert drain(app) == 3
     assert handle.result(timeout=5) == 113
     assert ran(app, "add") == [(1, 2), (3, 10), (13, 100)]
+
+
+def test_a_workflows_envelopes_hold_only_what_their_jobs_do_not_tell(app: App,
+                                                                    conn: redis.Redis) -> None:
+    add, mailer = task(app, "add"), task(app, "mailer")
+    handle = chain(add.s(1, 2), add.s(3), mailer.si("ana")).enqueue()
+    first, second, third = (conn.hget(app.queue.key("job", job_id), "p")
+                            for job_id in handle.ids)
+    # ids made here tell the enqueue time; a queue not the task's own is named
+    assert first == b'["add",[1,2]]'
+    assert second == f'["add",[3],{{}},0,"","{handle.ids[0]}"]'.encode()
+    assert third == b'["mailer",["ana"],{},0,"flows"]'
+
+    before = now_ms()
+    named = chain(add.s(1, 2), add.s(3)).enqueue(workflow_id="wf-1")
+    assert named.ids == ["JOB:wf-1.0", "JOB:wf-1.1"]
+    envelopes = [decode_envelope(conn.hget(app.queue.key("job", job_id), "p"))
+                 for job_id in named.ids]
+    assert all(before <= envelope.enqueued_ms <= now_ms() for envelope in envelopes)
+    assert drain(app) == 5
+    assert (handle.result(timeout=5), named.result(timeout=5)) == ("sent to ana", 6)
 
 
 def test_a_group_runs_side_by_side_and_its_result_is_the_list(app: App) -> None:

@@ -7,6 +7,7 @@ stream, an operator's change appends its events too (``has_events``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -25,6 +26,7 @@ from echomq.engine.wire import Wire
 from echomq.queue.lanes import lane_groups, paused_lanes, per_group, shown_depths, waiting_keys
 from echomq.queue.registry import DISCOVERED_KEY, REGISTRY_KEY
 from echomq.queue.shard_layout import ShardCalls, recorded_shards, shard_of
+from echomq.tasks.envelope import PayloadError, decode_envelope
 
 _SCRIPTS = executor_for(Wire.SCRIPTS)
 _QUEUE_KEY = re.compile(rb"^emq:\{(?P<name>[^{}]+)\}:(pending|active|delayed|dead|ring)$")
@@ -66,10 +68,12 @@ _TASK_DECODERS = (msgspec.json.Decoder(_TaskCall), msgspec.msgpack.Decoder(_Task
 
 
 def task_of(payload: bytes | None) -> str | None:
-    """The task name a task job's payload carries (JSON or MessagePack, an App's envelope or
-    a Django call); None for any other payload."""
+    """The task name a task job's payload carries (JSON or MessagePack, an App's envelope in
+    either form or a Django call); None for any other payload."""
     if not payload:
         return None
+    with contextlib.suppress(PayloadError):
+        return decode_envelope(payload).task
     decoder = _TASK_DECODERS[0] if payload[:1] == b"{" else _TASK_DECODERS[1]
     try:
         return decoder.decode(payload).task

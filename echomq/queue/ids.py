@@ -51,7 +51,7 @@ def _spell(n: int) -> str:
 def created_ms(job_id: str) -> int:
     """When a default id was made, in ms since the Unix epoch (ValueError for other ids)."""
     digits = job_id.removeprefix(PREFIX)
-    if len(digits) != DIGITS or not job_id.startswith(PREFIX):
+    if len(digits) != DIGITS or not job_id.startswith(PREFIX) or not _VALUE.keys() >= set(digits):
         raise ValueError(f"not a default job id: {job_id!r}")
     number = 0
     for char in digits:

@@ -44,6 +44,7 @@ from echomq.tasks.envelope import (
     checked_serializer,
     decode_envelope,
     encode,
+    enqueue_time,
     is_json,
 )
 from echomq.tasks.handle import TaskHandle
@@ -280,15 +281,15 @@ class App:
         queue = envelope.queue if envelope is not None and envelope.queue in self.queues \
             else UNKNOWN
         headers = envelope.headers if envelope is not None else {}
-        enqueued_ms = envelope.enqueued_ms if envelope is not None else None
+        enqueued_ms = enqueue_time(envelope, job.id) if envelope is not None else None
         with self.hooks.running(queue, UNKNOWN, job, headers, enqueued_ms) as record:
             record.outcome, record.error = DEAD, reject.error
         return reject
 
     def _running(self, task: Task[Any, Any], envelope: Envelope, job: Job) -> Attempt:
         return Attempt(self.hooks.running(envelope.queue or task.queue, task.name, job,
-                                          envelope.headers, envelope.enqueued_ms), job,
-                       task.policy)
+                                          envelope.headers, enqueue_time(envelope, job.id)),
+                       job, task.policy)
 
     def _reporting(self, task: Task[Any, Any], envelope: Envelope, job: Job) -> Any:
         """The block in which ``echomq.progress`` reports on ``job``."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from echomq.engine.partial import PartialAdmission, partial_admission
 from echomq.queue.ids import new_job_id
 from echomq.tasks.canvas import TaskSignature
-from echomq.tasks.envelope import Envelope, encode
+from echomq.tasks.envelope import call_envelope, encode
 from echomq.tasks.handle import HandledTask, TaskHandle
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def _parts(task: Any, call: Any, priority: int) -> tuple[tuple[Any, ...], dict[s
 
 
 @contextmanager
-def batch_of(options: BatchOptions, calls: Iterable[Any], now_ms: int) -> Iterator[Batch[Any]]:
+def batch_of(options: BatchOptions, calls: Iterable[Any]) -> Iterator[Batch[Any]]:
     """The batch ``calls`` make, inside each call's hooks' ``enqueuing`` block (the caller
     sends it there). ValueError or TypeError, before anything is sent, for a call that does
     not fit."""
@@ -134,12 +134,14 @@ def batch_of(options: BatchOptions, calls: Iterable[Any], now_ms: int) -> Iterat
         signatures: list[TaskSignature] = []
         for call in calls:
             args, kwargs, job_id, priority = _parts(task, call, options.priority)
+            id_made = not isinstance(call, TaskSignature) or call.job_id is None
             task.signature.bind(args, kwargs)
             headers: dict[str, str] = {}
             if app.observed:
                 hooks.enter_context(app.hooks.enqueuing(queue.name, task.name, headers))
-            payload = encode(Envelope(task.name, list(args), kwargs, headers, now_ms,
-                                      queue.name), app.serializer)
+            payload = encode(call_envelope(task.name, list(args), kwargs, headers,
+                                           id_made=id_made, queue=queue.name,
+                                           own_queue=task.queue), app.serializer)
             items.append((job_id, payload, options.lane, priority))
             signatures.append(TaskSignature(task, args, kwargs, _immutable(call), job_id,
                                             priority))

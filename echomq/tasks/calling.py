@@ -15,7 +15,7 @@ from echomq.engine.partial import PartialAdmission
 from echomq.queue.ids import new_job_id
 from echomq.tasks.batch import batch_of
 from echomq.tasks.canvas import TaskSignature
-from echomq.tasks.envelope import Envelope, encode, now_ms
+from echomq.tasks.envelope import call_envelope, encode
 from echomq.tasks.handle import HandledTask, TaskHandle
 from echomq.tasks.signature import Signature
 from echomq.tasks.unique import KEYS, resolved
@@ -133,7 +133,7 @@ class TaskCall(Generic[P, R]):
         """Admit one run of the task per call — a tuple of positional arguments, or the task's
         signature (``task.s(...)``) — in one ``Queue.enqueue_many``; a handle per call, in
         order (``echomq.tasks.batch``). Every call is checked before anything is sent."""
-        with batch_of(self, calls, now_ms()) as batch:
+        with batch_of(self, calls) as batch:
             try:
                 verdicts: list[Verdict] = batch.sent(batch.queue)
             except PartialAdmission as err:
@@ -142,7 +142,7 @@ class TaskCall(Generic[P, R]):
 
     async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle[R]]:
         """``enqueue_many``, awaited, on the App's asyncio client."""
-        with batch_of(self, calls, now_ms()) as batch:
+        with batch_of(self, calls) as batch:
             queue = await self.task.app.aqueues.queue_named(batch.queue.name)
             try:
                 verdicts: list[Verdict] = await batch.sent(queue)
@@ -160,8 +160,10 @@ class TaskCall(Generic[P, R]):
         job_id = self.job_id or new_job_id()
         headers: dict[str, str] = {}
         with app.hooks.enqueuing(queue.name, task.name, headers):
-            payload = encode(Envelope(task.name, list(args), kwargs, headers, now_ms(),
-                                      queue.name), app.serializer)
+            payload = encode(call_envelope(task.name, list(args), kwargs, headers,
+                                           id_made=self.job_id is None, queue=queue.name,
+                                           own_queue=task.queue),
+                             app.serializer)
             after = None if self.after is None else parent_ids(self.after, queue.name)
             yield Admission(queue, job_id, payload,
                             {"lane": self.lane, "priority": self.priority, **self._timing(),

@@ -1,8 +1,18 @@
 """The payload of a task job and of its kept result: msgspec Structs, JSON or MessagePack.
 
-Both are maps, so the first byte tells the serializer apart with no marker of its own: a JSON
-envelope starts with ``{`` (0x7B), a MessagePack one with a map header (0x80-0x8F, 0xDE or 0xDF),
-which never is ``{``. A worker therefore reads jobs from producers using either serializer.
+An envelope is an array, ``[task, args, kwargs, enqueued_ms, queue, parents, headers]``, each
+field after ``args`` left off when it and every field after it hold their defaults (nothing,
+0 or ""), so a small call stays small: ``add(1, 2)`` is ``["app.add",[1,2]]``. A job's row
+holds the payload next to its id and its enqueue time, and a row whose values are all at most
+64 bytes keeps the server's compact encoding of a hash (``hash-max-listpack-value``): about
+half the memory of a row past it.
+
+The earlier release wrote the envelope as a map of the same names; a worker reads that form
+too. A result is a map. So the first byte tells everything apart with no marker of its own:
+JSON starts an envelope with ``[`` and the earlier envelope and a result with ``{``;
+MessagePack starts an array with 0x90-0x9F, 0xDC or 0xDD and a map with 0x80-0x8F, 0xDE or
+0xDF, none of them ``[`` or ``{``. A worker therefore reads jobs from producers using either
+serializer, and either form.
 """
 
 from __future__ import annotations
@@ -12,17 +22,34 @@ from typing import Any, Literal
 
 import msgspec
 
+from echomq.queue.ids import created_ms
+
 Serializer = Literal["json", "msgpack"]
 SERIALIZERS: tuple[Serializer, ...] = ("json", "msgpack")
 
 
-class Envelope(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
-    """One call of a task: its name, its arguments as the caller passed them, the headers hooks
-    added at enqueue (tracing context, say), when it was enqueued (client clock, ms), the
-    queue it was sent to (so the worker's hooks label the attempt with it), and, for a job of a
-    workflow given its parents' results, where they come from (``parents``: a job id, or a list
-    of such, nested as the workflow's groups are; absent otherwise, so a plain job's envelope
-    is what it was)."""
+class Envelope(msgspec.Struct, array_like=True, kw_only=True, forbid_unknown_fields=False):
+    """One call of a task: its name, its arguments as the caller passed them, when it was
+    enqueued (client clock, ms; 0: its job's id tells, see ``enqueue_time``), the queue it was
+    sent to (""; the task's own queue, where the worker looks when it is not named), for a job
+    of a workflow given its parents' results where they come from (``parents``: a job id, or
+    a list of such, nested as the workflow's groups are; None otherwise), and the headers hooks
+    added at enqueue (a tracing context, say). Fields are keywords only: the order is the
+    payload's, not a call's. A later field a release adds goes last, and a worker ignores
+    fields past those it knows."""
+
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any] = {}
+    enqueued_ms: int = 0
+    queue: str = ""
+    parents: Any = None
+    headers: dict[str, str] = {}
+
+
+class EarlierEnvelope(msgspec.Struct, forbid_unknown_fields=False):
+    """The envelope as the earlier release wrote it, and still reads it: a map of the same
+    names, every field but ``queue`` and ``parents`` present (empty ones too)."""
 
     task: str
     args: list[Any]
@@ -31,6 +58,17 @@ class Envelope(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     enqueued_ms: int
     queue: str = ""
     parents: Any = None
+
+    def upgraded(self) -> Envelope:
+        return Envelope(task=self.task, args=self.args, kwargs=self.kwargs,
+                        enqueued_ms=self.enqueued_ms, queue=self.queue, parents=self.parents,
+                        headers=self.headers)
+
+
+# Each field's default, in payload order: a payload leaves off the fields at its end that hold
+# theirs, down to ``task`` and ``args``, which it always holds.
+_DEFAULTS: tuple[Any, ...] = (None, None, {}, 0, "", None, {})
+_REQUIRED = 2
 
 
 class Result(msgspec.Struct):
@@ -52,12 +90,42 @@ class PayloadError(ValueError):
 _JSON_ENCODER = msgspec.json.Encoder()
 _MSGPACK_ENCODER = msgspec.msgpack.Encoder()
 _ENVELOPE_DECODERS = (msgspec.json.Decoder(Envelope), msgspec.msgpack.Decoder(Envelope))
+_EARLIER_DECODERS = (msgspec.json.Decoder(EarlierEnvelope),
+                     msgspec.msgpack.Decoder(EarlierEnvelope))
 _RESULT_DECODERS = (msgspec.json.Decoder(Result), msgspec.msgpack.Decoder(Result))
+# The first bytes of an array: JSON's, then MessagePack's (fixarray, array 16, array 32).
+_ARRAY_STARTS = frozenset((0x5B, *range(0x90, 0xA0), 0xDC, 0xDD))
 
 
 def now_ms() -> int:
-    """The client's clock in ms, as an envelope's ``enqueued_at`` is stamped."""
+    """The client's clock in ms, as an envelope's ``enqueued_ms`` is stamped."""
     return time.time_ns() // 1_000_000
+
+
+def call_envelope(task: str, args: list[Any], kwargs: dict[str, Any], headers: dict[str, str],
+                  *, id_made: bool, queue: str, own_queue: str, parents: Any = None) -> Envelope:
+    """The envelope of one call of ``task`` sent to ``queue``, holding nothing its job already
+    tells: no enqueue time when the enqueue made the job's id itself with ``new_job_id``
+    (``id_made``), whose time is then the enqueue's; no queue when it is the task's own
+    (``own_queue``)."""
+    stamped = 0 if id_made else now_ms()
+    return Envelope(task=task, args=args, kwargs=kwargs, enqueued_ms=stamped,
+                    queue="" if queue == own_queue else queue, parents=parents,
+                    headers=headers)
+
+
+def id_time(job_id: str) -> int | None:
+    """The time (ms) a default job id was made; None for any other id."""
+    try:
+        return created_ms(job_id)
+    except ValueError:
+        return None
+
+
+def enqueue_time(envelope: Envelope, job_id: str) -> int | None:
+    """When ``envelope``'s job was enqueued (client clock, ms): the time it carries, else its
+    default id's; None when neither tells (a job id of the caller's and no time carried)."""
+    return envelope.enqueued_ms or id_time(job_id)
 
 
 def checked_serializer(name: str) -> Serializer:
@@ -73,23 +141,37 @@ _CANNOT_ENCODE = (TypeError, ValueError, RecursionError, OverflowError, msgspec.
 
 
 def encode(value: Envelope | Result, serializer: Serializer) -> bytes:
-    """``value`` as payload bytes; TypeError (before anything is sent) for an argument or a
-    result the serializer cannot carry, whatever the reason."""
+    """``value`` as payload bytes (an envelope without its trailing defaults); TypeError
+    (before anything is sent) for an argument or a result the serializer cannot carry,
+    whatever the reason."""
     encoder = _JSON_ENCODER if serializer == "json" else _MSGPACK_ENCODER
     try:
-        return encoder.encode(value)
+        return encoder.encode(_shortened(value) if isinstance(value, Envelope) else value)
     except _CANNOT_ENCODE as exc:
         raise TypeError(f"{serializer} cannot encode it: {type(exc).__name__}: {exc}") from None
 
 
+def _shortened(envelope: Envelope) -> list[Any]:
+    """``envelope``'s fields in payload order, those at the end that hold their defaults left
+    off."""
+    fields = list(msgspec.structs.astuple(envelope))
+    while len(fields) > _REQUIRED and fields[-1] == _DEFAULTS[len(fields) - 1]:
+        fields.pop()
+    return fields
+
+
 def is_json(payload: bytes) -> bool:
-    return payload[:1] == b"{"
+    return payload[:1] in (b"[", b"{")
 
 
 def decode_envelope(payload: bytes) -> Envelope:
-    """The envelope in ``payload``, whichever serializer wrote it; PayloadError otherwise."""
-    envelope: Envelope = _decode(payload, _ENVELOPE_DECODERS, "a task envelope")
-    return envelope
+    """The envelope in ``payload``, whichever serializer wrote it, in this release's form or
+    the earlier one's; PayloadError otherwise."""
+    if payload[:1] and payload[0] in _ARRAY_STARTS:
+        envelope: Envelope = _decode(payload, _ENVELOPE_DECODERS, "a task envelope")
+        return envelope
+    earlier: EarlierEnvelope = _decode(payload, _EARLIER_DECODERS, "a task envelope")
+    return earlier.upgraded()
 
 
 def decode_result(payload: bytes) -> Result:

@@ -69,7 +69,9 @@ class TaskHooks(Protocol):
 
     def running(self, queue: str, task: str, job: Job, headers: Mapping[str, str],
                 enqueued_ms: int | None) -> AbstractContextManager[RunRecord]:
-        """Around one attempt; yields the RunRecord the App fills in. The block exits with an
+        """Around one attempt; yields the RunRecord the App fills in. ``enqueued_ms`` is the
+        producer's clock at enqueue: the envelope's, else the time in the job's default id
+        (``echomq.tasks.envelope.enqueue_time``); None when neither tells. The block exits with an
         exception when the task raised one that stops the worker (KeyboardInterrupt,
         SystemExit; the record says "retried"): read the record in a ``finally``. A job the App
         cannot run (its payload no envelope, its task not registered) is told under ``UNKNOWN``

@@ -16,13 +16,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+import msgspec
+
 from echomq.engine.calls import Verdict
 from echomq.engine.errors import ResultDropped
 from echomq.engine.native import checked_id
 from echomq.queue.graphs import GraphJob
 from echomq.queue.ids import new_job_id
 from echomq.queue.results import Kept
-from echomq.tasks.envelope import UNKEPT_RESULT, Envelope, decode_result, encode, now_ms
+from echomq.tasks.envelope import (
+    UNKEPT_RESULT,
+    Envelope,
+    call_envelope,
+    decode_result,
+    encode,
+)
 from echomq.tasks.handle import TaskHandle
 
 if TYPE_CHECKING:
@@ -147,17 +155,19 @@ def _graph(plan: Plan, queue: str | None) -> tuple[Queue, list[GraphJob]]:
             raise ValueError(f"every task of a workflow belongs to one App: {task.name} does not")
         given = (None,) if job.parents is not None else ()
         task.signature.bind((*given, *job.leaf.args), job.leaf.kwargs)
-        jobs.append(GraphJob(job.job_id, _payload(app, target, job), job.after, job.policy,
-                             job.leaf.priority))
+        id_made = job.leaf.job_id is None and plan.workflow_id is None  # new_job_id's
+        jobs.append(GraphJob(job.job_id, _payload(app, target, job, id_made), job.after,
+                             job.policy, job.leaf.priority))
     return target, jobs
 
 
-def _payload(app: Any, queue: Queue, job: Planned) -> bytes:
+def _payload(app: Any, queue: Queue, job: Planned, id_made: bool) -> bytes:
     task = job.leaf.task
     headers: dict[str, str] = {}
     with app.hooks.enqueuing(queue.name, task.name, headers):
-        return encode(Envelope(task.name, list(job.leaf.args), job.leaf.kwargs, headers,
-                               now_ms(), queue.name, job.parents),
+        return encode(call_envelope(task.name, list(job.leaf.args), job.leaf.kwargs, headers,
+                                    id_made=id_made, queue=queue.name,
+                                    own_queue=task.queue, parents=job.parents),
                       app.serializer)
 
 
@@ -246,8 +256,7 @@ def given_parents(envelope: Envelope, kept: Sequence[Kept]) -> Envelope:
             raise ParentResultDropped(job, dropped)
         values[job] = _value(result)
     given = _filled(envelope.parents, values)
-    return Envelope(envelope.task, [given, *envelope.args], envelope.kwargs, envelope.headers,
-                    envelope.enqueued_ms, envelope.queue)
+    return msgspec.structs.replace(envelope, args=[given, *envelope.args], parents=None)
 
 
 def _value(kept: bytes | None) -> Any:
