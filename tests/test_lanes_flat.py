@@ -165,3 +165,17 @@ def test_a_ring_the_earlier_release_wrote_is_read_as_before(conn: redis.Redis) -
     served = [job.lane for job in iter(lambda: queue.claim_lane(now=NOW), None)]
     assert served == ["g2", "g3"]
     assert conn.exists(queue.key("ring"), queue.key("ringleft")) == 0
+
+
+def test_a_lane_claim_walks_at_most_a_hundred_entries_and_the_next_goes_on(
+        conn: redis.Redis) -> None:
+    """250 entries left at the head: each claim drops 100 of them and replies null, the ring
+    still holding entries; the third serves the first lane past them."""
+    queue = filled(conn, 260)
+    for g in range(250):
+        queue.pause(f"g{g}")
+    claims = [queue.claim_lane(now=NOW) for _ in range(3)]
+    assert claims[:2] == [None, None]
+    assert claims[2] is not None and claims[2].lane == "g250"
+    assert conn.hlen(queue.key("ringleft")) == 0
+    assert ring(queue) == [f"g{g}".encode() for g in range(251, 260)]

@@ -6,7 +6,8 @@
   concurrency limit or its rate: it comes back when a lease of it leaves active, or its window
   opens. Ghosts are skipped and dropped; a ring entry a group left behind (<base>ringleft) or
   whose lane holds nothing live is dropped, and one over a limit lowered since it joined is
-  parked, without serving it. A paused queue
+  parked, without serving it; at most 100 entries are walked a call (null when none of them is
+  served, the ring then still holding entries). A paused queue
   leases nothing. Everything is checked before anything is written. Scripts only: no native twin.
     KEYS[1] <base>ring       groups whose lanes are non-empty and not parked (list)
     KEYS[2] <base>active     leased jobs, score = lease deadline (zset)
@@ -75,14 +76,22 @@ reopen_lanes(base, due)
 
 -- First pass: find the first group (from the ring's head) whose lane holds a live job and that
 -- is within its limits; the entries before it are dropped (left behind: include/lanes.lua
--- left_entries; stale) or parked (over a limit).
-local passed, found, left_met = {}, nil, {}
-for position = 0, redis.call('LLEN', ring) - 1 do
+-- left_entries; stale) or parked (over a limit). At most RING_WALK entries are looked at, so that
+-- a call stays short however many entries groups left at the head (many lanes paused): one
+-- that finds no group in them drops or parks them and replies null, the ring not yet empty.
+local RING_WALK = 100
+local passed, found, popped, left, left_order = {}, nil, 0, {}, {}
+for position = 0, math.min(redis.call('LLEN', ring), RING_WALK) - 1 do
   local group = redis.call('LINDEX', ring, position)
-  local met = left_met[group] or 0
-  if met < left_entries(base, group) then
-    left_met[group] = met + 1
-    passed[#passed + 1] = { group = group, left = true }
+  local counted = left[group]
+  if counted == nil then
+    counted = { count = left_entries(base, group), met = 0 }
+    left[group] = counted
+    left_order[#left_order + 1] = group
+  end
+  if counted.met < counted.count then
+    counted.met = counted.met + 1
+    popped = popped + 1
   else
     local live, head_failure = lane_head(base, group)
     if head_failure then return head_failure end
@@ -96,16 +105,22 @@ for position = 0, redis.call('LLEN', ring) - 1 do
       break
     end
     passed[#passed + 1] = { group = group, bits = bits, opens = opens, stale = live == nil }
+    popped = popped + 1
   end
 end
 
--- Second pass: drop the left entries (counted off) and the stale groups with their ghost-only
--- lanes, park those over a limit.
+-- Second pass: the entries walked past leave the ring's head (one LPOP); the left ones are
+-- counted off, the stale groups' ghost-only lanes deleted, the groups over a limit parked.
+if popped > 0 then
+  redis.call('LPOP', ring, popped)
+  redis.call('DEL', KEYS[9])
+end
+for _, g in ipairs(left_order) do
+  local counted = left[g]
+  if counted.met > 0 then set_left_entries(base, g, counted.count - counted.met) end
+end
 for _, entry in ipairs(passed) do
-  ring_drop_head(base)
-  if entry.left then
-    set_left_entries(base, entry.group, left_entries(base, entry.group) - 1)
-  elseif entry.stale then
+  if entry.stale then
     redis.call('DEL', base .. 'lane:' .. entry.group, base .. 'prio:' .. entry.group)
   else
     set_parked(base, entry.group, bit.bor(parked_mask(base, entry.group), entry.bits),

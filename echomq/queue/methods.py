@@ -272,7 +272,9 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
     def claim_lane(self, lease_ms: int = DEFAULT_LEASE_MS, *, now: int | None = None,
                    watch: bool = False, claim_id: str | None = None) -> Program[Job | None]:
         """Lease the head job of the next lane in turn (the ring rotates one step per claim),
-        or None when every lane is empty. Scripts only (``wire=6`` raises Wire6Unsupported).
+        or None when no lane can be served, or when the 100 ring entries one call walks held
+        none (dropped or parked: another claim goes on from the next). Scripts only (``wire=6``
+        raises Wire6Unsupported).
         ``watch``: the queue's watch tokens go out in the claim's flush, after it.
         ``claim_id``: as for ``claim``."""
         call = self.calls.claim_lane(lease_ms, now, claim_id)
