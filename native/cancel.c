@@ -73,9 +73,10 @@ static const char *cancel_job(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey 
         fx_zrem(ctx, prio, prio_name, id);
         ValkeyModule_CloseKey(prio);
         ValkeyModule_FreeString(ctx, prio_name);
-        /* a lane left empty leaves the ring, so the group joins it once when its lane fills again */
-        if (lane_is_empty(ctx, call->base, group))
-            fx_lrem_open(ctx, &k[EMQ_CANCEL_KEY_RING], names[EMQ_CANCEL_KEY_RING], group);
+        /* a lane left empty leaves the ring (its entry left behind, the ring not walked), so the
+         * group joins it once when its lane fills again; a parked group is out of it already */
+        if (lane_is_empty(ctx, call->base, group) && !lane_parked(ctx, call->base, group))
+            leave_ring(ctx, call->base, group);
     }
     long long attempt = ev_attempts(ctx, &ev, row);
     if (retention_ms > 0) fx_mark_cancel(ctx, row, names[EMQ_CANCEL_KEY_JOB], retention_ms, now);
@@ -88,7 +89,8 @@ static const char *cancel_job(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey 
 
 /* EMQ.CANCEL 6 <base>job:<id> <base>pending <base>delayed <base>active <base>dead <base>ring <id> <now> <retention_ms:0>
  * Twin of cancel.lua. +CANCELLED | +CANCELLING | +DONE | +DEAD | +UNKNOWN | EMQARITY EMQKIND EMQKEYS
- * EMQNUM WRONGTYPE NOPERM TRYAGAIN. Step 6: the job's ended key, then a lane job's lane. */
+ * EMQNUM WRONGTYPE NOPERM TRYAGAIN. Step 6: the job's ended key, then a lane job's lane, its prio
+ * zset, <base>parked and <base>ringleft. */
 int tx_cancel(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleString *id = call->args[EMQ_CANCEL_ARG_ID], *group = NULL, *lane = NULL;
     ValkeyModuleKey *row = k[EMQ_CANCEL_KEY_JOB];
@@ -100,6 +102,8 @@ int tx_cancel(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (!err && group) {
         lane = derived_key(ctx, call->base, "lane:", group);
         err = check_lane_keys(ctx, &acl, call->base, group, lane);
+        if (!err) err = check_named_key(ctx, &acl, call->base, "parked", NULL, VALKEYMODULE_KEYTYPE_HASH, NULL);
+        if (!err) err = check_named_key(ctx, &acl, call->base, "ringleft", NULL, VALKEYMODULE_KEYTYPE_HASH, NULL);
     }
     acl_release(&acl);
     const char *verdict = err ? NULL : cancel_job(ctx, call, k, ended, group, lane, &err);

@@ -356,14 +356,6 @@ void fx_lrem(ValkeyModuleCtx *ctx, ValkeyModuleString *keyname, ValkeyModuleStri
     if (removed > 0) ValkeyModule_Replicate(ctx, "LREM", "scs", keyname, "0", element);
 }
 
-/* fx_lrem on a declared key the call holds open (*key): closed around the server's LREM and
- * opened again, as fx_set_counter does around SET. */
-void fx_lrem_open(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString *element) {
-    ValkeyModule_CloseKey(*key);
-    fx_lrem(ctx, keyname, element);
-    *key = ValkeyModule_OpenKey(ctx, keyname, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
-}
-
 /* An entry id as XADD replies it, <ms>-<seq>. buf must hold 42 bytes; returns the length. */
 static size_t stream_id_text(const ValkeyModuleStreamID *id, char *buf) {
     char tmp[24];

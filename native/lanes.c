@@ -7,9 +7,11 @@
  *     (push_lane); a group's jobs wait in two keys, the list <base>lane:<group> of its priority-0
  *     jobs and the zset <base>prio:<group> of its others, and its lane is empty when both are;
  *   - promote reopens the groups whose rate window has opened (reopen_lanes);
+ *   - a lane that cancel empties leaves the ring without its being walked (leave_ring);
  *   - a paused queue leases nothing (claim, settle).
  * Keys: <base>laneconf, <base>leased, <base>parked, <base>throttled (derived from the base, as the
- * scripts derive them), <base>ring, <base>lane:<group>, <base>prio:<group>, <base>paused. */
+ * scripts derive them), <base>ring, <base>ringleft, <base>lane:<group>, <base>prio:<group>,
+ * <base>paused. */
 #include <string.h>
 
 #include "trafikey.h"
@@ -152,6 +154,15 @@ void push_lane(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, ValkeyMod
     ValkeyModuleKey *lane = ValkeyModule_OpenKey(ctx, lane_key, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
     fx_push(ctx, lane, lane_key, where, id);
     ValkeyModule_CloseKey(lane);
+}
+
+/* leave_ring of the prelude: the group leaves the ring without its being walked, its entry left
+ * where it stands and counted in <base>ringleft (checked by the caller), which the lane claim
+ * that meets it at the ring's head drops. */
+void leave_ring(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group) {
+    Opened left = open_of(ctx, base, "ringleft", NULL);
+    fx_hset_int(ctx, left.key, left.name, group, hash_int(ctx, left.key, group, 0, 0) + 1);
+    close_of(ctx, &left);
 }
 
 int lane_parked(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group) {

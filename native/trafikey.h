@@ -177,7 +177,6 @@ void fx_mark_ended(ValkeyModuleCtx *ctx, ValkeyModuleString *ended, long long re
 void fx_mark_cancel(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, long long retention_ms,
                     long long now);
 void fx_lrem(ValkeyModuleCtx *ctx, ValkeyModuleString *keyname, ValkeyModuleString *element);
-void fx_lrem_open(ValkeyModuleCtx *ctx, ValkeyModuleKey **key, ValkeyModuleString *keyname, ValkeyModuleString *element);
 void fx_hset_fields(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *const *fields,
                     ValkeyModuleString **values, size_t n);
 void fx_hdel_fields(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *const *fields,
@@ -238,6 +237,7 @@ typedef struct {
 
 void release_lane_slot(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, ValkeyModuleKey *row);
 int lane_parked(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group);
+void leave_ring(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group);
 int lane_is_empty(ValkeyModuleCtx *ctx, Bytes base, ValkeyModuleString *group);
 void push_lane(ValkeyModuleCtx *ctx, Bytes base, const LaneRing *ring, ValkeyModuleString *group,
                ValkeyModuleString *lane_key, ValkeyModuleString *id, int where, long long priority, long long at);

@@ -17,6 +17,7 @@ from echomq.consumer.blocking import Consumer
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.calls import Ack, Release, Retry
 from echomq.ops import admin
+from echomq.queue.lanes import ring_in_turn
 
 NOW = 1_700_000_000_000
 
@@ -38,7 +39,9 @@ def groups_served(queue: Queue, claims: int, now: int = NOW) -> list[str | None]
 
 
 def ring(queue: Queue) -> list[str]:
-    return [g.decode() for g in queue.conn.lrange(queue.key("ring"), 0, -1)]
+    """The groups in the ring, in serving order (the entries they left behind skipped)."""
+    conn = queue.conn
+    return ring_in_turn(conn.lrange(queue.key("ring"), 0, -1), conn.hgetall(queue.key("ringleft")))
 
 
 def test_a_lane_at_its_limit_leaves_the_ring_and_the_others_go_on(conn: redis.Redis) -> None:

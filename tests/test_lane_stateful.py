@@ -40,6 +40,7 @@ from echomq import Job, Queue, Verdict
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.calls import Ack, Release, Retry
 from echomq.engine.priority import pending_score
+from echomq.queue.lanes import ring_in_turn
 
 START = 1_700_000_000_000
 LEASE_MS = 1_000
@@ -330,9 +331,17 @@ class LaneMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_ring_holds_each_group_once(self) -> None:
-        ring = [g.decode() for g in self.conn.lrange(self.queue.key("ring"), 0, -1)]
+        """Each group in the ring once, waiting and not paused; every other entry of the ring
+        one its group left behind (counted in ringleft, which a lane claim drops)."""
+        entries = self.conn.lrange(self.queue.key("ring"), 0, -1)
+        left = self.conn.hgetall(self.queue.key("ringleft"))
+        ring = ring_in_turn(entries, left)
         assert len(ring) == len(set(ring))
         assert all(self.model.waiting(g) for g in ring)
+        assert not set(ring) & self.model.paused_lanes
+        counted = {g.decode(): int(n) for g, n in left.items()}
+        assert sorted(g.decode() for g in entries) == sorted(
+            ring + [g for g, n in counted.items() for _ in range(n)])
 
 
 STATEFUL = settings(max_examples=150, stateful_step_count=60, deadline=None,

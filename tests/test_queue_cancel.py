@@ -59,9 +59,14 @@ def test_a_lane_job_cancelled_leaves_its_lane(conn: redis.Redis) -> None:
         assert queue.cancel(job_id, now=NOW) is Verdict.CANCELLED
         assert queue.outcome(job_id).state == "cancelled"
     assert conn.llen(lanes.key("lane", lane="a")) == 0
-    assert conn.llen(lanes.key("ring")) == 0  # its lane emptied, the group left the ring
-    lanes.enqueue("JOB:3", b"p", lane="a", now=NOW)
-    assert conn.lrange(lanes.key("ring"), 0, -1) == [b"a"]  # and joins it once again
+    # its lane emptied, the group left the ring: its entry stays where it was, counted as left
+    assert conn.lrange(lanes.key("ring"), 0, -1) == [b"a"]
+    assert conn.hgetall(lanes.key("ringleft")) == {b"a": b"1"}
+    lanes.enqueue("JOB:3", b"p", lane="a", now=NOW)  # and joins it once again, at the tail
+    assert conn.lrange(lanes.key("ring"), 0, -1) == [b"a", b"a"]
+    claimed = lanes.claim_lane(now=NOW)  # the left entry dropped, the live one served
+    assert claimed is not None and claimed.id == "JOB:3"
+    assert conn.exists(lanes.key("ring"), lanes.key("ringleft")) == 0
 
 
 def test_a_leased_job_is_flagged_and_stays_active(queue: Queue) -> None:

@@ -97,6 +97,10 @@ ROLE_TYPES: dict[str, str] = {
     "prio": "zset",
     # Jobs waiting for their parents (enqueue_after, after), score = the now of their admission.
     "waiting": "zset",
+    # Per group, how many of its entries in the ring it left behind when it left the ring (lane
+    # pause, lane set, cancel emptying its lane: the ring not walked); lane claim drops them.
+    # Derived, never declared.
+    "ringleft": "hash",
     # A dedupe key, <base>dedupe:<key> (the key chosen by the caller, of the lane gate): the id
     # of the job that holds it (enqueue_unique; released by the end of that job).
     "dedupe": "string",

@@ -13,7 +13,7 @@
     ARGV[2] now              ms, or * for the server clock
     ARGV[3] retention_ms     integer >= 0, how long the tombstone stays (0: the row is deleted)
   Derived: <base>ended:<id>, the job's ended key (list); a lane job's <base>lane:<group> (list)
-  and <base>prio:<group> (zset).
+  and <base>prio:<group> (zset), then <base>parked and <base>ringleft (hashes).
   Replies: +CANCELLED | +CANCELLING | +DONE | +DEAD | +UNKNOWN | EMQARITY, EMQKIND, EMQKEYS,
   EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
@@ -51,7 +51,8 @@ local exists = redis.call('EXISTS', row) == 1
 local group = exists and redis.call('HGET', row, 'lane') or false
 local lane = group and base .. 'lane:' .. group
 if lane then
-  err = check_lane_keys(base, group)
+  err = check_lane_keys(base, group) or check_derived(base .. 'parked', 'hash')
+    or check_ring_left(base)
   if err then return err end
 end
 
@@ -86,8 +87,11 @@ end
 if lane then
   redis.call('LREM', lane, 0, id)
   redis.call('ZREM', base .. 'prio:' .. group, id)
-  -- a lane left empty leaves the ring, so the group joins it once when its lane fills again
-  if lane_empty(base, group) then redis.call('LREM', KEYS[6], 0, group) end
+  -- a lane left empty leaves the ring (its entry left behind, the ring not walked), so the group
+  -- joins it once when its lane fills again; a parked group is out of it already
+  if lane_empty(base, group) and redis.call('HGET', base .. 'parked', group) == false then
+    leave_ring(base, group)
+  end
 end
 local attempt = attempts_of(events_key, row)
 if retention_ms > 0 then mark_cancel(row, retention_ms, now) end

@@ -4,8 +4,10 @@
   head job leased; it stays at the head until served weight times in its turn, then rotates to
   the tail. A group leaves the ring (parked) when its lane empties, when it reaches its
   concurrency limit or its rate: it comes back when a lease of it leaves active, or its window
-  opens. Ghosts are skipped and dropped; a ring entry whose lane holds nothing live is dropped,
-  and one over a limit lowered since it joined is parked, without serving it. A paused queue
+  opens. Ghosts are skipped and dropped; a ring entry a group left behind (<base>ringleft) or
+  whose lane holds nothing live is dropped, and one over a limit lowered since it joined is
+  parked, without serving it; at most 100 entries are walked a call (null when none of them is
+  served, the ring then still holding entries). A paused queue
   leases nothing. Everything is checked before anything is written. Scripts only: no native twin.
     KEYS[1] <base>ring       groups whose lanes are non-empty and not parked (list)
     KEYS[2] <base>active     leased jobs, score = lease deadline (zset)
@@ -21,8 +23,8 @@
     KEYS[12] <base>events            optional: the queue's events (stream), the last key
     ARGV[1] lease_ms         integer >= 1
     ARGV[2] now              ms, or * for the server clock
-  Derived: <base>lane:<group> and <base>prio:<group> of the groups walked, <base>job:<id> of the
-  ids walked. A group serves its jobs by priority (include/lane_heads.lua), FIFO within one.
+  Derived: <base>ringleft (hash), <base>lane:<group> and <base>prio:<group> of the groups
+  walked, <base>job:<id> of the ids walked. A group serves its jobs by priority (include/lane_heads.lua), FIFO within one.
   The job is leased as by claim. With a record: a record found answers its first lease of a lane
   job still held (with its group), or null, writing nothing; else the lease made is recorded.
   Replies: [id, payload, attempt, fence, group] | null | EMQARITY, EMQKEYS, EMQNUM, WRONGTYPE,
@@ -66,37 +68,63 @@ end
 local last_fence = fence_counter(fence_key)
 if last_fence == nil then return redis.error_reply(E_FENCE) end
 if redis.call('EXISTS', KEYS[10]) == 1 then return false end
+local left_failure = check_ring_left(base)
+if left_failure then return left_failure end
 local due, failure = due_lanes(base, now, 1000)
 if due == nil then return failure end
 reopen_lanes(base, due)
 
 -- First pass: find the first group (from the ring's head) whose lane holds a live job and that
--- is within its limits; the groups before it are dropped (stale) or parked (over a limit).
-local passed, found = {}, nil
-for position = 0, redis.call('LLEN', ring) - 1 do
+-- is within its limits; the entries before it are dropped (left behind: include/lanes.lua
+-- left_entries; stale) or parked (over a limit). At most RING_WALK entries are looked at, so that
+-- a call stays short however many entries groups left at the head (many lanes paused): one
+-- that finds no group in them drops or parks them and replies null, the ring not yet empty.
+local RING_WALK = 100
+local passed, found, popped, left, left_order = {}, nil, 0, {}, {}
+for position = 0, math.min(redis.call('LLEN', ring), RING_WALK) - 1 do
   local group = redis.call('LINDEX', ring, position)
-  local live, head_failure = lane_head(base, group)
-  if head_failure then return head_failure end
-  local bits, opens = 0, nil
-  if live then
-    live.knobs = lane_knobs(base, group)
-    bits, opens = lane_over(base, group, now, live.knobs)
+  local counted = left[group]
+  if counted == nil then
+    counted = { count = left_entries(base, group), met = 0 }
+    left[group] = counted
+    left_order[#left_order + 1] = group
   end
-  if live and bits == 0 then
-    found = live
-    break
+  if counted.met < counted.count then
+    counted.met = counted.met + 1
+    popped = popped + 1
+  else
+    local live, head_failure = lane_head(base, group)
+    if head_failure then return head_failure end
+    local bits, opens = 0, nil
+    if live then
+      live.knobs = lane_knobs(base, group)
+      bits, opens = lane_over(base, group, now, live.knobs)
+    end
+    if live and bits == 0 then
+      found = live
+      break
+    end
+    passed[#passed + 1] = { group = group, bits = bits, opens = opens, stale = live == nil }
+    popped = popped + 1
   end
-  passed[#passed + 1] = { group = group, bits = bits, opens = opens, stale = live == nil }
 end
 
--- Second pass: drop the stale groups with their ghost-only lanes, park those over a limit.
+-- Second pass: the entries walked past leave the ring's head (one LPOP); the left ones are
+-- counted off, the stale groups' ghost-only lanes deleted, the groups over a limit parked.
+if popped > 0 then
+  redis.call('LPOP', ring, popped)
+  redis.call('DEL', KEYS[9])
+end
+for _, g in ipairs(left_order) do
+  local counted = left[g]
+  if counted.met > 0 then set_left_entries(base, g, counted.count - counted.met) end
+end
 for _, entry in ipairs(passed) do
-  ring_drop_head(base)
   if entry.stale then
     redis.call('DEL', base .. 'lane:' .. entry.group, base .. 'prio:' .. entry.group)
   else
     set_parked(base, entry.group, bit.bor(parked_mask(base, entry.group), entry.bits),
-      entry.opens, false)
+      entry.opens, 'popped')
   end
 end
 if found == nil then return false end
@@ -119,7 +147,7 @@ end
 if bits ~= 0 or lane_empty(base, group) then
   ring_drop_head(base)
   if bits ~= 0 then
-    set_parked(base, group, bit.bor(parked_mask(base, group), bits), opens, false)
+    set_parked(base, group, bit.bor(parked_mask(base, group), bits), opens, 'popped')
   end
 elseif served >= knobs.weight then
   redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')

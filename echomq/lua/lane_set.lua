@@ -20,7 +20,8 @@
     ARGV[6] now              ms, or * for the server clock
   Each knob is an integer from 1 to 999999999999999, - to clear it (a group then follows the
   queue's default; a default cleared is no limit) or = to keep it.
-  Derived: <base>lane:<group> and <base>prio:<group> of each group looked at.
+  Derived: <base>lane:<group> and <base>prio:<group> of each group looked at, then
+  <base>ringleft (hash): a group leaves the ring and comes back as on lane pause.
   Replies: +OK | EMQARITY, EMQLANE, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
 --- @include "args"
@@ -65,6 +66,8 @@ for i = 1, #groups do
   local failure = check_lane_keys(base, groups[i])
   if failure then return failure end
 end
+local left_failure = check_ring_left(base)
+if left_failure then return left_failure end
 
 for i = 1, #knobs do
   local field = knobs[i]

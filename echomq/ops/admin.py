@@ -23,7 +23,14 @@ from echomq.engine.priority import band, split_score
 from echomq.engine.server_time import server_ms, time_ms
 from echomq.engine.transitions import EVENTS_ROLE
 from echomq.engine.wire import Wire
-from echomq.queue.lanes import lane_groups, paused_lanes, per_group, shown_depths, waiting_keys
+from echomq.queue.lanes import (
+    lane_groups,
+    paused_lanes,
+    per_group,
+    ring_in_turn,
+    shown_depths,
+    waiting_keys,
+)
 from echomq.queue.registry import DISCOVERED_KEY, REGISTRY_KEY
 from echomq.queue.shard_layout import ShardCalls, recorded_shards, shard_of
 from echomq.tasks.envelope import PayloadError, decode_envelope
@@ -227,13 +234,15 @@ def _stats_of(conn: Any, calls: QueueCalls, name: str) -> QueueStats:
         pipe.zrange(calls.key("pending"), 0, 0, withscores=True)
         pipe.zrange(calls.key("pending"), -1, -1, withscores=True)
         pipe.lrange(calls.key("ring"), 0, -1)
+        pipe.hgetall(calls.key("ringleft"))
         pipe.hgetall(calls.key("parked"))
         pipe.exists(calls.key("paused"))
         pipe.zcard(calls.key("waiting"))
         if not clustered:
             pipe.time()  # a cluster pipeline refuses TIME: asked of the slot's node below
         replies = pipe.execute()
-    *sizes, head, tail, groups, parked, paused, waiting = replies[:len(ZSETS) + 6]
+    *sizes, head, tail, entries, left, parked, paused, waiting = replies[:len(ZSETS) + 7]
+    groups = ring_in_turn(entries, left)
     now = slot_clock_ms(conn, calls.key("pending")) if clustered else time_ms(replies[-1])
     lanes, lane_oldest = _lanes_of(conn, calls, groups, parked)
     oldest = _oldest_pending(conn, calls.key("pending"), head, tail)

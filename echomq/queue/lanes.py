@@ -115,6 +115,22 @@ class LaneControls:
         return settings_of(conf, group)
 
     @op
+    def lane_depths(self, groups: Iterable[Any] | None = None,
+                    parked: Iterable[Any] | None = None) -> Program[dict[str, int]]:
+        """How many jobs wait in each non-empty lane: the ring's groups in serving order, then
+        the parked ones (at a limit, over their rate, or paused)."""
+        key = self.calls.key
+        if groups is None or parked is None:
+            groups = ring_in_turn(*(yield Reads(self.conn, ring_reads(key))))
+            parked = yield Invoke(self.conn, method("hkeys", key("parked")))
+        names = lane_groups(groups, parked)
+        reads = [method(command, name) for group in names
+                 for command, name in zip(("llen", "zcard"), waiting_keys(key, group),
+                                          strict=True)]
+        depths = yield Reads(self.conn, reads)
+        return shown_depths(names, per_group(depths), groups)
+
+    @op
     def pause(self, lane: str | None = None) -> Program[None]:
         """Pause ``lane`` (its jobs wait, out of the ring) or, with None, the whole queue (no
         job is leased, flat or lane). Leases in hand run on."""
@@ -157,10 +173,11 @@ def lane_report(queue: Any) -> list[dict[str, Any]]:
     why it is parked. Sorted by group."""
     conn = queue.conn
     with conn.pipeline(transaction=False) as pipe:
-        for role in ("laneconf", "parked", "leased"):
+        for role in ("laneconf", "parked", "leased", "ringleft"):
             pipe.hgetall(queue.key(role))
         pipe.lrange(queue.key("ring"), 0, -1)
-        conf, parked, leased, ring = pipe.execute()
+        conf, parked, leased, left, entries = pipe.execute()
+    ring = ring_in_turn(entries, left)
     own = {text(f).split(":", 1)[1] for f in conf if ":" in text(f)}
     parked = {text(g): int(bits) for g, bits in parked.items()}
     held = {text(g): int(n) for g, n in leased.items()}
@@ -179,6 +196,31 @@ def lane_report(queue: Any) -> list[dict[str, Any]]:
 def _state(bits: int) -> str:
     why = [name for bit, name in PARKED_WHY if bits & bit]
     return "parked: " + ", ".join(why) if why else "ready"
+
+
+def ring_reads(key: Callable[..., str]) -> list[Any]:
+    """The reads of the ring as ``ring_in_turn`` takes it: its entries, and the entries its
+    groups left behind (``ringleft``)."""
+    return [method("lrange", key("ring"), 0, -1), method("hgetall", key("ringleft"))]
+
+
+def ring_in_turn(entries: Iterable[Any], left: dict[Any, Any]) -> list[str]:
+    """The groups in the ring, in serving order: its entries but those their groups left behind
+    when they left it (``ringleft``: a group's first ``n`` entries from the head, which the lane
+    claim that reaches them drops; a count that is not an integer counts 0)."""
+    skip = {text(group): _count(n) for group, n in left.items()}
+    groups = []
+    for group in map(text, entries):
+        if skip.get(group, 0) > 0:
+            skip[group] -= 1
+        else:
+            groups.append(group)
+    return groups
+
+
+def _count(value: Any) -> int:
+    digits = text(value)
+    return int(digits) if digits.isdigit() and len(digits) <= 15 else 0
 
 
 def lane_groups(ring: Iterable[Any], parked: Iterable[Any]) -> list[str]:

@@ -50,7 +50,7 @@ from echomq.queue.bounds import HOUSEKEEPING_STEP, TRIM_STEPS, Housekept, more_d
 from echomq.queue.dead import DeadControls
 from echomq.queue.events import EventReads
 from echomq.queue.graphs import GraphAdmissions
-from echomq.queue.lanes import LaneControls, lane_groups, per_group, shown_depths, waiting_keys
+from echomq.queue.lanes import LaneControls, ring_in_turn, ring_reads
 from echomq.queue.layout import read_layout
 from echomq.queue.limits import LimitControls
 from echomq.queue.parking import WATCH_ROLE, head_read, watch_commands
@@ -272,7 +272,9 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
     def claim_lane(self, lease_ms: int = DEFAULT_LEASE_MS, *, now: int | None = None,
                    watch: bool = False, claim_id: str | None = None) -> Program[Job | None]:
         """Lease the head job of the next lane in turn (the ring rotates one step per claim),
-        or None when every lane is empty. Scripts only (``wire=6`` raises Wire6Unsupported).
+        or None when no lane can be served, or when the 100 ring entries one call walks held
+        none (dropped or parked: another claim goes on from the next). Scripts only (``wire=6``
+        raises Wire6Unsupported).
         ``watch``: the queue's watch tokens go out in the claim's flush, after it.
         ``claim_id``: as for ``claim``."""
         call = self.calls.claim_lane(lease_ms, now, claim_id)
@@ -472,25 +474,11 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
     @op
     def counts(self) -> Program[dict[str, int]]:
         """How many jobs are pending, active, delayed and dead, and how many wait in lanes."""
-        reads = [*(method("zcard", self.key(role)) for role in ZSETS),
-                 method("lrange", self.key("ring"), 0, -1), method("hkeys", self.key("parked"))]
-        *sizes, groups, parked = yield Reads(self.conn, reads)
+        reads = [*(method("zcard", self.key(role)) for role in ZSETS), *ring_reads(self.key),
+                 method("hkeys", self.key("parked"))]
+        *sizes, entries, left, parked = yield Reads(self.conn, reads)
         counts = dict(zip(ZSETS, map(int, sizes), strict=True))
+        groups = ring_in_turn(entries, left)
         depths = yield from QueueMethods.lane_depths.program(self, groups, parked)
         counts["lanes"] = sum(depths.values())
         return counts
-
-    @op
-    def lane_depths(self, groups: Iterable[Any] | None = None,
-                    parked: Iterable[Any] | None = None) -> Program[dict[str, int]]:
-        """How many jobs wait in each non-empty lane: the ring's groups in serving order, then
-        the parked ones (at a limit, over their rate, or paused)."""
-        if groups is None or parked is None:
-            groups = yield Invoke(self.conn, method("lrange", self.key("ring"), 0, -1))
-            parked = yield Invoke(self.conn, method("hkeys", self.key("parked")))
-        names = lane_groups(groups, parked)
-        reads = [method(command, name) for group in names
-                 for command, name in zip(("llen", "zcard"), waiting_keys(self.key, group),
-                                          strict=True)]
-        depths = yield Reads(self.conn, reads)
-        return shown_depths(names, per_group(depths), groups)

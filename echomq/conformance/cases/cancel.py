@@ -1,7 +1,8 @@
 """Cases of cancel: each verdict on the state that gives it (a job pending, delayed, in its
 lane, leased, flagged, cancelled, done, dead, absent), the tombstone with and without retention,
-the ended token, and the keys cancel derives (the ended key, a lane job's lane); a flagged
-lease's heartbeat."""
+the ended token, and the keys cancel derives (the ended key, a lane job's lane, parked and
+ringleft); a lane left empty leaving the ring without its being walked (its entry counted in
+``ringleft``); a flagged lease's heartbeat."""
 
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ def cancel_cases() -> Iterator[Case]:
     yield _case(name, "in-its-lane", _argv(name), b"+CANCELLED",
                 [*in_lane("JOB:1", "a", "JOB:0"), ["RPUSH", key("lane:a"), "JOB:2"]])
     yield _case(name, "alone-in-its-lane", _argv(name), b"+CANCELLED", in_lane("JOB:1"))
+    yield from ring_left_cases()
     yield _case(name, "lane-job-not-in-its-lane", _argv(name), b"+CANCELLED",
                 [row("JOB:1", "p", b"p", "a", "0", "lane", "a")])
     yield _case(name, "in-no-set", _argv(name), b"+CANCELLED",
@@ -157,6 +159,28 @@ def heartbeat_cases() -> Iterator[Case]:
                 b"*3\r\n+CANCELLING\r\n+CANCELLING\r\n+STALE\r\n", flagged())
 
 
+def ring_left_cases() -> Iterator[Case]:
+    """A lane left empty leaves the ring: its entry stays where it stands (``ring`` as it was),
+    one more counted in ``ringleft``; a parked group is out of the ring already (nothing
+    counted); a count that is not an integer counts as 0."""
+    name, others = "cancel", [["RPUSH", key("ring"), "b", "c"], ["RPUSH", key("lane:b"), "JOB:b"],
+                              ["RPUSH", key("lane:c"), "JOB:c"]]
+    yield _case(name, "alone-in-its-lane-among-others", _argv(name), b"+CANCELLED",
+                [*in_lane("JOB:1"), *others])
+    yield _case(name, "alone-in-its-lane-left-before", _argv(name), b"+CANCELLED",
+                [["RPUSH", key("ring"), "a"], *in_lane("JOB:1"), *others,
+                 ["HSET", key("ringleft"), "a", "1", "b", "2"]])
+    yield _case(name, "alone-in-its-lane-left-count-not-an-integer", _argv(name),
+                b"+CANCELLED", [*in_lane("JOB:1"), ["HSET", key("ringleft"), "a", "x"]])
+    for bits in ("1", "4"):
+        yield _case(name, f"alone-in-its-lane-parked-{bits}", _argv(name), b"+CANCELLED",
+                    [row("JOB:1", "p", b"p", "a", "0", "t", str(NOW - 5), "lane", "a"),
+                     ["RPUSH", key("lane:a"), "JOB:1"], ["HSET", key("parked"), "a", bits],
+                     *others])
+    yield _case(name, "in-its-lane-with-others-left-before", _argv(name), b"+CANCELLED",
+                [*in_lane("JOB:1", "a", "JOB:0"), ["HSET", key("ringleft"), "a", "1"]])
+
+
 def derived_cases() -> Iterator[Case]:
     """The keys cancel derives (step 6), checked whatever the verdict: the ended key, then a lane
     job's lane."""
@@ -176,3 +200,11 @@ def derived_cases() -> Iterator[Case]:
                 [*in_lane("JOB:1"), ["SET", ENDED, "x"]])
     yield _case(name, "lane-of-another-group-wrongtype", _argv(name), b"+CANCELLED",
                 [*in_lane("JOB:1"), ["SET", key("lane:b"), "x"]])
+    for suffix in ("parked", "ringleft"):
+        # a lane job's: checked whatever the verdict; a flat job's cancel does not look
+        yield _case(name, f"lane-{suffix}-wrongtype", _argv(name), E_TYPE,
+                    [*in_lane("JOB:1", "a", "JOB:0"), ["SET", key(suffix), "x"]])
+        yield _case(name, f"lane-{suffix}-wrongtype-when-leased", _argv(name), E_TYPE,
+                    [*leased("JOB:1", lane="a"), ["RPUSH", key(suffix), "x"]])
+        yield _case(name, f"flat-{suffix}-wrongtype", _argv(name), b"+CANCELLED",
+                    [*waiting("JOB:1"), ["SET", key(suffix), "x"]])

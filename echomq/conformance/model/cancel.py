@@ -6,7 +6,7 @@ from __future__ import annotations
 from echomq.conformance.model.call import Call
 from echomq.conformance.model.join import Join, Joins, Waiter
 from echomq.conformance.model.replies import E_TYPE, error, status
-from echomq.conformance.model.words import dec
+from echomq.conformance.model.words import dec, int_field
 
 
 class Cancels(Joins):
@@ -23,7 +23,7 @@ class Cancels(Joins):
         job_id = call.args[0]
         group = self.hget(row, b"lane") if self.kind(row) == b"hash" else None
         lane = None if group is None else call.base + b"lane:" + group
-        if group is not None and not self.lane_keys_ok(call.base, group):
+        if group is not None and not self.cancel_lane_keys_ok(call.base, group):
             return error(E_TYPE)
         if self.kind(row) != b"hash":
             return status("UNKNOWN")
@@ -74,19 +74,25 @@ class Cancels(Joins):
         self.emit("cancelled", job_id, attempt)
         return verdict
 
+    def cancel_lane_keys_ok(self, base: bytes, group: bytes) -> bool:
+        """A lane job's derived keys: its lane and prio zset, then <base>parked and
+        <base>ringleft (hashes), each absent or of its type."""
+        return self.lane_keys_ok(base, group) and all(
+            self.kind(base + suffix) in (b"none", b"hash") for suffix in (b"parked", b"ringleft"))
+
     def lane_cancelled(self, call: Call, lane: bytes, job_id: bytes) -> None:
-        """A lane job leaves its lane; a lane left empty leaves the ring (its group joins it once
-        when the lane fills again)."""
+        """A lane job leaves its lane; a lane left empty leaves the ring, its entry left where it
+        stands and counted in <base>ringleft (the ring not walked), unless its group is parked
+        (out of the ring already): its group joins the ring once when the lane fills again."""
         if lane in self.keys:
             self.keys[lane].data[:] = [member for member in self.keys[lane].data
                                        if member != job_id]
             self._drop_empty(lane)
-        ring, group = call.keys[5], lane[len(call.base) + 5:]
-        self.zrem(call.base + b"prio:" + group, job_id)
-        if self.lane_empty(call.base, group) and self.kind(ring) == b"list":
-            self.keys[ring].data[:] = [member for member in self.keys[ring].data
-                                       if member != group]
-            self._drop_empty(ring)
+        base, group = call.base, lane[len(call.base) + 5:]
+        self.zrem(base + b"prio:" + group, job_id)
+        if self.lane_empty(base, group) and self.hget(base + b"parked", group) is None:
+            left = base + b"ringleft"
+            self.hset(left, group, dec(int_field(self.hget(left, group), 0) + 1))
 
     def in_zset(self, key: bytes, member: bytes) -> bool:
         return self.kind(key) == b"zset" and member in self.keys[key].data

@@ -33,5 +33,5 @@ end
 local function lane_refresh(base, group, now)
   local paused = bit.band(parked_mask(base, group), PARKED_PAUSED)
   local bits, opens = lane_over(base, group, now)
-  set_parked(base, group, paused + bits, opens)
+  set_parked(base, group, paused + bits, opens, 'operator')
 end

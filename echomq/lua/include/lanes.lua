@@ -4,7 +4,7 @@
 --- @include "numbers"
 --- @include "priority"
 
--- Lanes' limits. A group whose lane is non-empty is in the ring exactly once unless it is parked:
+-- Lanes' limits. A group whose lane is non-empty is in the ring once unless it is parked:
 -- <base>parked holds, per group, why it is out of the ring (bits: at its concurrency limit, over
 -- its rate until its window opens, paused). Knobs live in <base>laneconf: `<knob>` is the queue's
 -- default, `<knob>:<group>` a group's override. <base>leased counts each group's leases held,
@@ -54,10 +54,50 @@ local function ring_drop_head(base)
   redis.call('DEL', base .. 'turn')
 end
 
+-- Entries a group left behind in the ring. A group leaves the ring without walking it (LREM is
+-- O(ring)): its entry stays where it is, counted in <base>ringleft (per group; absent or not an
+-- integer: 0). A group's left entries always come before its live one, so the first `left`
+-- entries of a group met from the ring's head are left ones: a lane claim that meets one at the
+-- head drops it and counts it off, serving nothing; an operator's resume takes the last one back.
+local function left_entries(base, group)
+  return int_field(redis.call('HGET', base .. 'ringleft', group), 0)
+end
+
+local function set_left_entries(base, group, n)
+  if n > 0 then
+    redis.call('HSET', base .. 'ringleft', group, dec(n))
+  else
+    redis.call('HDEL', base .. 'ringleft', group)
+  end
+end
+
+-- The group leaves the ring, O(1): its live entry becomes a left one.
+local function leave_ring(base, group)
+  set_left_entries(base, group, left_entries(base, group) + 1)
+end
+
+-- The group comes back to the ring, O(1): its last left entry, where it stands, when it has one
+-- (lane pause and lane set, scripts only), else a new entry at the tail.
+local function rejoin_ring(base, group)
+  local left = left_entries(base, group)
+  if left > 0 then
+    set_left_entries(base, group, left - 1)
+  else
+    redis.call('RPUSH', base .. 'ring', group)
+  end
+end
+
+-- <base>ringleft checked as a derived key (ACL, slot, a hash or absent): nil, or the error reply.
+local function check_ring_left(base)
+  return check_derived(base .. 'ringleft', 'hash')
+end
+
 -- Set a group's parked bits (0: not parked) and keep the ring true to them: a non-empty lane
--- joins the ring's tail when it is no longer parked, and leaves it (LREM) when it becomes
--- parked unless leave_ring is false (the caller popped it from the head already).
-local function set_parked(base, group, mask, opens, leave_ring)
+-- joins the ring's tail when it is no longer parked, and leaves it when it becomes parked. how:
+-- nil (the flat transitions' bookkeeping: a join is a new entry at the tail; they never park),
+-- 'popped' (lane claim popped it from the head already), 'operator' (lane pause and lane set,
+-- which check <base>ringleft first: a leave is leave_ring, a join rejoin_ring).
+local function set_parked(base, group, mask, opens, how)
   local was = parked_mask(base, group)
   if mask == 0 then
     redis.call('HDEL', base .. 'parked', group)
@@ -71,9 +111,9 @@ local function set_parked(base, group, mask, opens, leave_ring)
   end
   if not lane_nonempty(base, group) then return end
   if was ~= 0 and mask == 0 then
-    redis.call('RPUSH', base .. 'ring', group)
-  elseif was == 0 and mask ~= 0 and leave_ring ~= false then
-    redis.call('LREM', base .. 'ring', 0, group)
+    if how == 'operator' then rejoin_ring(base, group) else redis.call('RPUSH', base .. 'ring', group) end
+  elseif was == 0 and mask ~= 0 and how == 'operator' then
+    leave_ring(base, group)
     local turn = redis.call('GET', base .. 'turn')
     if turn and string.match(turn, '^%d+ (.*)$') == group then redis.call('DEL', base .. 'turn') end
   end
