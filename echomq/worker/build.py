@@ -13,9 +13,8 @@ import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from echomq import aio
 from echomq.consumer.blocking import Consumer
 from echomq.consumer.presence import Announcer
 from echomq.consumer.shell import LoopShell
@@ -29,6 +28,9 @@ from echomq.worker.spec import (
     load_callable,
     load_target,
 )
+
+if TYPE_CHECKING:
+    from echomq import aio
 
 log = logging.getLogger("echomq")
 
@@ -153,6 +155,8 @@ class AsyncWorkerLoop:
         asyncio.run(self._main())
 
     async def _main(self) -> None:
+        from echomq import aio  # only now: a blocking worker never loads the asyncio client
+
         client = async_connect(self.spec, self.queue.conn)
         in_flight = self.spec.async_concurrency or 1
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(
