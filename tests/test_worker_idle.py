@@ -89,15 +89,16 @@ def test_an_idle_worker_process_costs_a_tenth_of_a_command_a_second(
 
     # Nothing but the parks: no TIME, no SADD (the record's 2 s beat), no housekeeping, no claim.
     assert set(spent) <= {"zrange", "zcard", "blpop", "hset", "pexpire"}, spent
-    assert spent["blpop"] == PARKS, spent
+    parks = spent["blpop"]  # PARKS, one more if the last snapshot came a whole cap late
+    assert PARKS <= parks <= PARKS + 1, spent
     writes = spent.get("hset", 0)
     assert spent.get("pexpire", 0) == writes, spent  # each rewrite: HSET and PEXPIRE together
-    assert writes <= PARKS // 2 + 1, spent  # every other park (one more at the window's edge)
-    reads = sum(spent.values()) - spent["blpop"] - PER_WRITE * writes
-    assert reads <= PER_READ * PARKS + PER_READ, spent
+    assert writes <= parks // 2 + 1, spent  # every other park (one more at the window's edge)
+    reads = sum(spent.values()) - parks - PER_WRITE * writes
+    assert reads <= PER_READ * (parks + 1), spent
     # So at the default cap (75 s) the whole process costs at most 0.1 commands a second.
-    per_park = sum(spent.values()) / PARKS
-    assert per_park <= PER_PARK + PER_WRITE / 2 + LATE_READS / PARKS, spent
+    per_park = sum(spent.values()) / parks
+    assert per_park <= PER_PARK + PER_WRITE / 2 + LATE_READS / parks, spent
     assert per_park / (PARK_CAP_MS / 1000) <= 0.1
 
     # Still listed, parked, its last beat within two park caps.
