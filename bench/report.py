@@ -20,6 +20,7 @@ from bench.events import section as events_section
 from bench.lanes import section as lanes_section
 from bench.parking import report_section as parking_section
 from bench.priority import section as priority_section
+from bench.startup import report_section as startup_section
 from bench.targets import GUARANTEES, fig, md_table, ok_e2e, targets
 from bench.tasks import section as tasks_section
 from bench.workflow_report import section as workflows_section
@@ -439,6 +440,7 @@ def write(results: dict[str, Any], out: str) -> str:
         "lanes": lambda: lanes_section(results),
         "tasks": lambda: tasks_section(results),
         "parking": lambda: parking_section(results),
+        "startup": lambda: startup_section(results),
         "priority": lambda: priority_section(results),
         "events": lambda: events_section(results),
         "workflows": lambda: workflows_section(results),

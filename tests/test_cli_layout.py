@@ -36,8 +36,10 @@ HOMES = {
 def homes(group: click.Group, prefix: str = "") -> dict[str, str]:
     """Each command under ``group`` (a subgroup's too), by its path, and its callback's module."""
     found: dict[str, str] = {}
-    for name, command in group.commands.items():
-        assert command.callback is not None
+    context = click.Context(group)
+    for name in group.list_commands(context):  # the top group imports each on first use
+        command = group.get_command(context, name)
+        assert command is not None and command.callback is not None
         found[prefix + name] = command.callback.__module__
         if isinstance(command, click.Group):
             found |= homes(command, f"{prefix}{name} ")

@@ -98,19 +98,22 @@ def test_each_worker_process_announces_itself_and_its_job_in_hand(
 
 def test_a_killed_worker_drops_out_within_its_expiry(
         workers: Callable[..., Workers], conn: redis.Redis) -> None:  # noqa: F811
-    workers(QUEUE, "--concurrency", "2")
+    """Killed busy or parked: its record's own expiry, 6 s after a beat of its thread, three
+    park caps (here 3 s) after a park wrote it."""
+    workers(QUEUE, "--concurrency", "2", "--park-cap-ms", "1000")
     victim = announced(conn, 2)[0]
     os.kill(victim.pid, signal.SIGKILL)
-    last_beat = [victim.beat_ms]
+    last = [victim]
 
     def gone() -> bool:
         record = {w.key: w for w in live_workers(conn)}.get(victim.key)
         if record is not None:
-            last_beat[0] = record.beat_ms
+            last[0] = record
         return record is None
 
     assert wait_until(gone, timeout=EXPIRY_MS / 1000 + 10)
-    assert admin.server_time_ms(conn) - last_beat[0] <= EXPIRY_MS + READ_SLACK_MS
+    assert last[0].expiry_ms <= EXPIRY_MS
+    assert admin.server_time_ms(conn) - last[0].beat_ms <= last[0].expiry_ms + READ_SLACK_MS
     assert victim.key.encode() not in conn.smembers(WORKERS_KEY)  # pruned on read
 
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 from typing import IO, Any
 
 import click
-import redis
 
-from echomq.engine.clients import twins
 from echomq.engine.errors import KindError, LaneError, TrafikeyMissing
 
 FAILED = 1
@@ -59,7 +57,12 @@ def usage_failure(exc: click.UsageError) -> Failure:
 
 
 def failure_for(exc: BaseException) -> Failure | None:
-    """The one-line report of ``exc``, or None for an error nothing is known about."""
+    """The one-line report of ``exc``, or None for an error nothing is known about (the client
+    library's classes loaded only now: ``echomq --help`` never needs them)."""
+    import redis
+
+    from echomq.engine.clients import twins
+
     url = server_url()
     if isinstance(exc, TrafikeyMissing):
         return Failure(exc.reason, "start valkey-server with --loadmodule "

@@ -20,7 +20,6 @@ from echomq.cli.common import (
     url_option,
 )
 from echomq.cli.errors import BAD_INPUT, Failure, failure_for
-from echomq.cli.views import print_workers
 from echomq.consumer.loop import MAX_PREFETCH, PARK_CAP_MS, PREFETCH
 from echomq.consumer.roster import live_workers
 from echomq.engine.clients import twins
@@ -205,6 +204,8 @@ def workers(url: str, as_json: bool) -> None:
     """The live worker processes: host, pid, queue, wire, and as at the last beat the jobs in
     hand, the latest and how long it had run; jobs done and failed, last beat. A worker that
     dies unannounced drops out within its expiry."""
+    from echomq.cli.views import print_workers  # only here: ``echomq worker`` never draws tables
+
     conn = connect(url)
     found = live_workers(conn)
     if as_json:

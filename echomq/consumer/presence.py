@@ -279,7 +279,11 @@ class Announcer:
         return self._write(lambda: self.conn.sadd(WORKERS_KEY, self.key))
 
     async def arelist(self) -> bool:
-        """As ``relist``, on the asyncio client."""
+        """As ``relist``, on the asyncio client; on a blocking one (a worker process's record,
+        which a thread beats while its asyncio consumer is busy) from a thread of the loop's
+        executor, so the loop is not held."""
+        if not inspect.iscoroutinefunction(self.conn.execute_command):
+            return await asyncio.to_thread(self.relist)
 
         async def add() -> None:
             await self.conn.sadd(WORKERS_KEY, self.key)

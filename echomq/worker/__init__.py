@@ -31,8 +31,9 @@ comes back through its lease. The supervisor then exits 0. A second signal kills
 once. A child whose supervisor died stops the same way (its running job finishes first).
 
 Each child announces itself in the registry of workers (``echomq.consumer.presence``) while it
-runs, and
-takes its record off on a clean stop.
+runs, and takes its record off on a clean stop. Its record's thread beats every 2 s while a job
+runs; while the consumer parks, the flush before each park carries the record instead, as an
+announced consumer's own, so an idle worker process costs the server what an idle consumer does.
 
 
 The pieces: ``spec`` (what a worker runs and the checks before any process starts), ``build``

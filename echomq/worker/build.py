@@ -13,11 +13,11 @@ import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from echomq import aio
 from echomq.consumer.blocking import Consumer
 from echomq.consumer.presence import Announcer
+from echomq.consumer.shell import LoopShell
 from echomq.queue.blocking import Job, recorded_queue
 from echomq.queue.shard_layout import recorded_shards
 from echomq.worker.spec import (
@@ -28,6 +28,9 @@ from echomq.worker.spec import (
     load_callable,
     load_target,
 )
+
+if TYPE_CHECKING:
+    from echomq import aio
 
 log = logging.getLogger("echomq")
 
@@ -53,7 +56,7 @@ def handler_of(target: Any, spec: WorkerSpec) -> Callable[[Job], object]:
 def consumer_options(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None
                      ) -> dict[str, Any]:
     """The options both consumers take from ``spec``; the process, not its consumer, keeps
-    the worker's record in the registry."""
+    the worker's record in the registry (``carry_record``: the consumer's parks carry it)."""
     return {"announce": False, "lanes": spec.lanes, "lease_ms": spec.lease_ms,
             "retry_delay_ms": spec.retry_delay_ms, "park_cap_ms": spec.park_cap_ms,
             "on_ack": load_callable(spec.on_ack) if spec.on_ack else None,
@@ -101,8 +104,18 @@ def build_consumer(spec: WorkerSpec, on_overrun: Callable[[Job], object] | None 
     if spec.metrics_dir is not None and not is_app(target):  # an App counts through its hooks
         handler = _counted(handler, spec, queues[0].max_attempts)
     handler = _tracked(handler, announcer, on_job)
-    return Consumer(queues if len(queues) > 1 else queues[0], handler,
-                    **consumer_options(spec, on_overrun))
+    consumer = Consumer(queues if len(queues) > 1 else queues[0], handler,
+                        **consumer_options(spec, on_overrun))
+    carry_record(consumer, announcer)
+    return consumer
+
+
+def carry_record(consumer: LoopShell, announcer: Announcer | None) -> None:
+    """Have ``consumer``'s parks carry the process's record (``announcer``), as an announced
+    consumer's parks carry its own: while it parks, the record's thread sends nothing and the
+    flush before each park rewrites the record when due (every other park when parks run to
+    their cap), so an idle worker process costs what an idle consumer does."""
+    consumer.announcer = announcer
 
 
 class AsyncWorkerLoop:
@@ -121,10 +134,11 @@ class AsyncWorkerLoop:
 
     def __init__(self, spec: WorkerSpec, handler: Callable[[Job], object],
                  replaced_after: Callable[[Job], bool] | None = None,
-                 target: Any = None) -> None:
+                 target: Any = None, announcer: Announcer | None = None) -> None:
         self.spec = spec
         self.target = target
         self.handler = handler
+        self.announcer = announcer
         self.replaced_after = replaced_after
         self.queue = recorded_queue(connect(spec, target), spec.queues[0], wire=spec.wire)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -141,6 +155,8 @@ class AsyncWorkerLoop:
         asyncio.run(self._main())
 
     async def _main(self) -> None:
+        from echomq import aio  # only now: a blocking worker never loads the asyncio client
+
         client = async_connect(self.spec, self.queue.conn)
         in_flight = self.spec.async_concurrency or 1
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(
@@ -153,6 +169,7 @@ class AsyncWorkerLoop:
             self._consumer = aio.Consumer(queues, self.handler,
                                           concurrency=self.spec.async_concurrency or 1,
                                           **consumer_options(self.spec, self._overran))
+            carry_record(self._consumer, self.announcer)
             self._loop = asyncio.get_running_loop()
             self._ready.set()
             if self._stop_asked.is_set():
@@ -199,7 +216,8 @@ def build_worker_loop(spec: WorkerSpec, target: Any,
     # An async handler past its time limit is cancelled: the process, with the other jobs in
     # flight, goes on. A plain task of the App runs in a thread, which cannot be: the process
     # is replaced once the other jobs in flight are done.
-    return AsyncWorkerLoop(spec, handler, functools.partial(_ran_in_thread, target), target)
+    return AsyncWorkerLoop(spec, handler, functools.partial(_ran_in_thread, target), target,
+                           announcer)
 
 
 def _ran_in_thread(target: Any, job: Job) -> bool:
