@@ -79,8 +79,9 @@ def due_retry(queue: Queue, delay_ms: int = LEASE_MS) -> int:
     return server_ms(queue.conn) + delay_ms
 
 
-def test_a_lost_lease_and_a_due_retry_run_again_within_the_bound_on_a_busy_queue(
-        make: Make, queue: Queue) -> None:
+def back_on_a_busy_queue(make: Make, queue: Queue) -> tuple[int, int]:
+    """How long after it was due (server ms) a lost lease's job and a due retry each ran again,
+    on ``queue`` kept busy by a producer."""
     back_at: dict[str, int] = {}
     both_back = threading.Event()
     conn = queue.conn
@@ -97,8 +98,20 @@ def test_a_lost_lease_and_a_due_retry_run_again_within_the_bound_on_a_busy_queue
     with producing(queue) as done, running(consumer):
         assert both_back.wait(PRODUCING_S), f"starved: back {back_at}"
         assert not done.is_set()  # the queue was still busy when they came back
-    assert back_at["JOB:lost"] - expires_at <= HOUSEKEEPING_MS + ALLOWANCE_MS
-    assert back_at["JOB:retried"] - due_at <= HOUSEKEEPING_MS + ALLOWANCE_MS
+    return back_at["JOB:lost"] - expires_at, back_at["JOB:retried"] - due_at
+
+
+def test_a_lost_lease_and_a_due_retry_run_again_within_the_bound_on_a_busy_queue(
+        make: Make, queue: Queue) -> None:
+    """Best of three, each on a queue of its own: a stall of the loaded machine can spoil one
+    measure (tests/README.md, rule 3); code that misses the bound misses it every time."""
+    late: list[tuple[int, int]] = []
+    for attempt in range(3):
+        late.append(back_on_a_busy_queue(make, Queue(queue.conn, f"busy{attempt}",
+                                                     wire=queue.wire)))
+        if max(late[-1]) <= HOUSEKEEPING_MS + ALLOWANCE_MS:
+            return
+    pytest.fail(f"ran again late by (lost lease, due retry) ms: {late}")
 
 
 def test_housekeeping_runs_while_the_job_in_hand_runs_long(make: Make, queue: Queue) -> None:
