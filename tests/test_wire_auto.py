@@ -214,8 +214,9 @@ def test_a_user_who_cannot_list_modules_gets_native_commands(valkey: EmbeddedVal
         conn.execute_command("ACL", "DELUSER", "worker")
 
 
-def test_a_user_denied_the_native_commands_gets_scripts(valkey: EmbeddedValkey,
-                                                       conn: redis.Redis) -> None:
+def test_a_user_denied_the_native_commands_gets_scripts(
+        valkey: EmbeddedValkey, conn: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="echomq")
     conn.execute_command("ACL", "SETUSER", "scripted", "reset", "on", ">pw", "~emq:*",
                          "+@all", "-@admin", *(f"-emq.{verb}" for verb in (
                              "enqueue", "enqueue_many", "claim", "ack", "retry")))
@@ -226,6 +227,9 @@ def test_a_user_denied_the_native_commands_gets_scripts(valkey: EmbeddedValkey,
         a_round(queue, "d")
         assert queue.executor.chosen is Wire.SCRIPTS
         assert set(transitions_sent(conn)) == {"evalsha"}
+        assert [record.getMessage() for record in choices(caplog)] == [
+            "queue denied: wire auto runs each transition as its Lua script (this ACL user may "
+            "not run EMQ.ENQUEUE)"]
     finally:
         user.close()
         conn.execute_command("ACL", "DELUSER", "scripted")

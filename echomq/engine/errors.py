@@ -190,8 +190,9 @@ def native_refusal(exc: BaseException) -> str | None:
     if command is not None and command.upper().startswith("EMQ."):
         return f"the server does not know {command.upper()}: trafikey is not loaded there"
     _, found, rest = reply.text.partition("permissions to run the '")
-    if reply.code == "NOPERM" and found and rest.upper().startswith("EMQ."):
-        return f"this ACL user may not run {rest.partition(chr(39))[0].upper()}"
+    denied = rest.partition("'")[0].upper()
+    if reply.code == "NOPERM" and found and denied.startswith("EMQ."):
+        return f"this ACL user may not run {denied}"
     return None
 
 
