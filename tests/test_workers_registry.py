@@ -66,7 +66,7 @@ def test_each_worker_process_announces_itself_and_its_job_in_hand(
     supervisor = workers(QUEUE, "--concurrency", "2")
     found = announced(conn, 2)
     assert {w.pid for w in found} == children(supervisor)
-    assert {(w.queue, w.wire, w.job) for w in found} == {(QUEUE, 5, None)}
+    assert {(w.queue, w.wire, w.job) for w in found} == {(QUEUE, "auto", None)}
     assert all(w.host and w.beat_ms >= w.started_ms for w in found)
 
     queue = Queue(conn, QUEUE, wire=5)

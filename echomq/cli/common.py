@@ -20,8 +20,9 @@ from echomq.ops import admin
 
 # Where a worker serving a handler (or an App with no connection of one server) looks.
 DEFAULT_URL = "redis://127.0.0.1:6379"
-# --wire takes the number or the name: 5 or scripts, 6 or native.
-WIRE_CHOICES = ["5", "6", "scripts", "native"]
+# --wire takes the number or the name: 5 or scripts, 6 or native; or auto (the default: native
+# where the server has trafikey, else scripts).
+WIRE_CHOICES = ["auto", "5", "6", "scripts", "native"]
 
 url_option = click.option("--url", envvar="ECHOMQ_URL", default="redis://127.0.0.1:6379",
                           show_default=True, show_envvar=True, help="the Valkey server")

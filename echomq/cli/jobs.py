@@ -26,7 +26,7 @@ from echomq.queue.ids import new_job_id
 @click.option("--lane", default=None, help="the group's lane to join")
 @click.option("--priority", type=PRIORITY, default=0, show_default=True,
               help="-100 to 100, higher is claimed first")
-@click.option("--wire", type=click.Choice(WIRE_CHOICES), default="5", show_default=True)
+@click.option("--wire", type=click.Choice(WIRE_CHOICES), default="auto", show_default=True)
 @click.option("--dedupe", metavar="KEY", default=None,
               help="admit only while no job of KEY lives (DUPLICATE otherwise)")
 @click.option("--debounce", metavar="KEY", default=None,
@@ -94,7 +94,7 @@ def inspect(queue: str, job_id: str, url: str, as_json: bool) -> None:
 @click.command()
 @click.argument("queue", type=QUEUE)
 @click.argument("job_id", metavar="ID")
-@click.option("--wire", type=click.Choice(WIRE_CHOICES), default="5", show_default=True)
+@click.option("--wire", type=click.Choice(WIRE_CHOICES), default="auto", show_default=True)
 @url_option
 @json_option
 def cancel(queue: str, job_id: str, wire: str, url: str, as_json: bool) -> None:

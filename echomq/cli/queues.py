@@ -82,7 +82,7 @@ def forget(queue: str, url: str) -> None:
 
 @click.command()
 @click.argument("queue", type=QUEUE)
-@click.option("--wire", type=click.Choice(WIRE_CHOICES), default="5", show_default=True)
+@click.option("--wire", type=click.Choice(WIRE_CHOICES), default="auto", show_default=True)
 @click.option("--staging-timeout-ms", type=click.IntRange(min=1), default=STAGING_TIMEOUT_MS,
               show_default=True, help="how long a held job of a staged workflow may wait")
 @url_option

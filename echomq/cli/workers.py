@@ -43,7 +43,8 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--queue", "-q", "queue_names", multiple=True,
               help="a queue to consume; repeat it to serve several in strict priority order, "
               "the first first  [default with an App: the App's queues]")
-@click.option("--lanes", is_flag=True, help="claim through the lanes in turn (wire 5 only)")
+@click.option("--lanes", is_flag=True,
+              help="claim through the lanes in turn (their scripts: not on wire 6)")
 @click.option("--events", is_flag=True,
               help="append each change to the queue's events stream, as the producers of an "
               "evented queue do  [default with an App: the App's events flag]")
@@ -53,8 +54,9 @@ def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
               help="the Valkey server; an App's must be its own  [default: an App's own "
               f"connection, else {DEFAULT_URL}]")
 @click.option("--wire", type=click.Choice(WIRE_CHOICES), default=None,
-              help="5 or scripts (EVALSHA), 6 or native (trafikey's EMQ.* commands)  [default: an "
-              "App's wire, else 5]")
+              help="auto (trafikey's EMQ.* commands where the server has the module, else "
+              "scripts), 5 or scripts (EVALSHA), 6 or native (EMQ.* only)  [default: an App's "
+              "wire, else auto]")
 @click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(0),
               help="seconds running jobs get to finish after SIGTERM/SIGINT")
 @click.option("--lease-ms", default=30_000, show_default=True, type=click.IntRange(1))
@@ -156,8 +158,8 @@ def _served_server(target: str, url: str | None, wire: str | None
     if getattr(app_conn, "connection_pool", None) is None:  # a handler, or a cluster App
         chosen = url or DEFAULT_URL
         connect(chosen)  # a URL that is not one is bad input (exit 2), like any command's
-        return chosen, wire_of(wire or Wire.SCRIPTS), chosen
-    served_wire = wire_of(wire if wire else int(getattr(found, "wire", Wire.SCRIPTS)))
+        return chosen, wire_of(wire or Wire.AUTO), chosen
+    served_wire = wire_of(wire if wire else getattr(found, "wire", Wire.AUTO))
     if url is not None:
         asked = connect(url)
         if server_of_url(url) != server_of(app_conn):

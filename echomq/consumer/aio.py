@@ -21,6 +21,7 @@ from echomq.consumer.settle_all import settle_all
 from echomq.consumer.shell import LoopShell, judge_layout, layout_reads
 from echomq.engine.calls import DEFAULT_LEASE_MS, Job
 from echomq.engine.server_time import async_server_ms
+from echomq.engine.wire import wire_of
 from echomq.queue.aio import Queue
 from echomq.queue.bounds import Housekept
 
@@ -148,8 +149,8 @@ class Consumer(LoopShell):
         growing pause; one that cannot heal raises FatalServerError."""
         await self.check_layout()
         async with announced_async(self, self.announce):
-            log.info("async consumer started: queue %s, wire %d, %s, lease %d ms, "
-                     "concurrency %d", self.names, self.queue.wire,
+            log.info("async consumer started: queue %s, wire %s, %s, lease %d ms, "
+                     "concurrency %d", self.names, wire_of(self.queue.wire).label,
                      "lanes" if self.lanes else "flat", self.lease_ms, self.concurrency)
             self._running = True
             try:

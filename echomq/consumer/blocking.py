@@ -45,6 +45,7 @@ from echomq.consumer.settle_all import settle_all
 from echomq.consumer.shell import LoopShell, judge_layout, layout_reads, refuse_unsupported
 from echomq.engine.program import Ahead
 from echomq.engine.server_time import server_ms
+from echomq.engine.wire import wire_of
 from echomq.queue.blocking import DEFAULT_LEASE_MS, Job, Queue
 from echomq.queue.bounds import Housekept
 
@@ -289,8 +290,9 @@ class Consumer(LoopShell):
         place."""
         self.check_layout()
         with announced(self, self.announce):
-            log.info("consumer started: queue %s, wire %d, %s, lease %d ms", self.names,
-                     self.queue.wire, "lanes" if self.lanes else "flat", self.lease_ms)
+            log.info("consumer started: queue %s, wire %s, %s, lease %d ms", self.names,
+                     wire_of(self.queue.wire).label, "lanes" if self.lanes else "flat",
+                     self.lease_ms)
             try:
                 self.drive(self.program.run())
             finally:

@@ -40,6 +40,7 @@ import redis
 from echomq.consumer.directives import Reject, RetryIn
 from echomq.engine.clients import twins
 from echomq.engine.server_time import time_ms
+from echomq.engine.wire import wire_of
 from echomq.queue.blocking import Job
 
 log = logging.getLogger("echomq")
@@ -74,14 +75,14 @@ class Announcer:
     (``start``/``stop``, ``conn`` a blocking client) or by a task of the running loop
     (``astart``/``astop``, ``conn`` an asyncio client)."""
 
-    def __init__(self, conn: Any, queue: str | Sequence[str], wire: int, *,
+    def __init__(self, conn: Any, queue: str | Sequence[str], wire: int | str, *,
                  beat_s: float = BEAT_S) -> None:
         self.conn = conn
         self.beat_s = beat_s
         self.expiry_ms = int(beat_s * 1000 * EXPIRY_BEATS)
         self.queues = [queue] if isinstance(queue, str) else list(queue)
         self.queue = self.queues[0]
-        self.wire = int(wire)  # a number in the record, whatever Wire member or int it was
+        self.wire = wire_of(wire).label  # 5, 6 or auto in the record, however it was given
         self._born = time.monotonic()
         self.key = f"{WORKER_PREFIX}{socket.gethostname()}:{os.getpid()}:{_start_stamp()}"
         self._lock = threading.Lock()

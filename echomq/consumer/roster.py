@@ -22,7 +22,7 @@ class WorkerInfo:
     host: str
     pid: int
     queue: str
-    wire: int
+    wire: int | str  # 5, 6, or "auto"
     started_ms: int
     job: str | None
     job_since_ms: int | None
@@ -90,6 +90,11 @@ def queues_field(raw: str | None, first: str) -> list[str]:
     return [first] if first else []
 
 
+def wire_field(raw: str) -> int | str:
+    """A record's wire: its number (5, 6; 0 when missing), or ``auto`` as it is written."""
+    return int(raw) if raw.isdigit() else raw or 0
+
+
 def _info(key: str, record: dict[Any, Any]) -> WorkerInfo:
     fields = {text(name): text(value) for name, value in record.items()}
 
@@ -101,7 +106,7 @@ def _info(key: str, record: dict[Any, Any]) -> WorkerInfo:
 
     job = fields.get("job") or None
     return WorkerInfo(key=key, host=fields.get("host", ""), pid=number("pid"),
-                      queue=fields.get("queue", ""), wire=number("wire"),
+                      queue=fields.get("queue", ""), wire=wire_field(fields.get("wire", "")),
                       started_ms=number("started_ms"), job=job,
                       job_since_ms=number("job_since_ms") if job else None,
                       done=number("done"), failed=number("failed"), beat_ms=number("beat_ms"),

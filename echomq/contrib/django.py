@@ -5,7 +5,7 @@ in an echomq worker.
     TASKS = {"default": {
         "BACKEND": "echomq.contrib.django.EchoMQBackend",
         "QUEUES": ["default", "emails"],          # each Django queue_name is an echomq queue
-        "OPTIONS": {"URL": "redis://localhost:6379/0", "WIRE": 5,
+        "OPTIONS": {"URL": "redis://localhost:6379/0", "WIRE": "auto",
                     "MAX_ATTEMPTS": 1, "RETRY_DELAY_MS": 1000, "EVENTS": False},
     }}
 
@@ -50,7 +50,7 @@ from django.utils.module_loading import import_string
 from echomq.consumer.directives import Directive, Done, Reject, RetryIn
 from echomq.engine import rows as jobrow
 from echomq.engine.calls import JobOutcome
-from echomq.engine.wire import Wire
+from echomq.engine.wire import Wire, wire_of
 from echomq.queue.blocking import Job, Queue
 from echomq.queue.connection import redis_from_url
 from echomq.queue.ids import new_job_id
@@ -130,7 +130,7 @@ class EchoMQBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.url: str = self.options.get("URL", "redis://localhost:6379/0")
-        self.wire: int = self.options.get("WIRE", Wire.SCRIPTS)
+        self.wire = wire_of(self.options.get("WIRE", Wire.AUTO))
         self.max_attempts: int = self.options.get("MAX_ATTEMPTS", 1)
         self.retry_delay_ms: int = self.options.get("RETRY_DELAY_MS", 1_000)
         self.events: bool = bool(self.options.get("EVENTS", False))

@@ -181,6 +181,21 @@ def mapped_error(exc: BaseException) -> EchoMQError | None:
     return None
 
 
+def native_refusal(exc: BaseException) -> str | None:
+    """Why a server refused an ``EMQ.*`` command before running it, when the reason is the
+    command itself: the server does not know it (trafikey is not loaded there) or the caller's
+    ACL user may not run it; None for any other error (one the command gave, or a key's)."""
+    reply = error_reply(exc)
+    command = reply.unknown_command()
+    if command is not None and command.upper().startswith("EMQ."):
+        return f"the server does not know {command.upper()}: trafikey is not loaded there"
+    _, found, rest = reply.text.partition("permissions to run the '")
+    denied = rest.partition("'")[0].upper()
+    if reply.code == "NOPERM" and found and denied.startswith("EMQ."):
+        return f"this ACL user may not run {denied}"
+    return None
+
+
 class TaskFailed(EchoMQError):
     """A task's job is dead: ``error`` is its last error (type, message and last frames)."""
 

@@ -8,23 +8,26 @@ shells, which only send.
 
 from __future__ import annotations
 
+import logging
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ExecAbortError, NoScriptError, ResponseError
 
 from echomq.engine.calls import Arg, Call
 from echomq.engine.clients import is_cluster, twins
 from echomq.engine.cluster_once import script_nodes
-from echomq.engine.errors import EchoMQError, Wire6Unsupported, mapped_error
+from echomq.engine.errors import EchoMQError, Wire6Unsupported, mapped_error, native_refusal
 from echomq.engine.once import lost_reply
 from echomq.engine.program import Atomic, Flush, Invoke, Program, Send, Step, method, op
 from echomq.engine.scripts import script_for
 from echomq.engine.transitions import Transition
-from echomq.engine.wire import Wire
+from echomq.engine.wire import Wire, wire_of
 
 E = TypeVar("E")
+log = logging.getLogger("echomq")
 
 
 def raise_mapped(exc: BaseException) -> None:
@@ -36,12 +39,11 @@ def raise_mapped(exc: BaseException) -> None:
     raise exc
 
 
-def of_wire(executors: Mapping[int, E], wire: int) -> E:
-    """The executor of ``wire`` (5: scripts, 6: native) among ``executors``."""
-    try:
-        return executors[wire]
-    except KeyError:
-        raise ValueError(f"wire must be 5 (scripts) or 6 (native), not {wire!r}") from None
+def of_wire(executors: Mapping[int, E], wire: int | str, auto: Callable[[], E]) -> E:
+    """The executor of ``wire`` (5: scripts, 6: native, among ``executors``; ``auto``: a new
+    one of its own, made by ``auto``); ValueError for another wire."""
+    chosen = wire_of(wire)
+    return auto() if chosen is Wire.AUTO else executors[chosen]
 
 
 class ExecutorMethods(ABC):
@@ -64,22 +66,30 @@ class ExecutorMethods(ABC):
         """The program that makes ``transition`` runnable again on a server that refused it
         with NOSCRIPT; None when nothing can (the refusal then stands)."""
 
+    @abstractmethod
+    def ran(self, transition: Transition, reply: Any) -> bool:
+        """Whether ``reply`` (a reply, or the error in its place) is the server's answer to
+        ``transition``; False when this wire's command could not run there at all (NOSCRIPT;
+        on auto, an ``EMQ.*`` command unknown to the server or denied by its ACL), so nothing
+        ran: made runnable (``reload``), it is sent again."""
+
     @op
     def call(self, client: Any, transition: Transition, keys: Sequence[str],
              args: Sequence[Arg]) -> Program[Any]:
+        self.refuse(transition)
         try:
-            self.refuse(transition)
-            command = self.command(transition, keys, args)
             try:
-                return (yield Send(client, command))
-            except twins(NoScriptError):
-                reload = self.reload(client, transition)
+                reply = yield Send(client, self.command(transition, keys, args))
+            except twins(ResponseError) as exc:
+                reload = None if self.ran(transition, exc) else self.reload(client, transition)
                 if reload is None:
                     raise
                 yield from reload
-                return (yield Send(client, command))
+                reply = yield Send(client, self.command(transition, keys, args))
         except twins(ResponseError) as exc:
             raise_mapped(exc)
+        self.ran(transition, reply)
+        return reply
 
     @op
     def call_many(self, client: Any, calls: Sequence[Call],
@@ -117,8 +127,7 @@ class ExecutorMethods(ABC):
         for transition in {call[0] for call in calls}:
             self.refuse(transition)
         replies = yield from self._flush(client, calls, then)
-        no_script = twins(NoScriptError)
-        lost = [n for n, reply in enumerate(replies) if isinstance(reply, no_script)]
+        lost = [n for n, reply in enumerate(replies) if not self.ran(calls[n][0], reply)]
         if lost:
             for transition in {calls[n][0] for n in lost}:
                 yield from ExecutorMethods.load.program(self, client, transition)
@@ -136,16 +145,17 @@ class ExecutorMethods(ABC):
         first did (admissions answer DUPLICATE), and take each call's first good reply."""
         for transition in {call[0] for call in calls}:
             self.refuse(transition)
-        commands = [self.command(*call) for call in calls]
-        replies: list[Any] = list((yield Atomic(client, commands)))
-        no_script = twins(NoScriptError)
-        lost = {calls[n][0] for n, reply in enumerate(replies) if isinstance(reply, no_script)}
+        replies: list[Any] = list((yield Atomic(client, [self.command(*call) for call in calls])))
+        ran = [self.ran(call[0], reply) for call, reply in zip(calls, replies, strict=True)]
+        lost = {call[0] for call, done in zip(calls, ran, strict=True) if not done}
         if lost:
             for transition in lost:
                 yield from ExecutorMethods.load.program(self, client, transition)
-            again = yield Atomic(client, commands)
-            replies = [fresh if isinstance(first, no_script) else first
-                       for first, fresh in zip(replies, again, strict=True)]
+            again = yield Atomic(client, [self.command(*call) for call in calls])
+            # EXECABORT: a command refused as it was queued (an unknown EMQ.* command) kept the
+            # whole transaction from running
+            replies = [first if done and not isinstance(first, twins(ExecAbortError)) else fresh
+                       for first, done, fresh in zip(replies, ran, again, strict=True)]
         settled = []
         for call, reply in zip(calls, replies, strict=True):
             settled.append((yield from ExecutorMethods._settle.program(self, client, call, reply)))
@@ -159,8 +169,9 @@ class ExecutorMethods(ABC):
 
     @op
     def _settle(self, client: Any, call: Call, reply: Any) -> Program[Any]:
-        if isinstance(reply, twins(NoScriptError)):
-            # The server lost its scripts mid-flush (restart, SCRIPT FLUSH): run this one again.
+        if not self.ran(call[0], reply):
+            # The server lost its scripts mid-flush (restart, SCRIPT FLUSH), or has no trafikey
+            # (wire auto): run this one again.
             return (yield from ExecutorMethods.call.program(self, client, *call))
         if isinstance(reply, twins(ResponseError)):
             raise_mapped(reply)
@@ -195,6 +206,9 @@ class ScriptWire(ExecutorMethods):
     def refuse(self, transition: Transition) -> None:
         """Nothing: a batch is sent as EVALSHA, and only a NOSCRIPT reply loads the script."""
 
+    def ran(self, transition: Transition, reply: Any) -> bool:
+        return not isinstance(reply, twins(NoScriptError))
+
     def reload(self, client: Any, transition: Transition) -> Program[None] | None:
         """``SCRIPT LOAD``; on a cluster, on each node that serves a slot (``script_nodes``),
         one by one, so that a node that is down (a failover under way) is passed over: the
@@ -222,6 +236,78 @@ class NativeWire(ExecutorMethods):
     def reload(self, client: Any, transition: Transition) -> Program[None] | None:
         """None: a module's commands are never lost as scripts are."""
         return None
+
+    def ran(self, transition: Transition, reply: Any) -> bool:
+        return True
+
+
+_SCRIPT_WIRE = ScriptWire()
+_NATIVE_WIRE = NativeWire()
+
+
+class AutoWire(ExecutorMethods):
+    """wire="auto": each transition as its native command (``NativeWire``) while the server
+    runs them, as its script (``ScriptWire``) where it has no native twin (lanes), and every
+    one as its script once a native command is refused as such — unknown to the server (no
+    trafikey there, or on the node of the queue's slot) or not permitted to the caller's ACL
+    user — for good: nothing ran, so that call is sent again as its script. So detection costs
+    no command where trafikey is loaded (the first native reply decides) and one refused
+    command where it is not; it asks nothing (``MODULE LIST``, ``COMMAND INFO``) that an ACL
+    may deny, and it reads the very node a call goes to. Both wires give byte-identical
+    replies, so calls on one queue may go either way. One a queue (its shards share it):
+    ``chosen`` is None until the first reply decides; the choice is logged once (logger
+    ``echomq``, INFO)."""
+
+    wire = Wire.AUTO
+
+    def __init__(self, queue: str = "") -> None:
+        self.queue = queue
+        self.chosen: Wire | None = None
+        self._lock = threading.Lock()
+
+    def command(self, transition: Transition, keys: Sequence[str],
+                args: Sequence[Arg]) -> tuple[Any, ...]:
+        return self._wire_of(transition).command(transition, keys, args)
+
+    def refuse(self, transition: Transition) -> None:
+        """Nothing: a transition with no native twin runs its script."""
+
+    def reload(self, client: Any, transition: Transition) -> Program[None] | None:
+        """The script's ``SCRIPT LOAD``: a refused native command is sent again as its script."""
+        return _SCRIPT_WIRE.reload(client, transition)
+
+    def ran(self, transition: Transition, reply: Any) -> bool:
+        if isinstance(reply, twins(NoScriptError)):
+            return False
+        if transition.native is None:
+            return True
+        refusal = native_refusal(reply) if isinstance(reply, twins(ResponseError)) else None
+        if refusal is not None:
+            self._choose(Wire.SCRIPTS, refusal)
+            return False
+        if not isinstance(reply, BaseException) and self.chosen is None:
+            self._choose(Wire.NATIVE, f"the server ran {transition.native}")
+        return True
+
+    def _wire_of(self, transition: Transition) -> ExecutorMethods:
+        if transition.native is None or self.chosen is Wire.SCRIPTS:
+            return _SCRIPT_WIRE
+        return _NATIVE_WIRE
+
+    def _choose(self, wire: Wire, why: str) -> None:
+        """Take ``wire`` (native while undecided; scripts at any time, for good) and say why."""
+        with self._lock:
+            was = self.chosen
+            if was is wire or was is Wire.SCRIPTS:
+                return
+            self.chosen = wire
+        if wire is Wire.NATIVE:
+            log.info("queue %s: wire auto runs each transition as its native EMQ.* command "
+                     "(%s; lanes run their scripts)", self.queue, why)
+        else:
+            (log.warning if was is Wire.NATIVE else log.info)(
+                "queue %s: wire auto runs each transition as its Lua script (%s)",
+                self.queue, why)
 
 
 def _one(step: Step) -> Program[None]:

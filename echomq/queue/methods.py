@@ -72,14 +72,15 @@ def verdicts(replies: Iterable[Any]) -> list[Verdict]:
 
 class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdmissions,
                    StagingSweep, LimitControls, ShardFace):
-    """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``):
-    what both Queues are, and do. With ``events``, each change its calls make is appended to the
-    queue's events stream (``events()`` reads it back). ``staging_timeout_ms``: see
-    ``echomq.queue.staging``."""
+    """One queue on a Valkey server, run by scripts (``wire=5``), the trafikey module (``6``) or,
+    by default (``"auto"``), the module where the server runs it and scripts otherwise
+    (``echomq.engine.execution.AutoWire``): what both Queues are, and do. With ``events``, each
+    change its calls make is appended to the queue's events stream (``events()`` reads it
+    back). ``staging_timeout_ms``: see ``echomq.queue.staging``."""
 
     executor: ExecutorMethods
 
-    def __init__(self, conn: Any, name: str, *, wire: int = Wire.SCRIPTS,
+    def __init__(self, conn: Any, name: str, *, wire: int | str = Wire.AUTO,
                  retention_ms: int = DEFAULT_RETENTION_MS,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, check_policy: bool = True,
                  events: bool = False, shards: int | None = None,
@@ -89,21 +90,23 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
         self.staging_timeout_ms = checked_timeout(staging_timeout_ms)
         self.calls = QueueCalls(name, retention_ms=retention_ms, max_attempts=max_attempts,
                                 events=events)
-        self.executor = self._executor_of(wire)
+        self.executor = self._executor_of(wire, name)
         self._registered = False
         self._policy_due = check_policy
         self._made()
 
     @staticmethod
     @abstractmethod
-    def _executor_of(wire: int) -> ExecutorMethods:
-        """The shell's executor of ``wire``."""
+    def _executor_of(wire: int | str, queue: str) -> ExecutorMethods:
+        """The shell's executor of ``wire`` (an auto one: of ``queue``'s own)."""
 
     def _made(self) -> None:
         """What the shell does once the queue is made (the blocking one checks the policy)."""
 
     @property
-    def wire(self) -> int:
+    def wire(self) -> Wire:
+        """The wire the queue was made with: ``Wire.SCRIPTS``, ``NATIVE`` or ``AUTO`` (whose
+        executor's ``chosen`` says which it took)."""
         return self.executor.wire
 
     @property

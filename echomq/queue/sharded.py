@@ -73,7 +73,7 @@ class ShardedMethods(ShardedControls, QueueMethods):
 
     _plain_class: ClassVar[type[Any]]  # the shell's plain Queue, of which the shards are made
 
-    def __init__(self, conn: Any, name: str, *, wire: int = Wire.SCRIPTS,
+    def __init__(self, conn: Any, name: str, *, wire: int | str = Wire.AUTO,
                  retention_ms: int = DEFAULT_RETENTION_MS,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, check_policy: bool = True,
                  events: bool = False, shards: int | None = None,
@@ -88,8 +88,10 @@ class ShardedMethods(ShardedControls, QueueMethods):
         self._layout_due = True
         super().__init__(conn, name, wire=wire, check_policy=check_policy,
                          staging_timeout_ms=None, **options)
+        for shard in self._shards:  # one executor: an auto wire decides once for them all
+            shard.executor = self.executor
 
-    def _shard(self, conn: Any, name: str, index: int, wire: int,
+    def _shard(self, conn: Any, name: str, index: int, wire: int | str,
                options: dict[str, Any]) -> QueueMethods:
         shard: QueueMethods = self._plain_class(conn, name, wire=wire, check_policy=False,
                                                staging_timeout_ms=None, **options)

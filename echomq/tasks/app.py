@@ -29,7 +29,7 @@ from echomq.engine.calls import (
     Job,
 )
 from echomq.engine.native import checked_priority
-from echomq.engine.wire import Wire
+from echomq.engine.wire import Wire, wire_of
 from echomq.queue.blocking import Queue
 from echomq.queue.limits import Limit, QueueLimits
 from echomq.tasks.attempts import Attempt, Directive, Unrunnable
@@ -75,7 +75,8 @@ DONE_UNKEPT = Done(UNKEPT_RESULT)
 
 class App:
     """Tasks on one Valkey connection. ``queue``: the queue tasks go to unless they name their
-    own; ``wire``: 5 (scripts) or 6 (trafikey) for every queue of the app; ``serializer``:
+    own; ``wire``: every queue of the app's, ``"auto"`` (the default: trafikey's commands where
+    the server has the module, else scripts), 5 (scripts) or 6 (trafikey); ``serializer``:
     "json" or "msgpack" for what this app enqueues (its workers read both); ``max_attempts`` and
     ``backoff``: the retry policy of tasks that do not set their own; ``retention_ms``: how
     long an acked job's tombstone (and its kept result) stays; ``hooks``: observers of each
@@ -90,7 +91,7 @@ class App:
     ``set_limits``, shared by every worker of the queue); ``shards``: the app's queue is one
     logical queue over that many shards (``Queue(..., shards=N)``, docs/CLUSTER.md)."""
 
-    def __init__(self, conn: Any, queue: str = "default", *, wire: int = Wire.SCRIPTS,
+    def __init__(self, conn: Any, queue: str = "default", *, wire: int | str = Wire.AUTO,
                  serializer: str = "json", max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  backoff: Backoff = DEFAULT_BACKOFF, retention_ms: int = DEFAULT_RETENTION_MS,
                  hooks: TaskHooks | Sequence[TaskHooks] = (), draw: Draw = random.random,
@@ -98,7 +99,7 @@ class App:
                  limits: QueueLimits | None = None, shards: int | None = None) -> None:
         self.conn = conn
         self.sharded = {} if shards is None else {queue: shards}
-        self.wire = wire
+        self.wire = wire_of(wire)
         self.events = events
         self.serializer: Serializer = checked_serializer(serializer)
         self.policy = RetryPolicy(max_attempts=max_attempts, backoff=backoff)
@@ -110,7 +111,7 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.queues: dict[str, Queue] = {}
         self.queue = self.queue_named(queue)
-        self.aqueues = AsyncQueues(conn, aconn, QueueOptions(wire, retention_ms,
+        self.aqueues = AsyncQueues(conn, aconn, QueueOptions(self.wire, retention_ms,
                                                              self.policy.max_attempts, events,
                                                              self.sharded))
         self.scheduler = Scheduler()

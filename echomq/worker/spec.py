@@ -18,9 +18,8 @@ from echomq.consumer.blocking import refuse_unsupported
 from echomq.consumer.loop import PARK_CAP_MS, PREFETCH
 from echomq.engine.clients import async_twin, is_cluster
 from echomq.engine.errors import EchoMQError, TrafikeyMissing
-from echomq.engine.executors import executor_for
 from echomq.engine.transitions import CLAIM
-from echomq.engine.wire import Wire
+from echomq.engine.wire import Wire, wire_of
 from echomq.queue.blocking import DEFAULT_LEASE_MS
 from echomq.queue.connection import client_like, client_options, redis_from_url, tcp_url
 
@@ -53,7 +52,7 @@ class WorkerSpec:
     url: str | None
     lanes: bool = False
     events: bool = False
-    wire: int = Wire.SCRIPTS
+    wire: int = Wire.AUTO
     lease_ms: int = DEFAULT_LEASE_MS
     retry_delay_ms: int = 1_000
     max_attempts: int | None = None
@@ -153,7 +152,7 @@ def check_spec(spec: WorkerSpec) -> None:
         raise ValueError("no queue to serve: give --queue (or a target App with queues)")
     if spec.async_concurrency is not None and spec.async_concurrency < 1:
         raise ValueError("async_concurrency must be at least 1")
-    executor_for(spec.wire)  # Wire.SCRIPTS or Wire.NATIVE
+    wire_of(spec.wire)  # 5, 6 or auto
     refuse_unsupported(spec.wire, spec.lanes)
 
 
