@@ -89,8 +89,10 @@ def test_a_page_resumes_after_its_cursor_when_jobs_left_meanwhile(
                       ["JOB:t0"]]
 
 
-def test_each_state_lists_its_jobs(conn: redis.Redis, client: TestClient) -> None:
-    queue = Queue(conn, "mail")
+@pytest.mark.parametrize("wire", [5, 6])
+def test_each_state_lists_its_jobs(conn: redis.Redis, client: TestClient, wire: int) -> None:
+    """On either executor's rows and sets (each transition here has both)."""
+    queue = Queue(conn, "mail", wire=wire)
     for job_id in ("JOB:run", "JOB:retry", "JOB:dead", "JOB:done", "JOB:wait"):
         queue.enqueue(job_id, task_payload("send", job_id), now=NOW)
     queue.enqueue_after("JOB:child", task_payload("sum"), after=["JOB:wait"], now=NOW)
@@ -108,6 +110,9 @@ def test_each_state_lists_its_jobs(conn: redis.Redis, client: TestClient) -> Non
     dead = listed(client, "mail", state="dead")["jobs"][0]
     assert (dead["task"], dead["arguments"], dead["attempts"], dead["error"]) == (
         "send", '{"args": ["JOB:dead"], "kwargs": {}}', 1, "ValueError: bad")
+    assert every_page(client, "mail", state="dead", error="valueerror") == [["JOB:dead"]]
+    assert every_page(client, "mail", state="delayed", error="OSError") == [["JOB:retry"]]
+    assert every_page(client, "mail", state="delayed", error="KeyError") == [[]]
 
 
 def test_lanes_list_in_the_order_their_group_serves_them(conn: redis.Redis,
@@ -120,6 +125,7 @@ def test_lanes_list_in_the_order_their_group_serves_them(conn: redis.Redis,
     queue.enqueue("JOB:lo", b"", lane="acme", now=NOW - 9, priority=-5)
     pages = every_page(client, "mail", state="pending", lane="acme", limit=2)
     assert pages == [["JOB:hi", "JOB:a0"], ["JOB:a1", "JOB:a2"], ["JOB:lo"]]
+    assert listed(client, "mail", state="pending", lane="acme")["bound"] is None  # no filter
     served = [job.id for job in iter(lambda: queue.claim_lane(now=NOW + 20), None)]
     assert served == [job for page in pages for job in page]
 
@@ -140,6 +146,7 @@ def test_filters_and_search_within_their_bound(conn: redis.Redis, client: TestCl
                       limit=4) == [["JOB:f19", "JOB:f18", "JOB:f17", "JOB:f16"],
                                    ["JOB:f15", "JOB:f14", "JOB:f13", "JOB:f12"],
                                    ["JOB:f11", "JOB:f10"]]
+    assert len(every_page(client, "mail", state="pending", older_than_ms="1000")[0]) == 31
     aged = listed(client, "mail", state="pending", older_than_ms=str(10 ** 12))
     assert aged["jobs"] == [] and aged["next"] is None and aged["bound"] == lists.SEARCH_BOUND
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from echomq.engine import rows as jobrow
@@ -175,7 +175,9 @@ def list_jobs(conn: Any, name: str, state: str, filters: Filters, *, cursor: str
         raise ListError(str(exc)) from None
     parts = queue_calls(conn, name)
     now = server_ms(conn)
-    bound = SEARCH_BOUND if filters.any() else None
+    # A lane of pending jobs is a list of its own, not a filter of the flat queue's.
+    narrowing = replace(filters, lane=None) if state == "pending" else filters
+    bound = SEARCH_BOUND if narrowing.any() else None
     match = Matcher(filters, now, tombstones=state == "completed")
     source = _source(conn, parts, state, filters, newest)
     jobs, more = _collect(conn, parts, source, walk, match, limit, bound)
