@@ -16,7 +16,7 @@ from echomq import Queue
 from echomq.embedded import EmbeddedValkey
 from echomq.ops.dashboard import create_app
 from echomq.ops.dashboard.live import BLOCK_CAP_MS, MAX_COUNT, query_of
-from tests.test_dashboard import CHROMIUM
+from tests.test_dashboard import CHROMIUM, FLAGS
 from tests.test_queue_events import NOW, append_once_blocked, fill
 
 SITE = "http://127.0.0.1:8042"
@@ -132,7 +132,7 @@ def test_the_page_lists_the_events_and_one_appended_while_it_is_open(conn: redis
     queue.enqueue("JOB:listed", b"p")  # the queue is registered, so the page lists it
     fill(queue, 2)
     with playwright.sync_playwright() as p:
-        browser = Browser(p)
+        browser = Browser(p.chromium.launch(executable_path=CHROMIUM, args=FLAGS))
         try:
             with serve(create_app(conn, history=recent(conn, ["mail"]))) as url:
                 page = browser.open(url)
@@ -146,4 +146,4 @@ def test_the_page_lists_the_events_and_one_appended_while_it_is_open(conn: redis
                 first = page.query_selector("#events tbody tr")
                 assert first is not None and first.get_attribute("data-event") == added.decode()
         finally:
-            browser.browser.close()
+            browser.page.context.browser.close()

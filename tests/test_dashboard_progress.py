@@ -15,7 +15,7 @@ from echomq import Queue, Verdict
 from echomq.ops import admin
 from echomq.ops.dashboard import create_app
 from echomq.tasks.envelope import Result, encode
-from tests.test_dashboard import CHROMIUM
+from tests.test_dashboard import CHROMIUM, FLAGS
 
 SITE = "http://127.0.0.1:8042"
 
@@ -70,7 +70,7 @@ def test_the_job_view_shows_the_progress(conn: redis.Redis) -> None:
     died_reporting(queue, "JOB:told", encode(Result({"done": 3, "of": 10}), "json"))
     died_reporting(queue, "JOB:quiet", None)
     with playwright.sync_playwright() as p:
-        browser = Browser(p)
+        browser = Browser(p.chromium.launch(executable_path=CHROMIUM, args=FLAGS))
         try:
             with serve(create_app(conn, history=recent(conn, ["mail"]))) as url:
                 page = browser.open(url)
@@ -82,4 +82,4 @@ def test_the_job_view_shows_the_progress(conn: redis.Redis) -> None:
                 page.wait_for_selector("#job:not([hidden])")
                 assert page.inner_text("#job-progress") == "—"
         finally:
-            browser.browser.close()
+            browser.page.context.browser.close()

@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from echomq import App, chord
 from echomq.ops.dashboard import create_app
 from echomq.ops.workflows import PARENTS_SHOWN
-from tests.test_dashboard import CHROMIUM
+from tests.test_dashboard import CHROMIUM, FLAGS
 
 SITE = "http://127.0.0.1:8042"
 
@@ -90,7 +90,7 @@ def test_the_job_view_shows_the_workflow(conn: redis.Redis, flow: Any) -> None:
     playwright = pytest.importorskip("playwright.sync_api")
 
     with playwright.sync_playwright() as p:
-        browser = Browser(p)
+        browser = Browser(p.chromium.launch(executable_path=CHROMIUM, args=FLAGS))
         try:
             with serve(create_app(conn, history=recent(conn, ["flows"]))) as url:
                 page = browser.open(url)
@@ -106,4 +106,4 @@ def test_the_job_view_shows_the_workflow(conn: redis.Redis, flow: Any) -> None:
                 page.wait_for_selector('#job-workflow .dependents li[data-job="JOB:body"]')
                 assert page.inner_text("#job-id").startswith("JOB:child-0")
         finally:
-            browser.browser.close()
+            browser.page.context.browser.close()

@@ -309,15 +309,22 @@ def _lanes_of(conn: Any, calls: QueueCalls, ring: list[Any],
 def inspect(conn: Any, name: str, job_id: str) -> dict[str, Any] | None:
     """The row of ``job_id`` (its fields under their full names: ``payload``, ``attempts``,
     ``enqueued_at``, ``fence``, ...) and where the job is (with its score there), or None."""
+    found = located(conn, name, job_id)
+    return None if found is None else found[1]
+
+
+def located(conn: Any, name: str, job_id: str) -> tuple[QueueCalls, dict[str, Any]] | None:
+    """What ``inspect`` tells of ``job_id``, with the part of queue ``name`` (itself, or the
+    shard) that holds its row; None when no part does."""
     for calls in _first_for_id(queue_calls(conn, name), job_id):
         row = conn.hgetall(calls.key("job", job_id))
         if row:
-            return _inspected(conn, calls, job_id, row)
+            return calls, _inspected(conn, calls, row, job_id)
     return None
 
 
-def _inspected(conn: Any, calls: QueueCalls, job_id: str,
-               row: dict[Any, Any]) -> dict[str, Any]:
+def _inspected(conn: Any, calls: QueueCalls, row: dict[Any, Any],
+               job_id: str) -> dict[str, Any]:
     named = {jobrow.FULL_NAMES.get(shown(k), shown(k)): v for k, v in row.items()}
     fields: dict[str, Any] = {k: shown(v) for k, v in named.items() if k != "payload"}
     if "payload" in named:

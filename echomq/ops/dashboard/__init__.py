@@ -25,7 +25,6 @@ or null for no limit: ``Queue.set_limits``; the limits as they now apply).
 from __future__ import annotations
 
 import contextlib
-import html
 import json
 import logging
 import secrets
@@ -49,6 +48,7 @@ from echomq.engine.server_time import server_ms
 from echomq.ops import admin
 from echomq.ops.dashboard.guard import LOOPBACK_HOSTS, SECURITY_HEADERS, Policy, refusal, who
 from echomq.ops.dashboard.history import COLUMNS, History
+from echomq.ops.dashboard.jobpages import PAGE_FILES, JobPages, page_html
 from echomq.ops.dashboard.live import events_answer, query_of
 from echomq.ops.dashboard.requests import MAX_DEPTH, BodyRefused, checked, nesting, read_capped
 from echomq.ops.workflows import workflow_of
@@ -64,7 +64,7 @@ MAX_LIST = 1000
 LIMIT_MAX = 999_999_999_999_999
 # The files the page loads, the only ones ``static/{name}`` serves, and their types.
 STATIC_FILES = {"dashboard.js": "text/javascript", "live.js": "text/javascript",
-                "workflow.js": "text/javascript", "dashboard.css": "text/css"}
+                "workflow.js": "text/javascript", "dashboard.css": "text/css", **PAGE_FILES}
 
 
 def _asset(name: str) -> str:
@@ -140,12 +140,12 @@ class _Views:
             Route("/api/queues/{name}/events", checked(self.events)),
             Route("/api/queues/{name}/limits", checked(self.limits)),
             Route("/api/queues/{name}/limits", checked(self.set_limits), methods=["POST"]),
+            *JobPages(self.conn, self.policy).routes(),
         ]
 
     async def page(self, request: Request) -> Response:
-        body = _asset("dashboard.html").replace(
-            "{{csrf}}", html.escape(self.policy.csrf_token, quote=True))
-        return Response(body, media_type="text/html; charset=utf-8")
+        return Response(page_html("dashboard.html", request, self.policy),
+                        media_type="text/html; charset=utf-8")
 
     async def static(self, request: Request) -> Response:
         name = request.path_params["name"]

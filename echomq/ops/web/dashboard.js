@@ -4,7 +4,6 @@
 // token in a header, which a page from another site cannot send. The live list of the queues'
 // events, and the polling that refreshes the page, are in live.js (loaded after this script).
 
-const CSRF = document.querySelector('meta[name="echomq-csrf"]').content;
 const COLORS = ["#3864d8", "#d8872c", "#2c9c6a", "#a23bc4", "#c43b52", "#3aa6b9", "#7a6a2e"];
 const SVG = "http://www.w3.org/2000/svg";
 const COLUMN = { pending: 1, active: 2, delayed: 3, dead: 4, in_lanes: 5, done: 6, failed: 7 };
@@ -13,36 +12,9 @@ const deadFilter = {};  // each queue's dead-job filter, kept across refreshes
 const MAX_LANES_SHOWN = 25;
 let serverSkewMs = 0;  // server clock minus this browser's: ages are told by the server's clock
 
-// The page's address without a user:token@ part: fetch refuses a URL that holds credentials
-// (a relative path takes them from the page's), while the browser still answers the
-// server's challenge with the ones the page was opened with.
-const BASE = (() => {
-  const here = new URL(document.baseURI);
-  here.username = "";
-  here.password = "";
-  return here;
-})();
-
-function api(path) { return new URL(path, BASE).href; }
-
-async function getJSON(path) {
-  const response = await fetch(api(path), { credentials: "same-origin" });
-  if (!response.ok) throw new Error(`${path}: ${response.status}`);
-  return response.json();
-}
-
-async function post(path, body) {
-  const response = await fetch(api(path), {
-    method: "POST", credentials: "same-origin",
-    headers: { "Content-Type": "application/json", "X-EchoMQ-CSRF": CSRF },
-    body: JSON.stringify(body),
-  });
-  const answer = await response.json();
-  if (!response.ok) throw new Error(answer.error || response.status);
-  return answer;
-}
-
-function q(name) { return encodeURIComponent(name); }
+// The API's calls, links and times are pages.js's (loaded first), shared with the queue and
+// job pages.
+const { getJSON, post, q, age, moment } = Pages;
 
 // A queue's colour comes from its name alone (FNV-1a), so it is the same on every load
 // whatever other queues there are.
@@ -53,16 +25,6 @@ function color(name) {
     colorOf[name] = COLORS[hash % COLORS.length];
   }
   return colorOf[name];
-}
-
-function age(ms) {
-  if (ms === null || ms === undefined) return "—";
-  const s = ms / 1000;
-  if (s < 1) return `${ms} ms`;
-  if (s < 60) return `${s.toFixed(1)} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.floor(s % 60)} s`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
-  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
 }
 
 function rate(value) {
@@ -101,12 +63,6 @@ function niceMax(value) {
   const step = Math.pow(10, Math.floor(Math.log10(value)));
   for (const m of [1, 2, 2.5, 5, 10]) if (m * step >= value) return m * step;
   return 10 * step;
-}
-
-// An epoch-ms time on the server's clock as UTC and how long ago (or from now) it is.
-function moment(ms, now) {
-  const when = new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC");
-  return ms <= now ? `${when} (${age(now - ms)} ago)` : `${when} (in ${age(ms - now)})`;
 }
 
 function clock(ms, seconds) {
@@ -173,6 +129,12 @@ function renderQueues(queues) {
     [s.paused ? `${s.name} (paused)` : s.name, s.pending, s.active, s.running, s.delayed, s.dead,
       inLanes, s.waiting, age(s.oldest_pending_age_ms), rate(s.rates.backlog_per_min),
       rate(s.rates.dead_per_min)].forEach((v) => cell(row, v));
+    // The queue's name opens its page: its jobs by state (queue.js).
+    const page = document.createElement("a");
+    page.href = `queues/${q(s.name)}`;
+    page.textContent = row.cells[0].textContent;
+    page.dataset.queuePage = s.name;
+    row.cells[0].replaceChildren(page);
     // A queue whose jobs wait for no worker stands out.
     const alone = !s.workers && s.pending + inLanes > 0;
     cell(row, alone ? "none" : s.workers, alone ? "alarm" : "").dataset.workers = s.name;
@@ -367,6 +329,7 @@ const PRIORITY_BAND = 2 ** 45;
 async function showJob(queue, id) {
   const job = await getJSON(`api/queues/${q(queue)}/jobs/${q(id)}`);
   document.getElementById("job-id").textContent = `${id} (${queue})`;
+  document.getElementById("job-page").href = `queues/${q(queue)}/jobs/${q(id)}`;
   const fields = document.getElementById("job-fields");
   fields.replaceChildren();
   const now = Date.now() + serverSkewMs;
@@ -391,7 +354,7 @@ async function showJob(queue, id) {
     fields.append(dt, dd);
   }
   document.getElementById("job-progress").textContent = job.progress === null ? "—" : job.progress;
-  EchoMQ.showWorkflow(queue, id);
+  Pages.showWorkflow(queue, id);
   const cancel = document.getElementById("job-cancel");
   cancel.dataset.cancel = id;
   cancel.hidden = !["pending", "delayed", "active", "waiting"].includes(job.state);
@@ -467,11 +430,11 @@ document.getElementById("find-job").onclick = () => {
 };
 document.getElementById("job-close").onclick = () => { document.getElementById("job").hidden = true; };
 
-// What live.js (the live list and the page's polling) and workflow.js (the job view's workflow),
-// loaded after this script, take from it, named here rather than copied there. live.js sets
-// `follow`, which each refresh calls with the queues it listed, and makes the first refresh;
-// workflow.js sets `showWorkflow`, which the job view calls.
+// What live.js (the live list and the page's polling), loaded after this script, takes from it,
+// named here rather than copied there. live.js sets `follow`, which each refresh calls with the
+// queues it listed, and makes the first refresh. A job named in the job view's workflow
+// (workflow.js) opens in this view, in place of its own page.
 const EchoMQ = {
   getJSON, q, cell, jobCell, refresh, showJob, lastRefresh: () => lastRefresh, follow: () => {},
-  showWorkflow: () => {},
 };
+Pages.openJob = showJob;

@@ -1,10 +1,10 @@
 "use strict";
-// The job view's workflow: the jobs a job waits on (its parents, by state, with a sample) and
-// the jobs waiting on it, as a tree, each with its state and a link to its own view. Loaded
-// after dashboard.js, it takes that script's helpers from its EchoMQ namespace and hands back
-// `showWorkflow`, which the job view calls (its names stay in this function).
+// A job's workflow, on the job page and in the dashboard's job view: the jobs it waits on (its
+// parents, by state, with a sample) and the jobs waiting on it, as a tree, each with its state
+// and a link to its own page. Loaded after pages.js, it takes that script's helpers and hands
+// back `showWorkflow` (its names stay in this function).
 (() => {
-  const { getJSON, q } = EchoMQ;
+  const { getJSON, q, jobHref } = Pages;
 
   function jobLink(queue, job) {
     const item = document.createElement("li");
@@ -12,7 +12,12 @@
     const link = document.createElement("a");
     link.className = "job";
     link.textContent = job.id;
-    link.onclick = () => EchoMQ.showJob(queue, job.id);
+    link.href = jobHref(queue, job.id);
+    link.onclick = (event) => {
+      if (!Pages.openJob) return;  // the job page: the link leads to the job's own page
+      event.preventDefault();
+      Pages.openJob(queue, job.id);
+    };
     const state = document.createElement("span");
     state.className = `state ${job.state}`;
     state.textContent = ` ${job.state}`;
@@ -70,5 +75,5 @@
     }
   }
 
-  EchoMQ.showWorkflow = showWorkflow;
+  Pages.showWorkflow = showWorkflow;
 })();
