@@ -35,6 +35,16 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-dev-shm-usage"]
 
 
+@pytest.fixture(scope="module", name="chromium")
+def chromium_fixture() -> Iterator[Any]:
+    """One Chromium for a module's tests (each launch costs seconds of CPU); a test opens its
+    pages in a context of its own (``chromium.new_page``, closed with ``page.context``)."""
+    with playwright.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield launched
+        launched.close()
+
+
 @contextlib.contextmanager
 def serve(app: Any) -> Iterator[str]:
     """``app`` served by uvicorn on a free loopback port while the block runs; its shutdown (and

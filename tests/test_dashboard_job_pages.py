@@ -17,7 +17,7 @@ import redis
 from echomq import Queue, Verdict
 from echomq.ops.dashboard import History, create_app
 from echomq.tasks.envelope import Envelope, encode
-from tests.test_dashboard import CHROMIUM, FLAGS, serve
+from tests.test_dashboard import CHROMIUM, chromium_fixture, serve  # noqa: F401
 
 playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
@@ -29,15 +29,6 @@ PHONE = {"width": 390, "height": 844}
 
 def call(task: str, *args: Any, **kwargs: Any) -> bytes:
     return encode(Envelope(task=task, args=list(args), kwargs=kwargs), "json")
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    """One Chromium for the module's tests (each launch costs seconds of CPU)."""
-    with playwright.sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture

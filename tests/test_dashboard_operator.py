@@ -18,7 +18,7 @@ from echomq.consumer.presence import WORKER_PREFIX, WORKERS_KEY
 from echomq.consumer.roster import WorkerInfo
 from echomq.ops import admin
 from echomq.ops.dashboard import History, create_app
-from tests.test_dashboard import CHROMIUM, FLAGS, serve
+from tests.test_dashboard import CHROMIUM, chromium_fixture, serve  # noqa: F401
 
 playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
@@ -58,15 +58,6 @@ class Browser:
         self.page.goto(url)
         self.page.wait_for_selector('#status[data-updated="1"]', timeout=15_000)
         return self.page
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    """One Chromium for the module's tests (each launch costs seconds of CPU)."""
-    with playwright.sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture
