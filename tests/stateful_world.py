@@ -226,7 +226,8 @@ class BeyondTheQueue(DeadBoundsRules):
         numbers = {"id": job_id, "payload": b"p", "now": self.now, "lease_ms": 1_000,
                    "fence": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 3,
                    "error": b"e", "limit": 10, "count": 1, "at_ms": 0, "result": b"r",
-                   "progress": b"g", "mode": b"debounce", "period_ms": 1_000}
+                   "progress": b"g", "mode": b"debounce", "period_ms": 1_000,
+                   "step": b"charge", "output": b"o"}
         keys = [key(role.encode(), job_id, base) for role in transition.keys]
         items: Argv = {SETTLE: [b"ack", job_id, 1, b"retry", job_id, 1, 0, 3, b"e"],
                        EXTEND_MANY: [job_id, 1], ENQUEUE_MANY: [job_id, b"p", 0, 0]}.get(
