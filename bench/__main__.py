@@ -30,6 +30,7 @@ from bench import (
     report,
     scaling,
     startup,
+    steps,
     tasks,
     throughput,
     workers,
@@ -50,7 +51,8 @@ FULL = {"cost_calls": 20_000, "cost_reps": 3, "bench_requests": 100_000, "bench_
         "events_calls": 20_000, "events_reps": 3,
         "flow_settles": 20_000, "flow_fan_in": 100, "flow_chord": 10_000, "flow_peer_chord": 1_000,
         "flow_reps": 3, "admission_children": 100_000, "admission_interval_ms": 5.0,
-        "cluster_jobs": 50_000, "startup_reps": 5}
+        "cluster_jobs": 50_000, "startup_reps": 5,
+        "steps_calls": 5_000, "steps_reps": 5}
 QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_reps": 1,
          "e2e_jobs": 300, "sizes": [10**3, 10**4], "lanes": [10, 1_000], "scale_calls": 300,
          "worker_jobs": 2_000, "worker_reps": 1, "worker_counts": [1, 2], "latency_samples": 50,
@@ -62,9 +64,9 @@ QUICK = {"cost_calls": 1_000, "cost_reps": 1, "bench_requests": 10_000, "bench_r
          "events_calls": 1_000, "events_reps": 1,
          "flow_settles": 2_000, "flow_fan_in": 20, "flow_chord": 2_000, "flow_peer_chord": 200,
          "flow_reps": 3, "admission_children": 5_000, "admission_interval_ms": 5.0,
-         "cluster_jobs": 1_000, "startup_reps": 1}
+         "cluster_jobs": 1_000, "startup_reps": 1, "steps_calls": 500, "steps_reps": 5}
 PHASES = ("cost", "throughput", "e2e", "workers", "startup", "memory", "scaling", "lanes",
-          "tasks", "parking", "priority", "events", "workflows", "admission", "cluster")
+          "tasks", "parking", "priority", "events", "workflows", "admission", "cluster", "steps")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,6 +152,7 @@ def run_phase(phase: str, conn: Any, port: int, config: dict[str, Any]) -> Any:
         "admission": lambda: admission.run(conn, port, config["admission_children"],
                                            config["admission_interval_ms"] / 1000),
         "cluster": lambda: cluster.run(config["cluster_jobs"]),  # a cluster of its own
+        "steps": lambda: steps.run(conn, config["steps_calls"], config["steps_reps"]),
     }
     return runs[phase]()
 

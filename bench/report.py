@@ -21,6 +21,7 @@ from bench.lanes import section as lanes_section
 from bench.parking import report_section as parking_section
 from bench.priority import section as priority_section
 from bench.startup import report_section as startup_section
+from bench.steps import section as steps_section
 from bench.targets import GUARANTEES, fig, md_table, ok_e2e, targets
 from bench.tasks import section as tasks_section
 from bench.workflow_report import section as workflows_section
@@ -446,6 +447,7 @@ def write(results: dict[str, Any], out: str) -> str:
         "workflows": lambda: workflows_section(results),
         "admission": lambda: admission_section(results),
         "cluster": lambda: cluster_section(results),
+        "steps": lambda: steps_section(results),
     }
     for phase, section in sections.items():
         if phase in results:

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         group,
     )
     from echomq.tasks.reporting import progress
+    from echomq.tasks.steps import astep, step
 
 # Each public name, and the module it lives in.
 _HOMES = {
@@ -72,6 +73,7 @@ _HOMES = {
     **dict.fromkeys(("App", "Backoff", "Cancelled", "RetryAfter", "Task", "TaskHandle",
                      "WorkflowHandle", "chain", "chord", "group"), "echomq.tasks"),
     "progress": "echomq.tasks.reporting",
+    **dict.fromkeys(("step", "astep"), "echomq.tasks.steps"),
     "Wire": "echomq.engine.wire",
 }
 
@@ -112,12 +114,14 @@ __all__ = [
     "Wire",
     "Wire6Unsupported",
     "WorkflowHandle",
+    "astep",
     "cancel_requested",
     "chain",
     "chord",
     "group",
     "new_job_id",
     "progress",
+    "step",
 ]
 
 

@@ -18,6 +18,10 @@
 #define EMQ_RESULT_MAX 524288
 /* The most bytes a job's progress may hold (echomq.engine.transitions.MAX_PROGRESS_BYTES). */
 #define EMQ_PROGRESS_MAX 65536
+/* The most bytes one step's output may hold, and a job's steps in all
+ * (echomq.engine.transitions.MAX_STEP_BYTES, MAX_JOB_STEPS_BYTES). */
+#define EMQ_STEP_MAX 262144
+#define EMQ_STEPS_MAX 1048576
 /* A job's priority and its pending score (echomq.engine.transitions: PRIORITY_MIN, PRIORITY_MAX,
  * PRIORITY_BAND, TIME_CAP): score = min(t, EMQ_TIME_CAP) - p * EMQ_PRIORITY_BAND. */
 #define EMQ_PRIORITY_MIN (-100LL)

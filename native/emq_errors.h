@@ -13,10 +13,10 @@
  *   EMQARITY: wrong number of keys or arguments
  *   EMQITEM: an element of the list after the fixed arguments is bad
  *   EMQKIND: a job id fails the kind gate
- *   EMQLANE: a group fails the lane gate
+ *   EMQLANE: a group or a step's name fails the lane gate
  *   EMQKEYS: a key has the wrong suffix or another queue's base
  *   EMQNUM: a bad integer, now or knob argument
- *   EMQSIZE: a result or a progress too long to keep
+ *   EMQSIZE: a result, a progress or a step too long to keep
  *   EMQFENCE: the queue's fence counter cannot number another lease
  *   EMQPOLICY: a policy that is not fail, ignore or continue
  *   WRONGTYPE: a key of the wrong type
@@ -44,6 +44,9 @@
 #define EMQ_ERR_PRIORITY "EMQNUM priority must be an integer from -100 to 100"
 #define EMQ_ERR_RESULT "EMQSIZE result must be at most 524288 bytes"
 #define EMQ_ERR_PROGRESS "EMQSIZE progress must be at most 65536 bytes"
+#define EMQ_ERR_STEP_NAME "EMQLANE step must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -"
+#define EMQ_ERR_STEP_OUTPUT "EMQSIZE output must be at most 262144 bytes"
+#define EMQ_ERR_STEPS_TOTAL "EMQSIZE a job's steps must be at most 1048576 bytes in all"
 #define EMQ_ERR_POLICY "EMQPOLICY policy must be fail, ignore or continue"
 #define EMQ_ERR_TYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
 #define EMQ_ERR_FENCE "EMQFENCE the fence counter must hold an integer from 0 to 999999999999998"

@@ -25,7 +25,9 @@ typedef enum {
     EMQ_ARG_PROGRESS, /* bytes, at most EMQ_PROGRESS_MAX of them */
     EMQ_ARG_PRIORITY, /* an optional '-' and 1..3 digits, -100 to 100 */
     EMQ_ARG_POLICY, /* exactly fail, ignore or continue */
-    EMQ_ARG_MODE /* enqueue_unique's mode: dedupe, debounce or throttle, read as 0, 1, 2 */
+    EMQ_ARG_MODE, /* enqueue_unique's mode: dedupe, debounce or throttle, read as 0, 1, 2 */
+    EMQ_ARG_STEP, /* a step's name: the lane gate, EMQ_ERR_STEP_NAME */
+    EMQ_ARG_OUTPUT /* a step's output: bytes, at most EMQ_STEP_MAX of them */
 } EmqArgKind;
 
 /* An argument: its name (as EMQNUM errors give it), kind and, for an integer, its minimum. */
@@ -93,6 +95,7 @@ enum {
     EMQ_CMD_AFTER,
     EMQ_CMD_ENQUEUE_UNIQUE,
     EMQ_CMD_ENQUEUE_MANY,
+    EMQ_CMD_STEP,
     EMQ_COMMAND_COUNT
 };
 
@@ -126,6 +129,7 @@ enum {
     X(AFTER, after) \
     X(ENQUEUE_UNIQUE, enqueue_unique) \
     X(ENQUEUE_MANY, enqueue_many) \
+    X(STEP, step) \
 
 
 /* EMQ.ENQUEUE 3|4 <base>job:<id> <base>pending <base>wake [<base>events] <id> <payload> <now> [<priority>] */
@@ -356,6 +360,16 @@ enum {
 #define EMQ_ENQUEUE_MANY_ITEM_ARG_PAYLOAD 1
 #define EMQ_ENQUEUE_MANY_ITEM_ARG_DELAY_MS 2
 #define EMQ_ENQUEUE_MANY_ITEM_ARG_PRIORITY 3
+
+/* EMQ.STEP 2 <base>active <base>job:<id> <id> <fence:1> <step> <output> */
+#define EMQ_STEP_NUMKEYS 2
+#define EMQ_STEP_NARGS 4
+#define EMQ_STEP_KEY_ACTIVE 0
+#define EMQ_STEP_KEY_JOB 1
+#define EMQ_STEP_ARG_ID 0
+#define EMQ_STEP_ARG_FENCE 1
+#define EMQ_STEP_ARG_STEP 2
+#define EMQ_STEP_ARG_OUTPUT 3
 
 extern const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT];
 
@@ -605,6 +619,16 @@ static const EmqArgSpec emq_enqueue_many_form0_args[] = {
 };
 static const EmqItemForm emq_enqueue_many_forms[] = {
     {NULL, 4, emq_enqueue_many_form0_args},
+};
+static const EmqKeySpec emq_step_keys[] = {
+    {"active", 6, -1, VALKEYMODULE_KEYTYPE_ZSET},
+    {"job:", 4, 0, VALKEYMODULE_KEYTYPE_HASH},
+};
+static const EmqArgSpec emq_step_args[] = {
+    {"id", EMQ_ARG_ID, 0},
+    {"fence", EMQ_ARG_INT, 1},
+    {"step", EMQ_ARG_STEP, 0},
+    {"output", EMQ_ARG_OUTPUT, 0},
 };
 const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
     {"emq.enqueue",
@@ -913,6 +937,23 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      0,
      1,
      10000},
+    {"emq.step",
+     "STEP",
+     "write fast getkeys-api no-mandatory-keys",
+     "Record a step's output under the current lease, once (twin of step.lua).",
+     "O(1)",
+     -2,
+     EMQ_STEP_NUMKEYS,
+     emq_step_keys,
+     EMQ_STEP_NARGS,
+     emq_step_args,
+     0,
+     NULL,
+     NULL,
+     0,
+     0,
+     0,
+     0},
 };
 #endif
 

@@ -8,6 +8,7 @@
  *   effects.c      each write as the command the Lua twin runs: event, signal, replication
  *   derived.c      keys a transition derives itself: ACL, a moving slot, rows, the fence counter
  *   progress.c     a running job's report of how far it got (EMQ.PROGRESS)
+ *   step.c         a durable step's output recorded once under the lease (EMQ.STEP)
  *   cancel.c       EMQ.CANCEL and a cancelled job's tombstone
  *   after.c        EMQ.ENQUEUE_AFTER and EMQ.AFTER: jobs waiting for their parents
  *   fields.c       the hash fields' names, kept from load to unload

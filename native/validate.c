@@ -62,8 +62,8 @@ static int check_shape(ValkeyModuleCtx *ctx, const Call *call) {
     return 0;
 }
 
-/* Step 2, the gates: the id argument (EMQKIND), then a group argument (EMQLANE). NULL or the
- * error. */
+/* Step 2, the gates: the id argument (EMQKIND), then a group or a step's name (EMQLANE). NULL or
+ * the error. */
 static const char *check_gates(const Call *call) {
     for (int i = 0; i < call->spec->nargs; i++) {
         Bytes b = bytes_of(call->args[i]);
@@ -72,6 +72,7 @@ static const char *check_gates(const Call *call) {
     for (int i = 0; i < call->spec->nargs; i++) {
         Bytes b = bytes_of(call->args[i]);
         if (call->spec->args[i].kind == EMQ_ARG_GROUP && !emq_lane_ok(b.p, b.n)) return EMQ_ERR_LANE;
+        if (call->spec->args[i].kind == EMQ_ARG_STEP && !emq_lane_ok(b.p, b.n)) return EMQ_ERR_STEP_NAME;
     }
     return NULL;
 }
@@ -183,6 +184,11 @@ static int parse_number(const EmqArgSpec *spec, const ValkeyModuleString *s, lon
     if (spec->kind == EMQ_ARG_PROGRESS) {
         if (bytes_of(s).n <= EMQ_PROGRESS_MAX) return 1;
         snprintf(err, cap, "%s", EMQ_ERR_PROGRESS);
+        return 0;
+    }
+    if (spec->kind == EMQ_ARG_OUTPUT) {
+        if (bytes_of(s).n <= EMQ_STEP_MAX) return 1;
+        snprintf(err, cap, "%s", EMQ_ERR_STEP_OUTPUT);
         return 0;
     }
     if (spec->kind == EMQ_ARG_POLICY) {

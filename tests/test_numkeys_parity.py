@@ -35,7 +35,8 @@ MINE, OTHER = queue_base("mine"), queue_base("other")
 LOOSE = [" {n}", "{n} ", "0{n}", "+{n}", "\t{n}", "{n}x", "00{n}"]
 ODD = ["-{n}", "0", "{n}{n}{n}", "", "x{n}", "99999999999"]
 SAMPLE_ARG = {"id": "JOB:1", "group": "g", "int": "1", "now": "1700000000000", "bytes": "x",
-              "result": "r", "progress": "g", "policy": "fail", "mode": "dedupe"}
+              "result": "r", "progress": "g", "policy": "fail", "mode": "dedupe",
+              "step": "charge", "output": "o"}
 
 
 def call_args(transition: Transition, base: str, numkeys: str) -> list[Arg]:

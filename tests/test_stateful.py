@@ -2,16 +2,17 @@
 
 A hypothesis state machine drives one queue through enqueue (at once, delayed, unique in its three
 modes, and enqueue_many's batches), claim, ack (with and without a result), retry, extend,
-progress, settle (ack, done, retry and release items) and extend_many batches mixed with those
-single verbs, recover, promote, requeue of dead jobs and bad input (a mutated call that turns out
-valid runs as its rule runs it), on an explicit clock, while rules also tamper with the keyspace
-behind the queue's back (deleted rows, expired tombstones, wrong-typed keys, odd row fields, lane
-jobs) and crash workers (a claim whose lease runs out, then recover). Every call runs on the Lua
-and the native scratch keys of a ``Pair`` (requeue, scripts only, runs its script on both); after
-every step both keyspaces must equal each other and the model's (echomq/conformance/model/), and
-SPEC invariants 1-4, 8 and 10 are checked explicitly: a stale holder is always refused (a
-settlement sent again after it went through answers as it did the first time, changing nothing), a
-fence never repeats for an id, a job recovered at its last attempt ends dead.
+progress, durable steps, settle (ack, done, retry and release items) and extend_many batches mixed
+with those single verbs, recover, promote, requeue of dead jobs and bad input (a mutated call that
+turns out valid runs as its rule runs it), on an explicit clock, while rules also tamper with the
+keyspace behind the queue's back (deleted rows, expired tombstones, wrong-typed keys, odd row
+fields, lane jobs) and crash workers (a claim whose lease runs out, then recover). Every call runs
+on the Lua and the native scratch keys of a ``Pair`` (requeue, scripts only, runs its script on
+both); after every step both keyspaces must equal each other and the model's
+(echomq/conformance/model/), and SPEC invariants 1-4, 8 and 10 are checked explicitly: a stale
+holder is always refused (a settlement sent again after it went through answers as it did the first
+time, changing nothing), a fence never repeats for an id, a job recovered at its last attempt ends
+dead.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from tests.stateful_cancel import Cancelling
 from tests.stateful_events import EventedCalls
 from tests.stateful_priority import Priorities
 from tests.stateful_progress import Progress
+from tests.stateful_steps import Steps
 from tests.stateful_unique import UniqueEnqueues
 from tests.stateful_world import (
     ERRORS,
@@ -79,7 +81,7 @@ from tests.stateful_world import (
 )
 
 
-class QueueMachine(Priorities, Progress, UniqueEnqueues, Batches, BeyondTheQueue, Checks,
+class QueueMachine(Priorities, Progress, Steps, UniqueEnqueues, Batches, BeyondTheQueue, Checks,
                    Cancelling, EventedCalls, RuleBasedStateMachine):
     """One queue (plus a neighbour) on both executors and the model, in lockstep."""
 

@@ -77,8 +77,8 @@ class Verdict(enum.Enum):
     EXTENDED = "EXTENDED"
     RELEASED = "RELEASED"
     RECORDED = "RECORDED"
-    # cancel's verdicts: a job cancelled (or a flagged lease ended so), a leased job flagged
-    # (and a heartbeat of such a lease), a job already done, no such job
+    KEPT = "KEPT"  # a step recorded already: its first output stands
+    # cancel's: cancelled (a flagged lease ended so too), flagged (its heartbeats), done, none
     CANCELLED = "CANCELLED"
     CANCELLING = "CANCELLING"
     DONE = "DONE"

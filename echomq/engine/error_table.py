@@ -14,6 +14,11 @@ MAX_RESULT_BYTES = 512 * 1024
 # The most bytes a job's progress may hold (EMQSIZE above it, likewise): the last one reported
 # is one field of the row, overwritten by the next.
 MAX_PROGRESS_BYTES = 64 * 1024
+# The most bytes one recorded step's output may hold, and all of a job's steps together (EMQSIZE
+# above either, on both executors and in the client before sending): the steps are fields of the
+# job's row, read whole once an attempt, so a row stays small enough to read in one reply.
+MAX_STEP_BYTES = 256 * 1024
+MAX_JOB_STEPS_BYTES = 1024 * 1024
 # The largest integer argument: 15 digits. A queue's fence counter stays below it (EMQFENCE).
 INT_MAX = 999_999_999_999_999
 FENCE_MAX = INT_MAX - 1
@@ -45,10 +50,10 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode("EMQARITY", "ArgumentError", "wrong number of keys or arguments"),
     ErrorCode("EMQITEM", "ItemError", "an element of the list after the fixed arguments is bad"),
     ErrorCode("EMQKIND", "KindError", "a job id fails the kind gate"),
-    ErrorCode("EMQLANE", "LaneError", "a group fails the lane gate"),
+    ErrorCode("EMQLANE", "LaneError", "a group or a step's name fails the lane gate"),
     ErrorCode("EMQKEYS", "ArgumentError", "a key has the wrong suffix or another queue's base"),
     ErrorCode("EMQNUM", "ArgumentError", "a bad integer, now or knob argument"),
-    ErrorCode("EMQSIZE", "ArgumentError", "a result or a progress too long to keep"),
+    ErrorCode("EMQSIZE", "ArgumentError", "a result, a progress or a step too long to keep"),
     ErrorCode("EMQFENCE", "FenceError", "the queue's fence counter cannot number another lease"),
     ErrorCode("EMQPOLICY", "ArgumentError", "a policy that is not fail, ignore or continue"),
     ErrorCode("WRONGTYPE", "ResponseError", "a key of the wrong type"),
@@ -118,6 +123,10 @@ ERROR_TEXTS: tuple[ErrorText, ...] = (
                           f"{PRIORITY_MAX}"),
     ErrorText("RESULT", f"EMQSIZE result must be at most {MAX_RESULT_BYTES} bytes"),
     ErrorText("PROGRESS", f"EMQSIZE progress must be at most {MAX_PROGRESS_BYTES} bytes"),
+    ErrorText("STEP_NAME", "EMQLANE step must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -"),
+    ErrorText("STEP_OUTPUT", f"EMQSIZE output must be at most {MAX_STEP_BYTES} bytes"),
+    ErrorText("STEPS_TOTAL", f"EMQSIZE a job's steps must be at most {MAX_JOB_STEPS_BYTES} bytes "
+                             "in all"),
     ErrorText("POLICY", "EMQPOLICY policy must be fail, ignore or continue"),
     ErrorText("TYPE", "WRONGTYPE Operation against a key holding the wrong kind of value"),
     ErrorText("FENCE", f"EMQFENCE the fence counter must hold an integer from 0 to {FENCE_MAX}"),

@@ -12,6 +12,7 @@ from echomq.engine.transitions import ERRORS, INT_MAX
 
 KIND_ERROR = ERRORS["KIND"].text
 LANE_ERROR = ERRORS["LANE"].text
+STEP_NAME_ERROR = ERRORS["STEP_NAME"].text
 
 
 def module_path() -> str:
@@ -49,6 +50,15 @@ def checked_lane(group: str) -> str:
     if not lib.emq_lane_ok(raw, len(raw)):
         raise LaneError(LANE_ERROR)
     return group
+
+
+def checked_step_name(name: str) -> str:
+    """``name`` if it may name a durable step (the lane rule); LaneError with the server's
+    words if not, before anything is sent."""
+    raw = name.encode() if isinstance(name, str) else b""
+    if not isinstance(name, str) or not lib.emq_lane_ok(raw, len(raw)):
+        raise LaneError(STEP_NAME_ERROR)
+    return name
 
 
 def checked_claim_id(claim_id: str) -> str:

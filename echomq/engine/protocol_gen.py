@@ -59,7 +59,9 @@ typedef enum {
     EMQ_ARG_PROGRESS, /* bytes, at most EMQ_PROGRESS_MAX of them */
     EMQ_ARG_PRIORITY, /* an optional '-' and 1..3 digits, -100 to 100 */
     EMQ_ARG_POLICY, /* exactly fail, ignore or continue */
-    EMQ_ARG_MODE /* enqueue_unique's mode: dedupe, debounce or throttle, read as 0, 1, 2 */
+    EMQ_ARG_MODE, /* enqueue_unique's mode: dedupe, debounce or throttle, read as 0, 1, 2 */
+    EMQ_ARG_STEP, /* a step's name: the lane gate, EMQ_ERR_STEP_NAME */
+    EMQ_ARG_OUTPUT /* a step's output: bytes, at most EMQ_STEP_MAX of them */
 } EmqArgKind;
 
 /* An argument: its name (as EMQNUM errors give it), kind and, for an integer, its minimum. */
@@ -111,6 +113,7 @@ typedef struct {
 KIND = {"id": "EMQ_ARG_ID", "group": "EMQ_ARG_GROUP", "int": "EMQ_ARG_INT", "now": "EMQ_ARG_NOW",
         "bytes": "EMQ_ARG_BYTES", "result": "EMQ_ARG_RESULT",
         "progress": "EMQ_ARG_PROGRESS", "priority": "EMQ_ARG_PRIORITY",
+        "step": "EMQ_ARG_STEP", "output": "EMQ_ARG_OUTPUT",
         "policy": "EMQ_ARG_POLICY",
         "mode": "EMQ_ARG_MODE"}
 KEYTYPE = {"zset": "VALKEYMODULE_KEYTYPE_ZSET", "hash": "VALKEYMODULE_KEYTYPE_HASH",

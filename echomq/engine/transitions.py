@@ -42,10 +42,16 @@ from echomq.engine.error_table import (
     INT_MAX as INT_MAX,
 )
 from echomq.engine.error_table import (
+    MAX_JOB_STEPS_BYTES as MAX_JOB_STEPS_BYTES,
+)
+from echomq.engine.error_table import (
     MAX_PROGRESS_BYTES as MAX_PROGRESS_BYTES,
 )
 from echomq.engine.error_table import (
     MAX_RESULT_BYTES as MAX_RESULT_BYTES,
+)
+from echomq.engine.error_table import (
+    MAX_STEP_BYTES as MAX_STEP_BYTES,
 )
 from echomq.engine.error_table import (
     PRIORITY_BAND as PRIORITY_BAND,
@@ -132,9 +138,10 @@ class Argument:
     """How one argument reads: ``id`` (the kind gate), ``group`` (the lane gate), ``int`` (1 to 15
     digits, at least ``min``), ``now`` (``*`` or an integer from 0), ``bytes`` (anything),
     ``result`` (any bytes, at most ``MAX_RESULT_BYTES`` of them), ``progress`` (any bytes, at
-    most ``MAX_PROGRESS_BYTES``) or ``priority`` (an optional ``-`` and 1 to 3 digits, from
-    ``PRIORITY_MIN`` to ``PRIORITY_MAX``) or ``policy`` (exactly ``fail``, ``ignore`` or
-    ``continue``)."""
+    most ``MAX_PROGRESS_BYTES``), ``step`` (a step's name: the lane gate, EMQLANE with its own
+    text), ``output`` (any bytes, at most ``MAX_STEP_BYTES``) or ``priority`` (an optional
+    ``-`` and 1 to 3 digits, from ``PRIORITY_MIN`` to ``PRIORITY_MAX``) or ``policy``
+    (exactly ``fail``, ``ignore`` or ``continue``)."""
 
     kind: str
     min: int = 0
@@ -156,6 +163,8 @@ ARGUMENTS: dict[str, Argument] = {
     "at_ms": Argument("int", 0),
     "result": Argument("result"),
     "progress": Argument("progress"),
+    "step": Argument("step"),  # a step's name, of the lane gate
+    "output": Argument("output"),  # a step's recorded output: at most MAX_STEP_BYTES
     "scope": Argument("scope"),  # a group, or * for the whole queue
     "concurrency": Argument("knob"),  # = keep, - clear, or an integer from 1
     "rate": Argument("knob"),
@@ -343,6 +352,11 @@ PROGRESS = Transition(
     events=("progress",),
     summary="Record how far the current lease got (twin of progress.lua).", complexity="O(1)",
 )
+STEP = Transition(
+    "step", ("active", "job"), ("id", "fence", "step", "output"), "EMQ.STEP", fast=True,
+    summary="Record a step's output under the current lease, once (twin of step.lua).",
+    complexity="O(1)",
+)
 SETTLE = Transition(
     "settle",
     ("active", "delayed", "dead", "pending", "fence", "ring", "wake"),
@@ -459,6 +473,7 @@ DEAD_BOUNDS: dict[str, int] = {"max_count": 10_000, "max_age_ms": 180 * 24 * 360
 TRANSITIONS: tuple[Transition, ...] = (
     ENQUEUE, CLAIM, ACK, RETRY, EXTEND, SETTLE, EXTEND_MANY, RECOVER, PROMOTE, ENQUEUE_DELAYED,
     ACK_RESULT, PROGRESS, CANCEL, TRIM_DEAD, ENQUEUE_AFTER, AFTER, ENQUEUE_UNIQUE, ENQUEUE_MANY,
+    STEP,
 )
 # Transitions that exist only as scripts: a wire=6 client refuses them before sending anything.
 SCRIPT_ONLY: tuple[Transition, ...] = (LANE_ENQUEUE, LANE_CLAIM, LANE_ENQUEUE_DELAYED, LANE_SET,

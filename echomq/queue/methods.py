@@ -59,6 +59,7 @@ from echomq.queue.registry import REGISTRY_KEY
 from echomq.queue.results import ResultReads
 from echomq.queue.shard_layout import ShardFace
 from echomq.queue.staging import STAGING_TIMEOUT_MS, StagingSweep, checked_timeout
+from echomq.queue.steps import StepRecords
 from echomq.queue.waiting import next_block_s, wait_slice_s
 
 log = logging.getLogger("echomq")
@@ -71,7 +72,7 @@ def verdicts(replies: Iterable[Any]) -> list[Verdict]:
 
 
 class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdmissions,
-                   StagingSweep, LimitControls, ShardFace):
+                   StagingSweep, LimitControls, ShardFace, StepRecords):
     """One queue on a Valkey server, run by scripts (``wire=5``), the trafikey module (``6``) or,
     by default (``"auto"``), the module where the server runs it and scripts otherwise
     (``echomq.engine.execution.AutoWire``): what both Queues are, and do. With ``events``, each

@@ -13,24 +13,32 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from echomq.engine.calls import Job
 from echomq.queue.blocking import Queue
 from echomq.tasks.envelope import Result, Serializer, decode_result, encode
 
-__all__ = ["RunningJob", "decoded_progress", "progress", "running"]
+__all__ = ["RunningJob", "StepLog", "decoded_progress", "progress", "running", "running_job"]
+
+
+@dataclass
+class StepLog:
+    """The steps an attempt knows of (``echomq.step``): None until its first step reads them."""
+
+    known: dict[str, bytes] | None = None
 
 
 @dataclass(frozen=True)
 class RunningJob:
-    """The job a task's function is running for, the queue it was claimed from, and how the app
-    encodes what the task reports."""
+    """The job a task's function is running for, the queue it was claimed from, how the app
+    encodes what the task reports, and the attempt's steps."""
 
     queue: Queue
     job: Job
     serializer: Serializer
+    steps: StepLog = field(default_factory=StepLog)
 
 
 _RUNNING: ContextVar[RunningJob | None] = ContextVar("echomq_running_job", default=None)
@@ -54,11 +62,18 @@ def progress(value: Any) -> None:
     job's lease is no longer this worker's (it expired and the job was taken again). A blocking
     call of one round trip, in an ``async def`` task too. RuntimeError outside a running
     task."""
+    found = running_job("echomq.progress() reports on the job a task is running")
+    found.queue.set_progress(found.job, encode(Result(value), found.serializer))
+
+
+def running_job(what: str) -> RunningJob:
+    """The job the calling task runs for; RuntimeError saying ``what`` outside a running
+    task."""
     found = _RUNNING.get()
     if found is None:
-        raise RuntimeError("echomq.progress() reports on the job a task is running: call it "
-                           "inside a function of @app.task while a worker runs it")
-    found.queue.set_progress(found.job, encode(Result(value), found.serializer))
+        raise RuntimeError(f"{what}: call it inside a function of @app.task while a worker "
+                           "runs it")
+    return found
 
 
 def decoded_progress(kept: bytes | None) -> Any:

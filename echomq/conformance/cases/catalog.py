@@ -3,8 +3,8 @@
 (``lanes``) and priority inside a lane (``lane_priority``), the replays (``replay``), the claim
 records (``records``), cancel (``cancel``), the bounds of dead jobs (``dead``), flat priority
 (``priority``), dependencies with the join (``after``), the unique enqueue (``unique``), the
-queue-wide limits (``limits``), the producer's batch (``many``) and rows of the earlier
-layout (``layout``), then every one of them
+queue-wide limits (``limits``), the producer's batch (``many``), rows of the earlier
+layout (``layout``) and durable steps (``steps``), then every one of them
 again with the events stream declared
 (``events``); each family imports only ``common``, and only this module gathers them."""
 
@@ -28,6 +28,7 @@ from echomq.conformance.cases.many import many_cases
 from echomq.conformance.cases.priority import priority_cases
 from echomq.conformance.cases.records import record_cases
 from echomq.conformance.cases.replay import replay_cases
+from echomq.conformance.cases.steps import step_cases
 from echomq.conformance.cases.unique import unique_cases
 
 __all__ = ["all_cases"]
@@ -41,7 +42,7 @@ def all_cases() -> list[Case]:
              *flat.ack_result_cases(), *lane_cases(), *replay_cases(),
              *record_cases(), *flat.progress_cases(), *cancel_cases(), *trim_dead_cases(),
              *priority_cases(), *lane_priority_cases(), *join_cases(), *unique_cases(),
-             *limit_cases(), *many_cases(), *layout_cases()]
+             *limit_cases(), *many_cases(), *layout_cases(), *step_cases()]
     cases += event_cases(cases)
     counts = Counter(case.id for case in cases)
     duplicates = {i for i, n in counts.items() if n > 1}

@@ -180,6 +180,7 @@ def _expect_ok(t: Transition) -> bytes:
             "extend": b"+EXTENDED", "recover": b":1", "promote": b":1",
             "settle": b"*2\r\n*2\r\n+ACKED\r\n+RETRYING\r\n*1\r\n*4\r\n$5\r\nJOB:3\r\n",
             "extend_many": b"*2\r\n+EXTENDED\r\n+EXTENDED\r\n", "progress": b"+RECORDED",
+            "step": b"+RECORDED",
             "cancel": b"+CANCELLED",
             "trim_dead": b":1\r\n", "enqueue_after": b"+WAITING", "after": b"+READY",
             "enqueue_unique": b"+ENQUEUED",

@@ -11,6 +11,7 @@ from echomq.conformance.model.dead import DeadTrimming
 from echomq.conformance.model.events import EventSink
 from echomq.conformance.model.many import ManyEnqueue
 from echomq.conformance.model.movers import Movers
+from echomq.conformance.model.steps import StepRecording
 from echomq.conformance.model.unique import UniqueEnqueue
 from echomq.conformance.model.validation import Validation
 from echomq.conformance.resp import Arg
@@ -18,7 +19,7 @@ from echomq.engine.transitions import Transition
 
 
 class Model(Validation, BatchTransitions, Movers, Cancels, DeadTrimming, UniqueEnqueue,
-            ManyEnqueue):
+            ManyEnqueue, StepRecording):
     """The queue's keyspace in Python and every transition applied to it."""
 
     def call(self, transition: Transition, argv: Sequence[Arg]) -> bytes:

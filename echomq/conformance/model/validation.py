@@ -28,10 +28,13 @@ from echomq.conformance.model.replies import (
     E_PRIORITY,
     E_PROGRESS,
     E_RESULT,
+    E_STEP_NAME,
+    E_STEP_OUTPUT,
     E_TOOMANY,
     E_TYPE,
     PROGRESS_MAX,
     RESULT_MAX,
+    STEP_MAX,
     UNIQUE_MODES,
     arity_error,
     error,
@@ -101,6 +104,21 @@ def split_keys(words: list[bytes]) -> tuple[list[bytes], list[bytes]] | bytes:
     return words[1:1 + numkeys], words[1 + numkeys:]
 
 
+# The arguments of any bytes up to a cap, and the error of one over it (EMQSIZE).
+SIZED: dict[str, tuple[int, bytes]] = {"result": (RESULT_MAX, E_RESULT),
+                                       "progress": (PROGRESS_MAX, E_PROGRESS),
+                                       "output": (STEP_MAX, E_STEP_OUTPUT)}
+
+
+def gate_failure(transition: Transition, args: list[bytes]) -> bytes | None:
+    """Step 2 of a single verb: its id (EMQKIND), then a step's name (EMQLANE)."""
+    if transition.args[0] == "id" and not id_ok(args[0]):
+        return error(E_KIND)
+    if "step" in transition.args and not lane_ok(args[transition.args.index("step")]):
+        return error(E_STEP_NAME)
+    return None
+
+
 class Validation(Records):
     """A call's arguments checked, before anything is written."""
 
@@ -118,8 +136,9 @@ class Validation(Records):
         if transition.items:
             return self._validate_batch(transition, keys, args, extra)
         job_id = args[0] if transition.args[0] == "id" else b""
-        if transition.args[0] == "id" and not id_ok(job_id):
-            return error(E_KIND)
+        gate = gate_failure(transition, args)
+        if gate is not None:
+            return gate
         call = self._keyed(transition, keys, args, extra, job_id)
         if call is None:
             return error(E_KEYS)
@@ -314,10 +333,9 @@ class Validation(Records):
 
     @staticmethod
     def _number(call: Call, name: str, word: bytes) -> bytes | None:
-        if name == "result":
-            return error(E_RESULT) if len(word) > RESULT_MAX else None
-        if name == "progress":
-            return error(E_PROGRESS) if len(word) > PROGRESS_MAX else None
+        if name in SIZED:
+            cap, message = SIZED[name]
+            return error(message) if len(word) > cap else None
         if name == "now":
             if word == b"*":
                 raise ValueError("the model runs on an explicit clock only")
