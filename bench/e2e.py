@@ -158,8 +158,7 @@ def echomq_tasks(port: int, jobs: int) -> Figures:
 # --- RQ ----------------------------------------------------------------------------------------
 
 def rq(port: int, jobs: int, forking: bool = False) -> Figures:
-    from rq import Queue as RQQueue
-    from rq import SimpleWorker, Worker
+    from rq import Queue as RQQueue, SimpleWorker, Worker
 
     conn = redis.Redis(host="127.0.0.1", port=port)
     conn.flushall()
@@ -229,8 +228,7 @@ def celery(port: int, jobs: int) -> Figures:
     os.environ["BENCH_BROKER"] = url
     from celery import group
 
-    from bench.peers.celery_app import app
-    from bench.peers.celery_app import noop as task
+    from bench.peers.celery_app import app, noop as task
 
     conn = redis.Redis(host="127.0.0.1", port=port)
     conn.flushall()
@@ -312,8 +310,7 @@ def dramatiq(port: int, jobs: int) -> Figures:
 # --- BullMQ (Python) ---------------------------------------------------------------------------
 
 def bullmq(port: int, jobs: int) -> Figures:
-    from bullmq import Queue as BQueue
-    from bullmq import Worker as BWorker
+    from bullmq import Queue as BQueue, Worker as BWorker
 
     url = f"redis://127.0.0.1:{port}"
     opts = {"removeOnComplete": True}

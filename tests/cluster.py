@@ -18,8 +18,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from echomq.embedded import EmbeddedValkey, join_cluster, start_on_a_free_port
-from tests.reliability.servers import node as unstarted_node
-from tests.reliability.servers import node_id
+from tests.reliability.servers import node as unstarted_node, node_id
 
 SLOTS = 16384
 FORMING_S = 30.0

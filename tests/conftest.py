@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 import redis
 import valkey as valkey_py
-from hypothesis import HealthCheck
-from hypothesis import settings as hypothesis_settings
+from hypothesis import HealthCheck, settings as hypothesis_settings
 
 import echomq
 from echomq.embedded import EmbeddedValkey

@@ -50,8 +50,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.doc_blocks import ROOT
-from tests.doc_blocks import Block as PythonBlock
+from tests.doc_blocks import ROOT, Block as PythonBlock
 
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 SHELLS = {"sh", "bash", "shell", "console"}

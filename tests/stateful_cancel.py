@@ -4,8 +4,7 @@ tombstone stands), and a leased one is flagged, its attempt running on."""
 
 from __future__ import annotations
 
-from hypothesis import event
-from hypothesis import strategies as st
+from hypothesis import event, strategies as st
 from hypothesis.stateful import invariant, rule
 
 from echomq.conformance.model import status

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import event
-from hypothesis import strategies as st
+from hypothesis import event, strategies as st
 from hypothesis.stateful import precondition, rule
 
 from echomq.conformance.model import status

@@ -7,8 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import hiredis
-from hypothesis import event
-from hypothesis import strategies as st
+from hypothesis import event, strategies as st
 from hypothesis.stateful import (
     invariant,
     precondition,

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 import redis.asyncio as aredis
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 import echomq.aio
 from echomq import Ack, ArgumentError, Job, KindError, Queue, Release, Retry, Verdict

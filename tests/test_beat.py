@@ -15,8 +15,7 @@ from typing import Any
 
 import redis
 import redis.asyncio
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from echomq.consumer import actions
 from echomq.consumer.actions import Action, OnJob, OnQueue, Stepper

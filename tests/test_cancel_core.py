@@ -12,8 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 import echomq
 from echomq.consumer import actions

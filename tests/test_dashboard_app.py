@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient

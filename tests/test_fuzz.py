@@ -13,8 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from echomq.conformance.harness import Pair, assert_parity
 from echomq.conformance.model import Model, normalise

@@ -5,8 +5,7 @@ every reply and, after every step, the whole keyspace of both executors."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, event, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from echomq.conformance.harness import Pair

@@ -26,8 +26,7 @@ from typing import Any
 
 import pytest
 import redis
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 import redis
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from echomq import Job, LaneError, Queue, Verdict, Wire6Unsupported
 from echomq.conformance.harness import snapshot

@@ -10,8 +10,7 @@ leased it; a lease leaving ``active`` while the queue is held left a wake token.
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
 from echomq.conformance.harness import Pair, assert_parity

@@ -22,8 +22,7 @@ import redis
 import redis.asyncio
 
 from echomq import Consumer, Job, Queue
-from echomq.aio import Consumer as AsyncConsumer
-from echomq.aio import Queue as AsyncQueue
+from echomq.aio import Consumer as AsyncConsumer, Queue as AsyncQueue
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.scripts import script_for
 from echomq.engine.transitions import ALL_TRANSITIONS, LANE_CLAIM, SETTLE

@@ -12,8 +12,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from echomq.conformance.resp import RawConnection
 from echomq.embedded import EmbeddedValkey

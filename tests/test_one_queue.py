@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from echomq import EchoMQError, EvictionPolicyWarning, Job, Release, Retry, Verdict
 from echomq.engine.async_executors import AsyncExecutor

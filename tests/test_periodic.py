@@ -14,8 +14,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import redis
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from echomq import Queue, Verdict
 from echomq.tasks.periodic import MARK_AHEAD_LIMIT_MS, Admission, Periodic, Schedule, Scheduler

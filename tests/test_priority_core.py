@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 from echomq._core import ffi, lib
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from echomq.conformance.model import words
 from echomq.engine.errors import ArgumentError

@@ -13,8 +13,6 @@ from echomq.embedded import EmbeddedValkey
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
 from tests.test_parking import (
     test_a_sigkilled_holders_lease_is_back_within_the_bound_while_fifty_consumers_park as bound,
-)
-from tests.test_parking import (
     test_idle_consumers_cost_one_read_and_one_blpop_per_park as idle_cost,
 )
 

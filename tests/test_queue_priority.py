@@ -9,8 +9,7 @@ import itertools
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from echomq import Queue, Release, Verdict
 from echomq.ops.admin import requeue

@@ -19,8 +19,7 @@ from typing import Any
 import hiredis
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from echomq import Ack, Job, Queue, Retry, StaleLease, Verdict
 from echomq.conformance.harness import snapshot

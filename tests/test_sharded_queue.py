@@ -18,8 +18,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from echomq import Ack, KindError, Queue, Verdict, Wire6Unsupported
 from echomq.aio import Queue as AsyncQueue

@@ -18,12 +18,10 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
-from hypothesis import settings as hypothesis_settings
-from hypothesis import strategies as st
+from hypothesis import settings as hypothesis_settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from echomq.consumer import actions
-from echomq.consumer import spread as spread_module
+from echomq.consumer import actions, spread as spread_module
 from echomq.consumer.actions import Stepper
 from echomq.consumer.aio import Consumer as AsyncConsumer
 from echomq.consumer.beat import Beat

@@ -22,8 +22,7 @@ import redis.asyncio as aioredis
 from bench.admission import BODY, chord_graph, ping_waits
 from echomq import App, Consumer, Queue, Verdict, aio, chord
 from echomq.embedded import EmbeddedValkey
-from echomq.engine import program
-from echomq.engine import transitions as t
+from echomq.engine import program, transitions as t
 from echomq.engine.scripts import script_for
 from echomq.queue import graphs
 from echomq.queue.graphs import GraphJob, admission_steps

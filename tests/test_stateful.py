@@ -20,8 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, settings, strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     precondition,

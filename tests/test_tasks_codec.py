@@ -12,8 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from echomq.engine.calls import Job
 from echomq.queue.ids import JobIds

@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 from click.testing import CliRunner
-from hypothesis import settings
-from hypothesis import strategies as st
+from hypothesis import settings, strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,

@@ -25,50 +25,20 @@ from dataclasses import dataclass
 # and so is the check of a queue's name.
 from echomq.engine.error_table import (
     ERROR_CODES as ERROR_CODES,
-)
-from echomq.engine.error_table import (
     ERROR_FIELDS as ERROR_FIELDS,
-)
-from echomq.engine.error_table import (
     ERROR_TEXTS as ERROR_TEXTS,
-)
-from echomq.engine.error_table import (
     ERRORS as ERRORS,
-)
-from echomq.engine.error_table import (
     FENCE_MAX as FENCE_MAX,
-)
-from echomq.engine.error_table import (
     INT_MAX as INT_MAX,
-)
-from echomq.engine.error_table import (
     MAX_JOB_STEPS_BYTES as MAX_JOB_STEPS_BYTES,
-)
-from echomq.engine.error_table import (
     MAX_PROGRESS_BYTES as MAX_PROGRESS_BYTES,
-)
-from echomq.engine.error_table import (
     MAX_RESULT_BYTES as MAX_RESULT_BYTES,
-)
-from echomq.engine.error_table import (
     MAX_STEP_BYTES as MAX_STEP_BYTES,
-)
-from echomq.engine.error_table import (
     PRIORITY_BAND as PRIORITY_BAND,
-)
-from echomq.engine.error_table import (
     PRIORITY_MAX as PRIORITY_MAX,
-)
-from echomq.engine.error_table import (
     PRIORITY_MIN as PRIORITY_MIN,
-)
-from echomq.engine.error_table import (
     TIME_CAP as TIME_CAP,
-)
-from echomq.engine.error_table import (
     ErrorCode as ErrorCode,
-)
-from echomq.engine.error_table import (
     ErrorText as ErrorText,
 )
 from echomq.engine.queue_names import queue_base as queue_base

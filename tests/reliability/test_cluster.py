@@ -26,8 +26,13 @@ from echomq.engine.transitions import ALL_TRANSITIONS, ENQUEUE
 from echomq.ops import admin
 from tests.cluster import move_slot_by_hand
 from tests.reliability.ledger import Ledger, assert_nothing_lost, reckon
-from tests.reliability.servers import Cluster, cli, server_version, wait_until
-from tests.reliability.servers import cluster as fresh_cluster
+from tests.reliability.servers import (
+    Cluster,
+    cli,
+    cluster as fresh_cluster,
+    server_version,
+    wait_until,
+)
 from tests.reliability.test_crash_restart import run_every_transition
 from tests.reliability.workload import Crew, Plan, drain
 
