@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from echomq.consumer.directives import Done, Reject, RetryIn
-from echomq.consumer.loop import error_text
 from echomq.engine.calls import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETENTION_MS,
@@ -32,7 +31,7 @@ from echomq.engine.native import checked_priority
 from echomq.engine.wire import Wire
 from echomq.queue.blocking import Queue
 from echomq.queue.limits import Limit, QueueLimits
-from echomq.tasks.attempts import Attempt, Directive, Unrunnable
+from echomq.tasks.attempts import Attempt, Directive, Unrunnable, task_error_text
 from echomq.tasks.calling import Parent, TaskCall, at_ms
 from echomq.tasks.canvas import TaskSignature
 from echomq.tasks.envelope import (
@@ -456,6 +455,7 @@ class Task(Generic[P, R]):
 
     def failed(self, exc: Exception, attempt: int) -> Directive:
         if not self.policy.retries(exc):
-            return Reject(error_text(exc))
-        return RetryIn(self.policy.delay_ms(exc, attempt, self.app.draw), error_text(exc),
+            return Reject(task_error_text(exc, self.function))
+        return RetryIn(self.policy.delay_ms(exc, attempt, self.app.draw),
+                       task_error_text(exc, self.function),
                        self.policy.max_attempts)
