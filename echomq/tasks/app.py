@@ -45,7 +45,7 @@ from echomq.tasks.envelope import (
     encode,
     is_json,
 )
-from echomq.tasks.handle import TaskHandle
+from echomq.tasks.handle import AnyTask, HandledTask, TaskHandle, known_handle
 from echomq.tasks.hooks import (
     DEAD,
     UNKNOWN,
@@ -152,6 +152,32 @@ class App:
         """Close the asyncio client the running event loop's ``aenqueue`` and ``aresult`` made
         (a loop that ``asyncio.run`` ends closes its own); a given ``aconn`` stays open."""
         await self.aqueues.aclose()
+
+    # the handles of jobs admitted earlier -------------------------------------------------------
+
+    def handle(self, job_id: str, *, task: Task[Any, Any] | None = None,
+               queue: str | None = None) -> TaskHandle[Any]:
+        """The handle of job ``job_id``, admitted earlier (here or by another process), as
+        ``enqueue`` returned it: ``result()``, ``outcome()``, ``progress()``, ``cancel()`` and
+        their asyncio twins; its ``verdict`` is None. Looked for on ``queue`` (default:
+        ``task``'s queue, else the app's); ``task`` also converts the result to its return hint
+        (without it, the result is as decoded: a dataclass's is a dict). UnknownJob (a
+        LookupError) at once, naming the id and the queue, when the queue has no such job (never
+        admitted, or its tombstone expired); KindError for what is no job id."""
+        target, handled = self._handled(task, queue)
+        return known_handle(job_id, target, handled, target.outcome(job_id))
+
+    async def ahandle(self, job_id: str, *, task: Task[Any, Any] | None = None,
+                      queue: str | None = None) -> TaskHandle[Any]:
+        """``handle``, awaited: the job looked for on the App's asyncio client."""
+        target, handled = self._handled(task, queue)
+        outcome = await (await self.aqueues.queue_named(target.name)).outcome(job_id)
+        return known_handle(job_id, target, handled, outcome)
+
+    def _handled(self, task: Task[Any, Any] | None,
+                 queue: str | None) -> tuple[Queue, HandledTask]:
+        name = queue or (self.queue.name if task is None else task.queue)
+        return self.queue_named(name), AnyTask(self.aqueues) if task is None else task
 
     # declaring tasks ----------------------------------------------------------------------------
 
