@@ -209,7 +209,7 @@ class App:
         ``throttle`` and its ``<mode>_ms``, as ``Queue.enqueue`` takes them, a key also a function
         of the task's arguments giving one (ArgumentError here when they are bad)."""
         checked_priority(priority)
-        unique = unique_of(**unique)
+        unique = unique_of(self.task, **unique)
         policy = RetryPolicy(
             max_attempts=self.policy.max_attempts if max_attempts is None else max_attempts,
             backoff=backoff or self.policy.backoff, no_retry=tuple(no_retry))
@@ -233,10 +233,11 @@ class App:
         """Enqueue the decorated task (or function, made a task) with ``args`` and ``kwargs`` at
         each tick of ``cron`` in ``tz``: one job per tick, however many of the app's workers run
         the schedule (``name``, default the task's). Checked here: the arguments against the
-        task's signature, the schedule's name, cron and zone."""
+        task's signature and type hints, the schedule's name, cron and zone."""
         def schedule(target: Any) -> Task[Any, Any]:
             task = target if isinstance(target, Task) else self.task(target)
-            task.signature.bind(tuple(args), dict(kwargs or {}))
+            task.signature.check(tuple(args), dict(kwargs or {}),
+                                 from_json=self.serializer == "json")
             when = Schedule(name or task.name, cron, tz=tz, catch_up=catch_up)
             self.scheduler.add(Periodic.of_task(when, task, args, kwargs))
             return task
@@ -383,7 +384,7 @@ class Task(Generic[P, R]):
         self.keep_result = keep_result
         self.priority = priority
         self.unique = unique or {}
-        self.signature = Signature(function)
+        self.signature = Signature(function, self.name)
         self.is_async = inspect.iscoroutinefunction(function)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
@@ -397,7 +398,8 @@ class Task(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         """Admit one run of this task with these arguments; its handle. TypeError, before
-        anything is sent, for arguments that do not fit the signature or the serializer."""
+        anything is sent, for arguments that do not fit the signature, its type hints (the
+        parameter, its hint and the type given are named) or the serializer."""
         return TaskCall[P, R](self, priority=self.priority,
                               unique=self.unique).enqueue(*args, **kwargs)
 
@@ -457,7 +459,7 @@ class Task(Generic[P, R]):
                         at_ms=None if at is None else at_ms(at), lane=lane, queue=queue,
                         priority=self.priority if priority is None else priority,
                         after=None if after is None else tuple(after), policy=policy,
-                        unique=unique_of(**unique) if unique else self.unique)
+                        unique=unique_of(self.with_options, **unique) if unique else self.unique)
 
     # the worker side ----------------------------------------------------------------------------
 

@@ -134,7 +134,7 @@ def batch_of(options: BatchOptions, calls: Iterable[Any], now_ms: int) -> Iterat
         signatures: list[TaskSignature] = []
         for call in calls:
             args, kwargs, job_id, priority = _parts(task, call, options.priority)
-            task.signature.bind(args, kwargs)
+            task.signature.check(args, kwargs, from_json=app.serializer == "json")
             headers: dict[str, str] = {}
             if app.observed:
                 hooks.enter_context(app.hooks.enqueuing(queue.name, task.name, headers))
