@@ -205,6 +205,8 @@ DIST ?= dist
 wheel: install
 	rm -rf $(DIST)
 	$(PY) -m build --outdir $(DIST) . > $(DIST).log 2>&1 || { cat $(DIST).log; exit 1; }
+	@! grep -i "absent from the .packages. configuration" $(DIST).log || \
+		{ echo "make wheel: package data outside the packages list (pyproject.toml)"; exit 1; }
 	@ls $(DIST)
 
 test-wheel: wheel

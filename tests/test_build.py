@@ -101,11 +101,11 @@ def test_ci_makes_sure_of_a_python_for_django() -> None:
 def test_the_distribution_lists_every_package_of_the_tree() -> None:
     """A subpackage missing from pyproject's list is missing from every wheel (``echomq worker``
     once failed from one that lacked ``echomq.worker``): the list is the tree's packages, and the
-    Lua scripts' folder, whose files are data."""
+    Lua scripts' folders (the scripts and their includes), whose files are data."""
     import tomllib
 
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
                  ["packages"])
     packages = {".".join(init.parent.relative_to(ROOT).parts)
                 for init in (ROOT / "echomq").rglob("__init__.py")}
-    assert listed == packages | {"echomq.lua"}
+    assert listed == packages | {"echomq.lua", "echomq.lua.include"}

@@ -33,6 +33,18 @@ def test_the_newest_events_then_those_after_an_id(valkey: EmbeddedValkey,
     assert shown[0]["at_ms"] == NOW + 1 and shown[0]["job_id"] == "J1"
 
 
+def test_a_queue_that_is_not_there_is_one_line_and_exit_1(valkey: EmbeddedValkey,
+                                                         conn: redis.Redis) -> None:
+    for follow in ((), ("--follow",)):
+        done = echomq("events", "nosuch", *follow, url=valkey.url)
+        assert_one_error(done, 1, "error: no queue nosuch: it has no events stream, is not "
+                         "listed and holds nothing", "hint: `echomq stats` lists the queues")
+        assert done.stdout == ""
+    Queue(conn, "quiet", check_policy=False).enqueue("JOB:1", b"x")  # there, without events
+    quiet = echomq("events", "quiet", url=valkey.url)
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+
+
 def test_a_bad_since_is_one_line_and_exit_2(valkey: EmbeddedValkey) -> None:
     assert_one_error(echomq("events", "mail", "--since", "yesterday", url=valkey.url), 2,
                      "since must be")

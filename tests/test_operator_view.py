@@ -21,6 +21,8 @@ from echomq.ops import admin
 from tests.command_line import cli
 from tests.test_cli import assert_one_error, echomq
 
+NOW = 1_700_000_000_000
+
 HOUR_MS = 3_600_000
 
 
@@ -158,6 +160,31 @@ def kill(queue: Queue, job_id: str, error: str, lane: str | None = None) -> None
     assert queue.retry(job, error=error, max_attempts=1) is Verdict.DEAD
 
 
+def test_dead_list_is_a_line_a_job_newest_first_and_json_keeps_each_error_whole(
+        valkey: EmbeddedValkey, conn: redis.Redis) -> None:
+    queue = Queue(conn, "mail")
+    trace = '\n  File "tasks.py", line 3, in send\n    raise ValueError(f"bad {n}")'
+    for n in range(3):  # died a millisecond apart, by an explicit clock
+        queue.enqueue(f"JOB:d{n}", envelope("send_mail"), now=NOW)
+        job = queue.claim(now=NOW)
+        assert job is not None
+        assert queue.retry(job, error=f"ValueError: bad {n}{trace}", max_attempts=1,
+                           now=NOW + n) is Verdict.DEAD
+    output = cli(valkey, "dead", "list", "mail")
+    rows = [line for line in output.splitlines() if "JOB:" in line]
+    assert [row.split()[1] for row in rows] == ["JOB:d2", "JOB:d1", "JOB:d0"]
+    assert [row.split("│")[-2].strip() for row in rows] == [
+        "ValueError: bad 2", "ValueError: bad 1", "ValueError: bad 0"]
+    assert "File" not in output and "\\n" not in output
+    assert len(output.splitlines()) == 1 + 3 + len(rows) + 1 + 1  # kept, the table, the note
+    newest = cli(valkey, "dead", "list", "mail", "--limit", "2")
+    assert [line.split()[1] for line in newest.splitlines() if "JOB:" in line] == [
+        "JOB:d2", "JOB:d1"]
+    listed = json.loads(cli(valkey, "dead", "list", "mail", "--json"))
+    assert [(j["id"], j["error"]) for j in listed] == [
+        (f"JOB:d{n}", f"ValueError: bad {n}{trace}") for n in (2, 1, 0)]
+
+
 def test_dead_requeue_all_and_its_filters(valkey: EmbeddedValkey, conn: redis.Redis) -> None:
     queue = Queue(conn, "mail")
     kill(queue, "JOB:a", "KeyError: 'x'")
@@ -199,7 +226,8 @@ def test_dead_jobs_show_their_task_and_requeue_by_it(valkey: EmbeddedValkey,
                                                      conn: redis.Redis) -> None:
     queue = Queue(conn, "mail")
     # Each death a millisecond apart, by an explicit clock (dead jobs list in the order they
-    # died; two in one millisecond would list by id), all before the raw job's, on the server's.
+    # died, newest first; two in one millisecond would list by id), all before the raw job's, on
+    # the server's.
     for n, (job_id, form) in enumerate((("JOB:m1", "send_mail"), ("JOB:r1", "build_report"),
                                         ("JOB:m2", "earlier"))):
         queue.enqueue(job_id, ENVELOPES[form])
@@ -209,9 +237,9 @@ def test_dead_jobs_show_their_task_and_requeue_by_it(valkey: EmbeddedValkey,
                            now=1_700_000_000_000 + n) is Verdict.DEAD
     kill(queue, "JOB:raw", "ValueError: not a task")
     listed = json.loads(cli(valkey, "dead", "list", "mail", "--json"))
-    assert [(j["id"], j["task"]) for j in listed] == [
-        ("JOB:m1", "send_mail"), ("JOB:r1", "build_report"), ("JOB:m2", "send_mail"),
-        ("JOB:raw", None)]
+    assert [(j["id"], j["task"]) for j in listed] == [  # newest death first
+        ("JOB:raw", None), ("JOB:m2", "send_mail"), ("JOB:r1", "build_report"),
+        ("JOB:m1", "send_mail")]
     row = next(line for line in cli(valkey, "dead", "list", "mail").splitlines()
                if "JOB:r1" in line)
     assert "build_report" in row

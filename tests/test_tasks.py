@@ -73,6 +73,10 @@ def hooks() -> Recorder:
     return Recorder()
 
 
+async def fail_async(kind: str) -> None:
+    raise ValueError(f"bad {kind}")
+
+
 @pytest.fixture
 def app(conn: redis.Redis, wire: int, hooks: Recorder) -> App:
     app = App(conn, "default", wire=wire, hooks=hooks, max_attempts=3,
@@ -102,6 +106,7 @@ def app(conn: redis.Redis, wire: int, hooks: Recorder) -> App:
             raise RetryAfter(2.5)
         raise ValueError(f"bad {kind}")
 
+    app.task(name="fail_async")(fail_async)
     @app.task(name="slow_add", keep_result=True)
     async def slow_add(a: int, b: int) -> int:
         await asyncio.sleep(0)
@@ -324,11 +329,14 @@ def test_arguments_arrive_as_their_annotated_types(conn: redis.Redis, app: App,
 
 def test_arguments_that_cannot_fit_go_dead_at_once_naming_the_parameter(
         app: App, hooks: Recorder) -> None:
-    handle = app.tasks["add"].enqueue("two", 3)  # arity fits: types are the worker's to check
+    # A job another producer wrote (enqueue itself refuses these arguments, tests/
+    # test_enqueue_checks.py): the worker checks them again as it converts them.
+    app.queue.enqueue("JOB:typo", encode(Envelope("add", ["two", 3], {}, {}, 0, "default"),
+                                         "json"))
     _, directive = run_next(app)
     assert isinstance(directive, Reject)
-    assert "'a'" in directive.error and "Expected `int`, got `str`" in directive.error
-    assert hooks.ran[-1][2] == handle.id and hooks.ran[-1][4] == "dead"
+    assert directive.error == "add: argument 'a': Expected `int`, got `str`"
+    assert hooks.ran[-1][2] == "JOB:typo" and hooks.ran[-1][4] == "dead"
 
 
 @pytest.mark.parametrize(("payload", "said"), [
@@ -351,7 +359,23 @@ def test_an_error_retries_after_the_back_off_with_its_traceback(app: App,
     assert directive == RetryIn(75, directive.error, 3)  # 100 ms, less half its jitter share
     head, trace = directive.error.split("\n", 1)
     assert head == "ValueError: bad input" and "raise ValueError" in trace
+    assert trace.splitlines()[0].endswith(", in fail")  # from the task's own frame on
     assert hooks.ran[-1][4:] == ("retried", directive.error)
+
+
+@pytest.mark.parametrize("handler", ["handler", "async_handler"])
+@pytest.mark.parametrize("task", ["fail", "fail_async"])
+def test_the_stored_traceback_starts_at_the_tasks_own_frame(app: App, handler: str,
+                                                            task: str) -> None:
+    """Whether the task is plain or async, run by the blocking handler or the asyncio one (in
+    a thread, on an event loop): no frame of the worker's comes before the task's."""
+    app.tasks[task].enqueue("input")
+    job = claimed(app.queue)
+    run = getattr(app, handler)
+    directive = run(job) if handler == "handler" else asyncio.run(run(job))
+    head, first, *_ = directive.error.splitlines()
+    assert head == "ValueError: bad input"
+    assert first.startswith(f'  File "{__file__}"') and first.endswith(f", in {task}")
 
 
 def test_the_back_off_grows_with_each_attempt_and_the_last_is_dead(app: App,

@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 from echomq import App, Backoff, Consumer, RetryAfter, TaskFailed, aio
 from echomq.embedded import EmbeddedValkey
 from echomq.engine.calls import MAX_RESULT_BYTES
+from echomq.tasks.envelope import Envelope, encode
 from tests.task_functions import add, broken
 from tests.test_readme import fenced_blocks
 
@@ -183,7 +184,10 @@ def test_retry_after_sets_its_own_delay(app: App, conn: redis.Redis) -> None:
 
 
 def test_arguments_that_cannot_fit_go_dead_at_the_first_attempt(app: App) -> None:
-    handle = app.tasks["add"].enqueue("two", 3)
+    # Written by another producer: enqueue itself refuses them (tests/test_enqueue_checks.py).
+    envelope = Envelope("add", ["two", 3], {}, {}, 0, app.queue.name)
+    app.queue.enqueue("JOB:typo", encode(envelope, "json"))
+    handle = app.handle("JOB:typo")
     drain(app)
     with pytest.raises(TaskFailed, match="argument 'a'") as failed:
         handle.result(timeout=5)

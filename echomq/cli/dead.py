@@ -30,9 +30,11 @@ def dead() -> None:
 @url_option
 @json_option
 def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
-    """The dead jobs of QUEUE, oldest death first, with their last errors."""
+    """The LIMIT dead jobs of QUEUE that died last, newest first, a line each: the job, its
+    task, attempts, lane, how long ago it died and its error's line (``Type: message``).
+    --json: each with its whole error, traceback included."""
     conn = connect(url)
-    jobs = admin.dead_jobs(conn, queue, limit)
+    jobs = admin.dead_jobs(conn, queue, limit, newest_first=True)
     if as_json:
         print_json(jobs)
         return
@@ -42,11 +44,19 @@ def dead_list(queue: str, limit: int, url: str, as_json: bool) -> None:
         return
     console().print(kept)
     now = server_ms(conn)
-    shown = table("job", "task", "attempts", "lane", "died", "error")
+    shown = table("job", "task", "attempts", "lane", "died", "error", clipped=("error",))
     for j in jobs:
         shown.add_row(Text(j.id), Text(j.task or "-"), str(j.attempts), Text(j.lane or "-"),
-                      f"{human_age(max(0, now - j.died_at_ms))} ago", Text(one_line(j.error)))
+                      f"{human_age(max(0, now - j.died_at_ms))} ago",
+                      Text(one_line(error_line(j.error))))
     console().print(shown)
+    console().print(f"newest first; each error's first line (`echomq inspect {queue} ID` or "
+                    "--json: whole)")
+
+
+def error_line(error: str) -> str:
+    """An error as ``readable_error`` gives it, on its first line: ``Type: message``."""
+    return error.partition("\n")[0]
 
 
 @dead.command("requeue")

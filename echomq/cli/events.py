@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import asdict
+from typing import Any
 
 import click
 
@@ -18,8 +19,10 @@ from echomq.cli.common import (
     print_json,
     url_option,
 )
+from echomq.cli.errors import Failure
 from echomq.engine.errors import ArgumentError
 from echomq.engine.events import Event
+from echomq.ops import admin
 from echomq.queue.blocking import Queue, recorded_queue
 from echomq.queue.events import checked_since
 
@@ -58,13 +61,17 @@ def events(queue: str, since: str | None, count: int, follow: bool, url: str,
            as_json: bool) -> None:
     """QUEUE's events, oldest first: the newest COUNT, or those after --since. Each is one line
     (--json: one object a line): its id, kind, job, attempt, time, and its fence, lane, due time
-    and priority where it has them. The stream keeps about the last 10,000."""
+    and priority where it has them. The stream keeps about the last 10,000. A queue that is
+    not there (no events stream, not listed, holding nothing) exits 1."""
     try:
         checked_since(since)
     except ArgumentError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from exc
-    reader = recorded_queue(connect(url), queue, check_policy=False)
+    conn = connect(url)
+    reader = recorded_queue(conn, queue, check_policy=False)
     batch = reader.latest_events(count) if since is None else reader.events(since, count)
+    if not batch:
+        _check_known(conn, queue)
     shown(batch, as_json)
     last = batch[-1].id if batch else (since or _last_or_first(reader))
     if follow:
@@ -73,6 +80,17 @@ def events(queue: str, since: str | None, count: int, follow: bool, url: str,
             _follow(reader, last, count, as_json)
         except KeyboardInterrupt:
             return  # Ctrl-C or SIGTERM: the end of a follow, not a failure
+
+
+def _check_known(conn: Any, queue: str) -> None:
+    """Failure (exit 1) for a queue that is not there: no events stream, not listed, holding
+    nothing (``echomq stats QUEUE``'s test)."""
+    if admin.has_events(conn, queue) or admin.is_listed(conn, queue) \
+            or admin.stats(conn, queue).holds_anything():
+        return
+    raise Failure(f"no queue {queue}: it has no events stream, is not listed and holds nothing",
+                  "`echomq stats` lists the queues; a queue's events are written by the Queues "
+                  "made with events=True")
 
 
 def _follow(reader: Queue, last: str, count: int, as_json: bool) -> None:

@@ -43,7 +43,7 @@ def stats(queue: str | None, rescan: bool, lanes_shown: int, lanes_from: int, ur
     if rescan:
         admin.discover_queues(conn)
     found = [admin.stats(conn, name) for name in ([queue] if queue else admin.queue_names(conn))]
-    if queue and _holds_anything(found[0]):
+    if queue and found[0].holds_anything():
         admin.register_queue(conn, queue)
     elif queue and not admin.is_listed(conn, queue):
         raise Failure(f"no queue {queue}: it is not listed and holds nothing",
@@ -64,10 +64,6 @@ def _workers_or_none(conn: Any) -> list[WorkerInfo]:
         return live_workers(conn)
     except redis.ResponseError:
         return []
-
-
-def _holds_anything(s: admin.QueueStats) -> bool:
-    return bool(s.pending or s.active or s.delayed or s.dead or s.lanes or s.paused or s.waiting)
 
 
 @click.command()

@@ -65,11 +65,14 @@ def moment(at_ms: int, now_ms: int) -> str:
 _TEXT_COLUMNS = {"lane", "error", "field", "value", "job", "state", "group", "paused"}
 
 
-def table(*columns: str, title: str | None = None) -> Table:
+def table(*columns: str, title: str | None = None, clipped: tuple[str, ...] = ()) -> Table:
+    """A table of ``columns``: a long value folds onto more lines, but in a ``clipped`` column,
+    which keeps to one line and ends in an ellipsis."""
     found = Table(title=title, title_justify="left", header_style="bold")
     for n, column in enumerate(columns):
         found.add_column(column, justify="left" if n == 0 or column in _TEXT_COLUMNS
-                         else "right", overflow="fold")
+                         else "right", overflow="ellipsis" if column in clipped else "fold",
+                         no_wrap=column in clipped)
     return found
 
 

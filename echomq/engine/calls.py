@@ -92,6 +92,10 @@ class Verdict(enum.Enum):
     DEBOUNCED = "DEBOUNCED"
     THROTTLED = "THROTTLED"
 
+    def __str__(self) -> str:
+        """The server's word, as the command line prints it: ``ENQUEUED``."""
+        return self.value
+
     @classmethod
     def of(cls, reply: Any) -> Verdict:
         verdict = _VERDICT_OF_REPLY.get(reply) if type(reply) is bytes else None

@@ -56,6 +56,11 @@ class QueueStats:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def holds_anything(self) -> bool:
+        """Whether the queue holds a job in any state, a lane or its pause."""
+        return bool(self.pending or self.active or self.delayed or self.dead or self.lanes
+                    or self.paused or self.waiting)
+
 
 @dataclass
 class DeadJob:
@@ -357,18 +362,24 @@ def _location(conn: Any, calls: QueueCalls, job_id: str,
     return "completed", None
 
 
-def dead_jobs(conn: Any, name: str, limit: int = 100, *, start: int = 0) -> list[DeadJob]:
-    """The dead jobs of queue ``name``, oldest death first (from the ``start``-th), with their
-    last errors (of a sharded queue: its shards' merged by time of death)."""
+def dead_jobs(conn: Any, name: str, limit: int = 100, *, start: int = 0,
+              newest_first: bool = False) -> list[DeadJob]:
+    """The dead jobs of queue ``name``, oldest death first (``newest_first``: newest first)
+    from the ``start``-th, with their last errors (of a sharded queue: its shards' merged by
+    time of death)."""
     parts = queue_calls(conn, name)
     if len(parts) == 1:
-        return _dead_of(conn, parts[0], start, limit)
-    merged = [job for calls in parts for job in _dead_of(conn, calls, 0, start + limit)]
-    return sorted(merged, key=lambda job: job.died_at_ms)[start:start + limit]
+        return _dead_of(conn, parts[0], start, limit, newest_first)
+    merged = [job for calls in parts
+              for job in _dead_of(conn, calls, 0, start + limit, newest_first)]
+    return sorted(merged, key=lambda job: job.died_at_ms,
+                  reverse=newest_first)[start:start + limit]
 
 
-def _dead_of(conn: Any, calls: QueueCalls, start: int, limit: int) -> list[DeadJob]:
-    entries = conn.zrange(calls.key("dead"), start, start + limit - 1, withscores=True)
+def _dead_of(conn: Any, calls: QueueCalls, start: int, limit: int,
+             newest_first: bool) -> list[DeadJob]:
+    entries = conn.zrange(calls.key("dead"), start, start + limit - 1, desc=newest_first,
+                          withscores=True)
     with conn.pipeline(transaction=False) as pipe:
         for job_id, _ in entries:
             pipe.hmget(calls.key("job", text(job_id)), jobrow.ATTEMPTS, "error", "lane",

@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from echomq.consumer.directives import Done, Reject, RetryIn
-from echomq.consumer.loop import error_text
 from echomq.engine.calls import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETENTION_MS,
@@ -32,7 +31,7 @@ from echomq.engine.native import checked_priority
 from echomq.engine.wire import Wire, wire_of
 from echomq.queue.blocking import Queue
 from echomq.queue.limits import Limit, QueueLimits
-from echomq.tasks.attempts import Attempt, Directive, Unrunnable
+from echomq.tasks.attempts import Attempt, Directive, Unrunnable, task_error_text
 from echomq.tasks.calling import Parent, TaskCall, at_ms
 from echomq.tasks.canvas import TaskSignature
 from echomq.tasks.envelope import (
@@ -47,7 +46,7 @@ from echomq.tasks.envelope import (
     enqueue_time,
     is_json,
 )
-from echomq.tasks.handle import TaskHandle
+from echomq.tasks.handle import AnyTask, HandledTask, TaskHandle, known_handle
 from echomq.tasks.hooks import (
     DEAD,
     UNKNOWN,
@@ -156,6 +155,32 @@ class App:
         (a loop that ``asyncio.run`` ends closes its own); a given ``aconn`` stays open."""
         await self.aqueues.aclose()
 
+    # the handles of jobs admitted earlier -------------------------------------------------------
+
+    def handle(self, job_id: str, *, task: Task[Any, Any] | None = None,
+               queue: str | None = None) -> TaskHandle[Any]:
+        """The handle of job ``job_id``, admitted earlier (here or by another process), as
+        ``enqueue`` returned it: ``result()``, ``outcome()``, ``progress()``, ``cancel()`` and
+        their asyncio twins; its ``verdict`` is None. Looked for on ``queue`` (default:
+        ``task``'s queue, else the app's); ``task`` also converts the result to its return hint
+        (without it, the result is as decoded: a dataclass's is a dict). UnknownJob (a
+        LookupError) at once, naming the id and the queue, when the queue has no such job (never
+        admitted, or its tombstone expired); KindError for what is no job id."""
+        target, handled = self._handled(task, queue)
+        return known_handle(job_id, target, handled, target.outcome(job_id))
+
+    async def ahandle(self, job_id: str, *, task: Task[Any, Any] | None = None,
+                      queue: str | None = None) -> TaskHandle[Any]:
+        """``handle``, awaited: the job looked for on the App's asyncio client."""
+        target, handled = self._handled(task, queue)
+        outcome = await (await self.aqueues.queue_named(target.name)).outcome(job_id)
+        return known_handle(job_id, target, handled, outcome)
+
+    def _handled(self, task: Task[Any, Any] | None,
+                 queue: str | None) -> tuple[Queue, HandledTask]:
+        name = queue or (self.queue.name if task is None else task.queue)
+        return self.queue_named(name), AnyTask(self.aqueues) if task is None else task
+
     # declaring tasks ----------------------------------------------------------------------------
 
     @overload
@@ -186,7 +211,7 @@ class App:
         ``throttle`` and its ``<mode>_ms``, as ``Queue.enqueue`` takes them, a key also a function
         of the task's arguments giving one (ArgumentError here when they are bad)."""
         checked_priority(priority)
-        unique = unique_of(**unique)
+        unique = unique_of(self.task, **unique)
         policy = RetryPolicy(
             max_attempts=self.policy.max_attempts if max_attempts is None else max_attempts,
             backoff=backoff or self.policy.backoff, no_retry=tuple(no_retry))
@@ -210,10 +235,11 @@ class App:
         """Enqueue the decorated task (or function, made a task) with ``args`` and ``kwargs`` at
         each tick of ``cron`` in ``tz``: one job per tick, however many of the app's workers run
         the schedule (``name``, default the task's). Checked here: the arguments against the
-        task's signature, the schedule's name, cron and zone."""
+        task's signature and type hints, the schedule's name, cron and zone."""
         def schedule(target: Any) -> Task[Any, Any]:
             task = target if isinstance(target, Task) else self.task(target)
-            task.signature.bind(tuple(args), dict(kwargs or {}))
+            task.signature.check(tuple(args), dict(kwargs or {}),
+                                 from_json=self.serializer == "json")
             when = Schedule(name or task.name, cron, tz=tz, catch_up=catch_up)
             self.scheduler.add(Periodic.of_task(when, task, args, kwargs))
             return task
@@ -360,7 +386,7 @@ class Task(Generic[P, R]):
         self.keep_result = keep_result
         self.priority = priority
         self.unique = unique or {}
-        self.signature = Signature(function)
+        self.signature = Signature(function, self.name)
         self.is_async = inspect.iscoroutinefunction(function)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
@@ -374,7 +400,8 @@ class Task(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         """Admit one run of this task with these arguments; its handle. TypeError, before
-        anything is sent, for arguments that do not fit the signature or the serializer."""
+        anything is sent, for arguments that do not fit the signature, its type hints (the
+        parameter, its hint and the type given are named) or the serializer."""
         return TaskCall[P, R](self, priority=self.priority,
                               unique=self.unique).enqueue(*args, **kwargs)
 
@@ -434,7 +461,7 @@ class Task(Generic[P, R]):
                         at_ms=None if at is None else at_ms(at), lane=lane, queue=queue,
                         priority=self.priority if priority is None else priority,
                         after=None if after is None else tuple(after), policy=policy,
-                        unique=unique_of(**unique) if unique else self.unique)
+                        unique=unique_of(self.with_options, **unique) if unique else self.unique)
 
     # the worker side ----------------------------------------------------------------------------
 
@@ -458,6 +485,7 @@ class Task(Generic[P, R]):
 
     def failed(self, exc: Exception, attempt: int) -> Directive:
         if not self.policy.retries(exc):
-            return Reject(error_text(exc))
-        return RetryIn(self.policy.delay_ms(exc, attempt, self.app.draw), error_text(exc),
+            return Reject(task_error_text(exc, self.function))
+        return RetryIn(self.policy.delay_ms(exc, attempt, self.app.draw),
+                       task_error_text(exc, self.function),
                        self.policy.max_attempts)

@@ -3,6 +3,7 @@ the outcome it records, and ``Unrunnable``, a job no task of the App can run."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,20 @@ from echomq.tasks.hooks import DEAD, RETRIED, SUCCEEDED, RunRecord, cancelled_wi
 from echomq.tasks.retry import RetryPolicy
 
 Directive = Done | RetryIn | Reject
+
+
+def task_error_text(exc: Exception, function: Callable[..., Any]) -> str:
+    """``error_text`` of what the task ``function`` raised, its traceback from the function's
+    own frame on: the frames that called it (the App's, an event loop's, a thread pool's) are
+    no part of the task's error. A traceback that never reached that frame (a task that is no
+    plain function, an error raised before it ran) is kept whole."""
+    code = getattr(function, "__code__", None)
+    trace = exc.__traceback__
+    while trace is not None and trace.tb_frame.f_code is not code:
+        trace = trace.tb_next
+    if trace is not None:
+        exc.__traceback__ = trace
+    return error_text(exc)
 
 
 @dataclass(frozen=True)

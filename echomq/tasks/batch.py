@@ -135,7 +135,7 @@ def batch_of(options: BatchOptions, calls: Iterable[Any]) -> Iterator[Batch[Any]
         for call in calls:
             args, kwargs, job_id, priority = _parts(task, call, options.priority)
             id_made = not isinstance(call, TaskSignature) or call.job_id is None
-            task.signature.bind(args, kwargs)
+            task.signature.check(args, kwargs, from_json=app.serializer == "json")
             headers: dict[str, str] = {}
             if app.observed:
                 hooks.enter_context(app.hooks.enqueuing(queue.name, task.name, headers))

@@ -153,9 +153,10 @@ class TaskCall(Generic[P, R]):
     @contextmanager
     def _admitting(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Admission[R]]:
         """What one enqueue sends, inside the hooks' ``enqueuing`` block (the caller sends it
-        there): the arguments checked against the signature and encoded in their envelope."""
+        there): the arguments checked against the signature and its type hints, and encoded in
+        their envelope."""
         task, app = self.task, self.task.app
-        task.signature.bind(args, kwargs)
+        task.signature.check(args, kwargs, from_json=app.serializer == "json")
         queue = app.queue_named(self.queue or task.queue)
         job_id = self.job_id or new_job_id()
         headers: dict[str, str] = {}

@@ -1,6 +1,7 @@
-"""``TaskHandle``: what ``enqueue`` (or ``aenqueue``) returns — the job's id, and a way to wait
-for its result, from blocking code (``result``) or asyncio code (``aresult``: the same call,
-awaited on the App's asyncio client, ``echomq.tasks.twins``)."""
+"""``TaskHandle``: what ``enqueue`` (or ``aenqueue``) returns, and ``App.handle`` makes again from
+a job id — the job's id, and a way to wait for its result, from blocking code (``result``) or
+asyncio code (``aresult``: the same call, awaited on the App's asyncio client,
+``echomq.tasks.twins``)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,15 @@ class Cancelled(EchoMQError):
         self.job_id = job_id
 
 
+class UnknownJob(EchoMQError, LookupError):
+    """No job ``job_id`` on ``queue``: never admitted there, or its tombstone expired."""
+
+    def __init__(self, job_id: str, queue: str) -> None:
+        super().__init__(f"no job {job_id} on queue {queue}: never admitted, or its tombstone "
+                         "expired")
+        self.job_id, self.queue = job_id, queue
+
+
 class HandledTask(Protocol):
     """What a handle reads of the task it ran (an ``echomq.tasks.app.Task``)."""
 
@@ -46,18 +56,21 @@ class HandledTask(Protocol):
 
 class TaskHandle(Generic[R]):
     """One enqueued run of a task: ``id`` (its job id), ``verdict`` (ENQUEUED, or DUPLICATE
-    when that id was admitted before), ``queue`` (the Queue it went to). Each call has an
-    asyncio twin of the same name prefixed ``a`` (``aresult``, ``aoutcome``, ``acancel``,
-    ``aprogress``), with the same semantics, for code running on an event loop."""
+    when that id was admitted before; None for a handle ``App.handle`` made from an id),
+    ``queue`` (the Queue it went to). Each call has an asyncio twin of the same name prefixed
+    ``a`` (``aresult``, ``aoutcome``, ``acancel``, ``aprogress``), with the same semantics, for
+    code running on an event loop."""
 
-    def __init__(self, job_id: str, queue: Queue, task: HandledTask, verdict: Verdict) -> None:
+    def __init__(self, job_id: str, queue: Queue, task: HandledTask,
+                 verdict: Verdict | None) -> None:
         self.id = job_id
         self.queue = queue
         self.task = task
         self.verdict = verdict
 
     def __repr__(self) -> str:
-        return f"<TaskHandle {self.id} on {self.queue.name}: {self.verdict.value}>"
+        said = "" if self.verdict is None else f": {self.verdict.value}"
+        return f"<TaskHandle {self.id} on {self.queue.name}{said}>"
 
     def outcome(self) -> JobOutcome:
         """Where the job is now (``Queue.outcome``)."""
@@ -75,8 +88,8 @@ class TaskHandle(Generic[R]):
         TaskFailed, with the job's last error, when it is dead; Cancelled when it was
         cancelled; ResultDropped (``reason`` "memory") when it is done but its ack ran on a
         server over its maxmemory, which kept the outcome without the result; TimeoutError
-        when it is not done in time; LookupError when there is no such job (never admitted, or
-        its tombstone expired). A task declared with
+        when it is not done in time; UnknownJob (a LookupError) when there is no such job (never
+        admitted, or its tombstone expired). A task declared with
         ``keep_result=False`` is waited for the same way, and gives None once done."""
         return self._settled(self.queue.wait(self.id, _wait_s(timeout)), timeout)
 
@@ -117,8 +130,7 @@ class TaskHandle(Generic[R]):
             raise Cancelled(self.id)
         if outcome.state in WAITING:
             raise TimeoutError(f"{self.id} is still {outcome.state} after {timeout} s")
-        raise LookupError(f"no job {self.id} on queue {self.queue.name}: never admitted, or "
-                          "its tombstone expired")
+        raise UnknownJob(self.id, self.queue.name)
 
     def _value(self, kept: bytes | None) -> R | None:
         if kept is None or kept == UNKEPT_RESULT:  # acked keeping no result
@@ -126,6 +138,26 @@ class TaskHandle(Generic[R]):
         value: Any = decode_result(kept).value
         converted: R = self.task.signature.converted_result(value, from_json=is_json(kept))
         return converted
+
+
+class AnyTask:
+    """The task of a handle made from a job id alone (``App.handle`` given no task): its
+    result is given as decoded, with no return hint to convert it to."""
+
+    name = "<any>"
+    signature = Signature(lambda: None)
+
+    def __init__(self, aqueues: AsyncQueues) -> None:
+        self.aqueues = aqueues
+
+
+def known_handle(job_id: str, queue: Queue, task: HandledTask,
+                 outcome: JobOutcome) -> TaskHandle[Any]:
+    """The handle of ``job_id`` on ``queue``, whose outcome is ``outcome``: UnknownJob when it
+    has no row there."""
+    if outcome.state == "unknown":
+        raise UnknownJob(job_id, queue.name)
+    return TaskHandle(job_id, queue, task, None)
 
 
 def _wait_s(timeout: float | None) -> float:

@@ -1,11 +1,13 @@
-"""A task's parameters and their type hints: arguments checked by arity at enqueue, and by type
-when the worker decodes them.
+"""A task's parameters and their type hints: arguments checked at enqueue, and converted when
+the worker decodes them, by the same rules — ``msgspec.convert`` to each parameter's hint.
 
-The producer only binds the call to the signature (a wrong arity is a TypeError before anything
-is sent); it does not convert values, which costs time on the path every job takes. The worker
-converts each decoded value to its parameter's annotation with ``msgspec.convert`` (a
-``datetime`` from its JSON string, a Struct or dataclass from its map, and so on); a value that
-cannot fit raises ArgumentsRejected naming the parameter.
+The producer checks the caller's values (``check``): a call whose arity or names do not fit, or
+a value that cannot be converted to its parameter's hint (``"two"`` for an ``int``, a
+``Decimal`` for an ``int``), is a TypeError naming the parameter, the hint and the type passed,
+before anything is sent. The worker converts each decoded value (``convert``: a ``datetime``
+from its JSON string, a Struct or dataclass from its map, and so on); a value that cannot fit
+there (a job another producer wrote) raises ArgumentsRejected naming the parameter. A call of
+plain positional arguments is checked, and converted, in one msgspec call.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import datetime
 import inspect
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -21,17 +23,49 @@ import msgspec
 # Values a MessagePack decode already gives as their own types; convert passes them through.
 MSGPACK_NATIVE = (bytes, bytearray, datetime.datetime)
 NO_HINT = inspect.Parameter.empty
+# Iterable values told by their type alone when they do not fit.
+TEXT = (str, bytes, bytearray, memoryview)
 
 
 class ArgumentsRejected(ValueError):
     """Arguments that do not fit a task's signature: the job goes dead without retries."""
 
 
-class Signature:
-    """The parameters of ``function`` with their resolved type hints (Any when unannotated)."""
+class Misfit(Exception):
+    """The argument ``name`` (``value``) cannot be converted to its parameter's ``hint``."""
 
-    def __init__(self, function: Callable[..., Any]) -> None:
-        self.name = getattr(function, "__qualname__", repr(function))
+    def __init__(self, name: str, value: Any, hint: Any, error: msgspec.ValidationError) -> None:
+        super().__init__(name)
+        self.name, self.value, self.hint, self.error = name, value, hint, error
+
+    def caller_text(self, task: str) -> str:
+        """The misfit told to the caller: the parameter, its hint and the type it was given;
+        for a collection, msgspec's words too, which say where in it."""
+        collection = isinstance(self.value, Iterable) and not isinstance(self.value, TEXT)
+        detail = f" ({self.error})" if collection else ""
+        return (f"{task}: argument {self.name!r} must be {hint_text(self.hint)}, not "
+                f"{type(self.value).__name__}{detail}")
+
+
+def hint_text(hint: Any) -> str:
+    """A type hint as it is written: ``int``, ``list[int]``, ``int | None``, ``Point``."""
+    if isinstance(hint, type) and not typing.get_args(hint):
+        return hint.__qualname__
+    return repr(hint).replace("typing.", "")
+
+
+def builtin_types(from_json: bool) -> tuple[type, ...]:
+    """The types msgspec takes as they are, not from strings: those a MessagePack decode gives
+    natively; none for JSON."""
+    return () if from_json else MSGPACK_NATIVE
+
+
+class Signature:
+    """The parameters of ``function`` with their resolved type hints (Any when unannotated);
+    ``name`` (default the function's qualified name) is what its errors call it."""
+
+    def __init__(self, function: Callable[..., Any], name: str | None = None) -> None:
+        self.name = name if name else str(getattr(function, "__qualname__", repr(function)))
         self.signature = inspect.signature(function)
         hints = typing.get_type_hints(function)
         self.hints = {name: hints.get(name, Any) for name in self.signature.parameters}
@@ -57,27 +91,48 @@ class Signature:
         if kwargs or len(args) not in self._positional:
             self.signature.bind(*args, **kwargs)
 
+    def check(self, args: Sequence[Any], kwargs: Mapping[str, Any], *, from_json: bool) -> None:
+        """TypeError when the call does not fit: its arity and names (``bind``), or a value
+        that cannot be converted to its parameter's hint, by the rules the worker converts with
+        (``from_json``: the call is sent as JSON, whose strings the worker parses into dates,
+        bytes and the like)."""
+        if not self._checks:
+            self.bind(args, kwargs)
+            return
+        try:
+            self._converted(args, kwargs, builtin_types(from_json))
+        except Misfit as misfit:
+            raise TypeError(misfit.caller_text(self.name)) from None
+
     def convert(self, args: Sequence[Any], kwargs: Mapping[str, Any], *,
                 from_json: bool) -> tuple[list[Any], dict[str, Any]]:
         """The decoded ``args`` and ``kwargs``, each converted to its parameter's hint;
         ArgumentsRejected, naming the parameter, for a missing, extra or ill-typed one."""
-        builtin = () if from_json else MSGPACK_NATIVE
+        try:
+            return self._converted(args, kwargs, builtin_types(from_json))
+        except TypeError as exc:
+            raise ArgumentsRejected(f"{self.name}: {exc}") from None
+        except Misfit as misfit:
+            raise ArgumentsRejected(f"{self.name}: argument {misfit.name!r}: {misfit.error}"
+                                    ) from None
+
+    def _converted(self, args: Sequence[Any], kwargs: Mapping[str, Any],
+                   builtin: tuple[type, ...]) -> tuple[list[Any], dict[str, Any]]:
+        """``args`` and ``kwargs`` converted to the hints: TypeError when they do not bind,
+        Misfit naming the first that cannot be converted."""
         positional = None if kwargs else self._positional.get(len(args))
         if positional is not None:
             try:
                 return list(msgspec.convert(args, positional, builtin_types=builtin)), {}
             except msgspec.ValidationError:
                 pass  # the way below names the parameter
-        try:
-            bound = self.signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise ArgumentsRejected(f"{self.name}: {exc}") from None
+        bound = self.signature.bind(*args, **kwargs)
         if self._checks:
             for name, value in bound.arguments.items():
-                bound.arguments[name] = self._converted(name, value, builtin)
+                bound.arguments[name] = self._converted_one(name, value, builtin)
         return list(bound.args), dict(bound.kwargs)
 
-    def _converted(self, name: str, value: Any, builtin: tuple[type, ...]) -> Any:
+    def _converted_one(self, name: str, value: Any, builtin: tuple[type, ...]) -> Any:
         hint = self.hints[name]
         if hint is Any:
             return value
@@ -89,11 +144,10 @@ class Signature:
         try:
             return msgspec.convert(value, hint, builtin_types=builtin)
         except msgspec.ValidationError as exc:
-            raise ArgumentsRejected(f"{self.name}: argument {name!r}: {exc}") from None
+            raise Misfit(name, value, hint, exc) from None
 
     def converted_result(self, value: Any, *, from_json: bool) -> Any:
         """A kept result decoded to the task's return hint (as it was, when there is none)."""
         if self.returns is Any or self.returns is type(None):
             return value
-        builtin = () if from_json else MSGPACK_NATIVE
-        return msgspec.convert(value, self.returns, builtin_types=builtin)
+        return msgspec.convert(value, self.returns, builtin_types=builtin_types(from_json))
