@@ -165,7 +165,7 @@ def test_dead_list_is_a_line_a_job_newest_first_and_json_keeps_each_error_whole(
     queue = Queue(conn, "mail")
     trace = '\n  File "tasks.py", line 3, in send\n    raise ValueError(f"bad {n}")'
     for n in range(3):  # died a millisecond apart, by an explicit clock
-        queue.enqueue(f"JOB:d{n}", envelope("send_mail"), now=NOW)
+        queue.enqueue(f"JOB:d{n}", ENVELOPES["send_mail"], now=NOW)
         job = queue.claim(now=NOW)
         assert job is not None
         assert queue.retry(job, error=f"ValueError: bad {n}{trace}", max_attempts=1,

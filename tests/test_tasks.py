@@ -331,7 +331,7 @@ def test_arguments_that_cannot_fit_go_dead_at_once_naming_the_parameter(
         app: App, hooks: Recorder) -> None:
     # A job another producer wrote (enqueue itself refuses these arguments, tests/
     # test_enqueue_checks.py): the worker checks them again as it converts them.
-    app.queue.enqueue("JOB:typo", encode(Envelope("add", ["two", 3], {}, {}, 0, "default"),
+    app.queue.enqueue("JOB:typo", encode(Envelope(task="add", args=["two", 3], queue="default"),
                                          "json"))
     _, directive = run_next(app)
     assert isinstance(directive, Reject)

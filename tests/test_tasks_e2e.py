@@ -185,7 +185,7 @@ def test_retry_after_sets_its_own_delay(app: App, conn: redis.Redis) -> None:
 
 def test_arguments_that_cannot_fit_go_dead_at_the_first_attempt(app: App) -> None:
     # Written by another producer: enqueue itself refuses them (tests/test_enqueue_checks.py).
-    envelope = Envelope("add", ["two", 3], {}, {}, 0, app.queue.name)
+    envelope = Envelope(task="add", args=["two", 3], queue=app.queue.name)
     app.queue.enqueue("JOB:typo", encode(envelope, "json"))
     handle = app.handle("JOB:typo")
     drain(app)
