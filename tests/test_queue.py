@@ -24,6 +24,7 @@ from echomq.engine.clients import async_twin
 from echomq.engine.executors import NativeExecutor, executor_for
 from echomq.engine.native import id_ok
 from echomq.engine.transitions import Transition
+from echomq.queue.connection import client_like
 
 NOW = 1_700_000_000_000
 
@@ -183,20 +184,43 @@ def test_queue_names_with_braces_are_refused(conn: redis.Redis) -> None:
         Queue(conn, "a}b")
 
 
-def test_an_evicting_server_is_warned_about(conn: redis.Redis) -> None:
+def test_an_evicting_server_is_warned_about_at_the_first_command(conn: redis.Redis) -> None:
+    """Once per client: the queue made asks nothing; its first command warns (one CONFIG GET);
+    neither its next command nor another queue's on the same client asks again; a queue on
+    another client asks again."""
+    import warnings
+
     from echomq import EvictionPolicyWarning
 
     conn.config_set("maxmemory-policy", "allkeys-lru")
+    other = client_like(conn)  # a client of its own, to the same server
     try:
+        before = policy_asked(conn)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            queue = Queue(conn, "q")
+        assert policy_asked(conn) == before
         with pytest.warns(EvictionPolicyWarning, match="allkeys-lru"):
-            Queue(conn, "q")
+            queue.counts()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            queue.counts()
+            Queue(conn, "other").counts()
+        assert policy_asked(conn) == before + 1
+        with pytest.warns(EvictionPolicyWarning, match="allkeys-lru"):
+            Queue(other, "q").counts()
+        assert policy_asked(conn) == before + 2
     finally:
         conn.config_set("maxmemory-policy", "noeviction")
-    import warnings
-
+        other.close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        Queue(conn, "q")
+        Queue(conn, "q").counts()
+
+
+def policy_asked(conn: redis.Redis) -> int:
+    """How many times the server was asked its eviction policy (``CONFIG GET``)."""
+    return int(conn.info("commandstats").get("cmdstat_config|get", {}).get("calls", 0))
 
 
 def test_a_fence_never_repeats_after_readmission(queue: Queue) -> None:

@@ -124,13 +124,17 @@ def test_a_count_out_of_range_is_refused_with_nothing_written(conn: redis.Redis,
 
 
 def test_the_count_is_recorded_and_another_refused(conn: redis.Redis) -> None:
+    """Recorded, or refused, before the queue's first command: made, it has sent nothing."""
     queue = Queue(conn, "orders", shards=4)
+    assert conn.dbsize() == 0
+    assert queue.enqueue("JOB:1", b"x") is Verdict.ENQUEUED
     assert conn.get(record_key("orders")) == b"4"
     assert recorded_shards(conn, "orders") == 4
-    assert queue.enqueue("JOB:1", b"x") is Verdict.ENQUEUED
     before = snapshot(conn)
-    with pytest.raises(ShardError, match=r"recorded with 4 shards.*asked for 5 shards"):
-        Queue(conn, "orders", shards=5)
+    other = Queue(conn, "orders", shards=5)
+    for _ in range(2):  # refused at each command, never recorded
+        with pytest.raises(ShardError, match=r"recorded with 4 shards.*asked for 5 shards"):
+            other.enqueue("JOB:2", b"x")
     assert snapshot(conn) == before
     assert Queue(conn, "orders", shards=4).outcome("JOB:1").state == "pending"
     assert conn.smembers("emq:queues") == {b"orders"}  # the logical name, never a shard's
@@ -158,13 +162,15 @@ def test_the_asyncio_queue_records_and_refuses_before_its_first_command(
 
 def test_a_plain_queue_of_a_name_recorded_sharded_is_refused(valkey: EmbeddedValkey,
                                                              conn: redis.Redis) -> None:
-    """Its jobs would go where no consumer of the shards looks: refused as it is made (the
-    blocking queue) or before its first command (the asyncio one), nothing written; without
-    ``check_policy`` nothing is asked of the server."""
+    """Its jobs would go where no consumer of the shards looks: refused before its first
+    command (blocking and asyncio alike), nothing written; without ``check_policy`` nothing is
+    asked of the server."""
     Queue(conn, "orders", shards=4).enqueue("JOB:1", b"x")
     before = snapshot(conn)
-    with pytest.raises(ShardError, match=r"recorded with 4 shards.*asked for a plain queue"):
-        Queue(conn, "orders")
+    plain = Queue(conn, "orders")
+    for _ in range(2):  # refused at each command
+        with pytest.raises(ShardError, match=r"recorded with 4 shards.*asked for a plain queue"):
+            plain.enqueue("JOB:2", b"x")
 
     async def scenario() -> None:
         client = redis.asyncio.Redis(port=valkey.port)
@@ -349,7 +355,7 @@ def test_a_subclass_of_queue_is_not_sharded_behind_its_back(conn: redis.Redis) -
     with pytest.raises(ShardError, match="Mine cannot be sharded"):
         Mine(conn, "q", shards=4)
     assert isinstance(Queue(conn, "q", shards=4), Queue)
-    assert conn.keys("emq:{q}:*") == [b"emq:{q}:shards"]
+    assert conn.keys("*") == []  # made, nothing sent
 
 
 def test_a_bad_item_of_enqueue_many_sends_nothing_to_any_shard(conn: redis.Redis) -> None:

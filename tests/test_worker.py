@@ -33,6 +33,7 @@ from echomq.worker import (
     load_callable,
 )
 from tests.conftest import start_server
+from tests.process_groups import group
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -244,12 +245,51 @@ def test_wire6_without_trafikey_exits_at_once_saying_why(
 
 
 def test_an_unreachable_server_exits_at_once_saying_why(workers: Callable[..., Workers]) -> None:
-    url = f"redis://127.0.0.1:{free_port()}"
-    supervisor = workers("q", url=url)
+    """The server named without the URL's password."""
+    shown = f"redis://127.0.0.1:{free_port()}"
+    supervisor = workers("q", url=shown.replace("//", "//:s3cret-word@"))
     assert supervisor.exit_code(within=20) == 1
     error, hint = supervisor.log().strip().splitlines()
-    assert error.startswith("error: ") and url in error and "Connection refused" in error, error
+    assert error.startswith("error: ") and shown in error and "Connection refused" in error, error
+    assert "s3cret-word" not in supervisor.log()
     assert hint.startswith("hint: "), hint
+
+
+# A tasks module whose App's server is down: it imports (making an App sends nothing).
+DOWN_APP = """\
+import redis
+from echomq import App
+
+app = App(redis.Redis.from_url("redis://:{password}@127.0.0.1:{port}"), queue="mail")
+
+
+@app.task
+def send(to: str) -> None:
+    return None
+"""
+
+
+@pytest.mark.parametrize("given_url", [False, True], ids=["own", "url"])
+def test_an_app_whose_server_is_down_exits_1_with_one_line(tmp_path: Path,
+                                                           given_url: bool) -> None:
+    """``echomq worker myapp:app`` (and with ``--url`` naming the App's server): exit 1, one
+    line naming the server (never its password) and why, and a hint; no traceback."""
+    port, password = free_port(), "s3cret-word"
+    (tmp_path / "downapp.py").write_text(DOWN_APP.format(port=port, password=password))
+    url = ["--url", f"redis://:{password}@127.0.0.1:{port}"] if given_url else []
+    env = {key: value for key, value in os.environ.items() if key != "ECHOMQ_URL"}
+    with group([sys.executable, "-m", "echomq", "worker", "downapp:app", *url], grace_s=5,
+               cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL,
+               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        out, err = process.communicate(timeout=120)
+    assert process.returncode == 1, err
+    assert out == "" and password not in err
+    error, hint = err.strip().splitlines()
+    assert error == (f"error: cannot serve queue mail from redis://127.0.0.1:{port}/0: "
+                     f"ConnectionError: Error 111 connecting to 127.0.0.1:{port}. "
+                     "Connection refused."), error
+    assert hint == ("hint: is the server running? the App's connection names it; "
+                    "`echomq serve` starts one"), hint
 
 
 @pytest.fixture

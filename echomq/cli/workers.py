@@ -121,7 +121,7 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, events: bool
     try:
         probe_server(spec)
     except twins(redis.RedisError, EchoMQError) as exc:
-        raise _cannot_serve(queues, shown, exc) from exc
+        raise _cannot_serve(queues, shown, exc, own=served_url is None) from exc
     try:
         metrics_at = None if metrics_port is None else (metrics_addr, metrics_port)
         sys.exit(run_workers(spec, concurrency, grace, metrics_at))
@@ -132,13 +132,17 @@ def worker(handler: str, queue_names: tuple[str, ...], lanes: bool, events: bool
         raise click.ClickException(str(exc)) from exc
 
 
-def _cannot_serve(queues: tuple[str, ...], url: str, exc: BaseException) -> Failure:
-    """The server cannot serve the workers: exit 1 (the worker's contract), with the hint the
-    other commands give for the same error."""
+def _cannot_serve(queues: tuple[str, ...], url: str, exc: BaseException, *,
+                  own: bool) -> Failure:
+    """The server (``url``, shown without credentials) cannot serve the workers: exit 1 (the
+    worker's contract), with the hint the other commands give for the same error; an App served
+    on its ``own`` connection names its server itself, so an unreachable one is told so."""
     known = failure_for(exc)
+    hint = known.hint if known is not None else "check --url and the server's log"
+    if own and isinstance(exc, twins(redis.ConnectionError, redis.TimeoutError)):
+        hint = "is the server running? the App's connection names it; `echomq serve` starts one"
     return Failure(f"cannot serve queue {', '.join(queues)} from {url}: "
-                   f"{type(exc).__name__}: {exc}",
-                   known.hint if known is not None else "check --url and the server's log")
+                   f"{type(exc).__name__}: {exc}", hint)
 
 
 DEFAULT_ASYNC_CONCURRENCY = 10
@@ -150,7 +154,7 @@ def _served_server(target: str, url: str | None, wire: str | None
     as messages show it. An App with a connection of one server is served on that connection
     and on its wire unless ``--wire`` says otherwise; a ``--url`` (or ECHOMQ_URL) naming another
     server is bad input: its periodic tasks would be admitted where no worker runs."""
-    from echomq.queue.connection import server_of, server_of_url, shown_server
+    from echomq.queue.connection import server_of, server_of_url, shown_server, shown_url
     from echomq.worker import is_app, load_target
 
     found = load_target(target)
@@ -158,7 +162,7 @@ def _served_server(target: str, url: str | None, wire: str | None
     if getattr(app_conn, "connection_pool", None) is None:  # a handler, or a cluster App
         chosen = url or DEFAULT_URL
         connect(chosen)  # a URL that is not one is bad input (exit 2), like any command's
-        return chosen, wire_of(wire or Wire.AUTO), chosen
+        return chosen, wire_of(wire or Wire.AUTO), shown_url(chosen)
     served_wire = wire_of(wire if wire else getattr(found, "wire", Wire.AUTO))
     if url is not None:
         asked = connect(url)

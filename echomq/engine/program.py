@@ -197,6 +197,30 @@ class Turns(Generic[R]):
         return self._result
 
 
+def preceded(program: Program[R], first: Callable[[], Program[Any]]) -> Program[R]:
+    """``program`` with ``first()``'s steps performed just before its own first step: after
+    what it checks before sending anything (bad input raises as it would alone, nothing
+    sent), before anything it sends. A program that sends nothing runs alone."""
+    try:
+        step = next(program)
+    except StopIteration as stop:
+        return cast(R, stop.value)
+    yield from first()
+    while True:  # ``yield from program``, the program being already at its first step
+        try:
+            reply = yield step
+        except BaseException as exc:
+            try:
+                step = program.throw(exc)
+            except StopIteration as stop:
+                return cast(R, stop.value)
+        else:
+            try:
+                step = program.send(reply)
+            except StopIteration as stop:
+                return cast(R, stop.value)
+
+
 def drive(program: Program[R]) -> R:
     """What ``program`` returns, its steps performed on blocking clients."""
     turns = Turns(program)

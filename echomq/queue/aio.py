@@ -26,15 +26,13 @@ async def warn_if_evicting(conn: Any) -> str | None:
 class Queue(QueueMethods, AsyncShell):
     """One queue on a Valkey server, for asyncio code; see ``echomq.Queue``. Creating it does no
     I/O: with ``check_policy``, the server's eviction policy is checked before the queue's first
-    command (or when ``await queue.check_policy()`` asks)."""
+    command, once per client (or when ``await queue.check_policy()`` asks)."""
 
     executor: AsyncExecutor
     _executor_of = staticmethod(async_executor_for)
 
     async def _adrive(self, program: Program[R]) -> R:
-        if self._policy_due:
-            await self.check_policy()
-        return await adrive(program)
+        return await adrive(self._checked(program))
 
     async def follow(self, since: str | None = None,
                      block_ms: int = 10_000) -> AsyncIterator[Event]:
@@ -52,11 +50,6 @@ class ShardedQueue(ShardedMethods, Queue):
     before its first command."""
 
     _plain_class = Queue
-
-    async def _adrive(self, program: Program[R]) -> R:
-        if self._layout_due:
-            await adrive(self._layout())
-        return await super()._adrive(program)
 
 
 Queue._sharded_class = ShardedQueue

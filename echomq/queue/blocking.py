@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from echomq.engine.calls import (
     DEFAULT_LEASE_MS,
@@ -16,7 +16,7 @@ from echomq.engine.calls import (
 )
 from echomq.engine.events import Event
 from echomq.engine.executors import Executor, executor_for
-from echomq.engine.program import BlockingShell, drive
+from echomq.engine.program import BlockingShell, Program, drive
 from echomq.queue.events import AFTER_NOW, resumed
 from echomq.queue.methods import QueueMethods
 from echomq.queue.policy import evicting_check
@@ -26,6 +26,8 @@ from echomq.queue.sharded import ShardedMethods
 __all__ = ["DEFAULT_LEASE_MS", "Ack", "Job", "JobOutcome", "Queue", "Release", "Retry",
            "ShardedQueue", "Verdict", "recorded_queue",
            "warn_if_evicting"]
+
+R = TypeVar("R")
 
 
 def warn_if_evicting(conn: Any) -> str | None:
@@ -39,8 +41,9 @@ class Queue(QueueMethods, BlockingShell):
     """One queue on a Valkey server, run by scripts (``wire=5``) or the trafikey module (``6``).
 
     ``conn`` is a ``redis.Redis`` or ``redis.cluster.RedisCluster``. Every time-dependent call
-    takes ``now`` (ms); None lets the server's clock decide. ``check_policy``: warn, as the
-    queue is made, when the server may evict keys (``check_policy()``).
+    takes ``now`` (ms); None lets the server's clock decide. Creating it does no I/O: with
+    ``check_policy``, the server's eviction policy is checked before the queue's first command,
+    once per client (``check_policy()``; a warning when the server may evict keys).
 
     Its methods are programs written once for this blocking client and the asyncio one
     (``echomq.queue.methods``).
@@ -49,9 +52,8 @@ class Queue(QueueMethods, BlockingShell):
     executor: Executor
     _executor_of = staticmethod(executor_for)
 
-    def _made(self) -> None:
-        if self._policy_due:
-            self.check_policy()
+    def _drive(self, program: Program[R]) -> R:
+        return drive(self._checked(program))
 
     def follow(self, since: str | None = None, block_ms: int = 10_000) -> Iterator[Event]:
         """Each event after ``since`` (None: from the oldest kept; ``"$"``: from now on) as it
@@ -65,13 +67,10 @@ class Queue(QueueMethods, BlockingShell):
 
 class ShardedQueue(ShardedMethods, Queue):
     """One logical queue over N shards (``Queue(conn, name, shards=N)``): see
-    ``echomq.queue.sharded``. The count of shards is recorded, or checked, as it is made."""
+    ``echomq.queue.sharded``. The count of shards is recorded, or checked, before its first
+    command."""
 
     _plain_class = Queue
-
-    def _made(self) -> None:
-        drive(self._layout())
-        super()._made()
 
 
 Queue._sharded_class = ShardedQueue

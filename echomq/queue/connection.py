@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import socket
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, urlencode, urlparse
 
 import redis
 import redis.asyncio
@@ -139,3 +139,14 @@ def shown_server(conn: Any) -> str:
         return f"unix://{options['path']}" + (f"?db={db}" if db else "")
     tls = "SSL" in conn.connection_pool.connection_class.__name__
     return f"{'rediss' if tls else 'redis'}://{options.get('host')}:{options.get('port')}/{db}"
+
+
+def shown_url(url: str) -> str:
+    """``url`` without its credentials (a user and password before ``@``, a ``password`` or
+    ``username`` option), for messages."""
+    parts = urlparse(url)
+    options = [(key, value) for key, value in parse_qsl(parts.query)
+               if key not in ("password", "username")]
+    query = urlencode(options)
+    return (f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+            + (f"?{query}" if query else ""))

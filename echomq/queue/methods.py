@@ -42,7 +42,7 @@ from echomq.engine.errors import ArgumentError
 from echomq.engine.execution import ExecutorMethods
 from echomq.engine.once import lost_reply
 from echomq.engine.produce import admitted, batch_verdicts, enqueue_many_calls, item_verdicts
-from echomq.engine.program import Invoke, Program, Reads, method, op
+from echomq.engine.program import Invoke, Program, Reads, method, op, preceded
 from echomq.engine.rows import Layout
 from echomq.engine.unique import unique_call, unique_options
 from echomq.engine.wire import Wire
@@ -93,16 +93,29 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
                                 events=events)
         self.executor = self._executor_of(wire, name)
         self._registered = False
-        self._policy_due = check_policy
-        self._made()
+        self._policy_due = check_policy  # made, nothing sent: checked at the first command
 
     @staticmethod
     @abstractmethod
     def _executor_of(wire: int | str, queue: str) -> ExecutorMethods:
         """The shell's executor of ``wire`` (an auto one: of ``queue``'s own)."""
 
-    def _made(self) -> None:
-        """What the shell does once the queue is made (the blocking one checks the policy)."""
+    @property
+    def _due(self) -> bool:
+        """Whether the queue has checks to make before its next command (``_due_checks``)."""
+        return self._policy_due
+
+    def _checked(self, program: Program[R]) -> Program[R]:
+        """``program`` as each shell runs it: the due checks just before its first command,
+        once its arguments are checked (bad input sends nothing)."""
+        return preceded(program, self._due_checks) if self._due else program
+
+    def _due_checks(self) -> Program[None]:
+        """Asked before the first command of a queue made with ``check_policy`` (making it
+        sends nothing): ``server_checks``, the policy once per client; refused, asked again."""
+        if self._policy_due:
+            yield from server_checks(self.conn, self.name, plain=self.shards == 1, again=False)
+            self._policy_due = False
 
     @property
     def wire(self) -> Wire:
@@ -135,8 +148,8 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
     def check_policy(self) -> Program[str | None]:
         """Warns (EvictionPolicyWarning) when the server may evict keys, and returns its policy
         (None: cannot evict, or does not say); a plain queue the server records sharded is
-        refused (ShardError). A queue made with ``check_policy`` asks this itself: the blocking
-        one when made, the asyncio one before its first command (unless asked first)."""
+        refused (ShardError). A queue made with ``check_policy`` asks this itself before its
+        first command (unless asked first), the policy once per client (``_due_checks``)."""
         self._policy_due = False  # on the call, before the program runs: asked now, not again
         return server_checks(self.conn, self.name, plain=self.shards == 1)
 

@@ -1,14 +1,17 @@
-"""What a queue checks of its server as it is made: an eviction policy that could drop its jobs
-(a warning), and, for a plain queue, a name the server records sharded (refused)."""
+"""What a queue checks of its server before its first command: an eviction policy that could drop
+its jobs (a warning; asked once per client), and, for a plain queue, a name the server records
+sharded (refused)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import warnings
+import weakref
 from typing import Any
 
-from redis.exceptions import NoPermissionError, RedisError
+from redis.exceptions import NoPermissionError, RedisError, ResponseError
 
 from echomq.engine.calls import text
 from echomq.engine.clients import twins
@@ -17,6 +20,9 @@ from echomq.engine.program import Invoke, Program, method
 from echomq.queue.shard_layout import mismatch, record_key, recorded
 
 log = logging.getLogger("echomq")
+# The clients whose server has answered the policy's question (``evicting_check``): a queue made
+# with ``check_policy`` on one of them does not ask it again.
+_ANSWERED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def evicting_policy(reply: Any) -> str | None:
@@ -30,9 +36,13 @@ def eviction_message(policy: str) -> str:
             "echomq needs 'noeviction'")
 
 
-def server_checks(conn: Any, name: str, *, plain: bool) -> Program[str | None]:
-    """``evicting_check``, then, for a ``plain`` queue, ``refuse_if_sharded``."""
-    policy = yield from evicting_check(conn)
+def server_checks(conn: Any, name: str, *, plain: bool,
+                  again: bool = True) -> Program[str | None]:
+    """``evicting_check`` (unless ``again`` is False and the server of ``conn`` has answered it
+    already: then None), then, for a ``plain`` queue, ``refuse_if_sharded``."""
+    policy = None
+    if again or conn not in _ANSWERED:
+        policy = yield from evicting_check(conn)
     if plain:
         yield from refuse_if_sharded(conn, name)
     return policy
@@ -53,16 +63,29 @@ def refuse_if_sharded(conn: Any, name: str) -> Program[None]:
 def evicting_check(conn: Any) -> Program[str | None]:
     """Warns (EvictionPolicyWarning, and the ``echomq`` log) when the server's maxmemory-policy
     may evict keys: a queue's jobs would then vanish under memory pressure. Returns that policy;
-    None when it cannot evict or the server does not say (CONFIG denied by ACL, or renamed)."""
+    None when it cannot evict or the server does not say (CONFIG denied by ACL, or renamed), or
+    cannot be reached (then the question stays open for the client: ``server_checks``)."""
     try:
-        policy = evicting_policy((yield Invoke(conn, method("config_get", "maxmemory-policy"))))
+        reply = yield Invoke(conn, method("config_get", "maxmemory-policy"))
+    except twins(ResponseError):
+        _answered(conn)  # the server refused the question: that is its answer
+        return None
     except twins(RedisError):
         return None
+    _answered(conn)
+    policy = evicting_policy(reply)
     if policy is not None:
         log.warning(eviction_message(policy))
         warnings.warn(eviction_message(policy), EvictionPolicyWarning,
                       stacklevel=_outside_stacklevel())
     return policy
+
+
+def _answered(conn: Any) -> None:
+    """Note that the server of ``conn`` answered the policy's question (a client that cannot be
+    referred to weakly is asked again by each queue)."""
+    with contextlib.suppress(TypeError):
+        _ANSWERED.add(conn)
 
 
 def _outside_stacklevel() -> int:

@@ -130,6 +130,17 @@ class ShardedMethods(ShardedControls, QueueMethods):
     def _job_shard(self, job: Job) -> Any:
         return self._shards[shard_of(job.id, self.shards, job.lane)]
 
+    @property
+    def _due(self) -> bool:
+        return self._layout_due or self._policy_due
+
+    def _due_checks(self) -> Program[None]:
+        """The count of shards recorded or checked (``_layout``), then the plain queue's
+        checks."""
+        if self._layout_due:
+            yield from self._layout()
+        yield from super()._due_checks()
+
     def _layout(self) -> Program[None]:
         """Record the count of shards (``SET NX``) and read it back: another count recorded
         first refuses this client (ShardError, nothing written); then list the queue."""

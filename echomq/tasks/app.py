@@ -81,7 +81,8 @@ class App:
     long an acked job's tombstone (and its kept result) stays; ``hooks``: observers of each
     enqueue and attempt (``echomq.tasks.hooks.TaskHooks``); ``draw``: the jitter's random
     numbers in [0, 1) (a fixed one makes delays exact in tests); ``check_policy``: warn once
-    when the server may evict keys (a CONFIG GET when the first queue is made); ``events``:
+    when the server may evict keys (a CONFIG GET before the first command on ``conn``: making
+    the app, its queues and its tasks sends nothing but ``limits``); ``events``:
     every queue of the app, and every ``echomq worker`` serving the app, appends each change
     to the queue's events stream (``Queue.events`` reads it); ``aconn``: the asyncio client
     ``aenqueue`` and ``aresult`` use (default: a twin of ``conn`` per event loop,
@@ -139,7 +140,6 @@ class App:
             queue = Queue(self.conn, name, wire=self.wire, retention_ms=self.retention_ms,
                           max_attempts=self.policy.max_attempts, check_policy=self.check_policy,
                           events=self.events, shards=self.sharded.get(name))
-            self.check_policy = False  # one connection: asked once is enough
             self.queues[name] = queue
         return queue
 

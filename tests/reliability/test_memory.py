@@ -127,19 +127,20 @@ def test_full_queue_refuses_admission_and_still_drains(server: EmbeddedValkey) -
 
 @pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru", "allkeys-lfu", "volatile-ttl"])
 def test_evicting_policy_warns(server: EmbeddedValkey, policy: str) -> None:
-    conn = server.client()
+    """At the first command on each client, on either wire; never without ``check_policy``."""
+    clients = [server.client() for _ in range(3)]
     try:
-        conn.config_set("maxmemory-policy", policy)
-        with pytest.warns(EvictionPolicyWarning, match=policy):
-            Queue(conn, "evict", wire=5)
-        with pytest.warns(EvictionPolicyWarning, match=policy):
-            Queue(conn, "evict", wire=6)
+        clients[0].config_set("maxmemory-policy", policy)
+        for client, wire in zip(clients, (5, 6), strict=False):
+            with pytest.warns(EvictionPolicyWarning, match=policy):
+                Queue(client, "evict", wire=wire).counts()
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            Queue(conn, "evict", wire=6, check_policy=False)
+            Queue(clients[2], "evict", wire=6, check_policy=False).counts()
     finally:
-        conn.config_set("maxmemory-policy", "noeviction")
-        conn.close()
+        clients[0].config_set("maxmemory-policy", "noeviction")
+        for client in clients:
+            client.close()
 
 
 def test_noeviction_does_not_warn(server: EmbeddedValkey) -> None:
@@ -148,7 +149,7 @@ def test_noeviction_does_not_warn(server: EmbeddedValkey) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             for wire in (5, 6):
-                Queue(conn, "quiet", wire=wire)
+                Queue(conn, "quiet", wire=wire).counts()
     finally:
         conn.close()
 
