@@ -74,6 +74,11 @@ def _lane_call(calls: QueueCalls, item: Item, lane: str, now: int | None, delay_
     return calls.enqueue(item[0], item[1], lane, now, delay_ms, priority=priority)
 
 
+def verdicts(replies: Iterable[Any]) -> list[Verdict]:
+    """A verdict per reply of a batch (an extend_many's), in order."""
+    return [Verdict.of(reply) for reply in replies]
+
+
 def batch_verdicts(calls: Sequence[Call], replies: Sequence[Any]) -> list[Verdict]:
     """A verdict per item, in order, from the replies to ``enqueue_many_calls``: an array of
     verdicts per batch, one verdict per lane enqueue."""

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ClusterError, ResponseError
 
+from echomq.engine import produce
 from echomq.engine.calls import (
     DEFAULT_BATCH_LIMIT,
     DEFAULT_LEASE_MS,
@@ -64,11 +65,6 @@ from echomq.queue.waiting import next_block_s, wait_slice_s
 
 log = logging.getLogger("echomq")
 R = TypeVar("R")
-
-
-def verdicts(replies: Iterable[Any]) -> list[Verdict]:
-    """A verdict per reply of a batch (an extend_many's), in order."""
-    return [Verdict.of(reply) for reply in replies]
 
 
 class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdmissions,
@@ -384,7 +380,8 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
                     now: int | None = None) -> Program[list[Verdict]]:
         """Push each job's lease deadline to now + ``lease_ms`` in one round trip: EXTENDED or
         STALE per job, in order (not raised)."""
-        return (yield from self._sent(self.calls.extend_many(jobs, lease_ms, now), verdicts))
+        return (yield from self._sent(self.calls.extend_many(jobs, lease_ms, now),
+                                      produce.verdicts))
 
     # housekeeping ---------------------------------------------------------------------------
 

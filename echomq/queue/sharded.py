@@ -3,10 +3,10 @@ where its keys live): a ``ShardedMethods`` holds its N shards, plain queues of t
 (``shard_queues``), and each method is a program that drives the shards' own programs.
 
 A job goes to the shard of its id (a lane job: of its group), and so does everything done to it
-by id or by lease: ack, retry, extend, progress, cancel, outcome, wait. A job admitted in a lane
-is not on its id's shard: ``cancel``, ``outcome`` and ``wait`` look in the others when the id's
-shard does not know it. Counts and housekeeping go over every shard; a direct ``claim`` takes
-the shards in turn. A settle of outcomes on several shards is atomic per shard, not across.
+by id or by lease: ack, retry, extend, progress, steps, cancel, outcome, wait. A job admitted in
+a lane is not on its id's shard: ``cancel``, ``outcome`` and ``wait`` look in the others when
+the id's shard does not know it. Counts and housekeeping go over every shard; a direct ``claim``
+takes the shards in turn. A settle of outcomes on several shards is atomic per shard, not across.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from echomq.engine.calls import (
 from echomq.engine.errors import ItemError
 from echomq.engine.execution import ExecutorMethods
 from echomq.engine.native import checked_id, checked_lane
-from echomq.engine.produce import admitted, enqueue_many_calls, item_verdicts
+from echomq.engine.produce import admitted, enqueue_many_calls, item_verdicts, verdicts
 from echomq.engine.program import Op, Program, Reads, method, op
 from echomq.engine.rows import Layout
 from echomq.engine.wire import Wire
 from echomq.queue.bounds import Housekept
-from echomq.queue.methods import QueueMethods, verdicts
+from echomq.queue.methods import QueueMethods
 from echomq.queue.results import Kept
 from echomq.queue.shard_layout import (
     ShardCalls,
@@ -278,6 +278,16 @@ class ShardedMethods(ShardedControls, QueueMethods):
     def set_progress(self, job: Job, data: Payload) -> Program[None]:
         """``Queue.set_progress`` on ``job``'s shard."""
         yield from M.set_progress.program(self._job_shard(job), job, data)
+
+    @op
+    def record_step(self, job: Job, name: str, output: Payload) -> Program[Verdict]:
+        """``Queue.record_step`` on ``job``'s shard."""
+        return (yield from M.record_step.program(self._job_shard(job), job, name, output))
+
+    @op
+    def recorded_steps(self, job: Job) -> Program[dict[str, bytes]]:
+        """``Queue.recorded_steps`` on ``job``'s shard."""
+        return (yield from M.recorded_steps.program(self._job_shard(job), job))
 
     @op
     def extend_many(self, jobs: Iterable[Job], *, lease_ms: int = DEFAULT_LEASE_MS,
