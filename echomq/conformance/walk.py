@@ -1,10 +1,11 @@
 """A seeded random sequence of transitions on both executors, checked step by step.
 
-One queue is driven through enqueue, claim, ack, retry, extend, progress, settle, extend_many,
-recover, promote, cancel, trim_dead, enqueue_unique, enqueue_after, after and enqueue_many on an
-explicit clock that jumps forward, with current and stale fences, and now and then a malformed
-call from the case table. After every step both executors' replies must be the same bytes and
-their keyspaces equal, and both must agree with the model (echomq.conformance.model).
+One queue is driven through enqueue, claim, ack, retry, extend, progress, step, settle,
+extend_many, recover, promote, cancel, trim_dead, enqueue_unique, enqueue_after, after and
+enqueue_many on an explicit clock that jumps forward, with current and stale fences, and now and
+then a malformed call from the case table. After every step both executors' replies must be the
+same bytes and their keyspaces equal, and both must agree with the model
+(echomq.conformance.model).
 The same seed gives the same sequence, so a difference found on one server can be replayed.
 """
 
@@ -36,6 +37,7 @@ from echomq.engine.transitions import (
     RECOVER,
     RETRY,
     SETTLE,
+    STEP,
     TRIM_DEAD,
     Transition,
 )
@@ -78,7 +80,8 @@ class Walk:
             self.enqueue, self.enqueue, self.claim, self.claim, self.ack, self.retry,
             self.extend, self.settle, self.settle, self.extend_many, self.recover, self.promote,
             self.bad, self.enqueue_later, self.ack_result, self.progress, self.cancel,
-            self.trim_dead, self.unique, self.enqueue_after, self.after, self.enqueue_many]
+            self.trim_dead, self.unique, self.enqueue_after, self.after, self.enqueue_many,
+            self.record_step]
 
     def run(self, steps: int, between_steps: Callable[[], None] = lambda: None) -> WalkResult:
         """Up to ``steps`` steps; stops at the first difference (the states part there).
@@ -197,6 +200,11 @@ class Walk:
         job_id = self.pick()
         return PROGRESS, [2, key(b"active"), key(b"job", job_id), job_id, self.fence(job_id),
                           self.rng.choice(PAYLOADS)]
+
+    def record_step(self) -> Call:
+        job_id = self.pick()
+        return STEP, [2, key(b"active"), key(b"job", job_id), job_id, self.fence(job_id),
+                      self.rng.choice([b"charge", b"email"]), self.rng.choice(PAYLOADS)]
 
     def retry(self) -> Call:
         job_id = self.pick()

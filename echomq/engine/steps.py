@@ -31,7 +31,6 @@ MAX_STEP_BYTES = t.MAX_STEP_BYTES
 MAX_JOB_STEPS_BYTES = t.MAX_JOB_STEPS_BYTES
 STEP_FIELD = b"step:"
 STEP_OUTPUT_ERROR = t.ERRORS["STEP_OUTPUT"].text
-STEPS_TOTAL_ERROR = t.ERRORS["STEPS_TOTAL"].text
 
 
 def checked_output(output: Payload) -> bytes:

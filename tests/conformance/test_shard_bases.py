@@ -9,10 +9,10 @@ that the keys it was given belong to one queue (``EMQKEYS``), the type of what i
 (``WRONGTYPE``), the fence it reads there (``EMQFENCE``), and every reply that is not a refusal
 (every transition's good paths, in each state the table sets up). So those cases run here (but
 the 10,000-job batches: a batch's size is not the base's business), and the refusals of an
-argument do not: a number, a job id's kind, an arity, a batch's item, a size,
-a policy or a mode is judged on the argument alone, before any key's name is read, and the table
-(``test_transitions.py``) checks each on the base. Under RESP3 only: the protocols are compared
-by the table itself."""
+argument do not: a number, a job id's kind, an arity, a batch's item, a size, a policy, a mode
+or a name (a step's) is judged on the argument alone, before any key's name is read, and the
+table (``test_transitions.py``) checks each on the base. Under RESP3 only: the protocols are
+compared by the table itself."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def on_shard(case: Case) -> Case:
 
 # The refusals judged on an argument alone, whatever the keys are named.
 ARGUMENT_REFUSALS = (b"-EMQNUM", b"-EMQKIND", b"-EMQARITY", b"-EMQITEM", b"-EMQSIZE",
-                     b"-EMQPOLICY", b"-EMQMODE", b"-ERR")
+                     b"-EMQPOLICY", b"-EMQMODE", b"-EMQLANE", b"-ERR")
 # the cases that name a key of the base and can meet it (not those refused on an argument)
 # A batch's size is not what a base move can break either: the 10,000-job batches (the table's
 # slowest cases) run on the base only, the smaller batches on both.
