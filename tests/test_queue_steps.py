@@ -12,20 +12,14 @@ import pytest
 import redis
 
 import echomq
-from echomq import App, ArgumentError, Job, LaneError, Queue, StaleLease, Verdict
+from echomq import App, ArgumentError, LaneError, Queue, StaleLease, Verdict
 from echomq.engine.steps import MAX_JOB_STEPS_BYTES, MAX_STEP_BYTES
 from tests import test_queue
 from tests.test_queue import NOW
+from tests.test_queue_progress import lease
 
 conn = test_queue.conn
 queue = test_queue.queue
-
-
-def lease(queue: Queue, job_id: str = "JOB:1", *, now: int = NOW) -> Job:
-    queue.enqueue(job_id, b"p", now=now)
-    job = queue.claim(now=now)
-    assert job is not None and job.id == job_id
-    return job
 
 
 def row(conn: redis.Redis, job_id: str = "JOB:1") -> dict[bytes, bytes]:
