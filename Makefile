@@ -59,16 +59,19 @@ VERSION_SUITE = tests/conformance tests/test_fuzz.py tests/test_numkeys_parity.p
 # fails); then the conformance and fuzz tests run again on the module's AddressSanitizer build,
 # leaks checked.
 test:
-	$(MAKE) --no-print-directory -j4 test-stages
+	$(MAKE) --no-print-directory -j6 test-stages
 
-# make test's stages: the suite on 8.1 first (MAIN_WORKERS processes), then the three that
-# repeat part of it side by side, each in PYTEST_WORKERS processes with its output kept in
-# test-logs/ and printed whole when it ends: VERSION_SUITE on Debian's 8.0, ASan, the lowest pins;
-# Django after them. What waits on the network or the disk runs beside the first stage: the lowest
-# and Django venvs install (each from a copy of the checkout, so nothing is built in it while the
-# suite loads its modules), and the wheel is built and checked in its fresh venv.
+# make test's stages, all started once the linters pass: the suite on 8.1 (MAIN_WORKERS processes)
+# and, beside it, the three that repeat part of it (VERSION_SUITE on Debian's 8.0, ASan, the lowest
+# pins), each in SIDE_WORKERS processes with its output kept in test-logs/ and printed whole when it
+# ends; Django after them all. The suite's tests wait on servers and processes more than they
+# compute, so the side stages use the CPU it leaves. What waits on the network or the disk runs
+# beside them too: the lowest and Django venvs install (each from a copy of the checkout, so nothing
+# is built in it while the suite loads its modules), and the wheel is built and checked in its
+# fresh venv.
 MAIN_WORKERS ?= 2
-test-stages: stage-versions stage-asan stage-lowest stage-django test-wheel
+SIDE_WORKERS ?= 1
+test-stages: stage-main stage-versions stage-asan stage-lowest stage-django test-wheel
 
 # $(call logged,NAME,COMMAND): COMMAND's output in test-logs/NAME.log, printed when it ends, with
 # COMMAND's status.
@@ -78,22 +81,24 @@ logged = mkdir -p test-logs && status=0 && { $(2); } > test-logs/$(1).log 2>&1 |
 stage-main: lint
 	ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" $(PY) $(subst -n $(PYTEST_WORKERS),-n $(MAIN_WORKERS),$(PYTEST))
 
-stage-versions: stage-main
+SIDE_PYTEST = $(subst -n $(PYTEST_WORKERS),-n $(SIDE_WORKERS),$(PYTEST))
+
+stage-versions: lint
 	@$(call logged,versions,$(VERSIONS_STAGE))
 
 VERSIONS_STAGE = if [ -x "$(DEBIAN_VALKEY)" ]; then \
-		ECHOMQ_VALKEY_SERVER="$(DEBIAN_VALKEY)" $(PY) $(PYTEST) $(VERSION_SUITE); \
+		ECHOMQ_VALKEY_SERVER="$(DEBIAN_VALKEY)" $(PY) $(SIDE_PYTEST) $(VERSION_SUITE); \
 	elif [ -n "$$REQUIRE_BOTH" ]; then \
 		echo "$(DEBIAN_VALKEY) is missing"; false; \
 	else echo "note: $(DEBIAN_VALKEY) not installed; ran on the wheel's valkey-server only"; fi
 
-stage-asan: stage-main
-	@$(call logged,asan,ECHOMQ_ASAN=1 ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" $(PY) $(PYTEST) $(ASAN_SUITE))
+stage-asan: lint
+	@$(call logged,asan,ECHOMQ_ASAN=1 ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" $(PY) $(SIDE_PYTEST) $(ASAN_SUITE))
 
-stage-lowest: stage-main $(LOWEST_VENV)/.installed
-	@$(call logged,lowest,$(MAKE) --no-print-directory test-lowest)
+stage-lowest: lint $(LOWEST_VENV)/.installed
+	@$(call logged,lowest,$(MAKE) --no-print-directory test-lowest PYTEST_WORKERS=$(SIDE_WORKERS))
 
-stage-django: stage-versions stage-asan stage-lowest django-venv
+stage-django: stage-main stage-versions stage-asan stage-lowest django-venv
 	$(MAKE) --no-print-directory test-django
 
 # The gate before each commit: the linters, then the conformance table and the quick conformance
