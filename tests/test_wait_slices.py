@@ -18,7 +18,12 @@ from echomq.aio import Queue as AsyncQueue
 from echomq.embedded import EmbeddedValkey
 from echomq.queue.waiting import next_block_s, wait_slice_s
 
-SOCKET_TIMEOUT_S = 0.3
+# The client's socket timeout: a slice is half of it (park_cap_for's margin), so a blocking
+# call's reply may come up to 0.5 s late before the socket trips. A loaded 2-core machine delays a
+# reply by a scheduler's wake-up or a 100 ms CPU-quota period; 0.15 s (a 0.3 s timeout) was
+# missed at load average 14. A wait of two timeouts still takes four slices.
+SOCKET_TIMEOUT_S = 1.0
+WAIT_S = 2 * SOCKET_TIMEOUT_S
 
 
 def blmoves(conn: redis.Redis) -> int:
@@ -55,7 +60,7 @@ def test_a_wait_longer_than_the_socket_timeout_returns_the_outcome(
     client = valkey.client(socket_timeout=SOCKET_TIMEOUT_S)
     queue, job = leased(conn, wire)
     before = blmoves(conn)
-    outcome = Queue(client, "emails", wire=wire).wait("JOB:1", 4 * SOCKET_TIMEOUT_S)
+    outcome = Queue(client, "emails", wire=wire).wait("JOB:1", WAIT_S)
     assert outcome == JobOutcome("active", None, None, 1)
     assert blmoves(conn) - before >= 4  # one blocking call per slice, none longer than one
     waited: list[JobOutcome] = []
@@ -79,8 +84,7 @@ def test_the_async_wait_slices_the_same_way(valkey: EmbeddedValkey, conn: redis.
     async def main() -> JobOutcome:
         client = aredis.Redis(port=valkey.port, socket_timeout=SOCKET_TIMEOUT_S)
         try:
-            return await AsyncQueue(client, "emails", wire=wire).wait("JOB:1",
-                                                                      4 * SOCKET_TIMEOUT_S)
+            return await AsyncQueue(client, "emails", wire=wire).wait("JOB:1", WAIT_S)
         finally:
             await client.aclose()
 
