@@ -115,6 +115,17 @@ def test_a_users_project_runs_its_tasks_with_the_plugin(pytester: pytest.Pyteste
                                  "*ValueError: no such customer*"])
 
 
+def test_without_a_valkey_server_the_tests_skip_saying_why(pytester: pytest.Pytester,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = pytester.path / "no-such-valkey-server"
+    monkeypatch.setenv("ECHOMQ_VALKEY_SERVER", str(missing))
+    pytester.makepyfile(test_it="def test_it(echomq_worker):\n    raise AssertionError\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                                           "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([f"*echomq.testing needs a valkey-server:*{missing}*"])
+
+
 def test_the_clock_stamps_every_transition_sent_without_a_now(echomq_conn: Any,
                                                               echomq_clock: Clock) -> None:
     queue = Queue(echomq_conn, "q")

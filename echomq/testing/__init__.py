@@ -59,15 +59,15 @@ def started_server() -> EmbeddedValkey:
     from echomq.engine.native import module_path
 
     try:
-        server = find_valkey_server()
-    except FileNotFoundError as exc:
-        pytest.skip(f"echomq.testing needs a valkey-server: {exc}")
-    try:
         module: bool = bool(module_path())
     except FileNotFoundError:
         module = False  # the scripts serve every transition
-    return start_on_a_free_port(lambda port: EmbeddedValkey(server=server, module=module,
-                                                            port=port))
+    try:
+        server = find_valkey_server()
+        return start_on_a_free_port(lambda port: EmbeddedValkey(server=server, module=module,
+                                                                port=port))
+    except FileNotFoundError as exc:  # none found, or ECHOMQ_VALKEY_SERVER names no file
+        pytest.skip(f"echomq.testing needs a valkey-server: {exc}")
 
 
 @pytest.fixture(scope="session")
