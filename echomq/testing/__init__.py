@@ -1,8 +1,8 @@
 """The pytest plugin ``echomq.testing``: installing echomq gives a project's tests these fixtures
 (registered through the ``pytest11`` entry point; echomq itself never imports this package).
 
-- ``echomq_server`` (session): a private valkey-server on a free loopback port, trafikey loaded
-  when it is built; the tests skip, saying why, when no valkey-server can be found.
+- ``echomq_server`` (one a pytest run): a private valkey-server on a free loopback port,
+  trafikey loaded when it is built; the tests skip, saying why, when no valkey-server can be found.
 - ``echomq_conn``: a client of it, the server flushed before each test.
 - ``echomq_clock``: the test's ``Clock``, started at the server's time; every transition sent
   without a ``now`` of its own reads it during the test, so ``echomq_clock.advance(60)`` makes a
@@ -72,7 +72,7 @@ def started_server() -> EmbeddedValkey:
 
 @pytest.fixture(scope="session")
 def echomq_server() -> Iterator[EmbeddedValkey]:
-    """A private valkey-server for the session (trafikey loaded when built)."""
+    """A private valkey-server for the whole pytest run (trafikey loaded when built)."""
     server = started_server()
     try:
         yield server
@@ -82,7 +82,7 @@ def echomq_server() -> Iterator[EmbeddedValkey]:
 
 @pytest.fixture
 def echomq_conn(echomq_server: EmbeddedValkey) -> Iterator[Any]:
-    """A client of the session's server, flushed before the test."""
+    """A client of the run's server, flushed before the test."""
     conn = echomq_server.client()
     conn.flushall()
     try:
