@@ -26,7 +26,7 @@ from tests.reliability.servers import cluster
 ECHOMQ = str(Path(sys.executable).with_name("echomq"))
 BOUND_S = 120.0  # a loaded 2-core machine: a bound on waiting, never a speed
 SERVED_JOB = "JOB:doc-test-served"
-NEEDS = {"worker", "serves", "cluster"}
+NEEDS = {"worker", "serves", "cluster", "pytest"}
 
 
 def until(condition: Callable[[], bool], what: str) -> None:
@@ -100,9 +100,14 @@ def run_served(script: Path, queue_name: str, server: EmbeddedValkey) -> None:
         conn.close()
 
 
-def run_script(script: Path) -> None:
-    done = subprocess.run([sys.executable, script.name], cwd=script.parent, capture_output=True,
-                          text=True, timeout=BOUND_S)
+def run_script(script: Path, *, pytest_file: bool = False) -> None:
+    """Run ``script`` (a test file: by pytest, with the plugins it would meet in a user's
+    project but Hypothesis's, two seconds of import on a loaded machine); exit 0."""
+    argv = ([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             "-p", "no:hypothesispytest", script.name] if pytest_file
+            else [sys.executable, script.name])
+    done = subprocess.run(argv, cwd=script.parent, capture_output=True, text=True,
+                          timeout=BOUND_S)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -121,7 +126,7 @@ def test_the_block_runs_as_written(block: Block, tmp_path: Path) -> None:
         if served is not None:
             run_served(script, served, server)
         else:
-            run_script(script)
+            run_script(script, pytest_file=block.need("pytest") is not None)
 
 
 def test_every_document_has_its_blocks_collected() -> None:
@@ -145,3 +150,13 @@ def test_a_need_is_read_from_the_comment_before_the_fence(tmp_path: Path) -> Non
         4, "myapp.py", "myapp:app --queue a", None)
     assert (second.line, second.module, second.needs) == (9, None, "")
     assert modules_before(second) == {"myapp.py": "# myapp.py\nx = 1\n"}
+
+
+def test_a_toml_file_is_written_for_the_blocks_after_it_and_never_run(tmp_path: Path) -> None:
+    document = tmp_path / "DOC.md"
+    document.write_text("```toml\n# pyproject.toml\n[tool.x]\n```\n"
+                        "<!-- doc-test: pytest -->\n```python\n# test_x.py\n```\n")
+    toml, tests = blocks_of(document)
+    assert (toml.language, toml.module, tests.module, tests.need("pytest")) == (
+        "toml", "pyproject.toml", "test_x.py", "")
+    assert modules_before(tests) == {"pyproject.toml": "# pyproject.toml\n[tool.x]\n"}

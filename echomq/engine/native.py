@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from echomq._core import ffi, lib
@@ -96,10 +97,26 @@ def checked_priority(value: int) -> str:
     return text
 
 
+# The clock of every transition sent without a ``now`` of its own: None for the server's (``*``).
+# The pytest plugin ``echomq.testing`` sets a test's clock here for the length of the test.
+_clock: Callable[[], int] | None = None
+
+
+def use_clock(clock: Callable[[], int] | None) -> Callable[[], int] | None:
+    """From now on, read ``clock()`` (ms) for every transition this process sends without a
+    ``now`` of its own (None: the server's clock again); the clock it replaces."""
+    global _clock
+    replaced, _clock = _clock, clock
+    return replaced
+
+
 def checked_now(now: int | None) -> str:
-    """``*`` (the server's clock) for None, else ``now`` as a checked millisecond timestamp."""
+    """``*`` (the server's clock) for None, else ``now`` as a checked millisecond timestamp;
+    None reads the clock ``use_clock`` set, if any, instead of the server's."""
     if now is None:
-        return "*"
+        if _clock is None:
+            return "*"
+        now = _clock()
     try:
         return checked_int("now", now, 0)
     except ArgumentError:
