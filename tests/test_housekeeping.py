@@ -181,8 +181,9 @@ def test_housekeeping_goes_on_while_a_handler_runs_past_its_time_limit(
     assert back - expires_at <= HOUSEKEEPING_MS + ALLOWANCE_MS
 
 
-def test_five_thousand_expired_leases_are_back_within_the_bound_under_a_producer(
-        make: Make, queue: Queue) -> None:
+def five_thousand_back_after(make: Make, queue: Queue) -> int:
+    """How long after their leases ended (server ms) 5,000 jobs of a worker that died at once
+    were all back from active, on ``queue`` kept busy by a producer."""
     lost = 5_000
     conn = queue.conn
     for first in range(0, lost, 1_000):
@@ -198,4 +199,18 @@ def test_five_thousand_expired_leases_are_back_within_the_bound_under_a_producer
         assert wait_until(expired_left, timeout=PRODUCING_S), "the backlog was not recovered"
         back = server_ms(conn)
         assert not done.is_set()  # the queue was still busy when they were all back
-    assert back - expires_at <= HOUSEKEEPING_MS + ALLOWANCE_MS
+    return back - expires_at
+
+
+def test_five_thousand_expired_leases_are_back_within_the_bound_under_a_producer(
+        make: Make, queue: Queue) -> None:
+    """Best of three, each on a queue of its own (tests/README.md, rule 3): at load average 11
+    one attempt came back 2.1 s after the leases ended; code that recovers one step of 1,000 a
+    round misses the bound every time."""
+    late: list[int] = []
+    for attempt in range(3):
+        late.append(five_thousand_back_after(make, Queue(queue.conn, f"lost{attempt}",
+                                                         wire=queue.wire)))
+        if late[-1] <= HOUSEKEEPING_MS + ALLOWANCE_MS:
+            return
+    pytest.fail(f"all back late by ms: {late}")
