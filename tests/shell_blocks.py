@@ -10,7 +10,9 @@ The classes:
 - ``session``: the README's ```text ``valkey-cli`` session, run step by step by
   ``tests/test_readme.py``;
 - ``illustration``: ```text that shows a shape (key names), no command: nothing to run;
-- ``queries``: ```promql: every metric it names is one ``echomq.ops.metrics`` exports.
+- ``queries``: ```promql: every metric it names is one ``echomq.ops.metrics`` exports;
+- ``file``: ```toml whose first line is ``# NAME.toml``: a file of the user's, written by
+  ``tests/doc_blocks.py`` beside the python blocks after it, which read it.
 
 Shell blocks, as ``tests/test_doc_shell.py`` runs them:
 
@@ -157,6 +159,8 @@ def classify(block: Fenced) -> str:
         return "illustration"
     if block.language == "promql":
         return "queries"
+    if block.language == "toml" and re.match(r"# [\w.-]+\.toml\n", block.code):
+        return "file"
     raise AssertionError(f"{block.name}: no test runs a ```{block.language} block")
 
 

@@ -295,7 +295,7 @@ def test_every_block_of_the_docs_is_classified() -> None:
             unclassified.append(str(error))
     assert not unclassified, "\n".join(unclassified)
     kinds = {classify(block) for block in every_fenced()}
-    assert kinds == {"python", "shell", "session", "illustration", "queries"}
+    assert kinds == {"python", "shell", "session", "illustration", "queries", "file"}
 
 
 def test_the_python_blocks_are_those_test_doc_blocks_runs() -> None:
