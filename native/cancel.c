@@ -1,7 +1,8 @@
 /* cancel.c: EMQ.CANCEL, the twin of cancel.lua, and the tombstone a cancelled job ends as
  * (bury_cancelled, the twin of include/cancelled.lua), which the settlements share when they end
  * a flagged lease. A job waiting to run leaves its set and is buried at once; a leased one is
- * flagged (the cancel mark on its row) for its holder to be told. */
+ * flagged (the cancel mark on its row) for its holder to be told, and woken by a notice on
+ * <base>cancels. */
 #include "trafikey.h"
 
 /* bury_cancelled of the prelude: the row drops its payload and expires retention_ms later,
@@ -16,6 +17,26 @@ const char *bury_cancelled(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyMod
     fx_pexpire(ctx, row, row_name, retention_ms);
     fx_mark_ended(ctx, ended, retention_ms);
     return "CANCELLED";
+}
+
+/* How many entries the cancel notices keep (<base>cancels, exact MAXLEN), CANCELS_MAXLEN of
+ * include/cancelled.lua: a consumer that reads them fewer times than this many cancels of running
+ * jobs learns the rest at its heartbeat. */
+#define EMQ_CANCELS_MAXLEN "1000"
+
+/* notify_holder of the prelude: the notice a flagged lease's holder is woken by, one entry on
+ * <base>cancels, `job <id> fence <fence>` (the lease's fence: a notice never matches a later lease
+ * of the id). */
+static void notify_holder(ValkeyModuleCtx *ctx, ValkeyModuleString *notices, ValkeyModuleString *id,
+                          long long fence) {
+    char buf[24];
+    ValkeyModuleString *fields[4] = {
+        ValkeyModule_CreateString(ctx, "job", 3), id, ValkeyModule_CreateString(ctx, "fence", 5),
+        ValkeyModule_CreateString(ctx, buf, decimal(fence, buf))};
+    fx_xadd_capped(ctx, notices, EMQ_CANCELS_MAXLEN, fields, 4);
+    ValkeyModule_FreeString(ctx, fields[0]);
+    ValkeyModule_FreeString(ctx, fields[2]);
+    ValkeyModule_FreeString(ctx, fields[3]);
 }
 
 static int in_zset(ValkeyModuleKey *zset, ValkeyModuleString *member) {
@@ -34,7 +55,19 @@ static const char *cancel_job(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey 
     if (in_zset(k[EMQ_CANCEL_KEY_DEAD], id)) return "DEAD";
     if (!row_has(ctx, row, ROW_PAYLOAD)) return row_has(ctx, row, "cancelled") ? "CANCELLED" : "DONE";
     if (in_zset(k[EMQ_CANCEL_KEY_ACTIVE], id)) {
-        if (!row_has(ctx, row, "cancel")) fx_mark_cancel(ctx, row, names[EMQ_CANCEL_KEY_JOB], retention_ms, now);
+        if (!row_has(ctx, row, "cancel")) {
+            /* flagged now: its holder is woken by a notice on <base>cancels (checked before it writes) */
+            ValkeyModuleString *notices = derived_key(ctx, call->base, "cancels", NULL);
+            Acl acl = {ctx, NULL, 0};
+            *err = check_key(ctx, &acl, call->base, notices, VALKEYMODULE_KEYTYPE_STREAM, NULL);
+            acl_release(&acl);
+            if (*err == NULL) {
+                fx_mark_cancel(ctx, row, names[EMQ_CANCEL_KEY_JOB], retention_ms, now);
+                notify_holder(ctx, notices, id, row_int_field(ctx, row, ROW_FENCE, 0));
+            }
+            ValkeyModule_FreeString(ctx, notices);
+            if (*err) return NULL;
+        }
         return "CANCELLING";
     }
     /* The job ends now: a waiting one (its row counts waits) leaves <base>waiting too, and the end
@@ -90,7 +123,7 @@ static const char *cancel_job(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey 
 /* EMQ.CANCEL 6 <base>job:<id> <base>pending <base>delayed <base>active <base>dead <base>ring <id> <now> <retention_ms:0>
  * Twin of cancel.lua. +CANCELLED | +CANCELLING | +DONE | +DEAD | +UNKNOWN | EMQARITY EMQKIND EMQKEYS
  * EMQNUM WRONGTYPE NOPERM TRYAGAIN. Step 6: the job's ended key, then a lane job's lane, its prio
- * zset, <base>parked and <base>ringleft. */
+ * zset, <base>parked and <base>ringleft; a lease flagged now, <base>cancels (stream). */
 int tx_cancel(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleString *id = call->args[EMQ_CANCEL_ARG_ID], *group = NULL, *lane = NULL;
     ValkeyModuleKey *row = k[EMQ_CANCEL_KEY_JOB];

@@ -356,6 +356,25 @@ void fx_lrem(ValkeyModuleCtx *ctx, ValkeyModuleString *keyname, ValkeyModuleStri
     if (removed > 0) ValkeyModule_Replicate(ctx, "LREM", "scs", keyname, "0", element);
 }
 
+/* XADD key MAXLEN <maxlen> * <fields> (n strings, field/value pairs), run by the server's own XADD
+ * as fx_lrem runs LREM (its events: "xadd", then "xtrim" when the exact trim removed an entry; a
+ * client blocked in XREAD BLOCK on the key is served after the call, as after the script), then
+ * replicated with the id it took, as the server propagates the script's XADD. The caller holds no
+ * open handle on key. */
+void fx_xadd_capped(ValkeyModuleCtx *ctx, ValkeyModuleString *keyname, const char *maxlen,
+                    ValkeyModuleString **fields, size_t n) {
+    ValkeyModuleCallReply *reply = ValkeyModule_Call(ctx, "XADD", "scccv", keyname, "MAXLEN", maxlen, "*", fields, n);
+    if (reply == NULL) return;
+    size_t len;
+    const char *id = ValkeyModule_CallReplyStringPtr(reply, &len);
+    if (id != NULL && len > 0) {
+        ValkeyModuleString *id_name = ValkeyModule_CreateString(ctx, id, len);
+        ValkeyModule_Replicate(ctx, "XADD", "sccsv", keyname, "MAXLEN", maxlen, id_name, fields, n);
+        ValkeyModule_FreeString(ctx, id_name);
+    }
+    ValkeyModule_FreeCallReply(reply);
+}
+
 /* An entry id as XADD replies it, <ms>-<seq>. buf must hold 42 bytes; returns the length. */
 static size_t stream_id_text(const ValkeyModuleStreamID *id, char *buf) {
     char tmp[24];

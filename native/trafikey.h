@@ -178,6 +178,8 @@ void fx_mark_ended(ValkeyModuleCtx *ctx, ValkeyModuleString *ended, long long re
 void fx_mark_cancel(ValkeyModuleCtx *ctx, ValkeyModuleKey *row, ValkeyModuleString *row_name, long long retention_ms,
                     long long now);
 void fx_lrem(ValkeyModuleCtx *ctx, ValkeyModuleString *keyname, ValkeyModuleString *element);
+void fx_xadd_capped(ValkeyModuleCtx *ctx, ValkeyModuleString *keyname, const char *maxlen,
+                    ValkeyModuleString **fields, size_t n);
 void fx_hset_fields(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *const *fields,
                     ValkeyModuleString **values, size_t n);
 void fx_hdel_fields(ValkeyModuleCtx *ctx, ValkeyModuleKey *key, ValkeyModuleString *keyname, const char *const *fields,

@@ -37,7 +37,10 @@ def first_line(error: bytes) -> bytes:
 
 
 def blocked_clients(conn: redis.Redis) -> int:
-    return int(conn.info("clients")["blocked_clients"])
+    """The clients blocked in ``BLPOP``: the consumers parked. A consumer that has held jobs
+    also keeps its read of the cancel notices blocked (``XREAD``), which is no park."""
+    return sum(1 for client in conn.client_list()
+               if "b" in client["flags"] and client["cmd"] == "blpop")
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> bool:

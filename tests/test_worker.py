@@ -34,6 +34,7 @@ from echomq.worker import (
 )
 from tests.conftest import start_server
 from tests.process_groups import group
+from tests.test_consumer import blocked_clients
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,10 +144,6 @@ def workers(valkey: EmbeddedValkey, conn: redis.Redis,
     yield start
     for supervisor in started:
         supervisor.close()
-
-
-def blocked_clients(conn: redis.Redis) -> int:
-    return int(conn.info("clients")["blocked_clients"])
 
 
 def as_text(value: bytes | str) -> str:

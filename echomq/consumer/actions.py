@@ -111,8 +111,9 @@ class Extend(OnQueue):
 
 @dataclass(frozen=True)
 class CancelAsked(OnQueue):
-    """The heartbeat found ``jobs`` of queue ``index`` cancelled while their handlers run: set
-    each one's flag (``cancel_requested``) and cancel an ``async def`` handler's task."""
+    """The heartbeat, or a cancel notice, found ``jobs`` of queue ``index`` cancelled while
+    their handlers run: set each one's flag (``cancel_requested``) and cancel an ``async def``
+    handler's task."""
 
     jobs: list[Job]
 
@@ -165,7 +166,8 @@ class PauseAfter(Action):
 
 @dataclass(frozen=True)
 class Nudge(Action):
-    """Something in hand changed: the keeper looks again (started if it is not running)."""
+    """Something in hand changed: the keeper looks again (started if it is not running), and
+    the reader of cancel notices reads while anything is in hand."""
 
     local = True
 

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import echomq.consumer.actions as actions
 import echomq.consumer.settings as defaults
 from echomq.consumer.actions import Action, Program, Stepper
+from echomq.consumer.aio_notices import AsyncNoticeListener
 from echomq.consumer.aio_parker import AsyncParker
 from echomq.consumer.beat import Beat
 from echomq.consumer.presence import announced_async
@@ -98,6 +99,9 @@ class Consumer(LoopShell):
         self._in_flight: set[asyncio.Task[None]] = set()
         self._keeper: asyncio.Task[None] | None = None
         self.program = Beat(self)
+        self._listener = AsyncNoticeListener(
+            self.queues, park_cap_ms, lambda: self.lineup.in_hand,
+            lambda notices: self.drive(self.program.noticed(notices)), self.heals)
         # How this shell performs the actions that are not calls on a queue (``_queue_call``)
         # nor notices (``_notice``): awaited, and done at once.
         self._io: dict[type[Action], Callable[[Any], Awaitable[Any]]] = {
@@ -157,6 +161,7 @@ class Consumer(LoopShell):
                 await self.drive(self.program.run())
             finally:
                 self._running = False
+                await self._listener.close()
                 await self._parker.close()
                 log.info("async consumer stopped: queue %s", self.names)
         self.raise_refused()
@@ -248,11 +253,13 @@ class Consumer(LoopShell):
                                        announcer=announcer)
 
     def _nudge(self) -> None:
-        """The keeper looks again: started when it is not running."""
+        """The keeper looks again: started when it is not running; the reader of cancel notices
+        reads while anything is in hand."""
         if self._keeper is None or self._keeper.done():
             self._keeper = asyncio.ensure_future(self.drive(self.program.keep()))
         else:
             self._changed.set()
+        self._listener.wake()
 
     async def _idle(self, action: actions.Idle) -> None:
         self._changed.clear()
@@ -264,6 +271,8 @@ class Consumer(LoopShell):
         if keeper is not None:
             self._changed.set()
             await asyncio.gather(keeper, return_exceptions=True)
+        if not self._running:  # a drain or a beat called from outside ``run`` leaves no read
+            await self._listener.close()
 
     def _send_ahead(self, action: actions.SendAhead) -> None:
         """The round's settle call, sent from a task of its own; ``Collect`` awaits its reply."""

@@ -47,8 +47,9 @@ from echomq.consumer.actions import (
 )
 from echomq.consumer.core import LoopCore
 from echomq.consumer.rounds import Host, Rounds
-from echomq.engine.calls import Job
+from echomq.engine.calls import Job, Verdict
 from echomq.engine.errors import error_reply
+from echomq.queue.notices import Notice
 from echomq.queue.parking import Sighting
 
 
@@ -391,6 +392,19 @@ class Beat(Rounds):
         told = [] if verdicts is None else core.cancels(jobs, verdicts, self.now())
         if told:
             yield CancelAsked(index, told)
+
+    def noticed(self, notices: Sequence[Sequence[Notice]]) -> Program[None]:
+        """Cancel notices read while jobs are in hand (``echomq.queue.notices``), a list a
+        queue: the leases in hand they name (id and fence) are found cancelled as a heartbeat
+        answering CANCELLING finds them (``LoopCore.cancels``), a running one's handler told at
+        once."""
+        now = self.now()
+        for index, core in enumerate(self.lineup.cores):
+            named = set(notices[index])
+            jobs = [job for job in core.leases if (job.id, job.fence) in named]
+            told = core.cancels(jobs, [Verdict.CANCELLING] * len(jobs), now) if jobs else []
+            if told:
+                yield CancelAsked(index, told)
 
     def overrun(self, index: int, job: Job) -> Program[None]:
         """Fail an attempt past its time limit (its handler cancelled when it can be); with one

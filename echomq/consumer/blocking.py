@@ -36,6 +36,7 @@ import echomq.consumer.actions as actions
 import echomq.consumer.settings as defaults
 from echomq.consumer.actions import Action, Program, Stepper
 from echomq.consumer.beat import Beat
+from echomq.consumer.blocking_notices import NoticeListener
 from echomq.consumer.blocking_parker import Parker, push_wake_token, push_watch_token
 from echomq.consumer.cancelling import Flag
 from echomq.consumer.loop import error_text
@@ -242,16 +243,20 @@ class Consumer(LoopShell):
         self.clock = clock
         self.announce = announce
         self._stopping = threading.Event()
+        self._running = False  # inside ``run``
         self._keeper = Keeper(self)
         self._parker = Parker(self.queues, park_cap_ms)
         self._runner = AwaitableRunner()
         self.program = Beat(self)
+        self._listener = NoticeListener(
+            self.queues, park_cap_ms, self._keeper.lock, lambda: self.lineup.in_hand,
+            lambda notices: self.drive(self.program.noticed(notices)), self.heals)
         # How this shell performs the actions that are not calls on a queue (``_queue_call``)
         # nor notices (``_notice``): its threads' and its parking's.
         self._io: dict[type[Action], Callable[[Any], Any]] = {
             actions.Run: lambda action: self._run_handler(action.index, action.job),
             actions.CancelAsked: self._tell_cancelled,
-            actions.Nudge: lambda action: self._keeper.wake(),
+            actions.Nudge: self._nudge,
             actions.Idle: lambda action: self._keeper.idle(action.wait_s),
             actions.Read: self._read,
             actions.ServerTime: lambda action: self._parker.server_ms(),
@@ -260,7 +265,7 @@ class Consumer(LoopShell):
             actions.Watch: lambda action: push_watch_token(self.queues[action.index]),
             actions.PauseAfter: self._pause,
             actions.Overran: self._cancel_overrun,
-            actions.KeeperDone: lambda action: None,  # the keeper idles by itself
+            actions.KeeperDone: self._keeper_done,
             actions.SendAhead: self._send_ahead,
             actions.Collect: lambda action: (self._ahead[action.index] if action.peek
                                              else self._ahead.pop(action.index)).result(),
@@ -293,9 +298,11 @@ class Consumer(LoopShell):
             log.info("consumer started: queue %s, wire %s, %s, lease %d ms", self.names,
                      wire_of(self.queue.wire).label, "lanes" if self.lanes else "flat",
                      self.lease_ms)
+            self._running = True
             try:
                 self.drive(self.program.run())
             finally:
+                self._running = False
                 self.close()
                 log.info("consumer stopped: queue %s", self.names)
         self.raise_refused()
@@ -326,8 +333,10 @@ class Consumer(LoopShell):
         return self._stopping.is_set()
 
     def close(self) -> None:
-        """Release the keeper thread, the parking connection and the handlers' event loop."""
+        """Release the keeper thread, the reader of cancel notices, the parking connection and
+        the handlers' event loop."""
         self._keeper.close()
+        self._listener.close()
         for ahead in self._ahead.values():
             ahead.close()
         self._ahead.clear()
@@ -407,6 +416,18 @@ class Consumer(LoopShell):
         cancelled too (a plain one reads ``cancel_requested()``)."""
         for job in self.flags.request(action.jobs):
             self._runner.cancel(job)
+
+    def _nudge(self, action: actions.Nudge) -> None:
+        """Something in hand changed (under the keeper's lock): the keeper looks again, and
+        the reader of cancel notices reads while anything is in hand."""
+        self._keeper.wake()
+        self._listener.wake()
+
+    def _keeper_done(self, action: actions.KeeperDone) -> None:
+        """Nothing in hand: the keeper idles by itself; outside ``run`` (a drain or a beat
+        called alone) the read of cancel notices ends, so none is left blocked behind it."""
+        if not self._running:
+            self._listener.close()
 
     def _send_ahead(self, action: actions.SendAhead) -> None:
         """Write the round's settle call now; ``Collect`` reads its reply (on a client that

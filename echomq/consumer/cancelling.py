@@ -1,8 +1,10 @@
 """A cancel reaching the handler that runs the job: ``cancel_requested()``, read inside a
 handler, and ``CancelFlags``, where both consumer shells keep the flag of each handler running.
 
-``Queue.cancel`` flags a leased job on the server; the holder learns it at its next heartbeat
-(``extend_many`` answers CANCELLING) and its shell sets the job's flag, a ``Flag``
+``Queue.cancel`` flags a leased job on the server and leaves a notice on ``<base>cancels``; the
+holder learns it at once from its blocked read of the notices (``blocking_notices``,
+``aio_notices``), or at its next heartbeat at the latest (``extend_many`` answers CANCELLING),
+and its shell sets the job's flag, a ``Flag``
 that a context variable holds while the handler runs: in the handler's thread, in an
 ``asyncio.to_thread`` it starts (the context is copied) and in an ``async def`` handler's task.
 Whatever the handler does then (return, raise, or its task cancelled), its outcome is settled as

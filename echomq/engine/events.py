@@ -77,6 +77,17 @@ def decode_entries(reply: Any) -> list[Event]:
     return [event_of(entry_id, fields) for entry_id, fields in _entries(reply)]
 
 
+def decode_streams(reply: Any) -> dict[str, list[Event]]:
+    """The entries of an ``XREAD`` reply of several streams, by stream key: the RESP2 list
+    ``[[key, entries], ...]`` or the RESP3 map ``{key: entries}``; None or empty: none."""
+    if not reply:
+        return {}
+    pairs = reply.items() if isinstance(reply, Mapping) else [(key, entries)
+                                                               for key, entries in reply]
+    return {_text(key): [event_of(entry_id, fields) for entry_id, fields in _entry_list(entries)]
+            for key, entries in pairs}
+
+
 def event_of(entry_id: Any, fields: Any) -> Event:
     """The event of one stream entry: its id and its fields (a mapping, or the flat list
     ``[name, value, ...]`` a raw reply holds)."""

@@ -1,7 +1,8 @@
 --[[
   cancel: a job waiting to run (pending, delayed, or in its lane) leaves its set and becomes a
-  cancelled tombstone; a leased one is flagged, and its holder is told at its next heartbeat or
-  settlement, which ends it as cancelled.
+  cancelled tombstone; a leased one is flagged, and a notice on <base>cancels wakes its holder (a
+  consumer blocked reading it while it runs jobs; else its next heartbeat or settlement tells it);
+  its settlement ends it as cancelled.
     KEYS[1] <base>job:<id>   the job row (hash)
     KEYS[2] <base>pending    flat jobs ready to run (zset)
     KEYS[3] <base>delayed    jobs waiting to run again (zset)
@@ -13,7 +14,8 @@
     ARGV[2] now              ms, or * for the server clock
     ARGV[3] retention_ms     integer >= 0, how long the tombstone stays (0: the row is deleted)
   Derived: <base>ended:<id>, the job's ended key (list); a lane job's <base>lane:<group> (list)
-  and <base>prio:<group> (zset), then <base>parked and <base>ringleft (hashes).
+  and <base>prio:<group> (zset), then <base>parked and <base>ringleft (hashes); a lease flagged
+  now, <base>cancels (stream), checked in its branch.
   Replies: +CANCELLED | +CANCELLING | +DONE | +DEAD | +UNKNOWN | EMQARITY, EMQKIND, EMQKEYS,
   EMQNUM, WRONGTYPE, NOPERM, TRYAGAIN errors.
 ]]
@@ -63,7 +65,14 @@ if not has_payload(row) then
   return redis.status_reply('DONE')
 end
 if redis.call('ZSCORE', active, id) ~= false then
-  if redis.call('HEXISTS', row, 'cancel') == 0 then mark_cancel(row, retention_ms, now) end
+  if redis.call('HEXISTS', row, 'cancel') == 0 then
+    -- flagged now: its holder is woken by a notice on <base>cancels (checked before it writes)
+    local notices = base .. 'cancels'
+    err = check_derived(notices, 'stream')
+    if err then return err end
+    mark_cancel(row, retention_ms, now)
+    notify_holder(notices, id, row)
+  end
   return redis.status_reply('CANCELLING')
 end
 -- The job ends now: a waiting one (its row counts waits) leaves <base>waiting too, and the end

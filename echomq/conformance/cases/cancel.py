@@ -85,6 +85,7 @@ def cancel_cases() -> Iterator[Case]:
     yield _case(name, "ended-token-already-there", _argv(name), b"+CANCELLED",
                 [*waiting("JOB:1"), ["RPUSH", ENDED, "1"]])
     yield from derived_cases()
+    yield from notice_cases()
     yield from heartbeat_cases()
     yield from settlement_cases()
     yield from settle_cases()
@@ -145,6 +146,38 @@ def settle_cases() -> Iterator[Case]:
                 settle("ack", "JOB:2", 1, "ack", "JOB:1", 1, "retry", "JOB:4", 1, 0, 1, b"e"),
                 replied([b"ACKED", b"CANCELLED", b"DEAD"], []),
                 [*leased("JOB:2"), *flagged(), *leased("JOB:4")])
+
+
+def notice_cases() -> Iterator[Case]:
+    """A lease flagged now leaves its holder a notice on <base>cancels, ``job <id> fence
+    <fence>`` (the row's fence under either layout's name, 0 when it is not an integer), after
+    the entries there, the stream keeping its last 1000; a lease flagged before, or a job ended
+    at once, leaves none. The stream is checked (absent or a stream) only where a notice goes."""
+    name, notices = "cancel", key("cancels")
+
+    def noticed(n: int) -> list[Command]:
+        return [["XADD", notices, f"1-{i}", "job", f"JOB:n{i}", "fence", str(i)]
+                for i in range(1, n + 1)]
+
+    yield _case(name, "leased-notice-of-its-fence", _argv(name), b"+CANCELLING",
+                leased("JOB:1", attempt=2, fence=7))
+    yield _case(name, "leased-notice-after-others", _argv(name), b"+CANCELLING",
+                [*noticed(2), *leased("JOB:1")])
+    yield _case(name, "leased-notices-full", _argv(name), b"+CANCELLING",
+                [*noticed(1000), *leased("JOB:1")])
+    yield _case(name, "leased-notice-of-an-old-layout-fence", _argv(name), b"+CANCELLING",
+                [row("JOB:1", "payload", b"p", "attempts", "1", "fence", "5"),
+                 ["ZADD", key("active"), str(NOW + 30_000), "JOB:1"]])
+    yield _case(name, "leased-notice-of-a-fence-not-an-integer", _argv(name), b"+CANCELLING",
+                [*leased("JOB:1"), ["HSET", key("job"), "f", "x"]])
+    yield _case(name, "leased-notices-wrongtype", _argv(name), E_TYPE,
+                [*leased("JOB:1"), ["SET", notices, "x"]])
+    yield _case(name, "flagged-notices-wrongtype", _argv(name), b"+CANCELLING",
+                [*flagged(), ["SET", notices, "x"]])
+    yield _case(name, "flagged-no-second-notice", _argv(name), b"+CANCELLING",
+                [*flagged(), *noticed(1)])
+    yield _case(name, "pending-notices-wrongtype", _argv(name), b"+CANCELLED",
+                [*waiting("JOB:1"), ["SET", notices, "x"]])
 
 
 def heartbeat_cases() -> Iterator[Case]:

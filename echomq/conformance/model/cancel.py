@@ -1,12 +1,17 @@
-"""cancel: a job waiting to run becomes a cancelled tombstone, a leased one is flagged (the
-tombstone, which the settlements of a flagged lease share, is ``State.bury_cancelled``)."""
+"""cancel: a job waiting to run becomes a cancelled tombstone, a leased one is flagged and its
+holder woken by a notice on <base>cancels (the tombstone, which the settlements of a flagged
+lease share, is ``State.bury_cancelled``)."""
 
 from __future__ import annotations
 
 from echomq.conformance.model.call import Call
 from echomq.conformance.model.join import Join, Joins, Waiter
 from echomq.conformance.model.replies import E_TYPE, error, status
+from echomq.conformance.model.state import Value
 from echomq.conformance.model.words import dec, int_field
+
+# How many entries <base>cancels keeps (include/cancelled.lua, native/cancel.c).
+CANCELS_MAXLEN = 1000
 
 
 class Cancels(Joins):
@@ -17,6 +22,25 @@ class Cancels(Joins):
         fields = self.keys[row].data
         fields[b"cancel"] = dec(retention_ms)
         fields[b"cancelled"] = dec(now)
+
+    def flag(self, call: Call) -> bytes:
+        """A leased job: flagged, when it is not yet, and its holder left a notice (the notices'
+        stream checked first); CANCELLING."""
+        row, job_id = call.keys[0], call.args[0]
+        if self.hget(row, b"cancel") is None:
+            notices = call.base + b"cancels"
+            if self.kind(notices) not in (b"none", b"stream"):
+                return error(E_TYPE)
+            self.mark_cancel(row, call.numbers["retention_ms"], call.numbers["now"])
+            self.notify_holder(notices, job_id, row)
+        return status("CANCELLING")
+
+    def notify_holder(self, notices: bytes, job_id: bytes, row: bytes) -> None:
+        """The notice that wakes a flagged lease's holder: ``job <id> fence <fence>`` on
+        <base>cancels, which keeps its last CANCELS_MAXLEN entries."""
+        entries = self.keys.setdefault(notices, Value(b"stream", [])).data
+        entries.append((b"job", job_id, b"fence", dec(int_field(self.field(row, b"f"), 0))))
+        del entries[:-CANCELS_MAXLEN]
 
     def _cancel(self, call: Call) -> bytes:
         row, _pending, _delayed, active, dead, _ring = call.keys
@@ -32,9 +56,7 @@ class Cancels(Joins):
         if self.field(row, b"p") is None:
             return status("DONE" if self.hget(row, b"cancelled") is None else "CANCELLED")
         if self.in_zset(active, job_id):
-            if self.hget(row, b"cancel") is None:
-                self.mark_cancel(row, call.numbers["retention_ms"], call.numbers["now"])
-            return status("CANCELLING")
+            return self.flag(call)
         j = Join(call.base, call.numbers["now"])
         span = self.cancel_hook(call, j)
         if span is None:
