@@ -147,7 +147,7 @@ ARGUMENTS: dict[str, Argument] = {
     "weight": Argument("knob"),
     "paused": Argument("flag"),  # 1 or 0
     "priority": Argument("priority"),  # -100 to 100; higher is claimed first
-    "expires_at": Argument("int", 0),  # ms on now's clock; a claim meeting it ends the job (0: none)
+    "expires_at": Argument("int", 0),  # ms on now's clock; a claim at it ends the job (0: none)
     "policy": Argument("policy"),  # fail, ignore or continue (EMQPOLICY otherwise)
     "seal": Argument("int", 0),  # not 0: the call seals the waiting job's list of parents
     "parent": Argument("id"),  # a job the waiting job waits on
