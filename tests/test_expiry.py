@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from echomq import App, ArgumentError, Consumer, Queue
-from echomq.ops.admin import dead_jobs
+from echomq.ops.admin import dead_jobs, requeue
 from echomq.ops.metrics import QueueDepths
 from echomq.queue.blocking import ShardedQueue
 
@@ -95,6 +95,16 @@ def test_a_delayed_job_keeps_its_deadline_through_promote(conn: redis.Redis, wir
     assert queue.promote(now=NOW + 3_000) == 1
     assert queue.claim(now=NOW + 3_000) is None
     assert queue.outcome("JOB:1").error == "expired"
+
+
+def test_an_expired_job_requeued_by_the_operator_runs(conn: redis.Redis, wire: int) -> None:
+    queue = Queue(conn, "q", wire=wire)
+    queue.enqueue("JOB:1", b"x", now=NOW, expires_in_ms=1_000)
+    assert queue.claim(now=NOW + 1_000) is None
+    assert requeue(conn, "q", "JOB:1", now=NOW + 2_000)
+    assert conn.hget("emq:{q}:job:JOB:1", "expires_at") is None
+    job = queue.claim(now=NOW + 3_000)
+    assert job is not None and job.id == "JOB:1"
 
 
 def test_a_sharded_queue_keeps_the_deadline_on_the_jobs_shard(conn: redis.Redis) -> None:
