@@ -183,3 +183,6 @@ def test_a_task_deadline_is_stored_as_asked(conn: redis.Redis) -> None:
         quick.with_options(expires_in=5, after=[by_date.id])
     with pytest.raises(ValueError, match="job_id and priority only"):
         quick.with_options(expires_in=5).s(1)
+    with pytest.raises(ValueError, match="expires_in and expires_at take one enqueue at a time"):
+        quick.with_options(expires_in=5).enqueue_many([(4,)])
+    assert conn.zcard("emq:{default}:pending") == 3

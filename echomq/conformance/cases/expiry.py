@@ -105,8 +105,6 @@ def claim_cases() -> Iterator[Case]:
     for n in range(EXPIRED_MAX + 1):
         many += expiring(f"JOB:{n:04d}", "1", at=NOW - 500 + n)
     yield _case("claim", "expired-bound", _argv("claim"), NULL, many + waiting("JOB:9999"))
-    yield _case("claim", "expired-paused-untouched", _argv("claim"), NULL,
-                [*expiring("JOB:1", "1"), ["SET", key("paused"), "1"]])
 
 
 def hook_cases() -> Iterator[Case]:
@@ -137,9 +135,7 @@ def settle_cases() -> Iterator[Case]:
                 replied([b"ACKED"], [job("JOB:3", 1, 1), job("JOB:5", 1, 2)]),
                 leased("JOB:1") + waiting("JOB:3", NOW - 5) + expiring("JOB:2", str(NOW - 1))
                 + expiring("JOB:4", str(NOW), at=NOW - 4) + waiting("JOB:5", NOW - 3))
-    yield _case("settle", "expired-count-zero-untouched", settle("ack", "JOB:1", 1),
-                replied([b"ACKED"], []), leased("JOB:1") + expiring("JOB:2", "1"))
-    yield _case("settle", "expired-wrong-type-dead", settle("ack", "JOB:1", 1, count=1),
+    yield _case("settle", "expired-wrong-type-counts", settle("ack", "JOB:1", 1, count=1),
                 E_TYPE, leased("JOB:1") + expiring("JOB:2", "1") + [["SET", key("counts"), "x"]])
     yield _case("settle", "expired-no-items", settle(count=1), replied([], [job("JOB:3", 1, 1)]),
                 expiring("JOB:2", "1") + waiting("JOB:3"))
