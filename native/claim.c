@@ -136,7 +136,8 @@ void record_claims(ValkeyModuleCtx *ctx, const Call *call, ValkeyModuleKey **k, 
  * EMQFENCE NOPERM TRYAGAIN.
  * Walks pending from its lowest entry (plan_claims for one job); ghosts met on the way are dropped
  * once the walk is over, then each job whose deadline now meets ends dead ("expired", its end hook
- * after it: plan_expired), at most EMQ_EXPIRED_MAX a call. With its claim record: a record found answers its first lease still
+ * after it: plan_expired), at most EMQ_EXPIRED_MAX a call: a walk stopped at that bound leaves one
+ * wake token (<base>wake, derived and checked after them), so a consumer claims again at once. With its claim record: a record found answers its first lease still
  * held (or null) and nothing is written; else the lease made is recorded. */
 int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     ValkeyModuleKey *pending = k[EMQ_CLAIM_KEY_PENDING], *active = k[EMQ_CLAIM_KEY_ACTIVE],
@@ -176,12 +177,20 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     EventSink ev = event_sink(call, k);
     Join *j = join_new(ctx, call->base, &ev, 1, now, call->keys, k, call->nkeys);
     err = plan_claims(ctx, &acl, call->base, pending, 1, now, &w);
-    acl_release(&acl);
     if (!err) err = plan_expired(j, &w);
+    /* A walk stopped at its bound leaves a wake token: its key checked after the expired jobs'. */
+    ValkeyModuleString *wake_name = w.expired.n >= EMQ_EXPIRED_MAX ? derived_key(ctx, call->base, "wake", NULL) : NULL;
+    if (!err && wake_name) err = check_key(ctx, &acl, call->base, wake_name, VALKEYMODULE_KEYTYPE_LIST, NULL);
+    acl_release(&acl);
     if (!err) {
         ValkeyModuleString **names = call->keys;
         for (size_t i = 0; i < w.ghosts.n; i++) fx_zrem(ctx, pending, names[EMQ_CLAIM_KEY_PENDING], w.ghosts.v[i]);
         join_apply(j);
+        if (wake_name) {
+            ValkeyModuleKey *wake = ValkeyModule_OpenKey(ctx, wake_name, VALKEYMODULE_READ | VALKEYMODULE_WRITE);
+            fx_wake(ctx, wake, wake_name, 1);
+            ValkeyModule_CloseKey(wake);
+        }
         ClaimKeys ck = {pending,
                         active,
                         &k[EMQ_CLAIM_KEY_FENCE],
@@ -196,6 +205,7 @@ int tx_claim(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         record_claims(ctx, call, k, &leased, first_fence, lease_ms);
         note_queue_limits(ctx, call->base, &limits, active, pending, take);
     }
+    if (wake_name) ValkeyModule_FreeString(ctx, wake_name);
     join_free(j);
     claim_walk_free(ctx, &w);
     return err ? reply_error(ctx, err) : VALKEYMODULE_OK;

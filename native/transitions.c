@@ -508,6 +508,9 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         }
         for (size_t i = 0; i < w.ghosts.n; i++) fx_zrem(ctx, pending, names[EMQ_SETTLE_KEY_PENDING], w.ghosts.v[i]);
         if (expired_to > expired_from) join_apply_to(j, expired_to);
+        /* the walk stopped at its bound: a wake token, so a consumer claims again at once */
+        if (w.expired.n >= EMQ_EXPIRED_MAX)
+            fx_wake(ctx, k[EMQ_SETTLE_KEY_WAKE], names[EMQ_SETTLE_KEY_WAKE], 1);
         ClaimKeys ck = {pending,
                         k[EMQ_SETTLE_KEY_ACTIVE],
                         &k[EMQ_SETTLE_KEY_FENCE],

@@ -186,3 +186,24 @@ def test_a_task_deadline_is_stored_as_asked(conn: redis.Redis) -> None:
     with pytest.raises(ValueError, match="expires_in and expires_at take one enqueue at a time"):
         quick.with_options(expires_in=5).enqueue_many([(4,)])
     assert conn.zcard("emq:{default}:pending") == 3
+
+
+def test_a_worker_gets_past_more_expired_jobs_than_one_claim_ends(
+        conn: redis.Redis, wire: int) -> None:
+    """250 jobs past their deadline ahead of a live one: each claim ends at most 100 of them,
+    replying nothing when it ends only those and leaving a wake token (a parked worker claims
+    again at once); the third claim leases the live job."""
+    queue = Queue(conn, "q", wire=wire)
+    queue.enqueue_many([(f"JOB:old-{n:03d}", b"x") for n in range(250)], now=NOW)
+    for n in range(250):  # the batch takes no deadline: each row gets one behind its back
+        conn.hset(f"emq:{{q}}:job:JOB:old-{n:03d}", "expires_at", NOW + 1)
+    queue.enqueue("JOB:live", b"x", now=NOW + 1)
+    conn.delete("emq:{q}:wake")  # the admissions' tokens
+    assert queue.claim(now=NOW + 5) is None  # the bound: 100 ended, nothing leased
+    assert (queue.expired_count(), conn.zcard("emq:{q}:pending")) == (100, 151)
+    assert conn.lrange("emq:{q}:wake", 0, -1) == [b"1"]
+    assert queue.claim(now=NOW + 5) is None
+    job = queue.claim(now=NOW + 5)
+    assert job is not None and job.id == "JOB:live"
+    assert (queue.expired_count(), conn.zcard("emq:{q}:dead")) == (250, 250)
+    assert conn.llen("emq:{q}:wake") == 2  # the third walk ended 50: under the bound

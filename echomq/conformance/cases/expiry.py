@@ -105,6 +105,11 @@ def claim_cases() -> Iterator[Case]:
     for n in range(EXPIRED_MAX + 1):
         many += expiring(f"JOB:{n:04d}", "1", at=NOW - 500 + n)
     yield _case("claim", "expired-bound", _argv("claim"), NULL, many + waiting("JOB:9999"))
+    yield _case("claim", "expired-bound-wake-wrong-type", _argv("claim"), E_TYPE,
+                [*many, ["SET", key("wake"), "x"]])
+    yield _case("claim", "expired-under-the-bound", _argv("claim"), job("JOB:9999", 1, 1),
+                many[4:] + waiting("JOB:9999"))  # 99 past their deadline
+    yield _case("settle", "expired-bound", settle(count=3), replied([], []), many)
 
 
 def hook_cases() -> Iterator[Case]:

@@ -27,9 +27,9 @@ class BatchTransitions(FlatTransitions):
         if j.failed:
             return j.refusal()
         walk = self.plan_claims(call.base, pending, count, call.numbers["now"])
-        expired = self.plan_expired(j, walk.expired)
-        if expired is None:
-            return j.refusal()
+        expired = self.plan_walk_end(j, walk, call.keys[6])
+        if isinstance(expired, bytes):
+            return expired
         if call.numbers["last_fence"] + len(walk.claims) > INT_MAX:
             return error(E_FENCE)
         verdicts = []
@@ -40,7 +40,7 @@ class BatchTransitions(FlatTransitions):
             return b"*2\r\n" + array(verdicts) + array(self.held(call, active))
         for ghost in walk.ghosts:
             self.zrem(pending, ghost)
-        self.apply_steps(j, expired)
+        self.apply_walk_end(j, walk, expired, call.keys[6])
         return b"*2\r\n" + array(verdicts) + array(self._claim_part(call, limits, walk.claims))
 
     def _claim_part(self, call: Call, limits: Any, claims: list[bytes]) -> list[bytes]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from echomq.conformance.model.join import Join, Joins, Step
+from echomq.conformance.model.replies import E_TYPE, error
 from echomq.conformance.model.words import dec, int_field
 from echomq.engine.transitions import EXPIRED_ERROR, EXPIRED_MAX
 
@@ -60,6 +61,23 @@ class Expiry(Joins):
             if self.plan_end(j, job_id, row, "dead", EXPIRED) is None:
                 return None
         return first, len(j.steps)
+
+    def plan_walk_end(self, j: Join, walk: Walk, wake_key: bytes) -> tuple[int, int] | bytes:
+        """The expired jobs' ends planned, and the wake key checked when the walk stopped at its
+        bound: the range of their steps, or the refusal."""
+        span = self.plan_expired(j, walk.expired)
+        if span is None:
+            return j.refusal()
+        if len(walk.expired) >= EXPIRED_MAX and self.kind(wake_key) not in (b"none", b"list"):
+            return error(E_TYPE)
+        return span
+
+    def apply_walk_end(self, j: Join, walk: Walk, span: tuple[int, int], wake_key: bytes) -> None:
+        """The expired jobs ended, then a wake token when the walk stopped at its bound (a
+        consumer claims again at once)."""
+        self.apply_steps(j, span)
+        if len(walk.expired) >= EXPIRED_MAX:
+            self.wake(wake_key, 1)
 
     def _step_expire(self, j: Join, step: Step) -> None:
         attempt = self.attempts_of(step.row)

@@ -62,12 +62,12 @@ class FlatTransitions(Records, Expiry):
         now = call.numbers["now"]
         walk = self.plan_claims(call.base, pending, 1, now)
         j = Join(call.base, now)
-        span = self.plan_expired(j, walk.expired)
-        if span is None:
-            return j.refusal()
+        span = self.plan_walk_end(j, walk, call.base + b"wake")
+        if isinstance(span, bytes):
+            return span
         for ghost in walk.ghosts:
             self.zrem(pending, ghost)  # a ghost: dropped, never returned
-        self.apply_steps(j, span)
+        self.apply_walk_end(j, walk, span, call.base + b"wake")
         if not walk.claims or limited_take(self, limits, active, 1) == 0:
             note_queue_limits(self, call.base, limits, active, pending, 0)
             return null(self.protocol)
