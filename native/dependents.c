@@ -99,7 +99,7 @@ typedef struct {
     size_t n, cap;
 } Ids;
 
-typedef enum { OP_DEDUPE, OP_DECR, OP_INCR, OP_LINK, OP_SEAL, OP_RELEASE, OP_FAIL, OP_CANCEL } Op;
+typedef enum { OP_DEDUPE, OP_DECR, OP_INCR, OP_LINK, OP_SEAL, OP_RELEASE, OP_FAIL, OP_CANCEL, OP_EXPIRE } Op;
 
 typedef struct {
     Op op;
@@ -474,6 +474,23 @@ const char *join_end(Join *j, ValkeyModuleString *id, ValkeyModuleString *row, i
     return j->failure;
 }
 
+/* plan_expire of the script: a pending job whose deadline a claim met leaves pending for dead with
+ * the error "expired" (dead, its ended key and counts checked, in that order), then its end hook
+ * as any dead job's. NULL, or the failure of a check. */
+const char *join_expire(Join *j, ValkeyModuleString *id, ValkeyModuleString *row) {
+    join_check(j, named(j, "dead", NULL), VALKEYMODULE_KEYTYPE_ZSET);
+    join_check(j, named(j, "ended:", id), VALKEYMODULE_KEYTYPE_LIST);
+    join_check(j, named(j, "counts", NULL), VALKEYMODULE_KEYTYPE_HASH);
+    if (j->failure) return j->failure;
+    Step *st = add_step(j, OP_EXPIRE);
+    st->id = keep(j, id);
+    st->row = keep(j, row);
+    ValkeyModuleString *error = ValkeyModule_CreateString(j->ctx, "expired", 7);
+    const char *err = join_end(j, id, row, JOIN_DEAD, error, 0, 0);
+    ValkeyModule_FreeString(j->ctx, error);
+    return err;
+}
+
 /* ---- EMQ.AFTER's own steps ------------------------------------------------------------------- */
 
 /* The plan's release, failure or cancel of the job whose state join_waiter put on the overlay. */
@@ -608,6 +625,34 @@ static void apply_fail(Join *j, const Step *st, ValkeyModuleKey *row) {
     ev_emit(j->ctx, j->ev, &(Event){.kind = "dead", .id = st->id, .attempt = attempt});
 }
 
+/* A job a claim found expired: out of pending, its error, into dead at now, counted in counts'
+ * expired (read as the script reads it: absent or not an integer, 0), its ended key marked. */
+static void apply_expire(Join *j, const Step *st, ValkeyModuleKey *row) {
+    long long attempt = ev_attempts(j->ctx, j->ev, row);
+    int opened;
+    ValkeyModuleString *pending = named(j, "pending", NULL);
+    ValkeyModuleKey *key = handle(j, pending, VALKEYMODULE_READ | VALKEYMODULE_WRITE, &opened);
+    fx_zrem(j->ctx, key, pending, st->id);
+    done_with(key, opened);
+    ValkeyModuleString *error = ValkeyModule_CreateString(j->ctx, "expired", 7);
+    fx_hset1(j->ctx, row, st->row, "error", error);
+    ValkeyModule_FreeString(j->ctx, error);
+    ValkeyModuleString *dead = named(j, "dead", NULL);
+    key = handle(j, dead, VALKEYMODULE_READ | VALKEYMODULE_WRITE, &opened);
+    fx_zadd(j->ctx, key, dead, (double)j->now, st->id);
+    done_with(key, opened);
+    ValkeyModuleString *counts = named(j, "counts", NULL);
+    key = handle(j, counts, VALKEYMODULE_READ | VALKEYMODULE_WRITE, &opened);
+    char num[24];
+    long long n = row_int_field(j->ctx, key, "expired", 0) + 1;
+    ValkeyModuleString *value = ValkeyModule_CreateString(j->ctx, num, decimal(n, num));
+    fx_hset1(j->ctx, key, counts, "expired", value);
+    ValkeyModule_FreeString(j->ctx, value);
+    done_with(key, opened);
+    fx_mark_ended(j->ctx, named(j, "ended:", st->id), 0);
+    ev_emit(j->ctx, j->ev, &(Event){.kind = "dead", .id = st->id, .attempt = attempt});
+}
+
 static void apply_cancel(Join *j, const Step *st, ValkeyModuleKey *row) {
     long long attempt = ev_attempts(j->ctx, j->ev, row);
     leave_waiting(j, st, row);
@@ -671,6 +716,7 @@ void join_apply_to(Join *j, size_t mark) {
         case OP_RELEASE: apply_release(j, st, row); break;
         case OP_FAIL: apply_fail(j, st, row); break;
         case OP_CANCEL: apply_cancel(j, st, row); break;
+        case OP_EXPIRE: apply_expire(j, st, row); break;
         case OP_DEDUPE: break;
         }
         done_with(row, opened);

@@ -12,7 +12,7 @@
 static const char *const NAMES[] = {ROW_PAYLOAD, ROW_ATTEMPTS, ROW_FENCE, ROW_ENQUEUED_AT, "priority", "lane",
                                     "error",   "result",   "cancel", "cancelled",   "next",     "dedupe",
                                     "dedupe_ms", "waits",  "hold",   "policy",      "held",     "concurrency",
-                                    "rate",    "window_ms", "window", "progress", "steps", ROW_OLD_PAYLOAD, ROW_OLD_ATTEMPTS,
+                                    "rate",    "window_ms", "window", "progress", "steps", "expires_at", "expired", ROW_OLD_PAYLOAD, ROW_OLD_ATTEMPTS,
                                     ROW_OLD_ENQUEUED_AT, ROW_OLD_FENCE};
 #define NNAMES (sizeof NAMES / sizeof NAMES[0])
 static ValkeyModuleString *kept[NNAMES];

@@ -108,6 +108,8 @@ enum {
 /* The events key: base + this suffix, a stream of about EMQ_EVENTS_MAXLEN. */
 #define EMQ_EVENTS_SUFFIX "events"
 #define EMQ_EVENTS_MAXLEN 10000
+/* The most expired jobs one claim's walk of pending ends. */
+#define EMQ_EXPIRED_MAX 100
 
 /* X(ID, name) for every command: EMQ_CMD_<ID>, its logic tx_<name>. */
 #define EMQ_FOR_EACH_COMMAND(X) \
@@ -132,17 +134,18 @@ enum {
     X(STEP, step) \
 
 
-/* EMQ.ENQUEUE 3|4 <base>job:<id> <base>pending <base>wake [<base>events] <id> <payload> <now> [<priority>] */
+/* EMQ.ENQUEUE 3|4 <base>job:<id> <base>pending <base>wake [<base>events] <id> <payload> <now> [<priority>] [<expires_at:0>] */
 #define EMQ_ENQUEUE_NUMKEYS 3
 #define EMQ_ENQUEUE_NARGS 3
 #define EMQ_ENQUEUE_KEY_JOB 0
 #define EMQ_ENQUEUE_KEY_PENDING 1
 #define EMQ_ENQUEUE_KEY_WAKE 2
-#define EMQ_ENQUEUE_NOPT 1
+#define EMQ_ENQUEUE_NOPT 2
 #define EMQ_ENQUEUE_ARG_ID 0
 #define EMQ_ENQUEUE_ARG_PAYLOAD 1
 #define EMQ_ENQUEUE_ARG_NOW 2
 #define EMQ_ENQUEUE_ARG_PRIORITY 3
+#define EMQ_ENQUEUE_ARG_EXPIRES_AT 4
 
 /* EMQ.CLAIM 3|4|5 <base>pending <base>active <base>fence [<base>claim:<claim_id>] [<base>events] <lease_ms:1> <now> */
 #define EMQ_CLAIM_NUMKEYS 3
@@ -251,19 +254,20 @@ enum {
 #define EMQ_PROMOTE_ARG_NOW 0
 #define EMQ_PROMOTE_ARG_LIMIT 1
 
-/* EMQ.ENQUEUE_DELAYED 3|4 <base>job:<id> <base>delayed <base>wake [<base>events] <id> <payload> <now> <delay_ms:0> <at_ms:0> [<priority>] */
+/* EMQ.ENQUEUE_DELAYED 3|4 <base>job:<id> <base>delayed <base>wake [<base>events] <id> <payload> <now> <delay_ms:0> <at_ms:0> [<priority>] [<expires_at:0>] */
 #define EMQ_ENQUEUE_DELAYED_NUMKEYS 3
 #define EMQ_ENQUEUE_DELAYED_NARGS 5
 #define EMQ_ENQUEUE_DELAYED_KEY_JOB 0
 #define EMQ_ENQUEUE_DELAYED_KEY_DELAYED 1
 #define EMQ_ENQUEUE_DELAYED_KEY_WAKE 2
-#define EMQ_ENQUEUE_DELAYED_NOPT 1
+#define EMQ_ENQUEUE_DELAYED_NOPT 2
 #define EMQ_ENQUEUE_DELAYED_ARG_ID 0
 #define EMQ_ENQUEUE_DELAYED_ARG_PAYLOAD 1
 #define EMQ_ENQUEUE_DELAYED_ARG_NOW 2
 #define EMQ_ENQUEUE_DELAYED_ARG_DELAY_MS 3
 #define EMQ_ENQUEUE_DELAYED_ARG_AT_MS 4
 #define EMQ_ENQUEUE_DELAYED_ARG_PRIORITY 5
+#define EMQ_ENQUEUE_DELAYED_ARG_EXPIRES_AT 6
 
 /* EMQ.ACK_RESULT 2|3 <base>active <base>job:<id> [<base>events] <id> <fence:1> <retention_ms:0> <result> */
 #define EMQ_ACK_RESULT_NUMKEYS 2
@@ -385,6 +389,7 @@ static const EmqArgSpec emq_enqueue_args[] = {
     {"payload", EMQ_ARG_BYTES, 0},
     {"now", EMQ_ARG_NOW, 0},
     {"priority", EMQ_ARG_PRIORITY, 0},
+    {"expires_at", EMQ_ARG_INT, 0},
 };
 static const EmqKeySpec emq_claim_keys[] = {
     {"pending", 7, -1, VALKEYMODULE_KEYTYPE_ZSET},
@@ -517,6 +522,7 @@ static const EmqArgSpec emq_enqueue_delayed_args[] = {
     {"delay_ms", EMQ_ARG_INT, 0},
     {"at_ms", EMQ_ARG_INT, 0},
     {"priority", EMQ_ARG_PRIORITY, 0},
+    {"expires_at", EMQ_ARG_INT, 0},
 };
 static const EmqKeySpec emq_ack_result_keys[] = {
     {"active", 6, -1, VALKEYMODULE_KEYTYPE_ZSET},
@@ -645,14 +651,14 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      NULL,
      0,
-     1,
+     2,
      1,
      0},
     {"emq.claim",
      "CLAIM",
      "write getkeys-api no-mandatory-keys",
      "Lease the oldest pending job (twin of claim.lua).",
-     "O(G + log N) with G the ghosts dropped",
+     "O(G + E + log N) with G the ghosts dropped, E the expired jobs ended (at most 100)",
      -2,
      EMQ_CLAIM_NUMKEYS,
      emq_claim_keys,
@@ -798,7 +804,7 @@ const EmqCommandSpec emq_commands[EMQ_COMMAND_COUNT] = {
      NULL,
      NULL,
      0,
-     1,
+     2,
      1,
      0},
     {"emq.ack_result",

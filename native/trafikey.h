@@ -309,6 +309,7 @@ void join_seal(Join *j, ValkeyModuleString *id);
 void join_release(Join *j, ValkeyModuleString *id);
 void join_fail(Join *j, ValkeyModuleString *id, ValkeyModuleString *parent, ValkeyModuleString *parent_error);
 void join_cancel(Join *j, ValkeyModuleString *id, long long retention, long long at);
+const char *join_expire(Join *j, ValkeyModuleString *id, ValkeyModuleString *row);
 
 /* claim.c: EMQ.CLAIM, and claim's walk and lease shared with settle. A growable array of strings
  * the handler owns (ids read off a zset, row names); plan_claims walks pending for up to count live
@@ -327,8 +328,15 @@ typedef struct {
     ValkeyModuleString *pending_name, *active_name, *fence_name;
 } ClaimKeys;
 
+/* What a claim's walk of pending found: live rows to lease (ids, and row names in step), ghosts to
+ * drop, rows whose deadline the claim's now meets to end (ids, and row names in step). */
+typedef struct {
+    StrList claims, rows, ghosts, expired, expired_rows;
+} ClaimWalk;
 const char *plan_claims(ValkeyModuleCtx *ctx, Acl *acl, Bytes base, ValkeyModuleKey *pending, long long count,
-                        StrList *claims, StrList *rows, StrList *ghosts);
+                        long long now, ClaimWalk *w);
+const char *plan_expired(Join *j, const ClaimWalk *w);
+void claim_walk_free(ValkeyModuleCtx *ctx, ClaimWalk *w);
 void claim_planned(ValkeyModuleCtx *ctx, const ClaimKeys *ck, ValkeyModuleString *id, ValkeyModuleString *row_name,
                    long long *last_fence, long long deadline, const EventSink *ev);
 ValkeyModuleKey *record_of(const Call *call, ValkeyModuleKey **k);

@@ -481,7 +481,7 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     QueueLimits limits = {0};
     if (!fail && count > 0) fail = queue_limits(ctx, &acl, call->base, now, &limits);
     if (!fail && count > 0 && !fence_counter(ctx, k[EMQ_SETTLE_KEY_FENCE], call->keys[EMQ_SETTLE_KEY_FENCE], &last_fence)) fail = EMQ_ERR_FENCE;
-    StrList claims = {0}, rows = {0}, ghosts = {0};
+    ClaimWalk w = {0};
     EventSink ev = event_sink(call, k);
     Join *j = join_new(ctx, call->base, &ev, 1, now, call->keys, k, call->nkeys);
     size_t *marks = ValkeyModule_Alloc(((size_t)call->nitems + 1) * sizeof *marks);
@@ -489,9 +489,12 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
     if (!fail)
         fail = check_settle_rows(ctx, &acl, call->base, call->items, call->nitems, j, k[EMQ_SETTLE_KEY_ACTIVE], marks,
                                  current);
-    if (!fail) fail = plan_claims(ctx, &acl, call->base, pending, count, &claims, &rows, &ghosts);
+    if (!fail) fail = plan_claims(ctx, &acl, call->base, pending, count, now, &w);
+    size_t expired_from = join_mark(j);
+    if (!fail) fail = plan_expired(j, &w);
+    size_t expired_to = join_mark(j);
     /* Each lease takes the next fence: a batch the counter cannot number to its end is refused. */
-    if (!fail && last_fence + (long long)claims.n > EMQ_INT_MAX) fail = EMQ_ERR_FENCE;
+    if (!fail && last_fence + (long long)w.claims.n > EMQ_INT_MAX) fail = EMQ_ERR_FENCE;
     acl_release(&acl);
     if (!fail) {
         ValkeyModuleString **names = call->keys;
@@ -503,7 +506,11 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
             ValkeyModule_ReplyWithSimpleString(ctx, settle_item(ctx, &sk, &call->items[i], retention_ms, now, &room, &ev));
             if (marks[i] != SIZE_MAX) join_apply_to(j, marks[i]);
         }
-        for (size_t i = 0; i < ghosts.n; i++) fx_zrem(ctx, pending, names[EMQ_SETTLE_KEY_PENDING], ghosts.v[i]);
+        for (size_t i = 0; i < w.ghosts.n; i++) fx_zrem(ctx, pending, names[EMQ_SETTLE_KEY_PENDING], w.ghosts.v[i]);
+        if (expired_to > expired_from) join_apply_to(j, expired_to);
+        /* the walk stopped at its bound: a wake token, so a consumer claims again at once */
+        if (w.expired.n >= EMQ_EXPIRED_MAX)
+            fx_wake(ctx, k[EMQ_SETTLE_KEY_WAKE], names[EMQ_SETTLE_KEY_WAKE], 1);
         ClaimKeys ck = {pending,
                         k[EMQ_SETTLE_KEY_ACTIVE],
                         &k[EMQ_SETTLE_KEY_FENCE],
@@ -514,19 +521,17 @@ int tx_settle(ValkeyModuleCtx *ctx, Call *call, ValkeyModuleKey **k) {
         if (recorded.present) {
             reply_recorded(ctx, call->base, k[EMQ_SETTLE_KEY_ACTIVE], &recorded, 0);
         } else {
-            long long take = count > 0 ? limited_take(&limits, k[EMQ_SETTLE_KEY_ACTIVE], (long long)claims.n) : 0;
+            long long take = count > 0 ? limited_take(&limits, k[EMQ_SETTLE_KEY_ACTIVE], (long long)w.claims.n) : 0;
             ValkeyModule_ReplyWithArray(ctx, (long)take);
             for (long long i = 0; i < take; i++)
-                claim_planned(ctx, &ck, claims.v[i], rows.v[i], &last_fence, now + lease_ms, &ev);
-            StrList leased = {claims.v, (size_t)take, claims.cap}; /* a view: claims owns the strings */
+                claim_planned(ctx, &ck, w.claims.v[i], w.rows.v[i], &last_fence, now + lease_ms, &ev);
+            StrList leased = {w.claims.v, (size_t)take, w.claims.cap}; /* a view: claims owns the strings */
             record_claims(ctx, call, k, &leased, first_fence, lease_ms);
             if (count > 0) note_queue_limits(ctx, call->base, &limits, k[EMQ_SETTLE_KEY_ACTIVE], pending, take);
         }
     }
     recorded_free(ctx, &recorded);
-    strlist_free(ctx, &claims);
-    strlist_free(ctx, &rows);
-    strlist_free(ctx, &ghosts);
+    claim_walk_free(ctx, &w);
     join_free(j);
     ValkeyModule_Free(marks);
     ValkeyModule_Free(current);

@@ -280,7 +280,10 @@ class Checks:
         oldest live pending jobs, none leased already nor a ghost, each a fresh fence."""
         items, numbers = settle_items(argv), argv[1 + int(argv[0]):][:4]
         retention_ms, count = int(numbers[1]), int(numbers[3])
-        waiting = [j for j in self.zmembers(b"pending") if j in self.live][:count]
+        order = self.zmembers(b"pending")
+        expiring = {j for j in order if j in self.live and self.expired_by_now(j)}
+        waiting = [j for j in order if j in self.live and j not in expiring][:count]
+        walked = order[:order.index(waiting[-1])] if len(waiting) == count > 0 else order
         holders = set(self.zmembers(b"active"))
         current = [self.is_current(job_id, fence) for _, job_id, fence, _ in items]
         attempts = {job_id: int_field(self.model.hget(key(b"job", job_id), b"a"), 0)
@@ -293,6 +296,8 @@ class Checks:
         self.check_results(items, current, verdicts, retention_ms)
         self.check_released(items, verdicts, attempts, [job[0] for job in jobs])
         assert [job[0] for job in jobs] == waiting, "settle skipped the oldest live jobs"
+        if count > 0:
+            self.check_expired([j for j in walked if j in expiring])
         for job_id, _payload, _attempt, fence in jobs:
             assert job_id not in holders and job_id not in self.ghosts, job_id
             self.check_fresh_fence(job_id, fence)

@@ -173,8 +173,10 @@ def test_script_reads_each_fixed_number_as_the_table_states(transition: Transiti
     assert nows == {i for i, a in enumerate(kinds) if a.kind == "now"}
     assert priorities == {i for i, a in enumerate(kinds) if a.kind == "priority"}
     if priorities:  # read after the fixed numbers, refused in the table's words
+        fixed = [f"{word}(ARGV[{n}]" for n in range(1, len(transition.args) + 1)
+                 for word in ("int_arg", "now_arg")]
         assert source.index("optional_priority(") > max(
-            source.rindex(word) for word in ("int_arg(ARGV", "now_arg(ARGV") if word in source)
+            source.rindex(word) for word in fixed if word in source)
         assert "if priority == nil then return redis.error_reply(E_PRIORITY) end" in source
 
 
@@ -234,8 +236,11 @@ def test_only_the_enqueues_take_the_optional_priority() -> None:
     takes = {t.name for t in ALL_TRANSITIONS if t.optional}
     assert takes == {"enqueue", "enqueue_delayed", "lane_enqueue", "lane_enqueue_delayed",
                      "enqueue_after", "enqueue_unique"}
-    assert all(t.optional == ("priority",) and not t.variadic
+    assert all(t.optional[0] == "priority" and not t.variadic
                for t in ALL_TRANSITIONS if t.optional)
+    # a deadline after it, on the native single admissions
+    deadline = {t.name for t in ALL_TRANSITIONS if "expires_at" in t.optional}
+    assert deadline == {"enqueue", "enqueue_delayed"}
 
 
 def test_the_events_key_comes_last_after_the_claim_record() -> None:
@@ -251,7 +256,8 @@ def test_the_events_key_comes_last_after_the_claim_record() -> None:
 
 def test_the_layout_brackets_the_optional_keys_and_arguments() -> None:
     assert ENQUEUE.layout() == ("EMQ.ENQUEUE 3|4 <base>job:<id> <base>pending <base>wake "
-                                "[<base>events] <id> <payload> <now> [<priority>]")
+                                "[<base>events] <id> <payload> <now> [<priority>] "
+                                "[<expires_at:0>]")
     assert SETTLE.layout().startswith("EMQ.SETTLE 7|8|9 ")
     assert "[<base>claim:<claim_id>] [<base>events] <now>" in SETTLE.layout()
     assert EXTEND_MANY.layout().startswith("EMQ.EXTEND_MANY 1 <base>active <lease_ms:1>")

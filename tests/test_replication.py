@@ -267,6 +267,11 @@ def test_replica_sees_every_transition(primary: EmbeddedValkey,
             queue.enqueue("JOB:pd", b"d", priority=-3, delay_ms=RETAIN)
             queue.set_dead_bounds(max_count=1)
             assert queue.trim_dead() == 1  # two died: j3, batch[2]
+            expiring = Queue(conn, f"exp{wire}", wire=wire)  # a claim meeting a deadline
+            expiring.enqueue("JOB:e1", b"e", expires_at_ms=1)  # long past: the claim ends it
+            expiring.enqueue("JOB:e2", b"e", expires_in_ms=RETAIN, delay_ms=0)
+            claimed = expiring.claim(lease_ms=600_000)
+            assert claimed is not None and claimed.id == "JOB:e2"
         assert conn.execute_command("WAIT", 1, 5000) >= 1
         assert_same_keyspace(primary, replica)
     finally:

@@ -57,6 +57,7 @@ from echomq.engine.transitions import (
 from tests.stateful_batches import Batches
 from tests.stateful_cancel import Cancelling
 from tests.stateful_events import EventedCalls
+from tests.stateful_expiry import Expiries
 from tests.stateful_priority import Priorities
 from tests.stateful_progress import Progress
 from tests.stateful_steps import Steps
@@ -80,8 +81,8 @@ from tests.stateful_world import (
 )
 
 
-class QueueMachine(Priorities, Progress, Steps, UniqueEnqueues, Batches, BeyondTheQueue, Checks,
-                   Cancelling, EventedCalls, RuleBasedStateMachine):
+class QueueMachine(Priorities, Expiries, Progress, Steps, UniqueEnqueues, Batches,
+                   BeyondTheQueue, Checks, Cancelling, EventedCalls, RuleBasedStateMachine):
     """One queue (plus a neighbour) on both executors and the model, in lockstep."""
 
     def __init__(self, port: int, protocol: int) -> None:
@@ -194,7 +195,9 @@ class QueueMachine(Priorities, Progress, Steps, UniqueEnqueues, Batches, BeyondT
         """A claim (``argv``: numkeys 3, pending, active, fence, lease_ms, now), checked: the
         oldest live pending job, not leased already, a fresh fence; the id it leased, if any."""
         order = self.zmembers(b"pending")
-        waiting = [job_id for job_id in order if job_id in self.live]
+        expiring = {job_id for job_id in order
+                    if job_id in self.live and self.expired_by_now(job_id)}
+        waiting = [job_id for job_id in order if job_id in self.live and job_id not in expiring]
         holders = set(self.zmembers(b"active"))
         reply, _ = self.execute(CLAIM, argv)
         walked, job_id = order, None
@@ -209,8 +212,9 @@ class QueueMachine(Priorities, Progress, Steps, UniqueEnqueues, Batches, BeyondT
             assert job_id not in holders, "claim handed out a current lease"  # invariant 3
             self.check_fresh_fence(job_id, fence)
             walked = order[:order.index(job_id)]
-        # invariant 4: the ghosts the claim walked past are dropped
+        # invariant 4: the ghosts the claim walked past are dropped; the expired ones end dead
         assert not set(walked) & set(self.zmembers(b"pending")), walked
+        self.check_expired([j for j in walked if j in expiring])
         return job_id
 
     @rule(lease_ms=st.sampled_from([30_000, 600_000]))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from echomq.engine import transitions as t
+from echomq.engine.deadlines import optional_args
 from echomq.engine.errors import ArgumentError, StaleLease
 from echomq.engine.native import (
     checked_claim_id,
@@ -22,7 +23,6 @@ from echomq.engine.native import (
     checked_int,
     checked_lane,
     checked_now,
-    checked_priority,
 )
 from echomq.engine.rows import ATTEMPTS, ENQUEUED_AT, OLD_ATTEMPTS, OLD_PAYLOAD, PAYLOAD
 from echomq.engine.server_time import time_ms
@@ -48,15 +48,6 @@ PROGRESS_ERROR = t.ERRORS["PROGRESS"].text
 def new_claim_id() -> str:
     """A claim id no other call uses: 96 random bits (a claim record lives for a lease)."""
     return secrets.token_hex(12)
-
-
-def priority_args(priority: int) -> tuple[str, ...]:
-    """The optional priority argument of an admission: none at 0 (the same bytes as a call from
-    before priorities, which any server takes), else the checked decimal; ArgumentError when
-    it is not an integer from -100 to 100."""
-    if type(priority) is int and priority == 0:
-        return ()
-    return (checked_priority(priority),)
 
 
 def checked_arg(name: str, value: int) -> str:
@@ -353,29 +344,33 @@ class QueueCalls:
 
     def enqueue(self, job_id: str, payload: Payload, lane: str | None,
                 now: int | None, delay_ms: int = 0, at_ms: int | None = None,
-                priority: int = 0) -> Call:
+                priority: int = 0, deadline: int | None = None) -> Call:
         """An admission: to run at once, or (a delay or an absolute due time given) to run at
-        the later of now + ``delay_ms`` and ``at_ms``; at ``priority`` (higher claimed first)."""
+        the later of now + ``delay_ms`` and ``at_ms``; at ``priority`` (higher claimed first);
+        with a ``deadline`` (a flat job only, echomq.engine.deadlines)."""
+        if deadline is not None and lane is not None:
+            raise ArgumentError("expires_in and expires_at take a flat job, not a lane's")
         if delay_ms == 0 and at_ms is None:
-            return self._admission(job_id, payload, lane, checked_now(now), priority)
+            return self._admission(job_id, payload, lane, checked_now(now), priority, deadline)
         return self._delayed_admission(job_id, payload, lane, checked_now(now), delay_ms, at_ms,
-                                       priority)
+                                       priority, deadline)
 
     def _delayed_admission(self, job_id: str, payload: Payload, lane: str | None, stamp: str,
-                           delay_ms: int, at_ms: int | None, priority: int = 0) -> Call:
+                           delay_ms: int, at_ms: int | None, priority: int = 0,
+                           deadline: int | None = None) -> Call:
         checked_id(job_id)
         body = payload_bytes(payload)
         due = [checked_arg("delay_ms", delay_ms), checked_arg("at_ms", at_ms or 0)]
-        rank = priority_args(priority)
+        rank = optional_args(priority, deadline)
         if lane is None:
             return self._call(t.ENQUEUE_DELAYED, (job_id, body, stamp, *due, *rank), job_id)
         args: tuple[Arg, ...] = (job_id, body, checked_lane(lane), stamp, *due, *rank)
         return self._call(t.LANE_ENQUEUE_DELAYED, args, job_id)
 
     def _admission(self, job_id: str, payload: Payload, lane: str | None,
-                   stamp: str, priority: int = 0) -> Call:
+                   stamp: str, priority: int = 0, deadline: int | None = None) -> Call:
         checked_id(job_id)
-        rank = priority_args(priority)
+        rank = optional_args(priority, deadline)
         if lane is None:
             return self._call(t.ENQUEUE, (job_id, payload_bytes(payload), stamp, *rank), job_id)
         args: tuple[Arg, ...] = (job_id, payload_bytes(payload), checked_lane(lane), stamp, *rank)

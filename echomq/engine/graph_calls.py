@@ -14,8 +14,8 @@ from echomq.engine.calls import (
     QueueCalls,
     checked_arg,
     payload_bytes,
-    priority_args,
 )
+from echomq.engine.deadlines import priority_args
 from echomq.engine.errors import ArgumentError
 from echomq.engine.native import checked_id, checked_now
 from echomq.engine.transitions import ERRORS

@@ -22,6 +22,7 @@ from echomq.engine.transitions import (
     DERIVED_ROLES,
     EVENTS_MAXLEN,
     EVENTS_ROLE,
+    EXPIRED_MAX,
     NAMED_ROLES,
     ROLE_TYPES,
     TRANSITIONS,
@@ -238,6 +239,8 @@ def render() -> str:
     out.append("/* The events key: base + this suffix, a stream of about EMQ_EVENTS_MAXLEN. */")
     out.append(f"#define EMQ_EVENTS_SUFFIX {_c_string(EVENTS_ROLE)}")
     out.append(f"#define EMQ_EVENTS_MAXLEN {EVENTS_MAXLEN}")
+    out.append("/* The most expired jobs one claim's walk of pending ends. */")
+    out.append(f"#define EMQ_EXPIRED_MAX {EXPIRED_MAX}")
     out.append("")
     out.append("/* X(ID, name) for every command: EMQ_CMD_<ID>, its logic tx_<name>. */")
     out.append("#define EMQ_FOR_EACH_COMMAND(X) \\")

@@ -98,6 +98,11 @@ CLAIM_RECORD_PREFIX = "claim:"
 # trimmed to about EVENTS_MAXLEN entries; a call that does not appends nothing.
 EVENTS_ROLE = "events"
 EVENTS_MAXLEN = 10_000
+# The most expired jobs one claim (or settle's claim part) ends on its walk of pending: a queue
+# full of jobs that outlived their deadline is cleared a bounded piece a call.
+EXPIRED_MAX = 100
+# The error an expired job ends dead with, and the field of the row holding its deadline.
+EXPIRED_ERROR = "expired"
 EVENT_KINDS: tuple[str, ...] = ("enqueued", "claimed", "done", "retried", "dead", "released",
                                 "recovered", "promoted", "requeued", "purged", "cancelled",
                                 "progress", "waiting", "ready", "debounced")
@@ -142,6 +147,7 @@ ARGUMENTS: dict[str, Argument] = {
     "weight": Argument("knob"),
     "paused": Argument("flag"),  # 1 or 0
     "priority": Argument("priority"),  # -100 to 100; higher is claimed first
+    "expires_at": Argument("int", 0),  # ms on now's clock; a claim at it ends the job (0: none)
     "policy": Argument("policy"),  # fail, ignore or continue (EMQPOLICY otherwise)
     "seal": Argument("int", 0),  # not 0: the call seals the waiting job's list of parents
     "parent": Argument("id"),  # a job the waiting job waits on
@@ -279,19 +285,20 @@ def item_layouts(transition: Transition) -> list[str]:
 
 ENQUEUE = Transition(
     "enqueue", ("job", "pending", "wake"), ("id", "payload", "now"), "EMQ.ENQUEUE", admits=True,
-    fast=True, optional=("priority",), events=("enqueued",),
+    fast=True, optional=("priority", "expires_at"), events=("enqueued",),
     summary="Admit a job once (twin of enqueue.lua).",
     complexity="O(log N) with N the pending jobs",
 )
 CLAIM = Transition(
     "claim", ("pending", "active", "fence"), ("lease_ms", "now"), "EMQ.CLAIM", record=True,
-    events=("claimed",),
+    events=("claimed", "dead", "ready"),
     summary="Lease the oldest pending job (twin of claim.lua).",
-    complexity="O(G + log N) with G the ghosts dropped",
+    complexity="O(G + E + log N) with G the ghosts dropped, E the expired jobs ended (at most 100)",
 )
 ENQUEUE_DELAYED = Transition(
     "enqueue_delayed", ("job", "delayed", "wake"), ("id", "payload", "now", "delay_ms", "at_ms"),
-    "EMQ.ENQUEUE_DELAYED", admits=True, fast=True, optional=("priority",), events=("enqueued",),
+    "EMQ.ENQUEUE_DELAYED", admits=True, fast=True, optional=("priority", "expires_at"),
+    events=("enqueued",),
     summary="Admit a job once, to run later (twin of enqueue_delayed.lua).",
     complexity="O(log N) with N the delayed jobs",
 )

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echomq.engine import transitions as t
-from echomq.engine.calls import Call, Payload, QueueCalls, payload_bytes, priority_args
+from echomq.engine.calls import Call, Payload, QueueCalls, payload_bytes
+from echomq.engine.deadlines import priority_args
 from echomq.engine.errors import ArgumentError
 from echomq.engine.native import checked_claim_id, checked_id, checked_int, checked_now
 
@@ -62,3 +63,17 @@ def unique_call(calls: QueueCalls, unique: Unique, job_id: str, payload: Payload
         checked_int("delay_ms", delay_ms, 0), *priority_args(priority))
     keys = t.keys_for(calls.base, t.ENQUEUE_UNIQUE, job_id, unique.key, events=calls.events)
     return t.ENQUEUE_UNIQUE, keys, args
+
+
+def admission_call(calls: QueueCalls, unique: Unique | None, job_id: str, payload: Payload,
+                   lane: str | None, now: int | None, delay_ms: int, at_ms: int | None,
+                   priority: int, deadline: int | None) -> Call:
+    """What ``Queue.enqueue`` sends: the unique enqueue in ``unique``'s mode (a flat job, no
+    ``at_ms``, no deadline: ArgumentError otherwise), else the plain admission."""
+    if unique is None:
+        return calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms, priority, deadline)
+    if lane is not None or at_ms is not None:
+        raise ArgumentError(f"{unique.mode}= takes a flat job without at_ms")
+    if deadline is not None:
+        raise ArgumentError(f"{unique.mode}= takes no expires_in or expires_at")
+    return unique_call(calls, unique, job_id, payload, now, delay_ms, priority)

@@ -7,7 +7,11 @@
     KEYS[5] <base>events            optional: the queue's events (stream), the last key
     ARGV[1] lease_ms         integer >= 1
     ARGV[2] now              ms, or * for the server clock
-  Derived: <base>job:<id> of each id walked.
+  Derived: <base>job:<id> of each id walked; for each job whose deadline now meets (its row's
+  expires_at, at most 100 a call), <base>dead, <base>ended:<id>, <base>counts and the keys of
+  its end hook (include/dependents.lua): it goes dead with the error 'expired' instead of being
+  leased, and the walk goes on to the next job; a walk that stops at that bound leaves one
+  wake token in <base>wake (derived, checked after them), so a consumer claims again at once.
   The lease is (id, fence): the counter's next value, also written to the row's fence field.
   While the queue is paused (<base>paused present, see lane_pause) nothing is leased: null.
   The queue's limits (<base>queueconf, derived, after paused; include/queue_limits.lua): at its
@@ -19,12 +23,15 @@
 ]]
 --- @include "args"
 --- @include "claims"
+--- @include "dependents"
+--- @include "derived"
 --- @include "errors"
 --- @include "events"
 --- @include "keys"
 --- @include "numbers"
 --- @include "queue_limits"
 --- @include "records"
+--- @include "wake"
 if #KEYS < 3 or #KEYS > 5 or #ARGV ~= 2 then return arity_error('CLAIM', 3, 2) end
 local base = keys_base({ 'pending', 'active', 'fence' })
 local record_key, events_key = optional_keys(base, 3, true)
@@ -48,9 +55,21 @@ if paused == nil then return failure end
 if paused then return false end
 local limits, limits_failure = queue_limits(base, now)
 if limits == nil then return limits_failure end
-local claims, ghosts, err = plan_claims(base, pending, 1)
+local claims, ghosts, expired, err = plan_claims(base, pending, 1, now)
 if claims == nil then return err end
+local join = new_join(base, now, events_key)
+for i = 1, #expired do
+  local failure = plan_expire(join, expired[i].id, expired[i].row)
+  if failure then return failure end
+end
+local wake_key = #expired >= EXPIRED_MAX and base .. 'wake' or nil
+if wake_key then
+  local failure = check_derived(wake_key, 'list')
+  if failure then return failure end
+end
 for i = 1, #ghosts do redis.call('ZREM', pending, ghosts[i]) end
+apply_steps(join)
+if wake_key then wake(wake_key, 1) end
 if #claims == 0 or limited_take(limits, active, 1) == 0 then
   note_queue_limits(base, limits, active, pending, 0)
   return false

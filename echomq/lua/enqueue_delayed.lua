@@ -11,6 +11,8 @@
     ARGV[4] delay_ms         integer >= 0
     ARGV[5] at_ms            integer >= 0, an absolute due time (0: none)
     ARGV[6] priority         optional: -100 to 100, higher claimed first (0 when left off)
+    ARGV[7] expires_at       optional: ms on now's clock; a claim meeting it (at or after) ends the
+                             job dead with the error 'expired' (0 or left off: no deadline)
   One wake token, so a parked consumer looks again at when the next job falls due.
   Replies: +ENQUEUED | +DUPLICATE | EMQARITY, EMQKIND, EMQKEYS, EMQNUM, WRONGTYPE errors.
 ]]
@@ -22,8 +24,8 @@
 --- @include "numbers"
 --- @include "priority"
 --- @include "wake"
-if #KEYS < 3 or #KEYS > 4 or #ARGV < 5 or #ARGV > 6 then
-  return optional_arity_error('ENQUEUE_DELAYED', 3, 5, 6)
+if #KEYS < 3 or #KEYS > 4 or #ARGV < 5 or #ARGV > 7 then
+  return optional_arity_error('ENQUEUE_DELAYED', 3, 5, 7)
 end
 local id = ARGV[1]
 if not id_ok(id) then return redis.error_reply(E_KIND) end
@@ -37,12 +39,15 @@ local at_ms = int_arg(ARGV[5], 0)
 if at_ms == nil then return number_error('at_ms', 0) end
 local priority = optional_priority(6)
 if priority == nil then return redis.error_reply(E_PRIORITY) end
+local expires_at = 0
+if #ARGV > 6 then expires_at = int_arg(ARGV[7], 0) end
+if expires_at == nil then return number_error('expires_at', 0) end
 if not types_ok({ 'hash', 'zset', 'list' }) then return redis.error_reply(E_TYPE) end
 if events_key and not events_type_ok(events_key) then return redis.error_reply(E_TYPE) end
 
 local row, delayed, wake_key = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('EXISTS', row) == 1 then return redis.status_reply('DUPLICATE') end
-new_row(row, ARGV[2], now, priority)
+new_row(row, ARGV[2], now, priority, nil, expiry_fields(expires_at))
 redis.call('ZADD', delayed, dec(math.max(now + delay_ms, at_ms)), id)
 wake(wake_key, 1)
 emit(events_key, 'enqueued', id, 0, now, 'due', dec(math.max(now + delay_ms, at_ms)),

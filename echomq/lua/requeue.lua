@@ -1,6 +1,7 @@
 --[[
   requeue: a dead job runs again — back to pending (now) or the tail of its lane, with a fresh
-  count of attempts; its last error stays on the row. The queue's fence counter is not reset, so
+  count of attempts and no deadline (an expired job runs: its expires_at goes); its last error
+  stays on the row. The queue's fence counter is not reset, so
   a lease of the job's earlier life stays stale. Scripts only: an operator's tool.
     KEYS[1] <base>dead       jobs that used up their attempts (zset)
     KEYS[2] <base>pending    flat jobs ready to run (zset)
@@ -51,6 +52,7 @@ if move.lane then -- its group may be parked: read before the lane's job joins t
 end
 redis.call('ZREM', dead, id)
 redis.call('HSET', row, 'a', '0')
+redis.call('HDEL', row, 'expires_at')
 redis.call('DEL', ended)
 if move.lane then
   push_lane(ring, move, 'RPUSH')

@@ -23,7 +23,8 @@
   the first's replay, STALE for a release); release hands a lease back unrun: the job goes where recover would put it (a flat job to
   pending at its enqueued_at in its priority's band, a lane job to its lane's head), its attempt is uncounted (never below
   0; the fence counter is not rewound) and a wake token is left. Then jobs are leased as claim
-  leases them, ghosts on the way dropped. The claim walk is planned before anything is written, so
+  leases them, ghosts on the way dropped, jobs whose deadline now meets ended dead (as claim ends them,
+  a wake token when the walk stops at its bound). The claim walk is planned before anything is written, so
   a job released by this call is not claimed by it. While the queue is paused (<base>paused
   present) no job is leased; the queue's limits (<base>queueconf, read after paused when count > 0)
   cut the jobs leased to what fits after the items. A lease of a lane job that leaves active gives its group's slot back.
@@ -197,8 +198,14 @@ for n = 1, #items do
   if err == nil then err = plan_item_hook(item) end
   if err then return err end
 end
-local claims, ghosts, err = plan_claims(base, pending, count)
+local claims, ghosts, expired, err = plan_claims(base, pending, count, now)
 if claims == nil then return err end
+local expired_from = #join.steps + 1
+for n = 1, #expired do
+  local failure = plan_expire(join, expired[n].id, expired[n].row)
+  if failure then return failure end
+end
+local expired_to = #join.steps
 -- Each lease takes the next fence: a batch the counter cannot number to its end is refused.
 if last_fence + #claims > FENCE_MAX + 1 then return redis.error_reply(E_FENCE) end
 
@@ -231,6 +238,8 @@ end
 
 if recorded then return { verdicts, held_leases(active, recorded) } end
 for n = 1, #ghosts do redis.call('ZREM', pending, ghosts[n]) end
+apply_steps(join, expired_from, expired_to)
+if #expired >= EXPIRED_MAX then wake(wake_key, 1) end -- the walk stopped at its bound
 local jobs, leases = {}, {}
 local take = limits and limited_take(limits, active, #claims) or 0
 for n = 1, take do

@@ -14,7 +14,9 @@ Per queue and task (labels ``queue``, ``task``), counted in the process that run
 
 Per queue and state, read from the server at scrape time by ``QueueDepths``:
 ``echomq_queue_depth{queue, state}`` for pending, active, delayed, dead and lanes (the jobs
-waiting in the queue's lanes), and ``echomq_server_up`` (0 when the last read failed).
+waiting in the queue's lanes), ``echomq_jobs_expired_total{queue}`` (the jobs a claim found past
+their deadline and ended dead, ``expired``: counted by the server, as no worker ran them) and
+``echomq_server_up`` (0 when the last read failed).
 
 ``PrometheusHooks`` counts a task's attempts (the task layer's hooks); ``instrument`` wraps a plain
 handler. ``echomq worker --metrics-port P`` serves them (counting an App's tasks with
@@ -37,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
@@ -196,32 +198,42 @@ class QueueDepths(Collector):
         self.conn = conn
         self.queues = None if queues is None else list(queues)
 
-    def describe(self) -> Iterable[GaugeMetricFamily]:
-        return [_depth_family(), _up_family()]  # names only: registering reads nothing
+    def describe(self) -> Iterable[Metric]:
+        # names only: registering reads nothing
+        return [_depth_family(), _up_family(), _expired_family()]
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        depths, up = _depth_family(), _up_family()
+    def collect(self) -> Iterable[Metric]:
+        depths, up, expired = _depth_family(), _up_family(), _expired_family()
         try:
             for name, counts in self.read().items():
                 for state in DEPTH_STATES:
                     depths.add_metric([name, state], counts[state])
+                expired.add_metric([name], counts["expired"])
         except twins(RedisError) as exc:
             log.warning("queue depths not read: %s", exc)
             up.add_metric([], 0)
             return [up]
         up.add_metric([], 1)
-        return [depths, up]
+        return [depths, up, expired]
 
     def read(self) -> dict[str, dict[str, int]]:
-        """Each queue's counts by state, by queue name."""
+        """Each queue's counts by state, and the jobs it ended expired, by queue name."""
         names = queue_names(self.conn) if self.queues is None else self.queues
-        return {name: recorded_queue(self.conn, name, check_policy=False).counts()
-                for name in names}
+        found = {}
+        for name in names:
+            queue = recorded_queue(self.conn, name, check_policy=False)
+            found[name] = {**queue.counts(), "expired": queue.expired_count()}
+        return found
 
 
 def _depth_family() -> GaugeMetricFamily:
     return GaugeMetricFamily("echomq_queue_depth", "Jobs in a queue by state (lanes: waiting in "
                              "the queue's lanes)", labels=["queue", "state"])
+
+
+def _expired_family() -> CounterMetricFamily:
+    return CounterMetricFamily("echomq_jobs_expired", "Jobs a claim found past their deadline "
+                               "and ended dead with the error expired", labels=["queue"])
 
 
 def _up_family() -> GaugeMetricFamily:

@@ -2,7 +2,8 @@
 ``max_count`` of them, none dead for ``max_age_ms`` or longer (``<base>deadconf``, a hash; a
 field absent: its default, 10,000 jobs and 180 days; 0: no bound of that kind). Housekeeping
 trims what is over them (``trim_dead``, in ``recover_due``); an operator sets them here, with a
-plain ``HSET`` / ``HDEL``, each value checked before anything is sent."""
+plain ``HSET`` / ``HDEL``, each value checked before anything is sent. And how many jobs claims
+ended dead as expired (``<base>counts``, docs/PROTOCOL.md "Expiry")."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from echomq.engine.program import Program, Reads, method, op
 from echomq.engine.transitions import DEAD_BOUNDS, ERRORS
 
 DEADCONF_ROLE = "deadconf"
+# What the transitions count for the operator (docs/PROTOCOL.md, "Expiry"): a hash.
+COUNTS_ROLE = "counts"
 # A bound passed as ``...`` keeps its value; None clears it (its default applies again).
 Bound = int | None | types.EllipsisType
 
@@ -77,6 +80,14 @@ class DeadControls:
         values = yield Reads(self.conn, [method("hmget", self.calls.key(DEADCONF_ROLE),
                                                 list(DEAD_BOUNDS))])
         return bounds_of(values[0])
+
+    @op
+    def expired_count(self) -> Program[int]:
+        """How many jobs claims ended dead as expired on this queue, all time (``<base>counts``
+        ``expired``; absent or not an integer: 0)."""
+        values = yield Reads(self.conn, [method("hget", self.calls.key(COUNTS_ROLE), "expired")])
+        raw = "" if values[0] is None else text(values[0])
+        return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 15 else 0
 
     @op
     def set_dead_bounds(self, *, max_count: Bound = ...,

@@ -39,13 +39,13 @@ from echomq.engine.calls import (
     settled,
 )
 from echomq.engine.clients import twins
-from echomq.engine.errors import ArgumentError
+from echomq.engine.deadlines import deadline_ms
 from echomq.engine.execution import ExecutorMethods
 from echomq.engine.once import lost_reply
 from echomq.engine.produce import admitted, batch_verdicts, enqueue_many_calls, item_verdicts
 from echomq.engine.program import Invoke, Program, Reads, method, op, preceded
 from echomq.engine.rows import Layout
-from echomq.engine.unique import unique_call, unique_options
+from echomq.engine.unique import admission_call, unique_options
 from echomq.engine.wire import Wire
 from echomq.queue.bounds import HOUSEKEEPING_STEP, TRIM_STEPS, Housekept, more_due
 from echomq.queue.dead import DeadControls
@@ -174,7 +174,9 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
                 delay_ms: int = 0, at_ms: int | None = None, priority: int = 0,
                 now: int | None = None, dedupe: str | None = None, dedupe_ms: int | None = None,
                 debounce: str | None = None, debounce_ms: int | None = None,
-                throttle: str | None = None, throttle_ms: int | None = None) -> Program[Verdict]:
+                throttle: str | None = None, throttle_ms: int | None = None,
+                expires_in_ms: int | None = None, expires_at_ms: int | None = None,
+                ) -> Program[Verdict]:
         """Admit a job once: ENQUEUED, or DUPLICATE when its row exists. KindError on a bad id;
         TypeError, before anything is sent, for a payload that is not str or bytes-like.
 
@@ -195,13 +197,13 @@ class QueueMethods(LaneControls, DeadControls, EventReads, ResultReads, GraphAdm
         ``A-Z a-z 0-9 . _ : -``; its window ``<mode>_ms``; flat jobs, no ``at_ms``): DUPLICATE
         while the key's job lives (and ``dedupe_ms`` after it ends); DEBOUNCED when the key's
         job still waits in delayed (its payload replaced, due ``debounce_ms`` from now);
-        THROTTLED while a job of the key was admitted in the last ``throttle_ms``."""
+        THROTTLED while a job of the key was admitted in the last ``throttle_ms``.
+
+        ``expires_in_ms`` or ``expires_at_ms``: a flat job's deadline (echomq.engine.deadlines)."""
         unique = unique_options(dedupe, dedupe_ms, debounce, debounce_ms, throttle, throttle_ms)
-        if unique is not None and (lane is not None or at_ms is not None):
-            raise ArgumentError(f"{unique.mode}= takes a flat job without at_ms")
-        call = (unique_call(self.calls, unique, job_id, payload, now, delay_ms, priority)
-                if unique else self.calls.enqueue(job_id, payload, lane, now, delay_ms, at_ms,
-                                                  priority))
+        call = admission_call(self.calls, unique, job_id, payload, lane, now, delay_ms, at_ms,
+                              priority, deadline_ms(now, expires_in_ms, expires_at_ms,
+                                                    time.time_ns))
         started = time.monotonic()
         try:
             verdict = yield from self._sent(call, Verdict.of)

@@ -160,7 +160,9 @@ class ShardedMethods(ShardedControls, QueueMethods):
                 delay_ms: int = 0, at_ms: int | None = None, priority: int = 0,
                 now: int | None = None, dedupe: str | None = None, dedupe_ms: int | None = None,
                 debounce: str | None = None, debounce_ms: int | None = None,
-                throttle: str | None = None, throttle_ms: int | None = None) -> Program[Verdict]:
+                throttle: str | None = None, throttle_ms: int | None = None,
+                expires_in_ms: int | None = None,
+                expires_at_ms: int | None = None) -> Program[Verdict]:
         """Admit a job once, on its shard (``shard_of``), as ``Queue.enqueue`` does. ``dedupe``,
         ``debounce`` and ``throttle`` are refused (ShardError): jobs of one key may have ids of
         different shards, so the key could not be kept exact."""
@@ -170,7 +172,8 @@ class ShardedMethods(ShardedControls, QueueMethods):
         shard = self._shards[self.shard_of(job_id, lane)]
         return (yield from M.enqueue.program(shard, job_id, payload, lane=lane,
                                              delay_ms=delay_ms, at_ms=at_ms, priority=priority,
-                                             now=now))
+                                             now=now, expires_in_ms=expires_in_ms,
+                                             expires_at_ms=expires_at_ms))
 
     @op
     def enqueue_many(self, items: Iterable[Item], *, now: int | None = None,

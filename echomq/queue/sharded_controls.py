@@ -130,6 +130,14 @@ class ShardedControls:
         return (yield from DeadControls.dead_bounds.program(self._shards[0]))
 
     @op
+    def expired_count(self) -> Program[int]:
+        """The jobs claims ended expired, summed over the shards."""
+        total = 0
+        for shard in self._shards:
+            total += yield from DeadControls.expired_count.program(shard)
+        return total
+
+    @op
     def set_dead_bounds(self, *, max_count: Bound = ...,
                         max_age_ms: Bound = ...) -> Program[DeadBounds]:
         """Set the bounds of dead jobs on every shard: each shard keeps up to ``max_count``."""

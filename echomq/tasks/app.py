@@ -32,7 +32,7 @@ from echomq.engine.wire import Wire, wire_of
 from echomq.queue.blocking import Queue
 from echomq.queue.limits import Limit, QueueLimits
 from echomq.tasks.attempts import Attempt, Directive, Unrunnable, task_error_text
-from echomq.tasks.calling import Parent, TaskCall, at_ms
+from echomq.tasks.calling import Parent, TaskCall, at_ms, expiry_options
 from echomq.tasks.canvas import TaskSignature
 from echomq.tasks.envelope import (
     UNKEPT_RESULT,
@@ -443,7 +443,8 @@ class Task(Generic[P, R]):
                      at: datetime.datetime | None = None,
                      lane: str | None = None, queue: str | None = None,
                      priority: int | None = None, after: Sequence[Parent] | None = None,
-                     policy: str = "fail",
+                     policy: str = "fail", expires_in: float | None = None,
+                     expires_at: datetime.datetime | float | None = None,
                      **unique: UniqueKey | int | None) -> TaskCall[P, R]:
         """This task with per-call options, kept apart from the task's own arguments:
         ``job_id`` (the idempotency key: a second enqueue of it is a DUPLICATE), ``delay_ms``
@@ -452,7 +453,9 @@ class Task(Generic[P, R]):
         ``after`` (handles or job ids of the same queue: the job waits until each of them
         ended) and ``policy`` (what a dead one does to it: "fail", "ignore" or "continue");
         ``dedupe``, ``debounce`` or ``throttle`` and its ``<mode>_ms`` (as ``@app.task``'s;
-        any given replace the task's)."""
+        any given replace the task's); ``expires_in`` (seconds from the enqueue) or
+        ``expires_at`` (an aware datetime or epoch seconds): not started by then, the job is
+        dead with the error "expired"."""
         if delay_ms and at is not None:
             raise ValueError("give delay_ms or at, not both")
         if priority is not None:
@@ -461,7 +464,8 @@ class Task(Generic[P, R]):
                         at_ms=None if at is None else at_ms(at), lane=lane, queue=queue,
                         priority=self.priority if priority is None else priority,
                         after=None if after is None else tuple(after), policy=policy,
-                        unique=unique_of(self.with_options, **unique) if unique else self.unique)
+                        unique=unique_of(self.with_options, **unique) if unique else self.unique,
+                        **expiry_options(expires_in, expires_at))
 
     # the worker side ----------------------------------------------------------------------------
 

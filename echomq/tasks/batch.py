@@ -63,6 +63,12 @@ class BatchOptions(Protocol):
     @property
     def unique(self) -> dict[str, Any] | None: ...
 
+    @property
+    def expires_in_ms(self) -> int | None: ...
+
+    @property
+    def expires_at_ms(self) -> int | None: ...
+
 
 @dataclass(frozen=True)
 class Batch(Generic[R]):
@@ -99,9 +105,10 @@ def _refused(options: BatchOptions) -> str | None:
     """Why ``options`` cannot send a batch: a per-job option, or one of a single enqueue."""
     if options.job_id is not None:
         return "job_id= names one job: give each call its own, task.s(...).set(job_id=...)"
-    if options.at_ms is not None or options.after is not None or options.unique:
-        return ("at=, after=, dedupe, debounce and throttle take one enqueue at a time: "
-                "enqueue_many takes lane, queue, priority and delay_ms")
+    if options.at_ms is not None or options.after is not None or options.unique \
+            or options.expires_in_ms is not None or options.expires_at_ms is not None:
+        return ("at=, after=, dedupe, debounce, throttle, expires_in and expires_at take one "
+                "enqueue at a time: enqueue_many takes lane, queue, priority and delay_ms")
     return None
 
 

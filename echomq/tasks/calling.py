@@ -1,6 +1,7 @@
 """One call of a task with per-call options (``Task.with_options``): the job id, a delay or a
-due time, a lane, a queue, a priority, and the jobs it waits on (``after``: it is admitted
-waiting, ``Queue.enqueue_after``, and runs once each of them ended, under ``policy``)."""
+due time, a lane, a queue, a priority, a deadline (``expires_in``, ``expires_at``), and the jobs
+it waits on (``after``: it is admitted waiting, ``Queue.enqueue_after``, and runs once each of
+them ended, under ``policy``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
+from echomq.engine.deadlines import epoch_ms, seconds_ms
+from echomq.engine.errors import ArgumentError
 from echomq.engine.graph_calls import checked_policy
 from echomq.engine.partial import PartialAdmission
 from echomq.queue.ids import new_job_id
@@ -34,6 +37,20 @@ def at_ms(at: datetime.datetime) -> int:
     if at.tzinfo is None:
         raise ValueError("at= takes a timezone-aware datetime (a naive one has no single time)")
     return round(at.timestamp() * 1000)
+
+
+def expiry_options(expires_in: float | None,
+                   expires_at: datetime.datetime | float | None) -> dict[str, int]:
+    """``with_options``' deadline as ``TaskCall``'s fields, checked now (ArgumentError for both,
+    a negative or non-finite number, a naive datetime): ``expires_in_ms`` is counted from each
+    enqueue, ``expires_at_ms`` is epoch ms."""
+    if expires_in is not None and expires_at is not None:
+        raise ArgumentError("give expires_in or expires_at, not both")
+    if expires_in is not None:
+        return {"expires_in_ms": seconds_ms("expires_in", expires_in)}
+    if expires_at is not None:
+        return {"expires_at_ms": epoch_ms("expires_at", expires_at)}
+    return {}
 
 
 class CalledTask(HandledTask, Protocol):
@@ -86,13 +103,21 @@ class TaskCall(Generic[P, R]):
     after: tuple[Parent, ...] | None = None
     policy: str = "fail"
     unique: dict[str, Any] | None = None
+    expires_in_ms: int | None = None
+    expires_at_ms: int | None = None
 
     def __post_init__(self) -> None:
         checked_policy(self.policy)
         if self.after is not None and (self.delay_ms or self.at_ms is not None or self.lane
-                                       or self.unique):
+                                       or self.unique or self._deadline()):
             raise ValueError("a job with after= runs once its parents ended: give no delay, "
-                             "at, lane, dedupe, debounce or throttle with it")
+                             "at, lane, dedupe, debounce, throttle or expiry with it")
+
+    def _deadline(self) -> dict[str, int]:
+        """The deadline options for ``Queue.enqueue``: none without a deadline."""
+        if self.expires_in_ms is not None:
+            return {"expires_in_ms": self.expires_in_ms}
+        return {} if self.expires_at_ms is None else {"expires_at_ms": self.expires_at_ms}
 
     def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
         """``Task.s`` with this call's ``job_id`` and ``priority`` (a workflow's jobs go to its
@@ -106,7 +131,7 @@ class TaskCall(Generic[P, R]):
     def _signature(self, args: tuple[Any, ...], kwargs: dict[str, Any], *,
                    immutable: bool) -> TaskSignature:
         if self.delay_ms or self.at_ms is not None or self.lane or self.queue \
-                or self.after is not None:
+                or self.after is not None or self._deadline():
             raise ValueError("a workflow's task takes job_id and priority only: its jobs go to "
                              "the workflow's queue, each as soon as its parents ended")
         if self.unique:
@@ -168,7 +193,7 @@ class TaskCall(Generic[P, R]):
             after = None if self.after is None else parent_ids(self.after, queue.name)
             yield Admission(queue, job_id, payload,
                             {"lane": self.lane, "priority": self.priority, **self._timing(),
-                             **resolved(self.unique or {}, args, kwargs)},
+                             **self._deadline(), **resolved(self.unique or {}, args, kwargs)},
                             after, self.policy)
 
     def _timing(self) -> dict[str, int]:

@@ -4,7 +4,7 @@
 records (``records``), cancel (``cancel``), the bounds of dead jobs (``dead``), flat priority
 (``priority``), dependencies with the join (``after``), the unique enqueue (``unique``), the
 queue-wide limits (``limits``), the producer's batch (``many``), rows of the earlier
-layout (``layout``) and durable steps (``steps``), then every one of them
+layout (``layout``), durable steps (``steps``) and expiry (``expiry``), then every one of them
 again with the events stream declared
 (``events``); each family imports only ``common``, and only this module gathers them."""
 
@@ -19,6 +19,7 @@ from echomq.conformance.cases.cancel import cancel_cases
 from echomq.conformance.cases.common import Case
 from echomq.conformance.cases.dead import trim_dead_cases
 from echomq.conformance.cases.events import event_cases
+from echomq.conformance.cases.expiry import expiry_cases
 from echomq.conformance.cases.generic import generic_cases
 from echomq.conformance.cases.lane_priority import lane_priority_cases
 from echomq.conformance.cases.lanes import lane_cases
@@ -42,7 +43,8 @@ def all_cases() -> list[Case]:
              *flat.ack_result_cases(), *lane_cases(), *replay_cases(),
              *record_cases(), *flat.progress_cases(), *cancel_cases(), *trim_dead_cases(),
              *priority_cases(), *lane_priority_cases(), *join_cases(), *unique_cases(),
-             *limit_cases(), *many_cases(), *layout_cases(), *step_cases()]
+             *limit_cases(), *many_cases(), *layout_cases(), *step_cases(),
+             *expiry_cases()]
     cases += event_cases(cases)
     counts = Counter(case.id for case in cases)
     duplicates = {i for i, n in counts.items() if n > 1}

@@ -82,7 +82,7 @@ def admission_cases(name: str) -> Iterator[Case]:
                     b"+ENQUEUED")
     for label, priority in BAD_PRIORITIES:
         yield _case(name, f"priority-bad-{label}", with_priority(name, priority), E_PRIORITY)
-    yield _case(name, "priority-two-extra-args", [*with_priority(name, "5"), "5"], E_ARITY)
+    yield _case(name, "priority-three-extra-args", [*with_priority(name, "5"), "5", "5"], E_ARITY)
     yield _case(name, "priority-bad-after-bad-now", with_priority(name, "abc", now="x"),
                 b"-EMQNUM now ")
     yield _case(name, "priority-bad-before-wrong-type", with_priority(name, "abc"), E_PRIORITY,

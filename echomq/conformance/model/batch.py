@@ -26,8 +26,11 @@ class BatchTransitions(FlatTransitions):
         spans = [self.item_hook(j, call, item, current) for item in call.items]
         if j.failed:
             return j.refusal()
-        claims, ghosts = self.plan_claims(call.base, pending, count)
-        if call.numbers["last_fence"] + len(claims) > INT_MAX:
+        walk = self.plan_claims(call.base, pending, count, call.numbers["now"])
+        expired = self.plan_walk_end(j, walk, call.keys[6])
+        if isinstance(expired, bytes):
+            return expired
+        if call.numbers["last_fence"] + len(walk.claims) > INT_MAX:
             return error(E_FENCE)
         verdicts = []
         for item, span in zip(call.items, spans, strict=True):
@@ -35,9 +38,10 @@ class BatchTransitions(FlatTransitions):
             self.apply_steps(j, span)
         if call.recorded is not None:
             return b"*2\r\n" + array(verdicts) + array(self.held(call, active))
-        for ghost in ghosts:
+        for ghost in walk.ghosts:
             self.zrem(pending, ghost)
-        return b"*2\r\n" + array(verdicts) + array(self._claim_part(call, limits, claims))
+        self.apply_walk_end(j, walk, expired, call.keys[6])
+        return b"*2\r\n" + array(verdicts) + array(self._claim_part(call, limits, walk.claims))
 
     def _claim_part(self, call: Call, limits: Any, claims: list[bytes]) -> list[bytes]:
         """settle's claim part: the planned claims leased, as far as the queue's limits let."""
@@ -75,18 +79,6 @@ class BatchTransitions(FlatTransitions):
         if item.op == b"retry" and int_field(self.field(row, b"a"), 0) >= item.max_attempts:
             return self.plan_end(j, item.id, row, "dead", item.error)
         return None
-
-    def plan_claims(self, base: bytes, pending: bytes, count: int) -> tuple[list[bytes],
-                                                                            list[bytes]]:
-        """claim's walk for up to ``count`` live rows, and the ghosts met on the way."""
-        claims: list[bytes] = []
-        ghosts: list[bytes] = []
-        for member, _score in self.zitems(pending):
-            if len(claims) == count:
-                break
-            live = self.kind(base + b"job:" + member) == b"hash"
-            (claims if live else ghosts).append(member)
-        return claims, ghosts
 
     def settle_item(self, call: Call, item: Item) -> str:
         row = call.base + b"job:" + item.id

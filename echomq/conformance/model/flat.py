@@ -4,7 +4,8 @@ progress."""
 from __future__ import annotations
 
 from echomq.conformance.model.call import Call, Item
-from echomq.conformance.model.join import Join, Joins
+from echomq.conformance.model.expiry import Expiry
+from echomq.conformance.model.join import Join
 from echomq.conformance.model.lane_slots import release_lane_slot
 from echomq.conformance.model.limits import limited_take, note_queue_limits, queue_limits
 from echomq.conformance.model.records import Records
@@ -18,7 +19,7 @@ def priority_of(call: Call) -> int:
     return call.numbers.get("priority", 0)
 
 
-class FlatTransitions(Records, Joins):
+class FlatTransitions(Records, Expiry):
     """The single verbs applied to the keyspace."""
 
     def admit(self, call: Call, score: int, delayed: bool = False) -> bytes:
@@ -32,6 +33,8 @@ class FlatTransitions(Records, Joins):
         fields = {b"p": payload, b"t": dec(call.numbers["now"])}
         if priority_of(call):
             fields[b"priority"] = dec(priority_of(call))
+        if call.numbers.get("expires_at", 0):
+            fields[b"expires_at"] = dec(call.numbers["expires_at"])
         self.keys[row] = Value(b"hash", fields)
         self.zadd(waiting, score, job_id)
         self.wake(wake_key, 1)
@@ -56,23 +59,27 @@ class FlatTransitions(Records, Joins):
         limits = queue_limits(self, call.base, call.numbers["now"])
         if limits is None:
             return error(E_TYPE)
-        for member, _score in self.zitems(pending):
-            row = call.base + b"job:" + member
-            if self.kind(row) != b"hash":
-                self.zrem(pending, member)
-                continue  # a ghost: dropped, never returned
-            if limited_take(self, limits, active, 1) == 0:
-                break
-            self.zrem(pending, member)
-            attempt, fence = self.lease(call, row, member, active, counter)
-            self.emit("claimed", member, attempt, fence=fence)
-            self.write_record(call, [(member, fence)])
-            note_queue_limits(self, call.base, limits, active, pending, 1)
-            payload = self.hget(row, b"p") or b""
-            return (b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt)
-                    + integer(fence))
-        note_queue_limits(self, call.base, limits, active, pending, 0)
-        return null(self.protocol)
+        now = call.numbers["now"]
+        walk = self.plan_claims(call.base, pending, 1, now)
+        j = Join(call.base, now)
+        span = self.plan_walk_end(j, walk, call.base + b"wake")
+        if isinstance(span, bytes):
+            return span
+        for ghost in walk.ghosts:
+            self.zrem(pending, ghost)  # a ghost: dropped, never returned
+        self.apply_walk_end(j, walk, span, call.base + b"wake")
+        if not walk.claims or limited_take(self, limits, active, 1) == 0:
+            note_queue_limits(self, call.base, limits, active, pending, 0)
+            return null(self.protocol)
+        member = walk.claims[0]
+        row = call.base + b"job:" + member
+        self.zrem(pending, member)
+        attempt, fence = self.lease(call, row, member, active, counter)
+        self.emit("claimed", member, attempt, fence=fence)
+        self.write_record(call, [(member, fence)])
+        note_queue_limits(self, call.base, limits, active, pending, 1)
+        payload = self.hget(row, b"p") or b""
+        return b"*4\r\n" + bulk(member) + bulk(payload) + integer(attempt) + integer(fence)
 
     def lease(self, call: Call, row: bytes, member: bytes, active: bytes,
               counter: bytes) -> tuple[int, int]:

@@ -142,6 +142,7 @@ class Movers(Joins):
             return error(E_TYPE)
         self.zrem(dead, job_id)
         self.keys[row].data[b"a"] = b"0"
+        self.keys[row].data.pop(b"expires_at", None)  # the operator's run: no deadline now
         self.keys.pop(call.base + b"ended:" + job_id, None)
         self.put_back(call.base, ring, pending, plan[0][0], head=False)
         self.wake(wake_key, 1)

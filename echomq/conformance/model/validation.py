@@ -169,12 +169,17 @@ class Validation(Records):
         record, events = optional
         return Call(keys, args, base, record=record, events=events)
 
-    @staticmethod
-    def _optional(call: Call, names: Sequence[str], words: Sequence[bytes]) -> bytes | None:
-        """The optional arguments given, after the fixed ones (one left off reads as 0)."""
+    def _optional(self, call: Call, names: Sequence[str], words: Sequence[bytes]) -> bytes | None:
+        """The optional arguments given, after the fixed ones (one left off reads as 0): the
+        priority, then a deadline, an integer as the fixed ones are."""
         for name in names:
             call.numbers[name] = 0
         for name, word in zip(names, words, strict=False):
+            if name != "priority":
+                failure = self._number(call, name, word)
+                if failure is not None:
+                    return failure
+                continue
             value = priority_arg(word)
             if value is None:
                 return error(E_PRIORITY)

@@ -13,7 +13,8 @@ LLONG_MAX = 2**63 - 1
 
 # The minimum of every integer argument; "now" and free-form bytes are absent.
 MINIMUM = {"fence": 1, "lease_ms": 1, "retention_ms": 0, "delay_ms": 0, "max_attempts": 1,
-           "limit": 1, "count": 0, "at_ms": 0, "seal": 0, "period_ms": 0}
+           "limit": 1, "count": 0, "at_ms": 0, "seal": 0, "period_ms": 0,
+           "expires_at": 0}
 
 _ID = re.compile(rb"JOB:[A-Za-z0-9._:-]{1,200}\Z")
 _INT = re.compile(rb"[0-9]{1,15}\Z")

@@ -16,3 +16,10 @@ local function new_row(row, payload, now, priority, group, extra)
   for _, v in ipairs(extra or {}) do fields[#fields + 1] = v end
   redis.call('HSET', row, unpack(fields))
 end
+
+-- The extra fields of a job admitted with a deadline (expires_at above 0): its row's expires_at,
+-- which a claim meeting it reads (include/claims.lua); none without one.
+local function expiry_fields(expires_at)
+  if expires_at == 0 then return nil end
+  return { 'expires_at', dec(expires_at) }
+end

@@ -44,27 +44,42 @@ local function lease(row, id, active, fence_key, last_fence, deadline)
   return attempt, fence, f[2] or ''
 end
 
--- The walk of claim, for up to count jobs: from pending's lowest entry, live rows to lease and
--- ghosts (no row, or a row of another type) to drop, every row checked before anything is
--- written. Returns claims ({id, row} each), ghosts, or nil, nil, the error reply.
-local function plan_claims(base, pending, count)
-  local claims, ghosts = {}, {}
+-- The most expired jobs one walk ends (echomq/engine/transitions.py EXPIRED_MAX): a queue full
+-- of jobs past their deadline is cleared a bounded piece a call.
+local EXPIRED_MAX = 100
+
+-- Whether the row's deadline (expires_at, from an enqueue given one) is met by now: an integer
+-- from 1 at most now. Absent, 0 or not an integer: no deadline.
+local function expired_by(row, now)
+  local at = int_field(redis.call('HGET', row, 'expires_at'), 0)
+  return at > 0 and at <= now
+end
+
+-- The walk of claim, for up to count jobs: from pending's lowest entry, live rows to lease,
+-- ghosts (no row, or a row of another type) to drop and rows whose deadline now meets to end
+-- (at most EXPIRED_MAX: the walk stops at the bound), every row checked before anything is
+-- written. Returns claims, ghosts and expired ({id, row} each but ghosts), or nil, nil, nil, the
+-- error reply.
+local function plan_claims(base, pending, count, now)
+  local claims, ghosts, expired = {}, {}, {}
   local rank = 0
-  while #claims < count do
+  while #claims < count and #expired < EXPIRED_MAX do
     local head = redis.call('ZRANGE', pending, rank, rank)
     if #head == 0 then break end
     local row = base .. 'job:' .. head[1]
-    if not may_access(row) then return nil, nil, redis.error_reply(E_PERM) end
+    if not may_access(row) then return nil, nil, nil, redis.error_reply(E_PERM) end
     local row_type = derived_type(row)
-    if row_type == nil then return nil, nil, redis.error_reply(E_MOVING) end
-    if row_type == 'hash' then
-      claims[#claims + 1] = { id = head[1], row = row }
-    else
+    if row_type == nil then return nil, nil, nil, redis.error_reply(E_MOVING) end
+    if row_type ~= 'hash' then
       ghosts[#ghosts + 1] = head[1]
+    elseif expired_by(row, now) then
+      expired[#expired + 1] = { id = head[1], row = row }
+    else
+      claims[#claims + 1] = { id = head[1], row = row }
     end
     rank = rank + 1
   end
-  return claims, ghosts
+  return claims, ghosts, expired
 end
 
 -- Whether the whole queue is paused (<base>paused exists), the flag checked as a derived key (the

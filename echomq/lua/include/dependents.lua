@@ -146,6 +146,18 @@ local function plan_end(j, id, row, outcome, detail, read)
   return j.failure
 end
 
+-- A pending job whose deadline a claim met (include/claims.lua plan_claims): it leaves pending
+-- for dead with the error 'expired' (dead, its ended key and counts checked, in that order), then
+-- its end hook as any dead job's. Returns the failure of a check, or nil.
+local function plan_expire(j, id, row)
+  join_check(j, j.base .. 'dead', 'zset')
+  join_check(j, j.base .. 'ended:' .. id, 'list')
+  join_check(j, j.base .. 'counts', 'hash')
+  if j.failure then return j.failure end
+  j.steps[#j.steps + 1] = { op = 'expire', id = id, row = row }
+  return plan_end(j, id, row, 'dead', 'expired')
+end
+
 -- The cancel mark a cancelled job's dependents inherit: its row's (retention, time).
 local function mark_of(row)
   local f = redis.call('HMGET', row, 'cancel', 'cancelled')
@@ -198,6 +210,16 @@ local APPLY = {
     mark_ended(j.base .. 'ended:' .. step.id, nil)
     local ev = j.events_key
     emit(ev, 'dead', step.id, attempt, j.now)
+  end,
+  expire = function(j, step)
+    local attempt = attempts_of(j.events_key, step.row)
+    redis.call('ZREM', j.base .. 'pending', step.id)
+    redis.call('HSET', step.row, 'error', 'expired')
+    redis.call('ZADD', j.base .. 'dead', dec(j.now), step.id)
+    local counts = j.base .. 'counts'
+    redis.call('HSET', counts, 'expired', dec(int_field(redis.call('HGET', counts, 'expired'), 0) + 1))
+    mark_ended(j.base .. 'ended:' .. step.id, nil)
+    emit(j.events_key, 'dead', step.id, attempt, j.now)
   end,
   cancel = function(j, step)
     local attempt = attempts_of(j.events_key, step.row)
