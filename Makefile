@@ -78,8 +78,11 @@ test-stages: stage-main stage-versions stage-asan stage-lowest stage-django test
 logged = mkdir -p test-logs && status=0 && { $(2); } > test-logs/$(1).log 2>&1 || status=$$?; \
 	echo "=== $(1) (exit $$status) ==="; cat test-logs/$(1).log; exit $$status
 
+# The suite's per-test times go to test-logs/main.xml (JUnit XML), its 15 slowest to the output.
 stage-main: lint
-	ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" $(PY) $(subst -n $(PYTEST_WORKERS),-n $(MAIN_WORKERS),$(PYTEST))
+	mkdir -p test-logs
+	ECHOMQ_VALKEY_SERVER="$(WHEEL_VALKEY)" $(PY) $(subst -n $(PYTEST_WORKERS),-n $(MAIN_WORKERS),$(PYTEST)) \
+		--durations=15 --junitxml=test-logs/main.xml
 
 SIDE_PYTEST = $(subst -n $(PYTEST_WORKERS),-n $(SIDE_WORKERS),$(PYTEST))
 
