@@ -13,10 +13,8 @@ from contextlib import suppress
 from typing import Any
 
 from echomq.consumer.aio_leftovers import UNWIND_S
-from echomq.consumer.settings import park_socket_timeout
-from echomq.engine.clients import private_twin
+from echomq.consumer.shell import own_blocking_client
 from echomq.queue.aio import Queue
-from echomq.queue.connection import socket_timeout_of
 from echomq.queue.notices import NOTICES_ROLE, Notice, NoticeReads
 
 log = logging.getLogger("echomq")
@@ -53,8 +51,7 @@ class AsyncNoticeListener:
         if self._reader is not None and not self._reader.task.done():
             self._changed.set()
             return
-        own = private_twin(self._queue.conn, park_socket_timeout(
-            socket_timeout_of(self._queue.conn), self._cap_ms))
+        own = own_blocking_client(self._queue.conn, self._cap_ms)
         if own is None:  # a cluster client
             self._unread = True
             return

@@ -13,10 +13,8 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any
 
-from echomq.consumer.settings import park_socket_timeout
-from echomq.engine.clients import private_twin
+from echomq.consumer.shell import own_blocking_client
 from echomq.queue.blocking import Queue
-from echomq.queue.connection import socket_timeout_of
 from echomq.queue.notices import NOTICES_ROLE, Notice, NoticeReads
 
 log = logging.getLogger("echomq")
@@ -52,8 +50,7 @@ class NoticeListener:
         runs; after, ``cond``'s notice wakes it."""
         if self._reader is not None or self._unread:
             return
-        own = private_twin(self._queue.conn, park_socket_timeout(
-            socket_timeout_of(self._queue.conn), self._cap_ms))
+        own = own_blocking_client(self._queue.conn, self._cap_ms)
         if own is None:  # a cluster client
             self._unread = True
             return

@@ -36,16 +36,24 @@ from echomq.consumer.cancelling import CancelFlags
 from echomq.consumer.core import LoopCore
 from echomq.consumer.faults import Fault, classify
 from echomq.consumer.loop import Lineup
-from echomq.consumer.settings import Clock, Settings, describe, fatal_error, first_line
+from echomq.consumer.settings import (
+    Clock,
+    Settings,
+    describe,
+    fatal_error,
+    first_line,
+    park_socket_timeout,
+)
 from echomq.consumer.spread import shards_of
 from echomq.engine import calls, cluster_once
 from echomq.engine.calls import Job, Outcome, Verdict
-from echomq.engine.clients import is_cluster
+from echomq.engine.clients import is_cluster, private_twin
 from echomq.engine.errors import LayoutError, Wire6Unsupported
 from echomq.engine.program import Program
 from echomq.engine.rows import LAYOUT, LAYOUT_KEY, Layout, recorded_layout
 from echomq.engine.transitions import LANE_CLAIM
 from echomq.engine.wire import Wire
+from echomq.queue.connection import socket_timeout_of
 from echomq.queue.methods import QueueMethods
 from echomq.queue.parking import (
     TOKEN_ROLE,
@@ -457,3 +465,9 @@ NOTICES: dict[type[Action], Callable[[LoopShell, Any], None]] = {
     Failed: lambda shell, action: shell._keeper_failed(action.what, action.error),
     Unparked: _unparked,
 }
+
+
+def own_blocking_client(conn: Any, cap_ms: int) -> Any | None:
+    """A connection of ``conn``'s own for blocking reads of up to ``cap_ms``, its read timeout
+    raised past them (``park_socket_timeout``); None for a cluster client."""
+    return private_twin(conn, park_socket_timeout(socket_timeout_of(conn), cap_ms))
