@@ -69,7 +69,7 @@ test:
 # beside them too: the lowest and Django venvs install (each from a copy of the checkout, so nothing
 # is built in it while the suite loads its modules), and the wheel is built and checked in its
 # fresh venv.
-MAIN_WORKERS ?= 3
+MAIN_WORKERS ?= 2
 SIDE_WORKERS ?= 1
 test-stages: stage-main stage-versions stage-asan stage-lowest stage-django test-wheel
 
