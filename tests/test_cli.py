@@ -195,6 +195,20 @@ def test_a_refused_connection_is_one_line_and_exit_3() -> None:
     assert_one_error(echomq("workers", url=closed), 3)
 
 
+@pytest.mark.parametrize("command", [["stats"], ["dead", "list", "mail"], ["events", "mail"]])
+def test_an_error_naming_the_server_never_shows_its_password(valkey: EmbeddedValkey,
+                                                            command: list[str]) -> None:
+    port = free_port()
+    unreachable = echomq(*command, url=f"redis://:s3cret@127.0.0.1:{port}")
+    assert_one_error(unreachable, 3, f"cannot reach Valkey at redis://127.0.0.1:{port}:")
+    not_a_url = echomq(*command, url="redis://:s3cret@127.0.0.1:port")
+    assert_one_error(not_a_url, 2, "not a Valkey URL: 'redis://127.0.0.1:port'")
+    refused = echomq(*command, url=f"redis://nobody:s3cret@127.0.0.1:{valkey.port}")
+    assert_one_error(refused, 4, f"redis://127.0.0.1:{valkey.port} refused the credentials")
+    for done in (unreachable, not_a_url, refused):
+        assert "s3cret" not in done.stdout + done.stderr
+
+
 def test_debug_shows_the_traceback() -> None:
     done = echomq("--debug", "stats", url=f"redis://127.0.0.1:{free_port()}")
     assert done.returncode == 1 and "Traceback" in done.stderr

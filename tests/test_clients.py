@@ -29,6 +29,7 @@ from echomq.queue.connection import (
     server_of,
     server_of_url,
     shown_server,
+    shown_url,
 )
 from tests.conftest import start_server
 from tests.shells import Make, make_fixture, shell_fixture  # noqa: F401
@@ -124,6 +125,17 @@ def test_a_consumer_on_valkey_py_outlives_a_server_restart(make: Make, wire: int
         conn.close()
         server.stop()
     assert handled == ["JOB:before", "JOB:after"]
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("redis://u:s3cret@h:1/2", "redis://h:1/2"),
+    ("rediss://h:1/0?password=s3cret&username=u&ssl_cert_reqs=none",
+     "rediss://h:1/0?ssl_cert_reqs=none"),
+    ("redis://u:s3cret@[::1", "redis://[::1"),  # not a URL, and still without its password
+    ("unix://:s3cret@/tmp/v.sock?db=2", "unix:///tmp/v.sock?db=2"),
+])
+def test_a_url_is_shown_without_its_credentials(url: str, shown: str) -> None:
+    assert shown_url(url) == shown
 
 
 @pytest.mark.parametrize("make", [redis.Redis, valkey.Valkey], ids=["redis", "valkey"])

@@ -130,6 +130,14 @@ def test_refused_connection_gets_one_line() -> None:
                     "refused (hint: check --url, and that valkey-server runs there)")
 
 
+def test_a_url_it_cannot_use_is_refused_without_showing_its_password() -> None:
+    done = conformance("http://u:s3cret@127.0.0.1:1")
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line == ("echomq conformance: error: only redis:// URLs are supported (this one's "
+                    "scheme: 'http') (hint: give --url as redis://[user:password@]host:port[/db])")
+
+
 def test_a_user_without_script_load_gets_one_line(lived_in: EmbeddedValkey) -> None:
     lived_in.client().execute_command("ACL", "SETUSER", "checker", "-script")
     done = conformance(f"redis://checker:pw@127.0.0.1:{lived_in.port}")

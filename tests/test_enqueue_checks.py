@@ -5,16 +5,19 @@ take; and how a verdict prints."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import decimal
+import math
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from echomq import App, Verdict
-from echomq.tasks.envelope import decode_envelope
+from echomq import App, Job, Verdict
+from echomq.consumer.directives import Done, Reject
+from echomq.tasks.envelope import Serializer, call_envelope, decode_envelope, encode
 
 WHEN = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 
@@ -98,10 +101,60 @@ def test_a_date_as_text_fits_where_the_worker_would_parse_it(conn: redis.Redis) 
     assert pending(packed) == 0
 
 
+def scale(factor: float) -> float:
+    return factor * 2
+
+
+# Values given for a float, by a label (a NaN is not equal to itself), and those both sides take:
+# a Decimal travels as its text, and JSON carries a NaN or an infinity as null.
+FLOATS = {"Decimal": decimal.Decimal("1.5"), "nan": math.nan, "inf": math.inf, "float": 1.5,
+          "int": 2, "bool": True, "str": "1.5", "None": None}
+FITS = {"json": {"float", "int"}, "msgpack": {"float", "int", "nan", "inf"}}
+
+
+@pytest.mark.parametrize("serializer", ["json", "msgpack"])
+def test_enqueue_refuses_exactly_what_the_worker_would(conn: redis.Redis,
+                                                       serializer: Serializer) -> None:
+    app = App(conn, "floats", serializer=serializer, check_policy=False)
+    task = app.task(name="scale")(scale)
+    enqueued, run = set(), set()
+    for label, value in FLOATS.items():
+        with contextlib.suppress(TypeError):
+            task.enqueue(value)
+            enqueued.add(label)
+        payload = encode(call_envelope("scale", [value], {}, {}, id_made=True, queue="floats",
+                                       own_queue="floats"), serializer)
+        directive = app.handler(Job("JOB:sent", payload, 1))  # as another producer wrote it
+        assert isinstance(directive, Done | Reject)
+        if isinstance(directive, Done):
+            run.add(label)
+    assert enqueued == run == FITS[serializer]
+    assert pending(app) == len(FITS[serializer])
+
+
+@pytest.mark.parametrize("serializer", ["json", "msgpack"])
+def test_a_decimal_for_a_float_is_refused_at_enqueue_saying_how_it_travels(
+        conn: redis.Redis, serializer: Serializer) -> None:
+    app = App(conn, "floats", serializer=serializer, check_policy=False)
+    task = app.task(name="scale")(scale)
+    with pytest.raises(TypeError) as raised:
+        task.enqueue(decimal.Decimal("1.5"))
+    assert str(raised.value) == (f"scale: argument 'factor' must be float, not Decimal "
+                                 f"({serializer} carries it as str)")
+    with pytest.raises(TypeError, match=r"^scale: argument 'factor' must be float, not Decimal "):
+        task.enqueue_many([(1.5,), (decimal.Decimal("1.5"),)])
+    assert pending(app) == 0
+    payload = encode(call_envelope("scale", [decimal.Decimal("1.5")], {}, {}, id_made=True,
+                                   queue="floats", own_queue="floats"),
+                     serializer)
+    assert app.handler(Job("JOB:sent", payload, 1)) == Reject(
+        "scale: argument 'factor': Expected `float`, got `str`")
+
+
 def test_an_unknown_option_names_itself_and_the_options_there_are(app: App) -> None:
     resize = app.tasks["resize"]
     with pytest.raises(TypeError) as raised:
-        resize.with_options(delay=5)  # type: ignore[arg-type]
+        resize.with_options(delay=5)
     said = str(raised.value)
     assert said.startswith("with_options() takes no option 'delay'; did you mean 'delay_ms'? "
                            "(its options: after, at, debounce, debounce_ms, dedupe, ")

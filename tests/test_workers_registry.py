@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import redis
+import redis.asyncio as aredis
 from click.testing import CliRunner
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import (
@@ -26,11 +27,18 @@ from starlette.testclient import TestClient
 
 from echomq import Consumer, Job, Queue, aio
 from echomq.cli.main import main
-from echomq.consumer.presence import EXPIRY_MS, WORKERS_KEY, Announcer
+from echomq.consumer.presence import (
+    EXPIRY_MS,
+    WORKERS_KEY,
+    Announcer,
+    announced as announced_consumer,
+    announced_async,
+)
 from echomq.consumer.roster import WorkerInfo, live_workers
 from echomq.embedded import EmbeddedValkey
 from echomq.ops import admin
 from echomq.ops.dashboard import create_app
+from tests.conftest import start_server
 from tests.test_worker import Workers, as_text, wait_until, workers  # noqa: F401
 
 QUEUE = "mailq"
@@ -65,7 +73,7 @@ def test_each_worker_process_announces_itself_and_its_job_in_hand(
     supervisor = workers(QUEUE, "--concurrency", "2")
     found = announced(conn, 2)
     assert {w.pid for w in found} == children(supervisor)
-    assert {(w.queue, w.wire, w.job) for w in found} == {(QUEUE, "auto", None)}
+    assert {(w.queue, w.job) for w in found} == {(QUEUE, None)}
     assert all(w.host and w.beat_ms >= w.started_ms for w in found)
 
     queue = Queue(conn, QUEUE, wire=5)
@@ -93,6 +101,78 @@ def test_each_worker_process_announces_itself_and_its_job_in_hand(
         return spinner.beat_ms - spinner.job_since_ms > EXPIRY_MS
 
     assert wait_until(beat_past_expiry, timeout=EXPIRY_MS / 1000 + 10)
+
+
+@pytest.fixture(scope="module")
+def bare() -> Iterator[EmbeddedValkey]:
+    """A valkey-server with no module loaded."""
+    server = start_server(module=False)
+    yield server
+    server.stop()
+
+
+def shown_wires(server: EmbeddedValkey) -> dict[int, list[int | str]]:
+    """The wire of each live worker's record, by pid, as ``echomq workers`` and the dashboard
+    show them (each must show the same)."""
+    listed = {w["pid"]: w["wire"] for w in json.loads(cli(server, "workers", "--json"))}
+    with server.client() as conn, TestClient(create_app(conn),
+                                              base_url="http://127.0.0.1:8042") as page:
+        served = {w["pid"]: w["wire"] for w in page.get("/api/workers").json()["workers"]}
+    return {pid: [listed[pid], served.get(pid, "missing")] for pid in listed}
+
+
+def test_worker_processes_on_wire_auto_show_the_wire_the_server_gave_them(
+        workers: Callable[..., Workers], valkey: EmbeddedValkey, conn: redis.Redis,  # noqa: F811
+        bare: EmbeddedValkey) -> None:
+    """On the server with trafikey the first reply was a native command's: 6; on the one
+    without, the first native command was refused: 5. Both start with no job waiting."""
+    started = [(valkey, workers(QUEUE), 6), (bare, workers(QUEUE, url=bare.url), 5)]
+    try:
+        for server, supervisor, wire in started:
+            shown: list[dict[int, list[int | str]]] = [{}]
+
+            def settled(server: EmbeddedValkey = server, wire: int = wire,
+                        shown: list[dict[int, list[int | str]]] = shown) -> bool:
+                shown[0] = shown_wires(server)
+                return len(shown[0]) == 1 and list(shown[0].values()) == [[wire, wire]]
+
+            assert wait_until(settled, timeout=20), (shown[0], supervisor.log())
+            assert set(shown[0]) == children(supervisor)
+    finally:
+        with bare.client() as bare_conn:
+            bare_conn.flushall()
+
+
+def test_an_announced_consumer_shows_auto_only_until_the_first_reply(
+        valkey: EmbeddedValkey, conn: redis.Redis, bare: EmbeddedValkey) -> None:
+    """A blocking consumer on the server with trafikey, an asyncio one on the server without:
+    their records say ``auto`` until their queue's first call is answered, then the wire it
+    took."""
+    consumer = Consumer(Queue(conn, QUEUE), lambda job: None)
+    with announced_consumer(consumer):
+        assert shown_wires(valkey) == {os.getpid(): ["auto", "auto"]}
+        consumer.queue.enqueue("JOB:1", b"")
+        assert consumer.announcer is not None and consumer.announcer.beat()
+        assert shown_wires(valkey) == {os.getpid(): [6, 6]}
+
+    async def on_the_bare_server() -> list[dict[int, list[int | str]]]:
+        client = aredis.Redis(port=bare.port)
+        consumer = aio.Consumer(aio.Queue(client, QUEUE), lambda job: None)
+        shown = []
+        try:
+            async with announced_async(consumer):
+                shown.append(shown_wires(bare))
+                await consumer.queues[0].enqueue("JOB:1", b"")
+                assert consumer.announcer is not None
+                assert await consumer.announcer._awrite(consumer.announcer._arefresh)
+                shown.append(shown_wires(bare))
+        finally:
+            await client.flushall()
+            await client.aclose()
+        return shown
+
+    assert asyncio.run(on_the_bare_server()) == [{os.getpid(): ["auto", "auto"]},
+                                                 {os.getpid(): [5, 5]}]
 
 
 def test_a_killed_worker_drops_out_within_its_expiry(
@@ -352,7 +432,6 @@ def test_a_consumer_run_in_the_users_process_is_a_live_worker(
 @pytest.mark.parametrize("wire", [5, 6])
 def test_an_asyncio_consumer_run_in_the_users_process_is_a_live_worker(
         valkey: EmbeddedValkey, conn: redis.Redis, wire: int) -> None:
-    import redis.asyncio as aredis
 
     async def poll(condition: Callable[[], bool], timeout: float) -> bool:
         deadline = asyncio.get_running_loop().time() + timeout

@@ -17,6 +17,7 @@ from redis.cluster import RedisCluster
 
 from echomq.cli.errors import URL_META, bad_url
 from echomq.ops import admin
+from echomq.queue.connection import shown_url
 
 # Where a worker serving a handler (or an App with no connection of one server) looks.
 DEFAULT_URL = "redis://127.0.0.1:6379"
@@ -37,11 +38,12 @@ def connect(url: str) -> redis.Redis | RedisCluster:
     """A client of the server at ``url``; of the whole cluster (``RedisCluster``, which learns
     the other nodes from this one) when the server says it is a cluster node
     (``cluster_enabled:1`` in ``INFO cluster``: one round trip)."""
-    click.get_current_context().meta[URL_META] = url
+    shown = shown_url(url)  # every message names the server so: a password is never printed
+    click.get_current_context().meta[URL_META] = shown
     try:
         conn = redis.Redis.from_url(url, **TIMEOUTS)
     except ValueError as exc:
-        raise bad_url(url, exc) from exc
+        raise bad_url(shown, exc) from exc
     if not _cluster_node(conn):
         return conn
     conn.close()

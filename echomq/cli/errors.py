@@ -38,7 +38,8 @@ URL_META = "echomq.url"
 
 
 def server_url() -> str:
-    """The server URL the running command connected to, for messages (``?`` before any)."""
+    """The server URL the running command connected to, without its credentials (``connect``
+    keeps it so), for messages (``?`` before any)."""
     context = click.get_current_context(silent=True)
     return str(context.meta.get(URL_META, "?")) if context is not None else "?"
 

@@ -44,7 +44,9 @@ class Address:
         """``redis://[[user]:password@]host[:port][/db]``; anything else is a ValueError."""
         parts = urlsplit(url)
         if parts.scheme != "redis":
-            raise ValueError(f"{url!r}: only redis:// URLs are supported")
+            # the scheme alone: the URL may hold a password
+            raise ValueError(f"only redis:// URLs are supported (this one's scheme: "
+                             f"{parts.scheme!r})")
         db = parts.path.strip("/")
         return cls(parts.hostname or "127.0.0.1", parts.port or 6379, int(db) if db else 0,
                    unquote(parts.username) if parts.username else None,

@@ -4,7 +4,8 @@
 Each worker process, and each consumer whose ``run()`` runs in a process of the user's own
 (``announced``, ``announced_async``: a script, a web process), keeps a hash
 ``emq:worker:<host>:<pid>:<started ms>`` (host, pid, queue and queues — the first and every queue it
-serves, in priority order, as a JSON list —, wire, started, the job in hand and since when, how many
+serves, in priority order, as a JSON list —, wire — the one the first queue runs on, on wire auto
+as soon as the server's first reply decided it —, started, the job in hand and since when, how many
 jobs are in hand — ``running``: a lease prefetched and not yet started is not —, jobs done and
 failed, last beat, whether a park wrote it, its expiry) and its key in the set ``emq:workers``. A
 thread of its own (on an asyncio consumer, a task of its loop) rewrites the hash every ``BEAT_S``
@@ -82,7 +83,8 @@ class Announcer:
         self.expiry_ms = int(beat_s * 1000 * EXPIRY_BEATS)
         self.queues = [queue] if isinstance(queue, str) else list(queue)
         self.queue = self.queues[0]
-        self.wire = wire_of(wire).label  # 5, 6 or auto in the record, however it was given
+        self._wire = wire_of(wire)
+        self._executor: Any = None  # the first queue's, once ``serves`` names it
         self._born = time.monotonic()
         self.key = f"{WORKER_PREFIX}{socket.gethostname()}:{os.getpid()}:{_start_stamp()}"
         self._lock = threading.Lock()
@@ -104,6 +106,18 @@ class Announcer:
         self._writing_lapse = 0.0  # the same, for the parked write in flight
         # The server's clock less the monotonic one (ms), as read by the last TIME.
         self._offset_ms = time.time() * 1000 - time.monotonic() * 1000
+
+    def serves(self, queue: Any) -> None:
+        """The record shows the wire ``queue`` (the consumer's first, blocking or asyncio)
+        really runs on: on wire auto, ``6`` once the server ran a native command, ``5`` once it
+        refused one, ``auto`` only before the first reply."""
+        self._executor = queue.executor
+
+    @property
+    def wire(self) -> str:
+        """The record's wire: ``5``, ``6`` or ``auto``."""
+        executor = self._executor
+        return (self._wire if executor is None else executor.wire_in_use).label
 
     # what the worker does -----------------------------------------------------------------
 
@@ -377,6 +391,7 @@ def _tracking(consumer: Any) -> tuple[Announcer, Callable[[Job], Any]]:
     tracking; the handler tracked."""
     first = consumer.queues[0]
     announcer = Announcer(first.conn, [queue.name for queue in consumer.queues], first.wire)
+    announcer.serves(first)
     handler = consumer.handler
     consumer.handler = announcer.track(handler)
     consumer.announcer = announcer

@@ -52,6 +52,11 @@ class ExecutorMethods(ABC):
 
     wire: Wire
 
+    @property
+    def wire_in_use(self) -> Wire:
+        """The wire its transitions go on: its own (``AutoWire``: the one it chose)."""
+        return self.wire
+
     @abstractmethod
     def command(self, transition: Transition, keys: Sequence[str],
                 args: Sequence[Arg]) -> tuple[Any, ...]:
@@ -264,6 +269,12 @@ class AutoWire(ExecutorMethods):
         self.queue = queue
         self.chosen: Wire | None = None
         self._lock = threading.Lock()
+
+    @property
+    def wire_in_use(self) -> Wire:
+        """``NATIVE`` once the server ran a native command, ``SCRIPTS`` once it refused one
+        (lanes run their scripts either way), ``AUTO`` before a reply decided."""
+        return Wire.AUTO if self.chosen is None else self.chosen
 
     def command(self, transition: Transition, keys: Sequence[str],
                 args: Sequence[Arg]) -> tuple[Any, ...]:

@@ -143,8 +143,13 @@ def shown_server(conn: Any) -> str:
 
 def shown_url(url: str) -> str:
     """``url`` without its credentials (a user and password before ``@``, a ``password`` or
-    ``username`` option), for messages."""
-    parts = urlparse(url)
+    ``username`` option), for messages; of what is not a URL (an unclosed ``[``), what follows
+    its last ``@``."""
+    try:
+        parts = urlparse(url)
+    except ValueError:
+        scheme, sep, rest = url.partition("://")
+        return f"{scheme}{sep}{rest.rpartition('@')[2]}"
     options = [(key, value) for key, value in parse_qsl(parts.query)
                if key not in ("password", "username")]
     query = urlencode(options)

@@ -89,6 +89,8 @@ class PayloadError(ValueError):
 
 _JSON_ENCODER = msgspec.json.Encoder()
 _MSGPACK_ENCODER = msgspec.msgpack.Encoder()
+_UNTYPED_DECODERS: dict[str, msgspec.json.Decoder[Any] | msgspec.msgpack.Decoder[Any]] = {
+    "json": msgspec.json.Decoder(), "msgpack": msgspec.msgpack.Decoder()}
 _ENVELOPE_DECODERS = (msgspec.json.Decoder(Envelope), msgspec.msgpack.Decoder(Envelope))
 _EARLIER_DECODERS = (msgspec.json.Decoder(EarlierEnvelope),
                      msgspec.msgpack.Decoder(EarlierEnvelope))
@@ -144,9 +146,20 @@ def encode(value: Envelope | Result, serializer: Serializer) -> bytes:
     """``value`` as payload bytes (an envelope without its trailing defaults); TypeError
     (before anything is sent) for an argument or a result the serializer cannot carry,
     whatever the reason."""
+    return _written(_shortened(value) if isinstance(value, Envelope) else value, serializer)
+
+
+def carried(value: Any, serializer: Serializer) -> Any:
+    """``value`` as a worker reads it from a payload ``serializer`` wrote, before it converts
+    it to a type hint: a ``Decimal`` as its text, a tuple as a list, a Struct as a map, and in
+    JSON a ``datetime`` or bytes as text and a NaN as null. TypeError as ``encode``'s."""
+    return _UNTYPED_DECODERS[serializer].decode(_written(value, serializer))
+
+
+def _written(value: Any, serializer: Serializer) -> bytes:
     encoder = _JSON_ENCODER if serializer == "json" else _MSGPACK_ENCODER
     try:
-        return encoder.encode(_shortened(value) if isinstance(value, Envelope) else value)
+        return encoder.encode(value)
     except _CANNOT_ENCODE as exc:
         raise TypeError(f"{serializer} cannot encode it: {type(exc).__name__}: {exc}") from None
 

@@ -1,13 +1,16 @@
 """A task's parameters and their type hints: arguments checked at enqueue, and converted when
-the worker decodes them, by the same rules — ``msgspec.convert`` to each parameter's hint.
+the worker decodes them, by one rule — ``msgspec.convert`` of what the payload carries to each
+parameter's hint.
 
-The producer checks the caller's values (``check``): a call whose arity or names do not fit, or
-a value that cannot be converted to its parameter's hint (``"two"`` for an ``int``, a
-``Decimal`` for an ``int``), is a TypeError naming the parameter, the hint and the type passed,
-before anything is sent. The worker converts each decoded value (``convert``: a ``datetime``
-from its JSON string, a Struct or dataclass from its map, and so on); a value that cannot fit
-there (a job another producer wrote) raises ArgumentsRejected naming the parameter. A call of
-plain positional arguments is checked, and converted, in one msgspec call.
+The worker converts each decoded value (``convert``: a ``datetime`` from its JSON string, a
+Struct or dataclass from its map, and so on); a value that cannot fit there (a job another
+producer wrote) raises ArgumentsRejected naming the parameter. The producer checks the caller's
+values as the payload will carry them (``check``, on ``carried`` values: a ``Decimal`` arrives
+as its text, a NaN in JSON as null), so it refuses exactly what the worker would: a call whose
+arity or names do not fit, or a value that cannot be converted to its parameter's hint
+(``"two"`` for an ``int``, a ``Decimal`` for an ``int`` or a ``float``), is a TypeError naming
+the parameter, the hint and the type passed, before anything is sent. A call of plain
+positional arguments is checked, and converted, in one msgspec call.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
+
+from echomq.tasks.envelope import Serializer, carried
 
 # Values a MessagePack decode already gives as their own types; convert passes them through.
 MSGPACK_NATIVE = (bytes, bytearray, datetime.datetime)
@@ -38,13 +43,30 @@ class Misfit(Exception):
         super().__init__(name)
         self.name, self.value, self.hint, self.error = name, value, hint, error
 
-    def caller_text(self, task: str) -> str:
-        """The misfit told to the caller: the parameter, its hint and the type it was given;
-        for a collection, msgspec's words too, which say where in it."""
-        collection = isinstance(self.value, Iterable) and not isinstance(self.value, TEXT)
-        detail = f" ({self.error})" if collection else ""
+    def caller_text(self, task: str, given: Any, serializer: Serializer) -> str:
+        """The misfit of the value ``given`` (``self.value`` is what ``serializer`` carries of
+        it) told to the caller: the parameter, its hint and the type given; for a collection,
+        msgspec's words too, which say where in it; for a value that would fit as it was
+        given, what the payload makes of it."""
+        detail = ""
+        if isinstance(given, Iterable) and not isinstance(given, TEXT):
+            detail = f" ({self.error})"
+        elif _fits(given, self.hint, builtin_types(serializer == "json")):
+            detail = f" ({serializer} carries it as {_type_name(self.value)})"
         return (f"{task}: argument {self.name!r} must be {hint_text(self.hint)}, not "
-                f"{type(self.value).__name__}{detail}")
+                f"{type(given).__name__}{detail}")
+
+
+def _fits(value: Any, hint: Any, builtin: tuple[type, ...]) -> bool:
+    try:
+        msgspec.convert(value, hint, builtin_types=builtin)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
 
 
 def hint_text(hint: Any) -> str:
@@ -93,16 +115,31 @@ class Signature:
 
     def check(self, args: Sequence[Any], kwargs: Mapping[str, Any], *, from_json: bool) -> None:
         """TypeError when the call does not fit: its arity and names (``bind``), or a value
-        that cannot be converted to its parameter's hint, by the rules the worker converts with
-        (``from_json``: the call is sent as JSON, whose strings the worker parses into dates,
-        bytes and the like)."""
+        that the worker could not convert to its parameter's hint: each is converted as the
+        payload carries it, by the rules the worker converts with (``from_json``: the call is
+        sent as JSON, whose strings the worker parses into dates, bytes and the like); or a
+        value the serializer cannot carry at all."""
         if not self._checks:
             self.bind(args, kwargs)
             return
+        serializer: Serializer = "json" if from_json else "msgpack"
         try:
-            self._converted(args, kwargs, builtin_types(from_json))
+            sent_args, sent_kwargs = carried([args, kwargs], serializer)
+        except TypeError:  # a value that does not fit its hint is named first
+            self._refuse_misfits(args, kwargs, (args, kwargs), serializer)
+            raise
+        self._refuse_misfits(sent_args, sent_kwargs, (args, kwargs), serializer)
+
+    def _refuse_misfits(self, args: Sequence[Any], kwargs: Mapping[str, Any],
+                        given: tuple[Sequence[Any], Mapping[str, Any]],
+                        serializer: Serializer) -> None:
+        """TypeError naming the first of ``args`` and ``kwargs`` that does not fit its hint by
+        the type of its value in the call as ``given``."""
+        try:
+            self._converted(args, kwargs, builtin_types(serializer == "json"))
         except Misfit as misfit:
-            raise TypeError(misfit.caller_text(self.name)) from None
+            value = self.signature.bind(*given[0], **given[1]).arguments[misfit.name]
+            raise TypeError(misfit.caller_text(self.name, value, serializer)) from None
 
     def convert(self, args: Sequence[Any], kwargs: Mapping[str, Any], *,
                 from_json: bool) -> tuple[list[Any], dict[str, Any]]:

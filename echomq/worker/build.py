@@ -114,8 +114,11 @@ def carry_record(consumer: LoopShell, announcer: Announcer | None) -> None:
     """Have ``consumer``'s parks carry the process's record (``announcer``), as an announced
     consumer's parks carry its own: while it parks, the record's thread sends nothing and the
     flush before each park rewrites the record when due (every other park when parks run to
-    their cap), so an idle worker process costs what an idle consumer does."""
+    their cap), so an idle worker process costs what an idle consumer does. The record shows
+    the wire the consumer's first queue runs on."""
     consumer.announcer = announcer
+    if announcer is not None:
+        announcer.serves(consumer.queues[0])
 
 
 class AsyncWorkerLoop:
