@@ -80,16 +80,21 @@ def task(app: App, name: str) -> Any:
 def drain(app: App) -> int:
     """Run jobs until none is pending: a drain ends when a claim finds nothing, and the claim
     that carried the last ack of a job's parents was planned before that ack moved the job to
-    pending (a running worker is woken by the token the move leaves), so drain again."""
-    consumer = Consumer(app.queue, app.handler)
-    try:
-        handled = ran = consumer.drain()
-        while ran:
+    pending (a running worker is woken by the token the move leaves), so drain again; and a
+    consumer's last outcomes go out as it closes, which may move a dependent to pending after
+    its last drain, so drain with a new consumer while the server still has jobs pending."""
+    handled = 0
+    while True:
+        consumer = Consumer(app.queue, app.handler)
+        try:
             ran = consumer.drain()
-            handled += ran
-        return handled
-    finally:
-        consumer.close()
+            while ran:
+                handled += ran
+                ran = consumer.drain()
+        finally:
+            consumer.close()
+        if not app.queue.conn.zcard(app.queue.key("pending")):
+            return handled
 
 
 def ran(app: App, name: str) -> list[tuple[Any, ...]]:
